@@ -1,0 +1,79 @@
+/**
+ * Typed errors with stable codes. One table, one base class: every error that crosses a module
+ * boundary is a {@link GymError} whose `code` never changes once published, so clients can
+ * branch on it and the HTTP layer can map it without guessing.
+ */
+
+export const ERROR_CODES = {
+  /** Input failed schema validation; `details.issues` names the fields. */
+  VALIDATION_FAILED: { httpStatus: 400, summary: 'the request is invalid' },
+  /** No or wrong bearer token. */
+  UNAUTHORIZED: { httpStatus: 401, summary: 'authentication required' },
+  /** The sandbox id is unknown to the provider (never created, or already destroyed). */
+  SANDBOX_NOT_FOUND: { httpStatus: 404, summary: 'no such sandbox' },
+  /** The image named in a spec does not exist where the provider looks for it. */
+  IMAGE_NOT_FOUND: { httpStatus: 404, summary: 'no such image' },
+  /** A path inside a sandbox does not exist (file or archive download). */
+  FILE_NOT_FOUND: { httpStatus: 404, summary: 'no such file in the sandbox' },
+  /** The provider name is not registered and is not a loadable module. */
+  PROVIDER_NOT_FOUND: { httpStatus: 400, summary: 'no such provider' },
+  /** A third-party provider module exists but does not export a usable factory. */
+  PROVIDER_INVALID: { httpStatus: 500, summary: 'the provider module is not a valid provider' },
+  /** The sandbox exists but is not in a state that allows the operation (stopped, being destroyed). */
+  SANDBOX_NOT_READY: { httpStatus: 409, summary: 'the sandbox is not ready' },
+  /** An uploaded archive has an entry that escapes its target directory or a forbidden type. */
+  ARCHIVE_UNSAFE: { httpStatus: 400, summary: 'the archive would write outside its target' },
+  /** The path names a directory where a file was expected, or the reverse. */
+  PATH_KIND_MISMATCH: { httpStatus: 400, summary: 'the path is not of the expected kind' },
+  /** The sandbox came up but its readiness probe never passed; everything created was removed. */
+  SANDBOX_START_FAILED: { httpStatus: 502, summary: 'the sandbox failed to start' },
+  /** The provider cannot do what the spec or call asks (snapshot, gpus, disk limits, ...). */
+  CAPABILITY_UNSUPPORTED: { httpStatus: 501, summary: 'the provider does not support this' },
+  /** The backend (Docker engine, API server, SSH host) cannot be reached. */
+  PROVIDER_UNAVAILABLE: { httpStatus: 503, summary: 'the provider is unavailable' },
+  /** The backend answered with an error we have no more specific code for. */
+  PROVIDER_ERROR: { httpStatus: 502, summary: 'the provider failed' },
+  /** The backend did not answer in time. */
+  PROVIDER_TIMEOUT: { httpStatus: 504, summary: 'the provider timed out' },
+  /** A pool has no capacity left and its queue is full. */
+  POOL_EXHAUSTED: { httpStatus: 429, summary: 'no capacity left' },
+  /** Anything we did not anticipate. A bug: please report it. */
+  INTERNAL: { httpStatus: 500, summary: 'internal error' },
+} as const satisfies Record<string, { httpStatus: number; summary: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export interface GymErrorOptions {
+  details?: Record<string, unknown>;
+  cause?: unknown;
+}
+
+export class GymError extends Error {
+  readonly code: ErrorCode;
+  readonly httpStatus: number;
+  readonly details: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string, options: GymErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'GymError';
+    this.code = code;
+    this.httpStatus = ERROR_CODES[code].httpStatus;
+    this.details = options.details ?? {};
+  }
+
+  /** The wire form used by the HTTP API: `{"error": {"code", "message", "details"}}`. */
+  toJSON(): { error: { code: ErrorCode; message: string; details: Record<string, unknown> } } {
+    return { error: { code: this.code, message: this.message, details: this.details } };
+  }
+}
+
+export function isGymError(value: unknown, code?: ErrorCode): value is GymError {
+  return value instanceof GymError && (code === undefined || value.code === code);
+}
+
+/** Wraps anything thrown into a GymError, keeping GymErrors as they are. */
+export function toGymError(error: unknown, fallback: ErrorCode = 'INTERNAL'): GymError {
+  if (error instanceof GymError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new GymError(fallback, message, { cause: error });
+}

@@ -1,0 +1,109 @@
+import { z } from 'zod';
+import { AbsolutePathSchema, EnvSchema, LabelsSchema } from './common.ts';
+
+/** One week: a lease longer than this is almost always a forgotten sandbox. */
+export const MAX_TTL_SECONDS = 7 * 24 * 3600;
+/** One hour: long enough for a SWE-bench rollout, short enough that a leak costs little. */
+export const DEFAULT_TTL_SECONDS = 3600;
+
+export const ResourcesSchema = z
+  .object({
+    /** CPU cores, fractional allowed (0.5 = half a core). */
+    cpus: z.number().positive().max(1024).optional(),
+    /** Memory limit in MiB; swap is capped at the same value so the limit is real. */
+    memoryMiB: z
+      .number()
+      .int()
+      .min(6)
+      .max(16 * 1024 * 1024)
+      .optional(),
+    /** Maximum number of processes and threads in the sandbox. */
+    pidsLimit: z.number().int().min(1).max(4_194_304).optional(),
+    /** Writable-layer size limit in MiB (only where the provider's storage supports it). */
+    diskMiB: z.number().int().positive().optional(),
+    /** Number of GPUs (only where the provider declares the `gpus` capability). */
+    gpus: z.number().int().nonnegative().max(64).optional(),
+  })
+  .strict();
+
+export const ReadinessProbeSchema = z
+  .object({
+    /** The command to run; exit 0 means ready. Exactly one of argv or command. */
+    argv: z.array(z.string()).min(1).optional(),
+    command: z.string().min(1).optional(),
+    /** How long to keep trying before the create fails and tears down what it made. */
+    timeoutMs: z.number().int().positive().max(600_000).default(30_000),
+    /** Pause between attempts. */
+    intervalMs: z.number().int().positive().max(60_000).default(200),
+  })
+  .strict()
+  .refine((probe) => (probe.argv === undefined) !== (probe.command === undefined), {
+    message: 'a readiness probe needs exactly one of argv or command',
+  });
+
+export const SeedFileSchema = z
+  .object({
+    path: AbsolutePathSchema,
+    content: z.string(),
+    encoding: z.enum(['utf8', 'base64']).default('utf8'),
+    /** Permission bits, e.g. 0o755 for a script. */
+    mode: z.number().int().min(0).max(0o7777).default(0o644),
+  })
+  .strict();
+
+export const NetworkModeSchema = z.enum(['none', 'host', 'bridge']);
+
+export const SandboxSpecSchema = z
+  .object({
+    image: z.string().min(1).max(512),
+    /** Provider name; the daemon's default provider when absent. */
+    provider: z.string().min(1).max(128).optional(),
+    resources: ResourcesSchema.default({}),
+    env: EnvSchema.default({}),
+    workdir: AbsolutePathSchema.optional(),
+    /** User to run as inside the sandbox (`uid`, `uid:gid` or a name the image knows). */
+    user: z.string().min(1).max(256).optional(),
+    /** `none` (default): loopback only. `host` and `bridge` only where the provider offers them. */
+    network: NetworkModeSchema.default('none'),
+    ttlSeconds: z.number().int().positive().max(MAX_TTL_SECONDS).default(DEFAULT_TTL_SECONDS),
+    labels: LabelsSchema.default({}),
+    files: z.array(SeedFileSchema).max(1000).default([]),
+    readiness: ReadinessProbeSchema.optional(),
+    /** What only one provider understands; each provider validates its own part. */
+    providerOptions: z.record(z.string(), z.unknown()).default({}),
+  })
+  .strict();
+
+/** A spec as a caller writes it (defaults optional). */
+export type SandboxSpecInput = z.input<typeof SandboxSpecSchema>;
+/** A spec after parsing (defaults filled in). */
+export type SandboxSpec = z.output<typeof SandboxSpecSchema>;
+
+export const SandboxStateSchema = z.enum(['creating', 'ready', 'destroying', 'gone', 'failed']);
+export type SandboxState = z.infer<typeof SandboxStateSchema>;
+
+/**
+ * What a provider knows of a sandbox from its own records (labels, engine state). The daemon
+ * adds leases and ownership on top of this.
+ */
+export const SandboxInfoSchema = z.object({
+  id: z.string(),
+  provider: z.string(),
+  state: SandboxStateSchema,
+  image: z.string(),
+  /** The user labels given at create. */
+  labels: LabelsSchema,
+  /** The namespace the sandbox was created under (one per deployment). */
+  namespace: z.string(),
+  /** The daemon instance that created it. */
+  daemonId: z.string(),
+  pool: z.string().nullable(),
+  createdAt: z.string(),
+  /** The lease expiry the sandbox was created with (later renewals live in the daemon's store). */
+  leaseExpiresAt: z.string(),
+  /** A hard deadline no renewal can pass: a reaper may destroy the sandbox after it, whatever the store says. */
+  deadlineAt: z.string(),
+  /** Provider-specific reference (container id, pod name, instance name) for humans and logs. */
+  providerRef: z.string(),
+});
+export type SandboxInfo = z.infer<typeof SandboxInfoSchema>;

@@ -1,0 +1,74 @@
+import { expect } from 'vitest';
+import { GymError } from '../../core/errors.ts';
+import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
+import { type SandboxInfo, type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import type { SandboxProvider } from '../sandbox-provider.ts';
+
+export interface ContractOptions {
+  /** Shown in the suite's title. */
+  name: string;
+  /** Builds the provider under test; called once per suite. */
+  createProvider: () => SandboxProvider | Promise<SandboxProvider>;
+  /**
+   * An image with a POSIX shell and the usual small tools (`sleep`, `cat`, `tr`, `seq`, `head`,
+   * `tail`, `sha256sum`, `ls`, `stat`), e.g. busybox or Debian.
+   */
+  image: string;
+  /** Skip the whole suite with this reason (for example "Docker is not running"). */
+  skipReason?: string;
+  /** Per-test timeout; raise it for slow backends. Default 60 s. */
+  testTimeoutMs?: number;
+}
+
+/** Tracks every sandbox a test makes and destroys them all, whatever the test's outcome. */
+export class SandboxFixture {
+  readonly #created = new Set<string>();
+  readonly runId = Math.random().toString(36).slice(2, 10);
+  readonly options: ContractOptions;
+  provider!: SandboxProvider;
+
+  constructor(options: ContractOptions) {
+    this.options = options;
+  }
+
+  spec(overrides: Partial<SandboxSpecInput> = {}): ReturnType<typeof SandboxSpecSchema.parse> {
+    return parseOrThrow(
+      SandboxSpecSchema,
+      {
+        image: this.options.image,
+        ttlSeconds: 600,
+        ...overrides,
+        labels: { 'contract-run': this.runId, ...overrides.labels },
+      },
+      'spec',
+    );
+  }
+
+  async create(overrides: Partial<SandboxSpecInput> = {}): Promise<SandboxInfo> {
+    const info = await this.provider.create(this.spec(overrides));
+    this.#created.add(info.id);
+    return info;
+  }
+
+  exec(id: string, request: ExecRequestInput): Promise<ExecResult> {
+    return this.provider.exec(id, parseOrThrow(ExecRequestSchema, request, 'exec request'));
+  }
+
+  async cleanup(): Promise<void> {
+    const ids = [...this.#created];
+    this.#created.clear();
+    await Promise.all(ids.map((id) => this.provider.destroy(id).catch(() => {})));
+  }
+}
+
+/** Awaits a promise that must fail with a GymError of one of the given codes; returns the error. */
+export async function expectGymError(promise: Promise<unknown>, ...codes: string[]): Promise<GymError> {
+  const error = await promise.then(
+    () => null,
+    (caught: unknown) => caught,
+  );
+  expect(error, `expected a GymError with code ${codes.join(' or ')}`).toBeInstanceOf(GymError);
+  expect(codes).toContain((error as GymError).code);
+  return error as GymError;
+}

@@ -1,0 +1,151 @@
+import { expect, it } from 'vitest';
+import { expectGymError, type SandboxFixture } from './fixture.ts';
+
+export function defineLifecycleCases(fixture: SandboxFixture): void {
+  it('creates a ready sandbox that reports its spec and labels', async () => {
+    const info = await fixture.create({ labels: { role: 'lifecycle' } });
+    expect(info).toMatchObject({
+      provider: fixture.provider.name,
+      state: 'ready',
+      image: fixture.options.image,
+    });
+    expect(info.labels).toMatchObject({ role: 'lifecycle', 'contract-run': fixture.runId });
+    expect(Date.parse(info.deadlineAt)).toBeGreaterThanOrEqual(Date.parse(info.leaseExpiresAt));
+    const fetched = await fixture.provider.get(info.id);
+    expect(fetched).toMatchObject({ id: info.id, state: 'ready', labels: info.labels, pool: null });
+  });
+
+  it('writes seed files and waits for the readiness probe', async () => {
+    const info = await fixture.create({
+      files: [{ path: '/etc/gym-seed/hello.sh', content: '#!/bin/sh\necho seeded\n', mode: 0o755 }],
+      readiness: { command: 'test -x /etc/gym-seed/hello.sh' },
+    });
+    const result = await fixture.exec(info.id, { argv: ['/etc/gym-seed/hello.sh'] });
+    expect(result.stdout).toBe('seeded\n');
+  });
+
+  it('destroys idempotently, and the sandbox is gone after', async () => {
+    const info = await fixture.create();
+    await fixture.provider.destroy(info.id);
+    await fixture.provider.destroy(info.id);
+    await expectGymError(fixture.provider.get(info.id), 'SANDBOX_NOT_FOUND');
+    const execAfter = await fixture.exec(info.id, { argv: ['true'] }).then(
+      (result) => result.status,
+      (error: { code?: string }) => error.code,
+    );
+    expect(['sandbox_gone', 'SANDBOX_NOT_FOUND']).toContain(execAfter);
+    await expectGymError(fixture.provider.readFile(info.id, '/etc/passwd'), 'SANDBOX_NOT_FOUND');
+  });
+
+  it('reports sandbox_gone for a command whose sandbox is destroyed under it', async () => {
+    const info = await fixture.create();
+    const running = fixture.exec(info.id, { command: 'sleep 30', timeoutMs: 60_000 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await fixture.provider.destroy(info.id);
+    const result = await running.then(
+      (value) => value.status,
+      (error: { code?: string }) => error.code,
+    );
+    expect(['sandbox_gone', 'SANDBOX_NOT_FOUND']).toContain(result);
+  });
+
+  it('lists sandboxes by label', async () => {
+    const first = await fixture.create({ labels: { group: 'listing', member: 'one' } });
+    const second = await fixture.create({ labels: { group: 'listing', member: 'two' } });
+    const group = await fixture.provider.list({
+      labels: { group: 'listing', 'contract-run': fixture.runId },
+    });
+    expect(group.map((info) => info.id).sort()).toEqual([first.id, second.id].sort());
+    const one = await fixture.provider.list({ labels: { member: 'one', 'contract-run': fixture.runId } });
+    expect(one.map((info) => info.id)).toEqual([first.id]);
+  });
+
+  it("keeps sandboxes apart: one does not see the other's files", async () => {
+    const first = await fixture.create();
+    const second = await fixture.create();
+    await fixture.provider.writeFile(first.id, '/tmp/secret.txt', Buffer.from('only in the first'));
+    const seen = await fixture.exec(second.id, { command: 'cat /tmp/secret.txt 2>&1; ls /tmp' });
+    expect(seen.stdout).not.toContain('only in the first');
+    expect(seen.stdout).toMatch(/No such file/);
+  });
+
+  it('has no network but loopback by default', async () => {
+    const info = await fixture.create();
+    const result = await fixture.exec(info.id, { command: 'ls /sys/class/net' });
+    expect(result.stdout.split(/\s+/).filter(Boolean)).toEqual(['lo']);
+  });
+
+  it('enforces the pids limit (a fork loop cannot pass it)', async () => {
+    const info = await fixture.create({ resources: { pidsLimit: 24 } });
+    // Each started sleep prints its count; the shell dies at the first fork the limit refuses.
+    const result = await fixture.exec(info.id, {
+      command: 'i=0; while [ $i -lt 100 ]; do sleep 1003 >/dev/null 2>&1 & i=$((i+1)); echo $i; done',
+      timeoutMs: 30_000,
+    });
+    const started = Number(result.stdout.trim().split('\n').pop());
+    expect(started).toBeGreaterThan(5);
+    expect(started).toBeLessThan(24);
+    expect(result.exitCode).not.toBe(0);
+    expect(result.stderr).toMatch(/fork|resource|unavailable/i);
+  });
+
+  it('reports oom when a command passes the memory limit, and the sandbox survives', async () => {
+    const info = await fixture.create({ resources: { memoryMiB: 48 } });
+    for (const session of [undefined, 'oom-session']) {
+      const result = await fixture.exec(info.id, {
+        command: 'tail /dev/zero',
+        timeoutMs: 60_000,
+        ...(session ? { session } : {}),
+      });
+      expect(result.status).toBe('oom');
+      const after = await fixture.exec(info.id, { argv: ['echo', 'alive'] });
+      expect(after.stdout).toBe('alive\n');
+    }
+  });
+
+  it('fails a create whose readiness probe never passes, leaving nothing behind', async () => {
+    const marker = `failed-${Math.random().toString(36).slice(2, 8)}`;
+    await expectGymError(
+      fixture.create({
+        labels: { case: marker },
+        readiness: { command: 'exit 1', timeoutMs: 1500, intervalMs: 100 },
+      }),
+      'SANDBOX_START_FAILED',
+    );
+    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual([]);
+  });
+
+  it('fails a create for a user the image does not have, leaving nothing behind', async () => {
+    const marker = `nouser-${Math.random().toString(36).slice(2, 8)}`;
+    await expectGymError(
+      fixture.create({ labels: { case: marker }, user: 'no-such-user-here' }),
+      'SANDBOX_START_FAILED',
+      'VALIDATION_FAILED',
+    );
+    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual([]);
+  });
+
+  it('names a missing image clearly and creates nothing', async () => {
+    const marker = `noimage-${Math.random().toString(36).slice(2, 8)}`;
+    const error = await expectGymError(
+      fixture.create({ image: 'gym/does-not-exist:nope', labels: { case: marker } }),
+      'IMAGE_NOT_FOUND',
+    );
+    expect(error.message).toContain('gym/does-not-exist:nope');
+    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual([]);
+  });
+
+  it('refuses what it cannot do with CAPABILITY_UNSUPPORTED', async () => {
+    if (!fixture.provider.capabilities.gpus) {
+      await expectGymError(fixture.create({ resources: { gpus: 1 } }), 'CAPABILITY_UNSUPPORTED');
+    }
+    if (!fixture.provider.capabilities.diskLimit) {
+      await expectGymError(fixture.create({ resources: { diskMiB: 100 } }), 'CAPABILITY_UNSUPPORTED');
+    }
+    if (!fixture.provider.capabilities.sessions) {
+      const info = await fixture.create();
+      await expectGymError(fixture.exec(info.id, { argv: ['true'], session: 'x' }), 'CAPABILITY_UNSUPPORTED');
+    }
+    expect(fixture.provider.capabilities.networkModes).toContain('none');
+  });
+}

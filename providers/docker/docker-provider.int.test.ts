@@ -1,0 +1,129 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../core/clock.ts';
+import { GymError } from '../../core/errors.ts';
+import { createId } from '../../core/ids.ts';
+import { silentLogger } from '../../core/logger.ts';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { describeSandboxProviderContract } from '../contract/index.ts';
+import type { ProviderContext } from '../sandbox-provider.ts';
+import { DockerProvider } from './docker-provider.ts';
+import { createDockerClient } from './index.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+
+export function testContext(overrides: Partial<ProviderContext> = {}): ProviderContext {
+  return {
+    namespace: 'test',
+    daemonId: createId('daemon'),
+    logger: silentLogger,
+    clock: systemClock,
+    maxLifetimeSeconds: 3600,
+    ...overrides,
+  };
+}
+
+describeSandboxProviderContract({
+  name: 'docker (busybox)',
+  image: busybox,
+  createProvider: () => new DockerProvider(docker, testContext()),
+  ...(skipReason === undefined ? {} : { skipReason }),
+});
+
+describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
+  const context = testContext();
+  const provider = new DockerProvider(docker, context);
+  const created: string[] = [];
+  const spec = (overrides: Partial<SandboxSpecInput> = {}) =>
+    parseOrThrow(SandboxSpecSchema, { image: busybox, ...overrides }, 'spec');
+  const run = (id: string, command: string) =>
+    provider.exec(id, parseOrThrow(ExecRequestSchema, { command }, 'exec'));
+
+  afterAll(async () => {
+    await Promise.all(created.map((id) => provider.destroy(id)));
+    await provider.close();
+  });
+
+  it('labels the container under one namespace, with ids, lease and deadline', async () => {
+    const info = await provider.create(spec({ labels: { task: 't1' }, ttlSeconds: 120 }), { pool: 'p1' });
+    created.push(info.id);
+    const inspected = await docker.getContainer(provider.containerName(info.id)).inspect();
+    const labels = inspected.Config.Labels;
+    expect(labels).toMatchObject({
+      'gym.namespace': 'test',
+      'gym.daemon-id': context.daemonId,
+      'gym.sandbox-id': info.id,
+      'gym.pool': 'p1',
+      'gym.user.task': 't1',
+    });
+    const leaseMs = Number(labels['gym.lease-expires-at']) - Number(labels['gym.created-at']);
+    expect(leaseMs).toBe(120_000);
+    expect(Number(labels['gym.deadline-at']) - Number(labels['gym.created-at'])).toBe(3600_000);
+    expect(info.pool).toBe('p1');
+  });
+
+  it('runs an init that reaps zombies, drops capabilities, and forbids new privileges', async () => {
+    const info = await provider.create(spec({ resources: { cpus: 0.5, memoryMiB: 128, pidsLimit: 64 } }));
+    created.push(info.id);
+    const init = await run(info.id, 'cat /proc/1/comm');
+    expect(init.stdout.trim()).toMatch(/^(docker-init|tini)$/);
+    // An orphaned child whose parent exits becomes a zombie unless PID 1 reaps it.
+    await run(info.id, 'sh -c "sleep 0.2 & exit 0"; sleep 0.6');
+    const zombies = await run(info.id, "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l");
+    expect(zombies.stdout.trim()).toBe('0');
+    const status = await run(info.id, 'grep -E "^(CapEff|NoNewPrivs)" /proc/self/status');
+    const capEff = BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(status.stdout)?.[1]}`);
+    // CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, FSETID 4, KILL 5, SETGID 6, SETUID 7 (linux/capability.h).
+    const allowedBits = [0, 1, 3, 4, 5, 6, 7].reduce((mask, bit) => mask | (1n << BigInt(bit)), 0n);
+    expect(capEff & ~allowedBits).toBe(0n);
+    expect(status.stdout).toMatch(/NoNewPrivs:\s*1/);
+    const hostConfig = (await docker.getContainer(provider.containerName(info.id)).inspect()).HostConfig;
+    expect(hostConfig).toMatchObject({
+      NanoCpus: 500_000_000,
+      Memory: 128 * 1024 * 1024,
+      PidsLimit: 64,
+      NetworkMode: 'none',
+    });
+  });
+
+  it('commits a snapshot that a new sandbox can start from', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    await provider.writeFile(info.id, '/root/state.txt', Buffer.from('kept'));
+    const image = `gym/test-snapshot:${info.id}`;
+    expect(await provider.snapshot(info.id, { image })).toEqual({ image });
+    try {
+      const restored = await provider.create(spec({ image }));
+      created.push(restored.id);
+      expect((await run(restored.id, 'cat /root/state.txt')).stdout).toBe('kept');
+    } finally {
+      await Promise.all(created.splice(0).map((id) => provider.destroy(id)));
+      await docker.getImage(image).remove({ force: true });
+    }
+  });
+
+  it('validates its own providerOptions', async () => {
+    const error = await provider
+      .create(spec({ providerOptions: { capAdd: ['not valid'] } }))
+      .catch((caught: unknown) => caught);
+    expect(error).toMatchObject({ code: 'VALIDATION_FAILED' });
+    expect((error as Error).message).toContain('capAdd');
+  });
+
+  it('reports an unreachable engine as PROVIDER_UNAVAILABLE, never with the engine status', async () => {
+    const unreachable = new DockerProvider(
+      createDockerClient({ socketPath: '/nonexistent/docker.sock' }),
+      testContext(),
+    );
+    const health = await unreachable.health();
+    expect(health.ok).toBe(false);
+    expect(health.message).toMatch(/cannot be reached/);
+    const error = (await unreachable.create(spec()).catch((caught: unknown) => caught)) as GymError;
+    expect(error).toBeInstanceOf(GymError);
+    expect(error.code).toBe('PROVIDER_UNAVAILABLE');
+    expect(error.httpStatus).toBe(503);
+  });
+});

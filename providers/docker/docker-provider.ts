@@ -1,0 +1,549 @@
+import { posix } from 'node:path';
+import type { Readable } from 'node:stream';
+import type Docker from 'dockerode';
+import { z } from 'zod';
+import { GymError } from '../../core/errors.ts';
+import { createId } from '../../core/ids.ts';
+import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
+import type { SandboxInfo, SandboxSpec, SandboxState } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import type {
+  CreateOptions,
+  ExecOptions,
+  FileContent,
+  ListFilter,
+  ProviderCapabilities,
+  ProviderContext,
+  ProviderHealth,
+  SandboxProvider,
+  WriteFileOptions,
+} from '../sandbox-provider.ts';
+import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
+import { OOM_COUNTER_COMMAND, parseOomKillCount } from '../shared/exec-output.ts';
+import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
+import { wrapDockerError } from './docker-errors.ts';
+import { DockerSession } from './docker-session.ts';
+import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
+
+/** Every label we write starts with this, so one filter finds all our containers. */
+export const DOCKER_LABEL_PREFIX = 'gym.';
+
+/**
+ * The few capabilities a shell, a package manager and a test suite need when running as root in
+ * the sandbox; everything else Docker grants by default (raw sockets, mknod, chroot, ...) is dropped.
+ */
+export const DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'SETGID', 'SETUID'];
+
+/** Keeps the container alive doing nothing; the init process (tini) reaps zombies under it. */
+const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
+
+/** How many files one `readFile` follows through symlinks before giving up (like the kernel's ELOOP). */
+const MAX_LINK_FOLLOWS = 40;
+
+export const DockerProviderOptionsSchema = z
+  .object({
+    /** The engine's unix socket; default /var/run/docker.sock (or DOCKER_HOST as dockerode reads it). */
+    socketPath: z.string().optional(),
+    /** Run tini as PID 1 to reap zombies (recommended). */
+    init: z.boolean().default(true),
+    /** The engine has GPUs and the NVIDIA runtime: allow `resources.gpus`. */
+    gpus: z.boolean().default(false),
+    /** Storage is overlay2 on xfs with pquota: allow `resources.diskMiB`. */
+    diskQuota: z.boolean().default(false),
+    /** An OCI runtime other than the engine's default (for example `runsc` for gVisor). */
+    runtime: z.string().optional(),
+  })
+  .strict();
+export type DockerProviderOptions = z.input<typeof DockerProviderOptionsSchema>;
+
+/** What a spec's `providerOptions` may say to the Docker provider. */
+export const DockerSpecOptionsSchema = z
+  .object({
+    /** Capabilities to add back on top of the defaults (for example `NET_BIND_SERVICE`). */
+    capAdd: z
+      .array(z.string().regex(/^[A-Z_]+$/))
+      .max(40)
+      .default([]),
+    /** Size of /dev/shm in MiB. */
+    shmSizeMiB: z
+      .number()
+      .int()
+      .positive()
+      .max(1024 * 1024)
+      .optional(),
+  })
+  .strict();
+
+function containerState(state: string | undefined): SandboxState {
+  switch (state) {
+    case 'created':
+      return 'creating';
+    case 'running':
+      return 'ready';
+    case 'removing':
+      return 'destroying';
+    default:
+      return 'failed';
+  }
+}
+
+export class DockerProvider implements SandboxProvider {
+  readonly name = 'docker';
+  readonly capabilities: ProviderCapabilities;
+  readonly #docker: Docker;
+  readonly #context: ProviderContext;
+  readonly #options: z.output<typeof DockerProviderOptionsSchema>;
+  /** Sessions by sandbox id, then by session name and user. */
+  readonly #sessions = new Map<string, Map<string, Promise<DockerSession>>>();
+  /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
+  readonly #oomCounts = new Map<string, number>();
+
+  constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
+    this.#docker = docker;
+    this.#context = context;
+    this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
+    if (!/^[a-z0-9][a-z0-9-]{0,30}$/.test(context.namespace)) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `namespace "${context.namespace}" must be 1-31 characters of a-z, 0-9 or "-"`,
+      );
+    }
+    this.capabilities = {
+      sessions: true,
+      snapshot: true,
+      gpus: this.#options.gpus,
+      diskLimit: this.#options.diskQuota,
+      networkModes: ['none', 'host', 'bridge'],
+    };
+  }
+
+  /** Container names embed the namespace, so a lookup by name never crosses deployments. */
+  containerName(id: string): string {
+    return `gym-${this.#context.namespace}-${id}`;
+  }
+
+  async health(): Promise<ProviderHealth> {
+    try {
+      const version = await this.#docker.version();
+      return {
+        ok: true,
+        message: `Docker engine ${version.Version} (API ${version.ApiVersion})`,
+        details: { version: version.Version },
+      };
+    } catch (error) {
+      return { ok: false, message: wrapDockerError(error, { operation: 'ping' }).message };
+    }
+  }
+
+  #checkCapabilities(spec: SandboxSpec): void {
+    const unsupported = (what: string, hint: string) =>
+      new GymError('CAPABILITY_UNSUPPORTED', `the docker provider is not configured for ${what}: ${hint}`, {
+        details: { provider: this.name, capability: what },
+      });
+    if (spec.resources.gpus !== undefined && spec.resources.gpus > 0 && !this.capabilities.gpus) {
+      throw unsupported('gpus', 'set `gpus: true` in its options on an engine with the NVIDIA runtime');
+    }
+    if (spec.resources.diskMiB !== undefined && !this.capabilities.diskLimit) {
+      throw unsupported(
+        'diskMiB',
+        'disk limits need overlay2 on xfs with pquota; then set `diskQuota: true`',
+      );
+    }
+  }
+
+  async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
+    this.#checkCapabilities(spec);
+    const specOptions = parseOrThrow(
+      DockerSpecOptionsSchema,
+      spec.providerOptions,
+      'providerOptions for docker',
+    );
+    const id = options.id ?? createId('sbx');
+    const createdAtMs = this.#context.clock.now();
+    const deadlineAtMs = createdAtMs + this.#context.maxLifetimeSeconds * 1000;
+    const leaseExpiresAtMs = Math.min(createdAtMs + spec.ttlSeconds * 1000, deadlineAtMs);
+    const pool = options.pool ?? null;
+    const labels = encodeLabels(
+      DOCKER_LABEL_PREFIX,
+      {
+        namespace: this.#context.namespace,
+        daemonId: this.#context.daemonId,
+        sandboxId: id,
+        pool,
+        createdAtMs,
+        leaseExpiresAtMs,
+        deadlineAtMs,
+      },
+      spec.labels,
+    );
+    labels[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.image] = spec.image;
+    const { resources } = spec;
+
+    let container: Docker.Container;
+    try {
+      container = await this.#docker.createContainer({
+        name: this.containerName(id),
+        Image: spec.image,
+        Entrypoint: ['sh', '-c', IDLE_SCRIPT],
+        Cmd: [],
+        Env: Object.entries(spec.env).map(([name, value]) => `${name}=${value}`),
+        Labels: labels,
+        ...(spec.workdir === undefined ? {} : { WorkingDir: spec.workdir }),
+        ...(spec.user === undefined ? {} : { User: spec.user }),
+        HostConfig: {
+          Init: this.#options.init,
+          NetworkMode: spec.network,
+          CapDrop: ['ALL'],
+          CapAdd: [...new Set([...DEFAULT_CAPABILITIES, ...specOptions.capAdd])],
+          SecurityOpt: ['no-new-privileges'],
+          LogConfig: { Type: 'none', Config: {} },
+          ...(resources.memoryMiB === undefined
+            ? {}
+            : { Memory: resources.memoryMiB * 1024 * 1024, MemorySwap: resources.memoryMiB * 1024 * 1024 }),
+          ...(resources.cpus === undefined ? {} : { NanoCpus: Math.round(resources.cpus * 1e9) }),
+          ...(resources.pidsLimit === undefined ? {} : { PidsLimit: resources.pidsLimit }),
+          ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
+          ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
+          ...(resources.gpus === undefined || resources.gpus === 0
+            ? {}
+            : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
+          ...(this.#options.runtime === undefined ? {} : { Runtime: this.#options.runtime }),
+        },
+      });
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'create', image: spec.image });
+    }
+
+    try {
+      await container.start();
+      this.#oomCounts.set(id, 0);
+      if (spec.files.length > 0) await this.#writeSeedFiles(container, spec);
+      if (spec.readiness !== undefined) await this.#waitReady(id, spec);
+    } catch (error) {
+      await this.#removeContainer(container).catch((removeError: unknown) =>
+        this.#context.logger.warn(
+          { sandboxId: id, error: String(removeError) },
+          'could not remove a sandbox whose create failed',
+        ),
+      );
+      this.#oomCounts.delete(id);
+      const cause = wrapDockerError(error, { operation: 'start', sandboxId: id });
+      throw new GymError(
+        'SANDBOX_START_FAILED',
+        `sandbox ${id} failed to start and was removed: ${cause.message}`,
+        {
+          details: { sandboxId: id, image: spec.image, reason: cause.message },
+          cause,
+        },
+      );
+    }
+    this.#context.logger.debug({ sandboxId: id, image: spec.image }, 'sandbox created');
+    return {
+      id,
+      provider: this.name,
+      state: 'ready',
+      image: spec.image,
+      labels: { ...spec.labels },
+      namespace: this.#context.namespace,
+      daemonId: this.#context.daemonId,
+      pool,
+      createdAt: new Date(createdAtMs).toISOString(),
+      leaseExpiresAt: new Date(leaseExpiresAtMs).toISOString(),
+      deadlineAt: new Date(deadlineAtMs).toISOString(),
+      providerRef: container.id,
+    };
+  }
+
+  async #writeSeedFiles(container: Docker.Container, spec: SandboxSpec): Promise<void> {
+    for (const file of spec.files) {
+      const content = Buffer.from(file.content, file.encoding === 'base64' ? 'base64' : 'utf8');
+      await container.putArchive(packSingleFile(file.path.slice(1), content, file.mode), { path: '/' });
+    }
+  }
+
+  async #waitReady(id: string, spec: SandboxSpec): Promise<void> {
+    const probe = spec.readiness!;
+    const deadline = performance.now() + probe.timeoutMs;
+    let last = '';
+    while (performance.now() < deadline) {
+      const result = await this.exec(id, {
+        ...(probe.argv === undefined ? { command: probe.command! } : { argv: probe.argv }),
+        env: {},
+        stdinEncoding: 'utf8',
+        timeoutMs: Math.max(1, Math.min(10_000, Math.ceil(deadline - performance.now()))),
+        maxOutputBytes: 4096,
+      });
+      if (result.status === 'ok' && result.exitCode === 0) return;
+      if (result.status === 'sandbox_gone')
+        throw new GymError('SANDBOX_START_FAILED', 'the sandbox exited during its readiness probe');
+      last = `status ${result.status}, exit ${result.exitCode}: ${result.stderr.slice(-500)}`;
+      await new Promise((resolve) => setTimeout(resolve, probe.intervalMs));
+    }
+    throw new GymError(
+      'SANDBOX_START_FAILED',
+      `readiness probe did not pass within ${probe.timeoutMs} ms (last: ${last})`,
+    );
+  }
+
+  #toInfo(
+    labels: Record<string, string>,
+    state: string | undefined,
+    image: string,
+    ref: string,
+  ): SandboxInfo | null {
+    const decoded = decodeLabels(DOCKER_LABEL_PREFIX, labels);
+    if (decoded === null || decoded.namespace !== this.#context.namespace) return null;
+    return {
+      ...decoded,
+      provider: this.name,
+      state: containerState(state),
+      image: labels[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.image] ?? image,
+      providerRef: ref,
+    };
+  }
+
+  async get(id: string): Promise<SandboxInfo> {
+    let inspected: Docker.ContainerInspectInfo;
+    try {
+      inspected = await this.#docker.getContainer(this.containerName(id)).inspect();
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'inspect', sandboxId: id });
+    }
+    const info = this.#toInfo(
+      inspected.Config.Labels ?? {},
+      inspected.State.Status,
+      inspected.Config.Image,
+      inspected.Id,
+    );
+    if (info === null || info.id !== id)
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    return info;
+  }
+
+  async list(filter: ListFilter = {}): Promise<SandboxInfo[]> {
+    const labelFilters = [`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${this.#context.namespace}`];
+    if (filter.daemonId !== undefined)
+      labelFilters.push(`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.daemonId}=${filter.daemonId}`);
+    if (filter.pool !== undefined)
+      labelFilters.push(`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.pool}=${filter.pool ?? ''}`);
+    for (const [key, value] of Object.entries(filter.labels ?? {}))
+      labelFilters.push(`${userLabelKey(DOCKER_LABEL_PREFIX, key)}=${value}`);
+    let containers: Docker.ContainerInfo[];
+    try {
+      containers = await this.#docker.listContainers({ all: true, filters: { label: labelFilters } });
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'list' });
+    }
+    return containers.flatMap(
+      (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
+    );
+  }
+
+  /**
+   * After an abnormal end, one probe exec both proves the sandbox alive (an exec into a dead or
+   * dying container fails) and reads its OOM-kill counter. Inspecting the container instead races
+   * with a destroy: the engine reports "running" until its kill has finished.
+   */
+  #hooks(id: string, container: Docker.Container): OneShotHooks {
+    const noHooks: OneShotHooks = { classifyAbnormalEnd: async () => 'sandbox_gone' };
+    return {
+      classifyAbnormalEnd: async () => {
+        const probe = await runOneShotExec(
+          container,
+          {
+            command: OOM_COUNTER_COMMAND,
+            env: {},
+            stdinEncoding: 'utf8',
+            timeoutMs: 10_000,
+            maxOutputBytes: 4096,
+            user: '0',
+          },
+          {},
+          noHooks,
+        ).catch(() => null);
+        // The probe command always exits 0 when it runs; anything else (the engine's "cannot exec
+        // in a stopped state", exit 126) means the sandbox is gone.
+        if (probe === null || probe.status !== 'ok' || probe.exitCode !== 0) return 'sandbox_gone';
+        const count = parseOomKillCount(probe.stdout);
+        if (count === null) return 'killed';
+        const previous = this.#oomCounts.get(id) ?? 0;
+        this.#oomCounts.set(id, count);
+        return count > previous ? 'oom' : 'killed';
+      },
+    };
+  }
+
+  async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    const container = this.#docker.getContainer(this.containerName(id));
+    const hooks = this.#hooks(id, container);
+    try {
+      if (request.session !== undefined) {
+        const session = await this.#session(id, container, request.session, request.user);
+        return await session.run(request, options, hooks);
+      }
+      return await runOneShotExec(container, request, options, hooks);
+    } catch (error) {
+      const wrapped = wrapDockerError(error, { operation: 'exec', sandboxId: id });
+      // A container that exists but is not running (it died) is a result, not an error.
+      if (wrapped.code === 'SANDBOX_NOT_READY' && (await hooks.classifyAbnormalEnd()) === 'sandbox_gone') {
+        return {
+          status: 'sandbox_gone',
+          exitCode: null,
+          stdout: '',
+          stderr: '',
+          stdoutTruncated: false,
+          stderrTruncated: false,
+          stdoutBytes: 0,
+          stderrBytes: 0,
+          durationMs: 0,
+        };
+      }
+      throw wrapped;
+    }
+  }
+
+  async #session(
+    id: string,
+    container: Docker.Container,
+    name: string,
+    user: string | undefined,
+  ): Promise<DockerSession> {
+    let byName = this.#sessions.get(id);
+    if (byName === undefined) {
+      byName = new Map();
+      this.#sessions.set(id, byName);
+    }
+    const key = `${name}\0${user ?? ''}`;
+    const existing = byName.get(key);
+    if (existing !== undefined) {
+      const session = await existing.catch(() => null);
+      if (session?.isAlive) return session;
+    }
+    const opening = DockerSession.open(container, user);
+    byName.set(key, opening);
+    opening.catch(() => byName.delete(key));
+    return opening;
+  }
+
+  #closeSessions(id: string): void {
+    const byName = this.#sessions.get(id);
+    this.#sessions.delete(id);
+    for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
+  }
+
+  async writeFile(
+    id: string,
+    path: string,
+    content: FileContent,
+    options: WriteFileOptions = {},
+  ): Promise<void> {
+    const container = this.#docker.getContainer(this.containerName(id));
+    const normalized = posix.normalize(path);
+    if (normalized === '/') throw new GymError('PATH_KIND_MISMATCH', 'cannot write a file at /');
+    try {
+      // Extracting at / with the full relative name creates missing parent directories.
+      await container.putArchive(packSingleFile(normalized.slice(1), content, options.mode ?? 0o644), {
+        path: '/',
+      });
+    } catch (error) {
+      const wrapped = wrapDockerError(error, { operation: 'write file', sandboxId: id });
+      if (
+        wrapped.code === 'PROVIDER_ERROR' &&
+        /directory|not a dir|cannot overwrite/i.test(wrapped.message)
+      ) {
+        throw new GymError('PATH_KIND_MISMATCH', `cannot write file ${path}: ${wrapped.message}`, {
+          cause: wrapped,
+        });
+      }
+      throw wrapped;
+    }
+  }
+
+  async #getArchive(id: string, path: string): Promise<Readable> {
+    const container = this.#docker.getContainer(this.containerName(id));
+    try {
+      return (await container.getArchive({ path })) as unknown as Readable;
+    } catch (error) {
+      const wrapped = wrapDockerError(error, { operation: 'read', sandboxId: id });
+      if (
+        wrapped.code === 'SANDBOX_NOT_FOUND' &&
+        /path|file|directory/i.test(wrapped.details.engineMessage as string)
+      ) {
+        throw new GymError('FILE_NOT_FOUND', `${path} does not exist in sandbox ${id}`, {
+          details: { sandboxId: id, path },
+        });
+      }
+      throw wrapped;
+    }
+  }
+
+  async readFile(id: string, path: string): Promise<Readable> {
+    let current = posix.normalize(path);
+    for (let follows = 0; follows <= MAX_LINK_FOLLOWS; follows += 1) {
+      const { header, content } = await firstEntry(await this.#getArchive(id, current));
+      if (content !== null) return content;
+      if (header.type === 'directory')
+        throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory, not a file`);
+      if (header.type !== 'symlink')
+        throw new GymError('PATH_KIND_MISMATCH', `${path} is a ${header.type}, not a regular file`);
+      current = posix.resolve(posix.dirname(current), header.linkname);
+    }
+    throw new GymError('PATH_KIND_MISMATCH', `${path}: too many levels of symbolic links`);
+  }
+
+  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    const container = this.#docker.getContainer(this.containerName(id));
+    // Check the sandbox first, so an upload to a missing one does not spool for nothing.
+    await this.get(id);
+    const spooled = await spoolSafeArchive(archive, directory);
+    try {
+      await container.putArchive(spooled.open(), { path: '/' });
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'write archive', sandboxId: id });
+    } finally {
+      await spooled.dispose();
+    }
+  }
+
+  async readArchive(id: string, directory: string): Promise<Readable> {
+    return rebaseArchive(await this.#getArchive(id, posix.normalize(directory)));
+  }
+
+  async destroy(id: string): Promise<void> {
+    this.#closeSessions(id);
+    this.#oomCounts.delete(id);
+    try {
+      await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'destroy', sandboxId: id });
+    }
+  }
+
+  async #removeContainer(container: Docker.Container): Promise<void> {
+    try {
+      await container.remove({ force: true, v: true });
+    } catch (error) {
+      const status = (error as { statusCode?: number }).statusCode;
+      // 404: already gone. 409: a removal is already in progress. Both mean "destroyed" to the caller.
+      if (status === 404 || status === 409) return;
+      throw error;
+    }
+  }
+
+  async snapshot(id: string, options: { image: string }): Promise<{ image: string }> {
+    const separator = options.image.lastIndexOf(':');
+    const hasTag = separator > options.image.lastIndexOf('/');
+    const repo = hasTag ? options.image.slice(0, separator) : options.image;
+    const tag = hasTag ? options.image.slice(separator + 1) : 'latest';
+    try {
+      await this.#docker.getContainer(this.containerName(id)).commit({ repo, tag, pause: true });
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
+    }
+    return { image: `${repo}:${tag}` };
+  }
+
+  async close(): Promise<void> {
+    for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
+  }
+}

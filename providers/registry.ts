@@ -1,0 +1,130 @@
+/**
+ * Finds a provider factory by name: a built-in one, or a third-party module given by path or
+ * package name. A miss names what is available, so a typo is a one-line fix.
+ */
+import { isAbsolute, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { GymError } from '../core/errors.ts';
+import { createDockerProvider } from './docker/index.ts';
+import type { ProviderContext, SandboxProvider, SandboxProviderFactory } from './sandbox-provider.ts';
+
+export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>> = Object.freeze({
+  docker: createDockerProvider,
+});
+
+/** The methods every provider must have; checked when a third-party module is loaded. */
+const REQUIRED_METHODS = [
+  'health',
+  'create',
+  'get',
+  'list',
+  'exec',
+  'writeFile',
+  'readFile',
+  'writeArchive',
+  'readArchive',
+  'destroy',
+  'close',
+] as const;
+
+export interface ProviderRegistration {
+  /** The name the provider is known by in specs and the API. */
+  name: string;
+  /** A module path (absolute, or relative to `baseDirectory`) or package name; absent for built-ins. */
+  module?: string;
+  /** Passed to the factory as it is; each provider validates its own. */
+  options?: unknown;
+}
+
+export class ProviderRegistry {
+  readonly #factories: Map<string, SandboxProviderFactory>;
+
+  constructor(factories: Readonly<Record<string, SandboxProviderFactory>> = BUILT_IN_PROVIDERS) {
+    this.#factories = new Map(Object.entries(factories));
+  }
+
+  get names(): string[] {
+    return [...this.#factories.keys()].sort();
+  }
+
+  register(name: string, factory: SandboxProviderFactory): void {
+    this.#factories.set(name, factory);
+  }
+
+  factory(name: string): SandboxProviderFactory {
+    const factory = this.#factories.get(name);
+    if (factory === undefined) {
+      throw new GymError(
+        'PROVIDER_NOT_FOUND',
+        `no provider named "${name}"; available: ${this.names.join(', ') || '(none)'}; a third-party provider is loaded with \`module: <path>\` in the config`,
+        { details: { provider: name, available: this.names } },
+      );
+    }
+    return factory;
+  }
+
+  /** Loads `registration.module` if given (registering it under its name), then builds the provider. */
+  async create(
+    registration: ProviderRegistration,
+    context: ProviderContext,
+    baseDirectory = process.cwd(),
+  ): Promise<SandboxProvider> {
+    if (registration.module !== undefined) {
+      this.register(registration.name, await loadProviderModule(registration.module, baseDirectory));
+    }
+    const provider = await this.factory(registration.name)(registration.options ?? {}, context);
+    assertIsProvider(provider, registration.name);
+    return provider;
+  }
+}
+
+function isLocalPath(specifier: string): boolean {
+  return specifier.startsWith('.') || isAbsolute(specifier);
+}
+
+/** Imports a provider module; it must export `createProvider` (or a default) as a factory function. */
+export async function loadProviderModule(
+  specifier: string,
+  baseDirectory: string,
+): Promise<SandboxProviderFactory> {
+  const target = isLocalPath(specifier) ? pathToFileURL(resolve(baseDirectory, specifier)).href : specifier;
+  let loaded: Record<string, unknown>;
+  try {
+    loaded = (await import(target)) as Record<string, unknown>;
+  } catch (error) {
+    throw new GymError(
+      'PROVIDER_NOT_FOUND',
+      `cannot load provider module "${specifier}": ${(error as Error).message}`,
+      {
+        details: { module: specifier },
+        cause: error,
+      },
+    );
+  }
+  const factory = loaded.createProvider ?? loaded.default;
+  if (typeof factory !== 'function') {
+    throw new GymError(
+      'PROVIDER_INVALID',
+      `provider module "${specifier}" must export a function \`createProvider(options, context)\``,
+      {
+        details: { module: specifier, exports: Object.keys(loaded) },
+      },
+    );
+  }
+  return factory as SandboxProviderFactory;
+}
+
+function assertIsProvider(candidate: unknown, name: string): asserts candidate is SandboxProvider {
+  const missing = REQUIRED_METHODS.filter(
+    (method) => typeof (candidate as Record<string, unknown> | null)?.[method] !== 'function',
+  );
+  if (missing.length > 0) {
+    throw new GymError(
+      'PROVIDER_INVALID',
+      `provider "${name}" is missing required methods: ${missing.join(', ')}`,
+      {
+        details: { provider: name, missing },
+      },
+    );
+  }
+}

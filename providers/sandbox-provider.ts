@@ -1,0 +1,169 @@
+/**
+ * The provider contract: what every sandbox backend implements.
+ *
+ * How the four backends we plan map onto it:
+ *
+ * | operation | Docker | Kubernetes | Apptainer over SSH | Enroot over SSH |
+ * | --- | --- | --- | --- | --- |
+ * | create | create + start a labelled container whose main process idles under an init | a labelled Pod, wait for Ready | `apptainer instance start IMAGE NAME` on a chosen host, state in a labelled file beside it | `enroot create -n NAME IMAGE.sqsh` + `enroot start` held open in a long-lived SSH channel |
+ * | exec | `docker exec` (one-shot) or a shell attached through one exec (session) | pods/exec over the WebSocket channel protocol | `apptainer exec instance://NAME` over an SSH channel | `enroot exec PID` over an SSH channel |
+ * | files | tar through the engine's archive endpoints | tar through exec (`tar -x` / `tar -c`) | tar through an SSH exec into the instance | tar through an SSH exec into the container |
+ * | destroy | force-remove the container (idempotent: a missing one is success) | delete the Pod | `apptainer instance stop -F NAME` | kill the start channel, `enroot remove -f NAME` |
+ * | list | containers filtered by our labels | Pods filtered by label selector | `apptainer instance list --json` per host, joined with our state files | `enroot list` per host, joined with our state files |
+ *
+ * A backend that cannot store labels on the resource itself (Apptainer, Enroot) keeps the same
+ * facts in a small file next to it, so a reaper that lost the daemon's state can still find
+ * orphans by namespace.
+ *
+ * Timeouts kill every process the command started, not just the client of the call: each exec is
+ * tagged with `GYM_EXEC_ID` in its environment, and the provider kills every process carrying the
+ * tag (see `shared/kill-script.ts`); the sandbox itself stays usable.
+ */
+import type { Readable } from 'node:stream';
+import type { Clock } from '../core/clock.ts';
+import type { Logger } from '../core/logger.ts';
+import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
+import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
+
+/** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
+export interface ProviderCapabilities {
+  /** Persistent shells (`ExecRequest.session`), the fast path for many small commands. */
+  sessions: boolean;
+  /** `snapshot()`: commit a sandbox's state to a new image. */
+  snapshot: boolean;
+  /** `resources.gpus`. */
+  gpus: boolean;
+  /** `resources.diskMiB`. */
+  diskLimit: boolean;
+  /** The `network` modes a spec may ask for; `none` is always among them. */
+  networkModes: ReadonlyArray<SandboxSpec['network']>;
+}
+
+/** What the composition root hands every provider. */
+export interface ProviderContext {
+  /** Separates deployments sharing one backend; every resource is labelled with it. */
+  namespace: string;
+  /** Identifies the daemon instance that creates resources (for humans and reapers). */
+  daemonId: string;
+  logger: Logger;
+  clock: Clock;
+  /**
+   * The hard deadline given to every resource, in seconds after its creation. No lease renewal
+   * goes past it, and a reaper may destroy a resource after it without asking anyone.
+   */
+  maxLifetimeSeconds: number;
+}
+
+export interface CreateOptions {
+  /** The sandbox id to use (the daemon chooses ids so it can record them first); generated if absent. */
+  id?: string;
+  /** The pool the sandbox belongs to, written into its labels. */
+  pool?: string | null;
+}
+
+export interface ExecOptions {
+  /** Called with each chunk of output as it arrives, before truncation (for streaming APIs). */
+  onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
+}
+
+export interface WriteFileOptions {
+  /** Permission bits of the new file; default 0o644. */
+  mode?: number;
+}
+
+export interface ListFilter {
+  /** Only sandboxes carrying all of these user labels. */
+  labels?: Record<string, string>;
+  /** Only sandboxes of this pool (`null`: only those of no pool). */
+  pool?: string | null;
+  /** Only sandboxes created by this daemon id; default: any daemon of our namespace. */
+  daemonId?: string;
+}
+
+export interface ProviderHealth {
+  ok: boolean;
+  /** What was checked or what is wrong, for `gym doctor` and `/healthz`. */
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+/** A file's content: bytes in memory, or a stream with its exact length (tar needs it up front). */
+export type FileContent = Uint8Array | { stream: Readable; sizeBytes: number };
+
+export interface SandboxProvider {
+  /** The registry name (`docker`, `kubernetes`, ...). */
+  readonly name: string;
+  readonly capabilities: ProviderCapabilities;
+
+  /** Whether the backend answers. Never throws. */
+  health(): Promise<ProviderHealth>;
+
+  /**
+   * Creates a sandbox and returns once it is ready: running, seed files written, readiness probe
+   * passed. A create that fails tears down everything it made before it throws.
+   * @throws GymError `IMAGE_NOT_FOUND`, `CAPABILITY_UNSUPPORTED`, `SANDBOX_START_FAILED`,
+   *   `VALIDATION_FAILED` (bad `providerOptions`), `PROVIDER_UNAVAILABLE`, `PROVIDER_ERROR`.
+   */
+  create(spec: SandboxSpec, options?: CreateOptions): Promise<SandboxInfo>;
+
+  /** @throws GymError `SANDBOX_NOT_FOUND` when no resource of our namespace has this id. */
+  get(id: string): Promise<SandboxInfo>;
+
+  /** Every sandbox of our namespace matching the filter, in any state. */
+  list(filter?: ListFilter): Promise<SandboxInfo[]>;
+
+  /**
+   * Runs one command. A non-zero exit is a result, not an error; so are a timeout (all the
+   * command's processes killed), an OOM kill and a sandbox that died mid-command (`sandbox_gone`).
+   * Output is bounded per stream by `request.maxOutputBytes` (head and tail kept).
+   * @throws GymError `SANDBOX_NOT_FOUND` when the sandbox does not exist;
+   *   `CAPABILITY_UNSUPPORTED` for `request.session` without the `sessions` capability.
+   */
+  exec(id: string, request: ExecRequest, options?: ExecOptions): Promise<ExecResult>;
+
+  /**
+   * Writes one file at an absolute path, creating missing parent directories. Replaces an
+   * existing file.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `PATH_KIND_MISMATCH` (the path is a directory).
+   */
+  writeFile(id: string, path: string, content: FileContent, options?: WriteFileOptions): Promise<void>;
+
+  /**
+   * Streams one file's bytes out. Symbolic links are followed.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `FILE_NOT_FOUND`, `PATH_KIND_MISMATCH` (a directory).
+   */
+  readFile(id: string, path: string): Promise<Readable>;
+
+  /**
+   * Extracts a tar archive into a directory (created if missing). Every entry is checked first:
+   * an absolute name, a `..` that climbs out, a link that points outside, or a device entry
+   * refuses the whole archive and nothing is written.
+   * @throws GymError `ARCHIVE_UNSAFE`, `SANDBOX_NOT_FOUND`, `VALIDATION_FAILED` (not a tar).
+   */
+  writeArchive(id: string, directory: string, archive: Readable): Promise<void>;
+
+  /**
+   * Streams a tar of a directory's contents, entry names relative to the directory (so the
+   * archive can be written into another directory as it is). A file path gives a one-entry tar.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `FILE_NOT_FOUND`.
+   */
+  readArchive(id: string, directory: string): Promise<Readable>;
+
+  /** Destroys the sandbox and everything it holds. Idempotent: a missing sandbox is success. */
+  destroy(id: string): Promise<void>;
+
+  /**
+   * Commits the sandbox's filesystem to an image usable in later specs.
+   * Optional: present only with the `snapshot` capability.
+   */
+  snapshot?(id: string, options: { image: string }): Promise<{ image: string }>;
+
+  /** Releases connections and sessions (does not destroy sandboxes). */
+  close(): Promise<void>;
+}
+
+/** What a provider module (built-in or third-party) exports. */
+export type SandboxProviderFactory = (
+  options: unknown,
+  context: ProviderContext,
+) => SandboxProvider | Promise<SandboxProvider>;

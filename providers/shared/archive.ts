@@ -1,0 +1,264 @@
+/**
+ * Tar handling shared by every provider: checking an upload before anything is written,
+ * re-rooting archives, and packing single files. Everything streams; an upload is spooled to a
+ * temporary file (never held in memory) because "refuse the whole archive if any entry is bad"
+ * means no byte may reach the sandbox before the last entry has been read.
+ */
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { posix } from 'node:path';
+import { PassThrough, Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar-stream';
+import { GymError } from '../../core/errors.ts';
+import type { FileContent } from '../sandbox-provider.ts';
+
+const ALLOWED_TYPES = new Set(['file', 'contiguous-file', 'directory', 'symlink', 'link']);
+/** The kernel's own limit on symlink hops (ELOOP); a chain longer than this is refused. */
+const MAX_SYMLINK_HOPS = 40;
+
+/** tar-stream speaks streamx; the rest of the code base speaks Node streams. */
+function toNodeReadable(pack: tar.Pack): Readable {
+  return Readable.from(pack as AsyncIterable<Buffer>, { objectMode: false });
+}
+
+/** Pipes a Node stream into a tar extractor and settles when the extractor is done or fails. */
+function feedExtractor(input: Readable, extract: tar.Extract): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const fail = (error: Error) => {
+      input.destroy();
+      reject(error);
+    };
+    extract.on('finish', () => resolve());
+    extract.on('error', fail);
+    input.on('error', (error) => extract.destroy(error));
+    input.pipe(extract as unknown as NodeJS.WritableStream);
+  });
+}
+
+export interface SpooledArchive {
+  /** A tar whose entry names are relative to `/` (the target directory is prefixed). */
+  open(): Readable;
+  entryCount: number;
+  dispose(): Promise<void>;
+}
+
+function unsafe(entryName: string, reason: string): GymError {
+  return new GymError('ARCHIVE_UNSAFE', `archive entry "${entryName}" ${reason}; nothing was written`, {
+    details: { entry: entryName, reason },
+  });
+}
+
+/** Normalises an entry name to `a/b/c` form, refusing absolute names and any `..` segment. */
+function normalizeEntryName(name: string): string {
+  if (name.startsWith('/')) throw unsafe(name, 'has an absolute name');
+  const segments = name.split('/').filter((segment) => segment !== '' && segment !== '.');
+  if (segments.includes('..')) throw unsafe(name, 'climbs out with ".."');
+  return segments.join('/');
+}
+
+/**
+ * Follows `target` from directory `fromSegments` through the archive's own symlinks and reports
+ * whether it stays inside the root. Lexical checks alone are not enough: `a -> b/..` escapes if
+ * `b` is itself a link to `..`.
+ */
+function staysInside(symlinks: ReadonlyMap<string, string>, fromSegments: string[], target: string): boolean {
+  if (target.startsWith('/')) return false;
+  const resolved = [...fromSegments];
+  const pending = target.split('/');
+  let hops = 0;
+  while (pending.length > 0) {
+    const segment = pending.shift()!;
+    if (segment === '' || segment === '.') continue;
+    if (segment === '..') {
+      if (resolved.length === 0) return false;
+      resolved.pop();
+      continue;
+    }
+    resolved.push(segment);
+    const linkTarget = symlinks.get(resolved.join('/'));
+    if (linkTarget === undefined) continue;
+    hops += 1;
+    if (hops > MAX_SYMLINK_HOPS || linkTarget.startsWith('/')) return false;
+    resolved.pop();
+    pending.unshift(...linkTarget.split('/'));
+  }
+  return true;
+}
+
+/**
+ * Reads a whole tar, checks every entry, and writes a re-rooted copy (names prefixed with
+ * `targetDirectory`, relative to `/`) to a temporary file. Throws `ARCHIVE_UNSAFE` or
+ * `VALIDATION_FAILED` without leaving anything behind.
+ */
+export async function spoolSafeArchive(input: Readable, targetDirectory: string): Promise<SpooledArchive> {
+  const prefix = posix.normalize(targetDirectory).replace(/^\/+/, '').replace(/\/+$/, '');
+  const directory = await mkdtemp(posix.join(tmpdir(), 'gym-archive-'));
+  const spoolPath = posix.join(directory, 'upload.tar');
+  const dispose = () => rm(directory, { recursive: true, force: true });
+  const symlinks = new Map<string, string>();
+  const regularFiles = new Set<string>();
+  let entryCount = 0;
+
+  const extract = tar.extract();
+  const pack = tar.pack();
+  const written = pipeline(toNodeReadable(pack), createWriteStream(spoolPath));
+  extract.on('entry', (header, stream, next) => {
+    // Entry streams are destroyed with the extractor's error; that error is handled once, below.
+    stream.on('error', () => {});
+    const fail = (error: unknown) => {
+      stream.resume();
+      next(error as Error);
+    };
+    try {
+      if (!ALLOWED_TYPES.has(header.type ?? 'file'))
+        throw unsafe(header.name, `is a ${header.type}, which is not allowed`);
+      const name = normalizeEntryName(header.name);
+      if (name === '') {
+        stream.resume();
+        next();
+        return;
+      }
+      const segments = name.split('/');
+      const outHeader: tar.Header = { ...header, name: prefix === '' ? name : `${prefix}/${name}` };
+      if (header.type === 'symlink') {
+        const target = header.linkname ?? '';
+        if (target === '' || target.startsWith('/'))
+          throw unsafe(header.name, `is a link to "${target}", outside the target`);
+        symlinks.set(name, target);
+        if (!staysInside(symlinks, segments.slice(0, -1), target)) {
+          throw unsafe(header.name, `is a link to "${target}", outside the target`);
+        }
+      } else if (header.type === 'link') {
+        const target = normalizeEntryName(header.linkname ?? '');
+        if (!regularFiles.has(target))
+          throw unsafe(header.name, `is a hard link to "${header.linkname}", not a file of this archive`);
+        outHeader.linkname = prefix === '' ? target : `${prefix}/${target}`;
+      } else if (header.type !== 'directory') {
+        regularFiles.add(name);
+      }
+      entryCount += 1;
+      const sink = pack.entry(outHeader, (error) => (error ? fail(error) : next()));
+      sink.on('error', () => {});
+      stream.pipe(sink);
+    } catch (error) {
+      fail(error);
+    }
+  });
+
+  try {
+    await feedExtractor(input, extract);
+    // A link validated early may be re-pointed by a later link: check them all against the final set.
+    for (const [name, target] of symlinks) {
+      if (!staysInside(symlinks, name.split('/').slice(0, -1), target)) {
+        throw unsafe(name, `is a link to "${target}", outside the target`);
+      }
+    }
+    pack.finalize();
+    await written;
+  } catch (error) {
+    pack.destroy();
+    await written.catch(() => {});
+    await dispose();
+    if (error instanceof GymError) throw error;
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `the upload is not a valid tar archive: ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  return { open: () => createReadStream(spoolPath), entryCount, dispose };
+}
+
+/**
+ * Turns a tar of `base/...` (what Docker returns for a directory) into one of the directory's
+ * contents. A tar whose first entry is a file is passed through as it is.
+ */
+export function rebaseArchive(input: Readable): Readable {
+  const extract = tar.extract();
+  const pack = tar.pack();
+  let stripPrefix: string | null = null;
+  extract.on('entry', (header, stream, next) => {
+    stream.on('error', () => {});
+    if (stripPrefix === null) {
+      stripPrefix = header.type === 'directory' ? `${header.name.replace(/\/+$/, '')}/` : '';
+      if (stripPrefix !== '') {
+        stream.resume();
+        next();
+        return;
+      }
+    }
+    const strip = (name: string) => (name.startsWith(stripPrefix!) ? name.slice(stripPrefix!.length) : name);
+    const rebased: tar.Header = { ...header, name: strip(header.name) };
+    if (header.type === 'link' && header.linkname) rebased.linkname = strip(header.linkname);
+    if (rebased.name === '') {
+      stream.resume();
+      next();
+      return;
+    }
+    stream.pipe(pack.entry(rebased, (error) => next(error ?? undefined)));
+  });
+  feedExtractor(input, extract).then(
+    () => pack.finalize(),
+    (error: Error) => pack.destroy(error),
+  );
+  return toNodeReadable(pack);
+}
+
+/** A tar with one regular file, streamed. `name` is relative to the extraction directory. */
+export function packSingleFile(name: string, content: FileContent, mode: number): Readable {
+  const pack = tar.pack();
+  const isBytes = content instanceof Uint8Array;
+  const size = isBytes ? content.byteLength : content.sizeBytes;
+  const sink = pack.entry({ name, size, mode, type: 'file', mtime: new Date() }, (error) => {
+    if (error) pack.destroy(error);
+    else pack.finalize();
+  });
+  if (isBytes) sink.end(Buffer.from(content.buffer, content.byteOffset, content.byteLength));
+  else {
+    content.stream.on('error', (error) => pack.destroy(error));
+    content.stream.pipe(sink as unknown as NodeJS.WritableStream);
+  }
+  return toNodeReadable(pack);
+}
+
+/**
+ * Reads the first regular file out of a tar stream. Returns its content stream and the header,
+ * or the header alone when the first entry is not a regular file (a directory or a link).
+ */
+export function firstEntry(input: Readable): Promise<{ header: tar.Header; content: Readable | null }> {
+  return new Promise((resolve, reject) => {
+    const extract = tar.extract();
+    let settled = false;
+    extract.once('entry', (header, stream, next) => {
+      settled = true;
+      stream.on('error', () => {});
+      if (header.type !== 'file' && header.type !== 'contiguous-file') {
+        stream.resume();
+        extract.destroy();
+        input.destroy();
+        resolve({ header, content: null });
+        return;
+      }
+      const output = new PassThrough();
+      stream.pipe(output as unknown as NodeJS.WritableStream);
+      stream.on('end', () => {
+        next();
+        extract.destroy();
+        input.destroy();
+      });
+      resolve({ header, content: output });
+    });
+    feedExtractor(input, extract).then(
+      () => {
+        if (!settled) reject(new GymError('FILE_NOT_FOUND', 'the archive holds no entry'));
+      },
+      (error: Error) => {
+        if (!settled) reject(error);
+      },
+    );
+  });
+}

@@ -1,0 +1,41 @@
+/**
+ * Decides whether tests that need a Docker engine run. Without an engine they skip, except when
+ * GYM_REQUIRE_DOCKER=1 (CI sets it): then a missing engine fails the run instead of hiding a hole.
+ */
+import type Docker from 'dockerode';
+import { silentLogger } from '../core/logger.ts';
+import { ImageBuilder, imageReference } from '../images/build.ts';
+import { findImageDefinition } from '../images/definitions.ts';
+import { createDockerClient } from '../providers/docker/index.ts';
+
+export const isDockerRequired = process.env.GYM_REQUIRE_DOCKER === '1';
+
+export interface DockerTestEnvironment {
+  docker: Docker;
+  /** Undefined when tests can run; otherwise why they skip. */
+  skipReason: string | undefined;
+}
+
+export async function dockerTestEnvironment(): Promise<DockerTestEnvironment> {
+  const docker = createDockerClient();
+  try {
+    await docker.ping();
+    return { docker, skipReason: undefined };
+  } catch (error) {
+    const reason = `no Docker engine answers (${(error as Error).message}); start one with scripts/setup.sh`;
+    if (isDockerRequired) throw new Error(`GYM_REQUIRE_DOCKER=1 but ${reason}`);
+    return { docker, skipReason: reason };
+  }
+}
+
+/** The reference of a built-in image, building it first when it is missing (busybox takes a second). */
+export async function testImage(docker: Docker, name: 'busybox' | 'debian-base'): Promise<string> {
+  const definition = findImageDefinition(name)!;
+  const reference = await imageReference(definition);
+  const builder = new ImageBuilder(docker, silentLogger);
+  if (!(await builder.exists(reference))) {
+    if (name !== 'busybox' && !isDockerRequired) return reference;
+    await builder.build(definition);
+  }
+  return reference;
+}
