@@ -14,6 +14,18 @@ import { createDockerClient } from './index.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
+const debianMissing =
+  skipReason === undefined &&
+  !(await docker
+    .getImage(debian)
+    .inspect()
+    .then(
+      () => true,
+      () => false,
+    ))
+    ? 'the debian-base image is not built (run `bin/gym image build debian-base`)'
+    : undefined;
 
 export function testContext(overrides: Partial<ProviderContext> = {}): ProviderContext {
   return {
@@ -31,6 +43,14 @@ describeSandboxProviderContract({
   image: busybox,
   createProvider: () => new DockerProvider(docker, testContext()),
   ...(skipReason === undefined ? {} : { skipReason }),
+});
+
+// The same contract over a glibc userland (dash, coreutils, procps), where SWE tasks run.
+describeSandboxProviderContract({
+  name: 'docker (debian-base)',
+  image: debian,
+  createProvider: () => new DockerProvider(docker, testContext()),
+  ...((skipReason ?? debianMissing) === undefined ? {} : { skipReason: skipReason ?? debianMissing }),
 });
 
 describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {

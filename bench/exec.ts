@@ -1,0 +1,83 @@
+/**
+ * Exec latency, three ways in one run against one sandbox: dockerode's exec called directly (the
+ * baseline), the provider's one-shot exec, and the provider's session exec. Prints progress on
+ * stderr and one JSON line on stdout.
+ *
+ *   npm run bench:exec            (BENCH_EXEC_COUNT=200 by default)
+ */
+import type { Duplex } from 'node:stream';
+import { systemClock } from '../core/clock.ts';
+import { createId } from '../core/ids.ts';
+import { silentLogger } from '../core/logger.ts';
+import { ExecRequestSchema } from '../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { imageReference } from '../images/build.ts';
+import { findImageDefinition } from '../images/definitions.ts';
+import { DockerProvider } from '../providers/docker/docker-provider.ts';
+import { createDockerClient } from '../providers/docker/index.ts';
+import { percentile, round, timeSequential } from './stats.ts';
+
+const count = Number(process.env.BENCH_EXEC_COUNT ?? 200);
+const warmup = 10;
+const docker = createDockerClient();
+const provider = new DockerProvider(docker, {
+  namespace: 'bench',
+  daemonId: createId('daemon'),
+  logger: silentLogger,
+  clock: systemClock,
+  maxLifetimeSeconds: 3600,
+});
+const image = await imageReference(findImageDefinition('busybox')!);
+const sandbox = await provider.create(SandboxSpecSchema.parse({ image, ttlSeconds: 600 }));
+const container = docker.getContainer(provider.containerName(sandbox.id));
+
+/** What a caller of dockerode does for one command: create, start attached, read to the end, inspect. */
+async function dockerodeExec(): Promise<number | null> {
+  const exec = await container.exec({ Cmd: ['true'], AttachStdout: true, AttachStderr: true });
+  const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
+  await new Promise<void>((resolve) => {
+    stream.on('data', () => {});
+    stream.once('end', resolve);
+    stream.once('close', resolve);
+  });
+  return (await exec.inspect()).ExitCode;
+}
+
+try {
+  const oneShotRequest = ExecRequestSchema.parse({ argv: ['true'] });
+  const sessionRequest = ExecRequestSchema.parse({ argv: ['true'], session: 'bench' });
+  process.stderr.write(`bench:exec: ${count} sequential \`true\` per mode\n`);
+  // Interleave the two docker-exec modes in rounds so drift in the engine's speed hits both alike.
+  const direct: number[] = [];
+  const oneShot: number[] = [];
+  const rounds = 4;
+  for (let round_ = 0; round_ < rounds; round_ += 1) {
+    direct.push(...(await timeSequential(count / rounds, round_ === 0 ? warmup : 0, dockerodeExec)));
+    oneShot.push(
+      ...(await timeSequential(count / rounds, round_ === 0 ? warmup : 0, () =>
+        provider.exec(sandbox.id, oneShotRequest),
+      )),
+    );
+  }
+  const session = await timeSequential(count, warmup, () => provider.exec(sandbox.id, sessionRequest));
+  const dockerExecP50Ms = percentile(direct, 0.5);
+  const oneShotP50Ms = percentile(oneShot, 0.5);
+  const sessionP50Ms = percentile(session, 0.5);
+  console.log(
+    JSON.stringify({
+      bench: 'exec',
+      count,
+      dockerExecP50Ms: round(dockerExecP50Ms),
+      dockerExecP99Ms: round(percentile(direct, 0.99)),
+      oneShotP50Ms: round(oneShotP50Ms),
+      oneShotP99Ms: round(percentile(oneShot, 0.99)),
+      sessionP50Ms: round(sessionP50Ms),
+      sessionP99Ms: round(percentile(session, 0.99)),
+      sessionSpeedup: round(dockerExecP50Ms / sessionP50Ms, 1),
+      oneShotOverhead: round(oneShotP50Ms / dockerExecP50Ms - 1),
+    }),
+  );
+} finally {
+  await provider.destroy(sandbox.id);
+  await provider.close();
+}

@@ -1,0 +1,78 @@
+import { describe, expect, it } from 'vitest';
+import { GymError } from '../errors.ts';
+import { parseOrThrow } from '../validate.ts';
+import { ExecRequestSchema } from './exec.ts';
+import { SandboxSpecSchema } from './sandbox.ts';
+
+function validationError(run: () => unknown): GymError {
+  try {
+    run();
+  } catch (error) {
+    expect(error).toBeInstanceOf(GymError);
+    expect((error as GymError).code).toBe('VALIDATION_FAILED');
+    return error as GymError;
+  }
+  throw new Error('expected a validation error');
+}
+
+describe('SandboxSpec', () => {
+  it('fills defaults: no network, an hour of lease, no limits', () => {
+    const spec = parseOrThrow(SandboxSpecSchema, { image: 'gym/busybox:latest' }, 'spec');
+    expect(spec).toMatchObject({
+      network: 'none',
+      ttlSeconds: 3600,
+      env: {},
+      labels: {},
+      files: [],
+      resources: {},
+    });
+  });
+
+  it('names the field of a negative memory limit', () => {
+    const error = validationError(() =>
+      parseOrThrow(SandboxSpecSchema, { image: 'x', resources: { memoryMiB: -5 } }, 'spec'),
+    );
+    expect(error.message).toContain('resources.memoryMiB');
+    expect(error.details.issues).toEqual([expect.objectContaining({ path: 'resources.memoryMiB' })]);
+  });
+
+  it.each([
+    [{ image: '' }, 'image'],
+    [{ image: 'x', workdir: 'relative/dir' }, 'workdir'],
+    [{ image: 'x', env: { 'BAD-NAME': 'v' } }, 'env'],
+    [{ image: 'x', labels: { 'Upper Case': 'v' } }, 'labels'],
+    [{ image: 'x', ttlSeconds: 0 }, 'ttlSeconds'],
+    [{ image: 'x', network: 'internet' }, 'network'],
+    [{ image: 'x', resources: { cpus: 0 } }, 'resources.cpus'],
+    [{ image: 'x', unknownKey: true }, '(root)'],
+    [{ image: 'x', readiness: { argv: ['true'], command: 'true' } }, 'readiness'],
+  ])('refuses %j naming %s', (input, field) => {
+    expect(validationError(() => parseOrThrow(SandboxSpecSchema, input, 'spec')).message).toContain(field);
+  });
+});
+
+describe('ExecRequest', () => {
+  it('needs exactly one of argv and command', () => {
+    validationError(() => parseOrThrow(ExecRequestSchema, {}, 'exec request'));
+    validationError(() => parseOrThrow(ExecRequestSchema, { argv: ['a'], command: 'b' }, 'exec request'));
+    expect(parseOrThrow(ExecRequestSchema, { command: 'ls' }, 'exec request')).toMatchObject({
+      timeoutMs: 60_000,
+      maxOutputBytes: 1024 * 1024,
+    });
+  });
+
+  it('refuses a NUL byte in an argument and a relative cwd', () => {
+    validationError(() => parseOrThrow(ExecRequestSchema, { argv: ['a\0b'] }, 'exec request'));
+    validationError(() => parseOrThrow(ExecRequestSchema, { argv: ['ls'], cwd: 'tmp' }, 'exec request'));
+  });
+});
+
+describe('GymError', () => {
+  it('serialises to the API error shape with its HTTP status', () => {
+    const error = new GymError('SANDBOX_NOT_FOUND', 'no sandbox sbx-1', { details: { id: 'sbx-1' } });
+    expect(error.httpStatus).toBe(404);
+    expect(JSON.parse(JSON.stringify(error))).toEqual({
+      error: { code: 'SANDBOX_NOT_FOUND', message: 'no sandbox sbx-1', details: { id: 'sbx-1' } },
+    });
+  });
+});

@@ -1,0 +1,117 @@
+import { describe, expect, it } from 'vitest';
+import { GymError } from '../../core/errors.ts';
+import { type ContractEntry, entriesToTar, tarToEntries } from '../contract/tar-helpers.ts';
+import { packSingleFile, rebaseArchive, spoolSafeArchive } from './archive.ts';
+
+async function spoolNames(entries: ContractEntry[], target = '/work/dst'): Promise<ContractEntry[]> {
+  const spooled = await spoolSafeArchive(entriesToTar(entries), target);
+  try {
+    return await tarToEntries(spooled.open());
+  } finally {
+    await spooled.dispose();
+  }
+}
+
+async function refusal(entries: ContractEntry[]): Promise<GymError> {
+  const error = await spoolSafeArchive(entriesToTar(entries), '/work/dst').then(
+    () => null,
+    (caught: unknown) => caught,
+  );
+  expect(error).toBeInstanceOf(GymError);
+  expect((error as GymError).code).toBe('ARCHIVE_UNSAFE');
+  return error as GymError;
+}
+
+const file = (name: string, text = 'x'): ContractEntry => ({
+  name,
+  type: 'file',
+  content: Buffer.from(text),
+});
+
+describe('spoolSafeArchive', () => {
+  it('re-roots entries under the target directory, keeping links inside it', async () => {
+    const out = await spoolNames([
+      { name: './', type: 'directory' },
+      file('./a.txt', 'A'),
+      { name: 'dir/', type: 'directory' },
+      file('dir/b.txt', 'B'),
+      { name: 'dir/link', type: 'symlink', linkname: '../a.txt' },
+      { name: 'hard', type: 'link', linkname: 'dir/b.txt' },
+      { name: 'self', type: 'symlink', linkname: '.' },
+    ]);
+    expect(out.map((entry) => [entry.name, entry.type, entry.linkname ?? ''])).toEqual([
+      ['work/dst/a.txt', 'file', ''],
+      ['work/dst/dir', 'directory', ''],
+      ['work/dst/dir/b.txt', 'file', ''],
+      ['work/dst/dir/link', 'symlink', '../a.txt'],
+      ['work/dst/hard', 'link', 'work/dst/dir/b.txt'],
+      ['work/dst/self', 'symlink', '.'],
+    ]);
+    expect(out[0]?.content?.toString()).toBe('A');
+  });
+
+  it.each<[string, ContractEntry[]]>([
+    ['a parent segment', [file('a/../../x')]],
+    ['an absolute name', [file('/etc/x')]],
+    ['an escaping symlink', [{ name: 'l', type: 'symlink', linkname: '../x' }]],
+    ['an absolute symlink', [{ name: 'l', type: 'symlink', linkname: '/etc' }]],
+    [
+      'a symlink escaping through another symlink',
+      [
+        { name: 'b', type: 'symlink', linkname: '..' },
+        { name: 'a', type: 'symlink', linkname: 'b/x' },
+      ],
+    ],
+    [
+      'a symlink re-pointed by a later one',
+      [
+        { name: 'a', type: 'symlink', linkname: 'b/..' },
+        { name: 'b', type: 'symlink', linkname: '..' },
+      ],
+    ],
+    [
+      'a symlink loop',
+      [
+        { name: 'a', type: 'symlink', linkname: 'b/x' },
+        { name: 'b', type: 'symlink', linkname: 'a/y' },
+      ],
+    ],
+    ['a hard link to a file not in the archive', [{ name: 'h', type: 'link', linkname: 'elsewhere' }]],
+    ['a fifo or device', [{ name: 'd', type: 'character-device' }]],
+  ])('refuses %s', async (_what, bad) => {
+    const error = await refusal([file('fine.txt'), ...bad]);
+    expect(error.message).toContain('nothing was written');
+  });
+
+  it('reports a stream that is not a tar as a validation error', async () => {
+    const { Readable } = await import('node:stream');
+    const error = await spoolSafeArchive(Readable.from([Buffer.alloc(1024, 7)]), '/x').catch(
+      (caught: unknown) => caught,
+    );
+    expect(error).toMatchObject({ code: 'VALIDATION_FAILED' });
+  });
+});
+
+describe('rebaseArchive and packSingleFile', () => {
+  it('strips the directory Docker puts in front of every entry', async () => {
+    const out = await tarToEntries(
+      rebaseArchive(
+        entriesToTar([
+          { name: 'tree/', type: 'directory' },
+          file('tree/a.txt', 'A'),
+          { name: 'tree/h', type: 'link', linkname: 'tree/a.txt' },
+        ]),
+      ),
+    );
+    expect(out.map((entry) => [entry.name, entry.linkname ?? ''])).toEqual([
+      ['a.txt', ''],
+      ['h', 'a.txt'],
+    ]);
+  });
+
+  it('passes a single-file archive through', async () => {
+    const out = await tarToEntries(rebaseArchive(packSingleFile('notes.txt', Buffer.from('hello'), 0o600)));
+    expect(out).toEqual([expect.objectContaining({ name: 'notes.txt', mode: 0o600 })]);
+    expect(out[0]?.content?.toString()).toBe('hello');
+  });
+});

@@ -1,0 +1,46 @@
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { KILL_SCRIPT } from './kill-script.ts';
+import { printfFormatFor, shellJoin } from './shell.ts';
+
+/** These run the generated shell text in the machine's own /bin/sh: the same POSIX sh the sandboxes have. */
+describe('shell helpers', () => {
+  it('quotes words so the shell sees them unchanged', () => {
+    const words = ['plain', 'with space', "it's", '$HOME', '`id`', '*', 'a\nb', '', '--flag=x'];
+    const out = execFileSync('sh', ['-c', `printf '%s\\0' ${shellJoin(words)}`]);
+    expect(out.toString().split('\0').slice(0, -1)).toEqual(words);
+  });
+
+  it('encodes any bytes as a printf format that reproduces them', () => {
+    const bytes = Buffer.concat([randomBytes(4096), Buffer.from('%s %d \\ \' " \n\0')]);
+    const out = execFileSync('sh', ['-c', `printf ${printfFormatFor(bytes)}`]);
+    expect(out.equals(bytes)).toBe(true);
+  });
+});
+
+describe('KILL_SCRIPT', () => {
+  it('kills every process tagged with the exec id, including ones that left the session', async () => {
+    const execId = `exec-unit${Math.random().toString(36).slice(2, 10)}`;
+    const child = spawn('sh', ['-c', 'setsid sleep 1004 & sleep 1004 & wait'], {
+      env: { ...process.env, GYM_EXEC_ID: execId },
+      stdio: 'ignore',
+    });
+    const untagged = spawn('sleep', ['1004'], {
+      env: { ...process.env, GYM_EXEC_ID: `${execId}x` },
+      stdio: 'ignore',
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    execFileSync('sh', ['-c', KILL_SCRIPT, 'gym-kill', execId, 'process']);
+    await exited;
+    const tagged = execFileSync('sh', [
+      '-c',
+      `grep -l "GYM_EXEC_ID=${execId}$" /proc/[0-9]*/environ 2>/dev/null | wc -l`,
+    ]);
+    expect(tagged.toString().trim()).toBe('0');
+    // A process whose id merely starts with the same text is left alone.
+    expect(untagged.exitCode).toBeNull();
+    untagged.kill('SIGKILL');
+  });
+});

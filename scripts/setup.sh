@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Brings a fresh machine of ours to the point where `npm test` and `bin/gym` work. Idempotent:
+# every step checks first and does only what is missing, so running it again costs seconds.
+#
+#   1. Node >= 22 (installs Node 24 from the npm registry into .tools/node when the machine's is older)
+#   2. Debian packages: docker.io, busybox-static, debootstrap, socat
+#   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
+#   4. npm ci
+#   5. the local base images (gym image build: busybox, debian-base)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# 1. Node
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+local_node="$root/.tools/node/node_modules/node/bin"
+if [ "$(node_major)" -lt 22 ]; then
+  if [ ! -x "$local_node/node" ]; then
+    log "Node $(node_major) is older than 22: installing Node 24 into .tools/node"
+    mkdir -p .tools/node
+    npm install --prefix .tools/node --no-save --no-audit --no-fund --loglevel=error node@24 >/dev/null
+  fi
+  export PATH="$local_node:$PATH"
+fi
+log "node $(node --version)"
+
+# 2. Debian packages
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v socat >/dev/null 2>&1 || missing+=(socat)
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 3. Docker engine
+engine_answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+if ! engine_answers; then
+  if pgrep -x dockerd >/dev/null 2>&1; then
+    log "dockerd is running but not answering yet; waiting"
+  else
+    dockerd_log="${TMPDIR:-/tmp}/gym-dockerd.log"
+    log "starting dockerd --bridge=none --iptables=false (log: $dockerd_log)"
+    # No bridge and no iptables: containers get no network of their own (our default anyway),
+    # and nothing in a test can reach an address beyond this machine.
+    nohup dockerd --bridge=none --iptables=false >"$dockerd_log" 2>&1 &
+  fi
+  for _ in $(seq 1 60); do engine_answers && break; sleep 0.5; done
+  engine_answers || { log "the Docker engine did not come up; see ${TMPDIR:-/tmp}/gym-dockerd.log"; exit 1; }
+fi
+log "docker engine $(docker version --format '{{.Server.Version}}')"
+
+# 4. npm dependencies (npm ci only when the lock file changed since the last install)
+if [ ! -f node_modules/.package-lock.json ] || ! cmp -s package-lock.json .tools/installed-package-lock.json 2>/dev/null; then
+  log "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error >/dev/null
+  mkdir -p .tools && cp package-lock.json .tools/installed-package-lock.json
+fi
+
+# 5. Images (each is rebuilt only when its recipe hash changes)
+log "building local images (debian-base takes about a minute the first time)"
+node cli/main.ts image build
