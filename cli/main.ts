@@ -7,12 +7,34 @@
 import { pino } from 'pino';
 import { isGymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import { VERSION } from '../core/version.ts';
 import type { Command, CommandContext } from './command.ts';
+import { daemonStartCommand } from './commands/daemon/start.ts';
+import { daemonStatusCommand } from './commands/daemon/status.ts';
+import { daemonStopCommand } from './commands/daemon/stop.ts';
+import { doctorCommand } from './commands/doctor/doctor.ts';
 import { imageBuildCommand } from './commands/image/build.ts';
 import { imageLsCommand } from './commands/image/ls.ts';
+import { sandboxCpCommand } from './commands/sandbox/cp.ts';
+import { sandboxCreateCommand } from './commands/sandbox/create.ts';
+import { sandboxExecCommand } from './commands/sandbox/exec.ts';
+import { sandboxLsCommand } from './commands/sandbox/ls.ts';
+import { sandboxRmCommand } from './commands/sandbox/rm.ts';
+import { sandboxShellCommand } from './commands/sandbox/shell.ts';
 
+/** Nouns and their verbs; a noun with a single `''` verb is a command of one word (`gym doctor`). */
 const COMMANDS: Record<string, Record<string, Command>> = {
+  daemon: { start: daemonStartCommand, status: daemonStatusCommand, stop: daemonStopCommand },
+  sandbox: {
+    create: sandboxCreateCommand,
+    ls: sandboxLsCommand,
+    exec: sandboxExecCommand,
+    cp: sandboxCpCommand,
+    rm: sandboxRmCommand,
+    shell: sandboxShellCommand,
+  },
   image: { build: imageBuildCommand, ls: imageLsCommand },
+  doctor: { '': doctorCommand },
 };
 
 function help(): string {
@@ -29,11 +51,18 @@ export async function main(
   argv: string[],
   env: Readonly<Record<string, string | undefined>>,
 ): Promise<number> {
-  const [noun, verb, ...args] = argv;
+  const [noun, ...rest] = argv;
   if (noun === undefined || noun === '--help' || noun === '-h' || noun === 'help') {
     process.stdout.write(help());
     return noun === undefined ? 2 : 0;
   }
+  if (noun === '--version' || noun === 'version') {
+    process.stdout.write(`${VERSION}\n`);
+    return 0;
+  }
+  const isOneWord = COMMANDS[noun]?.[''] !== undefined;
+  const verb = isOneWord ? '' : rest[0];
+  const args = isOneWord ? rest : rest.slice(1);
   const command = verb === undefined ? undefined : COMMANDS[noun]?.[verb];
   if (command === undefined) {
     process.stderr.write(`gym: unknown command "${[noun, verb].filter(Boolean).join(' ')}"\n\n${help()}`);
@@ -50,7 +79,7 @@ export async function main(
   } catch (error) {
     if (isGymError(error)) {
       process.stderr.write(`gym: ${error.code}: ${error.message}\n`);
-      return error.httpStatus === 400 ? 2 : 1;
+      return 1;
     }
     if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
       process.stderr.write(`gym: ${(error as Error).message}\nusage: ${command.usage}\n`);

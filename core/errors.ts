@@ -37,6 +37,16 @@ export const ERROR_CODES = {
   PROVIDER_TIMEOUT: { httpStatus: 504, summary: 'the provider timed out' },
   /** A pool has no capacity left and its queue is full. */
   POOL_EXHAUSTED: { httpStatus: 429, summary: 'no capacity left' },
+  /** The provider's limit on live sandboxes or concurrent creates is reached and its wait queue is full; `details.retryAfterMs` hints when to retry. */
+  CAPACITY_EXCEEDED: { httpStatus: 429, summary: 'too many sandboxes; retry later' },
+  /** No API route matches the method and path. */
+  ROUTE_NOT_FOUND: { httpStatus: 404, summary: 'no such route' },
+  /** The request body is larger than the server accepts. */
+  PAYLOAD_TOO_LARGE: { httpStatus: 413, summary: 'the request body is too large' },
+  /** Client side: the daemon does not answer at its address (not started, or stopped). */
+  DAEMON_UNAVAILABLE: { httpStatus: 503, summary: 'the daemon cannot be reached' },
+  /** The daemon is shutting down and takes no new work. */
+  SHUTTING_DOWN: { httpStatus: 503, summary: 'the daemon is shutting down' },
   /** Anything we did not anticipate. A bug: please report it. */
   INTERNAL: { httpStatus: 500, summary: 'internal error' },
 } as const satisfies Record<string, { httpStatus: number; summary: string }>;

@@ -1,0 +1,40 @@
+import { parseArgs } from 'node:util';
+import { GymError } from '../../../core/errors.ts';
+import { readDaemonInfo } from '../../../daemon/identity.ts';
+import type { Command } from '../../command.ts';
+import { numberFlag, resolveStateDir } from '../../connect.ts';
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export const daemonStopCommand: Command = {
+  summary: 'stop the daemon gracefully (it drains requests; sandboxes are kept)',
+  usage: 'gym daemon stop [--state-dir DIR] [--timeout SECONDS]',
+  async run({ args, env, stdout }) {
+    const { values } = parseArgs({
+      args,
+      options: { 'state-dir': { type: 'string' }, timeout: { type: 'string', default: '60' } },
+    });
+    const stateDir = resolveStateDir(values['state-dir'], env);
+    const info = await readDaemonInfo(stateDir);
+    if (info === null || !isRunning(info.pid)) {
+      stdout.write(`no daemon is running for ${stateDir}\n`);
+      return 0;
+    }
+    process.kill(info.pid, 'SIGTERM');
+    const deadline = Date.now() + (numberFlag('timeout', values.timeout) ?? 60) * 1000;
+    while (isRunning(info.pid)) {
+      if (Date.now() > deadline)
+        throw new GymError('PROVIDER_TIMEOUT', `daemon pid ${info.pid} did not stop in time`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    stdout.write(`daemon ${info.daemonId} stopped\n`);
+    return 0;
+  },
+};

@@ -1,0 +1,116 @@
+import { spawn } from 'node:child_process';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import { basename, posix } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { parseArgs } from 'node:util';
+import type { GymClient } from '../../../client/client.ts';
+import { GymError, isGymError } from '../../../core/errors.ts';
+import type { Command } from '../../command.ts';
+import { connect, resolveStateDir } from '../../connect.ts';
+
+interface Location {
+  sandboxId?: string;
+  path: string;
+}
+
+function parseLocation(text: string): Location {
+  const match = /^(sbx-[a-z0-9]+):(\/.*)$/.exec(text);
+  return match ? { sandboxId: match[1]!, path: match[2]! } : { path: text };
+}
+
+/** Runs local `tar` with a stream on one side; rejects with tar's message if it fails. */
+function runTar(args: string[], input?: Readable): { output: Readable; done: Promise<void> } {
+  const child = spawn('tar', args, { stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+  let errors = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    errors += chunk.toString();
+  });
+  if (input !== undefined) input.pipe(child.stdin!);
+  const done = new Promise<void>((resolve, reject) =>
+    child.on('close', (code) =>
+      code === 0
+        ? resolve()
+        : reject(new GymError('INTERNAL', `tar ${args.join(' ')} failed: ${errors.trim()}`)),
+    ),
+  );
+  return { output: child.stdout!, done };
+}
+
+async function upload(
+  client: GymClient,
+  source: string,
+  target: Location & { sandboxId: string },
+): Promise<void> {
+  const info = await stat(source).catch(() => {
+    throw new GymError('VALIDATION_FAILED', `${source} does not exist`);
+  });
+  if (info.isDirectory()) {
+    const tar = runTar(['-C', source, '-c', '.']);
+    await Promise.all([client.writeArchive(target.sandboxId, target.path, tar.output), tar.done]);
+    return;
+  }
+  // Copying a file onto a path ending in / puts it inside that directory, like cp.
+  const path = target.path.endsWith('/') ? posix.join(target.path, basename(source)) : target.path;
+  await client.writeFile(
+    target.sandboxId,
+    path,
+    { stream: createReadStream(source), sizeBytes: info.size },
+    info.mode & 0o7777,
+  );
+}
+
+async function download(
+  client: GymClient,
+  source: Location & { sandboxId: string },
+  target: string,
+): Promise<void> {
+  try {
+    const stream = await client.readFile(source.sandboxId, source.path);
+    const isDirectoryTarget = (await stat(target).catch(() => null))?.isDirectory() ?? false;
+    await pipeline(
+      stream,
+      createWriteStream(isDirectoryTarget ? posix.join(target, posix.basename(source.path)) : target),
+    );
+  } catch (error) {
+    if (!isGymError(error, 'PATH_KIND_MISMATCH')) throw error;
+    await mkdir(target, { recursive: true });
+    const tar = runTar(
+      ['-C', target, '-x', '--no-same-owner'],
+      await client.readArchive(source.sandboxId, source.path),
+    );
+    tar.output.resume();
+    await tar.done;
+  }
+}
+
+export const sandboxCpCommand: Command = {
+  summary: 'copy files or directories between this machine and a sandbox',
+  usage: `gym sandbox cp SRC DST
+
+One side is ID:/absolute/path. A directory is copied whole (as a tar stream); a file keeps its mode.
+  gym sandbox cp ./repo sbx-abc:/work/repo
+  gym sandbox cp sbx-abc:/work/repo/result.json .`,
+  async run({ args, env }) {
+    const { values, positionals } = parseArgs({
+      args,
+      allowPositionals: true,
+      options: { 'state-dir': { type: 'string' } },
+    });
+    if (positionals.length !== 2)
+      throw new GymError('VALIDATION_FAILED', 'usage: gym sandbox cp SRC DST (one side ID:/path)');
+    const [source, target] = positionals.map(parseLocation) as [Location, Location];
+    if ((source.sandboxId === undefined) === (target.sandboxId === undefined)) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        'exactly one of SRC and DST must be a sandbox path (ID:/absolute/path)',
+      );
+    }
+    const client = await connect(resolveStateDir(values['state-dir'], env));
+    if (target.sandboxId !== undefined)
+      await upload(client, source.path, { ...target, sandboxId: target.sandboxId });
+    else await download(client, { ...source, sandboxId: source.sandboxId! }, target.path);
+    return 0;
+  },
+};

@@ -1,0 +1,220 @@
+/**
+ * The typed client of the daemon's HTTP API, for the CLI and for other TypeScript programs.
+ * Types come from the same zod schemas the server validates with; errors come back as GymErrors
+ * with the server's code.
+ */
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
+import type { Sandbox } from '../core/schemas/api.ts';
+import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
+import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
+
+export interface GymClientOptions {
+  /** `http://127.0.0.1:7380` (TCP) ... */
+  url?: string;
+  /** ... or a unix socket path. */
+  socket?: string;
+  token: string;
+}
+
+interface RequestOptions {
+  query?: Record<string, string | string[] | undefined>;
+  json?: unknown;
+  body?: Readable | Buffer;
+  contentType?: string;
+  contentLength?: number;
+}
+
+export type ExecStreamEvent =
+  | { type: 'stdout' | 'stderr'; data: string }
+  | { type: 'result'; result: ExecResult }
+  | { type: 'error'; error: { code: ErrorCode; message: string; details: Record<string, unknown> } };
+
+async function readBody(response: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of response) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+function errorFromBody(status: number, body: Buffer): GymError {
+  try {
+    const parsed = JSON.parse(body.toString('utf8')) as {
+      error?: { code?: string; message?: string; details?: Record<string, unknown> };
+    };
+    const code = parsed.error?.code;
+    if (code !== undefined && code in ERROR_CODES) {
+      return new GymError(code as ErrorCode, parsed.error?.message ?? code, {
+        details: parsed.error?.details ?? {},
+      });
+    }
+  } catch {
+    // Not our error shape: fall through.
+  }
+  return new GymError(
+    'INTERNAL',
+    `unexpected HTTP ${status} from the daemon: ${body.toString('utf8').slice(0, 500)}`,
+  );
+}
+
+export class GymClient {
+  readonly #options: GymClientOptions;
+
+  constructor(options: GymClientOptions) {
+    if ((options.url === undefined) === (options.socket === undefined))
+      throw new Error('GymClient needs exactly one of url or socket');
+    this.#options = options;
+  }
+
+  /** Sends one request; resolves with the response once its headers arrived, or throws the API error. */
+  async raw(method: string, path: string, options: RequestOptions = {}): Promise<IncomingMessage> {
+    const search = new URLSearchParams();
+    for (const [key, value] of Object.entries(options.query ?? {})) {
+      for (const item of [value ?? []].flat()) search.append(key, item);
+    }
+    const fullPath = `${path}${search.size > 0 ? `?${search}` : ''}`;
+    const base = this.#options.url === undefined ? undefined : new URL(this.#options.url);
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#options.token}` };
+    let payload: Buffer | Readable | undefined = options.body;
+    if (options.json !== undefined) {
+      payload = Buffer.from(JSON.stringify(options.json));
+      headers['content-type'] = 'application/json';
+    } else if (options.contentType !== undefined) headers['content-type'] = options.contentType;
+    if (Buffer.isBuffer(payload)) headers['content-length'] = String(payload.length);
+    else if (options.contentLength !== undefined) headers['content-length'] = String(options.contentLength);
+
+    const response = await new Promise<IncomingMessage>((resolve, reject) => {
+      const request = httpRequest(
+        {
+          method,
+          path: fullPath,
+          headers,
+          ...(base === undefined
+            ? { socketPath: this.#options.socket }
+            : { host: base.hostname, port: base.port || 80 }),
+        },
+        resolve,
+      );
+      request.on('error', (error: NodeJS.ErrnoException) =>
+        reject(
+          new GymError(
+            'DAEMON_UNAVAILABLE',
+            `the daemon does not answer at ${this.#options.url ?? this.#options.socket} (${error.code ?? error.message}); start it with \`gym daemon start\``,
+            {
+              cause: error,
+            },
+          ),
+        ),
+      );
+      if (payload === undefined) request.end();
+      else if (Buffer.isBuffer(payload)) request.end(payload);
+      else {
+        payload.on('error', (error) => request.destroy(error));
+        payload.pipe(request);
+      }
+    });
+    if ((response.statusCode ?? 500) >= 400)
+      throw errorFromBody(response.statusCode ?? 500, await readBody(response));
+    return response;
+  }
+
+  async #json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const response = await this.raw(method, path, options);
+    const body = await readBody(response);
+    return (body.length === 0 ? undefined : JSON.parse(body.toString('utf8'))) as T;
+  }
+
+  health(): Promise<{
+    ok: boolean;
+    version: string;
+    daemonId: string;
+    providers: Record<string, { ok: boolean; message: string }>;
+  }> {
+    return this.#json('GET', '/healthz');
+  }
+
+  createSandbox(spec: SandboxSpecInput): Promise<Sandbox> {
+    return this.#json('POST', '/v1/sandboxes', { json: spec });
+  }
+
+  async listSandboxes(
+    filter: { labels?: Record<string, string>; provider?: string } = {},
+  ): Promise<Sandbox[]> {
+    const label = Object.entries(filter.labels ?? {}).map(([key, value]) => `${key}=${value}`);
+    const result = await this.#json<{ sandboxes: Sandbox[] }>('GET', '/v1/sandboxes', {
+      query: { label, provider: filter.provider },
+    });
+    return result.sandboxes;
+  }
+
+  getSandbox(id: string): Promise<Sandbox> {
+    return this.#json('GET', `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  async destroySandbox(id: string): Promise<void> {
+    await this.#json('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}`);
+  }
+
+  keepalive(id: string, ttlSeconds?: number): Promise<Sandbox> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/keepalive`, {
+      json: ttlSeconds === undefined ? {} : { ttlSeconds },
+    });
+  }
+
+  exec(id: string, request: ExecRequestInput): Promise<ExecResult> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, { json: request });
+  }
+
+  /** Streams output events as they come; the last event is the result (or an error). */
+  async *execStream(id: string, request: ExecRequestInput): AsyncGenerator<ExecStreamEvent> {
+    const response = await this.raw('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, {
+      json: request,
+      query: { stream: 'ndjson' },
+    });
+    for await (const line of createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY })) {
+      if (line.trim() !== '') yield JSON.parse(line) as ExecStreamEvent;
+    }
+  }
+
+  async writeFile(
+    id: string,
+    path: string,
+    content: Buffer | { stream: Readable; sizeBytes: number },
+    mode?: number,
+  ): Promise<void> {
+    const query = { path, ...(mode === undefined ? {} : { mode: mode.toString(8) }) };
+    const isBuffer = Buffer.isBuffer(content);
+    await this.#json('PUT', `/v1/sandboxes/${encodeURIComponent(id)}/files`, {
+      query,
+      body: isBuffer ? content : content.stream,
+      contentType: 'application/octet-stream',
+      ...(isBuffer ? {} : { contentLength: content.sizeBytes }),
+    });
+  }
+
+  /** The file's bytes as a stream. */
+  readFile(id: string, path: string): Promise<Readable> {
+    return this.raw('GET', `/v1/sandboxes/${encodeURIComponent(id)}/files`, { query: { path } });
+  }
+
+  async writeArchive(id: string, directory: string, archive: Readable | Buffer): Promise<void> {
+    await this.#json('PUT', `/v1/sandboxes/${encodeURIComponent(id)}/archive`, {
+      query: { path: directory },
+      body: archive,
+      contentType: 'application/x-tar',
+    });
+  }
+
+  readArchive(id: string, directory: string): Promise<Readable> {
+    return this.raw('GET', `/v1/sandboxes/${encodeURIComponent(id)}/archive`, { query: { path: directory } });
+  }
+
+  snapshot(id: string, image: string): Promise<{ image: string }> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/snapshot`, { json: { image } });
+  }
+
+  async metrics(): Promise<string> {
+    return (await readBody(await this.raw('GET', '/metrics'))).toString('utf8');
+  }
+}

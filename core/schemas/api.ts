@@ -1,0 +1,86 @@
+/** Request and response bodies of the HTTP API (v1) that are not domain types of their own. */
+import { z } from 'zod';
+import { ERROR_CODES } from '../errors.ts';
+import { LabelsSchema } from './common.ts';
+import { SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
+
+/** A sandbox as the API shows it: the provider's facts plus the daemon's lease. */
+export const SandboxSchema = z.object({
+  id: z.string(),
+  provider: z.string(),
+  state: SandboxStateSchema,
+  image: z.string(),
+  labels: LabelsSchema,
+  pool: z.string().nullable(),
+  createdAt: z.string(),
+  /** Renewed by keepalive and by any use; the reaper destroys the sandbox after it. */
+  leaseExpiresAt: z.string(),
+  /** No renewal goes past it. */
+  deadlineAt: z.string(),
+  /** The spec it was created from (seed files are not echoed). */
+  spec: SandboxSpecSchema,
+});
+export type Sandbox = z.infer<typeof SandboxSchema>;
+
+export const CreateSandboxRequestSchema = SandboxSpecSchema;
+
+export const SandboxListSchema = z.object({ sandboxes: z.array(SandboxSchema) });
+
+export const ListSandboxesQuerySchema = z
+  .object({
+    /** `key=value`, repeatable or comma-separated: all must match. */
+    label: z.union([z.string(), z.array(z.string())]).optional(),
+    provider: z.string().optional(),
+  })
+  .strict();
+
+export const KeepaliveRequestSchema = z
+  .object({
+    /** New lease length from now; default the sandbox's own ttlSeconds. */
+    ttlSeconds: z.number().int().positive().optional(),
+  })
+  .strict();
+
+export const SnapshotRequestSchema = z.object({ image: z.string().min(1).max(512) }).strict();
+export const SnapshotResponseSchema = z.object({ image: z.string() });
+
+export const PathQuerySchema = z
+  .object({
+    path: z.string().refine((path) => path.startsWith('/'), 'must be an absolute path'),
+    /** For file uploads: permission bits as an octal string, e.g. "755". */
+    mode: z
+      .string()
+      .regex(/^[0-7]{3,4}$/)
+      .optional(),
+  })
+  .strict();
+
+export const ExecQuerySchema = z
+  .object({
+    /** `ndjson`: stream output as it comes, one JSON object per line, the result last. */
+    stream: z.enum(['ndjson']).optional(),
+  })
+  .strict();
+
+export const HealthSchema = z.object({
+  ok: z.boolean(),
+  version: z.string(),
+  daemonId: z.string(),
+  providers: z.record(z.string(), z.object({ ok: z.boolean(), message: z.string() })),
+});
+
+export const ErrorBodySchema = z.object({
+  error: z.object({
+    code: z.enum(Object.keys(ERROR_CODES) as [keyof typeof ERROR_CODES, ...Array<keyof typeof ERROR_CODES>]),
+    message: z.string(),
+    details: z.record(z.string(), z.unknown()),
+  }),
+});
+
+/** One line of a streamed exec: output chunks (UTF-8 text), then exactly one result. */
+export const ExecStreamEventSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('stdout'), data: z.string() }),
+  z.object({ type: z.literal('stderr'), data: z.string() }),
+  z.object({ type: z.literal('result'), result: z.record(z.string(), z.unknown()) }),
+  z.object({ type: z.literal('error'), error: ErrorBodySchema.shape.error }),
+]);

@@ -1,0 +1,172 @@
+/**
+ * The daemon's configuration: one YAML file, validated by zod (errors name the bad key),
+ * overridden by environment variables, parsed once and frozen. `process.env` is read only in
+ * `configFromEnvironment`, called by the composition root.
+ */
+import { readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { GymError } from '../core/errors.ts';
+import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS } from '../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../core/validate.ts';
+
+export const ProviderConfigSchema = z
+  .object({
+    /** Registry name; also what specs say in `provider`. */
+    name: z.string().min(1),
+    /** Module path or package of a third-party provider (relative to the config file). */
+    module: z.string().optional(),
+    /** Passed to the provider's factory; each provider validates its own. */
+    options: z.record(z.string(), z.unknown()).default({}),
+    /** Creates running at once; more wait in the queue. Docker here manages 6-9 per second in total. */
+    maxConcurrentCreates: z.number().int().positive().default(16),
+    /** Live sandboxes at most; creates beyond wait in the queue. */
+    maxLiveSandboxes: z.number().int().positive().default(1000),
+    /** Creates allowed to wait; beyond it a create is refused at once with 429. */
+    queueSize: z.number().int().nonnegative().default(256),
+    /** How long a create may wait in the queue before it is refused with 429. */
+    queueTimeoutMs: z.number().int().positive().default(60_000),
+  })
+  .strict();
+export type ProviderConfig = z.output<typeof ProviderConfigSchema>;
+
+export const DaemonConfigSchema = z
+  .object({
+    /** Where the token, the sandbox store and daemon.json live. */
+    stateDir: z.string().min(1),
+    /** Separates deployments sharing one backend; one daemon per namespace. */
+    namespace: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]{0,30}$/)
+      .default('default'),
+    listen: z
+      .object({
+        host: z.string().default('127.0.0.1'),
+        /** 0 picks a free port (written to daemon.json). */
+        port: z.number().int().min(0).max(65535).default(7380),
+        /** A unix socket path; when set, the daemon serves there instead of TCP. */
+        socket: z.string().optional(),
+      })
+      .strict()
+      .default({ host: '127.0.0.1', port: 7380 }),
+    providers: z
+      .array(ProviderConfigSchema)
+      .min(1)
+      .prefault([{ name: 'docker' }]),
+    /** The provider of specs that name none; default the first configured. */
+    defaultProvider: z.string().optional(),
+    defaultTtlSeconds: z.number().int().positive().max(MAX_TTL_SECONDS).default(DEFAULT_TTL_SECONDS),
+    /** Hard deadline of every sandbox after its creation; no renewal passes it. */
+    maxLifetimeSeconds: z
+      .number()
+      .int()
+      .positive()
+      .max(30 * 24 * 3600)
+      .default(24 * 3600),
+    /** How often expired leases are reaped. */
+    reaperIntervalMs: z.number().int().positive().default(5_000),
+    /** How often the backend is scanned for labelled resources the store does not know. */
+    orphanScanIntervalMs: z.number().int().positive().default(60_000),
+    /** Destroy live sandboxes on shutdown (default: keep them for the next start to adopt). */
+    destroyOnShutdown: z.boolean().default(false),
+    /** How long a graceful shutdown waits for in-flight requests. */
+    shutdownGraceMs: z.number().int().positive().default(30_000),
+    logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+  })
+  .strict();
+export type DaemonConfig = Readonly<z.output<typeof DaemonConfigSchema>>;
+export type DaemonConfigInput = z.input<typeof DaemonConfigSchema>;
+
+/** The default state directory: `$XDG_STATE_HOME/gym`, else `~/.local/state/gym`. */
+export function defaultStateDir(env: Readonly<Record<string, string | undefined>>): string {
+  return join(env.XDG_STATE_HOME ?? join(homedir(), '.local', 'state'), 'gym');
+}
+
+/** What the environment may override, read in this one place. */
+export function configFromEnvironment(
+  env: Readonly<Record<string, string | undefined>>,
+): Partial<DaemonConfigInput> & {
+  configPath?: string;
+} {
+  const overrides: Partial<DaemonConfigInput> & { configPath?: string } = {};
+  if (env.GYM_CONFIG) overrides.configPath = env.GYM_CONFIG;
+  if (env.GYM_STATE_DIR) overrides.stateDir = env.GYM_STATE_DIR;
+  if (env.GYM_NAMESPACE) overrides.namespace = env.GYM_NAMESPACE;
+  if (env.GYM_LOG_LEVEL) overrides.logLevel = env.GYM_LOG_LEVEL as DaemonConfigInput['logLevel'];
+  const listen: Record<string, unknown> = {};
+  if (env.GYM_HOST) listen.host = env.GYM_HOST;
+  if (env.GYM_PORT) listen.port = Number(env.GYM_PORT);
+  if (env.GYM_SOCKET) listen.socket = env.GYM_SOCKET;
+  if (Object.keys(listen).length > 0) overrides.listen = listen as DaemonConfigInput['listen'];
+  return overrides;
+}
+
+/**
+ * Reads the YAML file (if any), applies overrides (environment, then flags) key by key, and
+ * validates the result. Relative paths in the file resolve against the file's directory.
+ */
+export async function loadConfig(options: {
+  configPath?: string;
+  overrides?: Array<Partial<DaemonConfigInput>>;
+  env: Readonly<Record<string, string | undefined>>;
+}): Promise<DaemonConfig> {
+  let fromFile: Record<string, unknown> = {};
+  if (options.configPath !== undefined) {
+    let text: string;
+    try {
+      text = await readFile(options.configPath, 'utf8');
+    } catch (error) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `cannot read config file ${options.configPath}: ${(error as Error).message}`,
+      );
+    }
+    try {
+      fromFile = (parseYaml(text) as Record<string, unknown> | null) ?? {};
+    } catch (error) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `config file ${options.configPath} is not valid YAML: ${(error as Error).message}`,
+      );
+    }
+    if (typeof fromFile !== 'object' || Array.isArray(fromFile)) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `config file ${options.configPath} must hold a mapping of keys`,
+      );
+    }
+    const base = resolve(options.configPath, '..');
+    if (typeof fromFile.stateDir === 'string') fromFile.stateDir = resolve(base, fromFile.stateDir);
+    if (Array.isArray(fromFile.providers)) {
+      for (const provider of fromFile.providers as Array<Record<string, unknown>>) {
+        if (typeof provider?.module === 'string' && provider.module.startsWith('.'))
+          provider.module = resolve(base, provider.module);
+      }
+    }
+  }
+  const merged: Record<string, unknown> = { stateDir: defaultStateDir(options.env), ...fromFile };
+  for (const override of options.overrides ?? []) {
+    for (const [key, value] of Object.entries(override)) {
+      if (value === undefined) continue;
+      merged[key] =
+        key === 'listen' && typeof value === 'object'
+          ? { ...(merged.listen as object | undefined), ...value }
+          : value;
+    }
+  }
+  const config = parseOrThrow(
+    DaemonConfigSchema,
+    merged,
+    options.configPath ? `config (${options.configPath})` : 'config',
+  );
+  const names = config.providers.map((provider) => provider.name);
+  if (config.defaultProvider !== undefined && !names.includes(config.defaultProvider)) {
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `invalid config: defaultProvider "${config.defaultProvider}" is not among providers (${names.join(', ')})`,
+    );
+  }
+  return Object.freeze({ ...config, stateDir: resolve(config.stateDir) });
+}

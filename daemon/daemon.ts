@@ -1,0 +1,113 @@
+/**
+ * The composition root of the daemon: reads nothing from the environment itself (the CLI passes
+ * a loaded config), wires the real dependencies together, reconciles, and listens.
+ */
+import { rm } from 'node:fs/promises';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { type Clock, systemClock } from '../core/clock.ts';
+import type { Logger } from '../core/logger.ts';
+import { VERSION } from '../core/version.ts';
+import { ProviderRegistry } from '../providers/registry.ts';
+import type { SandboxProvider } from '../providers/sandbox-provider.ts';
+import type { DaemonConfig } from './config.ts';
+import {
+  ensureStateDir,
+  loadOrCreateDaemonId,
+  loadOrCreateToken,
+  removeDaemonInfo,
+  writeDaemonInfo,
+} from './identity.ts';
+import { DaemonMetrics } from './metrics.ts';
+import { SandboxManager } from './sandbox-manager.ts';
+import { buildServer } from './server.ts';
+import { StateStore } from './state-store.ts';
+
+export interface RunningDaemon {
+  app: FastifyInstance;
+  manager: SandboxManager;
+  daemonId: string;
+  token: string;
+  /** `http://127.0.0.1:PORT`, or the unix socket path. */
+  address: { url?: string; socket?: string };
+  /** Drains in-flight requests, then stops; sandboxes are kept unless `destroy` (or the config) says otherwise. */
+  stop(options?: { destroy?: boolean }): Promise<void>;
+}
+
+export interface StartDaemonOptions {
+  config: DaemonConfig;
+  logger: Logger & FastifyBaseLogger;
+  clock?: Clock;
+  registry?: ProviderRegistry;
+  /** Serve HTTP (default) or only build the app (tests that use inject()). */
+  listen?: boolean;
+}
+
+export async function startDaemon(options: StartDaemonOptions): Promise<RunningDaemon> {
+  const { config, logger } = options;
+  const clock = options.clock ?? systemClock;
+  await ensureStateDir(config.stateDir);
+  const [token, daemonId] = await Promise.all([
+    loadOrCreateToken(config.stateDir),
+    loadOrCreateDaemonId(config.stateDir),
+  ]);
+  const registry = options.registry ?? new ProviderRegistry();
+  const providers = new Map<string, SandboxProvider>();
+  for (const provider of config.providers) {
+    const context = {
+      namespace: config.namespace,
+      daemonId,
+      logger: logger.child({ provider: provider.name }),
+      clock,
+      maxLifetimeSeconds: config.maxLifetimeSeconds,
+    };
+    providers.set(provider.name, await registry.create(provider, context));
+  }
+  const store = await StateStore.open(config.stateDir, logger);
+  const manager = new SandboxManager({ config, providers, store, logger, clock });
+  const metrics = new DaemonMetrics(manager);
+  manager.metrics = metrics;
+  await manager.start();
+  const app = await buildServer({ manager, metrics, token, daemonId, version: VERSION, logger });
+
+  const address: RunningDaemon['address'] = {};
+  if (options.listen !== false) {
+    if (config.listen.socket !== undefined) {
+      await rm(config.listen.socket, { force: true });
+      await app.listen({ path: config.listen.socket });
+      address.socket = config.listen.socket;
+    } else {
+      await app.listen({ host: config.listen.host, port: config.listen.port });
+      const bound = app.server.address();
+      const port = typeof bound === 'object' && bound !== null ? bound.port : config.listen.port;
+      const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
+      address.url = `http://${host}:${port}`;
+    }
+    await writeDaemonInfo(config.stateDir, {
+      pid: process.pid,
+      daemonId,
+      ...address,
+      startedAt: new Date(clock.now()).toISOString(),
+      version: VERSION,
+    });
+    logger.info(
+      { ...address, daemonId, stateDir: config.stateDir, sandboxes: store.size },
+      'daemon listening',
+    );
+  }
+
+  let stopping: Promise<void> | null = null;
+  const stop = (stopOptions: { destroy?: boolean } = {}) => {
+    stopping ??= (async () => {
+      logger.info('daemon stopping: draining requests');
+      await app.close();
+      await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });
+      if (options.listen !== false) {
+        await removeDaemonInfo(config.stateDir);
+        if (address.socket !== undefined) await rm(address.socket, { force: true });
+      }
+      logger.info('daemon stopped');
+    })();
+    return stopping;
+  };
+  return { app, manager, daemonId, token, address, stop };
+}

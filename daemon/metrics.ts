@@ -1,0 +1,87 @@
+/**
+ * Prometheus metrics, on a registry owned by one daemon (no process-wide default registry, so
+ * tests can build as many daemons as they like).
+ */
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Buckets from 0.5 ms to 2 min: session exec sits at the bottom, cold creates of big images at the top. */
+const LATENCY_BUCKETS_SECONDS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120,
+];
+
+export interface SandboxCounts {
+  /** provider -> state -> count */
+  byProviderAndState(): Array<{ provider: string; state: string; count: number }>;
+  queued(): Array<{ provider: string; count: number }>;
+}
+
+export class DaemonMetrics {
+  readonly registry = new Registry();
+  readonly createSeconds: Histogram<'provider' | 'outcome'>;
+  readonly execSeconds: Histogram<'provider' | 'mode' | 'status'>;
+  readonly destroySeconds: Histogram<'provider'>;
+  readonly errors: Counter<'code'>;
+  readonly reaped: Counter<'reason'>;
+
+  constructor(counts: SandboxCounts) {
+    const registers = [this.registry];
+    this.createSeconds = new Histogram({
+      name: 'gym_sandbox_create_seconds',
+      help: 'Time to create a ready sandbox, by outcome (ok or an error code).',
+      labelNames: ['provider', 'outcome'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    this.execSeconds = new Histogram({
+      name: 'gym_exec_seconds',
+      help: 'Time to run one command, by exec mode (session or one-shot) and result status.',
+      labelNames: ['provider', 'mode', 'status'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    this.destroySeconds = new Histogram({
+      name: 'gym_sandbox_destroy_seconds',
+      help: 'Time to destroy a sandbox.',
+      labelNames: ['provider'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    this.errors = new Counter({
+      name: 'gym_api_errors_total',
+      help: 'API errors by code.',
+      labelNames: ['code'],
+      registers,
+    });
+    this.reaped = new Counter({
+      name: 'gym_sandboxes_reaped_total',
+      help: 'Sandboxes destroyed by the daemon itself: lease expired, deadline passed, orphan, or not adoptable at start.',
+      labelNames: ['reason'],
+      registers,
+    });
+    new Gauge({
+      name: 'gym_sandboxes',
+      help: 'Sandboxes the daemon manages, by provider and state.',
+      labelNames: ['provider', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { provider, state, count } of counts.byProviderAndState())
+          this.set({ provider, state }, count);
+      },
+    });
+    new Gauge({
+      name: 'gym_create_queue_length',
+      help: 'Creates waiting for admission, by provider.',
+      labelNames: ['provider'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { provider, count } of counts.queued()) this.set({ provider }, count);
+      },
+    });
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

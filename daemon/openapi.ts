@@ -1,0 +1,191 @@
+/**
+ * The OpenAPI document, generated from the same zod schemas that validate requests, so the
+ * document cannot drift from what the server accepts.
+ */
+import { z } from 'zod';
+import {
+  ErrorBodySchema,
+  ExecStreamEventSchema,
+  HealthSchema,
+  KeepaliveRequestSchema,
+  SandboxListSchema,
+  SandboxSchema,
+  SnapshotRequestSchema,
+  SnapshotResponseSchema,
+} from '../core/schemas/api.ts';
+import { ExecRequestSchema, ExecResultSchema } from '../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+
+function schema(zodSchema: z.ZodType, io: 'input' | 'output' = 'output'): Record<string, unknown> {
+  const { $schema: _ignored, ...rest } = z.toJSONSchema(zodSchema, { io, unrepresentable: 'any' }) as Record<
+    string,
+    unknown
+  >;
+  return rest;
+}
+
+const json = (zodSchema: z.ZodType, io: 'input' | 'output' = 'output') => ({
+  content: { 'application/json': { schema: schema(zodSchema, io) } },
+});
+const errorResponse = {
+  description: 'an error: `{"error": {"code", "message", "details"}}`',
+  ...json(ErrorBodySchema),
+};
+const idParameter = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
+const pathParameter = {
+  name: 'path',
+  in: 'query',
+  required: true,
+  schema: { type: 'string' },
+  description: 'absolute path in the sandbox',
+};
+
+export function openApiDocument(version: string): Record<string, unknown> {
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'gym sandbox daemon',
+      version,
+      description:
+        'Sandboxes for agent environments. Every route but /healthz needs `Authorization: Bearer <token>` (the token is in the state directory). Errors carry a stable `code`.',
+    },
+    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+    security: [{ bearer: [] }],
+    paths: {
+      '/healthz': {
+        get: {
+          summary: 'liveness and provider health (no auth)',
+          security: [],
+          responses: { 200: { description: 'health', ...json(HealthSchema) } },
+        },
+      },
+      '/metrics': {
+        get: { summary: 'Prometheus metrics', responses: { 200: { description: 'Prometheus text format' } } },
+      },
+      '/openapi.json': {
+        get: { summary: 'this document', responses: { 200: { description: 'OpenAPI 3.1' } } },
+      },
+      '/v1/sandboxes': {
+        post: {
+          summary: 'create a sandbox and wait until it is ready',
+          requestBody: { required: true, ...json(SandboxSpecSchema, 'input') },
+          responses: {
+            201: { description: 'the ready sandbox', ...json(SandboxSchema) },
+            400: errorResponse,
+            429: errorResponse,
+            502: errorResponse,
+          },
+        },
+        get: {
+          summary: 'list sandboxes',
+          parameters: [
+            {
+              name: 'label',
+              in: 'query',
+              schema: { type: 'string' },
+              description: '`key=value`; repeat for more (all must match)',
+            },
+            { name: 'provider', in: 'query', schema: { type: 'string' } },
+          ],
+          responses: { 200: { description: 'sandboxes, oldest first', ...json(SandboxListSchema) } },
+        },
+      },
+      '/v1/sandboxes/{id}': {
+        parameters: [idParameter],
+        get: {
+          summary: 'inspect a sandbox',
+          responses: { 200: { description: 'the sandbox', ...json(SandboxSchema) }, 404: errorResponse },
+        },
+        delete: {
+          summary: 'destroy a sandbox (idempotent)',
+          responses: { 204: { description: 'destroyed or already gone' } },
+        },
+      },
+      '/v1/sandboxes/{id}/keepalive': {
+        parameters: [idParameter],
+        post: {
+          summary: 'renew the lease (never past the deadline)',
+          requestBody: { required: false, ...json(KeepaliveRequestSchema, 'input') },
+          responses: {
+            200: { description: 'the sandbox with its new lease', ...json(SandboxSchema) },
+            404: errorResponse,
+          },
+        },
+      },
+      '/v1/sandboxes/{id}/exec': {
+        parameters: [
+          idParameter,
+          {
+            name: 'stream',
+            in: 'query',
+            schema: { type: 'string', enum: ['ndjson'] },
+            description: 'stream output as NDJSON events, the result last',
+          },
+        ],
+        post: {
+          summary: 'run a command; a non-zero exit is a result, not an error',
+          requestBody: { required: true, ...json(ExecRequestSchema, 'input') },
+          responses: {
+            200: {
+              description: 'the result (or, with stream=ndjson, one event per line)',
+              content: {
+                'application/json': { schema: schema(ExecResultSchema) },
+                'application/x-ndjson': { schema: schema(ExecStreamEventSchema) },
+              },
+            },
+            404: errorResponse,
+          },
+        },
+      },
+      '/v1/sandboxes/{id}/files': {
+        parameters: [idParameter, pathParameter],
+        get: {
+          summary: 'download one file (raw bytes)',
+          responses: {
+            200: { description: 'the bytes', content: { 'application/octet-stream': {} } },
+            404: errorResponse,
+          },
+        },
+        put: {
+          summary: 'upload one file (raw bytes; Content-Length required; parents created)',
+          parameters: [
+            {
+              name: 'mode',
+              in: 'query',
+              schema: { type: 'string' },
+              description: 'octal permission bits, e.g. 755',
+            },
+          ],
+          requestBody: { required: true, content: { 'application/octet-stream': {} } },
+          responses: { 204: { description: 'written' }, 400: errorResponse, 404: errorResponse },
+        },
+      },
+      '/v1/sandboxes/{id}/archive': {
+        parameters: [idParameter, pathParameter],
+        get: {
+          summary: "download a tar of a directory's contents",
+          responses: {
+            200: { description: 'a tar stream', content: { 'application/x-tar': {} } },
+            404: errorResponse,
+          },
+        },
+        put: {
+          summary: 'extract a tar into a directory (refused whole if any entry escapes it)',
+          requestBody: { required: true, content: { 'application/x-tar': {} } },
+          responses: { 204: { description: 'extracted' }, 400: errorResponse, 404: errorResponse },
+        },
+      },
+      '/v1/sandboxes/{id}/snapshot': {
+        parameters: [idParameter],
+        post: {
+          summary: "commit the sandbox's filesystem to an image",
+          requestBody: { required: true, ...json(SnapshotRequestSchema, 'input') },
+          responses: {
+            200: { description: 'the image', ...json(SnapshotResponseSchema) },
+            501: errorResponse,
+          },
+        },
+      },
+    },
+  };
+}

@@ -1,0 +1,155 @@
+import { PassThrough } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { GymError } from '../../core/errors.ts';
+import { SANDBOX_ID_PATTERN } from '../../core/ids.ts';
+import {
+  ExecQuerySchema,
+  KeepaliveRequestSchema,
+  ListSandboxesQuerySchema,
+  PathQuerySchema,
+  SnapshotRequestSchema,
+} from '../../core/schemas/api.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import { toApiError } from '../errors.ts';
+import type { SandboxManager } from '../sandbox-manager.ts';
+
+/** The largest JSON body an exec accepts (its stdin travels inside it). */
+const EXEC_BODY_LIMIT_BYTES = 96 * 1024 * 1024;
+
+function sandboxId(request: FastifyRequest): string {
+  const { id } = request.params as { id: string };
+  if (!SANDBOX_ID_PATTERN.test(id))
+    throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist (not a sandbox id)`, {
+      details: { sandboxId: id },
+    });
+  return id;
+}
+
+function parseLabels(raw: string | string[] | undefined): Record<string, string> {
+  const labels: Record<string, string> = {};
+  for (const item of [raw ?? []].flat().flatMap((value) => value.split(','))) {
+    if (item === '') continue;
+    const separator = item.indexOf('=');
+    if (separator <= 0)
+      throw new GymError('VALIDATION_FAILED', `invalid label filter "${item}": use key=value`, {
+        details: { label: item },
+      });
+    labels[item.slice(0, separator)] = item.slice(separator + 1);
+  }
+  return labels;
+}
+
+export function registerSandboxRoutes(app: FastifyInstance, manager: SandboxManager): void {
+  app.post('/v1/sandboxes', async (request, reply) => {
+    reply.status(201);
+    return manager.create(request.body ?? {});
+  });
+
+  app.get('/v1/sandboxes', async (request) => {
+    const query = parseOrThrow(ListSandboxesQuerySchema, request.query, 'query');
+    return {
+      sandboxes: manager.list({
+        labels: parseLabels(query.label),
+        ...(query.provider === undefined ? {} : { provider: query.provider }),
+      }),
+    };
+  });
+
+  app.get('/v1/sandboxes/:id', async (request) => manager.get(sandboxId(request)));
+
+  app.delete('/v1/sandboxes/:id', async (request, reply) => {
+    await manager.destroy(sandboxId(request));
+    reply.status(204);
+  });
+
+  app.post('/v1/sandboxes/:id/keepalive', async (request) => {
+    const body = parseOrThrow(KeepaliveRequestSchema, request.body ?? {}, 'keepalive request');
+    return manager.keepalive(sandboxId(request), body.ttlSeconds);
+  });
+
+  app.post('/v1/sandboxes/:id/exec', { bodyLimit: EXEC_BODY_LIMIT_BYTES }, async (request, reply) => {
+    const id = sandboxId(request);
+    const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
+    if (query.stream === undefined) return manager.exec(id, request.body);
+    return streamExec(manager, id, request, reply);
+  });
+
+  app.put('/v1/sandboxes/:id/files', async (request, reply) => {
+    const id = sandboxId(request);
+    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+    const length = Number(request.headers['content-length']);
+    if (!Number.isInteger(length) || length < 0) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        'a file upload needs a Content-Length header (the tar header carries the size up front)',
+      );
+    }
+    await manager.writeFile(
+      id,
+      query.path,
+      { stream: request.raw, sizeBytes: length },
+      query.mode === undefined ? undefined : Number.parseInt(query.mode, 8),
+    );
+    reply.status(204);
+  });
+
+  app.get('/v1/sandboxes/:id/files', async (request, reply) => {
+    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+    const stream = await manager.readFile(sandboxId(request), query.path);
+    return reply.type('application/octet-stream').send(stream);
+  });
+
+  app.put('/v1/sandboxes/:id/archive', async (request, reply) => {
+    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+    await manager.writeArchive(sandboxId(request), query.path, request.raw);
+    reply.status(204);
+  });
+
+  app.get('/v1/sandboxes/:id/archive', async (request, reply) => {
+    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+    const stream = await manager.readArchive(sandboxId(request), query.path);
+    return reply.type('application/x-tar').send(stream);
+  });
+
+  app.post('/v1/sandboxes/:id/snapshot', async (request) => {
+    const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
+    return manager.snapshot(sandboxId(request), body.image);
+  });
+}
+
+/**
+ * NDJSON: `{"type":"stdout","data":...}` and `stderr` events as output arrives (UTF-8, split on
+ * character boundaries), then one `{"type":"result","result":...}` or `{"type":"error",...}`.
+ * Errors found before the command starts (unknown sandbox, bad request) are ordinary error responses.
+ */
+async function streamExec(
+  manager: SandboxManager,
+  id: string,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  manager.get(id);
+  const output = new PassThrough();
+  const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const write = (event: Record<string, unknown>) => output.write(`${JSON.stringify(event)}\n`);
+  manager
+    .exec(id, request.body, {
+      onOutput: (stream, chunk) => {
+        const data = decoders[stream].write(chunk);
+        if (data !== '') write({ type: stream, data });
+      },
+    })
+    .then(
+      (result) => {
+        for (const stream of ['stdout', 'stderr'] as const) {
+          const rest = decoders[stream].end();
+          if (rest !== '') write({ type: stream, data: rest });
+        }
+        write({ type: 'result', result });
+      },
+      (error: unknown) => write({ type: 'error', error: toApiError(error).toJSON().error }),
+    )
+    .finally(() => output.end());
+  return reply.type('application/x-ndjson').send(output);
+}

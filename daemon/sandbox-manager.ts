@@ -1,0 +1,487 @@
+/**
+ * The sandbox lifecycle behind the API: admission, create, leases, use, destroy, the reaper, and
+ * reconcile on start (adopt what is still leased, destroy the rest). Providers hold the
+ * resources; the state store holds leases; this class keeps the two in agreement.
+ */
+import type { Readable } from 'node:stream';
+import type { Clock } from '../core/clock.ts';
+import { GymError } from '../core/errors.ts';
+import { createId } from '../core/ids.ts';
+import type { Logger } from '../core/logger.ts';
+import type { Sandbox } from '../core/schemas/api.ts';
+import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../core/validate.ts';
+import type { ExecOptions, FileContent, SandboxProvider } from '../providers/sandbox-provider.ts';
+import { Admission } from './admission.ts';
+import type { DaemonConfig } from './config.ts';
+import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
+import type { SandboxRecord, StateStore } from './state-store.ts';
+
+/** How many destroys the reaper runs at once: enough to keep up, few enough not to starve creates. */
+const REAPER_CONCURRENCY = 8;
+/**
+ * A lease renewed by use is written to disk only when it moved by this share of its length (at
+ * most a minute): a crash can cost at most that much of a lease, and a busy sandbox does not
+ * fsync on every command.
+ */
+const LEASE_PERSIST_SHARE = 0.1;
+const LEASE_PERSIST_MAX_MS = 60_000;
+
+export interface SandboxManagerOptions {
+  config: DaemonConfig;
+  providers: ReadonlyMap<string, SandboxProvider>;
+  store: StateStore;
+  metrics?: DaemonMetrics;
+  logger: Logger;
+  clock: Clock;
+}
+
+export interface ListOptions {
+  labels?: Record<string, string>;
+  provider?: string;
+}
+
+async function forEachLimited<T>(items: T[], limit: number, body: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const item = items[next++]!;
+      await body(item);
+    }
+  });
+  await Promise.all(workers);
+}
+
+export class SandboxManager implements SandboxCounts {
+  readonly #config: DaemonConfig;
+  readonly #providers: ReadonlyMap<string, SandboxProvider>;
+  readonly #store: StateStore;
+  readonly #logger: Logger;
+  readonly #clock: Clock;
+  readonly #admissions = new Map<string, Admission>();
+  /** Ids being created (provider name), so scans do not take them for orphans. */
+  readonly #creating = new Map<string, string>();
+  readonly #destroying = new Map<string, Promise<void>>();
+  /** The in-memory lease, ahead of the persisted one by at most the persist slack. */
+  readonly #leaseMs = new Map<string, number>();
+  readonly #timers: NodeJS.Timeout[] = [];
+  #metrics: DaemonMetrics | undefined;
+  #isShuttingDown = false;
+  #isReaping = false;
+
+  constructor(options: SandboxManagerOptions) {
+    this.#config = options.config;
+    this.#providers = options.providers;
+    this.#store = options.store;
+    this.#metrics = options.metrics;
+    this.#logger = options.logger;
+    this.#clock = options.clock;
+    for (const provider of options.config.providers) {
+      this.#admissions.set(provider.name, new Admission(provider.name, provider));
+    }
+  }
+
+  set metrics(metrics: DaemonMetrics) {
+    this.#metrics = metrics;
+  }
+
+  get defaultProvider(): string {
+    return this.#config.defaultProvider ?? this.#config.providers[0]!.name;
+  }
+
+  get providers(): ReadonlyMap<string, SandboxProvider> {
+    return this.#providers;
+  }
+
+  /** Reconciles with every provider (adopting what is still leased), then starts the reaper. */
+  async start(): Promise<void> {
+    for (const name of this.#providers.keys()) {
+      await this.reconcile(name).catch((error: unknown) =>
+        this.#logger.error(
+          { provider: name, error: String(error) },
+          'reconcile failed; will retry on the next orphan scan',
+        ),
+      );
+    }
+    this.#syncLiveCounts();
+    const reaper = setInterval(() => void this.reap(), this.#config.reaperIntervalMs);
+    const scanner = setInterval(() => {
+      for (const name of this.#providers.keys()) {
+        this.reconcile(name).catch((error: unknown) =>
+          this.#logger.warn({ provider: name, error: String(error) }, 'orphan scan failed'),
+        );
+      }
+    }, this.#config.orphanScanIntervalMs);
+    reaper.unref();
+    scanner.unref();
+    this.#timers.push(reaper, scanner);
+  }
+
+  #syncLiveCounts(): void {
+    for (const [name, admission] of this.#admissions) {
+      admission.setLive(this.#store.all().filter((record) => record.provider === name).length);
+    }
+  }
+
+  #provider(name: string): SandboxProvider {
+    const provider = this.#providers.get(name);
+    if (provider === undefined) {
+      throw new GymError(
+        'PROVIDER_NOT_FOUND',
+        `no provider named "${name}" is configured; configured: ${[...this.#providers.keys()].join(', ')}`,
+        {
+          details: { provider: name, available: [...this.#providers.keys()] },
+        },
+      );
+    }
+    return provider;
+  }
+
+  #view(record: SandboxRecord): Sandbox {
+    return {
+      id: record.id,
+      provider: record.provider,
+      state: this.#destroying.has(record.id) ? 'destroying' : 'ready',
+      image: record.spec.image,
+      labels: record.spec.labels,
+      pool: record.pool,
+      createdAt: record.createdAt,
+      leaseExpiresAt: new Date(
+        this.#leaseMs.get(record.id) ?? Date.parse(record.leaseExpiresAt),
+      ).toISOString(),
+      deadlineAt: record.deadlineAt,
+      spec: record.spec,
+    };
+  }
+
+  #record(id: string): SandboxRecord {
+    const record = this.#store.get(id);
+    if (record === undefined || this.#destroying.has(id)) {
+      throw new GymError(
+        'SANDBOX_NOT_FOUND',
+        `sandbox ${id} does not exist (destroyed, expired, or never created)`,
+        {
+          details: { sandboxId: id },
+        },
+      );
+    }
+    return record;
+  }
+
+  /** Creates a sandbox from a spec (as the API received it: the daemon's default TTL applies). */
+  async create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
+    if (this.#isShuttingDown)
+      throw new GymError('SHUTTING_DOWN', 'the daemon is shutting down and creates no sandboxes');
+    const withDefaults =
+      typeof input === 'object' && input !== null && !('ttlSeconds' in input)
+        ? { ...input, ttlSeconds: this.#config.defaultTtlSeconds }
+        : input;
+    const spec = parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec');
+    const providerName = spec.provider ?? this.defaultProvider;
+    const provider = this.#provider(providerName);
+    const admission = this.#admissions.get(providerName)!;
+    const slot = await admission.acquire();
+    const id = createId('sbx');
+    this.#creating.set(id, providerName);
+    const started = performance.now();
+    try {
+      const info = await provider.create(
+        { ...spec, provider: providerName },
+        { id, pool: options.pool ?? null },
+      );
+      const record: SandboxRecord = {
+        id,
+        provider: providerName,
+        // Seed files can be large and were written already: the record keeps only the spec's shape.
+        spec: { ...spec, provider: providerName, files: [] },
+        pool: info.pool,
+        createdAt: info.createdAt,
+        leaseExpiresAt: info.leaseExpiresAt,
+        deadlineAt: info.deadlineAt,
+        providerRef: info.providerRef,
+      };
+      try {
+        await this.#store.put(record);
+      } catch (error) {
+        await provider.destroy(id).catch(() => {});
+        throw new GymError(
+          'INTERNAL',
+          `could not record sandbox ${id}; it was destroyed: ${(error as Error).message}`,
+          { cause: error },
+        );
+      }
+      slot.succeeded();
+      this.#metrics?.createSeconds.observe(
+        { provider: providerName, outcome: 'ok' },
+        (performance.now() - started) / 1000,
+      );
+      this.#logger.info({ sandboxId: id, provider: providerName, image: spec.image }, 'sandbox created');
+      return this.#view(record);
+    } catch (error) {
+      slot.failed();
+      const code = error instanceof GymError ? error.code : 'INTERNAL';
+      this.#metrics?.createSeconds.observe(
+        { provider: providerName, outcome: code },
+        (performance.now() - started) / 1000,
+      );
+      throw error;
+    } finally {
+      this.#creating.delete(id);
+    }
+  }
+
+  get(id: string): Sandbox {
+    return this.#view(this.#record(id));
+  }
+
+  list(options: ListOptions = {}): Sandbox[] {
+    return this.#store
+      .all()
+      .filter((record) => options.provider === undefined || record.provider === options.provider)
+      .filter((record) =>
+        Object.entries(options.labels ?? {}).every(([key, value]) => record.spec.labels[key] === value),
+      )
+      .sort((left, right) => left.createdAt.localeCompare(right.createdAt) || left.id.localeCompare(right.id))
+      .map((record) => this.#view(record));
+  }
+
+  /** Destroys a sandbox. Idempotent: an unknown or already destroyed id is success. */
+  async destroy(id: string, reason = 'request'): Promise<void> {
+    const pending = this.#destroying.get(id);
+    if (pending !== undefined) return pending;
+    const record = this.#store.get(id);
+    if (record === undefined) return;
+    const destroying = this.#destroyRecord(record, reason).finally(() => this.#destroying.delete(id));
+    this.#destroying.set(id, destroying);
+    return destroying;
+  }
+
+  async #destroyRecord(record: SandboxRecord, reason: string): Promise<void> {
+    const started = performance.now();
+    await this.#provider(record.provider).destroy(record.id);
+    await this.#store.delete(record.id);
+    this.#leaseMs.delete(record.id);
+    this.#admissions.get(record.provider)?.released();
+    this.#metrics?.destroySeconds.observe(
+      { provider: record.provider },
+      (performance.now() - started) / 1000,
+    );
+    if (reason !== 'request') this.#metrics?.reaped.inc({ reason });
+    this.#logger.info({ sandboxId: record.id, provider: record.provider, reason }, 'sandbox destroyed');
+  }
+
+  /** Renews the lease by `ttlSeconds` from now (default: the sandbox's own TTL), never past its deadline. */
+  async keepalive(id: string, ttlSeconds?: number): Promise<Sandbox> {
+    const record = this.#record(id);
+    const leaseMs = this.#renewedLeaseMs(record, ttlSeconds);
+    this.#leaseMs.set(id, leaseMs);
+    await this.#store.put({ ...record, leaseExpiresAt: new Date(leaseMs).toISOString() });
+    return this.get(id);
+  }
+
+  #renewedLeaseMs(record: SandboxRecord, ttlSeconds = record.spec.ttlSeconds): number {
+    return Math.min(this.#clock.now() + ttlSeconds * 1000, Date.parse(record.deadlineAt));
+  }
+
+  /** Any use renews the lease; it reaches the disk only when it moved by the persist slack. */
+  async #touch(record: SandboxRecord): Promise<void> {
+    const leaseMs = this.#renewedLeaseMs(record);
+    this.#leaseMs.set(record.id, leaseMs);
+    const slackMs = Math.min(record.spec.ttlSeconds * 1000 * LEASE_PERSIST_SHARE, LEASE_PERSIST_MAX_MS);
+    const current = this.#store.get(record.id);
+    if (current !== undefined && leaseMs - Date.parse(current.leaseExpiresAt) >= slackMs) {
+      await this.#store.put({ ...current, leaseExpiresAt: new Date(leaseMs).toISOString() });
+    }
+  }
+
+  /** Runs the request, with the lease renewal's write overlapping the command. */
+  async #use<T>(
+    id: string,
+    body: (provider: SandboxProvider, record: SandboxRecord) => Promise<T>,
+  ): Promise<T> {
+    const record = this.#record(id);
+    const provider = this.#provider(record.provider);
+    const [result] = await Promise.all([body(provider, record), this.#touch(record)]);
+    return result;
+  }
+
+  async exec(id: string, input: ExecRequestInput | unknown, options: ExecOptions = {}): Promise<ExecResult> {
+    const request = parseOrThrow(ExecRequestSchema, input, 'exec request');
+    return this.#use(id, async (provider, record) => {
+      if (request.session !== undefined && !provider.capabilities.sessions) {
+        throw new GymError('CAPABILITY_UNSUPPORTED', `provider ${record.provider} has no sessions`, {
+          details: { provider: record.provider },
+        });
+      }
+      const started = performance.now();
+      const result = await provider.exec(id, request, options);
+      this.#metrics?.execSeconds.observe(
+        {
+          provider: record.provider,
+          mode: request.session === undefined ? 'one-shot' : 'session',
+          status: result.status,
+        },
+        (performance.now() - started) / 1000,
+      );
+      if (result.status === 'sandbox_gone') {
+        // The resource died under us: forget it now rather than at the next scan.
+        void this.destroy(id, 'gone').catch(() => {});
+      }
+      return result;
+    });
+  }
+
+  writeFile(id: string, path: string, content: FileContent, mode?: number): Promise<void> {
+    return this.#use(id, (provider) =>
+      provider.writeFile(id, path, content, mode === undefined ? {} : { mode }),
+    );
+  }
+
+  readFile(id: string, path: string): Promise<Readable> {
+    return this.#use(id, (provider) => provider.readFile(id, path));
+  }
+
+  writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    return this.#use(id, (provider) => provider.writeArchive(id, directory, archive));
+  }
+
+  readArchive(id: string, directory: string): Promise<Readable> {
+    return this.#use(id, (provider) => provider.readArchive(id, directory));
+  }
+
+  snapshot(id: string, image: string): Promise<{ image: string }> {
+    return this.#use(id, (provider, record) => {
+      if (provider.snapshot === undefined || !provider.capabilities.snapshot) {
+        throw new GymError(
+          'CAPABILITY_UNSUPPORTED',
+          `provider ${record.provider} cannot snapshot sandboxes`,
+          {
+            details: { provider: record.provider, capability: 'snapshot' },
+          },
+        );
+      }
+      return provider.snapshot(id, { image });
+    });
+  }
+
+  /** Destroys sandboxes whose lease or deadline has passed. */
+  async reap(): Promise<void> {
+    if (this.#isReaping || this.#isShuttingDown) return;
+    this.#isReaping = true;
+    try {
+      const now = this.#clock.now();
+      const expired = this.#store.all().filter((record) => {
+        if (this.#destroying.has(record.id)) return false;
+        const leaseMs = this.#leaseMs.get(record.id) ?? Date.parse(record.leaseExpiresAt);
+        return leaseMs <= now || Date.parse(record.deadlineAt) <= now;
+      });
+      await forEachLimited(expired, REAPER_CONCURRENCY, (record) =>
+        this.destroy(record.id, 'expired').catch((error: unknown) =>
+          this.#logger.warn(
+            { sandboxId: record.id, error: String(error) },
+            'could not reap an expired sandbox; will retry',
+          ),
+        ),
+      );
+    } finally {
+      this.#isReaping = false;
+    }
+  }
+
+  /**
+   * Brings the store and one provider into agreement: a labelled resource the store does not know
+   * (or whose lease or deadline passed, or that is not running) is destroyed; a record whose
+   * resource is gone is forgotten; everything else is adopted as it is.
+   */
+  async reconcile(providerName: string): Promise<{ adopted: number; destroyed: number; forgotten: number }> {
+    const provider = this.#provider(providerName);
+    const resources = await provider.list();
+    const now = this.#clock.now();
+    const seen = new Set<string>();
+    const doomed: Array<{ id: string; reason: string }> = [];
+    let adopted = 0;
+    for (const info of resources) {
+      seen.add(info.id);
+      if (this.#creating.has(info.id) || this.#destroying.has(info.id)) continue;
+      const record = this.#store.get(info.id);
+      const leaseMs =
+        record === undefined ? 0 : (this.#leaseMs.get(info.id) ?? Date.parse(record.leaseExpiresAt));
+      const reason =
+        record === undefined
+          ? 'orphan'
+          : Date.parse(info.deadlineAt) <= now || leaseMs <= now
+            ? 'expired'
+            : info.state !== 'ready'
+              ? 'dead'
+              : null;
+      if (reason === null) adopted += 1;
+      else doomed.push({ id: info.id, reason });
+    }
+    await forEachLimited(doomed, REAPER_CONCURRENCY, async ({ id, reason }) => {
+      try {
+        if (this.#store.get(id) !== undefined) await this.destroy(id, reason);
+        else {
+          await provider.destroy(id);
+          this.#metrics?.reaped.inc({ reason });
+        }
+      } catch (error) {
+        this.#logger.warn(
+          { sandboxId: id, error: String(error) },
+          'could not destroy a sandbox during reconcile',
+        );
+      }
+    });
+    const missing = this.#store
+      .all()
+      .filter(
+        (record) =>
+          record.provider === providerName && !seen.has(record.id) && !this.#destroying.has(record.id),
+      );
+    for (const record of missing) {
+      await this.#store.delete(record.id);
+      this.#leaseMs.delete(record.id);
+      this.#admissions.get(providerName)?.released();
+    }
+    const summary = { adopted, destroyed: doomed.length, forgotten: missing.length };
+    if (summary.destroyed + summary.forgotten > 0)
+      this.#logger.info({ provider: providerName, ...summary }, 'reconciled');
+    return summary;
+  }
+
+  byProviderAndState(): Array<{ provider: string; state: string; count: number }> {
+    const counts = new Map<string, number>();
+    const add = (provider: string, state: string) =>
+      counts.set(`${provider}\0${state}`, (counts.get(`${provider}\0${state}`) ?? 0) + 1);
+    for (const record of this.#store.all())
+      add(record.provider, this.#destroying.has(record.id) ? 'destroying' : 'ready');
+    for (const provider of this.#creating.values()) add(provider, 'creating');
+    return [...counts].map(([key, count]) => {
+      const [provider, state] = key.split('\0') as [string, string];
+      return { provider, state, count };
+    });
+  }
+
+  queued(): Array<{ provider: string; count: number }> {
+    return [...this.#admissions].map(([provider, admission]) => ({ provider, count: admission.queued }));
+  }
+
+  /** Stops the reaper; destroys every sandbox only when asked (the default keeps them for the next start). */
+  async shutdown(options: { destroy: boolean }): Promise<void> {
+    this.#isShuttingDown = true;
+    for (const timer of this.#timers) clearInterval(timer);
+    await Promise.allSettled(this.#destroying.values());
+    if (options.destroy) {
+      await forEachLimited(this.#store.all(), REAPER_CONCURRENCY, (record) =>
+        this.#destroyRecord(record, 'shutdown').catch((error: unknown) =>
+          this.#logger.warn(
+            { sandboxId: record.id, error: String(error) },
+            'could not destroy a sandbox at shutdown',
+          ),
+        ),
+      );
+    }
+    await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));
+    await this.#store.close();
+  }
+}
