@@ -1,4 +1,4 @@
-import { createInterface } from 'node:readline/promises';
+import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
 import type { Command } from '../../command.ts';
@@ -20,27 +20,32 @@ as with exec; \`cd DIR\` is remembered by the shell for the lines that follow. E
     if (id === undefined) throw new GymError('VALIDATION_FAILED', 'usage: gym sandbox shell ID');
     const client = await connect(resolveStateDir(values['state-dir'], env));
     let cwd = (await client.exec(id, { argv: ['pwd'], session: 'shell' })).stdout.trim() || '/';
+    // Iterating (rather than question()) keeps lines that arrive before a prompt, as piped input does.
     const lines = createInterface({
       input: process.stdin,
-      output: process.stdout,
-      terminal: process.stdin.isTTY,
+      terminal: process.stdin.isTTY === true,
+      crlfDelay: Number.POSITIVE_INFINITY,
     });
+    const prompt = () => stdout.write(`${id}:${cwd}$ `);
+    prompt();
     try {
-      while (true) {
-        const line = await lines.question(`${id}:${cwd}$ `).catch(() => null);
-        if (line === null || line.trim() === 'exit') break;
-        if (line.trim() === '') continue;
-        const cd = /^\s*cd(?:\s+(.*))?$/.exec(line);
-        const command = cd ? `cd ${cd[1]?.trim() || '~'} && pwd` : line;
-        const result = await client.exec(id, { command, cwd, session: 'shell', timeoutMs: 10 * 60_000 });
-        if (cd && result.exitCode === 0) cwd = result.stdout.trim();
-        else stdout.write(result.stdout);
-        stderr.write(result.stderr);
-        if (result.status !== 'ok') stderr.write(`[${result.status}]\n`);
-        else if (result.exitCode !== 0) stderr.write(`[exit ${result.exitCode}]\n`);
+      for await (const line of lines) {
+        if (line.trim() === 'exit') break;
+        if (line.trim() !== '') {
+          const cd = /^\s*cd(?:\s+(.*))?$/.exec(line);
+          const command = cd ? `cd ${cd[1]?.trim() || '~'} && pwd` : line;
+          const result = await client.exec(id, { command, cwd, session: 'shell', timeoutMs: 10 * 60_000 });
+          if (cd && result.exitCode === 0) cwd = result.stdout.trim();
+          else stdout.write(result.stdout);
+          stderr.write(result.stderr);
+          if (result.status !== 'ok') stderr.write(`[${result.status}]\n`);
+          else if (result.exitCode !== 0) stderr.write(`[exit ${result.exitCode}]\n`);
+        }
+        prompt();
       }
     } finally {
       lines.close();
+      stdout.write('\n');
     }
     return 0;
   },

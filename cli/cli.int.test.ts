@@ -1,0 +1,183 @@
+/** The gym CLI as a user runs it: a separate process talking to a running daemon. */
+import { spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../client/client.ts';
+import { startTestDaemon, type TestDaemon } from '../test/daemon-harness.ts';
+import { dockerTestEnvironment, testImage } from '../test/docker-available.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+const cliEntry = new URL('./main.ts', import.meta.url).pathname;
+
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function gym(args: string[], env: Record<string, string> = {}, input?: string): Promise<CliResult> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [cliEntry, ...args], {
+      env: { ...process.env, GYM_LOG_LEVEL: 'warn', ...env },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    child.stdin.end(input ?? '');
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe('gym CLI without a daemon', () => {
+  it('explains unknown commands and missing flags', async () => {
+    const unknown = await gym(['sandbox', 'frobnicate']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('unknown command "sandbox frobnicate"');
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-cli-none-'));
+    const noDaemon = await gym(['sandbox', 'ls'], { GYM_STATE_DIR: stateDir });
+    expect(noDaemon.code).toBe(1);
+    expect(noDaemon.stderr).toContain('DAEMON_UNAVAILABLE');
+    expect(noDaemon.stderr).toContain('gym daemon start');
+    const help = await gym(['--help']);
+    expect(help.code).toBe(0);
+    for (const command of ['daemon start', 'sandbox exec', 'sandbox cp', 'image build', 'doctor'])
+      expect(help.stdout).toContain(command);
+    await rm(stateDir, { recursive: true, force: true });
+  });
+});
+
+describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', () => {
+  let daemon: TestDaemon;
+  let env: Record<string, string>;
+  let sandboxId = '';
+
+  beforeAll(async () => {
+    daemon = await startTestDaemon(
+      { namespace: `cli-${Math.random().toString(36).slice(2, 8)}` },
+      { listen: true },
+    );
+    env = { GYM_STATE_DIR: daemon.stateDir };
+  });
+  afterAll(async () => {
+    await daemon.stop({ destroy: true });
+    await rm(daemon.stateDir, { recursive: true, force: true });
+  });
+
+  it('creates a sandbox and prints its id; refuses a bad flag with a clear message', async () => {
+    const created = await gym(
+      ['sandbox', 'create', '--image', busybox, '--memory', '256', '--label', 'who=cli', '--ttl', '600'],
+      env,
+    );
+    expect(created.stderr).toBe('');
+    expect(created.code).toBe(0);
+    sandboxId = created.stdout.trim();
+    expect(sandboxId).toMatch(/^sbx-[a-z0-9]+$/);
+    const bad = await gym(['sandbox', 'create', '--image', busybox, '--memory=-4'], env);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('resources.memoryMiB');
+    const noImage = await gym(['sandbox', 'create'], env);
+    expect(noImage.stderr).toContain('--image is required');
+  });
+
+  it('passes the command exit code through, streams output, and says 124 on timeout', async () => {
+    const result = await gym(
+      ['sandbox', 'exec', sandboxId, '--', 'sh', '-c', 'echo out; echo err >&2; exit 3'],
+      env,
+    );
+    expect(result).toEqual({ code: 3, stdout: 'out\n', stderr: 'err\n' });
+    const session = await gym(
+      [
+        'sandbox',
+        'exec',
+        sandboxId,
+        '--session',
+        'main',
+        '--env',
+        'NAME=world',
+        '--',
+        'sh',
+        '-c',
+        'echo hello $NAME',
+      ],
+      env,
+    );
+    expect(session).toMatchObject({ code: 0, stdout: 'hello world\n' });
+    const timeout = await gym(['sandbox', 'exec', sandboxId, '--timeout', '300', '--', 'sleep', '30'], env);
+    expect(timeout.code).toBe(124);
+    expect(timeout.stderr).toContain('timed out');
+  });
+
+  it('copies a directory in and out, and a single file back', async () => {
+    const local = await mkdtemp(join(tmpdir(), 'gym-cli-cp-'));
+    await mkdir(join(local, 'src/nested'), { recursive: true });
+    await writeFile(join(local, 'src/nested/data.txt'), 'payload\n');
+    await writeFile(join(local, 'src/run.sh'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
+    expect((await gym(['sandbox', 'cp', join(local, 'src'), `${sandboxId}:/work/src`], env)).code).toBe(0);
+    expect((await gym(['sandbox', 'exec', sandboxId, '--', '/work/src/run.sh'], env)).stdout).toBe('ran\n');
+    expect((await gym(['sandbox', 'cp', `${sandboxId}:/work/src`, join(local, 'back')], env)).code).toBe(0);
+    expect(await readFile(join(local, 'back/nested/data.txt'), 'utf8')).toBe('payload\n');
+    expect(
+      (await gym(['sandbox', 'cp', `${sandboxId}:/work/src/nested/data.txt`, join(local, 'one.txt')], env))
+        .code,
+    ).toBe(0);
+    expect(await readFile(join(local, 'one.txt'), 'utf8')).toBe('payload\n');
+    const both = await gym(['sandbox', 'cp', join(local, 'src'), join(local, 'x')], env);
+    expect(both.stderr).toContain('exactly one of SRC and DST');
+    await rm(local, { recursive: true, force: true });
+  });
+
+  it('runs a line shell through a session, remembering cd', async () => {
+    const result = await gym(['sandbox', 'shell', sandboxId], env, 'cd /work/src\nls\nexit\n');
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('run.sh');
+  });
+
+  it('lists as a table and as JSON, reports status and doctor, then removes', async () => {
+    const table = await gym(['sandbox', 'ls'], env);
+    expect(table.stdout).toMatch(new RegExp(`${sandboxId}\\s+docker\\s+ready`));
+    const listed = JSON.parse(
+      (await gym(['sandbox', 'ls', '--json', '--label', 'who=cli'], env)).stdout,
+    ) as Array<{ id: string }>;
+    expect(listed.map((sandbox) => sandbox.id)).toEqual([sandboxId]);
+    const status = await gym(['daemon', 'status'], env);
+    expect(status.code).toBe(0);
+    expect(status.stdout).toContain('provider docker: ok');
+    const doctor = await gym(['doctor', '--json'], env);
+    const checks = JSON.parse(doctor.stdout) as Array<{ name: string; ok: boolean }>;
+    expect(checks.find((check) => check.name === 'daemon')?.ok).toBe(true);
+    expect(checks.find((check) => check.name === 'docker engine')?.ok).toBe(true);
+    expect((await gym(['sandbox', 'rm', sandboxId], env)).stdout.trim()).toBe(sandboxId);
+    const after = await gym(['sandbox', 'exec', sandboxId, '--', 'true'], env);
+    expect(after.code).toBe(1);
+    expect(after.stderr).toContain('SANDBOX_NOT_FOUND');
+  });
+});
+
+describe.skipIf(skipReason !== undefined)('daemon on a unix socket', () => {
+  it('serves the API on the socket, found by the CLI through the state directory', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-socket-'));
+    const socket = join(stateDir, 'gym.sock');
+    const daemon = await startTestDaemon(
+      { stateDir, namespace: 'socket-test', listen: { socket } },
+      { listen: true },
+    );
+    try {
+      expect(daemon.address).toEqual({ socket });
+      const client = new GymClient({ socket, token: daemon.token });
+      expect((await client.health()).ok).toBe(true);
+      const status = await gym(['daemon', 'status', '--json'], { GYM_STATE_DIR: stateDir });
+      expect(JSON.parse(status.stdout)).toMatchObject({ socket, sandboxes: 0 });
+    } finally {
+      await daemon.stop();
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  });
+});
