@@ -84,7 +84,7 @@ describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', ()
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain('resources.memoryMiB');
     const noImage = await gym(['sandbox', 'create'], env);
-    expect(noImage.stderr).toContain('--image is required');
+    expect(noImage.stderr).toContain('--image or --pool is required');
   });
 
   it('passes the command exit code through, streams output, and says 124 on timeout', async () => {

@@ -15,6 +15,9 @@ import { daemonStopCommand } from './commands/daemon/stop.ts';
 import { doctorCommand } from './commands/doctor/doctor.ts';
 import { imageBuildCommand } from './commands/image/build.ts';
 import { imageLsCommand } from './commands/image/ls.ts';
+import { poolCreateCommand } from './commands/pool/create.ts';
+import { poolLsCommand } from './commands/pool/ls.ts';
+import { poolRmCommand } from './commands/pool/rm.ts';
 import { sandboxCpCommand } from './commands/sandbox/cp.ts';
 import { sandboxCreateCommand } from './commands/sandbox/create.ts';
 import { sandboxExecCommand } from './commands/sandbox/exec.ts';
@@ -33,6 +36,7 @@ const COMMANDS: Record<string, Record<string, Command>> = {
     rm: sandboxRmCommand,
     shell: sandboxShellCommand,
   },
+  pool: { create: poolCreateCommand, ls: poolLsCommand, rm: poolRmCommand },
   image: { build: imageBuildCommand, ls: imageLsCommand },
   doctor: { '': doctorCommand },
 };

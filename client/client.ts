@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
+import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
 import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
 
 export interface GymClientOptions {
@@ -134,8 +135,29 @@ export class GymClient {
     return this.#json('GET', '/healthz');
   }
 
-  createSandbox(spec: SandboxSpecInput): Promise<Sandbox> {
+  /** Creates from a spec, or takes a sandbox from a pool with `{ pool, env?, labels?, ttlSeconds? }`. */
+  createSandbox(
+    spec:
+      | SandboxSpecInput
+      | { pool: string; env?: Record<string, string>; labels?: Record<string, string>; ttlSeconds?: number },
+  ): Promise<Sandbox> {
     return this.#json('POST', '/v1/sandboxes', { json: spec });
+  }
+
+  definePool(name: string, definition: PoolDefinitionInput): Promise<PoolStats> {
+    return this.#json('PUT', `/v1/pools/${encodeURIComponent(name)}`, { json: definition });
+  }
+
+  async listPools(): Promise<PoolStats[]> {
+    return (await this.#json<{ pools: PoolStats[] }>('GET', '/v1/pools')).pools;
+  }
+
+  getPool(name: string): Promise<PoolStats> {
+    return this.#json('GET', `/v1/pools/${encodeURIComponent(name)}`);
+  }
+
+  async removePool(name: string): Promise<void> {
+    await this.#json('DELETE', `/v1/pools/${encodeURIComponent(name)}`);
   }
 
   async listSandboxes(

@@ -37,6 +37,8 @@ export const ERROR_CODES = {
   PROVIDER_TIMEOUT: { httpStatus: 504, summary: 'the provider timed out' },
   /** A pool has no capacity left and its queue is full. */
   POOL_EXHAUSTED: { httpStatus: 429, summary: 'no capacity left' },
+  /** No pool of that name is defined. */
+  POOL_NOT_FOUND: { httpStatus: 404, summary: 'no such pool' },
   /** The provider's limit on live sandboxes or concurrent creates is reached and its wait queue is full; `details.retryAfterMs` hints when to retry. */
   CAPACITY_EXCEEDED: { httpStatus: 429, summary: 'too many sandboxes; retry later' },
   /** No API route matches the method and path. */

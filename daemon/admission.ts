@@ -80,6 +80,18 @@ export class Admission {
     });
   }
 
+  /**
+   * A slot now or none, never waiting: for background work (pool refill) that must not take a
+   * slot a request is waiting for. It also leaves `headroom` creates and live sandboxes free, so
+   * a request arriving next finds room at once.
+   */
+  tryAcquire(headroom = 1): CreateSlot | null {
+    if (this.#queue.length > 0) return null;
+    if (this.#creating + headroom >= this.#limits.maxConcurrentCreates) return null;
+    if (this.#live + this.#creating + headroom >= this.#limits.maxLiveSandboxes) return null;
+    return this.#take();
+  }
+
   #hasRoom(): boolean {
     return (
       this.#creating < this.#limits.maxConcurrentCreates &&

@@ -9,6 +9,7 @@ import { join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
+import { PoolDefinitionSchema, PoolNameSchema } from '../core/schemas/pool.ts';
 import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
 
@@ -74,6 +75,8 @@ export const DaemonConfigSchema = z
     /** How long a graceful shutdown waits for in-flight requests. */
     shutdownGraceMs: z.number().int().positive().default(30_000),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+    /** Warm pools created at start (pools defined through the API persist on their own). */
+    pools: z.record(PoolNameSchema, PoolDefinitionSchema).default({}),
   })
   .strict();
 export type DaemonConfig = Readonly<z.output<typeof DaemonConfigSchema>>;

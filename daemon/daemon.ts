@@ -18,6 +18,7 @@ import {
   writeDaemonInfo,
 } from './identity.ts';
 import { DaemonMetrics } from './metrics.ts';
+import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
 import { buildServer } from './server.ts';
 import { StateStore } from './state-store.ts';
@@ -25,6 +26,7 @@ import { StateStore } from './state-store.ts';
 export interface RunningDaemon {
   app: FastifyInstance;
   manager: SandboxManager;
+  pools: PoolManager;
   daemonId: string;
   token: string;
   /** `http://127.0.0.1:PORT`, or the unix socket path. */
@@ -67,7 +69,10 @@ export async function startDaemon(options: StartDaemonOptions): Promise<RunningD
   const metrics = new DaemonMetrics(manager);
   manager.metrics = metrics;
   await manager.start();
-  const app = await buildServer({ manager, metrics, token, daemonId, version: VERSION, logger });
+  const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
+  metrics.pools = pools;
+  await pools.start(config.pools);
+  const app = await buildServer({ manager, pools, metrics, token, daemonId, version: VERSION, logger });
 
   const address: RunningDaemon['address'] = {};
   if (options.listen !== false) {
@@ -100,6 +105,7 @@ export async function startDaemon(options: StartDaemonOptions): Promise<RunningD
     stopping ??= (async () => {
       logger.info('daemon stopping: draining requests');
       await app.close();
+      pools.stop();
       await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });
       if (options.listen !== false) {
         await removeDaemonInfo(config.stateDir);
@@ -109,5 +115,5 @@ export async function startDaemon(options: StartDaemonOptions): Promise<RunningD
     })();
     return stopping;
   };
-  return { app, manager, daemonId, token, address, stop };
+  return { app, manager, pools, daemonId, token, address, stop };
 }

@@ -9,6 +9,10 @@ const LATENCY_BUCKETS_SECONDS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120,
 ];
 
+export interface PoolCounts {
+  poolCounts(): Array<{ pool: string; idle: number; leased: number; creating: number }>;
+}
+
 export interface SandboxCounts {
   /** provider -> state -> count */
   byProviderAndState(): Array<{ provider: string; state: string; count: number }>;
@@ -22,6 +26,8 @@ export class DaemonMetrics {
   readonly destroySeconds: Histogram<'provider'>;
   readonly errors: Counter<'code'>;
   readonly reaped: Counter<'reason'>;
+  readonly poolAcquireSeconds: Histogram<'pool' | 'outcome'>;
+  #pools: PoolCounts | undefined;
 
   constructor(counts: SandboxCounts) {
     const registers = [this.registry];
@@ -58,6 +64,26 @@ export class DaemonMetrics {
       labelNames: ['reason'],
       registers,
     });
+    this.poolAcquireSeconds = new Histogram({
+      name: 'gym_pool_acquire_seconds',
+      help: 'Time to acquire a sandbox from a pool (in the daemon), by outcome: hit (warm) or miss (cold fallback).',
+      labelNames: ['pool', 'outcome'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      registers,
+    });
+    const metrics = this;
+    new Gauge({
+      name: 'gym_pool_sandboxes',
+      help: 'Pool members by pool and state (idle, leased, creating).',
+      labelNames: ['pool', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { pool, ...counts } of metrics.#pools?.poolCounts() ?? []) {
+          for (const [state, count] of Object.entries(counts)) this.set({ pool, state }, count);
+        }
+      },
+    });
     new Gauge({
       name: 'gym_sandboxes',
       help: 'Sandboxes the daemon manages, by provider and state.',
@@ -79,6 +105,11 @@ export class DaemonMetrics {
         for (const { provider, count } of counts.queued()) this.set({ provider }, count);
       },
     });
+  }
+
+  /** Pools report their gauges once the pool manager exists (it is built after the metrics). */
+  set pools(pools: PoolCounts) {
+    this.#pools = pools;
   }
 
   text(): Promise<string> {

@@ -8,12 +8,14 @@ import {
   ExecStreamEventSchema,
   HealthSchema,
   KeepaliveRequestSchema,
+  PoolAcquireRequestSchema,
   SandboxListSchema,
   SandboxSchema,
   SnapshotRequestSchema,
   SnapshotResponseSchema,
 } from '../core/schemas/api.ts';
 import { ExecRequestSchema, ExecResultSchema } from '../core/schemas/exec.ts';
+import { PoolDefinitionSchema, PoolStatsSchema } from '../core/schemas/pool.ts';
 import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 
 function schema(zodSchema: z.ZodType, io: 'input' | 'output' = 'output'): Record<string, unknown> {
@@ -67,8 +69,17 @@ export function openApiDocument(version: string): Record<string, unknown> {
       },
       '/v1/sandboxes': {
         post: {
-          summary: 'create a sandbox and wait until it is ready',
-          requestBody: { required: true, ...json(SandboxSpecSchema, 'input') },
+          summary: 'create a sandbox and wait until it is ready, or take one from a pool (`{"pool": name}`)',
+          requestBody: {
+            required: true,
+            content: {
+              'application/json': {
+                schema: {
+                  oneOf: [schema(SandboxSpecSchema, 'input'), schema(PoolAcquireRequestSchema, 'input')],
+                },
+              },
+            },
+          },
           responses: {
             201: { description: 'the ready sandbox', ...json(SandboxSchema) },
             400: errorResponse,
@@ -173,6 +184,44 @@ export function openApiDocument(version: string): Record<string, unknown> {
           summary: 'extract a tar into a directory (refused whole if any entry escapes it)',
           requestBody: { required: true, content: { 'application/x-tar': {} } },
           responses: { 204: { description: 'extracted' }, 400: errorResponse, 404: errorResponse },
+        },
+      },
+      '/v1/pools': {
+        get: {
+          summary: 'list pools with their stats',
+          responses: {
+            200: {
+              description: 'pools',
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: { pools: { type: 'array', items: schema(PoolStatsSchema) } },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+      '/v1/pools/{name}': {
+        parameters: [{ name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
+        put: {
+          summary: 'define or redefine a pool (it fills in the background)',
+          requestBody: { required: true, ...json(PoolDefinitionSchema, 'input') },
+          responses: {
+            200: { description: 'redefined', ...json(PoolStatsSchema) },
+            201: { description: 'created', ...json(PoolStatsSchema) },
+            400: errorResponse,
+          },
+        },
+        get: {
+          summary: "a pool's stats",
+          responses: { 200: { description: 'stats', ...json(PoolStatsSchema) }, 404: errorResponse },
+        },
+        delete: {
+          summary: 'drain a pool: idle members destroyed, leased ones keep their leases (idempotent)',
+          responses: { 204: { description: 'drained' } },
         },
       },
       '/v1/sandboxes/{id}/snapshot': {

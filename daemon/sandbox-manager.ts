@@ -10,10 +10,10 @@ import { createId } from '../core/ids.ts';
 import type { Logger } from '../core/logger.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../core/schemas/exec.ts';
-import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
 import type { ExecOptions, FileContent, SandboxProvider } from '../providers/sandbox-provider.ts';
-import { Admission } from './admission.ts';
+import { Admission, type CreateSlot } from './admission.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
 import type { SandboxRecord, StateStore } from './state-store.ts';
@@ -66,6 +66,7 @@ export class SandboxManager implements SandboxCounts {
   /** The in-memory lease, ahead of the persisted one by at most the persist slack. */
   readonly #leaseMs = new Map<string, number>();
   readonly #timers: NodeJS.Timeout[] = [];
+  readonly #removalListeners: Array<(record: SandboxRecord, reason: string) => void> = [];
   #metrics: DaemonMetrics | undefined;
   #isShuttingDown = false;
   #isReaping = false;
@@ -151,6 +152,7 @@ export class SandboxManager implements SandboxCounts {
         this.#leaseMs.get(record.id) ?? Date.parse(record.leaseExpiresAt),
       ).toISOString(),
       deadlineAt: record.deadlineAt,
+      fromPool: record.fromPool,
       spec: record.spec,
     };
   }
@@ -169,27 +171,61 @@ export class SandboxManager implements SandboxCounts {
     return record;
   }
 
-  /** Creates a sandbox from a spec (as the API received it: the daemon's default TTL applies). */
-  async create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
-    if (this.#isShuttingDown)
-      throw new GymError('SHUTTING_DOWN', 'the daemon is shutting down and creates no sandboxes');
+  /** Parses a spec as the API received it: the daemon's default TTL applies when it names none. */
+  parseSpec(input: unknown): SandboxSpec {
     const withDefaults =
       typeof input === 'object' && input !== null && !('ttlSeconds' in input)
         ? { ...input, ttlSeconds: this.#config.defaultTtlSeconds }
         : input;
-    const spec = parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec');
+    return parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec');
+  }
+
+  /** Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback. */
+  async create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
+    const spec = this.parseSpec(input);
+    const providerName = this.#providerFor(spec);
+    const slot = await this.#admissions.get(providerName)!.acquire();
+    const record = await this.#createRecord(spec, providerName, slot, {
+      pool: options.pool ?? null,
+      poolState: options.pool ? 'leased' : null,
+    });
+    return this.#view(record);
+  }
+
+  /**
+   * Creates an idle pool member if there is room right now, without waiting and leaving room for
+   * requests (refill must never starve them). Resolves null when there is no room.
+   */
+  async createIdle(spec: SandboxSpec, pool: string, idleTtlSeconds: number): Promise<SandboxRecord | null> {
+    const providerName = this.#providerFor(spec);
+    const slot = this.#admissions.get(providerName)!.tryAcquire();
+    if (slot === null) return null;
+    return this.#createRecord({ ...spec, ttlSeconds: idleTtlSeconds }, providerName, slot, {
+      pool,
+      poolState: 'idle',
+    });
+  }
+
+  #providerFor(spec: SandboxSpec): string {
+    if (this.#isShuttingDown)
+      throw new GymError('SHUTTING_DOWN', 'the daemon is shutting down and creates no sandboxes');
     const providerName = spec.provider ?? this.defaultProvider;
+    this.#provider(providerName);
+    return providerName;
+  }
+
+  async #createRecord(
+    spec: SandboxSpec,
+    providerName: string,
+    slot: CreateSlot,
+    membership: { pool: string | null; poolState: SandboxRecord['poolState'] },
+  ): Promise<SandboxRecord> {
     const provider = this.#provider(providerName);
-    const admission = this.#admissions.get(providerName)!;
-    const slot = await admission.acquire();
     const id = createId('sbx');
     this.#creating.set(id, providerName);
     const started = performance.now();
     try {
-      const info = await provider.create(
-        { ...spec, provider: providerName },
-        { id, pool: options.pool ?? null },
-      );
+      const info = await provider.create({ ...spec, provider: providerName }, { id, pool: membership.pool });
       const record: SandboxRecord = {
         id,
         provider: providerName,
@@ -200,6 +236,9 @@ export class SandboxManager implements SandboxCounts {
         leaseExpiresAt: info.leaseExpiresAt,
         deadlineAt: info.deadlineAt,
         providerRef: info.providerRef,
+        poolState: membership.poolState,
+        fromPool: false,
+        execEnv: {},
       };
       try {
         await this.#store.put(record);
@@ -208,7 +247,9 @@ export class SandboxManager implements SandboxCounts {
         throw new GymError(
           'INTERNAL',
           `could not record sandbox ${id}; it was destroyed: ${(error as Error).message}`,
-          { cause: error },
+          {
+            cause: error,
+          },
         );
       }
       slot.succeeded();
@@ -216,8 +257,11 @@ export class SandboxManager implements SandboxCounts {
         { provider: providerName, outcome: 'ok' },
         (performance.now() - started) / 1000,
       );
-      this.#logger.info({ sandboxId: id, provider: providerName, image: spec.image }, 'sandbox created');
-      return this.#view(record);
+      this.#logger.info(
+        { sandboxId: id, provider: providerName, image: spec.image, pool: membership.pool },
+        'sandbox created',
+      );
+      return record;
     } catch (error) {
       slot.failed();
       const code = error instanceof GymError ? error.code : 'INTERNAL';
@@ -231,6 +275,74 @@ export class SandboxManager implements SandboxCounts {
     }
   }
 
+  /**
+   * Hands an idle pool member out: it becomes leased with a fresh lease, the request's labels and
+   * an env applied to its execs. Returns null when the id is no longer idle (raced, or gone).
+   */
+  async claim(
+    id: string,
+    overrides: { ttlSeconds: number; labels: Record<string, string>; env: Record<string, string> },
+  ): Promise<Sandbox | null> {
+    const record = this.#store.get(id);
+    if (record === undefined || record.poolState !== 'idle' || this.#destroying.has(id)) return null;
+    const claimed: SandboxRecord = {
+      ...record,
+      poolState: 'leased',
+      fromPool: true,
+      spec: {
+        ...record.spec,
+        ttlSeconds: overrides.ttlSeconds,
+        labels: { ...record.spec.labels, ...overrides.labels },
+      },
+      execEnv: overrides.env,
+    };
+    const leaseMs = this.#renewedLeaseMs(claimed);
+    claimed.leaseExpiresAt = new Date(leaseMs).toISOString();
+    this.#leaseMs.set(id, leaseMs);
+    await this.#store.put(claimed);
+    return this.#view(claimed);
+  }
+
+  /** Whether a sandbox still answers: a trivial command through a session (well under a millisecond). */
+  async isHealthy(id: string): Promise<boolean> {
+    const record = this.#store.get(id);
+    if (record === undefined) return false;
+    const provider = this.#provider(record.provider);
+    const request = parseOrThrow(
+      ExecRequestSchema,
+      {
+        argv: ['true'],
+        timeoutMs: 5_000,
+        ...(provider.capabilities.sessions ? { session: 'gym-health' } : {}),
+      },
+      'health check',
+    );
+    const result = await provider.exec(id, request).catch(() => null);
+    return result?.status === 'ok' && result.exitCode === 0;
+  }
+
+  /** Records of pool members, for a pool to (re)adopt. */
+  poolRecords(pool?: string): SandboxRecord[] {
+    return this.#store
+      .all()
+      .filter((record) => record.pool !== null && (pool === undefined || record.pool === pool));
+  }
+
+  /** Called after any sandbox record is removed (destroyed, reaped, found gone). */
+  onRemoved(listener: (record: SandboxRecord, reason: string) => void): void {
+    this.#removalListeners.push(listener);
+  }
+
+  #notifyRemoved(record: SandboxRecord, reason: string): void {
+    for (const listener of this.#removalListeners) {
+      try {
+        listener(record, reason);
+      } catch (error) {
+        this.#logger.error({ error: String(error) }, 'a removal listener failed');
+      }
+    }
+  }
+
   get(id: string): Sandbox {
     return this.#view(this.#record(id));
   }
@@ -238,6 +350,7 @@ export class SandboxManager implements SandboxCounts {
   list(options: ListOptions = {}): Sandbox[] {
     return this.#store
       .all()
+      .filter((record) => record.poolState !== 'idle')
       .filter((record) => options.provider === undefined || record.provider === options.provider)
       .filter((record) =>
         Object.entries(options.labels ?? {}).every(([key, value]) => record.spec.labels[key] === value),
@@ -269,6 +382,7 @@ export class SandboxManager implements SandboxCounts {
     );
     if (reason !== 'request') this.#metrics?.reaped.inc({ reason });
     this.#logger.info({ sandboxId: record.id, provider: record.provider, reason }, 'sandbox destroyed');
+    this.#notifyRemoved(record, reason);
   }
 
   /** Renews the lease by `ttlSeconds` from now (default: the sandbox's own TTL), never past its deadline. */
@@ -315,7 +429,11 @@ export class SandboxManager implements SandboxCounts {
         });
       }
       const started = performance.now();
-      const result = await provider.exec(id, request, options);
+      const withEnv =
+        Object.keys(record.execEnv).length === 0
+          ? request
+          : { ...request, env: { ...record.execEnv, ...request.env } };
+      const result = await provider.exec(id, withEnv, options);
       this.#metrics?.execSeconds.observe(
         {
           provider: record.provider,
@@ -442,6 +560,7 @@ export class SandboxManager implements SandboxCounts {
       await this.#store.delete(record.id);
       this.#leaseMs.delete(record.id);
       this.#admissions.get(providerName)?.released();
+      this.#notifyRemoved(record, 'gone');
     }
     const summary = { adopted, destroyed: doomed.length, forgotten: missing.length };
     if (summary.destroyed + summary.forgotten > 0)
@@ -453,8 +572,12 @@ export class SandboxManager implements SandboxCounts {
     const counts = new Map<string, number>();
     const add = (provider: string, state: string) =>
       counts.set(`${provider}\0${state}`, (counts.get(`${provider}\0${state}`) ?? 0) + 1);
-    for (const record of this.#store.all())
-      add(record.provider, this.#destroying.has(record.id) ? 'destroying' : 'ready');
+    for (const record of this.#store.all()) {
+      add(
+        record.provider,
+        this.#destroying.has(record.id) ? 'destroying' : record.poolState === 'idle' ? 'idle' : 'ready',
+      );
+    }
     for (const provider of this.#creating.values()) add(provider, 'creating');
     return [...counts].map(([key, count]) => {
       const [provider, state] = key.split('\0') as [string, string];

@@ -347,6 +347,8 @@ describe('HTTP API', () => {
       '/healthz',
       '/metrics',
       '/openapi.json',
+      '/v1/pools',
+      '/v1/pools/{name}',
     ];
     expect(Object.keys(document.paths).sort()).toEqual(expected.sort());
     for (const [path, operations] of Object.entries(
@@ -354,14 +356,17 @@ describe('HTTP API', () => {
     )) {
       for (const method of Object.keys(operations).filter((key) => key !== 'parameters')) {
         expect(
-          test.app.hasRoute({ method: method.toUpperCase() as 'GET', url: path.replace('{id}', ':id') }),
+          test.app.hasRoute({
+            method: method.toUpperCase() as 'GET',
+            url: path.replace('{id}', ':id').replace('{name}', ':name'),
+          }),
           `${method} ${path}`,
         ).toBe(true);
       }
     }
-    expect(
-      document.paths['/v1/sandboxes'].post.requestBody.content['application/json'].schema.properties,
-    ).toHaveProperty('image');
+    const createBody = document.paths['/v1/sandboxes'].post.requestBody.content['application/json'].schema;
+    expect(createBody.oneOf[0].properties).toHaveProperty('image');
+    expect(createBody.oneOf[1].properties).toHaveProperty('pool');
   });
 
   it('exposes Prometheus metrics: sandboxes by state, latencies, errors by code', async () => {

@@ -9,6 +9,8 @@ import { toApiError } from './errors.ts';
 import { tokenMatches } from './identity.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import { openApiDocument } from './openapi.ts';
+import type { PoolManager } from './pools/pool-manager.ts';
+import { registerPoolRoutes } from './routes/pools.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
 
@@ -18,6 +20,7 @@ const PUBLIC_ROUTES = new Set(['/healthz']);
 
 export interface ServerOptions {
   manager: SandboxManager;
+  pools: PoolManager;
   metrics: DaemonMetrics;
   token: string;
   daemonId: string;
@@ -111,6 +114,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     reply.type('text/plain; version=0.0.4').send(await options.metrics.text()),
   );
   app.get('/openapi.json', async () => openApi);
-  registerSandboxRoutes(app, options.manager);
+  registerSandboxRoutes(app, options.manager, options.pools);
+  registerPoolRoutes(app, options.pools);
   return app;
 }

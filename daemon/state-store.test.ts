@@ -29,6 +29,9 @@ function record(id: string, leaseExpiresAt = '2030-01-01T00:00:00.000Z'): Sandbo
     leaseExpiresAt,
     deadlineAt: '2030-01-02T00:00:00.000Z',
     providerRef: 'ref',
+    poolState: null,
+    fromPool: false,
+    execEnv: {},
   };
 }
 

@@ -13,6 +13,7 @@ import { type FileHandle, mkdir, open, readFile, rename } from 'node:fs/promises
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { Logger } from '../core/logger.ts';
+import { EnvSchema } from '../core/schemas/common.ts';
 import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 
 export const SandboxRecordSchema = z.object({
@@ -24,6 +25,12 @@ export const SandboxRecordSchema = z.object({
   leaseExpiresAt: z.string(),
   deadlineAt: z.string(),
   providerRef: z.string(),
+  /** For pool members: `idle` (waiting in the pool, not handed out) or `leased`. */
+  poolState: z.enum(['idle', 'leased']).nullable().default(null),
+  /** Whether it was handed out warm from a pool (false: created for the request). */
+  fromPool: z.boolean().default(false),
+  /** Environment added to every exec (a pooled sandbox's per-acquire env). */
+  execEnv: EnvSchema.default({}),
 });
 export type SandboxRecord = z.infer<typeof SandboxRecordSchema>;
 

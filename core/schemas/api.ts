@@ -17,12 +17,25 @@ export const SandboxSchema = z.object({
   leaseExpiresAt: z.string(),
   /** No renewal goes past it. */
   deadlineAt: z.string(),
+  /** True when a pool handed it out warm; false when it was created for the request. */
+  fromPool: z.boolean(),
   /** The spec it was created from (seed files are not echoed). */
   spec: SandboxSpecSchema,
 });
 export type Sandbox = z.infer<typeof SandboxSchema>;
 
 export const CreateSandboxRequestSchema = SandboxSpecSchema;
+
+/** A create from a pool: the pool's spec, with only these set per acquire. */
+export const PoolAcquireRequestSchema = z
+  .object({
+    pool: z.string(),
+    /** Added to the environment of every exec in the sandbox. */
+    env: z.record(z.string(), z.string()).optional(),
+    labels: LabelsSchema.optional(),
+    ttlSeconds: z.number().int().positive().optional(),
+  })
+  .loose();
 
 export const SandboxListSchema = z.object({ sandboxes: z.array(SandboxSchema) });
 

@@ -12,6 +12,7 @@ import {
 } from '../../core/schemas/api.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { toApiError } from '../errors.ts';
+import type { PoolManager } from '../pools/pool-manager.ts';
 import type { SandboxManager } from '../sandbox-manager.ts';
 
 /** The largest JSON body an exec accepts (its stdin travels inside it). */
@@ -40,10 +41,19 @@ function parseLabels(raw: string | string[] | undefined): Record<string, string>
   return labels;
 }
 
-export function registerSandboxRoutes(app: FastifyInstance, manager: SandboxManager): void {
+export function registerSandboxRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  pools: PoolManager,
+): void {
   app.post('/v1/sandboxes', async (request, reply) => {
+    const body = (request.body ?? {}) as Record<string, unknown>;
+    const sandbox =
+      typeof body === 'object' && body !== null && 'pool' in body
+        ? await pools.acquire(body)
+        : await manager.create(body);
     reply.status(201);
-    return manager.create(request.body ?? {});
+    return sandbox;
   });
 
   app.get('/v1/sandboxes', async (request) => {
