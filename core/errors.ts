@@ -45,6 +45,8 @@ export const ERROR_CODES = {
   ROUTE_NOT_FOUND: { httpStatus: 404, summary: 'no such route' },
   /** The request body is larger than the server accepts. */
   PAYLOAD_TOO_LARGE: { httpStatus: 413, summary: 'the request body is too large' },
+  /** Another daemon holds the state directory, or the listen address is taken. */
+  DAEMON_CONFLICT: { httpStatus: 409, summary: 'another daemon is in the way' },
   /** Client side: the daemon does not answer at its address (not started, or stopped). */
   DAEMON_UNAVAILABLE: { httpStatus: 503, summary: 'the daemon cannot be reached' },
   /** The daemon is shutting down and takes no new work. */

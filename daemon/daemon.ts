@@ -5,6 +5,7 @@
 import { rm } from 'node:fs/promises';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { type Clock, systemClock } from '../core/clock.ts';
+import { GymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { VERSION } from '../core/version.ts';
 import { ProviderRegistry } from '../providers/registry.ts';
@@ -14,6 +15,7 @@ import {
   ensureStateDir,
   loadOrCreateDaemonId,
   loadOrCreateToken,
+  lockStateDir,
   removeDaemonInfo,
   writeDaemonInfo,
 } from './identity.ts';
@@ -45,9 +47,20 @@ export interface StartDaemonOptions {
 }
 
 export async function startDaemon(options: StartDaemonOptions): Promise<RunningDaemon> {
+  const { config } = options;
+  await ensureStateDir(config.stateDir);
+  const unlock = await lockStateDir(config.stateDir);
+  try {
+    return await assemble(options, unlock);
+  } catch (error) {
+    await unlock();
+    throw error;
+  }
+}
+
+async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>): Promise<RunningDaemon> {
   const { config, logger } = options;
   const clock = options.clock ?? systemClock;
-  await ensureStateDir(config.stateDir);
   const [token, daemonId] = await Promise.all([
     loadOrCreateToken(config.stateDir),
     loadOrCreateDaemonId(config.stateDir),
@@ -75,13 +88,31 @@ export async function startDaemon(options: StartDaemonOptions): Promise<RunningD
   const app = await buildServer({ manager, pools, metrics, token, daemonId, version: VERSION, logger });
 
   const address: RunningDaemon['address'] = {};
+  const shutdownQuietly = async () => {
+    pools.stop();
+    await app.close().catch(() => {});
+    await manager.shutdown({ destroy: false });
+  };
   if (options.listen !== false) {
-    if (config.listen.socket !== undefined) {
-      await rm(config.listen.socket, { force: true });
-      await app.listen({ path: config.listen.socket });
-      address.socket = config.listen.socket;
-    } else {
-      await app.listen({ host: config.listen.host, port: config.listen.port });
+    try {
+      if (config.listen.socket !== undefined) {
+        await rm(config.listen.socket, { force: true });
+        await app.listen({ path: config.listen.socket });
+        address.socket = config.listen.socket;
+      } else {
+        await app.listen({ host: config.listen.host, port: config.listen.port });
+      }
+    } catch (error) {
+      await shutdownQuietly();
+      const where = config.listen.socket ?? `${config.listen.host}:${config.listen.port}`;
+      const code = (error as NodeJS.ErrnoException).code;
+      throw new GymError(
+        code === 'EADDRINUSE' ? 'DAEMON_CONFLICT' : 'INTERNAL',
+        `cannot listen on ${where}: ${code ?? (error as Error).message}${code === 'EADDRINUSE' ? ' (another process uses it; pick another --port, or --port 0 for any free one)' : ''}`,
+        { cause: error },
+      );
+    }
+    if (config.listen.socket === undefined) {
       const bound = app.server.address();
       const port = typeof bound === 'object' && bound !== null ? bound.port : config.listen.port;
       const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
@@ -111,6 +142,7 @@ export async function startDaemon(options: StartDaemonOptions): Promise<RunningD
         await removeDaemonInfo(config.stateDir);
         if (address.socket !== undefined) await rm(address.socket, { force: true });
       }
+      await unlock();
       logger.info('daemon stopped');
     })();
     return stopping;

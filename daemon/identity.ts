@@ -6,11 +6,51 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { GymError } from '../core/errors.ts';
 import { createId } from '../core/ids.ts';
 
 export const TOKEN_FILE = 'token';
 export const DAEMON_ID_FILE = 'daemon-id';
 export const DAEMON_INFO_FILE = 'daemon.json';
+export const LOCK_FILE = 'daemon.lock';
+
+function isProcessAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Takes the state directory for this process: two daemons on one store would each take the
+ * other's sandboxes for orphans. The lock file holds the owner's pid; a lock whose owner is dead
+ * (a kill -9) is taken over. Returns the release function.
+ */
+export async function lockStateDir(stateDir: string): Promise<() => Promise<void>> {
+  const path = join(stateDir, LOCK_FILE);
+  for (let attempt = 0; attempt < 2; attempt += 1) {
+    try {
+      await writeFile(path, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
+      return () => rm(path, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const owner = Number((await readFile(path, 'utf8').catch(() => '')).trim());
+      if (Number.isInteger(owner) && owner > 0 && isProcessAlive(owner)) {
+        throw new GymError(
+          'DAEMON_CONFLICT',
+          `another daemon (pid ${owner}) already uses state directory ${stateDir}; stop it with \`gym daemon stop\` or choose another --state-dir`,
+          {
+            details: { pid: owner, stateDir },
+          },
+        );
+      }
+      await rm(path, { force: true });
+    }
+  }
+  throw new GymError('DAEMON_CONFLICT', `could not lock state directory ${stateDir}`);
+}
 
 async function readOrCreate(path: string, create: () => string, mode: number): Promise<string> {
   try {
