@@ -37,6 +37,12 @@ export const ERROR_CODES = {
   PROVIDER_TIMEOUT: { httpStatus: 504, summary: 'the provider timed out' },
   /** A pool has no capacity left and its queue is full. */
   POOL_EXHAUSTED: { httpStatus: 429, summary: 'no capacity left' },
+  /** The model upstream (policy server) failed or could not be reached, after bounded retries. */
+  MODEL_UPSTREAM_ERROR: { httpStatus: 502, summary: 'the model upstream failed' },
+  /** The model upstream kept answering 429 through every retry. */
+  MODEL_RATE_LIMITED: { httpStatus: 429, summary: 'the model upstream is rate limiting' },
+  /** No gateway rollout of that id (never opened, or closed). */
+  ROLLOUT_NOT_FOUND: { httpStatus: 404, summary: 'no such rollout' },
   /** No pool of that name is defined. */
   POOL_NOT_FOUND: { httpStatus: 404, summary: 'no such pool' },
   /** The provider's limit on live sandboxes or concurrent creates is reached and its wait queue is full; `details.retryAfterMs` hints when to retry. */

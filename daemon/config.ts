@@ -75,6 +75,19 @@ export const DaemonConfigSchema = z
     /** How long a graceful shutdown waits for in-flight requests. */
     shutdownGraceMs: z.number().int().positive().default(30_000),
     logLevel: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+    gateway: z
+      .object({
+        /** The policy server (NeMo Gym's policy_base_url, policy_api_key, policy_model_name). */
+        upstream: z
+          .object({ baseUrl: z.string().url(), apiKey: z.string().optional(), model: z.string().optional() })
+          .strict()
+          .optional(),
+        /** Retries on 429, 5xx and connection errors, with exponential backoff. */
+        maxRetries: z.number().int().min(0).max(10).default(3),
+        timeoutMs: z.number().int().positive().default(600_000),
+      })
+      .strict()
+      .prefault({}),
     /** Warm pools created at start (pools defined through the API persist on their own). */
     pools: z.record(PoolNameSchema, PoolDefinitionSchema).default({}),
   })
@@ -103,6 +116,15 @@ export function configFromEnvironment(
   if (env.GYM_PORT) listen.port = Number(env.GYM_PORT);
   if (env.GYM_SOCKET) listen.socket = env.GYM_SOCKET;
   if (Object.keys(listen).length > 0) overrides.listen = listen as DaemonConfigInput['listen'];
+  if (env.GYM_POLICY_BASE_URL) {
+    overrides.gateway = {
+      upstream: {
+        baseUrl: env.GYM_POLICY_BASE_URL,
+        ...(env.GYM_POLICY_API_KEY ? { apiKey: env.GYM_POLICY_API_KEY } : {}),
+        ...(env.GYM_POLICY_MODEL_NAME ? { model: env.GYM_POLICY_MODEL_NAME } : {}),
+      },
+    };
+  }
   return overrides;
 }
 

@@ -11,6 +11,7 @@ import { VERSION } from '../core/version.ts';
 import { ProviderRegistry } from '../providers/registry.ts';
 import type { SandboxProvider } from '../providers/sandbox-provider.ts';
 import type { DaemonConfig } from './config.ts';
+import { ModelGateway } from './gateway/gateway.ts';
 import {
   ensureStateDir,
   loadOrCreateDaemonId,
@@ -29,6 +30,7 @@ export interface RunningDaemon {
   app: FastifyInstance;
   manager: SandboxManager;
   pools: PoolManager;
+  gateway: ModelGateway;
   daemonId: string;
   token: string;
   /** `http://127.0.0.1:PORT`, or the unix socket path. */
@@ -85,7 +87,23 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
   metrics.pools = pools;
   await pools.start(config.pools);
-  const app = await buildServer({ manager, pools, metrics, token, daemonId, version: VERSION, logger });
+  const gateway = new ModelGateway({
+    stateDir: config.stateDir,
+    logger,
+    maxRetries: config.gateway.maxRetries,
+    timeoutMs: config.gateway.timeoutMs,
+    ...(config.gateway.upstream === undefined ? {} : { upstream: config.gateway.upstream }),
+  });
+  const app = await buildServer({
+    manager,
+    pools,
+    gateway,
+    metrics,
+    token,
+    daemonId,
+    version: VERSION,
+    logger,
+  });
 
   const address: RunningDaemon['address'] = {};
   const shutdownQuietly = async () => {
@@ -147,5 +165,5 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     })();
     return stopping;
   };
-  return { app, manager, pools, daemonId, token, address, stop };
+  return { app, manager, pools, gateway, daemonId, token, address, stop };
 }

@@ -6,10 +6,12 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import { GymError } from '../core/errors.ts';
 import { toApiError } from './errors.ts';
+import type { ModelGateway } from './gateway/gateway.ts';
 import { tokenMatches } from './identity.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import type { PoolManager } from './pools/pool-manager.ts';
+import { GATEWAY_MODEL_PATH, registerGatewayRoutes } from './routes/gateway.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
@@ -21,6 +23,7 @@ const PUBLIC_ROUTES = new Set(['/healthz']);
 export interface ServerOptions {
   manager: SandboxManager;
   pools: PoolManager;
+  gateway: ModelGateway;
   metrics: DaemonMetrics;
   token: string;
   daemonId: string;
@@ -48,7 +51,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
 
   app.addHook('onRequest', async (request, reply) => {
-    if (PUBLIC_ROUTES.has(request.url.split('?')[0] ?? '')) return;
+    const path = request.url.split('?')[0] ?? '';
+    // Model calls of agents carry their rollout's own key, checked by the gateway route.
+    if (PUBLIC_ROUTES.has(path) || GATEWAY_MODEL_PATH.test(path)) return;
     const header = request.headers.authorization ?? '';
     const presented = header.startsWith('Bearer ') ? header.slice('Bearer '.length) : '';
     if (presented === '' || !tokenMatches(presented, options.token)) {
@@ -116,5 +121,6 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.get('/openapi.json', async () => openApi);
   registerSandboxRoutes(app, options.manager, options.pools);
   registerPoolRoutes(app, options.pools);
+  registerGatewayRoutes(app, options.gateway);
   return app;
 }

@@ -1,0 +1,196 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import type { ProviderContext } from '../../providers/sandbox-provider.ts';
+import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
+import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
+
+let model: ScriptedModelServer;
+let daemon: TestDaemon;
+
+beforeAll(async () => {
+  model = await startScriptedModelServer(
+    ModelScriptSchema.parse({
+      conversations: [
+        { match: 'please fail', replies: [{ error: { status: 500, message: 'upstream exploded' } }] },
+        {
+          match: 'token ids',
+          replies: [
+            {
+              content: 'with extras',
+              extra: { prompt_token_ids: [1, 2, 3] },
+              choiceExtra: { logprobs: { content: [{ token: 'with', logprob: -0.1 }] }, token_ids: [42, 43] },
+            },
+          ],
+        },
+        {
+          replies: [{ toolCalls: [{ name: 'bash', arguments: { command: 'ls' } }] }, { content: 'all done' }],
+        },
+      ],
+    }),
+  );
+  daemon = await startTestDaemon(
+    {
+      providers: [{ name: 'memory' }],
+      gateway: {
+        upstream: { baseUrl: model.baseUrl, apiKey: 'upstream-secret', model: 'policy-v1' },
+        maxRetries: 2,
+      },
+    },
+    {
+      factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+      listen: true,
+    },
+  );
+});
+
+afterAll(async () => {
+  await daemon.cleanup();
+  await model.close();
+});
+
+async function openRollout(rolloutId?: string): Promise<{ rolloutId: string; key: string; client: OpenAI }> {
+  const response = await fetch(`${daemon.address.url}/v1/gateway/rollouts`, {
+    method: 'POST',
+    headers: { ...daemon.auth, 'content-type': 'application/json' },
+    body: JSON.stringify(rolloutId === undefined ? {} : { rolloutId }),
+  });
+  expect(response.status).toBe(201);
+  const opened = (await response.json()) as { rolloutId: string; key: string; basePath: string };
+  return {
+    ...opened,
+    client: new OpenAI({
+      baseURL: `${daemon.address.url}${opened.basePath}`,
+      apiKey: opened.key,
+      maxRetries: 0,
+    }),
+  };
+}
+
+async function records(rolloutId: string): Promise<Array<Record<string, unknown>>> {
+  const response = await fetch(`${daemon.address.url}/v1/gateway/rollouts/${rolloutId}/records`, {
+    headers: daemon.auth,
+  });
+  return ((await response.json()) as { records: Array<Record<string, unknown>> }).records;
+}
+
+describe('model gateway', () => {
+  it('forwards chat completions (plain and streamed) with the policy model, recording each call', async () => {
+    const { rolloutId, client } = await openRollout();
+    const first = await client.chat.completions.create({
+      model: 'whatever',
+      messages: [{ role: 'user', content: 'hi' }],
+      temperature: 0.3,
+    });
+    expect(first.choices[0]?.message.tool_calls?.[0]).toMatchObject({
+      function: { name: 'bash', arguments: '{"command":"ls"}' },
+    });
+    expect(model.requests.at(-1)?.headers.authorization).toBe('Bearer upstream-secret');
+    expect(model.requests.at(-1)?.body).toMatchObject({ model: 'policy-v1', temperature: 0.3 });
+
+    const stream = await client.chat.completions.create({
+      model: 'whatever',
+      stream: true,
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'step' },
+        { role: 'user', content: 'go on' },
+      ],
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+    expect(text).toBe('all done');
+
+    const saved = await records(rolloutId);
+    expect(saved).toHaveLength(2);
+    expect(saved[0]).toMatchObject({
+      index: 0,
+      api: 'chat.completions',
+      status: 'ok',
+      upstreamModel: 'policy-v1',
+      request: { model: 'whatever', temperature: 0.3 },
+    });
+    expect(saved[1]).toMatchObject({
+      index: 1,
+      stream: true,
+      response: { choices: [{ message: { content: 'all done' }, finish_reason: 'stop' }] },
+    });
+    expect((saved[1]?.events as unknown[]).length).toBeGreaterThan(2);
+  });
+
+  it('keeps extra upstream fields (token ids, logprobs) unchanged in the record', async () => {
+    const { rolloutId, client } = await openRollout();
+    const response = (await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'token ids please' }],
+      logprobs: true,
+    })) as unknown as Record<string, unknown>;
+    expect(response.prompt_token_ids).toEqual([1, 2, 3]);
+    const [record] = await records(rolloutId);
+    const saved = JSON.parse(JSON.stringify(record)) as {
+      request: Record<string, unknown>;
+      response: Record<string, unknown>;
+    };
+    expect(saved.request.logprobs).toBe(true);
+    expect(saved.response.prompt_token_ids).toEqual([1, 2, 3]);
+    expect((saved.response.choices as Array<Record<string, unknown>>)[0]).toMatchObject({
+      token_ids: [42, 43],
+      logprobs: { content: [{ token: 'with', logprob: -0.1 }] },
+    });
+  });
+
+  it('forwards the Responses API, streamed, event by event', async () => {
+    const { rolloutId, client } = await openRollout();
+    const stream = await client.responses.create({ model: 'm', input: 'hi', stream: true });
+    const types: string[] = [];
+    for await (const event of stream) types.push(event.type);
+    expect(types[0]).toBe('response.created');
+    expect(types.at(-1)).toBe('response.completed');
+    expect(types).toContain('response.function_call_arguments.done');
+    const [record] = await records(rolloutId);
+    expect(record).toMatchObject({
+      api: 'responses',
+      stream: true,
+      response: { status: 'completed', output: [{ type: 'function_call', name: 'bash' }] },
+    });
+  });
+
+  it('retries a failing upstream a bounded number of times, then answers a typed 502', async () => {
+    const { rolloutId, client } = await openRollout();
+    const before = model.requests.length;
+    const error = await client.chat.completions
+      .create({ model: 'm', messages: [{ role: 'user', content: 'please fail' }] })
+      .catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    expect(model.requests.length - before).toBe(3);
+    const [record] = await records(rolloutId);
+    expect(record).toMatchObject({
+      status: 'error',
+      error: { code: 'MODEL_UPSTREAM_ERROR', upstreamStatus: 500 },
+    });
+  });
+
+  it('refuses a wrong rollout key and an unknown rollout, without the daemon token', async () => {
+    const { rolloutId } = await openRollout();
+    const wrong = new OpenAI({
+      baseURL: `${daemon.address.url}/v1/gateway/${rolloutId}/v1`,
+      apiKey: daemon.token,
+      maxRetries: 0,
+    });
+    await expect(wrong.chat.completions.create({ model: 'm', messages: [] })).rejects.toMatchObject({
+      status: 401,
+    });
+    const unknown = new OpenAI({
+      baseURL: `${daemon.address.url}/v1/gateway/ro-nope/v1`,
+      apiKey: 'x',
+      maxRetries: 0,
+    });
+    await expect(unknown.chat.completions.create({ model: 'm', messages: [] })).rejects.toMatchObject({
+      status: 404,
+    });
+    const noToken = await fetch(`${daemon.address.url}/v1/gateway/rollouts/${rolloutId}/records`);
+    expect(noToken.status).toBe(401);
+  });
+});
