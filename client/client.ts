@@ -232,6 +232,40 @@ export class GymClient {
     return this.raw('GET', `/v1/sandboxes/${encodeURIComponent(id)}/archive`, { query: { path: directory } });
   }
 
+  /** Makes the model gateway reachable inside the sandbox at `http://127.0.0.1:<port>`. */
+  forwardGateway(id: string, port: number): Promise<{ url: string }> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/gateway-forward`, { json: { port } });
+  }
+
+  /** Opens a gateway rollout; its key is the API key an agent uses. */
+  openRollout(
+    options: { rolloutId?: string; upstream?: { baseUrl: string; apiKey?: string; model?: string } } = {},
+  ): Promise<{
+    rolloutId: string;
+    key: string;
+    basePath: string;
+  }> {
+    return this.#json('POST', '/v1/gateway/rollouts', { json: options });
+  }
+
+  async rolloutRecords(rolloutId: string): Promise<unknown[]> {
+    return (
+      await this.#json<{ records: unknown[] }>(
+        'GET',
+        `/v1/gateway/rollouts/${encodeURIComponent(rolloutId)}/records`,
+      )
+    ).records;
+  }
+
+  async closeRollout(rolloutId: string): Promise<void> {
+    await this.#json('DELETE', `/v1/gateway/rollouts/${encodeURIComponent(rolloutId)}`);
+  }
+
+  /** The daemon's base URL (TCP), for building gateway endpoints. */
+  get url(): string | undefined {
+    return this.#options.url;
+  }
+
   snapshot(id: string, image: string): Promise<{ image: string }> {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/snapshot`, { json: { image } });
   }

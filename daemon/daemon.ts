@@ -3,6 +3,8 @@
  * a loaded config), wires the real dependencies together, reconciles, and listens.
  */
 import { rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { type Clock, systemClock } from '../core/clock.ts';
 import { GymError } from '../core/errors.ts';
@@ -94,10 +96,14 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     timeoutMs: config.gateway.timeoutMs,
     ...(config.gateway.upstream === undefined ? {} : { upstream: config.gateway.upstream }),
   });
+  // Agents inside sandboxes reach the gateway through this socket (a forwarder relays to it):
+  // a unix socket crosses network namespaces where no TCP address of the host would.
+  const gatewaySocket = options.listen === false ? undefined : join(config.stateDir, 'gateway.sock');
   const app = await buildServer({
     manager,
     pools,
     gateway,
+    ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
     metrics,
     token,
     daemonId,
@@ -106,6 +112,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   });
 
   const address: RunningDaemon['address'] = {};
+  let gatewayServer: Server | undefined;
   const shutdownQuietly = async () => {
     pools.stop();
     await app.close().catch(() => {});
@@ -130,6 +137,14 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
         { cause: error },
       );
     }
+    if (gatewaySocket !== undefined) {
+      await rm(gatewaySocket, { force: true });
+      gatewayServer = createServer((request, response) => app.server.emit('request', request, response));
+      await new Promise<void>((resolve, reject) => {
+        gatewayServer!.once('error', reject);
+        gatewayServer!.listen(gatewaySocket, resolve);
+      });
+    }
     if (config.listen.socket === undefined) {
       const bound = app.server.address();
       const port = typeof bound === 'object' && bound !== null ? bound.port : config.listen.port;
@@ -153,6 +168,10 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   const stop = (stopOptions: { destroy?: boolean } = {}) => {
     stopping ??= (async () => {
       logger.info('daemon stopping: draining requests');
+      gatewayServer?.closeAllConnections();
+      await new Promise((resolve) =>
+        gatewayServer === undefined ? resolve(undefined) : gatewayServer.close(resolve),
+      );
       await app.close();
       pools.stop();
       await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });

@@ -468,6 +468,23 @@ export class SandboxManager implements SandboxCounts {
     return this.#use(id, (provider) => provider.readArchive(id, directory));
   }
 
+  /** Relays `127.0.0.1:<port>` inside the sandbox to the daemon's gateway socket. */
+  async forwardGateway(id: string, port: number, socketPath: string): Promise<{ url: string }> {
+    await this.#use(id, async (provider, record) => {
+      if (provider.forwardToHostSocket === undefined || !provider.capabilities.hostForward) {
+        throw new GymError(
+          'CAPABILITY_UNSUPPORTED',
+          `provider ${record.provider} cannot forward a port to the host`,
+          {
+            details: { provider: record.provider, capability: 'hostForward' },
+          },
+        );
+      }
+      await provider.forwardToHostSocket(id, { port, socketPath });
+    });
+    return { url: `http://127.0.0.1:${port}` };
+  }
+
   snapshot(id: string, image: string): Promise<{ image: string }> {
     return this.#use(id, (provider, record) => {
       if (provider.snapshot === undefined || !provider.capabilities.snapshot) {

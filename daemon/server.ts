@@ -24,6 +24,8 @@ export interface ServerOptions {
   manager: SandboxManager;
   pools: PoolManager;
   gateway: ModelGateway;
+  /** The unix socket agents in sandboxes reach the gateway through (see gateway-forward). */
+  gatewaySocket?: string;
   metrics: DaemonMetrics;
   token: string;
   daemonId: string;
@@ -119,7 +121,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     reply.type('text/plain; version=0.0.4').send(await options.metrics.text()),
   );
   app.get('/openapi.json', async () => openApi);
-  registerSandboxRoutes(app, options.manager, options.pools);
+  registerSandboxRoutes(app, options.manager, options.pools, options.gatewaySocket);
   registerPoolRoutes(app, options.pools);
   registerGatewayRoutes(app, options.gateway);
   return app;

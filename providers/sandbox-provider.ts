@@ -37,6 +37,8 @@ export interface ProviderCapabilities {
   diskLimit: boolean;
   /** The `network` modes a spec may ask for; `none` is always among them. */
   networkModes: ReadonlyArray<SandboxSpec['network']>;
+  /** `forwardToHostSocket()`: a port on the sandbox's loopback relayed to a unix socket of the host. */
+  hostForward: boolean;
 }
 
 /** What the composition root hands every provider. */
@@ -157,6 +159,14 @@ export interface SandboxProvider {
    * Optional: present only with the `snapshot` capability.
    */
   snapshot?(id: string, options: { image: string }): Promise<{ image: string }>;
+
+  /**
+   * Listens on `127.0.0.1:<port>` inside the sandbox and relays each connection to a unix socket
+   * on the daemon's host: how an agent in a sandbox without network reaches the model gateway,
+   * and nothing else. Idempotent per port; ends with the sandbox.
+   * Optional: present only with the `hostForward` capability.
+   */
+  forwardToHostSocket?(id: string, options: { port: number; socketPath: string }): Promise<void>;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

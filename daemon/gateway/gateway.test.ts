@@ -116,7 +116,7 @@ describe('model gateway', () => {
       stream: true,
       response: { choices: [{ message: { content: 'all done' }, finish_reason: 'stop' }] },
     });
-    expect((saved[1]?.events as unknown[]).length).toBeGreaterThan(2);
+    expect((saved[1]!.events as unknown[]).length).toBeGreaterThan(2);
   });
 
   it('keeps extra upstream fields (token ids, logprobs) unchanged in the record', async () => {

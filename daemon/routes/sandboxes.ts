@@ -1,6 +1,7 @@
 import { PassThrough } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { SANDBOX_ID_PATTERN } from '../../core/ids.ts';
 import {
@@ -41,11 +42,25 @@ function parseLabels(raw: string | string[] | undefined): Record<string, string>
   return labels;
 }
 
+const ForwardRequestSchema = z.object({ port: z.number().int().min(1024).max(65535).default(4000) }).strict();
+
 export function registerSandboxRoutes(
   app: FastifyInstance,
   manager: SandboxManager,
   pools: PoolManager,
+  gatewaySocket: string | undefined,
 ): void {
+  app.post('/v1/sandboxes/:id/gateway-forward', async (request) => {
+    if (gatewaySocket === undefined) {
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        'this daemon serves no gateway socket (it is not listening)',
+      );
+    }
+    const body = parseOrThrow(ForwardRequestSchema, request.body ?? {}, 'forward request');
+    return manager.forwardGateway(sandboxId(request), body.port, gatewaySocket);
+  });
+
   app.post('/v1/sandboxes', async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;
     const sandbox =

@@ -1,3 +1,4 @@
+import { type ChildProcess, spawn } from 'node:child_process';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -52,6 +53,11 @@ export const DockerProviderOptionsSchema = z
     diskQuota: z.boolean().default(false),
     /** An OCI runtime other than the engine's default (for example `runsc` for gVisor). */
     runtime: z.string().optional(),
+    /**
+     * Relay a sandbox port to a host unix socket with `nsenter` + `socat` (the engine must run on
+     * this host and the daemon as root): how agents in network-less sandboxes reach the gateway.
+     */
+    hostForward: z.boolean().default(true),
   })
   .strict();
 export type DockerProviderOptions = z.input<typeof DockerProviderOptionsSchema>;
@@ -71,6 +77,11 @@ export const DockerSpecOptionsSchema = z
       .positive()
       .max(1024 * 1024)
       .optional(),
+    /** Host directories mounted read-only (`{hostPath, path}`), e.g. a cache of agent binaries. */
+    readOnlyBinds: z
+      .array(z.object({ hostPath: z.string().startsWith('/'), path: z.string().startsWith('/') }).strict())
+      .max(16)
+      .default([]),
   })
   .strict();
 
@@ -95,6 +106,8 @@ export class DockerProvider implements SandboxProvider {
   readonly #options: z.output<typeof DockerProviderOptionsSchema>;
   /** Sessions by sandbox id, then by session name and user. */
   readonly #sessions = new Map<string, Map<string, Promise<DockerSession>>>();
+  /** Relays started by forwardToHostSocket, by sandbox id then port. */
+  readonly #forwarders = new Map<string, Map<number, ChildProcess>>();
   /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
   readonly #oomCounts = new Map<string, number>();
 
@@ -114,6 +127,7 @@ export class DockerProvider implements SandboxProvider {
       gpus: this.#options.gpus,
       diskLimit: this.#options.diskQuota,
       networkModes: ['none', 'host', 'bridge'],
+      hostForward: this.#options.hostForward,
     };
   }
 
@@ -204,6 +218,9 @@ export class DockerProvider implements SandboxProvider {
           ...(resources.pidsLimit === undefined ? {} : { PidsLimit: resources.pidsLimit }),
           ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
           ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
+          ...(specOptions.readOnlyBinds.length === 0
+            ? {}
+            : { Binds: specOptions.readOnlyBinds.map((bind) => `${bind.hostPath}:${bind.path}:ro`) }),
           ...(resources.gpus === undefined || resources.gpus === 0
             ? {}
             : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
@@ -509,8 +526,71 @@ export class DockerProvider implements SandboxProvider {
     return rebaseArchive(await this.#getArchive(id, posix.normalize(directory)));
   }
 
+  async forwardToHostSocket(id: string, options: { port: number; socketPath: string }): Promise<void> {
+    if (!this.capabilities.hostForward) {
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'hostForward is off for this docker provider', {
+        details: { capability: 'hostForward' },
+      });
+    }
+    const existing = this.#forwarders.get(id)?.get(options.port);
+    if (existing !== undefined && existing.exitCode === null) return;
+    let pid: number;
+    try {
+      pid = (await this.#docker.getContainer(this.containerName(id)).inspect()).State.Pid;
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'forward', sandboxId: id });
+    }
+    if (!pid) throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`);
+    // socat runs in the sandbox's network namespace only: it listens on the sandbox's loopback
+    // and reaches the host's socket through the filesystem, which no network namespace fences.
+    const child = spawn(
+      'nsenter',
+      [
+        '-t',
+        String(pid),
+        '-n',
+        'socat',
+        `TCP-LISTEN:${options.port},bind=127.0.0.1,reuseaddr,fork`,
+        `UNIX-CONNECT:${options.socketPath}`,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let errors = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      errors = (errors + chunk.toString()).slice(-2000);
+    });
+    const failed = new Promise<never>((_resolve, reject) => {
+      child.once('error', (error) =>
+        reject(
+          new GymError(
+            'CAPABILITY_UNSUPPORTED',
+            `cannot start the forwarder (nsenter and socat are needed, as root): ${error.message}`,
+          ),
+        ),
+      );
+      child.once('exit', (code) =>
+        reject(new GymError('PROVIDER_ERROR', `the forwarder exited with ${code}: ${errors.trim()}`)),
+      );
+    });
+    failed.catch(() => {});
+    // socat binds within milliseconds; a failure (port taken, no socat) shows as an early exit.
+    await Promise.race([failed, new Promise((resolve) => setTimeout(resolve, 150))]);
+    let byPort = this.#forwarders.get(id);
+    if (byPort === undefined) {
+      byPort = new Map();
+      this.#forwarders.set(id, byPort);
+    }
+    byPort.set(options.port, child);
+  }
+
+  #stopForwarders(id: string): void {
+    for (const child of this.#forwarders.get(id)?.values() ?? []) child.kill('SIGKILL');
+    this.#forwarders.delete(id);
+  }
+
   async destroy(id: string): Promise<void> {
     this.#closeSessions(id);
+    this.#stopForwarders(id);
     this.#oomCounts.delete(id);
     try {
       await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));
@@ -545,5 +625,6 @@ export class DockerProvider implements SandboxProvider {
 
   async close(): Promise<void> {
     for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
+    for (const id of [...this.#forwarders.keys()]) this.#stopForwarders(id);
   }
 }

@@ -1,0 +1,153 @@
+/**
+ * The harness contract: drive one agent against one sandbox until it submits or hits a limit,
+ * and hand back what happened. A harness sees a sandbox only through `SandboxHandle` (never a
+ * provider) and a model only through its rollout's gateway endpoint.
+ */
+
+import type { Logger } from '../core/logger.ts';
+import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
+
+/** What a harness may do to its sandbox. */
+export interface SandboxHandle {
+  readonly id: string;
+  exec(request: ExecRequestInput): Promise<ExecResult>;
+  writeFile(path: string, content: Buffer, mode?: number): Promise<void>;
+  readFile(path: string): Promise<Buffer>;
+  /**
+   * Makes the model gateway reachable from inside the sandbox at `http://127.0.0.1:<port>`,
+   * for agent CLIs that run there. Optional: not every provider can.
+   */
+  forwardGateway?(port: number): Promise<{ url: string }>;
+}
+
+export interface HarnessTask {
+  id: string;
+  /** What the agent is asked to do (a SWE problem statement, a terminal instruction). */
+  instruction: string;
+  /** Where the work happens inside the sandbox. */
+  workdir: string;
+  /** The reference solution as a unified diff (the oracle applies it). */
+  goldPatch?: string;
+  metadata?: Record<string, unknown>;
+}
+
+/** The rollout's OpenAI-compatible endpoint on the daemon's gateway. */
+export interface ModelEndpoint {
+  /** Up to and including `/v1` (`http://127.0.0.1:7380/v1/gateway/<rollout>/v1`). */
+  baseUrl: string;
+  /** The rollout's key (sent as the API key). */
+  apiKey: string;
+  model: string;
+  /** The path part of baseUrl, for agents reaching the gateway through a forwarder. */
+  basePath: string;
+}
+
+export interface HarnessLimits {
+  /** Model calls at most. */
+  maxSteps: number;
+  wallTimeMs: number;
+  /** Stop when the cost reaches this (needs prices; 0 = no cost limit). */
+  maxCostUsd: number;
+  pricePerMillionInputTokens: number;
+  pricePerMillionOutputTokens: number;
+  /** Observations longer than this are shown as head and tail. */
+  maxObservationChars: number;
+  /** One command's timeout (capped by the time left). */
+  commandTimeoutMs: number;
+}
+
+export const DEFAULT_LIMITS: HarnessLimits = {
+  maxSteps: 50,
+  wallTimeMs: 30 * 60_000,
+  maxCostUsd: 0,
+  pricePerMillionInputTokens: 0,
+  pricePerMillionOutputTokens: 0,
+  maxObservationChars: 10_000,
+  commandTimeoutMs: 120_000,
+};
+
+export type HarnessOutcome =
+  | 'submitted'
+  | 'step_limit'
+  | 'time_limit'
+  | 'cost_limit'
+  | 'agent_error'
+  | 'sandbox_gone';
+
+export interface TrajectoryStep {
+  index: number;
+  startedAt: string;
+  durationMs: number;
+  /** What the model said (its reasoning and action text). */
+  assistant?: string;
+  /** The action taken: a shell command, or a tool call. */
+  action?: { tool: string; arguments: Record<string, unknown> };
+  /** What the action produced, as fed back to the model. */
+  observation?: string;
+  exitCode?: number | null;
+  /** A format error or failed call, fed back or fatal. */
+  error?: string;
+  usage?: { inputTokens: number; outputTokens: number };
+}
+
+export interface HarnessResult {
+  outcome: HarnessOutcome;
+  /** The final output (a patch, the final message); null when none was submitted. */
+  submission: string | null;
+  /** Why it ended, for anything but a clean submission. */
+  message?: string;
+  trajectory: TrajectoryStep[];
+  steps: number;
+  costUsd: number;
+  timings: { startedAt: string; durationMs: number };
+  /** Agent-specific extras (an agent CLI's own event log, say). */
+  extra?: Record<string, unknown>;
+}
+
+export interface HarnessRunContext {
+  sandbox: SandboxHandle;
+  task: HarnessTask;
+  model: ModelEndpoint;
+  limits: HarnessLimits;
+  logger: Logger;
+  signal?: AbortSignal;
+}
+
+export interface Harness {
+  readonly name: string;
+  /** Whether the harness calls a model (the oracle does not). */
+  readonly needsModel: boolean;
+  run(context: HarnessRunContext): Promise<HarnessResult>;
+}
+
+export type HarnessFactory = (options: unknown) => Harness | Promise<Harness>;
+
+/** Builds a result's timing and cost fields from a start time; shared by every harness. */
+export class RunClock {
+  readonly startedMs = Date.now();
+  readonly limits: HarnessLimits;
+  readonly #deadlineMs: number;
+
+  constructor(limits: HarnessLimits) {
+    this.limits = limits;
+    this.#deadlineMs = this.startedMs + limits.wallTimeMs;
+  }
+
+  get remainingMs(): number {
+    return this.#deadlineMs - Date.now();
+  }
+
+  finish(result: Omit<HarnessResult, 'timings'>): HarnessResult {
+    return {
+      ...result,
+      timings: { startedAt: new Date(this.startedMs).toISOString(), durationMs: Date.now() - this.startedMs },
+    };
+  }
+}
+
+/** Shows long output as head and tail with how much was left out, as mini-swe-agent does. */
+export function clipObservation(text: string, maxChars: number): string {
+  if (text.length <= maxChars) return text;
+  const half = Math.floor(maxChars / 2);
+  return `${text.slice(0, half)}\n[... ${text.length - 2 * half} characters elided; use head, tail, grep or redirect to a file ...]\n${text.slice(-half)}`;
+}
