@@ -37,6 +37,8 @@ export const ERROR_CODES = {
   PROVIDER_TIMEOUT: { httpStatus: 504, summary: 'the provider timed out' },
   /** A pool has no capacity left and its queue is full. */
   POOL_EXHAUSTED: { httpStatus: 429, summary: 'no capacity left' },
+  /** The harness name is not registered and is not a loadable module. */
+  HARNESS_NOT_FOUND: { httpStatus: 400, summary: 'no such harness' },
   /** The model upstream (policy server) failed or could not be reached, after bounded retries. */
   MODEL_UPSTREAM_ERROR: { httpStatus: 502, summary: 'the model upstream failed' },
   /** The model upstream kept answering 429 through every retry. */

@@ -11,7 +11,12 @@ import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 export interface SandboxHandle {
   readonly id: string;
   exec(request: ExecRequestInput): Promise<ExecResult>;
-  writeFile(path: string, content: Buffer, mode?: number): Promise<void>;
+  /** Bytes in memory, or a stream with its exact size (large agent binaries). */
+  writeFile(
+    path: string,
+    content: Buffer | { stream: import('node:stream').Readable; sizeBytes: number },
+    mode?: number,
+  ): Promise<void>;
   readFile(path: string): Promise<Buffer>;
   /**
    * Makes the model gateway reachable from inside the sandbox at `http://127.0.0.1:<port>`,

@@ -2,9 +2,8 @@
  * Finds a provider factory by name: a built-in one, or a third-party module given by path or
  * package name. A miss names what is available, so a typo is a one-line fix.
  */
-import { isAbsolute, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { GymError } from '../core/errors.ts';
+import { loadFactory } from '../core/modules.ts';
 import { createDockerProvider } from './docker/index.ts';
 import type { ProviderContext, SandboxProvider, SandboxProviderFactory } from './sandbox-provider.ts';
 
@@ -78,40 +77,17 @@ export class ProviderRegistry {
   }
 }
 
-function isLocalPath(specifier: string): boolean {
-  return specifier.startsWith('.') || isAbsolute(specifier);
-}
-
 /** Imports a provider module; it must export `createProvider` (or a default) as a factory function. */
 export async function loadProviderModule(
   specifier: string,
   baseDirectory: string,
 ): Promise<SandboxProviderFactory> {
-  const target = isLocalPath(specifier) ? pathToFileURL(resolve(baseDirectory, specifier)).href : specifier;
-  let loaded: Record<string, unknown>;
-  try {
-    loaded = (await import(target)) as Record<string, unknown>;
-  } catch (error) {
-    throw new GymError(
-      'PROVIDER_NOT_FOUND',
-      `cannot load provider module "${specifier}": ${(error as Error).message}`,
-      {
-        details: { module: specifier },
-        cause: error,
-      },
-    );
-  }
-  const factory = loaded.createProvider ?? loaded.default;
-  if (typeof factory !== 'function') {
-    throw new GymError(
-      'PROVIDER_INVALID',
-      `provider module "${specifier}" must export a function \`createProvider(options, context)\``,
-      {
-        details: { module: specifier, exports: Object.keys(loaded) },
-      },
-    );
-  }
-  return factory as SandboxProviderFactory;
+  return (await loadFactory(specifier, baseDirectory, {
+    kind: 'provider',
+    exportNames: ['createProvider', 'default'],
+    notFoundCode: 'PROVIDER_NOT_FOUND',
+    invalidCode: 'PROVIDER_INVALID',
+  })) as SandboxProviderFactory;
 }
 
 function assertIsProvider(candidate: unknown, name: string): asserts candidate is SandboxProvider {

@@ -1,0 +1,197 @@
+import { randomBytes } from 'node:crypto';
+import { dirname } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../client/client.ts';
+import { silentLogger } from '../core/logger.ts';
+import { startTestDaemon, type TestDaemon } from '../test/daemon-harness.ts';
+import { dockerTestEnvironment, testImage } from '../test/docker-available.ts';
+import {
+  DEFAULT_LIMITS,
+  type Harness,
+  type HarnessLimits,
+  type HarnessTask,
+  type ModelEndpoint,
+} from './harness.ts';
+import { CODEX_RECIPE } from './installed/codex.ts';
+import { ensureAgentOnHost } from './installed/installed-agent.ts';
+import { HarnessRegistry } from './registry.ts';
+import { clientSandboxHandle } from './sandbox-handle.ts';
+import { ModelScriptSchema } from './scripted-model/script.ts';
+import { type ScriptedModelServer, startScriptedModelServer } from './scripted-model/server.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
+
+const SETUP_REPO = [
+  'mkdir -p /work/repo && cd /work/repo && git init -q',
+  "printf 'def add(a, b):\\n    return a - b\\n' > calc.py",
+  "printf 'from calc import add\\n\\ndef test_add():\\n    assert add(2, 3) == 5\\n' > test_calc.py",
+  'git add -A && git -c user.email=gym@example.invalid -c user.name=gym commit -qm init',
+].join(' && ');
+const GOLD_PATCH = `diff --git a/calc.py b/calc.py
+--- a/calc.py
++++ b/calc.py
+@@ -1,2 +1,2 @@
+ def add(a, b):
+-    return a - b
++    return a + b
+`;
+const SUBMIT = 'echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached';
+const bash = (command: string) => ({ content: `Next step.\n\`\`\`bash\n${command}\n\`\`\`` });
+
+describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', () => {
+  let model: ScriptedModelServer;
+  let daemon: TestDaemon;
+  let client: GymClient;
+  const registry = new HarnessRegistry();
+
+  beforeAll(async () => {
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          {
+            match: 'task mini-fix',
+            replies: [bash("sed -i 's/a - b/a + b/' calc.py"), bash('python3 -m pytest -q'), bash(SUBMIT)],
+          },
+          {
+            match: 'task tools-fix',
+            replies: [
+              {
+                toolCalls: [
+                  { name: 'str_replace', arguments: { path: 'calc.py', old_str: 'a - b', new_str: 'a + b' } },
+                ],
+              },
+              { toolCalls: [{ name: 'bash', arguments: { command: 'python3 -m pytest -q' } }] },
+              { content: 'Fixed add.' },
+            ],
+          },
+          { match: 'task malformed', replies: [{ content: 'I will not use a code block.' }] },
+          { match: 'task endless', replies: [bash('echo again')] },
+          { match: 'task upstream-down', replies: [{ error: { status: 500, message: 'down' } }] },
+          {
+            match: 'task codex-fix',
+            replies: [
+              {
+                toolCalls: [{ name: 'exec_command', arguments: { cmd: "sed -i 's/a - b/a + b/' calc.py" } }],
+              },
+              { content: 'Done: add now adds.' },
+            ],
+          },
+        ],
+      }),
+    );
+    daemon = await startTestDaemon(
+      {
+        namespace: `harness-${randomBytes(3).toString('hex')}`,
+        gateway: { upstream: { baseUrl: model.baseUrl, model: 'scripted' }, maxRetries: 1 },
+      },
+      { listen: true },
+    );
+    client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+  });
+
+  afterAll(async () => {
+    await daemon?.stop({ destroy: true });
+    await model?.close();
+  });
+
+  async function run(
+    harness: Harness,
+    taskId: string,
+    limits: Partial<HarnessLimits> = {},
+    providerOptions: Record<string, unknown> = {},
+  ) {
+    const sandbox = await client.createSandbox({ image: debian, providerOptions });
+    const setup = await client.exec(sandbox.id, { command: SETUP_REPO });
+    expect(setup.exitCode, setup.stderr).toBe(0);
+    const rollout = await client.openRollout();
+    const endpoint: ModelEndpoint = {
+      baseUrl: `${client.url}${rollout.basePath}`,
+      basePath: rollout.basePath,
+      apiKey: rollout.key,
+      model: 'any',
+    };
+    const task: HarnessTask = {
+      id: taskId,
+      instruction: `Fix add() in calc.py (task ${taskId}).`,
+      workdir: '/work/repo',
+      goldPatch: GOLD_PATCH,
+    };
+    const result = await harness.run({
+      sandbox: clientSandboxHandle(client, sandbox.id),
+      task,
+      model: endpoint,
+      limits: { ...DEFAULT_LIMITS, ...limits },
+      logger: silentLogger,
+    });
+    const calc = (await client.exec(sandbox.id, { argv: ['cat', '/work/repo/calc.py'] })).stdout;
+    const records = (await client.rolloutRecords(rollout.rolloutId)) as Array<Record<string, unknown>>;
+    await client.destroySandbox(sandbox.id);
+    return { result, calc, records };
+  }
+
+  it('oracle applies the gold patch without a model', async () => {
+    const { result, calc, records } = await run(await registry.create('oracle'), 'oracle-fix');
+    expect(result.outcome).toBe('submitted');
+    expect(calc).toContain('return a + b');
+    expect(records).toEqual([]);
+  });
+
+  it('mini-swe fixes the bug through bash blocks and submits the diff', async () => {
+    const { result, calc, records } = await run(await registry.create('mini-swe'), 'mini-fix');
+    expect(result.outcome, result.message).toBe('submitted');
+    expect(result.submission).toContain('+    return a + b');
+    expect(calc).toContain('return a + b');
+    expect(result.trajectory.map((step) => step.action?.arguments.command)).toEqual([
+      "sed -i 's/a - b/a + b/' calc.py",
+      'python3 -m pytest -q',
+      SUBMIT,
+    ]);
+    expect(result.trajectory[1]?.observation).toContain('1 passed');
+    expect(records).toHaveLength(3);
+    expect(records.every((record) => record.status === 'ok')).toBe(true);
+    // The trajectory and its records survive a JSON round trip unchanged.
+    expect(JSON.parse(JSON.stringify({ result, records }))).toEqual({ result, records });
+  });
+
+  it('tool-calling fixes the bug with str_replace and bash, ending on a plain answer', async () => {
+    const { result, calc, records } = await run(await registry.create('tool-calling'), 'tools-fix');
+    expect(result.outcome, result.message).toBe('submitted');
+    expect(result.submission).toBe('Fixed add.');
+    expect(calc).toContain('return a + b');
+    expect(result.trajectory[1]?.observation).toContain('1 passed');
+    expect(records).toHaveLength(3);
+  });
+
+  it('ends malformed, endless and failing-model runs with typed results, never a hang', async () => {
+    const harness = await registry.create('mini-swe');
+    const malformed = await run(harness, 'malformed');
+    expect(malformed.result.outcome).toBe('agent_error');
+    expect(malformed.result.message).toContain('3 format errors');
+    const endless = await run(harness, 'endless', { maxSteps: 4 });
+    expect(endless.result.outcome).toBe('step_limit');
+    expect(endless.result.steps).toBe(4);
+    const down = await run(harness, 'upstream-down');
+    expect(down.result.outcome).toBe('agent_error');
+    expect(down.result.message).toContain('502');
+    expect(down.records[0]).toMatchObject({ status: 'error', error: { upstreamStatus: 500 } });
+  });
+
+  it('Codex CLI runs inside the sandbox, reaches only the gateway, and edits the file', async () => {
+    const hostBinary = await ensureAgentOnHost(CODEX_RECIPE, `${process.env.HOME}/.cache/gym/agents`);
+    const { result, calc, records } = await run(
+      await registry.create('codex'),
+      'codex-fix',
+      { wallTimeMs: 120_000 },
+      {
+        readOnlyBinds: [{ hostPath: dirname(hostBinary), path: dirname(CODEX_RECIPE.sandboxBinaryPath) }],
+      },
+    );
+    expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra)}`).toBe('submitted');
+    expect(result.submission).toBe('Done: add now adds.');
+    expect(calc).toContain('return a + b');
+    expect(result.trajectory.some((step) => step.action?.tool === 'exec_command')).toBe(true);
+    expect(records.length).toBeGreaterThanOrEqual(2);
+    expect(records.every((record) => record.api === 'responses')).toBe(true);
+  }, 180_000);
+});

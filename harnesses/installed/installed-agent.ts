@@ -1,0 +1,197 @@
+/**
+ * Agent CLIs that run inside the sandbox (Codex CLI, Claude Code, OpenCode, ...). Each is a
+ * recipe: where its files come from, how it is configured to use the rollout's gateway, how it is
+ * run headless, and how its output becomes a trajectory. The harness installs it (from a host
+ * cache filled from the npm registry, copied in unless the image or a read-only bind already has
+ * it), relays the gateway into the sandbox, runs it, and collects what it did.
+ */
+import { spawn } from 'node:child_process';
+import { createReadStream } from 'node:fs';
+import { access, mkdir, stat } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { GymError } from '../../core/errors.ts';
+import {
+  type Harness,
+  type HarnessResult,
+  type HarnessRunContext,
+  RunClock,
+  type TrajectoryStep,
+} from '../harness.ts';
+
+/** The port the gateway relay listens on inside sandboxes. */
+export const GATEWAY_PORT_IN_SANDBOX = 4000;
+
+export interface AgentRunSettings {
+  /** The gateway as the agent reaches it from inside the sandbox, up to `/v1`. */
+  baseUrl: string;
+  apiKey: string;
+  model: string;
+  workdir: string;
+  instruction: string;
+  /** Where the agent keeps its config and session files in the sandbox. */
+  homeDir: string;
+}
+
+export interface ParsedRun {
+  finalMessage: string | null;
+  steps: TrajectoryStep[];
+  /** An error the agent itself reported (a failed turn). */
+  error: string | null;
+  events: unknown[];
+}
+
+export interface InstalledAgentRecipe {
+  name: string;
+  /** npm package and version the binary comes from (installed on the host, never in the sandbox). */
+  npmPackage: string;
+  version: string;
+  /** The binary's path inside the installed npm prefix. */
+  binaryInPackage: string;
+  /** Where the binary lives inside sandboxes. */
+  sandboxBinaryPath: string;
+  configure(settings: AgentRunSettings): {
+    files: Array<{ path: string; content: string; mode?: number }>;
+    env: Record<string, string>;
+  };
+  command(settings: AgentRunSettings): string[];
+  parse(stdout: string): ParsedRun;
+}
+
+export interface InstalledAgentOptions {
+  /** Host directory caching installed agents; default `~/.cache/gym/agents`. */
+  cacheDir?: string;
+}
+
+function runNpmInstall(prefix: string, spec: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      'npm',
+      ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', spec],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let errors = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      errors = (errors + chunk.toString()).slice(-2000);
+    });
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0
+        ? resolve()
+        : reject(new GymError('INTERNAL', `npm install ${spec} failed: ${errors.trim()}`)),
+    );
+  });
+}
+
+/** Installs the recipe's package into the host cache once; returns the binary's host path. */
+export async function ensureAgentOnHost(recipe: InstalledAgentRecipe, cacheDir: string): Promise<string> {
+  const prefix = join(cacheDir, `${recipe.name}-${recipe.version}`);
+  const binary = join(prefix, recipe.binaryInPackage);
+  const isPresent = await access(binary).then(
+    () => true,
+    () => false,
+  );
+  if (!isPresent) {
+    await mkdir(prefix, { recursive: true });
+    await runNpmInstall(prefix, `${recipe.npmPackage}@${recipe.version}`);
+  }
+  return binary;
+}
+
+export function createInstalledAgentHarness(
+  recipe: InstalledAgentRecipe,
+  options: InstalledAgentOptions = {},
+): Harness {
+  const cacheDir = options.cacheDir ?? join(homedir(), '.cache', 'gym', 'agents');
+  return {
+    name: recipe.name,
+    needsModel: true,
+    async run({ sandbox, task, model, limits }: HarnessRunContext): Promise<HarnessResult> {
+      const clock = new RunClock(limits);
+      const base = { steps: 0, costUsd: 0 };
+      const fail = (
+        outcome: HarnessResult['outcome'],
+        message: string,
+        trajectory: TrajectoryStep[] = [],
+        extra?: Record<string, unknown>,
+      ) =>
+        clock.finish({
+          ...base,
+          outcome,
+          submission: null,
+          message,
+          trajectory,
+          steps: trajectory.length,
+          ...(extra === undefined ? {} : { extra }),
+        });
+
+      if (sandbox.forwardGateway === undefined)
+        return fail('agent_error', 'this sandbox cannot reach the gateway (no forwarder)');
+      const isInstalled = await sandbox.exec({
+        argv: ['test', '-x', recipe.sandboxBinaryPath],
+        timeoutMs: 10_000,
+      });
+      if (isInstalled.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+      if (isInstalled.exitCode !== 0) {
+        const hostBinary = await ensureAgentOnHost(recipe, cacheDir);
+        const { size } = await stat(hostBinary);
+        await sandbox.writeFile(
+          recipe.sandboxBinaryPath,
+          { stream: createReadStream(hostBinary), sizeBytes: size },
+          0o755,
+        );
+      }
+      const { url } = await sandbox.forwardGateway(GATEWAY_PORT_IN_SANDBOX);
+      const settings: AgentRunSettings = {
+        baseUrl: `${url}${model.basePath}`,
+        apiKey: model.apiKey,
+        model: model.model,
+        workdir: task.workdir,
+        instruction: task.instruction,
+        homeDir: `/tmp/gym-agent-${recipe.name}`,
+      };
+      const { files, env } = recipe.configure(settings);
+      for (const file of files)
+        await sandbox.writeFile(file.path, Buffer.from(file.content), file.mode ?? 0o600);
+      const result = await sandbox.exec({
+        argv: recipe.command(settings),
+        cwd: task.workdir,
+        env: { HOME: settings.homeDir, ...env },
+        timeoutMs: Math.max(1000, clock.remainingMs),
+        maxOutputBytes: 32 * 1024 * 1024,
+      });
+      const parsed = recipe.parse(result.stdout);
+      const extra = {
+        events: parsed.events,
+        stderrTail: result.stderr.slice(-4000),
+        exitCode: result.exitCode,
+      };
+      if (result.status === 'sandbox_gone')
+        return fail('sandbox_gone', 'the sandbox went away while the agent ran', parsed.steps, extra);
+      if (result.status === 'timeout')
+        return fail(
+          'time_limit',
+          `the agent ran past ${limits.wallTimeMs} ms and was killed`,
+          parsed.steps,
+          extra,
+        );
+      if (result.status !== 'ok' || result.exitCode !== 0 || parsed.error !== null) {
+        return fail(
+          'agent_error',
+          parsed.error ??
+            `${recipe.name} exited with ${result.exitCode} (${result.status}): ${result.stderr.slice(-1000)}`,
+          parsed.steps,
+          extra,
+        );
+      }
+      return clock.finish({
+        ...base,
+        outcome: 'submitted',
+        submission: parsed.finalMessage ?? '',
+        trajectory: parsed.steps,
+        steps: parsed.steps.length,
+        extra,
+      });
+    },
+  };
+}

@@ -1,0 +1,37 @@
+/**
+ * The mini-SWE loop's prompts, in our own words. The protocol is mini-swe-agent's (v1 text
+ * mode): one fenced bash block per reply, the observation fed back with its return code, and a
+ * sentinel line that submits whatever the command printed after it.
+ */
+export const SUBMIT_SENTINEL = 'COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT';
+
+export function systemPrompt(): string {
+  return [
+    'You are an engineer fixing an issue in a code repository, working through a Linux shell.',
+    'Each reply has two parts: a short explanation of what you will do next, then exactly one',
+    'shell command in a fenced block that starts with ```bash and ends with ```.',
+    'Every command runs in a fresh shell in the repository: directory changes and variables do not',
+    'carry over, so chain dependent steps with && in one command. Commands that wait for input',
+    'will be killed; use non-interactive flags.',
+    'When the fix is done and tested, submit it with exactly this command and nothing else:',
+    '```bash',
+    `echo ${SUBMIT_SENTINEL} && git add -A && git diff --cached`,
+    '```',
+  ].join('\n');
+}
+
+export function taskPrompt(instruction: string, workdir: string): string {
+  return `The repository is at ${workdir}. Here is the issue to resolve:\n\n<issue>\n${instruction}\n</issue>\n\nChange the source code (not the tests) so that the issue is resolved.`;
+}
+
+export function formatErrorPrompt(found: number): string {
+  return [
+    `Your reply had ${found} bash blocks; it must have exactly one.`,
+    'Explain briefly, then give one command in a ```bash block. To submit, run:',
+    `echo ${SUBMIT_SENTINEL} && git add -A && git diff --cached`,
+  ].join('\n');
+}
+
+export function observationPrompt(exitCode: number | null, output: string, note?: string): string {
+  return `${note === undefined ? '' : `<note>${note}</note>\n`}<returncode>${exitCode ?? -1}</returncode>\n<output>\n${output}\n</output>`;
+}

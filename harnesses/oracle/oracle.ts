@@ -1,0 +1,61 @@
+/**
+ * The oracle: applies the task's gold patch and submits. It needs no model, so it proves the
+ * rest of the pipeline (sandbox, verifier, records) on its own.
+ */
+import type { Harness, HarnessResult, HarnessRunContext } from '../harness.ts';
+import { RunClock } from '../harness.ts';
+
+const PATCH_PATH = '/tmp/gym-oracle.patch';
+
+export function createOracleHarness(): Harness {
+  return {
+    name: 'oracle',
+    needsModel: false,
+    async run({ sandbox, task, limits }: HarnessRunContext): Promise<HarnessResult> {
+      const clock = new RunClock(limits);
+      const base = { trajectory: [], steps: 0, costUsd: 0 };
+      if (task.goldPatch === undefined || task.goldPatch.trim() === '') {
+        return clock.finish({
+          ...base,
+          outcome: 'agent_error',
+          submission: null,
+          message: `task ${task.id} has no gold patch for the oracle`,
+        });
+      }
+      await sandbox.writeFile(PATCH_PATH, Buffer.from(task.goldPatch));
+      // git apply first (exact); patch with fuzz as the fallback, as SWE-bench's harness does.
+      const applied = await sandbox.exec({
+        command: `git apply --verbose ${PATCH_PATH} || patch --batch --fuzz=5 -p1 -i ${PATCH_PATH}`,
+        cwd: task.workdir,
+        timeoutMs: Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs)),
+      });
+      const step = {
+        index: 0,
+        startedAt: new Date(clock.startedMs).toISOString(),
+        durationMs: applied.durationMs,
+        action: { tool: 'apply_patch', arguments: { path: PATCH_PATH } },
+        observation: `${applied.stdout}${applied.stderr}`,
+        exitCode: applied.exitCode,
+      };
+      if (applied.status === 'sandbox_gone')
+        return clock.finish({ ...base, trajectory: [step], outcome: 'sandbox_gone', submission: null });
+      if (applied.status !== 'ok' || applied.exitCode !== 0) {
+        return clock.finish({
+          ...base,
+          trajectory: [step],
+          steps: 1,
+          outcome: 'agent_error',
+          submission: null,
+          message: `the gold patch did not apply: ${applied.stderr.slice(-1000)}`,
+        });
+      }
+      return clock.finish({
+        ...base,
+        trajectory: [step],
+        steps: 1,
+        outcome: 'submitted',
+        submission: task.goldPatch,
+      });
+    },
+  };
+}
