@@ -13,7 +13,8 @@ import {
   type ModelEndpoint,
 } from './harness.ts';
 import { CODEX_RECIPE } from './installed/codex.ts';
-import { ensureAgentOnHost } from './installed/installed-agent.ts';
+import { ensureAgentOnHost, type NpmHostSource } from './installed/installed-agent.ts';
+import { OPENCODE_RECIPE } from './installed/opencode.ts';
 import { HarnessRegistry } from './registry.ts';
 import { clientSandboxHandle } from './sandbox-handle.ts';
 import { ModelScriptSchema } from './scripted-model/script.ts';
@@ -68,6 +69,22 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
           { match: 'task malformed', replies: [{ content: 'I will not use a code block.' }] },
           { match: 'task endless', replies: [bash('echo again')] },
           { match: 'task upstream-down', replies: [{ error: { status: 500, message: 'down' } }] },
+          {
+            match: 'task opencode-fix',
+            // OpenCode first asks for a session title, with no tools declared.
+            rules: [{ hasTools: false, reply: { content: 'Fix add' } }],
+            replies: [
+              {
+                toolCalls: [
+                  {
+                    name: 'bash',
+                    arguments: { command: "sed -i 's/a - b/a + b/' calc.py", description: 'Fix add' },
+                  },
+                ],
+              },
+              { content: 'Fixed with opencode.' },
+            ],
+          },
           {
             match: 'task codex-fix',
             replies: [
@@ -178,7 +195,10 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
   });
 
   it('Codex CLI runs inside the sandbox, reaches only the gateway, and edits the file', async () => {
-    const hostBinary = await ensureAgentOnHost(CODEX_RECIPE, `${process.env.HOME}/.cache/gym/agents`);
+    const hostBinary = await ensureAgentOnHost(
+      CODEX_RECIPE.source as NpmHostSource,
+      `${process.env.HOME}/.cache/gym/agents`,
+    );
     const { result, calc, records } = await run(
       await registry.create('codex'),
       'codex-fix',
@@ -193,5 +213,26 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     expect(result.trajectory.some((step) => step.action?.tool === 'exec_command')).toBe(true);
     expect(records.length).toBeGreaterThanOrEqual(2);
     expect(records.every((record) => record.api === 'responses')).toBe(true);
+  }, 180_000);
+
+  it('OpenCode runs inside the sandbox through the gateway (Chat Completions) and edits the file', async () => {
+    const hostBinary = await ensureAgentOnHost(
+      OPENCODE_RECIPE.source as NpmHostSource,
+      `${process.env.HOME}/.cache/gym/agents`,
+    );
+    const { result, calc, records } = await run(
+      await registry.create('opencode'),
+      'opencode-fix',
+      { wallTimeMs: 120_000 },
+      {
+        readOnlyBinds: [{ hostPath: dirname(hostBinary), path: dirname(OPENCODE_RECIPE.sandboxBinaryPath) }],
+      },
+    );
+    expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra).slice(0, 3000)}`).toBe(
+      'submitted',
+    );
+    expect(calc).toContain('return a + b');
+    expect(result.submission).toBe('Fixed with opencode.');
+    expect(records.some((record) => record.api === 'chat.completions')).toBe(true);
   }, 180_000);
 });

@@ -3,6 +3,8 @@ import { GymError } from '../core/errors.ts';
 import { loadFactory } from '../core/modules.ts';
 import type { Harness, HarnessFactory } from './harness.ts';
 import { createCodexHarness } from './installed/codex.ts';
+import { createOpencodeHarness } from './installed/opencode.ts';
+import { createMiniSweAgentHarness, createOpenHandsHarness } from './installed/python-agents.ts';
 import { createMiniSweHarness } from './mini-swe/mini-swe.ts';
 import { createOracleHarness } from './oracle/oracle.ts';
 import { createToolCallingHarness } from './tool-calling/tool-calling.ts';
@@ -12,6 +14,9 @@ export const BUILT_IN_HARNESSES: Readonly<Record<string, HarnessFactory>> = Obje
   'mini-swe': () => createMiniSweHarness(),
   'tool-calling': () => createToolCallingHarness(),
   codex: (options: unknown) => createCodexHarness(options),
+  opencode: (options: unknown) => createOpencodeHarness(options),
+  'mini-swe-agent': (options: unknown) => createMiniSweAgentHarness(options),
+  openhands: (options: unknown) => createOpenHandsHarness(options),
 });
 
 export class HarnessRegistry {

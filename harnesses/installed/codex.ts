@@ -79,9 +79,12 @@ export function parseCodexEvents(stdout: string): ParsedRun {
 
 export const CODEX_RECIPE: InstalledAgentRecipe = {
   name: 'codex',
-  npmPackage: '@openai/codex',
-  version: CODEX_VERSION,
-  binaryInPackage: 'node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex',
+  source: {
+    kind: 'npm-host',
+    npmPackage: '@openai/codex',
+    version: CODEX_VERSION,
+    binaryInPackage: 'node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex',
+  },
   sandboxBinaryPath: '/opt/gym-agents/codex/codex',
   configure: (settings) => ({
     files: [{ path: `${settings.homeDir}/config.toml`, content: codexConfig(settings) }],
@@ -98,7 +101,7 @@ export const CODEX_RECIPE: InstalledAgentRecipe = {
     settings.workdir,
     settings.instruction,
   ],
-  parse: parseCodexEvents,
+  parse: (stdout) => parseCodexEvents(stdout),
 };
 
 export function createCodexHarness(options: unknown = {}) {

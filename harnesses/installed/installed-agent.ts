@@ -41,21 +41,37 @@ export interface ParsedRun {
   events: unknown[];
 }
 
-export interface InstalledAgentRecipe {
-  name: string;
-  /** npm package and version the binary comes from (installed on the host, never in the sandbox). */
+/** An agent shipped as a native binary in an npm package: installed on the host, copied in. */
+export interface NpmHostSource {
+  kind: 'npm-host';
   npmPackage: string;
   version: string;
   /** The binary's path inside the installed npm prefix. */
   binaryInPackage: string;
-  /** Where the binary lives inside sandboxes. */
+}
+
+/**
+ * An agent installed inside the sandbox by its own package manager (pip): the sandbox needs a
+ * route to the package index (network `bridge`), or an image that already has it.
+ */
+export interface InSandboxSource {
+  kind: 'in-sandbox';
+  installCommand: string;
+}
+
+export interface InstalledAgentRecipe {
+  name: string;
+  source: NpmHostSource | InSandboxSource;
+  /** The agent's executable inside sandboxes (checked before installing). */
   sandboxBinaryPath: string;
   configure(settings: AgentRunSettings): {
     files: Array<{ path: string; content: string; mode?: number }>;
     env: Record<string, string>;
   };
   command(settings: AgentRunSettings): string[];
-  parse(stdout: string): ParsedRun;
+  /** Files the agent writes that `parse` needs (a trajectory file), read after the run. */
+  resultFiles?(settings: AgentRunSettings): string[];
+  parse(stdout: string, files: Record<string, string>): ParsedRun;
 }
 
 export interface InstalledAgentOptions {
@@ -84,16 +100,16 @@ function runNpmInstall(prefix: string, spec: string): Promise<void> {
 }
 
 /** Installs the recipe's package into the host cache once; returns the binary's host path. */
-export async function ensureAgentOnHost(recipe: InstalledAgentRecipe, cacheDir: string): Promise<string> {
-  const prefix = join(cacheDir, `${recipe.name}-${recipe.version}`);
-  const binary = join(prefix, recipe.binaryInPackage);
+export async function ensureAgentOnHost(source: NpmHostSource, cacheDir: string): Promise<string> {
+  const prefix = join(cacheDir, `${source.npmPackage.replace(/[@/]/g, '_')}-${source.version}`);
+  const binary = join(prefix, source.binaryInPackage);
   const isPresent = await access(binary).then(
     () => true,
     () => false,
   );
   if (!isPresent) {
     await mkdir(prefix, { recursive: true });
-    await runNpmInstall(prefix, `${recipe.npmPackage}@${recipe.version}`);
+    await runNpmInstall(prefix, `${source.npmPackage}@${source.version}`);
   }
   return binary;
 }
@@ -132,14 +148,25 @@ export function createInstalledAgentHarness(
         timeoutMs: 10_000,
       });
       if (isInstalled.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
-      if (isInstalled.exitCode !== 0) {
-        const hostBinary = await ensureAgentOnHost(recipe, cacheDir);
+      if (isInstalled.exitCode !== 0 && recipe.source.kind === 'npm-host') {
+        const hostBinary = await ensureAgentOnHost(recipe.source, cacheDir);
         const { size } = await stat(hostBinary);
         await sandbox.writeFile(
           recipe.sandboxBinaryPath,
           { stream: createReadStream(hostBinary), sizeBytes: size },
           0o755,
         );
+      } else if (isInstalled.exitCode !== 0 && recipe.source.kind === 'in-sandbox') {
+        const installed = await sandbox.exec({
+          command: recipe.source.installCommand,
+          timeoutMs: Math.max(1000, Math.min(15 * 60_000, clock.remainingMs)),
+        });
+        if (installed.status !== 'ok' || installed.exitCode !== 0) {
+          return fail(
+            'agent_error',
+            `installing ${recipe.name} in the sandbox failed (it needs a route to its package index, or an image that has it): ${installed.stderr.slice(-1000)}`,
+          );
+        }
       }
       const { url } = await sandbox.forwardGateway(GATEWAY_PORT_IN_SANDBOX);
       const settings: AgentRunSettings = {
@@ -150,8 +177,8 @@ export function createInstalledAgentHarness(
         instruction: task.instruction,
         homeDir: `/tmp/gym-agent-${recipe.name}`,
       };
-      const { files, env } = recipe.configure(settings);
-      for (const file of files)
+      const { files: configFiles, env } = recipe.configure(settings);
+      for (const file of configFiles)
         await sandbox.writeFile(file.path, Buffer.from(file.content), file.mode ?? 0o600);
       const result = await sandbox.exec({
         argv: recipe.command(settings),
@@ -160,7 +187,14 @@ export function createInstalledAgentHarness(
         timeoutMs: Math.max(1000, clock.remainingMs),
         maxOutputBytes: 32 * 1024 * 1024,
       });
-      const parsed = recipe.parse(result.stdout);
+      const files: Record<string, string> = {};
+      for (const path of recipe.resultFiles?.(settings) ?? []) {
+        files[path] = await sandbox.readFile(path).then(
+          (content) => content.toString('utf8'),
+          () => '',
+        );
+      }
+      const parsed = recipe.parse(result.stdout, files);
       const extra = {
         events: parsed.events,
         stderrTail: result.stderr.slice(-4000),

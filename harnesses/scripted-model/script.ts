@@ -34,6 +34,8 @@ export const ScriptedRuleSchema = z
     lastMessageContains: z.string().optional(),
     /** Applies at this assistant turn (0 = the first reply). */
     turn: z.number().int().nonnegative().optional(),
+    /** Applies only when the request does (true) or does not (false) declare tools (side calls such as title generation declare none). */
+    hasTools: z.boolean().optional(),
     reply: ScriptedReplySchema,
   })
   .strict();
@@ -62,6 +64,7 @@ export interface ConversationView {
   texts: string[];
   lastText: string;
   assistantTurns: number;
+  hasTools: boolean;
 }
 
 export function chooseReply(script: ModelScript, conversation: ConversationView): ScriptedReply {
@@ -75,7 +78,8 @@ export function chooseReply(script: ModelScript, conversation: ConversationView)
     const isTurn = rule.turn === undefined || rule.turn === conversation.assistantTurns;
     const isText =
       rule.lastMessageContains === undefined || conversation.lastText.includes(rule.lastMessageContains);
-    if (isTurn && isText) return rule.reply;
+    const isTools = rule.hasTools === undefined || rule.hasTools === conversation.hasTools;
+    if (isTurn && isText && isTools) return rule.reply;
   }
   if (chosen.replies.length === 0) return { content: '' };
   return chosen.replies[Math.min(conversation.assistantTurns, chosen.replies.length - 1)]!;
@@ -132,5 +136,5 @@ export function viewConversation(body: Record<string, unknown>): ConversationVie
     else if (type === 'function_call') note(String(raw.arguments ?? ''));
     else note(textOf(raw.content));
   }
-  return { texts, lastText, assistantTurns };
+  return { texts, lastText, assistantTurns, hasTools: Array.isArray(body.tools) && body.tools.length > 0 };
 }
