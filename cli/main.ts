@@ -12,6 +12,7 @@ import type { Command, CommandContext } from './command.ts';
 import { daemonStartCommand } from './commands/daemon/start.ts';
 import { daemonStatusCommand } from './commands/daemon/status.ts';
 import { daemonStopCommand } from './commands/daemon/stop.ts';
+import { devModelServerCommand } from './commands/dev/model-server.ts';
 import { doctorCommand } from './commands/doctor/doctor.ts';
 import { imageBuildCommand } from './commands/image/build.ts';
 import { imageLsCommand } from './commands/image/ls.ts';
@@ -38,6 +39,7 @@ const COMMANDS: Record<string, Record<string, Command>> = {
   },
   pool: { create: poolCreateCommand, ls: poolLsCommand, rm: poolRmCommand },
   image: { build: imageBuildCommand, ls: imageLsCommand },
+  dev: { 'model-server': devModelServerCommand },
   doctor: { '': doctorCommand },
 };
 

@@ -51,7 +51,12 @@ export function openApiDocument(version: string): Record<string, unknown> {
       description:
         'Sandboxes for agent environments. Every route but /healthz needs `Authorization: Bearer <token>` (the token is in the state directory). Errors carry a stable `code`.',
     },
-    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+    components: {
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer', description: 'the daemon token' },
+        rolloutKey: { type: 'http', scheme: 'bearer', description: "a gateway rollout's key" },
+      },
+    },
     security: [{ bearer: [] }],
     paths: {
       '/healthz': {
@@ -184,6 +189,102 @@ export function openApiDocument(version: string): Record<string, unknown> {
           summary: 'extract a tar into a directory (refused whole if any entry escapes it)',
           requestBody: { required: true, content: { 'application/x-tar': {} } },
           responses: { 204: { description: 'extracted' }, 400: errorResponse, 404: errorResponse },
+        },
+      },
+      '/v1/sandboxes/{id}/gateway-forward': {
+        parameters: [idParameter],
+        post: {
+          summary:
+            'relay 127.0.0.1:<port> inside the sandbox to the model gateway (for agent CLIs in network-less sandboxes)',
+          requestBody: {
+            required: false,
+            content: {
+              'application/json': {
+                schema: { type: 'object', properties: { port: { type: 'integer', default: 4000 } } },
+              },
+            },
+          },
+          responses: {
+            200: { description: '{"url": "http://127.0.0.1:<port>"} as seen from inside the sandbox' },
+            501: errorResponse,
+          },
+        },
+      },
+      '/v1/gateway/rollouts': {
+        post: {
+          summary: 'open a rollout on the model gateway; its key is the API key its agent uses',
+          requestBody: {
+            required: false,
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  properties: {
+                    rolloutId: { type: 'string' },
+                    upstream: {
+                      type: 'object',
+                      properties: {
+                        baseUrl: { type: 'string' },
+                        apiKey: { type: 'string' },
+                        model: { type: 'string' },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+          },
+          responses: { 201: { description: '{"rolloutId", "key", "basePath"}' }, 400: errorResponse },
+        },
+      },
+      '/v1/gateway/rollouts/{rolloutId}/records': {
+        parameters: [{ name: 'rolloutId', in: 'path', required: true, schema: { type: 'string' } }],
+        get: {
+          summary: 'every model call of the rollout: request, response or streamed events, usage, timing',
+          responses: { 200: { description: '{"records": [...]}' }, 404: errorResponse },
+        },
+      },
+      '/v1/gateway/rollouts/{rolloutId}': {
+        parameters: [{ name: 'rolloutId', in: 'path', required: true, schema: { type: 'string' } }],
+        delete: {
+          summary: 'close the rollout (its key stops working; records stay)',
+          responses: { 204: { description: 'closed' } },
+        },
+      },
+      '/v1/gateway/{rolloutId}/v1/chat/completions': {
+        parameters: [{ name: 'rolloutId', in: 'path', required: true, schema: { type: 'string' } }],
+        post: {
+          summary:
+            'OpenAI Chat Completions (streaming or not), forwarded to the policy upstream and recorded; authenticated by the rollout key',
+          security: [{ rolloutKey: [] }],
+          responses: {
+            200: { description: 'the upstream answer, unchanged' },
+            401: errorResponse,
+            429: errorResponse,
+            502: errorResponse,
+          },
+        },
+      },
+      '/v1/gateway/{rolloutId}/v1/responses': {
+        parameters: [{ name: 'rolloutId', in: 'path', required: true, schema: { type: 'string' } }],
+        post: {
+          summary:
+            'OpenAI Responses API (streaming or not), forwarded and recorded; authenticated by the rollout key',
+          security: [{ rolloutKey: [] }],
+          responses: {
+            200: { description: 'the upstream answer, unchanged' },
+            401: errorResponse,
+            429: errorResponse,
+            502: errorResponse,
+          },
+        },
+      },
+      '/v1/gateway/{rolloutId}/v1/models': {
+        parameters: [{ name: 'rolloutId', in: 'path', required: true, schema: { type: 'string' } }],
+        get: {
+          summary: 'the model the rollout talks to',
+          security: [{ rolloutKey: [] }],
+          responses: { 200: { description: 'an OpenAI model list' } },
         },
       },
       '/v1/pools': {

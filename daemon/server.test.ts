@@ -349,6 +349,13 @@ describe('HTTP API', () => {
       '/openapi.json',
       '/v1/pools',
       '/v1/pools/{name}',
+      '/v1/sandboxes/{id}/gateway-forward',
+      '/v1/gateway/rollouts',
+      '/v1/gateway/rollouts/{rolloutId}/records',
+      '/v1/gateway/rollouts/{rolloutId}',
+      '/v1/gateway/{rolloutId}/v1/chat/completions',
+      '/v1/gateway/{rolloutId}/v1/responses',
+      '/v1/gateway/{rolloutId}/v1/models',
     ];
     expect(Object.keys(document.paths).sort()).toEqual(expected.sort());
     for (const [path, operations] of Object.entries(
@@ -358,7 +365,7 @@ describe('HTTP API', () => {
         expect(
           test.app.hasRoute({
             method: method.toUpperCase() as 'GET',
-            url: path.replace('{id}', ':id').replace('{name}', ':name'),
+            url: path.replace('{id}', ':id').replace('{name}', ':name').replace('{rolloutId}', ':rolloutId'),
           }),
           `${method} ${path}`,
         ).toBe(true);

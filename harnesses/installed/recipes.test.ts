@@ -1,0 +1,169 @@
+import { describe, expect, it } from 'vitest';
+import { extractActions, submissionOf } from '../mini-swe/mini-swe.ts';
+import { HarnessRegistry } from '../registry.ts';
+import { CODEX_RECIPE, codexConfig, parseCodexEvents } from './codex.ts';
+import type { AgentRunSettings } from './installed-agent.ts';
+import { OPENCODE_RECIPE, opencodeConfig } from './opencode.ts';
+import { MINI_SWE_AGENT_RECIPE, OPENHANDS_RECIPE } from './python-agents.ts';
+
+const settings: AgentRunSettings = {
+  baseUrl: 'http://127.0.0.1:4000/v1/gateway/ro-1/v1',
+  apiKey: 'gym-ro-key',
+  model: 'policy "v1"',
+  workdir: '/work/repo',
+  instruction: 'Fix the bug.',
+  homeDir: '/tmp/gym-agent-x',
+};
+
+describe('agent CLI recipes', () => {
+  it('Codex: a custom Responses provider on the gateway, run headless without its own sandbox', () => {
+    const config = codexConfig(settings);
+    expect(config).toContain('model = "policy \\"v1\\""');
+    expect(config).toContain('base_url = "http://127.0.0.1:4000/v1/gateway/ro-1/v1"');
+    expect(config).toContain('wire_api = "responses"');
+    expect(config).toContain('env_key = "GYM_MODEL_API_KEY"');
+    expect(CODEX_RECIPE.configure(settings).env).toEqual({
+      CODEX_HOME: '/tmp/gym-agent-x',
+      GYM_MODEL_API_KEY: 'gym-ro-key',
+    });
+    expect(CODEX_RECIPE.command(settings)).toEqual([
+      '/opt/gym-agents/codex/codex',
+      'exec',
+      '--json',
+      '--dangerously-bypass-approvals-and-sandbox',
+      '--skip-git-repo-check',
+      '--ephemeral',
+      '-C',
+      '/work/repo',
+      'Fix the bug.',
+    ]);
+  });
+
+  it('Codex: turns its JSONL events into a trajectory and notices a failed turn', () => {
+    const parsed = parseCodexEvents(
+      [
+        '{"type":"thread.started","thread_id":"t"}',
+        '{"type":"item.completed","item":{"type":"command_execution","command":"ls","aggregated_output":"a\\n","exit_code":0}}',
+        'not json',
+        '{"type":"item.completed","item":{"type":"agent_message","text":"done"}}',
+      ].join('\n'),
+    );
+    expect(parsed.finalMessage).toBe('done');
+    expect(parsed.steps[0]).toMatchObject({
+      action: { tool: 'exec_command', arguments: { command: 'ls' } },
+      observation: 'a\n',
+      exitCode: 0,
+    });
+    expect(parseCodexEvents('{"type":"turn.failed","error":{"message":"stream closed"}}').error).toBe(
+      'stream closed',
+    );
+  });
+
+  it('OpenCode: an OpenAI-compatible provider with tool calling on the gateway', () => {
+    const config = JSON.parse(opencodeConfig(settings));
+    expect(config.provider.gym).toMatchObject({
+      npm: '@ai-sdk/openai-compatible',
+      options: { baseURL: settings.baseUrl, apiKey: '{env:GYM_MODEL_API_KEY}' },
+    });
+    expect(config.provider.gym.models[settings.model].tool_call).toBe(true);
+    expect(OPENCODE_RECIPE.command(settings)).toEqual([
+      '/opt/gym-agents/opencode/opencode',
+      'run',
+      '--format',
+      'json',
+      '-m',
+      `gym/${settings.model}`,
+      'Fix the bug.',
+    ]);
+    expect(OPENCODE_RECIPE.configure(settings).env).toMatchObject({
+      OPENCODE_DISABLE_MODELS_FETCH: '1',
+      GYM_MODEL_API_KEY: 'gym-ro-key',
+    });
+  });
+
+  it('mini-swe-agent: mini in yolo mode through litellm, its trajectory file parsed', () => {
+    expect(MINI_SWE_AGENT_RECIPE.source).toMatchObject({
+      kind: 'in-sandbox',
+      installCommand: expect.stringContaining('pip install'),
+    });
+    expect(MINI_SWE_AGENT_RECIPE.command(settings)).toEqual([
+      'mini',
+      '-y',
+      '--exit-immediately',
+      '-m',
+      `openai/${settings.model}`,
+      '-l',
+      '0',
+      '-o',
+      '/tmp/gym-agent-x/trajectory.json',
+      '-t',
+      'Fix the bug.',
+    ]);
+    expect(MINI_SWE_AGENT_RECIPE.configure(settings).env).toMatchObject({
+      OPENAI_API_BASE: settings.baseUrl,
+      OPENAI_API_KEY: 'gym-ro-key',
+      MSWEA_CONFIGURED: 'true',
+    });
+    const parsed = MINI_SWE_AGENT_RECIPE.parse('', {
+      '/tmp/gym-agent-x/trajectory.json': JSON.stringify({
+        info: { exit_status: 'Submitted', submission: 'diff --git a' },
+        messages: [{ role: 'assistant', content: 'x' }],
+      }),
+    });
+    expect(parsed).toMatchObject({ finalMessage: 'diff --git a', error: null, steps: [{ assistant: 'x' }] });
+    expect(
+      MINI_SWE_AGENT_RECIPE.parse('', {
+        '/tmp/gym-agent-x/trajectory.json': '{"info":{"exit_status":"LimitsExceeded"}}',
+      }).error,
+    ).toContain('LimitsExceeded');
+  });
+
+  it('OpenHands: headless JSON mode with the LLM taken from the environment', () => {
+    expect(OPENHANDS_RECIPE.command(settings)).toEqual([
+      'openhands',
+      '--headless',
+      '--json',
+      '--override-with-envs',
+      '-t',
+      'Fix the bug.',
+    ]);
+    expect(OPENHANDS_RECIPE.configure(settings).env).toEqual({
+      LLM_MODEL: `openai/${settings.model}`,
+      LLM_BASE_URL: settings.baseUrl,
+      LLM_API_KEY: 'gym-ro-key',
+    });
+  });
+
+  it('the registry names its harnesses and refuses an unknown one with the list', async () => {
+    const registry = new HarnessRegistry();
+    expect(registry.names).toEqual([
+      'codex',
+      'mini-swe',
+      'mini-swe-agent',
+      'opencode',
+      'openhands',
+      'oracle',
+      'tool-calling',
+    ]);
+    await expect(registry.create('claude')).rejects.toMatchObject({
+      code: 'HARNESS_NOT_FOUND',
+      details: { available: registry.names },
+    });
+  });
+});
+
+describe('mini-swe protocol helpers', () => {
+  it('finds exactly the fenced bash blocks', () => {
+    expect(extractActions('Reasoning.\n```bash\nls -la\n```')).toEqual(['ls -la']);
+    expect(extractActions('```bash\na\n```\nand\n```bash\nb\n```')).toHaveLength(2);
+    expect(extractActions('```python\nprint(1)\n```')).toEqual([]);
+  });
+
+  it('submits only when the first output line is the sentinel and the command succeeded', () => {
+    expect(submissionOf('\nCOMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\ndiff --git a/x b/x\n', 0)).toBe(
+      'diff --git a/x b/x\n',
+    );
+    expect(submissionOf('COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n', 1)).toBeNull();
+    expect(submissionOf('echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n', 0)).toBeNull();
+  });
+});
