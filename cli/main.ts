@@ -14,6 +14,9 @@ import { daemonStatusCommand } from './commands/daemon/status.ts';
 import { daemonStopCommand } from './commands/daemon/stop.ts';
 import { devModelServerCommand } from './commands/dev/model-server.ts';
 import { doctorCommand } from './commands/doctor/doctor.ts';
+import { envLsCommand } from './commands/env/ls.ts';
+import { envShowCommand } from './commands/env/show.ts';
+import { evalRunCommand } from './commands/eval/run.ts';
 import { imageBuildCommand } from './commands/image/build.ts';
 import { imageLsCommand } from './commands/image/ls.ts';
 import { poolCreateCommand } from './commands/pool/create.ts';
@@ -39,6 +42,8 @@ const COMMANDS: Record<string, Record<string, Command>> = {
   },
   pool: { create: poolCreateCommand, ls: poolLsCommand, rm: poolRmCommand },
   image: { build: imageBuildCommand, ls: imageLsCommand },
+  env: { ls: envLsCommand, show: envShowCommand },
+  eval: { run: evalRunCommand },
   dev: { 'model-server': devModelServerCommand },
   doctor: { '': doctorCommand },
 };

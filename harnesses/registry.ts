@@ -6,11 +6,13 @@ import { createCodexHarness } from './installed/codex.ts';
 import { createOpencodeHarness } from './installed/opencode.ts';
 import { createMiniSweAgentHarness, createOpenHandsHarness } from './installed/python-agents.ts';
 import { createMiniSweHarness } from './mini-swe/mini-swe.ts';
+import { createNoopHarness } from './noop.ts';
 import { createOracleHarness } from './oracle/oracle.ts';
 import { createToolCallingHarness } from './tool-calling/tool-calling.ts';
 
 export const BUILT_IN_HARNESSES: Readonly<Record<string, HarnessFactory>> = Object.freeze({
   oracle: () => createOracleHarness(),
+  noop: () => createNoopHarness(),
   'mini-swe': () => createMiniSweHarness(),
   'tool-calling': () => createToolCallingHarness(),
   codex: (options: unknown) => createCodexHarness(options),

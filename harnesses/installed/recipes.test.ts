@@ -140,6 +140,7 @@ describe('agent CLI recipes', () => {
       'codex',
       'mini-swe',
       'mini-swe-agent',
+      'noop',
       'opencode',
       'openhands',
       'oracle',

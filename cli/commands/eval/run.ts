@@ -1,0 +1,207 @@
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { parse as parseYaml } from 'yaml';
+import { GymClient } from '../../../client/client.ts';
+import { GymError, isGymError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/logger.ts';
+import { type DaemonConfigInput, loadConfig } from '../../../daemon/config.ts';
+import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
+import { loadEnvironment, readRows } from '../../../environments/environment.ts';
+import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
+import { HarnessRegistry } from '../../../harnesses/registry.ts';
+import { createDockerClient } from '../../../providers/docker/index.ts';
+import type { Command } from '../../command.ts';
+import { connect, numberFlag, resolveStateDir } from '../../connect.ts';
+import { buildSweMiniImages } from '../../task-images.ts';
+
+interface PolicyConfig {
+  baseUrl?: string;
+  apiKey?: string;
+  model?: string;
+}
+
+/** NeMo Gym's env.yaml keys (policy_base_url, policy_api_key, policy_model_name), then flags. */
+async function policyConfig(path: string | undefined, flags: PolicyConfig): Promise<PolicyConfig> {
+  const candidate = path ?? (existsSync('env.yaml') ? 'env.yaml' : undefined);
+  let fromFile: Record<string, unknown> = {};
+  if (candidate !== undefined) {
+    fromFile = (parseYaml(await readFile(candidate, 'utf8')) as Record<string, unknown> | null) ?? {};
+  }
+  const pick = (flag: string | undefined, key: string) =>
+    flag ?? (typeof fromFile[key] === 'string' ? (fromFile[key] as string) : undefined);
+  const config: PolicyConfig = {};
+  const baseUrl = pick(flags.baseUrl, 'policy_base_url');
+  const apiKey = pick(flags.apiKey, 'policy_api_key');
+  const model = pick(flags.model, 'policy_model_name');
+  if (baseUrl !== undefined) config.baseUrl = baseUrl;
+  if (apiKey !== undefined) config.apiKey = apiKey;
+  if (model !== undefined) config.model = model;
+  return config;
+}
+
+function progressPrinter(
+  stderr: NodeJS.WritableStream & { isTTY?: boolean },
+): (progress: EvalProgress) => void {
+  const started = Date.now();
+  return (progress) => {
+    const minutes = (Date.now() - started) / 60_000;
+    const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
+    const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
+    if (stderr.isTTY) {
+      const width = 30;
+      const filled = Math.round((progress.done / Math.max(1, progress.total)) * width);
+      stderr.write(
+        `\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${progress.done}/${progress.total} rollouts  mean reward ${mean}  ${rate}/min  infra errors ${progress.infraErrors}   `,
+      );
+      if (progress.done === progress.total) stderr.write('\n');
+    } else {
+      const last = progress.last;
+      stderr.write(
+        `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome} reward ${last.reward}` : ''} (mean ${mean}, ${rate}/min)\n`,
+      );
+    }
+  };
+}
+
+export const evalRunCommand: Command = {
+  summary:
+    'run an environment: every task (x repeats) through sandbox, harness and verifier; rollouts and metrics to files',
+  usage: `gym eval run (--env NAME | --input FILE.jsonl [--env NAME]) --output FILE.jsonl [--harness NAME]
+             [--limit N] [--num-repeats N] [--concurrency N] [--resume] [--max-infra-attempts N]
+             [--model NAME] [--policy-base-url URL] [--policy-api-key KEY] [--env-yaml FILE]
+
+Uses the daemon of the state directory when one runs, else starts one in-process (and stops it
+after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl,
+FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts.`,
+  async run({ args, env, stdout, stderr }) {
+    const { values } = parseArgs({
+      args,
+      options: {
+        env: { type: 'string' },
+        input: { type: 'string' },
+        output: { type: 'string' },
+        harness: { type: 'string' },
+        limit: { type: 'string' },
+        'num-repeats': { type: 'string', default: '1' },
+        concurrency: { type: 'string', default: '4' },
+        resume: { type: 'boolean', default: false },
+        'max-infra-attempts': { type: 'string', default: '3' },
+        model: { type: 'string' },
+        'policy-base-url': { type: 'string' },
+        'policy-api-key': { type: 'string' },
+        'env-yaml': { type: 'string' },
+        'state-dir': { type: 'string' },
+      },
+    });
+    if (values.output === undefined)
+      throw new GymError('VALIDATION_FAILED', '--output FILE.jsonl is required');
+    if (values.env === undefined && values.input === undefined)
+      throw new GymError('VALIDATION_FAILED', '--env NAME or --input FILE is required (see `gym env ls`)');
+    const environment = await loadEnvironment(values.env ?? 'swe-mini');
+    let rows = await readRows(values.input ?? environment.dataPath);
+    const limit = numberFlag('limit', values.limit);
+    if (limit !== undefined) rows = rows.slice(0, limit);
+    const harnessName = values.harness ?? environment.defaultHarness;
+    const harness = await new HarnessRegistry().create(harnessName);
+    const policy = await policyConfig(values['env-yaml'], {
+      ...(values['policy-base-url'] === undefined ? {} : { baseUrl: values['policy-base-url'] }),
+      ...(values['policy-api-key'] === undefined ? {} : { apiKey: values['policy-api-key'] }),
+      ...(values.model === undefined ? {} : { model: values.model }),
+    });
+    const logger = pino({ level: env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
+      ReturnType<typeof pino>;
+
+    if (environment.images === 'swe-mini') {
+      // Task images are built here, where the Docker engine is (a remote daemon needs them pre-built).
+      await buildSweMiniImages(createDockerClient(), logger, (reference, built) => {
+        if (built) stderr.write(`built ${reference}\n`);
+      }).catch((error: unknown) =>
+        stderr.write(`gym: could not build the task images (${String(error)}); using what exists\n`),
+      );
+    }
+
+    let client: GymClient;
+    let inProcess: RunningDaemon | undefined;
+    let inProcessStateDir: string | undefined;
+    try {
+      client = await connect(resolveStateDir(values['state-dir'], env));
+      await client.health();
+      if (harness.needsModel && policy.baseUrl !== undefined) {
+        stderr.write(
+          'gym: using the running daemon; its gateway upstream applies (policy flags only configure an in-process daemon)\n',
+        );
+      }
+    } catch (error) {
+      if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
+      inProcessStateDir = await mkdtemp(join(tmpdir(), 'gym-eval-'));
+      const overrides: Partial<DaemonConfigInput> = {
+        stateDir: inProcessStateDir,
+        namespace: `eval-${process.pid}`,
+        listen: { host: '127.0.0.1', port: 0 },
+        destroyOnShutdown: true,
+        logLevel: 'warn',
+        ...(policy.baseUrl === undefined
+          ? {}
+          : {
+              gateway: {
+                upstream: {
+                  baseUrl: policy.baseUrl,
+                  ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
+                  ...(policy.model ? { model: policy.model } : {}),
+                },
+              },
+            }),
+      };
+      inProcess = await startDaemon({ config: await loadConfig({ env, overrides: [overrides] }), logger });
+      client = new GymClient({ url: inProcess.address.url!, token: inProcess.token });
+      stderr.write(`gym: no daemon running; started one in-process (${inProcess.address.url})\n`);
+    }
+    if (harness.needsModel && inProcess !== undefined && policy.baseUrl === undefined) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url`,
+      );
+    }
+    const stop = () => {
+      void inProcess?.stop({ destroy: true });
+    };
+    process.once('SIGINT', stop);
+    try {
+      const summary = await runEval({
+        client,
+        environment,
+        rows,
+        harness,
+        harnessName,
+        modelName: policy.model ?? values.model ?? 'policy',
+        numRepeats: numberFlag('num-repeats', values['num-repeats']) ?? 1,
+        concurrency: numberFlag('concurrency', values.concurrency) ?? 4,
+        output: values.output,
+        resume: values.resume,
+        maxInfraAttempts: numberFlag('max-infra-attempts', values['max-infra-attempts']) ?? 3,
+        logger,
+        onProgress: progressPrinter(stderr as NodeJS.WritableStream & { isTTY?: boolean }),
+      });
+      const key = (name: string) =>
+        summary.metrics[name] === undefined ? '-' : summary.metrics[name]!.toFixed(2);
+      stdout.write(
+        `${summary.rollouts} rollouts in ${(summary.durationMs / 1000).toFixed(1)} s, ${summary.failures} failed for good\n`,
+      );
+      stdout.write(
+        `mean/reward ${key('mean/reward')}  pass@1 ${key('pass@1/reward')}%  pass@1[avg-of-1] ${key('pass@1[avg-of-1]/reward')}%\n`,
+      );
+      stdout.write(
+        `rollouts ${summary.paths.rollouts}\nmetrics  ${summary.paths.metrics}\nfailures ${summary.paths.failures}\n`,
+      );
+      return summary.failures > 0 ? 1 : 0;
+    } finally {
+      process.removeListener('SIGINT', stop);
+      await inProcess?.stop({ destroy: true });
+      if (inProcessStateDir !== undefined) await rm(inProcessStateDir, { recursive: true, force: true });
+    }
+  },
+};

@@ -1,0 +1,90 @@
+/**
+ * Environments: a folder with `environment.json` (kind, default harness, data file, sandbox
+ * defaults, limits), its data as JSONL, and a README. Built-in ones live beside this file.
+ */
+import { access, readdir, readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { GymError } from '../core/errors.ts';
+import { parseOrThrow } from '../core/validate.ts';
+
+export const EnvironmentDefinitionSchema = z
+  .object({
+    name: z.string(),
+    description: z.string(),
+    /** Which verifier grades it: `swe` (patch + tests), `script` (tests/test.sh writes a reward), `exact` (string match). */
+    kind: z.enum(['swe', 'script', 'exact']),
+    defaultHarness: z.string(),
+    data: z.string(),
+    /** A named image set the CLI can build (`gym image build <images>`). */
+    images: z.string().optional(),
+    sandbox: z.record(z.string(), z.unknown()).default({}),
+    limits: z.record(z.string(), z.number()).default({}),
+  })
+  .strict();
+export type EnvironmentDefinition = z.output<typeof EnvironmentDefinitionSchema>;
+
+export interface LoadedEnvironment extends EnvironmentDefinition {
+  directory: string;
+  dataPath: string;
+}
+
+export const BUILT_IN_ENVIRONMENTS_DIR = fileURLToPath(new URL('.', import.meta.url));
+
+/** Names of the folders below `directory` that hold an environment.json. */
+async function environmentFolders(directory: string): Promise<string[]> {
+  const entries = await readdir(directory, { withFileTypes: true });
+  const names: string[] = [];
+  for (const entry of entries) {
+    if (!entry.isDirectory()) continue;
+    const hasDefinition = await access(join(directory, entry.name, 'environment.json')).then(
+      () => true,
+      () => false,
+    );
+    if (hasDefinition) names.push(entry.name);
+  }
+  return names.sort();
+}
+
+export async function listEnvironments(directory = BUILT_IN_ENVIRONMENTS_DIR): Promise<LoadedEnvironment[]> {
+  const names = await environmentFolders(directory);
+  return Promise.all(names.map((name) => loadEnvironment(join(directory, name))));
+}
+
+/** Loads an environment by built-in name or folder path. */
+export async function loadEnvironment(nameOrPath: string): Promise<LoadedEnvironment> {
+  const directory = nameOrPath.includes('/')
+    ? resolve(nameOrPath)
+    : join(BUILT_IN_ENVIRONMENTS_DIR, nameOrPath);
+  let text: string;
+  try {
+    text = await readFile(join(directory, 'environment.json'), 'utf8');
+  } catch {
+    const names = await environmentFolders(BUILT_IN_ENVIRONMENTS_DIR).catch(() => []);
+    throw new GymError('VALIDATION_FAILED', `no environment "${nameOrPath}"; built in: ${names.join(', ')}`);
+  }
+  const definition = parseOrThrow(EnvironmentDefinitionSchema, JSON.parse(text), `environment ${nameOrPath}`);
+  return { ...definition, directory, dataPath: join(directory, definition.data) };
+}
+
+/** Reads a JSONL file of task rows, naming the line of a malformed one. */
+export async function readRows(path: string): Promise<Array<Record<string, unknown>>> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    throw new GymError('VALIDATION_FAILED', `cannot read ${path}: ${(error as Error).message}`);
+  }
+  return text.split('\n').flatMap((line, index) => {
+    if (line.trim() === '') return [];
+    try {
+      return [JSON.parse(line) as Record<string, unknown>];
+    } catch (error) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `${path}:${index + 1} is not valid JSON: ${(error as Error).message}`,
+      );
+    }
+  });
+}

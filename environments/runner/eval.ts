@@ -1,0 +1,307 @@
+/**
+ * The evaluation runner: every (task, repeat) through sandbox -> harness -> verifier, with a
+ * bounded number at once; one rollout line flushed as each finishes, failures beside them,
+ * aggregate metrics at the end. Infra errors are retried a bounded number of times; `--resume`
+ * skips finished rollouts and never writes a line twice.
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import type { GymClient } from '../../client/client.ts';
+import { isGymError } from '../../core/errors.ts';
+import type { Logger } from '../../core/logger.ts';
+import {
+  DEFAULT_LIMITS,
+  type Harness,
+  type HarnessLimits,
+  type HarnessResult,
+} from '../../harnesses/harness.ts';
+import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
+import type { LoadedEnvironment } from '../environment.ts';
+import { extractPatch, type SweTask, testList, verifySwe } from '../verifiers/swe.ts';
+import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
+import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
+import { computeRewardMetrics } from './metrics.ts';
+
+export interface EvalOptions {
+  client: GymClient;
+  environment: LoadedEnvironment;
+  rows: Array<Record<string, unknown>>;
+  harness: Harness;
+  harnessName: string;
+  /** The model name agents ask for (the gateway may replace it with the policy model). */
+  modelName: string;
+  numRepeats: number;
+  concurrency: number;
+  output: string;
+  resume: boolean;
+  /** Infra errors retried per rollout before it goes to the failures file for good. */
+  maxInfraAttempts: number;
+  limits?: Partial<HarnessLimits>;
+  logger: Logger;
+  onProgress?: (progress: EvalProgress) => void;
+}
+
+export interface EvalProgress {
+  done: number;
+  total: number;
+  skipped: number;
+  rewardSum: number;
+  infraErrors: number;
+  last?: { task: unknown; rollout: unknown; outcome: RolloutOutcome; reward: number };
+}
+
+export interface EvalSummary {
+  rollouts: number;
+  failures: number;
+  metrics: Record<string, number>;
+  paths: ReturnType<typeof outputPaths>;
+  durationMs: number;
+}
+
+interface Timings {
+  sandboxMs: number;
+  agentMs: number;
+  verifyMs: number;
+  totalMs: number;
+}
+
+/** Stable task indices: the row's own `_ng_task_index` if present, else its position. */
+export function materialize(
+  rows: Array<Record<string, unknown>>,
+  numRepeats: number,
+  harnessName: string,
+): Array<Record<string, unknown>> {
+  return rows.flatMap((row, position) =>
+    Array.from({ length: numRepeats }, (_, repeat) => ({
+      ...row,
+      _ng_task_index: typeof row._ng_task_index === 'number' ? row._ng_task_index : position,
+      _ng_rollout_index: repeat,
+      agent_ref: { name: harnessName },
+      responses_create_params: row.responses_create_params ?? {
+        input: [{ role: 'user', content: String(row.problem_statement ?? row.instruction ?? '') }],
+      },
+    })),
+  );
+}
+
+function sweTask(row: Record<string, unknown>): SweTask {
+  return {
+    instance_id: String(row.instance_id),
+    base_commit: String(row.base_commit),
+    image: String(row.image),
+    workdir: String(row.workdir ?? '/testbed'),
+    test_command: String(row.test_command),
+    test_patch: String(row.test_patch ?? ''),
+    FAIL_TO_PASS: testList(row.FAIL_TO_PASS),
+    PASS_TO_PASS: testList(row.PASS_TO_PASS),
+  };
+}
+
+export async function runEval(options: EvalOptions): Promise<EvalSummary> {
+  const started = Date.now();
+  const paths = outputPaths(options.output);
+  await mkdir(dirname(resolve(options.output)), { recursive: true });
+  const materialized = materialize(options.rows, options.numRepeats, options.harnessName);
+  const done = new Set<string>();
+  if (options.resume) {
+    for (const row of await readJsonl(paths.rollouts)) done.add(rolloutKey(row));
+  } else {
+    await Promise.all([writeFile(paths.rollouts, ''), writeFile(paths.failures, '')]);
+  }
+  await writeFile(paths.materialized, materialized.map((row) => `${JSON.stringify(row)}\n`).join(''));
+  const pending = materialized.filter((row) => !done.has(rolloutKey(row)));
+  const progress: EvalProgress = {
+    done: 0,
+    total: pending.length,
+    skipped: materialized.length - pending.length,
+    rewardSum: 0,
+    infraErrors: 0,
+  };
+  const limits: HarnessLimits = {
+    ...DEFAULT_LIMITS,
+    ...(options.environment.limits as Partial<HarnessLimits>),
+    ...options.limits,
+  };
+  const runId = `eval-${Date.now().toString(36)}`;
+
+  let next = 0;
+  const worker = async () => {
+    while (next < pending.length) {
+      const row = pending[next++]!;
+      for (let attempt = 0; attempt < options.maxInfraAttempts; attempt += 1) {
+        const result = await runRollout(
+          options,
+          row,
+          limits,
+          `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}`,
+          attempt,
+        );
+        if (result.outcome === 'infra_error') {
+          progress.infraErrors += 1;
+          await appendJsonl(paths.failures, {
+            ...result,
+            _ng_failure_class: 'infra_error',
+            _ng_failure_terminal: attempt + 1 >= options.maxInfraAttempts,
+          });
+          options.logger.warn(
+            {
+              task: row._ng_task_index,
+              rollout: row._ng_rollout_index,
+              attempt,
+              reason: (result.verifier as { reason?: string }).reason,
+            },
+            'infra error; retrying',
+          );
+          await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
+          continue;
+        }
+        await appendJsonl(paths.rollouts, result);
+        progress.rewardSum += Number(result.reward);
+        progress.last = {
+          task: row._ng_task_index,
+          rollout: row._ng_rollout_index,
+          outcome: result.outcome as RolloutOutcome,
+          reward: Number(result.reward),
+        };
+        break;
+      }
+      progress.done += 1;
+      options.onProgress?.({ ...progress });
+    }
+  };
+  await Promise.all(
+    Array.from({ length: Math.max(1, Math.min(options.concurrency, pending.length)) }, worker),
+  );
+
+  // Rewrite the rollouts sorted by (task, rollout), as NeMo Gym leaves them; then the metrics.
+  const rollouts = (await readJsonl(paths.rollouts)).sort(
+    (left, right) =>
+      Number(left._ng_task_index) - Number(right._ng_task_index) ||
+      Number(left._ng_rollout_index) - Number(right._ng_rollout_index),
+  );
+  await writeFile(paths.rollouts, rollouts.map((row) => `${JSON.stringify(row)}\n`).join(''));
+  const metrics = await writeMetrics(paths.metrics, rollouts, options.harnessName);
+  const failures = (await readJsonl(paths.failures)).filter(
+    (row) => row._ng_failure_terminal === true,
+  ).length;
+  return { rollouts: rollouts.length, failures, metrics, paths, durationMs: Date.now() - started };
+}
+
+export async function writeMetrics(
+  path: string,
+  rollouts: Array<Record<string, unknown>>,
+  harnessName: string,
+): Promise<Record<string, number>> {
+  const byTask = new Map<number, number[]>();
+  for (const row of rollouts) {
+    const task = Number(row._ng_task_index);
+    byTask.set(task, [...(byTask.get(task) ?? []), Number(row.reward)]);
+  }
+  const tasks = [...byTask.entries()].sort(([left], [right]) => left - right);
+  const agentMetrics = computeRewardMetrics(tasks.map(([, rewards]) => rewards));
+  const keyMetrics = Object.fromEntries(
+    Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
+  );
+  const groupLevel = tasks.map(([task, rewards]) => ({
+    _ng_task_index: task,
+    ...computeRewardMetrics([rewards]),
+  }));
+  await writeFile(
+    path,
+    `${JSON.stringify([{ agent_ref: { name: harnessName }, agent_metrics: agentMetrics, key_metrics: keyMetrics, group_level_metrics: groupLevel }], null, 2)}\n`,
+  );
+  return agentMetrics;
+}
+
+async function runRollout(
+  options: EvalOptions,
+  row: Record<string, unknown>,
+  limits: HarnessLimits,
+  rolloutId: string,
+  attempt: number,
+): Promise<Record<string, unknown>> {
+  const { client, harness } = options;
+  const timings: Timings = { sandboxMs: 0, agentMs: 0, verifyMs: 0, totalMs: 0 };
+  const started = Date.now();
+  let sandboxId: string | undefined;
+  let harnessResult: HarnessResult | undefined;
+  let verdict: Verdict;
+  let modelCalls: unknown[] = [];
+  const task = sweTask(row);
+  try {
+    const spec = { ...(options.environment.sandbox as object), image: task.image, labels: { role: 'agent' } };
+    sandboxId = (await client.createSandbox(spec)).id;
+    timings.sandboxMs = Date.now() - started;
+    const sandbox = clientSandboxHandle(client, sandboxId);
+    let endpoint = { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
+    if (harness.needsModel) {
+      const rollout = await client.openRollout({ rolloutId });
+      endpoint = {
+        baseUrl: `${client.url}${rollout.basePath}`,
+        basePath: rollout.basePath,
+        apiKey: rollout.key,
+        model: options.modelName,
+      };
+    }
+    const agentStarted = Date.now();
+    harnessResult = await harness.run({
+      sandbox,
+      task: {
+        id: task.instance_id,
+        instruction: String(row.problem_statement ?? row.instruction ?? ''),
+        workdir: task.workdir,
+        goldPatch: String(row.patch ?? ''),
+      },
+      model: endpoint,
+      limits,
+      logger: options.logger,
+    });
+    timings.agentMs = Date.now() - agentStarted;
+    if (harness.needsModel) modelCalls = await client.rolloutRecords(rolloutId).catch(() => []);
+    const verifyStarted = Date.now();
+    if (harnessResult.outcome === 'sandbox_gone')
+      verdict = { outcome: 'infra_error', reward: 0, details: { reason: 'the agent sandbox went away' } };
+    else if (harnessResult.outcome === 'agent_error')
+      verdict = {
+        outcome: 'agent_error',
+        reward: 0,
+        details: { reason: harnessResult.message ?? 'agent error' },
+      };
+    else {
+      // Limits reached (steps, time, cost) still leave a final state worth grading, as SWE-bench does.
+      const patch = await extractPatch(sandbox, task);
+      await client.destroySandbox(sandboxId).catch(() => {});
+      sandboxId = undefined;
+      verdict = await verifySwe(client, task, patch);
+      verdict.details.modelPatch = patch;
+    }
+    timings.verifyMs = Date.now() - verifyStarted;
+  } catch (error) {
+    verdict = {
+      outcome: 'infra_error',
+      reward: 0,
+      details: { reason: isGymError(error) ? `${error.code}: ${error.message}` : String(error) },
+    };
+  } finally {
+    if (sandboxId !== undefined) await client.destroySandbox(sandboxId).catch(() => {});
+    if (harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
+  }
+  timings.totalMs = Date.now() - started;
+  return {
+    ...row,
+    _ng_attempt_index: attempt,
+    _ng_rollout_id: rolloutId,
+    reward: verdict.reward,
+    outcome: verdict.outcome,
+    verifier: verdict.details,
+    response: {
+      outcome: harnessResult?.outcome ?? null,
+      submission: harnessResult?.submission ?? null,
+      message: harnessResult?.message ?? null,
+    },
+    trajectory: harnessResult?.trajectory ?? [],
+    model_calls: modelCalls,
+    timings,
+    sandbox: { image: task.image },
+  };
+}
