@@ -122,6 +122,8 @@ export interface Harness {
   readonly name: string;
   /** Whether the harness calls a model (the oracle does not). */
   readonly needsModel: boolean;
+  /** Only the oracle reads the gold patch; every other harness is never given it. */
+  readonly usesGoldPatch?: boolean;
   run(context: HarnessRunContext): Promise<HarnessResult>;
 }
 

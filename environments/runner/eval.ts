@@ -250,7 +250,7 @@ async function runRollout(
         id: task.instance_id,
         instruction: String(row.problem_statement ?? row.instruction ?? ''),
         workdir: task.workdir,
-        goldPatch: String(row.patch ?? ''),
+        ...(harness.usesGoldPatch ? { goldPatch: String(row.patch ?? '') } : {}),
       },
       model: endpoint,
       limits,

@@ -11,6 +11,7 @@ export function createOracleHarness(): Harness {
   return {
     name: 'oracle',
     needsModel: false,
+    usesGoldPatch: true,
     async run({ sandbox, task, limits }: HarnessRunContext): Promise<HarnessResult> {
       const clock = new RunClock(limits);
       const base = { trajectory: [], steps: 0, costUsd: 0 };

@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
@@ -137,10 +136,12 @@ FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rol
       }
     } catch (error) {
       if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
-      inProcessStateDir = await mkdtemp(join(tmpdir(), 'gym-eval-'));
+      // A stable state directory and namespace: a run killed halfway leaves its sandboxes in a
+      // store the next run (say, with --resume) reconciles and cleans up.
+      inProcessStateDir = join(resolveStateDir(values['state-dir'], env), 'eval-daemon');
       const overrides: Partial<DaemonConfigInput> = {
         stateDir: inProcessStateDir,
-        namespace: `eval-${process.pid}`,
+        namespace: 'gym-eval',
         listen: { host: '127.0.0.1', port: 0 },
         destroyOnShutdown: true,
         logLevel: 'warn',
@@ -201,7 +202,6 @@ FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rol
     } finally {
       process.removeListener('SIGINT', stop);
       await inProcess?.stop({ destroy: true });
-      if (inProcessStateDir !== undefined) await rm(inProcessStateDir, { recursive: true, force: true });
     }
   },
 };

@@ -1,0 +1,220 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildSweMiniImages } from '../../cli/task-images.ts';
+import { GymClient } from '../../client/client.ts';
+import { silentLogger } from '../../core/logger.ts';
+import { HarnessRegistry } from '../../harnesses/registry.ts';
+import { startTestDaemon } from '../../test/daemon-harness.ts';
+import { dockerTestEnvironment } from '../../test/docker-available.ts';
+import { loadEnvironment, readRows } from '../environment.ts';
+import { runEval } from './eval.ts';
+import { readJsonl } from './files.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const cliEntry = new URL('../../cli/main.ts', import.meta.url).pathname;
+
+async function labelled(namespace: string): Promise<number> {
+  return (await docker.listContainers({ all: true, filters: { label: [`gym.namespace=${namespace}`] } }))
+    .length;
+}
+
+/** A unix socket relaying to the Docker engine that can be cut and restored: the engine "goes away" without touching it. */
+class SwitchableEngine {
+  readonly path: string;
+  #server: Server | null = null;
+  readonly #connections = new Set<Socket>();
+
+  constructor(directory: string) {
+    this.path = join(directory, 'engine.sock');
+  }
+
+  async up(): Promise<void> {
+    this.#server = createServer((client) => {
+      const engine = createConnection('/var/run/docker.sock');
+      this.#connections.add(client).add(engine);
+      client.pipe(engine).pipe(client);
+      const drop = () => {
+        client.destroy();
+        engine.destroy();
+      };
+      client.on('error', drop).on('close', drop);
+      engine.on('error', drop).on('close', drop);
+    });
+    await new Promise<void>((resolve) => this.#server!.listen(this.path, resolve));
+  }
+
+  async down(): Promise<void> {
+    for (const socket of this.#connections) socket.destroy();
+    this.#connections.clear();
+    await new Promise((resolve) =>
+      this.#server === null ? resolve(undefined) : this.#server.close(resolve),
+    );
+    this.#server = null;
+  }
+}
+
+describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => {
+  let outputDir = '';
+  beforeAll(async () => {
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-test-'));
+    await buildSweMiniImages(docker, silentLogger);
+  }, 300_000);
+  afterAll(async () => {
+    await rm(outputDir, { recursive: true, force: true });
+  });
+
+  it('gives the oracle reward 1 and a no-op harness reward 0 on every swe-mini task, leaking nothing', async () => {
+    const namespace = `evaltest-${randomBytes(3).toString('hex')}`;
+    const daemon = await startTestDaemon({ namespace }, { listen: true });
+    try {
+      const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+      const environment = await loadEnvironment('swe-mini');
+      const rows = await readRows(environment.dataPath);
+      expect(rows.length).toBeGreaterThanOrEqual(12);
+      for (const [harnessName, expected] of [
+        ['oracle', 1],
+        ['noop', 0],
+      ] as const) {
+        const output = join(outputDir, `${harnessName}.jsonl`);
+        const summary = await runEval({
+          client,
+          environment,
+          rows,
+          harness: await new HarnessRegistry().create(harnessName),
+          harnessName,
+          modelName: 'none',
+          numRepeats: 1,
+          concurrency: 4,
+          output,
+          resume: false,
+          maxInfraAttempts: 2,
+          logger: silentLogger,
+        });
+        const rollouts = await readJsonl(output);
+        expect(summary.rollouts).toBe(rows.length);
+        expect(rollouts.map((row) => [row.instance_id, row.reward, row.outcome])).toEqual(
+          rows.map((row) => [row.instance_id, expected, 'reward']),
+        );
+        const metrics = JSON.parse(
+          await readFile(join(outputDir, `${harnessName}_aggregate_metrics.json`), 'utf8'),
+        );
+        expect(metrics[0].agent_metrics['pass@1/reward']).toBe(expected * 100);
+        expect(rollouts[0]?.timings).toMatchObject({
+          sandboxMs: expect.any(Number),
+          agentMs: expect.any(Number),
+          verifyMs: expect.any(Number),
+        });
+      }
+    } finally {
+      await daemon.stop({ destroy: true });
+    }
+    expect(await labelled(namespace)).toBe(0);
+  }, 300_000);
+
+  it('resumes a run killed halfway: exactly one line per (task, repeat), the same rewards', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-eval-resume-'));
+    const output = join(outputDir, 'resume.jsonl');
+    const args = [
+      cliEntry,
+      'eval',
+      'run',
+      '--env',
+      'swe-mini',
+      '--harness',
+      'oracle',
+      '--limit',
+      '6',
+      '--num-repeats',
+      '2',
+      '--concurrency',
+      '2',
+      '--output',
+      output,
+    ];
+    const env = { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'error' };
+    const first = spawn(process.execPath, args, { env, stdio: 'ignore' });
+    // Kill it once a few rollouts are on disk.
+    while (!existsSync(output) || (await readJsonl(output)).length < 4)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    first.kill('SIGKILL');
+    await new Promise((resolve) => first.once('exit', resolve));
+    const partial = (await readJsonl(output)).length;
+    expect(partial).toBeLessThan(12);
+
+    const second = spawn(process.execPath, [...args, '--resume'], { env, stdio: 'ignore' });
+    const code = await new Promise((resolve) => second.once('exit', resolve));
+    expect(code).toBe(0);
+    const rollouts = await readJsonl(output);
+    const keys = rollouts.map((row) => `${row._ng_task_index}/${row._ng_rollout_index}`);
+    expect(new Set(keys).size).toBe(12);
+    expect(keys).toHaveLength(12);
+    expect(rollouts.every((row) => row.reward === 1)).toBe(true);
+    // The resumed run's in-process daemon reconciled what the killed one left: nothing remains.
+    expect(await labelled('gym-eval')).toBe(0);
+    await rm(stateDir, { recursive: true, force: true });
+  }, 300_000);
+
+  it('turns an engine outage into infra errors that are retried, never reward 0, never a hang', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'gym-engine-'));
+    const engine = new SwitchableEngine(directory);
+    await engine.up();
+    const namespace = `outage-${randomBytes(3).toString('hex')}`;
+    const daemon = await startTestDaemon(
+      {
+        namespace,
+        orphanScanIntervalMs: 500,
+        providers: [{ name: 'docker', options: { socketPath: engine.path } }],
+      },
+      { listen: true },
+    );
+    try {
+      const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+      const environment = await loadEnvironment('swe-mini');
+      const rows = (await readRows(environment.dataPath)).slice(0, 4);
+      const output = join(outputDir, 'outage.jsonl');
+      let isCut = false;
+      const run = runEval({
+        client,
+        environment,
+        rows,
+        harness: await new HarnessRegistry().create('oracle'),
+        harnessName: 'oracle',
+        modelName: 'none',
+        numRepeats: 1,
+        concurrency: 2,
+        output,
+        resume: false,
+        maxInfraAttempts: 6,
+        logger: silentLogger,
+        onProgress: () => {
+          // After the first finished rollout, the engine goes away for three seconds.
+          if (isCut) return;
+          isCut = true;
+          void engine.down().then(() => setTimeout(() => void engine.up(), 3000));
+        },
+      });
+      const summary = await run;
+      const rollouts = await readJsonl(output);
+      const failures = await readJsonl(join(outputDir, 'outage_failures.jsonl'));
+      expect(summary.rollouts).toBe(4);
+      expect(rollouts.every((row) => row.reward === 1 && row.outcome === 'reward')).toBe(true);
+      expect(failures.length).toBeGreaterThan(0);
+      expect(
+        failures.every((row) => row.outcome === 'infra_error' && row._ng_failure_terminal === false),
+      ).toBe(true);
+      // Whatever a cut-off create left behind, the orphan scan removes.
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+    } finally {
+      await daemon.stop({ destroy: true });
+      await engine.down();
+      await rm(directory, { recursive: true, force: true });
+    }
+    expect(await labelled(namespace)).toBe(0);
+  }, 300_000);
+});
