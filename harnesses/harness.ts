@@ -33,6 +33,8 @@ export interface HarnessTask {
   workdir: string;
   /** The reference solution as a unified diff (the oracle applies it). */
   goldPatch?: string;
+  /** The reference solution as a shell script (the oracle runs it), for tasks without a patch. */
+  solution?: string;
   metadata?: Record<string, unknown>;
 }
 

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -111,6 +111,77 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
           verifyMs: expect.any(Number),
         });
       }
+    } finally {
+      await daemon.stop({ destroy: true });
+    }
+    expect(await labelled(namespace)).toBe(0);
+  }, 300_000);
+
+  it('gives the oracle reward 1 and a no-op harness reward 0 on every terminal task; a slow test.sh is verifier_timeout', async () => {
+    const namespace = `termtest-${randomBytes(3).toString('hex')}`;
+    const daemon = await startTestDaemon({ namespace }, { listen: true });
+    try {
+      const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+      const environment = await loadEnvironment('terminal');
+      const rows = await readRows(environment.dataPath);
+      expect(rows.length).toBeGreaterThanOrEqual(8);
+      for (const [harnessName, expected] of [
+        ['oracle', 1],
+        ['noop', 0],
+      ] as const) {
+        const output = join(outputDir, `terminal-${harnessName}.jsonl`);
+        await runEval({
+          client,
+          environment,
+          rows,
+          harness: await new HarnessRegistry().create(harnessName),
+          harnessName,
+          modelName: 'none',
+          numRepeats: 1,
+          concurrency: 4,
+          output,
+          resume: false,
+          maxInfraAttempts: 2,
+          logger: silentLogger,
+        });
+        expect((await readJsonl(output)).map((row) => [row.id, row.reward, row.outcome])).toEqual(
+          rows.map((row) => [row.id, expected, 'reward']),
+        );
+      }
+      // A test script that runs too long is the verifier's timeout, never a reward of 0.
+      const slowDirectory = await mkdtemp(join(tmpdir(), 'gym-slow-env-'));
+      await mkdir(join(slowDirectory, 'tests/slow'), { recursive: true });
+      await writeFile(
+        join(slowDirectory, 'tests/slow/test.sh'),
+        'sleep 30\necho 1 > /logs/verifier/reward.txt\n',
+      );
+      const slowRows = [
+        {
+          id: 'slow',
+          instruction: 'nothing',
+          workdir: '/tmp',
+          image: rows[0]!.image,
+          tests: 'tests/slow',
+          verifier_timeout_sec: 1,
+        },
+      ];
+      const output = join(outputDir, 'slow.jsonl');
+      await runEval({
+        client,
+        environment: { ...environment, directory: slowDirectory },
+        rows: slowRows,
+        harness: await new HarnessRegistry().create('noop'),
+        harnessName: 'noop',
+        modelName: 'none',
+        numRepeats: 1,
+        concurrency: 1,
+        output,
+        resume: false,
+        maxInfraAttempts: 1,
+        logger: silentLogger,
+      });
+      expect((await readJsonl(output))[0]).toMatchObject({ outcome: 'verifier_timeout', reward: 0 });
+      await rm(slowDirectory, { recursive: true, force: true });
     } finally {
       await daemon.stop({ destroy: true });
     }

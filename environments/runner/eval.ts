@@ -5,7 +5,7 @@
  * skips finished rollouts and never writes a line twice.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type { GymClient } from '../../client/client.ts';
 import { isGymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
@@ -17,6 +17,7 @@ import {
 } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
+import { verifyScript } from '../verifiers/script.ts';
 import { extractPatch, type SweTask, testList, verifySwe } from '../verifiers/swe.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
@@ -227,12 +228,22 @@ async function runRollout(
   let harnessResult: HarnessResult | undefined;
   let verdict: Verdict;
   let modelCalls: unknown[] = [];
-  const task = sweTask(row);
+  const isSwe = options.environment.kind === 'swe';
+  const task = isSwe ? sweTask(row) : undefined;
+  const image = String(row.image);
+  const workdir = String(row.workdir ?? '/testbed');
   try {
-    const spec = { ...(options.environment.sandbox as object), image: task.image, labels: { role: 'agent' } };
+    const spec = { ...(options.environment.sandbox as object), image, labels: { role: 'agent' } };
     sandboxId = (await client.createSandbox(spec)).id;
-    timings.sandboxMs = Date.now() - started;
     const sandbox = clientSandboxHandle(client, sandboxId);
+    if (typeof row.setup === 'string' && row.setup !== '') {
+      const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
+      if (setup.status !== 'ok' || setup.exitCode !== 0)
+        throw new Error(
+          `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
+        );
+    }
+    timings.sandboxMs = Date.now() - started;
     let endpoint = { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
     if (harness.needsModel) {
       const rollout = await client.openRollout({ rolloutId });
@@ -247,10 +258,11 @@ async function runRollout(
     harnessResult = await harness.run({
       sandbox,
       task: {
-        id: task.instance_id,
+        id: String(row.instance_id ?? row.id),
         instruction: String(row.problem_statement ?? row.instruction ?? ''),
-        workdir: task.workdir,
-        ...(harness.usesGoldPatch ? { goldPatch: String(row.patch ?? '') } : {}),
+        workdir,
+        ...(harness.usesGoldPatch && typeof row.patch === 'string' ? { goldPatch: row.patch } : {}),
+        ...(harness.usesGoldPatch && typeof row.solution === 'string' ? { solution: row.solution } : {}),
       },
       model: endpoint,
       limits,
@@ -267,7 +279,14 @@ async function runRollout(
         reward: 0,
         details: { reason: harnessResult.message ?? 'agent error' },
       };
-    else {
+    else if (task === undefined) {
+      const timeoutMs = Number(row.verifier_timeout_sec ?? 300) * 1000;
+      verdict = await verifyScript(
+        sandbox,
+        join(options.environment.directory, String(row.tests)),
+        timeoutMs,
+      );
+    } else {
       // Limits reached (steps, time, cost) still leave a final state worth grading, as SWE-bench does.
       const patch = await extractPatch(sandbox, task);
       await client.destroySandbox(sandboxId).catch(() => {});
@@ -302,6 +321,6 @@ async function runRollout(
     trajectory: harnessResult?.trajectory ?? [],
     model_calls: modelCalls,
     timings,
-    sandbox: { image: task.image },
+    sandbox: { image },
   };
 }

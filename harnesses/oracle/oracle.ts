@@ -15,6 +15,32 @@ export function createOracleHarness(): Harness {
     async run({ sandbox, task, limits }: HarnessRunContext): Promise<HarnessResult> {
       const clock = new RunClock(limits);
       const base = { trajectory: [], steps: 0, costUsd: 0 };
+      if (task.solution !== undefined && task.solution.trim() !== '') {
+        const ran = await sandbox.exec({
+          command: task.solution,
+          cwd: task.workdir,
+          timeoutMs: Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs)),
+        });
+        const step = {
+          index: 0,
+          startedAt: new Date(clock.startedMs).toISOString(),
+          durationMs: ran.durationMs,
+          action: { tool: 'bash', arguments: { command: task.solution } },
+          observation: `${ran.stdout}${ran.stderr}`,
+          exitCode: ran.exitCode,
+        };
+        if (ran.status === 'sandbox_gone')
+          return clock.finish({ ...base, trajectory: [step], outcome: 'sandbox_gone', submission: null });
+        const isOk = ran.status === 'ok' && ran.exitCode === 0;
+        return clock.finish({
+          ...base,
+          trajectory: [step],
+          steps: 1,
+          outcome: isOk ? 'submitted' : 'agent_error',
+          submission: isOk ? task.solution : null,
+          ...(isOk ? {} : { message: `the reference solution failed: ${ran.stderr.slice(-1000)}` }),
+        });
+      }
       if (task.goldPatch === undefined || task.goldPatch.trim() === '') {
         return clock.finish({
           ...base,

@@ -1,0 +1,4 @@
+#!/bin/sh
+# Writes 1 to /logs/verifier/reward.txt when the task is done, else 0.
+mkdir -p /logs/verifier
+if ( [ "$(tr -d " \n" < /app/total.txt)" = "37.00" ] ); then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi

@@ -1,0 +1,63 @@
+/**
+ * The script verifier (Harbor style): after the agent finishes, copy the task's tests folder into
+ * its sandbox at /tests, run `sh /tests/test.sh` under a timeout, and read the reward it writes to
+ * /logs/verifier/reward.txt. A timeout is `verifier_timeout`, never reward 0.
+ */
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join, relative } from 'node:path';
+import type { SandboxHandle } from '../../harnesses/harness.ts';
+import type { Verdict } from './verifier.ts';
+
+export const REWARD_FILE = '/logs/verifier/reward.txt';
+
+async function filesBelow(directory: string): Promise<string[]> {
+  const entries = await readdir(directory, { withFileTypes: true, recursive: true });
+  return entries.filter((entry) => entry.isFile()).map((entry) => join(entry.parentPath, entry.name));
+}
+
+export async function verifyScript(
+  sandbox: SandboxHandle,
+  testsDirectory: string,
+  timeoutMs: number,
+): Promise<Verdict> {
+  for (const path of await filesBelow(testsDirectory)) {
+    const mode = (await stat(path)).mode & 0o777;
+    await sandbox.writeFile(`/tests/${relative(testsDirectory, path)}`, await readFile(path), mode);
+  }
+  const run = await sandbox.exec({
+    command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh',
+    cwd: '/tests',
+    timeoutMs,
+  });
+  if (run.status === 'timeout')
+    return {
+      outcome: 'verifier_timeout',
+      reward: 0,
+      details: { reason: `test.sh ran past ${timeoutMs} ms` },
+    };
+  if (run.status === 'sandbox_gone')
+    return {
+      outcome: 'infra_error',
+      reward: 0,
+      details: { reason: 'the sandbox went away during the tests' },
+    };
+  const rewardText = await sandbox.readFile(REWARD_FILE).then(
+    (content) => content.toString('utf8').trim(),
+    () => null,
+  );
+  const details = { testExitCode: run.exitCode, testLogTail: `${run.stdout}${run.stderr}`.slice(-4000) };
+  if (rewardText === null)
+    return {
+      outcome: 'reward',
+      reward: 0,
+      details: { ...details, reason: `test.sh wrote no ${REWARD_FILE}` },
+    };
+  const reward = Number(rewardText);
+  if (!Number.isFinite(reward))
+    return {
+      outcome: 'reward',
+      reward: 0,
+      details: { ...details, reason: `the reward file holds "${rewardText.slice(0, 100)}", not a number` },
+    };
+  return { outcome: 'reward', reward, details };
+}
