@@ -35,6 +35,8 @@ export interface HarnessTask {
   goldPatch?: string;
   /** The reference solution as a shell script (the oracle runs it), for tasks without a patch. */
   solution?: string;
+  /** The expected answer of a question (the oracle submits it). */
+  goldAnswer?: string;
   metadata?: Record<string, unknown>;
 }
 

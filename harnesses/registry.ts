@@ -8,11 +8,13 @@ import { createMiniSweAgentHarness, createOpenHandsHarness } from './installed/p
 import { createMiniSweHarness } from './mini-swe/mini-swe.ts';
 import { createNoopHarness } from './noop.ts';
 import { createOracleHarness } from './oracle/oracle.ts';
+import { createSingleTurnHarness } from './single-turn/single-turn.ts';
 import { createToolCallingHarness } from './tool-calling/tool-calling.ts';
 
 export const BUILT_IN_HARNESSES: Readonly<Record<string, HarnessFactory>> = Object.freeze({
   oracle: () => createOracleHarness(),
   noop: () => createNoopHarness(),
+  'single-turn': () => createSingleTurnHarness(),
   'mini-swe': () => createMiniSweHarness(),
   'tool-calling': () => createToolCallingHarness(),
   codex: (options: unknown) => createCodexHarness(options),

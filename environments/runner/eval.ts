@@ -7,16 +7,18 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import type { GymClient } from '../../client/client.ts';
-import { isGymError } from '../../core/errors.ts';
+import { GymError, isGymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import {
   DEFAULT_LIMITS,
   type Harness,
   type HarnessLimits,
   type HarnessResult,
+  type SandboxHandle,
 } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
+import { verifyExact } from '../verifiers/exact.ts';
 import { verifyScript } from '../verifiers/script.ts';
 import { extractPatch, type SweTask, testList, verifySwe } from '../verifiers/swe.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
@@ -214,6 +216,10 @@ export async function writeMetrics(
   return agentMetrics;
 }
 
+const noSandbox = () =>
+  Promise.reject(new GymError('CAPABILITY_UNSUPPORTED', 'this environment gives its harness no sandbox'));
+const NO_SANDBOX: SandboxHandle = { id: 'none', exec: noSandbox, writeFile: noSandbox, readFile: noSandbox };
+
 async function runRollout(
   options: EvalOptions,
   row: Record<string, unknown>,
@@ -229,13 +235,15 @@ async function runRollout(
   let verdict: Verdict;
   let modelCalls: unknown[] = [];
   const isSwe = options.environment.kind === 'swe';
+  const isExact = options.environment.kind === 'exact';
   const task = isSwe ? sweTask(row) : undefined;
   const image = String(row.image);
   const workdir = String(row.workdir ?? '/testbed');
   try {
     const spec = { ...(options.environment.sandbox as object), image, labels: { role: 'agent' } };
-    sandboxId = (await client.createSandbox(spec)).id;
-    const sandbox = clientSandboxHandle(client, sandboxId);
+    // Questions (kind `exact`) need no sandbox: the handle refuses any use.
+    if (!isExact) sandboxId = (await client.createSandbox(spec)).id;
+    const sandbox = sandboxId === undefined ? NO_SANDBOX : clientSandboxHandle(client, sandboxId);
     if (typeof row.setup === 'string' && row.setup !== '') {
       const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
       if (setup.status !== 'ok' || setup.exitCode !== 0)
@@ -263,6 +271,7 @@ async function runRollout(
         workdir,
         ...(harness.usesGoldPatch && typeof row.patch === 'string' ? { goldPatch: row.patch } : {}),
         ...(harness.usesGoldPatch && typeof row.solution === 'string' ? { solution: row.solution } : {}),
+        ...(harness.usesGoldPatch && isExact ? { goldAnswer: String(row.expected_answer ?? '') } : {}),
       },
       model: endpoint,
       limits,
@@ -279,6 +288,7 @@ async function runRollout(
         reward: 0,
         details: { reason: harnessResult.message ?? 'agent error' },
       };
+    else if (isExact) verdict = verifyExact(harnessResult.submission, String(row.expected_answer ?? ''));
     else if (task === undefined) {
       const timeoutMs = Number(row.verifier_timeout_sec ?? 300) * 1000;
       verdict = await verifyScript(
@@ -289,7 +299,7 @@ async function runRollout(
     } else {
       // Limits reached (steps, time, cost) still leave a final state worth grading, as SWE-bench does.
       const patch = await extractPatch(sandbox, task);
-      await client.destroySandbox(sandboxId).catch(() => {});
+      if (sandboxId !== undefined) await client.destroySandbox(sandboxId).catch(() => {});
       sandboxId = undefined;
       verdict = await verifySwe(client, task, patch);
       verdict.details.modelPatch = patch;

@@ -144,6 +144,7 @@ describe('agent CLI recipes', () => {
       'opencode',
       'openhands',
       'oracle',
+      'single-turn',
       'tool-calling',
     ]);
     await expect(registry.create('claude')).rejects.toMatchObject({

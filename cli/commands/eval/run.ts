@@ -60,7 +60,7 @@ function progressPrinter(
     } else {
       const last = progress.last;
       stderr.write(
-        `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome} reward ${last.reward}` : ''} (mean ${mean}, ${rate}/min)\n`,
+        `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome === 'reward' ? `reward ${last.reward}` : last.outcome}` : ''} (mean ${mean}, ${rate}/min)\n`,
       );
     }
   };

@@ -1,0 +1,95 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../../client/client.ts';
+import { silentLogger } from '../../core/logger.ts';
+import { HarnessRegistry } from '../../harnesses/registry.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import type { ProviderContext } from '../../providers/sandbox-provider.ts';
+import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
+import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
+import { loadEnvironment, readRows } from '../environment.ts';
+import { extractChoice, verifyExact } from '../verifiers/exact.ts';
+import { runEval } from './eval.ts';
+import { readJsonl } from './files.ts';
+
+describe('exact verifier', () => {
+  it('extracts the chosen letter and matches it', () => {
+    expect(extractChoice('Let me think. Answer: c')).toBe('C');
+    expect(extractChoice('Between A and B, I pick B')).toBe('B');
+    expect(extractChoice('no idea')).toBeNull();
+    expect(verifyExact('Answer: B', 'B')).toMatchObject({ reward: 1, details: { extracted_answer: 'B' } });
+    expect(verifyExact(null, 'B').reward).toBe(0);
+    expect(verifyExact(' 42 ', '42').reward).toBe(1);
+  });
+});
+
+describe('gym eval on mcqa (no sandbox)', () => {
+  let model: ScriptedModelServer;
+  let daemon: TestDaemon;
+  let directory: string;
+
+  beforeAll(async () => {
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          { match: 'lists the files', replies: [{ content: 'Answer: B' }] },
+          { replies: [{ content: 'Answer: A' }] },
+        ],
+      }),
+    );
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }], gateway: { upstream: { baseUrl: model.baseUrl }, maxRetries: 0 } },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    directory = await mkdtemp(join(tmpdir(), 'gym-mcqa-'));
+  });
+
+  afterAll(async () => {
+    await daemon.cleanup();
+    await model.close();
+    await rm(directory, { recursive: true, force: true });
+  });
+
+  it('scores the oracle 1, a no-op 0, and a model by exact match, with pass@k over repeats', async () => {
+    const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+    const environment = await loadEnvironment('mcqa');
+    const rows = await readRows(environment.dataPath);
+    const run = async (harnessName: string, numRepeats = 1) => {
+      const output = join(directory, `${harnessName}.jsonl`);
+      const summary = await runEval({
+        client,
+        environment,
+        rows,
+        harness: await new HarnessRegistry().create(harnessName),
+        harnessName,
+        modelName: 'm',
+        numRepeats,
+        concurrency: 3,
+        output,
+        resume: false,
+        maxInfraAttempts: 1,
+        logger: silentLogger,
+      });
+      return { summary, rollouts: await readJsonl(output) };
+    };
+    expect((await run('oracle')).summary.metrics['mean/reward']).toBe(1);
+    expect((await run('noop')).summary.metrics['mean/reward']).toBe(0);
+    const { summary, rollouts } = await run('single-turn', 2);
+    // q1 answers B (right); every other question gets A, right for q4 and q10 only.
+    expect(summary.rollouts).toBe(20);
+    expect(summary.metrics['pass@1/reward']).toBeCloseTo(30, 10);
+    expect(summary.metrics['pass@2/reward']).toBeCloseTo(30, 10);
+    expect(rollouts[0]).toMatchObject({
+      id: 'q1',
+      reward: 1,
+      verifier: { expected_answer: 'B', extracted_answer: 'B' },
+    });
+    expect((rollouts[0]?.model_calls as unknown[]).length).toBe(1);
+  });
+});
