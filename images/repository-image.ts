@@ -4,7 +4,7 @@
  * swe-mini task); an image that already exists under its content-hash tag is not rebuilt.
  */
 
-import type { Readable } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import * as tar from 'tar-stream';
 import { GymError } from '../core/errors.ts';
@@ -27,6 +27,7 @@ function filesTar(files: Record<string, string>): Readable {
 }
 
 async function run(
+  docker: Docker,
   container: Docker.Container,
   command: string,
   workdir: string,
@@ -40,19 +41,19 @@ async function run(
     AttachStderr: true,
   });
   const stream = (await exec.start({ hijack: true, stdin: false })) as unknown as Readable;
+  const output = new PassThrough();
   const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  output.on('data', (chunk: Buffer) => chunks.push(chunk));
+  docker.modem.demuxStream(stream, output, output);
+  await new Promise<void>((resolve) => {
+    stream.once('end', resolve);
+    stream.once('close', resolve);
+  });
   const { ExitCode } = await exec.inspect();
-  // Demultiplexing is not worth it for a build log: strip the 8-byte frame headers roughly.
-  const output = Buffer.concat(chunks)
-    .toString('utf8')
-    .replace(/[\u0000-\u0002][\u0000]{3}[\s\S]{4}/g, '');
+  const text = Buffer.concat(chunks).toString('utf8');
   if (ExitCode !== 0)
-    throw new GymError(
-      'INTERNAL',
-      `building the repository image failed (${command}): ${output.slice(-2000)}`,
-    );
-  return output;
+    throw new GymError('INTERNAL', `building the repository image failed (${command}): ${text.slice(-2000)}`);
+  return text;
 }
 
 export async function buildRepositoryImage(
@@ -76,9 +77,9 @@ export async function buildRepositoryImage(
   });
   try {
     await container.start();
-    await run(container, `mkdir -p ${spec.workdir}`, '/', {});
+    await run(docker, container, `mkdir -p ${spec.workdir}`, '/', {});
     await container.putArchive(filesTar(spec.files), { path: spec.workdir });
-    await run(container, spec.command, spec.workdir, spec.env);
+    await run(docker, container, spec.command, spec.workdir, spec.env);
     const separator = spec.reference.lastIndexOf(':');
     await container.commit({
       repo: spec.reference.slice(0, separator),

@@ -90,6 +90,6 @@ describe('gym eval on mcqa (no sandbox)', () => {
       reward: 1,
       verifier: { expected_answer: 'B', extracted_answer: 'B' },
     });
-    expect((rollouts[0]?.model_calls as unknown[]).length).toBe(1);
+    expect((rollouts[0]!.model_calls as unknown[]).length).toBe(1);
   });
 });
