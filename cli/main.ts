@@ -16,6 +16,8 @@ import { devModelServerCommand } from './commands/dev/model-server.ts';
 import { doctorCommand } from './commands/doctor/doctor.ts';
 import { envLsCommand } from './commands/env/ls.ts';
 import { envShowCommand } from './commands/env/show.ts';
+import { evalProfileCommand } from './commands/eval/profile.ts';
+import { evalReverifyCommand } from './commands/eval/reverify.ts';
 import { evalRunCommand } from './commands/eval/run.ts';
 import { imageBuildCommand } from './commands/image/build.ts';
 import { imageLsCommand } from './commands/image/ls.ts';
@@ -43,7 +45,7 @@ const COMMANDS: Record<string, Record<string, Command>> = {
   pool: { create: poolCreateCommand, ls: poolLsCommand, rm: poolRmCommand },
   image: { build: imageBuildCommand, ls: imageLsCommand },
   env: { ls: envLsCommand, show: envShowCommand },
-  eval: { run: evalRunCommand },
+  eval: { run: evalRunCommand, reverify: evalReverifyCommand, profile: evalProfileCommand },
   dev: { 'model-server': devModelServerCommand },
   doctor: { '': doctorCommand },
 };

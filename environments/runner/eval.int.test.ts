@@ -15,6 +15,7 @@ import { dockerTestEnvironment } from '../../test/docker-available.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
+import { reverifyRollout } from './reverify.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const cliEntry = new URL('../../cli/main.ts', import.meta.url).pathname;
@@ -101,6 +102,21 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
         expect(rollouts.map((row) => [row.instance_id, row.reward, row.outcome])).toEqual(
           rows.map((row) => [row.instance_id, expected, 'reward']),
         );
+        // Reverifying the stored patches, with no agent, gives the same rewards; a spoiled patch scores 0.
+        const again = await reverifyRollout(client, environment, rollouts[0]!);
+        expect(again).toMatchObject({ reverified: true, reward: expected });
+        if (harnessName === 'oracle') {
+          const spoiled = {
+            ...rollouts[0]!,
+            verifier: {
+              modelPatch: 'diff --git a/nope b/nope\n--- a/nope\n+++ b/nope\n@@ -1 +1 @@\n-a\n+b\n',
+            },
+          };
+          expect(await reverifyRollout(client, environment, spoiled)).toMatchObject({
+            reward: 0,
+            verifier: { reason: 'the patch does not apply' },
+          });
+        }
         const metrics = JSON.parse(
           await readFile(join(outputDir, `${harnessName}_aggregate_metrics.json`), 'utf8'),
         );

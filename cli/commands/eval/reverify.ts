@@ -1,0 +1,52 @@
+import { writeFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { GymError } from '../../../core/errors.ts';
+import { loadEnvironment } from '../../../environments/environment.ts';
+import { writeMetrics } from '../../../environments/runner/eval.ts';
+import { outputPaths, readJsonl } from '../../../environments/runner/files.ts';
+import { reverifyRollout } from '../../../environments/runner/reverify.ts';
+import type { Command } from '../../command.ts';
+import { connect, resolveStateDir } from '../../connect.ts';
+
+export const evalReverifyCommand: Command = {
+  summary: 'recompute rewards from stored rollouts (their patches or answers), running no agent',
+  usage: `gym eval reverify --input ROLLOUTS.jsonl --output NEW.jsonl --env NAME
+
+Needs a running daemon for SWE environments (grading runs in fresh sandboxes).`,
+  async run({ args, env, stdout, stderr }) {
+    const { values } = parseArgs({
+      args,
+      options: {
+        input: { type: 'string' },
+        output: { type: 'string' },
+        env: { type: 'string' },
+        'state-dir': { type: 'string' },
+      },
+    });
+    if (values.input === undefined || values.output === undefined || values.env === undefined) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        'usage: gym eval reverify --input ROLLOUTS.jsonl --output NEW.jsonl --env NAME',
+      );
+    }
+    const environment = await loadEnvironment(values.env);
+    const rows = await readJsonl(values.input);
+    if (rows.length === 0) throw new GymError('VALIDATION_FAILED', `${values.input} holds no rollouts`);
+    const client = await connect(resolveStateDir(values['state-dir'], env));
+    const results: Array<Record<string, unknown>> = [];
+    let changed = 0;
+    for (const [index, row] of rows.entries()) {
+      const result = await reverifyRollout(client, environment, row);
+      if (result.reverified === true && result.reward !== row.reward) changed += 1;
+      results.push(result);
+      stderr.write(`reverified ${index + 1}/${rows.length}\n`);
+    }
+    await writeFile(values.output, results.map((row) => `${JSON.stringify(row)}\n`).join(''));
+    const harnessName = String((rows[0]?.agent_ref as { name?: string } | undefined)?.name ?? 'unknown');
+    const metrics = await writeMetrics(outputPaths(values.output).metrics, results, harnessName);
+    stdout.write(
+      `${results.length} rollouts reverified, ${changed} rewards changed; mean/reward ${metrics['mean/reward']?.toFixed(3)}\n`,
+    );
+    return 0;
+  },
+};
