@@ -20,7 +20,7 @@ import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import { verifyExact } from '../verifiers/exact.ts';
 import { verifyScript } from '../verifiers/script.ts';
-import { extractPatch, type SweTask, testList, verifySwe } from '../verifiers/swe.ts';
+import { extractPatch, sweTaskFromRow, verifySwe } from '../verifiers/swe.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
@@ -85,19 +85,6 @@ export function materialize(
       },
     })),
   );
-}
-
-function sweTask(row: Record<string, unknown>): SweTask {
-  return {
-    instance_id: String(row.instance_id),
-    base_commit: String(row.base_commit),
-    image: String(row.image),
-    workdir: String(row.workdir ?? '/testbed'),
-    test_command: String(row.test_command),
-    test_patch: String(row.test_patch ?? ''),
-    FAIL_TO_PASS: testList(row.FAIL_TO_PASS),
-    PASS_TO_PASS: testList(row.PASS_TO_PASS),
-  };
 }
 
 export async function runEval(options: EvalOptions): Promise<EvalSummary> {
@@ -236,7 +223,7 @@ async function runRollout(
   let modelCalls: unknown[] = [];
   const isSwe = options.environment.kind === 'swe';
   const isExact = options.environment.kind === 'exact';
-  const task = isSwe ? sweTask(row) : undefined;
+  const task = isSwe ? sweTaskFromRow(row) : undefined;
   const image = String(row.image);
   const workdir = String(row.workdir ?? '/testbed');
   try {

@@ -6,7 +6,7 @@
 import type { GymClient } from '../../client/client.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import { verifyExact } from '../verifiers/exact.ts';
-import { testList, verifySwe } from '../verifiers/swe.ts';
+import { sweTaskFromRow, verifySwe } from '../verifiers/swe.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 
 export async function reverifyRollout(
@@ -18,20 +18,7 @@ export async function reverifyRollout(
   const response = (row.response ?? {}) as Record<string, unknown>;
   let verdict: Verdict | null = null;
   if (environment.kind === 'swe' && typeof verifier.modelPatch === 'string') {
-    verdict = await verifySwe(
-      client,
-      {
-        instance_id: String(row.instance_id),
-        base_commit: String(row.base_commit),
-        image: String(row.image),
-        workdir: String(row.workdir ?? '/testbed'),
-        test_command: String(row.test_command),
-        test_patch: String(row.test_patch ?? ''),
-        FAIL_TO_PASS: testList(row.FAIL_TO_PASS),
-        PASS_TO_PASS: testList(row.PASS_TO_PASS),
-      },
-      verifier.modelPatch,
-    );
+    verdict = await verifySwe(client, sweTaskFromRow(row), verifier.modelPatch);
     verdict.details.modelPatch = verifier.modelPatch;
   } else if (environment.kind === 'exact') {
     verdict = verifyExact(

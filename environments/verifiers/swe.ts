@@ -34,6 +34,20 @@ export function testList(value: unknown): string[] {
   return [];
 }
 
+/** A SWE task as the verifier needs it, from a task or rollout row. */
+export function sweTaskFromRow(row: Record<string, unknown>): SweTask {
+  return {
+    instance_id: String(row.instance_id),
+    base_commit: String(row.base_commit),
+    image: String(row.image),
+    workdir: String(row.workdir ?? '/testbed'),
+    test_command: String(row.test_command),
+    test_patch: String(row.test_patch ?? ''),
+    FAIL_TO_PASS: testList(row.FAIL_TO_PASS),
+    PASS_TO_PASS: testList(row.PASS_TO_PASS),
+  };
+}
+
 /** The agent's changes as a binary-safe diff against the base commit, untracked files included. */
 export async function extractPatch(
   sandbox: SandboxHandle,

@@ -33,6 +33,18 @@ export interface AgentRunSettings {
   homeDir: string;
 }
 
+/** The JSON objects of a JSONL event stream; other lines (banners, logs) are skipped. */
+export function parseJsonLines(stdout: string): Array<Record<string, unknown>> {
+  return stdout.split('\n').flatMap((line) => {
+    if (!line.startsWith('{')) return [];
+    try {
+      return [JSON.parse(line) as Record<string, unknown>];
+    } catch {
+      return [];
+    }
+  });
+}
+
 export interface ParsedRun {
   finalMessage: string | null;
   steps: TrajectoryStep[];

@@ -10,6 +10,7 @@ import {
   type InstalledAgentOptions,
   type InstalledAgentRecipe,
   type ParsedRun,
+  parseJsonLines,
 } from './installed-agent.ts';
 
 export const OPENCODE_VERSION = '1.18.33';
@@ -42,15 +43,7 @@ export function opencodeConfig(settings: AgentRunSettings): string {
 }
 
 export function parseOpencodeEvents(stdout: string): ParsedRun {
-  const events: Array<Record<string, unknown>> = [];
-  for (const line of stdout.split('\n')) {
-    if (!line.startsWith('{')) continue;
-    try {
-      events.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      // Not an event line.
-    }
-  }
+  const events = parseJsonLines(stdout);
   const steps: TrajectoryStep[] = [];
   let finalMessage: string | null = null;
   let error: string | null = null;

@@ -11,6 +11,7 @@ import {
   type InstalledAgentOptions,
   type InstalledAgentRecipe,
   type ParsedRun,
+  parseJsonLines,
 } from './installed-agent.ts';
 
 /** mini-swe-agent's `mini`, v1 line: `-y` (no confirmations), `--exit-immediately`, `-o` trajectory, model through litellm's OpenAI route. */
@@ -86,16 +87,7 @@ export const OPENHANDS_RECIPE: InstalledAgentRecipe = {
     settings.instruction,
   ],
   parse: (stdout): ParsedRun => {
-    const events = stdout
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .flatMap((line) => {
-        try {
-          return [JSON.parse(line) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      });
+    const events = parseJsonLines(stdout);
     const steps: TrajectoryStep[] = events
       .filter((event) => event.type === 'action')
       .map((event, index) => ({

@@ -1,18 +1,5 @@
-/**
- * The mini-SWE-agent loop, bash only: ask the model, run the one fenced command it gives through
- * a session in the sandbox, feed the output back, until it prints the submit sentinel or a limit
- * is hit. Format errors are fed back; three in a row end the run.
- */
-import type OpenAI from 'openai';
-import {
-  clipObservation,
-  type Harness,
-  type HarnessResult,
-  type HarnessRunContext,
-  RunClock,
-  type TrajectoryStep,
-} from '../harness.ts';
-import { CostMeter, createModelClient, describeModelError } from '../model-client.ts';
+import { clipObservation, type Harness, type HarnessResult, type HarnessRunContext } from '../harness.ts';
+import { ModelLoop } from '../model-loop.ts';
 import {
   formatErrorPrompt,
   observationPrompt,
@@ -40,49 +27,20 @@ export function createMiniSweHarness(): Harness {
     name: 'mini-swe',
     needsModel: true,
     async run({ sandbox, task, model, limits }: HarnessRunContext): Promise<HarnessResult> {
-      const clock = new RunClock(limits);
-      const cost = new CostMeter(limits);
-      const trajectory: TrajectoryStep[] = [];
-      const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+      const loop = new ModelLoop(model, limits, [
         { role: 'system', content: systemPrompt() },
         { role: 'user', content: taskPrompt(task.instruction, task.workdir) },
-      ];
-      const end = (outcome: HarnessResult['outcome'], submission: string | null, message?: string) =>
-        clock.finish({
-          outcome,
-          submission,
-          trajectory,
-          steps: trajectory.length,
-          costUsd: cost.costUsd,
-          extra: { messages },
-          ...(message === undefined ? {} : { message }),
-        });
+      ]);
+      const { clock, messages } = loop;
+      const end = loop.end.bind(loop);
       let formatErrors = 0;
 
       while (true) {
-        if (trajectory.length >= limits.maxSteps)
-          return end('step_limit', null, `reached ${limits.maxSteps} steps`);
-        if (clock.remainingMs <= 0) return end('time_limit', null, `ran past ${limits.wallTimeMs} ms`);
-        if (cost.isOverLimit) return end('cost_limit', null, `spent ${cost.costUsd.toFixed(4)} USD`);
-        const stepStarted = Date.now();
-        const step: TrajectoryStep = {
-          index: trajectory.length,
-          startedAt: new Date(stepStarted).toISOString(),
-          durationMs: 0,
-        };
-        trajectory.push(step);
-        let completion: OpenAI.Chat.ChatCompletion;
-        try {
-          completion = await createModelClient(model, clock.remainingMs).chat.completions.create({
-            model: model.model,
-            messages,
-          });
-        } catch (error) {
-          step.error = describeModelError(error);
-          step.durationMs = Date.now() - stepStarted;
-          return end(clock.remainingMs <= 0 ? 'time_limit' : 'agent_error', null, step.error);
-        }
-        step.usage = cost.add(completion.usage);
+        const stop = loop.limitReached();
+        if (stop !== null) return stop;
+        const asked = await loop.step();
+        if ('result' in asked) return asked.result;
+        const { step, completion } = asked;
         const content = completion.choices[0]?.message.content ?? '';
         step.assistant = content;
         messages.push({ role: 'assistant', content });
@@ -90,7 +48,7 @@ export function createMiniSweHarness(): Harness {
         if (actions.length !== 1) {
           formatErrors += 1;
           step.error = `format error: ${actions.length} bash blocks`;
-          step.durationMs = Date.now() - stepStarted;
+          loop.finishStep(step);
           if (formatErrors >= MAX_CONSECUTIVE_FORMAT_ERRORS)
             return end('agent_error', null, `${formatErrors} format errors in a row`);
           messages.push({ role: 'user', content: formatErrorPrompt(actions.length) });
@@ -108,7 +66,7 @@ export function createMiniSweHarness(): Harness {
           maxOutputBytes: 1024 * 1024,
         });
         step.exitCode = result.exitCode;
-        step.durationMs = Date.now() - stepStarted;
+        loop.finishStep(step);
         if (result.status === 'sandbox_gone')
           return end('sandbox_gone', null, 'the sandbox went away during a command');
         const output = `${result.stdout}${result.stderr}`;

@@ -10,11 +10,9 @@ import {
   type Harness,
   type HarnessResult,
   type HarnessRunContext,
-  RunClock,
   type SandboxHandle,
-  type TrajectoryStep,
 } from '../harness.ts';
-import { CostMeter, createModelClient, describeModelError } from '../model-client.ts';
+import { ModelLoop } from '../model-loop.ts';
 
 const TOOLS: OpenAI.Chat.ChatCompletionTool[] = [
   {
@@ -123,48 +121,19 @@ export function createToolCallingHarness(): Harness {
     name: 'tool-calling',
     needsModel: true,
     async run({ sandbox, task, model, limits }: HarnessRunContext): Promise<HarnessResult> {
-      const clock = new RunClock(limits);
-      const cost = new CostMeter(limits);
-      const trajectory: TrajectoryStep[] = [];
-      const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+      const loop = new ModelLoop(model, limits, [
         { role: 'system', content: SYSTEM_PROMPT },
         { role: 'user', content: `The repository is at ${task.workdir}.\n\n${task.instruction}` },
-      ];
-      const end = (outcome: HarnessResult['outcome'], submission: string | null, message?: string) =>
-        clock.finish({
-          outcome,
-          submission,
-          trajectory,
-          steps: trajectory.length,
-          costUsd: cost.costUsd,
-          extra: { messages },
-          ...(message === undefined ? {} : { message }),
-        });
+      ]);
+      const { clock, messages } = loop;
+      const end = loop.end.bind(loop);
 
       while (true) {
-        if (trajectory.length >= limits.maxSteps)
-          return end('step_limit', null, `reached ${limits.maxSteps} steps`);
-        if (clock.remainingMs <= 0) return end('time_limit', null, `ran past ${limits.wallTimeMs} ms`);
-        if (cost.isOverLimit) return end('cost_limit', null, `spent ${cost.costUsd.toFixed(4)} USD`);
-        const stepStarted = Date.now();
-        const step: TrajectoryStep = {
-          index: trajectory.length,
-          startedAt: new Date(stepStarted).toISOString(),
-          durationMs: 0,
-        };
-        trajectory.push(step);
-        let completion: OpenAI.Chat.ChatCompletion;
-        try {
-          completion = await createModelClient(model, clock.remainingMs).chat.completions.create({
-            model: model.model,
-            messages,
-            tools: TOOLS,
-          });
-        } catch (error) {
-          step.error = describeModelError(error);
-          return end(clock.remainingMs <= 0 ? 'time_limit' : 'agent_error', null, step.error);
-        }
-        step.usage = cost.add(completion.usage);
+        const stop = loop.limitReached();
+        if (stop !== null) return stop;
+        const asked = await loop.step({ tools: TOOLS });
+        if ('result' in asked) return asked.result;
+        const { step, completion } = asked;
         const message = completion.choices[0]?.message;
         const toolCalls = (message?.tool_calls ?? []).filter((call) => call.type === 'function');
         step.assistant = message?.content ?? '';
@@ -174,7 +143,7 @@ export function createToolCallingHarness(): Harness {
           ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
         });
         if (toolCalls.length === 0) {
-          step.durationMs = Date.now() - stepStarted;
+          loop.finishStep(step);
           return end('submitted', message?.content ?? '');
         }
         const observations: string[] = [];
@@ -197,7 +166,7 @@ export function createToolCallingHarness(): Harness {
           messages.push({ role: 'tool', tool_call_id: call.id, content: text });
         }
         step.observation = observations.join('\n---\n');
-        step.durationMs = Date.now() - stepStarted;
+        loop.finishStep(step);
       }
     },
   };

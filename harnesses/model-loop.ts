@@ -1,0 +1,97 @@
+/**
+ * The bookkeeping every model-driven harness loop shares: the conversation, the trajectory,
+ * the limits checked before each step, one model call per step, and the result at the end.
+ */
+import type OpenAI from 'openai';
+import type {
+  HarnessLimits,
+  HarnessOutcome,
+  HarnessResult,
+  ModelEndpoint,
+  TrajectoryStep,
+} from './harness.ts';
+import { RunClock } from './harness.ts';
+import { CostMeter, createModelClient, describeModelError } from './model-client.ts';
+
+export type ChatParams = Omit<OpenAI.Chat.ChatCompletionCreateParamsNonStreaming, 'model' | 'messages'>;
+
+export class ModelLoop {
+  readonly clock: RunClock;
+  readonly cost: CostMeter;
+  readonly trajectory: TrajectoryStep[] = [];
+  readonly messages: OpenAI.Chat.ChatCompletionMessageParam[];
+  readonly #model: ModelEndpoint;
+
+  constructor(
+    model: ModelEndpoint,
+    limits: HarnessLimits,
+    messages: OpenAI.Chat.ChatCompletionMessageParam[],
+  ) {
+    this.clock = new RunClock(limits);
+    this.cost = new CostMeter(limits);
+    this.#model = model;
+    this.messages = messages;
+  }
+
+  /** The result, with the conversation kept in `extra`. */
+  end(outcome: HarnessOutcome, submission: string | null, message?: string): HarnessResult {
+    return this.clock.finish({
+      outcome,
+      submission,
+      trajectory: this.trajectory,
+      steps: this.trajectory.length,
+      costUsd: this.cost.costUsd,
+      extra: { messages: this.messages },
+      ...(message === undefined ? {} : { message }),
+    });
+  }
+
+  /** The result that ends the run before another step (steps, wall time, cost), or null to go on. */
+  limitReached(): HarnessResult | null {
+    const { limits } = this.clock;
+    if (this.trajectory.length >= limits.maxSteps)
+      return this.end('step_limit', null, `reached ${limits.maxSteps} steps`);
+    if (this.clock.remainingMs <= 0) return this.end('time_limit', null, `ran past ${limits.wallTimeMs} ms`);
+    if (this.cost.isOverLimit)
+      return this.end('cost_limit', null, `spent ${this.cost.costUsd.toFixed(4)} USD`);
+    return null;
+  }
+
+  /**
+   * Opens a step and asks the model once. A failed call (after the gateway's retries) ends the
+   * run: `time_limit` if the time ran out meanwhile, else `agent_error`.
+   */
+  async step(
+    params: ChatParams = {},
+  ): Promise<{ step: TrajectoryStep; completion: OpenAI.Chat.ChatCompletion } | { result: HarnessResult }> {
+    const startedMs = Date.now();
+    const step: TrajectoryStep = {
+      index: this.trajectory.length,
+      startedAt: new Date(startedMs).toISOString(),
+      durationMs: 0,
+    };
+    this.trajectory.push(step);
+    try {
+      const completion = await createModelClient(this.#model, this.clock.remainingMs).chat.completions.create(
+        {
+          ...params,
+          model: this.#model.model,
+          messages: this.messages,
+        },
+      );
+      step.usage = this.cost.add(completion.usage);
+      return { step, completion };
+    } catch (error) {
+      step.error = describeModelError(error);
+      step.durationMs = Date.now() - startedMs;
+      return {
+        result: this.end(this.clock.remainingMs <= 0 ? 'time_limit' : 'agent_error', null, step.error),
+      };
+    }
+  }
+
+  /** Closes a step's duration. */
+  finishStep(step: TrajectoryStep): void {
+    step.durationMs = Date.now() - Date.parse(step.startedAt);
+  }
+}
