@@ -6,7 +6,10 @@
  * job control in a nested shell) but it and its children keep the environment they were started
  * with. Why also the session in one-shot mode: `docker exec` and `kubectl exec` make the command
  * a session leader, so a child that cleared its environment is still found by its session.
- * The script repeats until a pass finds nothing, so processes forked during a pass die in the next.
+ *
+ * Each pass first stops every match, then kills them: killing one at a time lets a parent shell
+ * run its next command (`sleep 9; echo never` would print) between its child's death and its own.
+ * Passes repeat until one finds nothing, so processes forked during a pass die in the next.
  * It needs only `sh`, `kill` and `tr`, which every image with a shell has.
  *
  * Arguments: `$1` the exec id, `$2` `session` to kill whole sessions too.
@@ -14,7 +17,7 @@
 export const KILL_SCRIPT = `
 id="$1"; mode="$2"; pass=0
 while [ "$pass" -lt 50 ]; do
-  found=""
+  matches=""; sessions=""
   for dir in /proc/[0-9]*; do
     pid="\${dir#/proc/}"
     [ "$pid" = "$$" ] && continue
@@ -25,17 +28,19 @@ $environment
       *"
 GYM_EXEC_ID=$id
 "*)
+        kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
         if [ "$mode" = session ]; then
           read -r stat < "$dir/stat" 2>/dev/null || stat=""
           rest="\${stat##*) }"
           set -- $rest
-          [ -n "$4" ] && [ "$4" != 0 ] && [ "$4" != 1 ] && kill -9 -- "-$4" 2>/dev/null
+          [ -n "$4" ] && [ "$4" != 0 ] && [ "$4" != 1 ] && sessions="$sessions $4"
         fi
-        kill -9 "$pid" 2>/dev/null && found=1
         ;;
     esac
   done
-  [ -z "$found" ] && exit 0
+  [ -z "$matches" ] && exit 0
+  for session in $sessions; do kill -9 -- "-$session" 2>/dev/null; done
+  for pid in $matches; do kill -9 "$pid" 2>/dev/null; done
   pass=$((pass + 1))
 done
 exit 1

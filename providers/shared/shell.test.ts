@@ -1,5 +1,8 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { KILL_SCRIPT } from './kill-script.ts';
 import { printfFormatFor, shellJoin } from './shell.ts';
@@ -42,5 +45,23 @@ describe('KILL_SCRIPT', () => {
     // A process whose id merely starts with the same text is left alone.
     expect(untagged.exitCode).toBeNull();
     untagged.kill('SIGKILL');
+  });
+
+  it('stops a parent before killing its child, so the parent never runs its next command', async () => {
+    const directory = mkdtempSync(join(tmpdir(), 'gym-kill-'));
+    for (let attempt = 0; attempt < 10; attempt += 1) {
+      const execId = `exec-race${attempt}${Math.random().toString(36).slice(2, 8)}`;
+      const marker = join(directory, `never-${attempt}`);
+      const child = spawn('sh', ['-c', `sleep 1006; echo never > ${marker}`], {
+        env: { ...process.env, GYM_EXEC_ID: execId },
+        stdio: 'ignore',
+      });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      execFileSync('sh', ['-c', KILL_SCRIPT, 'gym-kill', execId, 'process']);
+      await exited;
+      expect(existsSync(marker), `attempt ${attempt}`).toBe(false);
+    }
+    rmSync(directory, { recursive: true, force: true });
   });
 });
