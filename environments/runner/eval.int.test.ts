@@ -227,8 +227,12 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
     const env = { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'error' };
     const first = spawn(process.execPath, args, { env, stdio: 'ignore' });
     // Kill it once a few rollouts are on disk.
-    while (!existsSync(output) || (await readJsonl(output)).length < 4)
+    const deadline = Date.now() + 120_000;
+    while (!existsSync(output) || (await readJsonl(output)).length < 4) {
+      expect(first.exitCode, 'the first run ended before it could be killed').toBeNull();
+      expect(Date.now(), 'the first run wrote no rollouts in two minutes').toBeLessThan(deadline);
       await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     first.kill('SIGKILL');
     await new Promise((resolve) => first.once('exit', resolve));
     const partial = (await readJsonl(output)).length;
