@@ -164,6 +164,26 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
           rows.map((row) => [row.id, expected, 'reward']),
         );
       }
+      // The same through warm pools (one per shared image, sized to the concurrency).
+      const pooled = join(outputDir, 'terminal-pooled.jsonl');
+      const pooledSummary = await runEval({
+        client,
+        environment,
+        rows,
+        harness: await new HarnessRegistry().create('oracle'),
+        harnessName: 'oracle',
+        modelName: 'none',
+        numRepeats: 2,
+        concurrency: 4,
+        output: pooled,
+        resume: false,
+        maxInfraAttempts: 2,
+        usePools: true,
+        logger: silentLogger,
+      });
+      expect(pooledSummary.rollouts).toBe(rows.length * 2);
+      expect((await readJsonl(pooled)).every((row) => row.reward === 1)).toBe(true);
+      expect(await client.listPools()).toEqual([]);
       // A test script that runs too long is the verifier's timeout, never a reward of 0.
       const slowDirectory = await mkdtemp(join(tmpdir(), 'gym-slow-env-'));
       await mkdir(join(slowDirectory, 'tests/slow'), { recursive: true });
