@@ -245,6 +245,14 @@ const noSandbox = () =>
   Promise.reject(new GymError('CAPABILITY_UNSUPPORTED', 'this environment gives its harness no sandbox'));
 const NO_SANDBOX: SandboxHandle = { id: 'none', exec: noSandbox, writeFile: noSandbox, readFile: noSandbox };
 
+const CONFIGURATION_ERRORS = new Set<string>([
+  'VALIDATION_FAILED',
+  'IMAGE_NOT_FOUND',
+  'UNAUTHORIZED',
+  'PROVIDER_NOT_FOUND',
+  'POOL_NOT_FOUND',
+]);
+
 async function runRollout(
   pools: ReadonlyMap<string, string>,
   options: EvalOptions,
@@ -336,6 +344,9 @@ async function runRollout(
     }
     timings.verifyMs = Date.now() - verifyStarted;
   } catch (error) {
+    // A mistake in the run's set-up (no such image, no model upstream) fails every rollout alike:
+    // stop the run and say so, rather than retrying it as an outage.
+    if (isGymError(error) && CONFIGURATION_ERRORS.has(error.code)) throw error;
     verdict = {
       outcome: 'infra_error',
       reward: 0,
