@@ -9,6 +9,7 @@ import {
   createInstalledAgentHarness,
   type InstalledAgentOptions,
   type InstalledAgentRecipe,
+  logStep,
   type ParsedRun,
   parseJsonLines,
 } from './installed-agent.ts';
@@ -48,21 +49,17 @@ export function parseCodexEvents(stdout: string): ParsedRun {
     const item = (event.item ?? {}) as Record<string, unknown>;
     if (item.type === 'agent_message') {
       finalMessage = String(item.text ?? '');
-      steps.push({ index: steps.length, startedAt: '', durationMs: 0, assistant: finalMessage });
+      logStep(steps, {
+        assistant: finalMessage,
+      });
     } else if (item.type === 'command_execution') {
-      steps.push({
-        index: steps.length,
-        startedAt: '',
-        durationMs: 0,
+      logStep(steps, {
         action: { tool: 'exec_command', arguments: { command: item.command } },
         observation: String(item.aggregated_output ?? ''),
         exitCode: typeof item.exit_code === 'number' ? item.exit_code : null,
       });
     } else if (item.type === 'file_change') {
-      steps.push({
-        index: steps.length,
-        startedAt: '',
-        durationMs: 0,
+      logStep(steps, {
         action: { tool: 'file_change', arguments: { changes: item.changes } },
       });
     }

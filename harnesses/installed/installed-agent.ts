@@ -45,6 +45,14 @@ export function parseJsonLines(stdout: string): Array<Record<string, unknown>> {
   });
 }
 
+/** Appends a step read from an agent's own log (its timing is not known). */
+export function logStep(
+  steps: TrajectoryStep[],
+  fields: Omit<TrajectoryStep, 'index' | 'startedAt' | 'durationMs'>,
+): void {
+  steps.push({ index: steps.length, startedAt: '', durationMs: 0, ...fields });
+}
+
 export interface ParsedRun {
   finalMessage: string | null;
   steps: TrajectoryStep[];

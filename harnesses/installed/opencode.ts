@@ -9,6 +9,7 @@ import {
   createInstalledAgentHarness,
   type InstalledAgentOptions,
   type InstalledAgentRecipe,
+  logStep,
   type ParsedRun,
   parseJsonLines,
 } from './installed-agent.ts';
@@ -51,14 +52,13 @@ export function parseOpencodeEvents(stdout: string): ParsedRun {
     const part = (event.part ?? {}) as Record<string, unknown>;
     if (event.type === 'text' && typeof part.text === 'string') {
       finalMessage = part.text;
-      steps.push({ index: steps.length, startedAt: '', durationMs: 0, assistant: part.text });
+      logStep(steps, {
+        assistant: part.text,
+      });
     } else if (event.type === 'tool_use') {
       const state = (part.state ?? {}) as Record<string, unknown>;
       const metadata = (state.metadata ?? {}) as Record<string, unknown>;
-      steps.push({
-        index: steps.length,
-        startedAt: '',
-        durationMs: 0,
+      logStep(steps, {
         action: {
           tool: String(part.tool ?? 'tool'),
           arguments: (state.input ?? {}) as Record<string, unknown>,
