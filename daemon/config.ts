@@ -9,6 +9,7 @@ import { join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
+import { UpstreamSchema } from '../core/schemas/api.ts';
 import { PoolDefinitionSchema, PoolNameSchema } from '../core/schemas/pool.ts';
 import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
@@ -78,10 +79,7 @@ export const DaemonConfigSchema = z
     gateway: z
       .object({
         /** The policy server (NeMo Gym's policy_base_url, policy_api_key, policy_model_name). */
-        upstream: z
-          .object({ baseUrl: z.string().url(), apiKey: z.string().optional(), model: z.string().optional() })
-          .strict()
-          .optional(),
+        upstream: UpstreamSchema.optional(),
         /** Retries on 429, 5xx and connection errors, with exponential backoff. */
         maxRetries: z.number().int().min(0).max(10).default(3),
         timeoutMs: z.number().int().positive().default(600_000),

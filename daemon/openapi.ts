@@ -6,8 +6,10 @@ import { z } from 'zod';
 import {
   ErrorBodySchema,
   ExecStreamEventSchema,
+  GatewayForwardRequestSchema,
   HealthSchema,
   KeepaliveRequestSchema,
+  OpenRolloutRequestSchema,
   PoolAcquireRequestSchema,
   SandboxListSchema,
   SandboxSchema,
@@ -196,14 +198,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
         post: {
           summary:
             'relay 127.0.0.1:<port> inside the sandbox to the model gateway (for agent CLIs in network-less sandboxes)',
-          requestBody: {
-            required: false,
-            content: {
-              'application/json': {
-                schema: { type: 'object', properties: { port: { type: 'integer', default: 4000 } } },
-              },
-            },
-          },
+          requestBody: { required: false, ...json(GatewayForwardRequestSchema, 'input') },
           responses: {
             200: { description: '{"url": "http://127.0.0.1:<port>"} as seen from inside the sandbox' },
             501: errorResponse,
@@ -213,27 +208,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
       '/v1/gateway/rollouts': {
         post: {
           summary: 'open a rollout on the model gateway; its key is the API key its agent uses',
-          requestBody: {
-            required: false,
-            content: {
-              'application/json': {
-                schema: {
-                  type: 'object',
-                  properties: {
-                    rolloutId: { type: 'string' },
-                    upstream: {
-                      type: 'object',
-                      properties: {
-                        baseUrl: { type: 'string' },
-                        apiKey: { type: 'string' },
-                        model: { type: 'string' },
-                      },
-                    },
-                  },
-                },
-              },
-            },
-          },
+          requestBody: { required: false, ...json(OpenRolloutRequestSchema, 'input') },
           responses: { 201: { description: '{"rolloutId", "key", "basePath"}' }, 400: errorResponse },
         },
       },

@@ -97,3 +97,19 @@ export const ExecStreamEventSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('result'), result: z.record(z.string(), z.unknown()) }),
   z.object({ type: z.literal('error'), error: ErrorBodySchema.shape.error }),
 ]);
+
+/** A model upstream: NeMo Gym's policy_base_url, policy_api_key, policy_model_name. */
+export const UpstreamSchema = z
+  .object({ baseUrl: z.string().url(), apiKey: z.string().optional(), model: z.string().optional() })
+  .strict();
+
+/** Rollout ids name files of records: letters, digits, ".", "_" and "-" only. */
+export const ROLLOUT_ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
+
+export const OpenRolloutRequestSchema = z
+  .object({ rolloutId: z.string().regex(ROLLOUT_ID_PATTERN).optional(), upstream: UpstreamSchema.optional() })
+  .strict();
+
+export const GatewayForwardRequestSchema = z
+  .object({ port: z.number().int().min(1024).max(65535).default(4000) })
+  .strict();

@@ -12,6 +12,7 @@ import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { Logger } from '../../core/logger.ts';
+import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
 import { tokenMatches } from '../identity.ts';
 
 export interface UpstreamConfig {
@@ -145,7 +146,7 @@ export class ModelGateway {
       );
     }
     const rolloutId = options.rolloutId ?? createId('ro');
-    if (!/^[A-Za-z0-9._-]{1,128}$/.test(rolloutId))
+    if (!ROLLOUT_ID_PATTERN.test(rolloutId))
       throw new GymError('VALIDATION_FAILED', `invalid rollout id "${rolloutId}"`);
     const existing = this.#rollouts.get(rolloutId);
     const key = existing?.key ?? `gym-ro-${randomBytes(24).toString('base64url')}`;
@@ -160,7 +161,7 @@ export class ModelGateway {
   }
 
   #recordsPath(rolloutId: string): string {
-    if (!/^[A-Za-z0-9._-]{1,128}$/.test(rolloutId))
+    if (!ROLLOUT_ID_PATTERN.test(rolloutId))
       throw new GymError('ROLLOUT_NOT_FOUND', `no rollout ${rolloutId}`);
     return join(this.#directory, `${rolloutId}.jsonl`);
   }

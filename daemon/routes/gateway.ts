@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
+import { OpenRolloutRequestSchema } from '../../core/schemas/api.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { ModelApi, ModelGateway } from '../gateway/gateway.ts';
 
@@ -10,19 +10,6 @@ const MODEL_BODY_LIMIT_BYTES = 64 * 1024 * 1024;
 
 /** Paths an agent calls with its rollout key (not the daemon token). */
 export const GATEWAY_MODEL_PATH = /^\/v1\/gateway\/[^/]+\/v1\//;
-
-const OpenRolloutSchema = z
-  .object({
-    rolloutId: z
-      .string()
-      .regex(/^[A-Za-z0-9._-]{1,128}$/)
-      .optional(),
-    upstream: z
-      .object({ baseUrl: z.string().url(), apiKey: z.string().optional(), model: z.string().optional() })
-      .strict()
-      .optional(),
-  })
-  .strict();
 
 function bearer(request: FastifyRequest): string {
   const header = request.headers.authorization ?? '';
@@ -33,7 +20,7 @@ function bearer(request: FastifyRequest): string {
 
 export function registerGatewayRoutes(app: FastifyInstance, gateway: ModelGateway): void {
   app.post('/v1/gateway/rollouts', async (request, reply) => {
-    const body = parseOrThrow(OpenRolloutSchema, request.body ?? {}, 'rollout request');
+    const body = parseOrThrow(OpenRolloutRequestSchema, request.body ?? {}, 'rollout request');
     reply.status(201);
     return gateway.openRollout(body);
   });

@@ -1,11 +1,11 @@
 import { PassThrough } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { SANDBOX_ID_PATTERN } from '../../core/ids.ts';
 import {
   ExecQuerySchema,
+  GatewayForwardRequestSchema,
   KeepaliveRequestSchema,
   ListSandboxesQuerySchema,
   PathQuerySchema,
@@ -42,8 +42,6 @@ function parseLabels(raw: string | string[] | undefined): Record<string, string>
   return labels;
 }
 
-const ForwardRequestSchema = z.object({ port: z.number().int().min(1024).max(65535).default(4000) }).strict();
-
 export function registerSandboxRoutes(
   app: FastifyInstance,
   manager: SandboxManager,
@@ -57,7 +55,7 @@ export function registerSandboxRoutes(
         'this daemon serves no gateway socket (it is not listening)',
       );
     }
-    const body = parseOrThrow(ForwardRequestSchema, request.body ?? {}, 'forward request');
+    const body = parseOrThrow(GatewayForwardRequestSchema, request.body ?? {}, 'forward request');
     return manager.forwardGateway(sandboxId(request), body.port, gatewaySocket);
   });
 
