@@ -10,6 +10,7 @@ import { isGymError } from '../core/errors.ts';
 import { entriesToTar, tarToEntries } from '../providers/contract/tar-helpers.ts';
 import { startTestDaemon } from '../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../test/docker-available.ts';
+import { waitFor } from '../test/wait-for.ts';
 import type { DaemonInfo } from './identity.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -26,16 +27,6 @@ async function labelledContainers(namespace: string): Promise<string[]> {
     filters: { label: [`gym.namespace=${namespace}`] },
   });
   return containers.map((container) => container.Labels['gym.sandbox-id'] ?? '');
-}
-
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 describe.skipIf(skipReason !== undefined)('daemon against real Docker', () => {

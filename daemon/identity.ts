@@ -14,7 +14,8 @@ export const DAEMON_ID_FILE = 'daemon-id';
 export const DAEMON_INFO_FILE = 'daemon.json';
 export const LOCK_FILE = 'daemon.lock';
 
-function isProcessAlive(pid: number): boolean {
+/** Whether a process of that pid exists (one we may not signal counts: it exists). */
+export function isProcessAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -9,6 +9,7 @@ import type { Logger } from '../../core/logger.ts';
 import type { Sandbox } from '../../core/schemas/api.ts';
 import type { PoolDefinition, PoolStats } from '../../core/schemas/pool.ts';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
+import { percentile } from '../../core/stats.ts';
 import type { DaemonMetrics } from '../metrics.ts';
 import type { SandboxManager } from '../sandbox-manager.ts';
 import type { SandboxRecord } from '../state-store.ts';
@@ -25,12 +26,6 @@ export interface AcquireOverrides {
   ttlSeconds: number;
   labels: Record<string, string>;
   env: Record<string, string>;
-}
-
-function percentile(samples: number[], fraction: number): number {
-  if (samples.length === 0) return 0;
-  const sorted = [...samples].sort((left, right) => left - right);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(fraction * sorted.length) - 1))]!;
 }
 
 export class Pool {

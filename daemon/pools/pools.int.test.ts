@@ -6,17 +6,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { waitFor } from '../../test/wait-for.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
-
-async function waitFor(what: string, condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 describe.skipIf(skipReason !== undefined)('pools against real Docker', () => {
   const namespace = `pool-${randomBytes(4).toString('hex')}`;

@@ -2,6 +2,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
+import { waitFor } from '../../test/wait-for.ts';
+
+/** In-memory pools fill in milliseconds: a short deadline, a tight poll. */
+const waitForPool = (what: string, condition: () => boolean) => waitFor(what, condition, 5_000, 20);
 
 let daemon: TestDaemon | undefined;
 let provider: MemoryProvider;
@@ -26,18 +30,6 @@ async function start(limits: Record<string, number> = {}): Promise<TestDaemon> {
   return daemon;
 }
 
-async function waitFor(
-  what: string,
-  condition: () => boolean | Promise<boolean>,
-  timeoutMs = 5_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 describe('pools (in-memory provider)', () => {
   it('fills to minIdle, hands out warm sandboxes, falls back to cold ones, and refills', async () => {
     const test = await start();
@@ -48,7 +40,7 @@ describe('pools (in-memory provider)', () => {
       payload: { spec: { image: 'img' }, minIdle: 2 },
     });
     expect(put.statusCode, put.body).toBe(201);
-    await waitFor('the pool to fill', () => test.pools.stats('warm').idle === 2);
+    await waitForPool('the pool to fill', () => test.pools.stats('warm').idle === 2);
     // Idle members are the pool's: not listed, not reachable by id.
     expect(
       (await test.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: test.auth })).json().sandboxes,
@@ -67,7 +59,7 @@ describe('pools (in-memory provider)', () => {
     expect(new Set(outcomes.map((response) => response.json().id)).size).toBe(3);
     expect(outcomes.every((response) => response.json().pool === 'warm')).toBe(true);
 
-    await waitFor('the pool to refill', () => test.pools.stats('warm').idle === 2);
+    await waitForPool('the pool to refill', () => test.pools.stats('warm').idle === 2);
     const stats = (
       await test.app.inject({ method: 'GET', url: '/v1/pools/warm', headers: test.auth })
     ).json();
@@ -78,7 +70,7 @@ describe('pools (in-memory provider)', () => {
   it('applies per-acquire env, labels and TTL, and refuses fields fixed at creation', async () => {
     const test = await start();
     await test.pools.define('fixed', { spec: { image: 'img', env: { BASE: '1' } }, minIdle: 1 });
-    await waitFor('the pool to fill', () => test.pools.stats('fixed').idle === 1);
+    await waitForPool('the pool to fill', () => test.pools.stats('fixed').idle === 1);
     const acquired = await test.app.inject({
       method: 'POST',
       url: '/v1/sandboxes',
@@ -145,7 +137,7 @@ describe('pools (in-memory provider)', () => {
   it('never lets refill pass maxTotal, and drains idle members on delete', async () => {
     const test = await start();
     await test.pools.define('capped', { spec: { image: 'img' }, minIdle: 3, maxIdle: 3, maxTotal: 4 });
-    await waitFor('the pool to fill', () => test.pools.stats('capped').idle === 3);
+    await waitForPool('the pool to fill', () => test.pools.stats('capped').idle === 3);
     for (let index = 0; index < 3; index += 1) {
       await test.app.inject({
         method: 'POST',
@@ -176,7 +168,7 @@ describe('pools (in-memory provider)', () => {
   it('refills after a release, and counts pool gauges in /metrics', async () => {
     const test = await start();
     await test.pools.define('cycle', { spec: { image: 'img' }, minIdle: 1 });
-    await waitFor('the pool to fill', () => test.pools.stats('cycle').idle === 1);
+    await waitForPool('the pool to fill', () => test.pools.stats('cycle').idle === 1);
     const sandbox = (
       await test.app.inject({
         method: 'POST',
@@ -187,7 +179,7 @@ describe('pools (in-memory provider)', () => {
     ).json();
     await test.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sandbox.id}`, headers: test.auth });
     expect(provider.sandboxes.has(sandbox.id)).toBe(false);
-    await waitFor(
+    await waitForPool(
       'the pool to refill',
       () => test.pools.stats('cycle').idle === 1 && test.pools.stats('cycle').leased === 0,
     );

@@ -1,17 +1,8 @@
 import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
-import { readDaemonInfo } from '../../../daemon/identity.ts';
+import { isProcessAlive, readDaemonInfo } from '../../../daemon/identity.ts';
 import type { Command } from '../../command.ts';
 import { numberFlag, resolveStateDir } from '../../connect.ts';
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 export const daemonStopCommand: Command = {
   summary: 'stop the daemon gracefully (it drains requests; sandboxes are kept)',
@@ -23,13 +14,13 @@ export const daemonStopCommand: Command = {
     });
     const stateDir = resolveStateDir(values['state-dir'], env);
     const info = await readDaemonInfo(stateDir);
-    if (info === null || !isRunning(info.pid)) {
+    if (info === null || !isProcessAlive(info.pid)) {
       stdout.write(`no daemon is running for ${stateDir}\n`);
       return 0;
     }
     process.kill(info.pid, 'SIGTERM');
     const deadline = Date.now() + (numberFlag('timeout', values.timeout) ?? 60) * 1000;
-    while (isRunning(info.pid)) {
+    while (isProcessAlive(info.pid)) {
       if (Date.now() > deadline)
         throw new GymError('PROVIDER_TIMEOUT', `daemon pid ${info.pid} did not stop in time`);
       await new Promise((resolve) => setTimeout(resolve, 100));
