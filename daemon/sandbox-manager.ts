@@ -390,7 +390,7 @@ export class SandboxManager implements SandboxCounts {
     const record = this.#record(id);
     const leaseMs = this.#renewedLeaseMs(record, ttlSeconds);
     this.#leaseMs.set(id, leaseMs);
-    await this.#store.put({ ...record, leaseExpiresAt: new Date(leaseMs).toISOString() });
+    await this.#store.renewLease(id, new Date(leaseMs).toISOString());
     return this.get(id);
   }
 
@@ -405,7 +405,7 @@ export class SandboxManager implements SandboxCounts {
     const slackMs = Math.min(record.spec.ttlSeconds * 1000 * LEASE_PERSIST_SHARE, LEASE_PERSIST_MAX_MS);
     const current = this.#store.get(record.id);
     if (current !== undefined && leaseMs - Date.parse(current.leaseExpiresAt) >= slackMs) {
-      await this.#store.put({ ...current, leaseExpiresAt: new Date(leaseMs).toISOString() });
+      await this.#store.renewLease(current.id, new Date(leaseMs).toISOString());
     }
   }
 

@@ -1,10 +1,10 @@
-import { appendFile, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { appendFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../core/logger.ts';
 import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
-import { type SandboxRecord, StateStore } from './state-store.ts';
+import { MAX_JOURNAL_LINE_BYTES, type SandboxRecord, StateStore } from './state-store.ts';
 
 const directories: string[] = [];
 afterEach(async () => {
@@ -76,6 +76,103 @@ describe('StateStore', () => {
     const lines = (await readFile(join(path, 'sandboxes.jsonl'), 'utf8')).trim().split('\n');
     expect(lines).toHaveLength(4);
     expect(reopened.size).toBe(4);
+    await reopened.close();
+  });
+
+  it('keeps the journal small under many renewals of a sandbox with a 1 MiB env, and reopens', async () => {
+    // Seen: 530 keepalives of such a sandbox made a 557 MB journal that no restart could read.
+    const path = await directory();
+    const store = await StateStore.open(path, silentLogger);
+    const big: SandboxRecord = {
+      ...record('sbx-big'),
+      spec: { ...record('sbx-big').spec, env: { BIG: 'x'.repeat(1024 * 1024) } },
+    };
+    await store.put(big);
+    for (let index = 0; index < 530; index += 1) {
+      await store.renewLease('sbx-big', new Date(Date.UTC(2030, 0, 1, 0, 0, index)).toISOString());
+    }
+    const afterRenewals = (await stat(join(path, 'sandboxes.jsonl'))).size;
+    expect(afterRenewals).toBeLessThan(1.2 * 1024 * 1024);
+    const reopened = await StateStore.open(path, silentLogger);
+    expect(reopened.get('sbx-big')?.leaseExpiresAt).toBe('2030-01-01T00:08:49.000Z');
+    expect(reopened.get('sbx-big')?.spec.env.BIG).toHaveLength(1024 * 1024);
+    await reopened.close();
+    await store.close();
+  });
+
+  it('compacts by bytes when large records are written again and again', async () => {
+    const path = await directory();
+    const store = await StateStore.open(path, silentLogger);
+    const big: SandboxRecord = {
+      ...record('sbx-big'),
+      spec: { ...record('sbx-big').spec, env: { BIG: 'x'.repeat(1024 * 1024) } },
+    };
+    for (let index = 0; index < 100; index += 1) await store.put({ ...big, providerRef: `ref-${index}` });
+    // Under the line-count rule this was 100 MiB; by bytes it stays near twice the live set plus slack.
+    expect((await stat(join(path, 'sandboxes.jsonl'))).size).toBeLessThan(8 * 1024 * 1024);
+    await store.close();
+    const reopened = await StateStore.open(path, silentLogger);
+    expect(reopened.get('sbx-big')?.providerRef).toBe('ref-99');
+    await reopened.close();
+  });
+
+  it('loads the other records when one line is too long to read', async () => {
+    const path = await directory();
+    const line = (value: SandboxRecord) => `${JSON.stringify({ op: 'put', record: value })}\n`;
+    const huge: SandboxRecord = {
+      ...record('sbx-huge'),
+      spec: { ...record('sbx-huge').spec, env: { BIG: 'y'.repeat(MAX_JOURNAL_LINE_BYTES + 1024) } },
+    };
+    await writeFile(
+      join(path, 'sandboxes.jsonl'),
+      `${line(record('sbx-a'))}${line(huge)}${line(record('sbx-b'))}`,
+    );
+    const reopened = await StateStore.open(path, silentLogger);
+    expect(
+      reopened
+        .all()
+        .map((item) => item.id)
+        .sort(),
+    ).toEqual(['sbx-a', 'sbx-b']);
+    await reopened.close();
+  });
+
+  it("loads a journal in the old format, keeping specs that today's bounds would refuse", async () => {
+    const path = await directory();
+    // Written by the previous version: no poolState, fromPool or execEnv; only put and delete;
+    // an env value over today's per-value bound and a pids limit under today's minimum.
+    const old = {
+      id: 'sbx-old',
+      provider: 'docker',
+      spec: {
+        ...SandboxSpecSchema.parse({ image: 'img' }),
+        env: { BIG: 'z'.repeat(200 * 1024) },
+        resources: { pidsLimit: 4 },
+      },
+      pool: null,
+      createdAt: '2026-01-01T00:00:00.000Z',
+      leaseExpiresAt: '2030-01-01T00:00:00.000Z',
+      deadlineAt: '2030-01-02T00:00:00.000Z',
+      providerRef: 'ref',
+    };
+    const lines = [
+      { op: 'put', record: old },
+      { op: 'put', record: { ...old, id: 'sbx-gone' } },
+      { op: 'delete', id: 'sbx-gone' },
+      { op: 'put', record: { ...old, leaseExpiresAt: '2030-01-01T12:00:00.000Z' } },
+    ];
+    await writeFile(
+      join(path, 'sandboxes.jsonl'),
+      lines.map((entry) => `${JSON.stringify(entry)}\n`).join(''),
+    );
+    const reopened = await StateStore.open(path, silentLogger);
+    expect(reopened.all().map((item) => item.id)).toEqual(['sbx-old']);
+    const loaded = reopened.get('sbx-old')!;
+    expect(loaded.leaseExpiresAt).toBe('2030-01-01T12:00:00.000Z');
+    expect(loaded.spec.env.BIG).toHaveLength(200 * 1024);
+    expect(loaded.spec.resources.pidsLimit).toBe(4);
+    expect(loaded.spec.network).toBe('none');
+    expect(loaded.execEnv).toEqual({});
     await reopened.close();
   });
 });
