@@ -7,6 +7,12 @@
 export const ERROR_CODES = {
   /** Input failed schema validation; `details.issues` names the fields. */
   VALIDATION_FAILED: { httpStatus: 400, summary: 'the request is invalid' },
+  /**
+   * The request asks for something that reaches the host (a bind mount, a capability, a network
+   * mode, an image tag) that the operator's configuration does not allow; `details.setting` names
+   * the setting that would allow it.
+   */
+  FORBIDDEN_BY_CONFIG: { httpStatus: 403, summary: 'the daemon configuration does not allow this' },
   /** No or wrong bearer token. */
   UNAUTHORIZED: { httpStatus: 401, summary: 'authentication required' },
   /** The sandbox id is unknown to the provider (never created, or already destroyed). */
@@ -45,6 +51,10 @@ export const ERROR_CODES = {
   MODEL_RATE_LIMITED: { httpStatus: 429, summary: 'the model upstream is rate limiting' },
   /** No gateway rollout of that id (never opened, or closed). */
   ROLLOUT_NOT_FOUND: { httpStatus: 404, summary: 'no such rollout' },
+  /** A rollout of that id is already open; its key is never handed out twice. */
+  ROLLOUT_CONFLICT: { httpStatus: 409, summary: 'the rollout is already open' },
+  /** A model call came back to the gateway that sent it (its upstream leads to itself). */
+  GATEWAY_LOOP: { httpStatus: 508, summary: 'the model call loops back to this gateway' },
   /** No pool of that name is defined. */
   POOL_NOT_FOUND: { httpStatus: 404, summary: 'no such pool' },
   /** The provider's limit on live sandboxes or concurrent creates is reached and its wait queue is full; `details.retryAfterMs` hints when to retry. */

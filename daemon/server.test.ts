@@ -44,9 +44,12 @@ async function create(test: TestDaemon, body: Record<string, unknown> = { image:
 }
 
 describe('HTTP API', () => {
-  it('answers /healthz without a token, naming each provider', async () => {
+  it('answers /healthz without a token with ok alone, and names each provider to the token', async () => {
     const test = await start();
-    const response = await test.app.inject({ method: 'GET', url: '/healthz' });
+    const anonymous = await test.app.inject({ method: 'GET', url: '/healthz' });
+    expect(anonymous.statusCode).toBe(200);
+    expect(anonymous.json()).toEqual({ ok: true });
+    const response = await test.app.inject({ method: 'GET', url: '/healthz', headers: test.auth });
     expect(response.statusCode).toBe(200);
     expect(response.json()).toEqual({
       ok: true,

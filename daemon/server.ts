@@ -3,7 +3,12 @@
  * Validation is zod's (the same schemas make the OpenAPI document and the client); errors are
  * `{"error": {"code", "message", "details"}}` with the code's own HTTP status.
  */
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
 import { GymError } from '../core/errors.ts';
 import { toApiError } from './errors.ts';
 import type { ModelGateway } from './gateway/gateway.ts';
@@ -11,14 +16,13 @@ import { tokenMatches } from './identity.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import type { PoolManager } from './pools/pool-manager.ts';
-import { GATEWAY_MODEL_PATH, registerGatewayRoutes } from './routes/gateway.ts';
+import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes/gateway.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
 
 /** JSON bodies other than exec's are specs and small requests. */
 const DEFAULT_BODY_LIMIT_BYTES = 16 * 1024 * 1024;
-const PUBLIC_ROUTES = new Set(['/healthz']);
 
 export interface ServerOptions {
   manager: SandboxManager;
@@ -30,8 +34,39 @@ export interface ServerOptions {
   token: string;
   daemonId: string;
   version: string;
+  /** The largest model request the gateway accepts. */
+  maxModelRequestBytes: number;
   /** A pino logger; silent when absent. */
   logger?: FastifyBaseLogger;
+}
+
+/** Our error shape for everything a route throws, and for unknown routes. */
+function installErrorHandlers(app: FastifyInstance, metrics: DaemonMetrics): void {
+  app.setErrorHandler((error, request, reply) => {
+    const apiError = toApiError(error);
+    metrics.errors.inc({ code: apiError.code });
+    if (apiError.httpStatus >= 500)
+      request.log.error(
+        { code: apiError.code, error: String(apiError.cause ?? apiError), url: request.url },
+        apiError.message,
+      );
+    reply.status(apiError.httpStatus).type('application/json').send(apiError.toJSON());
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const error = new GymError(
+      'ROUTE_NOT_FOUND',
+      `no route ${request.method} ${request.url.split(/[?#]/)[0]}; see GET /openapi.json`,
+    );
+    metrics.errors.inc({ code: error.code });
+    reply.status(404).send(error.toJSON());
+  });
+}
+
+function hasToken(request: FastifyRequest, token: string): boolean {
+  const header = request.headers.authorization ?? '';
+  const presented = header.startsWith('Bearer ') ? header.slice('Bearer '.length) : '';
+  return presented !== '' && tokenMatches(presented, token);
 }
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
@@ -52,17 +87,17 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   );
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
 
+  // Who may call is decided on the route the router chose (its config), never on the raw URL:
+  // a request no route matches needs the token too. Model calls are checked by their own route
+  // against the rollout's key, before their body is read.
   app.addHook('onRequest', async (request, reply) => {
-    const path = request.url.split('?')[0] ?? '';
-    // Model calls of agents carry their rollout's own key, checked by the gateway route.
-    if (PUBLIC_ROUTES.has(path) || GATEWAY_MODEL_PATH.test(path)) return;
-    const header = request.headers.authorization ?? '';
-    const presented = header.startsWith('Bearer ') ? header.slice('Bearer '.length) : '';
-    if (presented === '' || !tokenMatches(presented, options.token)) {
+    const auth = request.routeOptions.config.auth ?? 'token';
+    if (auth === 'rollout-key' || auth === 'optional-token') return;
+    if (!hasToken(request, options.token)) {
       reply.header('www-authenticate', 'Bearer');
       throw new GymError(
         'UNAUTHORIZED',
-        presented === ''
+        (request.headers.authorization ?? '') === ''
           ? 'missing bearer token (see the token file in the state directory)'
           : 'wrong bearer token',
       );
@@ -81,27 +116,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     );
   });
 
-  app.setErrorHandler((error, request, reply) => {
-    const apiError = toApiError(error);
-    options.metrics.errors.inc({ code: apiError.code });
-    if (apiError.httpStatus >= 500)
-      request.log.error(
-        { code: apiError.code, error: String(apiError.cause ?? apiError), url: request.url },
-        apiError.message,
-      );
-    reply.status(apiError.httpStatus).type('application/json').send(apiError.toJSON());
-  });
+  installErrorHandlers(app, options.metrics);
 
-  app.setNotFoundHandler((request, reply) => {
-    const error = new GymError(
-      'ROUTE_NOT_FOUND',
-      `no route ${request.method} ${request.url.split('?')[0]}; see GET /openapi.json`,
-    );
-    options.metrics.errors.inc({ code: error.code });
-    reply.status(404).send(error.toJSON());
-  });
-
-  app.get('/healthz', async () => {
+  // Liveness for anyone who can reach the port; versions, ids and provider details only with the token.
+  app.get('/healthz', { config: { auth: 'optional-token' } }, async (request) => {
     const providers: Record<string, { ok: boolean; message: string }> = {};
     await Promise.all(
       [...options.manager.providers].map(async ([name, provider]) => {
@@ -109,8 +127,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         providers[name] = { ok: health.ok, message: health.message };
       }),
     );
+    const ok = Object.values(providers).every((health) => health.ok);
+    if (!hasToken(request, options.token)) return { ok };
     return {
-      ok: Object.values(providers).every((health) => health.ok),
+      ok,
       version: options.version,
       daemonId: options.daemonId,
       providers,
@@ -123,6 +143,31 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.get('/openapi.json', async () => openApi);
   registerSandboxRoutes(app, options.manager, options.pools, options.gatewaySocket);
   registerPoolRoutes(app, options.pools);
-  registerGatewayRoutes(app, options.gateway);
+  registerGatewayAdminRoutes(app, options.gateway);
+  registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
+  return app;
+}
+
+export interface GatewayServerOptions {
+  gateway: ModelGateway;
+  metrics: DaemonMetrics;
+  maxModelRequestBytes: number;
+  logger?: FastifyBaseLogger;
+}
+
+/**
+ * The server that sandboxes reach (through their relay): the model routes and nothing else, each
+ * checked against its rollout's key. No daemon API, no token, no health or metrics.
+ */
+export async function buildGatewayServer(options: GatewayServerOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger }),
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: options.maxModelRequestBytes,
+    forceCloseConnections: true,
+    return503OnClosing: true,
+  });
+  installErrorHandlers(app, options.metrics);
+  registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
   return app;
 }

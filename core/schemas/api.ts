@@ -75,11 +75,12 @@ export const ExecQuerySchema = z
   })
   .strict();
 
+/** Without the token `/healthz` says only `ok`; with it, the version, the daemon id and each provider. */
 export const HealthSchema = z.object({
   ok: z.boolean(),
-  version: z.string(),
-  daemonId: z.string(),
-  providers: z.record(z.string(), z.object({ ok: z.boolean(), message: z.string() })),
+  version: z.string().optional(),
+  daemonId: z.string().optional(),
+  providers: z.record(z.string(), z.object({ ok: z.boolean(), message: z.string() })).optional(),
 });
 
 export const ErrorBodySchema = z.object({

@@ -6,8 +6,11 @@
  * Records go to `<state dir>/gateway/<rolloutId>.jsonl` as they happen, so memory stays flat.
  */
 import { randomBytes } from 'node:crypto';
-import { appendFile, mkdir, readFile, rm } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { appendFile, mkdir, rm, stat } from 'node:fs/promises';
+import { isIP } from 'node:net';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
@@ -45,11 +48,17 @@ export interface ModelCallRecord {
   error?: { code: string; message: string; upstreamStatus?: number };
 }
 
-interface Rollout {
+/** Every call the gateway makes upstream carries this header with the daemon's id: a call that comes back with it is a loop. */
+export const GATEWAY_HOP_HEADER = 'x-gym-gateway-hop';
+
+/** An open rollout, as a model call that presented its key sees it. */
+export interface OpenRollout {
   id: string;
   key: string;
   upstream: UpstreamConfig;
   calls: number;
+  /** Bytes of records written so far (checked against the per-rollout budget). */
+  recordedBytes: number;
 }
 
 export interface GatewayOptions {
@@ -59,6 +68,18 @@ export interface GatewayOptions {
   /** Retries on 408/409/429/5xx and connection errors, with the openai client's exponential backoff. */
   maxRetries: number;
   timeoutMs: number;
+  /** Sent upstream in the hop header; the daemon's id. */
+  hopId: string;
+  /** The record budget of one rollout, in bytes (see the config's gateway.maxRecordBytesPerRollout). */
+  maxRecordBytesPerRollout: number;
+}
+
+/** Host names that reach this machine's own listeners on a port. */
+function isLocalHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (host === 'localhost' || host.endsWith('.localhost') || host === '::' || host === '::1') return true;
+  if (host === '0.0.0.0' || /^127\./.test(host)) return true;
+  return isIP(host) === 6 && /^::ffff:(127\.|0\.0\.0\.0)/.test(host);
 }
 
 /** Writes one event of a stream to the agent; the route turns these into SSE. */
@@ -126,15 +147,49 @@ function assembleChat(chunks: Array<Record<string, unknown>>): Record<string, un
 
 export class ModelGateway {
   readonly #options: GatewayOptions;
-  readonly #rollouts = new Map<string, Rollout>();
+  readonly #rollouts = new Map<string, OpenRollout>();
   readonly #directory: string;
+  /** Where the daemon's own API listens (host, port), so no upstream can point at it. */
+  #selfAddresses: Array<{ host: string; port: number }> = [];
 
   constructor(options: GatewayOptions) {
     this.#options = options;
     this.#directory = join(options.stateDir, 'gateway');
   }
 
-  /** Opens a rollout: its id, and the key an agent presents as its API key. */
+  /** The value of the hop header this gateway sends upstream. */
+  get hopId(): string {
+    return this.#options.hopId;
+  }
+
+  /** Tells the gateway where the daemon listens; the configured upstream is checked against it. */
+  setSelfAddresses(addresses: Array<{ host: string; port: number }>): void {
+    this.#selfAddresses = addresses;
+    if (this.#options.upstream !== undefined) this.#checkNotSelf(this.#options.upstream);
+  }
+
+  #checkNotSelf(upstream: UpstreamConfig): void {
+    const url = new URL(upstream.baseUrl);
+    const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
+    const hostname = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
+    for (const self of this.#selfAddresses) {
+      const selfHost = self.host.replace(/^\[|\]$/g, '').toLowerCase();
+      const sameHost =
+        hostname === selfHost || isLocalHost(hostname) || selfHost === '0.0.0.0' || selfHost === '::';
+      if (sameHost && port === self.port) {
+        throw new GymError(
+          'VALIDATION_FAILED',
+          `the model upstream ${upstream.baseUrl} is the daemon itself (it listens on port ${self.port}); point it at the policy server`,
+          { details: { upstream: upstream.baseUrl } },
+        );
+      }
+    }
+  }
+
+  /**
+   * Opens a rollout: its id, and the key an agent presents as its API key. Only the daemon token
+   * reaches this. A rollout that is open already is a ROLLOUT_CONFLICT: a key is handed out once.
+   */
   async openRollout(
     options: { rolloutId?: string; upstream?: UpstreamConfig } = {},
   ): Promise<{ rolloutId: string; key: string; basePath: string }> {
@@ -145,14 +200,41 @@ export class ModelGateway {
         'no model upstream: configure gateway.upstream (or GYM_POLICY_BASE_URL), or pass one for this rollout',
       );
     }
+    this.#checkNotSelf(upstream);
     const rolloutId = options.rolloutId ?? createId('ro');
     if (!ROLLOUT_ID_PATTERN.test(rolloutId))
       throw new GymError('VALIDATION_FAILED', `invalid rollout id "${rolloutId}"`);
-    const existing = this.#rollouts.get(rolloutId);
-    const key = existing?.key ?? `gym-ro-${randomBytes(24).toString('base64url')}`;
-    this.#rollouts.set(rolloutId, { id: rolloutId, key, upstream, calls: existing?.calls ?? 0 });
+    if (this.#rollouts.has(rolloutId)) {
+      throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`, {
+        details: { rolloutId },
+      });
+    }
+    const key = `gym-ro-${randomBytes(24).toString('base64url')}`;
     await mkdir(this.#directory, { recursive: true, mode: 0o700 });
+    // A reopened id appends to what it recorded before: the budget counts that too.
+    const recordedBytes = await stat(this.#recordsPath(rolloutId)).then(
+      (info) => info.size,
+      () => 0,
+    );
+    if (this.#rollouts.has(rolloutId))
+      throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`);
+    this.#rollouts.set(rolloutId, { id: rolloutId, key, upstream, calls: 0, recordedBytes });
     return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
+  }
+
+  /**
+   * Refuses a call that would start past the rollout's record budget: what a rollout recorded is
+   * kept whole, and it cannot grow the disk (or a later read) without bound.
+   */
+  checkBudget(rollout: OpenRollout, requestBytes: number): void {
+    const budget = this.#options.maxRecordBytesPerRollout;
+    if (rollout.recordedBytes + requestBytes > budget) {
+      throw new GymError(
+        'PAYLOAD_TOO_LARGE',
+        `rollout ${rollout.id} has recorded ${rollout.recordedBytes} bytes of model calls; this call of ${requestBytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
+        { details: { rolloutId: rollout.id, recordedBytes: rollout.recordedBytes, budget } },
+      );
+    }
   }
 
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
@@ -167,7 +249,7 @@ export class ModelGateway {
   }
 
   /** The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's token). */
-  authorize(rolloutId: string, presentedKey: string): Rollout {
+  authorize(rolloutId: string, presentedKey: string): OpenRollout {
     const rollout = this.#rollouts.get(rolloutId);
     if (rollout === undefined) throw new GymError('ROLLOUT_NOT_FOUND', `no open rollout ${rolloutId}`);
     if (!tokenMatches(presentedKey, rollout.key))
@@ -175,18 +257,37 @@ export class ModelGateway {
     return rollout;
   }
 
+  /**
+   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget). A
+   * line that does not parse is an error naming it, never a silently shorter list.
+   */
   async records(rolloutId: string): Promise<ModelCallRecord[]> {
-    let text: string;
-    try {
-      text = await readFile(this.#recordsPath(rolloutId), 'utf8');
-    } catch {
+    const path = this.#recordsPath(rolloutId);
+    const exists = await stat(path).then(
+      () => true,
+      () => false,
+    );
+    if (!exists) {
       if (this.#rollouts.has(rolloutId)) return [];
       throw new GymError('ROLLOUT_NOT_FOUND', `no records for rollout ${rolloutId}`);
     }
-    return text
-      .split('\n')
-      .filter((line) => line.trim() !== '')
-      .map((line) => JSON.parse(line) as ModelCallRecord);
+    const records: ModelCallRecord[] = [];
+    const lines = createInterface({ input: createReadStream(path, 'utf8'), crlfDelay: Infinity });
+    let number = 0;
+    for await (const line of lines) {
+      number += 1;
+      if (line.trim() === '') continue;
+      try {
+        records.push(JSON.parse(line) as ModelCallRecord);
+      } catch (error) {
+        throw new GymError(
+          'INTERNAL',
+          `the records of rollout ${rolloutId} are damaged at line ${number}: ${(error as Error).message}`,
+          { details: { rolloutId, line: number } },
+        );
+      }
+    }
+    return records;
   }
 
   #client(upstream: UpstreamConfig): OpenAI {
@@ -195,11 +296,14 @@ export class ModelGateway {
       apiKey: upstream.apiKey ?? 'none',
       maxRetries: this.#options.maxRetries,
       timeout: this.#options.timeoutMs,
+      defaultHeaders: { [GATEWAY_HOP_HEADER]: this.#options.hopId },
     });
   }
 
-  async #record(record: ModelCallRecord): Promise<void> {
-    await appendFile(this.#recordsPath(record.rolloutId), `${JSON.stringify(record)}\n`, { mode: 0o600 });
+  async #record(rollout: OpenRollout, record: ModelCallRecord): Promise<void> {
+    const line = `${JSON.stringify(record)}\n`;
+    rollout.recordedBytes += Buffer.byteLength(line);
+    await appendFile(this.#recordsPath(record.rolloutId), line, { mode: 0o600 });
   }
 
   /**
@@ -207,7 +311,7 @@ export class ModelGateway {
    * chunk/event to `sink` as it arrives and resolves once the stream ended.
    */
   async forward(
-    rollout: Rollout,
+    rollout: OpenRollout,
     api: ModelApi,
     request: Record<string, unknown>,
     sink?: StreamSink,
@@ -234,7 +338,7 @@ export class ModelGateway {
           api === 'chat.completions'
             ? await client.chat.completions.create(body as never)
             : await client.responses.create(body as never);
-        await this.#record({
+        await this.#record(rollout, {
           ...base,
           durationMs: performance.now() - started,
           status: 'ok',
@@ -264,7 +368,7 @@ export class ModelGateway {
       sink?.end(api === 'chat.completions' ? 'data: [DONE]\n\n' : undefined);
       const response =
         api === 'chat.completions' ? assembleChat(events as Array<Record<string, unknown>>) : completed;
-      await this.#record({
+      await this.#record(rollout, {
         ...base,
         durationMs: performance.now() - started,
         status: 'ok',
@@ -279,7 +383,7 @@ export class ModelGateway {
         { rolloutId: rollout.id, code: error.code, error: error.message },
         'model call failed',
       );
-      await this.#record({
+      await this.#record(rollout, {
         ...base,
         durationMs: performance.now() - started,
         status: 'error',

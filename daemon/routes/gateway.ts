@@ -1,24 +1,45 @@
+/**
+ * The gateway's routes, in two groups that are registered apart:
+ *
+ * - administration (open, read the records of, close a rollout): the daemon token, on the API;
+ * - model calls (`/v1/gateway/{rolloutId}/v1/...`): the rollout's own key, checked in the route's
+ *   own `onRequest` hook, so a request without the key is refused before a byte of its body is
+ *   read. These are the only routes of the gateway server that sandboxes reach.
+ */
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GymError } from '../../core/errors.ts';
 import { OpenRolloutRequestSchema } from '../../core/schemas/api.ts';
 import { parseOrThrow } from '../../core/validate.ts';
-import type { ModelApi, ModelGateway } from '../gateway/gateway.ts';
+import {
+  GATEWAY_HOP_HEADER,
+  type ModelApi,
+  type ModelGateway,
+  type OpenRollout,
+} from '../gateway/gateway.ts';
 
-/** Model requests carry whole conversations; allow them to be large. */
-const MODEL_BODY_LIMIT_BYTES = 64 * 1024 * 1024;
+/** What a route says about who may call it; read by the API's auth hook. */
+export type RouteAuth = 'token' | 'rollout-key' | 'optional-token';
 
-/** Paths an agent calls with its rollout key (not the daemon token). */
-export const GATEWAY_MODEL_PATH = /^\/v1\/gateway\/[^/]+\/v1\//;
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: RouteAuth;
+  }
+  interface FastifyRequest {
+    /** The rollout a model call was authorized for (set by the route's onRequest hook). */
+    rollout?: OpenRollout;
+  }
+}
 
-function bearer(request: FastifyRequest): string {
+function presentedKey(request: FastifyRequest): string {
   const header = request.headers.authorization ?? '';
   if (header.startsWith('Bearer ')) return header.slice('Bearer '.length);
   // Anthropic-style clients send the key as x-api-key.
-  return (request.headers['x-api-key'] as string | undefined) ?? '';
+  const apiKey = request.headers['x-api-key'];
+  return typeof apiKey === 'string' ? apiKey : '';
 }
 
-export function registerGatewayRoutes(app: FastifyInstance, gateway: ModelGateway): void {
+export function registerGatewayAdminRoutes(app: FastifyInstance, gateway: ModelGateway): void {
   app.post('/v1/gateway/rollouts', async (request, reply) => {
     const body = parseOrThrow(OpenRolloutRequestSchema, request.body ?? {}, 'rollout request');
     reply.status(201);
@@ -33,12 +54,50 @@ export function registerGatewayRoutes(app: FastifyInstance, gateway: ModelGatewa
     await gateway.closeRollout((request.params as { rolloutId: string }).rolloutId);
     reply.status(204);
   });
+}
+
+export interface ModelRouteOptions {
+  /** The largest model request accepted (the body limit of these routes). */
+  maxRequestBytes: number;
+}
+
+export function registerGatewayModelRoutes(
+  app: FastifyInstance,
+  gateway: ModelGateway,
+  options: ModelRouteOptions,
+): void {
+  /** Runs before the body is read: an unknown rollout or a wrong key costs the daemon nothing. */
+  const authorize = async (request: FastifyRequest, reply: FastifyReply) => {
+    try {
+      if (request.headers[GATEWAY_HOP_HEADER] === gateway.hopId) {
+        throw new GymError(
+          'GATEWAY_LOOP',
+          'this model call came from this gateway: its upstream leads back to the daemon',
+        );
+      }
+      request.rollout = gateway.authorize(
+        (request.params as { rolloutId: string }).rolloutId,
+        presentedKey(request),
+      );
+    } catch (error) {
+      // Close the connection rather than read and drop whatever body the caller announced.
+      reply.header('connection', 'close');
+      throw error;
+    }
+  };
+  const routeOptions = {
+    bodyLimit: options.maxRequestBytes,
+    config: { auth: 'rollout-key' as const },
+    onRequest: authorize,
+  };
 
   const forward = (api: ModelApi) => async (request: FastifyRequest, reply: FastifyReply) => {
-    const rollout = gateway.authorize((request.params as { rolloutId: string }).rolloutId, bearer(request));
+    const rollout = request.rollout!;
     const body = request.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body))
       throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
+    const requestBytes = Number(request.headers['content-length'] ?? 0);
+    gateway.checkBudget(rollout, requestBytes);
     if ((body as Record<string, unknown>).stream !== true)
       return gateway.forward(rollout, api, body as Record<string, unknown>);
     // Streamed: headers go out only with the first event, so an upstream that fails at once is an ordinary error response.
@@ -69,19 +128,10 @@ export function registerGatewayRoutes(app: FastifyInstance, gateway: ModelGatewa
     return reply;
   };
 
-  app.post(
-    '/v1/gateway/:rolloutId/v1/chat/completions',
-    { bodyLimit: MODEL_BODY_LIMIT_BYTES },
-    forward('chat.completions'),
-  );
-  app.post(
-    '/v1/gateway/:rolloutId/v1/responses',
-    { bodyLimit: MODEL_BODY_LIMIT_BYTES },
-    forward('responses'),
-  );
-  app.get('/v1/gateway/:rolloutId/v1/models', async (request) => {
-    const rollout = gateway.authorize((request.params as { rolloutId: string }).rolloutId, bearer(request));
-    const id = rollout.upstream.model ?? 'gateway';
+  app.post('/v1/gateway/:rolloutId/v1/chat/completions', routeOptions, forward('chat.completions'));
+  app.post('/v1/gateway/:rolloutId/v1/responses', routeOptions, forward('responses'));
+  app.get('/v1/gateway/:rolloutId/v1/models', routeOptions, async (request) => {
+    const id = request.rollout!.upstream.model ?? 'gateway';
     return { object: 'list', data: [{ id, object: 'model', created: 0, owned_by: 'gym-gateway' }] };
   });
 }
