@@ -13,6 +13,7 @@ import { UpstreamSchema } from '../core/schemas/api.ts';
 import { PoolDefinitionSchema, PoolNameSchema } from '../core/schemas/pool.ts';
 import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
+import { DEFAULT_OWNER_GRACE_MS } from './owners.ts';
 
 export const ProviderConfigSchema = z
   .object({
@@ -71,6 +72,20 @@ export const DaemonConfigSchema = z
     reaperIntervalMs: z.number().int().positive().default(5_000),
     /** How often the backend is scanned for labelled resources the store does not know. */
     orphanScanIntervalMs: z.number().int().positive().default(60_000),
+    /**
+     * The owner registry shared by daemons on this host (see owners.ts): a resource of another
+     * daemon of the namespace is reclaimed only when that daemon's record shows its process gone
+     * for longer than `graceMs` (or past its hard deadline). The heartbeat is the orphan scan.
+     */
+    owners: z
+      .object({
+        /** Default: `<os tmpdir>/gym-daemons-<uid>`. Daemons judge each other only within one directory. */
+        directory: z.string().optional(),
+        /** How long a dead daemon's sandboxes wait for it to restart and adopt them. */
+        graceMs: z.number().int().nonnegative().default(DEFAULT_OWNER_GRACE_MS),
+      })
+      .strict()
+      .prefault({}),
     /** Destroy live sandboxes on shutdown (default: keep them for the next start to adopt). */
     destroyOnShutdown: z.boolean().default(false),
     /** How long a graceful shutdown waits for in-flight requests. */

@@ -23,6 +23,7 @@ import {
   writeDaemonInfo,
 } from './identity.ts';
 import { DaemonMetrics } from './metrics.ts';
+import { OwnerRegistry } from './owners.ts';
 import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
 import { buildServer } from './server.ts';
@@ -82,7 +83,25 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     providers.set(provider.name, await registry.create(provider, context));
   }
   const store = await StateStore.open(config.stateDir, logger);
-  const manager = new SandboxManager({ config, providers, store, logger, clock });
+  // Announce this daemon before the first reconcile, so peers never take its sandboxes for a dead one's.
+  const owners = new OwnerRegistry({
+    daemonId,
+    graceMs: config.owners.graceMs,
+    pruneAfterMs: config.maxLifetimeSeconds * 1000 + config.owners.graceMs,
+    clock,
+    logger,
+    ...(config.owners.directory === undefined ? {} : { directory: config.owners.directory }),
+  });
+  await owners.heartbeat();
+  const heartbeat = setInterval(
+    () =>
+      void owners
+        .heartbeat()
+        .catch((error: unknown) => logger.warn({ error: String(error) }, 'owner heartbeat failed')),
+    config.orphanScanIntervalMs,
+  );
+  heartbeat.unref();
+  const manager = new SandboxManager({ config, providers, store, daemonId, owners, logger, clock });
   const metrics = new DaemonMetrics(manager);
   manager.metrics = metrics;
   await manager.start();
@@ -117,6 +136,8 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     pools.stop();
     await app.close().catch(() => {});
     await manager.shutdown({ destroy: false });
+    clearInterval(heartbeat);
+    await owners.remove().catch(() => {});
   };
   if (options.listen !== false) {
     try {
@@ -175,6 +196,8 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
       await app.close();
       pools.stop();
       await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });
+      clearInterval(heartbeat);
+      await owners.remove().catch(() => {});
       if (options.listen !== false) {
         await removeDaemonInfo(config.stateDir);
         if (address.socket !== undefined) await rm(address.socket, { force: true });

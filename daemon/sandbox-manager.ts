@@ -10,12 +10,13 @@ import { createId } from '../core/ids.ts';
 import type { Logger } from '../core/logger.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../core/schemas/exec.ts';
-import { type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { type SandboxInfo, type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
 import type { ExecOptions, FileContent, SandboxProvider } from '../providers/sandbox-provider.ts';
 import { Admission, type CreateSlot } from './admission.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
+import type { OwnerLiveness } from './owners.ts';
 import type { SandboxRecord, StateStore } from './state-store.ts';
 
 /** How many destroys the reaper runs at once: enough to keep up, few enough not to starve creates. */
@@ -32,6 +33,10 @@ export interface SandboxManagerOptions {
   config: DaemonConfig;
   providers: ReadonlyMap<string, SandboxProvider>;
   store: StateStore;
+  /** This daemon's id: resources labelled with another are never orphans of ours. */
+  daemonId: string;
+  /** Whether another daemon is provably gone; without it, others' resources wait for their deadline. */
+  owners?: OwnerLiveness;
   metrics?: DaemonMetrics;
   logger: Logger;
   clock: Clock;
@@ -57,6 +62,8 @@ export class SandboxManager implements SandboxCounts {
   readonly #config: DaemonConfig;
   readonly #providers: ReadonlyMap<string, SandboxProvider>;
   readonly #store: StateStore;
+  readonly #daemonId: string;
+  readonly #owners: OwnerLiveness | undefined;
   readonly #logger: Logger;
   readonly #clock: Clock;
   readonly #admissions = new Map<string, Admission>();
@@ -75,6 +82,8 @@ export class SandboxManager implements SandboxCounts {
     this.#config = options.config;
     this.#providers = options.providers;
     this.#store = options.store;
+    this.#daemonId = options.daemonId;
+    this.#owners = options.owners;
     this.#metrics = options.metrics;
     this.#logger = options.logger;
     this.#clock = options.clock;
@@ -525,9 +534,11 @@ export class SandboxManager implements SandboxCounts {
   }
 
   /**
-   * Brings the store and one provider into agreement: a labelled resource the store does not know
-   * (or whose lease or deadline passed, or that is not running) is destroyed; a record whose
-   * resource is gone is forgotten; everything else is adopted as it is.
+   * Brings the store and one provider into agreement: a labelled resource of this daemon that the
+   * store does not know (or whose lease or deadline passed, or that is not running) is destroyed;
+   * a record whose resource is gone is forgotten; everything else is adopted as it is. Another
+   * daemon's resource is destroyed only past its hard deadline or when its owner is provably gone
+   * (several daemons share one engine and namespace).
    */
   async reconcile(providerName: string): Promise<{ adopted: number; destroyed: number; forgotten: number }> {
     const provider = this.#provider(providerName);
@@ -535,11 +546,17 @@ export class SandboxManager implements SandboxCounts {
     const now = this.#clock.now();
     const seen = new Set<string>();
     const doomed: Array<{ id: string; reason: string }> = [];
+    const isOwnerGone = new Map<string, Promise<boolean>>();
     let adopted = 0;
     for (const info of resources) {
       seen.add(info.id);
       if (this.#creating.has(info.id) || this.#destroying.has(info.id)) continue;
       const record = this.#store.get(info.id);
+      if (record === undefined && info.daemonId !== this.#daemonId) {
+        const reason = await this.#foreignReason(info, now, isOwnerGone);
+        if (reason !== null) doomed.push({ id: info.id, reason });
+        continue;
+      }
       const leaseMs =
         record === undefined ? 0 : (this.#leaseMs.get(info.id) ?? Date.parse(record.leaseExpiresAt));
       const reason =
@@ -583,6 +600,23 @@ export class SandboxManager implements SandboxCounts {
     if (summary.destroyed + summary.forgotten > 0)
       this.#logger.info({ provider: providerName, ...summary }, 'reconciled');
     return summary;
+  }
+
+  /** Why another daemon's resource may be destroyed now, or null: it may be live. */
+  async #foreignReason(
+    info: SandboxInfo,
+    now: number,
+    isOwnerGone: Map<string, Promise<boolean>>,
+  ): Promise<string | null> {
+    if (Date.parse(info.deadlineAt) <= now) return 'foreign-deadline';
+    if (this.#owners === undefined || info.daemonId === '') return null;
+    if (!isOwnerGone.has(info.daemonId)) {
+      isOwnerGone.set(
+        info.daemonId,
+        this.#owners.isGone(info.daemonId).catch(() => false),
+      );
+    }
+    return (await isOwnerGone.get(info.daemonId)) ? 'owner-gone' : null;
   }
 
   byProviderAndState(): Array<{ provider: string; state: string; count: number }> {
