@@ -11,9 +11,15 @@ import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
 import { UpstreamSchema } from '../core/schemas/api.ts';
 import { PoolDefinitionSchema, PoolNameSchema } from '../core/schemas/pool.ts';
-import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS } from '../core/schemas/sandbox.ts';
+import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, ResourcesSchema } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
 import { DEFAULT_OWNER_GRACE_MS } from './owners.ts';
+
+/**
+ * Limits of a sandbox whose spec names none: two cores, 4 GiB and 1024 processes run a SWE-bench
+ * test suite or a package install comfortably, and cap what a fork bomb or a leak can take.
+ */
+export const DEFAULT_RESOURCES = { cpus: 2, memoryMiB: 4096, pidsLimit: 1024 } as const;
 
 export const ProviderConfigSchema = z
   .object({
@@ -86,6 +92,36 @@ export const DaemonConfigSchema = z
       })
       .strict()
       .prefault({}),
+    defaults: z
+      .object({
+        /**
+         * Limits of every sandbox whose spec leaves them out (verifier sandboxes, which run the
+         * model's patch, included); a spec's own values win, within `maxResources`. An agent in a
+         * sandbox without limits can starve the host and every other rollout.
+         */
+        resources: z
+          .object({
+            cpus: ResourcesSchema.shape.cpus.unwrap().default(DEFAULT_RESOURCES.cpus),
+            memoryMiB: ResourcesSchema.shape.memoryMiB.unwrap().default(DEFAULT_RESOURCES.memoryMiB),
+            pidsLimit: ResourcesSchema.shape.pidsLimit.unwrap().default(DEFAULT_RESOURCES.pidsLimit),
+          })
+          .strict()
+          .prefault({}),
+      })
+      .strict()
+      .prefault({}),
+    /**
+     * The most a spec may ask for (unset: only the schema's bounds). With it, a token holder
+     * cannot take the whole host for one sandbox.
+     */
+    maxResources: z
+      .object({
+        cpus: ResourcesSchema.shape.cpus,
+        memoryMiB: ResourcesSchema.shape.memoryMiB,
+        pidsLimit: ResourcesSchema.shape.pidsLimit,
+      })
+      .strict()
+      .default({}),
     /** Destroy live sandboxes on shutdown (default: keep them for the next start to adopt). */
     destroyOnShutdown: z.boolean().default(false),
     /** How long a graceful shutdown waits for in-flight requests. */

@@ -17,6 +17,7 @@ import { Admission, type CreateSlot } from './admission.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
+import { applyResourceLimits } from './resource-limits.ts';
 import type { SandboxRecord, StateStore } from './state-store.ts';
 
 /** How many destroys the reaper runs at once: enough to keep up, few enough not to starve creates. */
@@ -180,13 +181,16 @@ export class SandboxManager implements SandboxCounts {
     return record;
   }
 
-  /** Parses a spec as the API received it: the daemon's default TTL applies when it names none. */
+  /**
+   * Parses a spec as the API received it: the daemon's default TTL and resource limits apply
+   * where it names none, and its limits must be within the configured maximum.
+   */
   parseSpec(input: unknown): SandboxSpec {
     const withDefaults =
       typeof input === 'object' && input !== null && !('ttlSeconds' in input)
         ? { ...input, ttlSeconds: this.#config.defaultTtlSeconds }
         : input;
-    return parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec');
+    return applyResourceLimits(parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec'), this.#config);
   }
 
   /** Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback. */
@@ -209,7 +213,8 @@ export class SandboxManager implements SandboxCounts {
     const providerName = this.#providerFor(spec);
     const slot = this.#admissions.get(providerName)!.tryAcquire();
     if (slot === null) return null;
-    return this.#createRecord({ ...spec, ttlSeconds: idleTtlSeconds }, providerName, slot, {
+    const limited = applyResourceLimits({ ...spec, ttlSeconds: idleTtlSeconds }, this.#config);
+    return this.#createRecord(limited, providerName, slot, {
       pool,
       poolState: 'idle',
     });

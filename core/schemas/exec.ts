@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AbsolutePathSchema, EnvSchema } from './common.ts';
+import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema } from './common.ts';
 
 /** One minute: most agent actions finish well within it; longer ones should say so. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
@@ -8,6 +8,9 @@ export const MAX_EXEC_TIMEOUT_MS = 24 * 3600 * 1000;
 export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 export const MAX_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
 
+/** Standard input of one exec (characters, UTF-8 or base64): within the exec body limit (96 MiB). */
+export const MAX_STDIN_CHARS = 64 * 1024 * 1024;
+
 export const SessionNameSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, {
   message: 'session names are 1-64 characters of letters, digits, ".", "_" or "-"',
 });
@@ -15,17 +18,14 @@ export const SessionNameSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,
 export const ExecRequestSchema = z
   .object({
     /** The program and its arguments, run without a shell (preferred). */
-    argv: z
-      .array(z.string().refine((arg) => !arg.includes('\0'), 'must not contain a NUL byte'))
-      .min(1)
-      .optional(),
+    argv: z.array(ExecArgumentSchema).min(1).max(65_536).optional(),
     /** A shell command, run by `sh -c`. */
-    command: z.string().min(1).optional(),
+    command: ExecArgumentSchema.min(1).optional(),
     cwd: AbsolutePathSchema.optional(),
     /** Added to (and overriding) the sandbox's environment for this command only. */
     env: EnvSchema.default({}),
     /** Bytes fed to the command's standard input; it sees end-of-file after them. */
-    stdin: z.string().optional(),
+    stdin: z.string().max(MAX_STDIN_CHARS).optional(),
     stdinEncoding: z.enum(['utf8', 'base64']).default('utf8'),
     /** On expiry every process the command started is killed; the sandbox stays usable. */
     timeoutMs: z.number().int().positive().max(MAX_EXEC_TIMEOUT_MS).default(DEFAULT_EXEC_TIMEOUT_MS),

@@ -6,10 +6,26 @@ export const MAX_TTL_SECONDS = 7 * 24 * 3600;
 /** One hour: long enough for a SWE-bench rollout, short enough that a leak costs little. */
 export const DEFAULT_TTL_SECONDS = 3600;
 
+/**
+ * The smallest CPU limit: Docker counts in billionths of a CPU and a value that rounds to 0
+ * means "no limit", and a sandbox slower than 1% of a core cannot run a shell in time anyway.
+ */
+export const MIN_CPUS = 0.01;
+/** The smallest pids limit: tini, a shell, the command and a kill helper must fit. */
+export const MIN_PIDS_LIMIT = 8;
+/** One seed file's content (characters, base64 or UTF-8): what a create body (16 MiB) can carry. */
+export const MAX_SEED_FILE_CHARS = 16 * 1024 * 1024;
+
 export const ResourcesSchema = z
   .object({
     /** CPU cores, fractional allowed (0.5 = half a core). */
-    cpus: z.number().positive().max(1024).optional(),
+    cpus: z
+      .number()
+      .min(MIN_CPUS, {
+        message: `must be at least ${MIN_CPUS} (smaller values round to no limit at all)`,
+      })
+      .max(1024)
+      .optional(),
     /** Memory limit in MiB; swap is capped at the same value so the limit is real. */
     memoryMiB: z
       .number()
@@ -18,7 +34,14 @@ export const ResourcesSchema = z
       .max(16 * 1024 * 1024)
       .optional(),
     /** Maximum number of processes and threads in the sandbox. */
-    pidsLimit: z.number().int().min(1).max(4_194_304).optional(),
+    pidsLimit: z
+      .number()
+      .int()
+      .min(MIN_PIDS_LIMIT, {
+        message: `must be at least ${MIN_PIDS_LIMIT} (a shell, an init and a command need a few)`,
+      })
+      .max(4_194_304)
+      .optional(),
     /** Writable-layer size limit in MiB (only where the provider's storage supports it). */
     diskMiB: z.number().int().positive().optional(),
     /** Number of GPUs (only where the provider declares the `gpus` capability). */
@@ -44,7 +67,7 @@ export const ReadinessProbeSchema = z
 export const SeedFileSchema = z
   .object({
     path: AbsolutePathSchema,
-    content: z.string(),
+    content: z.string().max(MAX_SEED_FILE_CHARS),
     encoding: z.enum(['utf8', 'base64']).default('utf8'),
     /** Permission bits, e.g. 0o755 for a script. */
     mode: z.number().int().min(0).max(0o7777).default(0o644),
