@@ -135,7 +135,7 @@ describe.skipIf(skipReason !== undefined)('daemon against real Docker', () => {
     expect(unsafe.statusCode).toBe(400);
     expect(unsafe.json().error.code).toBe('ARCHIVE_UNSAFE');
 
-    const image = `gym/test-daemon-snapshot:${id}`;
+    const image = `gym-snapshot/test-daemon:${id}`;
     const snapshot = await inject({
       method: 'POST',
       url: `/v1/sandboxes/${id}/snapshot`,

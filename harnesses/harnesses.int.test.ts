@@ -23,6 +23,7 @@ import { type ScriptedModelServer, startScriptedModelServer } from './scripted-m
 const { docker, skipReason } = await dockerTestEnvironment();
 const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
 
+const AGENT_CACHE_DIR = `${process.env.HOME}/.cache/gym/agents`;
 const SETUP_REPO = [
   'mkdir -p /work/repo && cd /work/repo && git init -q',
   "printf 'def add(a, b):\\n    return a - b\\n' > calc.py",
@@ -100,6 +101,8 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     daemon = await startTestDaemon(
       {
         namespace: `harness-${randomBytes(3).toString('hex')}`,
+        // The agent CLIs are bind-mounted read-only from the host cache: the one host path allowed.
+        providers: [{ name: 'docker', options: { allowedHostPaths: [AGENT_CACHE_DIR] } }],
         gateway: { upstream: { baseUrl: model.baseUrl, model: 'scripted' }, maxRetries: 1 },
       },
       { listen: true },
@@ -195,10 +198,7 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
   });
 
   it('Codex CLI runs inside the sandbox, reaches only the gateway, and edits the file', async () => {
-    const hostBinary = await ensureAgentOnHost(
-      CODEX_RECIPE.source as NpmHostSource,
-      `${process.env.HOME}/.cache/gym/agents`,
-    );
+    const hostBinary = await ensureAgentOnHost(CODEX_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
     const { result, calc, records } = await run(
       await registry.create('codex'),
       'codex-fix',
@@ -216,10 +216,7 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
   }, 180_000);
 
   it('OpenCode runs inside the sandbox through the gateway (Chat Completions) and edits the file', async () => {
-    const hostBinary = await ensureAgentOnHost(
-      OPENCODE_RECIPE.source as NpmHostSource,
-      `${process.env.HOME}/.cache/gym/agents`,
-    );
+    const hostBinary = await ensureAgentOnHost(OPENCODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
     const { result, calc, records } = await run(
       await registry.create('opencode'),
       'opencode-fix',

@@ -35,7 +35,7 @@ export interface ProviderCapabilities {
   gpus: boolean;
   /** `resources.diskMiB`. */
   diskLimit: boolean;
-  /** The `network` modes a spec may ask for; `none` is always among them. */
+  /** The `network` modes a spec may ask for (those the backend has and the operator allowed). */
   networkModes: ReadonlyArray<SandboxSpec['network']>;
   /** `forwardToHostSocket()`: a port on the sandbox's loopback relayed to a unix socket of the host. */
   hostForward: boolean;
@@ -104,7 +104,8 @@ export interface SandboxProvider {
    * Creates a sandbox and returns once it is ready: running, seed files written, readiness probe
    * passed. A create that fails tears down everything it made before it throws.
    * @throws GymError `IMAGE_NOT_FOUND`, `CAPABILITY_UNSUPPORTED`, `SANDBOX_START_FAILED`,
-   *   `VALIDATION_FAILED` (bad `providerOptions`), `PROVIDER_UNAVAILABLE`, `PROVIDER_ERROR`.
+   *   `VALIDATION_FAILED` (bad `providerOptions`), `FORBIDDEN_BY_CONFIG` (an option that reaches
+   *   the host and the operator did not allow), `PROVIDER_UNAVAILABLE`, `PROVIDER_ERROR`.
    */
   create(spec: SandboxSpec, options?: CreateOptions): Promise<SandboxInfo>;
 
@@ -157,6 +158,7 @@ export interface SandboxProvider {
   /**
    * Commits the sandbox's filesystem to an image usable in later specs.
    * Optional: present only with the `snapshot` capability.
+   * @throws GymError `FORBIDDEN_BY_CONFIG` when the image name is outside what the operator allows.
    */
   snapshot?(id: string, options: { image: string }): Promise<{ image: string }>;
 

@@ -113,7 +113,7 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     const info = await provider.create(spec());
     created.push(info.id);
     await provider.writeFile(info.id, '/root/state.txt', Buffer.from('kept'));
-    const image = `gym/test-snapshot:${info.id}`;
+    const image = `gym-snapshot/test-snapshot:${info.id}`;
     expect(await provider.snapshot(info.id, { image })).toEqual({ image });
     try {
       const restored = await provider.create(spec({ image }));

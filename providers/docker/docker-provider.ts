@@ -6,7 +6,12 @@ import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
-import type { SandboxInfo, SandboxSpec, SandboxState } from '../../core/schemas/sandbox.ts';
+import {
+  NetworkModeSchema,
+  type SandboxInfo,
+  type SandboxSpec,
+  type SandboxState,
+} from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type {
   CreateOptions,
@@ -24,6 +29,7 @@ import { OOM_COUNTER_COMMAND, parseOomKillCount } from '../shared/exec-output.ts
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerSession } from './docker-session.ts';
+import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
 
 /** Every label we write starts with this, so one filter finds all our containers. */
@@ -58,6 +64,21 @@ export const DockerProviderOptionsSchema = z
      * this host and the daemon as root): how agents in network-less sandboxes reach the gateway.
      */
     hostForward: z.boolean().default(true),
+    /**
+     * Host directories that `readOnlyBinds` may mount (each with what lies under it; symbolic
+     * links are resolved before the check). Default none. The engine's socket, or a directory
+     * holding it, is refused unless listed exactly: it makes the sandbox root on the host.
+     */
+    allowedHostPaths: z.array(z.string().startsWith('/')).default([]),
+    /** Capabilities that `capAdd` may add beyond the defaults. Default none. */
+    allowedCapabilities: z.array(z.string().regex(/^[A-Z_]+$/)).default([]),
+    /** The `network` modes specs may ask for. Default `none` only: `host` shares the host's network. */
+    allowedNetworkModes: z.array(NetworkModeSchema).min(1).default(['none']),
+    /**
+     * Image name prefixes that `snapshot` may write; a snapshot never replaces an existing image
+     * that is not itself a snapshot. Default `gym-snapshot/`, so base images stay untouched.
+     */
+    snapshotImagePrefixes: z.array(z.string().min(1)).default([DEFAULT_SNAPSHOT_IMAGE_PREFIX]),
   })
   .strict();
 export type DockerProviderOptions = z.input<typeof DockerProviderOptionsSchema>;
@@ -110,6 +131,8 @@ export class DockerProvider implements SandboxProvider {
   readonly #forwarders = new Map<string, Map<number, ChildProcess>>();
   /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
   readonly #oomCounts = new Map<string, number>();
+  /** What specs may take from the host (binds, capabilities, network, snapshot tags). */
+  readonly #hostAccess: HostAccessPolicy;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -121,12 +144,17 @@ export class DockerProvider implements SandboxProvider {
         `namespace "${context.namespace}" must be 1-31 characters of a-z, 0-9 or "-"`,
       );
     }
+    const engineSocket = (docker.modem as { socketPath?: unknown } | undefined)?.socketPath;
+    this.#hostAccess = new HostAccessPolicy(
+      this.#options,
+      typeof engineSocket === 'string' ? engineSocket : this.#options.socketPath,
+    );
     this.capabilities = {
       sessions: true,
       snapshot: true,
       gpus: this.#options.gpus,
       diskLimit: this.#options.diskQuota,
-      networkModes: ['none', 'host', 'bridge'],
+      networkModes: [...this.#options.allowedNetworkModes],
       hostForward: this.#options.hostForward,
     };
   }
@@ -172,6 +200,9 @@ export class DockerProvider implements SandboxProvider {
       spec.providerOptions,
       'providerOptions for docker',
     );
+    this.#hostAccess.checkNetwork(spec.network);
+    this.#hostAccess.checkCapabilities(specOptions.capAdd, DEFAULT_CAPABILITIES);
+    const binds = await this.#hostAccess.resolveBinds(specOptions.readOnlyBinds);
     const id = options.id ?? createId('sbx');
     const createdAtMs = this.#context.clock.now();
     const deadlineAtMs = createdAtMs + this.#context.maxLifetimeSeconds * 1000;
@@ -218,9 +249,7 @@ export class DockerProvider implements SandboxProvider {
           ...(resources.pidsLimit === undefined ? {} : { PidsLimit: resources.pidsLimit }),
           ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
           ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
-          ...(specOptions.readOnlyBinds.length === 0
-            ? {}
-            : { Binds: specOptions.readOnlyBinds.map((bind) => `${bind.hostPath}:${bind.path}:ro`) }),
+          ...(binds.length === 0 ? {} : { Binds: binds.map((bind) => `${bind.hostPath}:${bind.path}:ro`) }),
           ...(resources.gpus === undefined || resources.gpus === 0
             ? {}
             : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
@@ -615,6 +644,16 @@ export class DockerProvider implements SandboxProvider {
     const hasTag = separator > options.image.lastIndexOf('/');
     const repo = hasTag ? options.image.slice(0, separator) : options.image;
     const tag = hasTag ? options.image.slice(separator + 1) : 'latest';
+    let existing: Docker.ImageInspectInfo | null = null;
+    try {
+      existing = await this.#docker.getImage(`${repo}:${tag}`).inspect();
+    } catch (error) {
+      if ((error as { statusCode?: number }).statusCode !== 404)
+        throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
+    }
+    // A committed container keeps its labels, so a snapshot carries our sandbox-id label.
+    const isSnapshot = existing?.Config?.Labels?.[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.sandboxId] !== undefined;
+    this.#hostAccess.checkSnapshotTarget(`${repo}:${tag}`, existing === null ? null : { isSnapshot });
     try {
       await this.#docker.getContainer(this.containerName(id)).commit({ repo, tag, pause: true });
     } catch (error) {
