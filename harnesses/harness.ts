@@ -75,13 +75,19 @@ export const DEFAULT_LIMITS: HarnessLimits = {
   commandTimeoutMs: 120_000,
 };
 
+/**
+ * How a harness run ended. `sandbox_gone` and `infra_error` (the daemon, the provider or the model
+ * gateway failed, or an infrastructure step timed out) are never the agent's doing: the runner
+ * records them as infra errors and retries, and never grades what was left.
+ */
 export type HarnessOutcome =
   | 'submitted'
   | 'step_limit'
   | 'time_limit'
   | 'cost_limit'
   | 'agent_error'
-  | 'sandbox_gone';
+  | 'sandbox_gone'
+  | 'infra_error';
 
 export interface TrajectoryStep {
   index: number;

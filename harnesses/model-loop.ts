@@ -2,7 +2,7 @@
  * The bookkeeping every model-driven harness loop shares: the conversation, the trajectory,
  * the limits checked before each step, one model call per step, and the result at the end.
  */
-import type OpenAI from 'openai';
+import OpenAI from 'openai';
 import type {
   HarnessLimits,
   HarnessOutcome,
@@ -12,6 +12,20 @@ import type {
 } from './harness.ts';
 import { RunClock } from './harness.ts';
 import { CostMeter, createModelClient, describeModelError } from './model-client.ts';
+
+/**
+ * Whether a failed model call is the infrastructure's fault (the gateway or the policy server did
+ * not answer, refused the rollout's key, or failed after its retries) rather than the agent's (a
+ * request the model rejects, such as one past its context length).
+ */
+export function isInfrastructureFailure(error: unknown): boolean {
+  if (error instanceof OpenAI.APIConnectionError) return true;
+  if (!(error instanceof OpenAI.APIError)) return true;
+  const status = error.status ?? 0;
+  return (
+    status === 0 || status >= 500 || status === 429 || status === 401 || status === 403 || status === 404
+  );
+}
 
 export type ChatParams = Omit<OpenAI.Chat.ChatCompletionCreateParamsNonStreaming, 'model' | 'messages'>;
 
@@ -84,9 +98,13 @@ export class ModelLoop {
     } catch (error) {
       step.error = describeModelError(error);
       step.durationMs = Date.now() - startedMs;
-      return {
-        result: this.end(this.clock.remainingMs <= 0 ? 'time_limit' : 'agent_error', null, step.error),
-      };
+      const outcome =
+        this.clock.remainingMs <= 0
+          ? 'time_limit'
+          : isInfrastructureFailure(error)
+            ? 'infra_error'
+            : 'agent_error';
+      return { result: this.end(outcome, null, step.error) };
     }
   }
 

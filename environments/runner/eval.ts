@@ -155,7 +155,8 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
             },
             'infra error; retrying',
           );
-          await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
+          if (attempt + 1 < options.maxInfraAttempts)
+            await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
           continue;
         }
         await appendJsonl(paths.rollouts, result);
@@ -318,8 +319,17 @@ async function runRollout(
     timings.agentMs = Date.now() - agentStarted;
     if (harness.needsModel) modelCalls = await client.rolloutRecords(rolloutId).catch(() => []);
     const verifyStarted = Date.now();
-    if (harnessResult.outcome === 'sandbox_gone')
-      verdict = { outcome: 'infra_error', reward: 0, details: { reason: 'the agent sandbox went away' } };
+    if (harnessResult.outcome === 'sandbox_gone' || harnessResult.outcome === 'infra_error')
+      verdict = {
+        outcome: 'infra_error',
+        reward: 0,
+        details: {
+          reason:
+            harnessResult.outcome === 'sandbox_gone'
+              ? 'the agent sandbox went away'
+              : `the harness hit an infrastructure fault: ${harnessResult.message ?? 'unknown'}`,
+        },
+      };
     else if (harnessResult.outcome === 'agent_error')
       verdict = {
         outcome: 'agent_error',

@@ -6,6 +6,7 @@
  */
 import type { GymClient } from '../../client/client.ts';
 import { isGymError } from '../../core/errors.ts';
+import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import { gradeTests, parsePytestLog, type TestLogParser } from './pytest-log.ts';
@@ -68,6 +69,19 @@ export async function extractPatch(
   return result.stdout;
 }
 
+function infraStep(step: string, result: ExecResult): Verdict {
+  return {
+    outcome: 'infra_error',
+    reward: 0,
+    details: {
+      reason:
+        result.status === 'sandbox_gone'
+          ? `the verifier sandbox went away while ${step}`
+          : `${step} ended with status ${result.status}`,
+    },
+  };
+}
+
 export async function verifySwe(
   client: GymClient,
   task: SweTask,
@@ -104,8 +118,9 @@ export async function verifySwe(
       cwd: task.workdir,
       timeoutMs: 60_000,
     });
-    if (applied.status === 'sandbox_gone')
-      return { outcome: 'infra_error', reward: 0, details: { reason: 'the verifier sandbox went away' } };
+    // Only a command that ran to its end says whether the patch applies; a timeout or a lost
+    // sandbox says nothing about the patch.
+    if (applied.status !== 'ok') return infraStep('applying the model patch', applied);
     if (applied.exitCode !== 0) {
       return {
         outcome: 'reward',
@@ -124,6 +139,7 @@ export async function verifySwe(
       cwd: task.workdir,
       timeoutMs: 60_000,
     });
+    if (tests.status !== 'ok') return infraStep('applying the test patch', tests);
     if (tests.exitCode !== 0) {
       // The hidden tests do not apply over the agent's changes (it edited the test files).
       return {
@@ -149,8 +165,8 @@ export async function verifySwe(
         reward: 0,
         details: { ...base, reason: `tests ran past ${SWE_TEST_TIMEOUT_MS} ms` },
       };
-    if (run.status === 'sandbox_gone')
-      return { outcome: 'infra_error', reward: 0, details: { reason: 'the verifier sandbox went away' } };
+    // A lost sandbox or a kill from outside cut the tests short; an OOM is the code under test.
+    if (run.status === 'sandbox_gone' || run.status === 'killed') return infraStep('running the tests', run);
     const log = `${run.stdout}\n${run.stderr}`;
     const grade = gradeTests(parser(log), task.FAIL_TO_PASS, task.PASS_TO_PASS);
     return {

@@ -10,7 +10,7 @@ import { createReadStream } from 'node:fs';
 import { access, mkdir, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { GymError } from '../../core/errors.ts';
+import { GymError, isGymError } from '../../core/errors.ts';
 import {
   type Harness,
   type HarnessResult,
@@ -168,6 +168,8 @@ export function createInstalledAgentHarness(
         timeoutMs: 10_000,
       });
       if (isInstalled.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+      if (isInstalled.status !== 'ok')
+        return fail('infra_error', `checking for ${recipe.name} ended with status ${isInstalled.status}`);
       if (isInstalled.exitCode !== 0 && recipe.source.kind === 'npm-host') {
         const hostBinary = await ensureAgentOnHost(recipe.source, cacheDir);
         const { size } = await stat(hostBinary);
@@ -181,6 +183,7 @@ export function createInstalledAgentHarness(
           command: recipe.source.installCommand,
           timeoutMs: Math.max(1000, Math.min(15 * 60_000, clock.remainingMs)),
         });
+        if (installed.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
         if (installed.status !== 'ok' || installed.exitCode !== 0) {
           return fail(
             'agent_error',
@@ -209,9 +212,13 @@ export function createInstalledAgentHarness(
       });
       const files: Record<string, string> = {};
       for (const path of recipe.resultFiles?.(settings) ?? []) {
+        // An agent that wrote no such file is its business; a daemon that cannot read it is not.
         files[path] = await sandbox.readFile(path).then(
           (content) => content.toString('utf8'),
-          () => '',
+          (error: unknown) => {
+            if (isGymError(error, 'FILE_NOT_FOUND') || result.status === 'sandbox_gone') return '';
+            throw error;
+          },
         );
       }
       const parsed = recipe.parse(result.stdout, files);

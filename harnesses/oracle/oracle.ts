@@ -2,10 +2,25 @@
  * The oracle: applies the task's gold patch and submits. It needs no model, so it proves the
  * rest of the pipeline (sandbox, verifier, records) on its own.
  */
-import type { Harness, HarnessResult, HarnessRunContext } from '../harness.ts';
+import type { Harness, HarnessResult, HarnessRunContext, TrajectoryStep } from '../harness.ts';
 import { RunClock } from '../harness.ts';
 
 const PATCH_PATH = '/tmp/gym-oracle.patch';
+
+/**
+ * The reference is known to work: when it did not run to its end (a timeout, a kill from outside,
+ * an OOM) that is the infrastructure's doing, never the agent's, and nothing is graded.
+ */
+function cutShort(clock: RunClock, step: TrajectoryStep, what: string, status: string): HarnessResult {
+  return clock.finish({
+    trajectory: [step],
+    steps: 1,
+    costUsd: 0,
+    outcome: 'infra_error',
+    submission: null,
+    message: `${what} ended with status ${status}`,
+  });
+}
 
 export function createOracleHarness(): Harness {
   return {
@@ -33,6 +48,7 @@ export function createOracleHarness(): Harness {
         };
         if (ran.status === 'sandbox_gone')
           return clock.finish({ ...base, trajectory: [step], outcome: 'sandbox_gone', submission: null });
+        if (ran.status !== 'ok') return cutShort(clock, step, 'the reference solution', ran.status);
         const isOk = ran.status === 'ok' && ran.exitCode === 0;
         return clock.finish({
           ...base,
@@ -68,7 +84,8 @@ export function createOracleHarness(): Harness {
       };
       if (applied.status === 'sandbox_gone')
         return clock.finish({ ...base, trajectory: [step], outcome: 'sandbox_gone', submission: null });
-      if (applied.status !== 'ok' || applied.exitCode !== 0) {
+      if (applied.status !== 'ok') return cutShort(clock, step, 'applying the gold patch', applied.status);
+      if (applied.exitCode !== 0) {
         return clock.finish({
           ...base,
           trajectory: [step],

@@ -5,6 +5,7 @@
  */
 import { posix } from 'node:path';
 import type OpenAI from 'openai';
+import { isGymError } from '../../core/errors.ts';
 import {
   clipObservation,
   type Harness,
@@ -62,6 +63,15 @@ const SYSTEM_PROMPT =
   'You are an engineer resolving an issue in a repository inside a Linux sandbox. Use the tools to inspect, edit and test the code. When the issue is resolved, answer with a short summary and no tool call.';
 
 class ToolError extends Error {}
+
+/** Errors of the daemon that are the agent's own mistake (a missing file, a directory for a file). */
+const AGENT_MISTAKE_CODES = new Set<string>(['FILE_NOT_FOUND', 'PATH_KIND_MISMATCH', 'VALIDATION_FAILED']);
+
+/** Whether a tool's failure is for the model to see and fix, rather than a fault of the infrastructure. */
+function isAgentMistake(error: unknown): boolean {
+  if (error instanceof ToolError || error instanceof SyntaxError) return true;
+  return isGymError(error) && AGENT_MISTAKE_CODES.has(error.code);
+}
 
 function argument(args: Record<string, unknown>, name: string): string {
   const value = args[name];
@@ -158,6 +168,16 @@ export function createToolCallingHarness(): Harness {
             step.exitCode = outcome.exitCode;
             text = clipObservation(outcome.text, limits.maxObservationChars);
           } catch (error) {
+            // A lost sandbox, a provider or daemon failure: the run ends here and is never graded.
+            if (!isAgentMistake(error)) {
+              loop.finishStep(step);
+              const isGone = isGymError(error, 'SANDBOX_NOT_FOUND');
+              return end(
+                isGone ? 'sandbox_gone' : 'infra_error',
+                null,
+                `${call.function.name} failed: ${isGymError(error) ? `${error.code}: ${error.message}` : String(error)}`,
+              );
+            }
             // Bad arguments, a missing file, an ambiguous replacement: the model sees the error and may fix it.
             text = `error: ${error instanceof SyntaxError ? `arguments are not valid JSON (${error.message})` : (error as Error).message}`;
           }

@@ -1,0 +1,242 @@
+/**
+ * Item 6 of issue 9: an infrastructure fault at any step a harness or verifier relies on is an
+ * infra error (retried by the runner), never a reward. A fake daemon client plays one SWE task
+ * whose fault-free reward is 1 and breaks exactly one step; each case must end as infra_error.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { GymClient } from '../../client/client.ts';
+import { GymError } from '../../core/errors.ts';
+import { silentLogger } from '../../core/logger.ts';
+import type { ExecRequestInput, ExecResult } from '../../core/schemas/exec.ts';
+import { DEFAULT_LIMITS, type Harness } from '../../harnesses/harness.ts';
+import { ModelLoop } from '../../harnesses/model-loop.ts';
+import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import { createToolCallingHarness } from '../../harnesses/tool-calling/tool-calling.ts';
+import type { LoadedEnvironment } from '../environment.ts';
+import { runEval } from './eval.ts';
+import { readJsonl } from './files.ts';
+
+const TEST_ID = 'tests/test_fix.py::test_fix';
+const ROW = {
+  instance_id: 'fake-1',
+  base_commit: 'abc123',
+  image: 'gym/fake:1',
+  workdir: '/testbed',
+  test_command: 'pytest -rA',
+  problem_statement: 'fix it',
+  patch: 'diff --git a/x b/x\n',
+  test_patch: 'diff --git a/tests/test_fix.py b/tests/test_fix.py\n',
+  FAIL_TO_PASS: [TEST_ID],
+  PASS_TO_PASS: [],
+};
+
+type Fault =
+  | 'sandbox_gone'
+  | 'timeout'
+  | 'killed'
+  | 'PROVIDER_ERROR'
+  | 'DAEMON_UNAVAILABLE'
+  | 'SANDBOX_NOT_FOUND';
+
+/** Where a fault strikes: an exec whose command contains the text, or a client method by name. */
+interface FaultPlan {
+  at: string;
+  fault: Fault;
+}
+
+function result(status: ExecResult['status'], exitCode: number | null, stdout = ''): ExecResult {
+  return {
+    status,
+    exitCode,
+    stdout,
+    stderr: '',
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    durationMs: 1,
+  } as ExecResult;
+}
+
+/** The daemon as the runner sees it, healthy except for the one planned fault. */
+function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClient {
+  let created = 0;
+  const strike = (at: string): ExecResult | null => {
+    if (plan === null || !at.includes(plan.at)) return null;
+    if (plan.fault === 'sandbox_gone') return result('sandbox_gone', null);
+    if (plan.fault === 'timeout' || plan.fault === 'killed') return result(plan.fault, null);
+    throw new GymError(plan.fault, `injected ${plan.fault} at ${plan.at}`);
+  };
+  const exec = async (_id: string, request: ExecRequestInput): Promise<ExecResult> => {
+    const command = request.command ?? request.argv?.join(' ') ?? '';
+    const struck = strike(`exec:${command}`);
+    if (struck !== null) return struck;
+    if (command.includes('git diff')) return result('ok', 0, ROW.patch);
+    if (command === ROW.test_command) return result('ok', 1, `PASSED ${TEST_ID}\n`);
+    return result('ok', 0);
+  };
+  const fake = {
+    url,
+    createSandbox: async () => {
+      strike('createSandbox');
+      created += 1;
+      return { id: `sbx-${created}` };
+    },
+    destroySandbox: async () => {},
+    exec,
+    writeFile: async (_id: string, path: string) => {
+      strike(`writeFile:${path}`);
+    },
+    readFile: async (_id: string, path: string) => {
+      strike(`readFile:${path}`);
+      return (async function* () {
+        yield Buffer.from('content\n');
+      })();
+    },
+    openRollout: async () => ({ rolloutId: 'r', key: 'k', basePath: '/v1' }),
+    rolloutRecords: async () => [],
+    closeRollout: async () => {},
+  };
+  return fake as unknown as GymClient;
+}
+
+const environment: LoadedEnvironment = {
+  name: 'fake-swe',
+  description: 'one fake SWE task',
+  kind: 'swe',
+  defaultHarness: 'oracle',
+  data: 'data.jsonl',
+  sandbox: {},
+  limits: {},
+  directory: tmpdir(),
+  dataPath: join(tmpdir(), 'unused.jsonl'),
+};
+
+let directory = '';
+beforeAll(async () => {
+  directory = await mkdtemp(join(tmpdir(), 'gym-faults-'));
+});
+afterAll(async () => {
+  await rm(directory, { recursive: true, force: true });
+});
+
+async function runOnce(client: GymClient, harness: Harness, name: string) {
+  const output = join(directory, `${name.replace(/[^a-z0-9]+/gi, '-')}.jsonl`);
+  await runEval({
+    client,
+    environment,
+    rows: [ROW],
+    harness,
+    harnessName: harness.name,
+    modelName: 'm',
+    numRepeats: 1,
+    concurrency: 1,
+    output,
+    resume: false,
+    // One attempt: what would be retried shows up as the failure, and nothing is written as a reward.
+    maxInfraAttempts: 1,
+    limits: { maxSteps: 3 },
+    logger: silentLogger,
+  });
+  return {
+    rollouts: await readJsonl(output),
+    failures: await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl')),
+  };
+}
+
+describe('an infrastructure fault is an infra error, never a reward', () => {
+  it('gives the fault-free run reward 1 (the baseline every fault is measured against)', async () => {
+    const { rollouts, failures } = await runOnce(fakeClient(null), createOracleHarness(), 'baseline');
+    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
+    expect(failures).toEqual([]);
+  });
+
+  const cases: FaultPlan[] = [
+    // The oracle's own step.
+    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'sandbox_gone' },
+    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'timeout' },
+    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'killed' },
+    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'PROVIDER_ERROR' },
+    { at: 'writeFile:/tmp/gym-oracle.patch', fault: 'DAEMON_UNAVAILABLE' },
+    // Reading the agent's changes.
+    { at: 'exec:git add -A', fault: 'timeout' },
+    { at: 'exec:git add -A', fault: 'sandbox_gone' },
+    { at: 'exec:git add -A', fault: 'PROVIDER_ERROR' },
+    // The verifier's sandbox and its steps.
+    { at: 'createSandbox', fault: 'DAEMON_UNAVAILABLE' },
+    { at: 'writeFile:/tmp/gym-model.patch', fault: 'SANDBOX_NOT_FOUND' },
+    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'timeout' },
+    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'killed' },
+    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'sandbox_gone' },
+    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'PROVIDER_ERROR' },
+    { at: 'writeFile:/tmp/gym-test.patch', fault: 'PROVIDER_ERROR' },
+    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'sandbox_gone' },
+    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'timeout' },
+    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'DAEMON_UNAVAILABLE' },
+    { at: `exec:${ROW.test_command}`, fault: 'sandbox_gone' },
+    { at: `exec:${ROW.test_command}`, fault: 'killed' },
+    { at: `exec:${ROW.test_command}`, fault: 'PROVIDER_ERROR' },
+  ];
+  it.each(cases)('oracle on swe: $fault at $at', async (plan) => {
+    const { rollouts, failures } = await runOnce(
+      fakeClient(plan),
+      createOracleHarness(),
+      `${plan.at}-${plan.fault}`,
+    );
+    expect(rollouts).toEqual([]);
+    expect(failures.map((row) => row.outcome)).toEqual(['infra_error']);
+  });
+});
+
+describe('a model-driven harness ends on an infrastructure fault instead of carrying on', () => {
+  let model: ScriptedModelServer;
+  beforeAll(async () => {
+    // Reads a file, then (if it is still asked) declares the work done.
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          {
+            replies: [
+              { toolCalls: [{ name: 'read_file', arguments: { path: 'x' } }] },
+              { toolCalls: [{ name: 'bash', arguments: { command: 'echo hi' } }] },
+              { content: 'done' },
+            ],
+          },
+        ],
+      }),
+    );
+  });
+  afterAll(async () => {
+    await model.close();
+  });
+
+  const cases: FaultPlan[] = [
+    { at: 'readFile:/testbed/x', fault: 'PROVIDER_ERROR' },
+    { at: 'readFile:/testbed/x', fault: 'SANDBOX_NOT_FOUND' },
+    { at: 'exec:echo hi', fault: 'DAEMON_UNAVAILABLE' },
+    { at: 'exec:echo hi', fault: 'sandbox_gone' },
+  ];
+  it.each(cases)('tool-calling: $fault at $at', async (plan) => {
+    const url = model.baseUrl.replace(/\/v1$/, '');
+    const { rollouts, failures } = await runOnce(
+      fakeClient(plan, url),
+      createToolCallingHarness(),
+      `tools-${plan.at}-${plan.fault}`,
+    );
+    expect(rollouts).toEqual([]);
+    expect(failures.map((row) => row.outcome)).toEqual(['infra_error']);
+  });
+
+  it('a model gateway that does not answer is infra, not the agent failing', async () => {
+    const loop = new ModelLoop(
+      { baseUrl: 'http://127.0.0.1:9/v1', basePath: '/v1', apiKey: 'k', model: 'm' },
+      { ...DEFAULT_LIMITS, wallTimeMs: 5_000 },
+      [{ role: 'user', content: 'hi' }],
+    );
+    const asked = await loop.step();
+    expect('result' in asked && asked.result.outcome).toBe('infra_error');
+  });
+});
