@@ -130,6 +130,52 @@ export function defineFileCases(fixture: SandboxFixture, sandboxId: () => string
     });
   }
 
+  it('refuses a file upload through a symlink planted in the sandbox, writing nothing', async () => {
+    // Seen: `ln -s /etc /data/evil`, then an upload to /data/evil/x wrote /etc/x.
+    const base = `/data-${Math.random().toString(36).slice(2, 8)}`;
+    await fixture.exec(sandboxId(), { command: `mkdir -p ${base} && ln -s /etc ${base}/evil` });
+    const error = await expectGymError(
+      fixture.provider.writeFile(sandboxId(), `${base}/evil/planted-file`, Buffer.from('owned')),
+      'PATH_KIND_MISMATCH',
+    );
+    expect(error.message).toContain(`${base}/evil`);
+    await expectGymError(
+      fixture.provider.writeFile(sandboxId(), `${base}/evil/deeper/planted-file`, Buffer.from('owned')),
+      'PATH_KIND_MISMATCH',
+    );
+    const check = await fixture.exec(sandboxId(), { command: 'ls /etc/planted-file /etc/deeper 2>&1; true' });
+    expect(check.stdout).not.toMatch(/^\/etc\/planted-file$/m);
+    expect(check.stdout).toMatch(/No such file/);
+  });
+
+  it('refuses an archive upload into or through a symlink planted in the sandbox, writing nothing', async () => {
+    const base = `/data-${Math.random().toString(36).slice(2, 8)}`;
+    await fixture.exec(sandboxId(), { command: `mkdir -p ${base}/real && ln -s /etc ${base}/evil` });
+    const entries: ContractEntry[] = [
+      { name: 'planted-archive.txt', type: 'file', content: Buffer.from('x') },
+    ];
+    await expectGymError(
+      fixture.provider.writeArchive(sandboxId(), `${base}/evil`, entriesToTar(entries)),
+      'PATH_KIND_MISMATCH',
+    );
+    const through: ContractEntry[] = [
+      { name: 'real/fine.txt', type: 'file', content: Buffer.from('fine') },
+      { name: 'evil/planted-archive.txt', type: 'file', content: Buffer.from('x') },
+    ];
+    await expectGymError(
+      fixture.provider.writeArchive(sandboxId(), base, entriesToTar(through)),
+      'PATH_KIND_MISMATCH',
+    );
+    const check = await fixture.exec(sandboxId(), {
+      command: `ls /etc/planted-archive.txt ${base}/real/fine.txt 2>&1; true`,
+    });
+    expect(check.stdout).not.toMatch(/^\/etc\/planted-archive\.txt$/m);
+    expect(check.stdout).not.toMatch(/^.*real\/fine\.txt$/m);
+    // An upload next to the link, not through it, still works.
+    await fixture.provider.writeArchive(sandboxId(), `${base}/real`, entriesToTar(entries));
+    await fixture.provider.writeFile(sandboxId(), `${base}/real/sub/file.txt`, Buffer.from('ok'));
+  });
+
   it('refuses an upload that is not a tar archive', async () => {
     await expectGymError(
       fixture.provider.writeArchive(

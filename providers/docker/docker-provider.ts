@@ -29,6 +29,7 @@ import { OOM_COUNTER_COMMAND, parseOomKillCount } from '../shared/exec-output.ts
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerSession } from './docker-session.ts';
+import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
 
@@ -486,6 +487,7 @@ export class DockerProvider implements SandboxProvider {
     const container = this.#docker.getContainer(this.containerName(id));
     const normalized = posix.normalize(path);
     if (normalized === '/') throw new GymError('PATH_KIND_MISMATCH', 'cannot write a file at /');
+    await refuseLinkedDirectories(container, id, [posix.dirname(normalized)]);
     try {
       // Extracting at / with the full relative name creates missing parent directories.
       await container.putArchive(packSingleFile(normalized.slice(1), content, options.mode ?? 0o644), {
@@ -543,6 +545,7 @@ export class DockerProvider implements SandboxProvider {
     await this.get(id);
     const spooled = await spoolSafeArchive(archive, directory);
     try {
+      await refuseLinkedDirectories(container, id, spooled.directories);
       await container.putArchive(spooled.open(), { path: '/' });
     } catch (error) {
       throw wrapDockerError(error, { operation: 'write archive', sandboxId: id });

@@ -41,6 +41,11 @@ export interface SpooledArchive {
   /** A tar whose entry names are relative to `/` (the target directory is prefixed). */
   open(): Readable;
   entryCount: number;
+  /**
+   * Every directory an entry is written under, as an absolute path (the target directory and
+   * its ancestors included): what a provider checks for symlinks planted in the sandbox.
+   */
+  directories: ReadonlySet<string>;
   dispose(): Promise<void>;
 }
 
@@ -99,6 +104,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
   const dispose = () => rm(directory, { recursive: true, force: true });
   const symlinks = new Map<string, string>();
   const regularFiles = new Set<string>();
+  const directories = new Set<string>([posix.join('/', prefix)]);
   let entryCount = 0;
 
   const extract = tar.extract();
@@ -139,6 +145,11 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
         regularFiles.add(name);
       }
       entryCount += 1;
+      directories.add(
+        posix.normalize(
+          header.type === 'directory' ? `/${outHeader.name}` : posix.dirname(`/${outHeader.name}`),
+        ),
+      );
       const sink = pack.entry(outHeader, (error) => (error ? fail(error) : next()));
       sink.on('error', () => {});
       stream.pipe(sink);
@@ -170,7 +181,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
       },
     );
   }
-  return { open: () => createReadStream(spoolPath), entryCount, dispose };
+  return { open: () => createReadStream(spoolPath), entryCount, directories, dispose };
 }
 
 /**
