@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -29,6 +28,7 @@ import { OOM_COUNTER_COMMAND, parseOomKillCount } from '../shared/exec-output.ts
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerSession } from './docker-session.ts';
+import { GatewayRelays, type RelayStats } from './gateway-relay.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
@@ -61,10 +61,22 @@ export const DockerProviderOptionsSchema = z
     /** An OCI runtime other than the engine's default (for example `runsc` for gVisor). */
     runtime: z.string().optional(),
     /**
-     * Relay a sandbox port to a host unix socket with `nsenter` + `socat` (the engine must run on
-     * this host and the daemon as root): how agents in network-less sandboxes reach the gateway.
+     * Relay a sandbox port to a host unix socket (the engine must run on this host and the daemon
+     * as root, with `nsenter`): how agents in network-less sandboxes reach the gateway. The daemon
+     * itself holds the listening socket; see `gateway-relay.ts` for what a relay costs.
      */
     hostForward: z.boolean().default(true),
+    /** Open relay connections per sandbox at most; one more is closed at once. */
+    relayMaxConnections: z.number().int().positive().max(4096).default(32),
+    /**
+     * A relay connection with no traffic for this long is closed. Above the gateway's default
+     * upstream timeout (10 min), so a slow model answer is never cut.
+     */
+    relayIdleTimeoutMs: z
+      .number()
+      .int()
+      .positive()
+      .default(15 * 60_000),
     /**
      * Host directories that `readOnlyBinds` may mount (each with what lies under it; symbolic
      * links are resolved before the check). Default none. The engine's socket, or a directory
@@ -128,8 +140,8 @@ export class DockerProvider implements SandboxProvider {
   readonly #options: z.output<typeof DockerProviderOptionsSchema>;
   /** Sessions by sandbox id, then by session name and user. */
   readonly #sessions = new Map<string, Map<string, Promise<DockerSession>>>();
-  /** Relays started by forwardToHostSocket, by sandbox id then port. */
-  readonly #forwarders = new Map<string, Map<number, ChildProcess>>();
+  /** The gateway relays started by forwardToHostSocket. */
+  readonly #relays: GatewayRelays;
   /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
   readonly #oomCounts = new Map<string, number>();
   /** What specs may take from the host (binds, capabilities, network, snapshot tags). */
@@ -139,6 +151,11 @@ export class DockerProvider implements SandboxProvider {
     this.#docker = docker;
     this.#context = context;
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
+    this.#relays = new GatewayRelays({
+      maxConnections: this.#options.relayMaxConnections,
+      idleTimeoutMs: this.#options.relayIdleTimeoutMs,
+      logger: context.logger,
+    });
     if (!/^[a-z0-9][a-z0-9-]{0,30}$/.test(context.namespace)) {
       throw new GymError(
         'VALIDATION_FAILED',
@@ -564,8 +581,6 @@ export class DockerProvider implements SandboxProvider {
         details: { capability: 'hostForward' },
       });
     }
-    const existing = this.#forwarders.get(id)?.get(options.port);
-    if (existing !== undefined && existing.exitCode === null) return;
     let pid: number;
     try {
       pid = (await this.#docker.getContainer(this.containerName(id)).inspect()).State.Pid;
@@ -573,56 +588,19 @@ export class DockerProvider implements SandboxProvider {
       throw wrapDockerError(error, { operation: 'forward', sandboxId: id });
     }
     if (!pid) throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`);
-    // socat runs in the sandbox's network namespace only: it listens on the sandbox's loopback
-    // and reaches the host's socket through the filesystem, which no network namespace fences.
-    const child = spawn(
-      'nsenter',
-      [
-        '-t',
-        String(pid),
-        '-n',
-        'socat',
-        `TCP-LISTEN:${options.port},bind=127.0.0.1,reuseaddr,fork`,
-        `UNIX-CONNECT:${options.socketPath}`,
-      ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    let errors = '';
-    child.stderr?.on('data', (chunk: Buffer) => {
-      errors = (errors + chunk.toString()).slice(-2000);
-    });
-    const failed = new Promise<never>((_resolve, reject) => {
-      child.once('error', (error) =>
-        reject(
-          new GymError(
-            'CAPABILITY_UNSUPPORTED',
-            `cannot start the forwarder (nsenter and socat are needed, as root): ${error.message}`,
-          ),
-        ),
-      );
-      child.once('exit', (code) =>
-        reject(new GymError('PROVIDER_ERROR', `the forwarder exited with ${code}: ${errors.trim()}`)),
-      );
-    });
-    failed.catch(() => {});
-    // socat binds within milliseconds; a failure (port taken, no socat) shows as an early exit.
-    await Promise.race([failed, new Promise((resolve) => setTimeout(resolve, 150))]);
-    let byPort = this.#forwarders.get(id);
-    if (byPort === undefined) {
-      byPort = new Map();
-      this.#forwarders.set(id, byPort);
-    }
-    byPort.set(options.port, child);
+    // The listener lives in the sandbox's network namespace (its loopback only); the daemon
+    // reaches the host's socket through the filesystem, which no network namespace fences.
+    await this.#relays.open(id, pid, options.port, options.socketPath);
   }
 
-  #stopForwarders(id: string): void {
-    for (const child of this.#forwarders.get(id)?.values() ?? []) child.kill('SIGKILL');
-    this.#forwarders.delete(id);
+  /** What the gateway relays hold (listeners, open and refused connections), for metrics. */
+  relayStats(): RelayStats {
+    return this.#relays.stats();
   }
 
   async destroy(id: string): Promise<void> {
     this.#closeSessions(id);
-    this.#stopForwarders(id);
+    this.#relays.close(id);
     this.#oomCounts.delete(id);
     try {
       await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));
@@ -667,6 +645,6 @@ export class DockerProvider implements SandboxProvider {
 
   async close(): Promise<void> {
     for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
-    for (const id of [...this.#forwarders.keys()]) this.#stopForwarders(id);
+    this.#relays.closeAll();
   }
 }

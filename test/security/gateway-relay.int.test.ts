@@ -1,0 +1,204 @@
+/**
+ * Issue 9, item 3: the gateway relay into a sandbox must be one bounded relay per sandbox, must
+ * not make a host process per connection (a sandbox limited to 16 processes made 80 root
+ * processes on the host through `socat ... fork`), and must not outlive a daemon killed with -9.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../../client/client.ts';
+import type { DaemonInfo } from '../../daemon/identity.ts';
+import { startTestDaemon } from '../daemon-harness.ts';
+import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { waitFor } from '../wait-for.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
+const cliEntry = new URL('../../cli/main.ts', import.meta.url).pathname;
+const PORT = 4000;
+
+/** Opens `count` connections to the relay from one process, holds them, and reports how many the relay kept. */
+const HOLD_CONNECTIONS = (count: number, holdSeconds: number) => `
+import socket, time, json
+held, failed = [], 0
+for _ in range(${count}):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", ${PORT}))
+        held.append(s)
+    except OSError:
+        failed += 1
+time.sleep(${holdSeconds})
+alive = 0
+for s in held:
+    s.setblocking(False)
+    try:
+        alive += 0 if s.recv(1) == b"" else 1
+    except BlockingIOError:
+        alive += 1
+    except OSError:
+        pass
+print(json.dumps({"connected": len(held), "failed": failed, "alive": alive}))
+`;
+
+/** Sends one HTTP request through the relay and prints the status line of the answer. */
+const ONE_REQUEST = `
+import socket
+s = socket.create_connection(("127.0.0.1", ${PORT}), timeout=10)
+s.sendall(b"GET /v1/gateway/no-such-rollout/v1/models HTTP/1.1\\r\\nHost: gateway\\r\\nConnection: close\\r\\n\\r\\n")
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+print(data.split(b"\\r\\n")[0].decode())
+`;
+
+/** Every process whose chain of parents reaches `ancestor` (from the host's /proc). */
+async function descendants(ancestor: number): Promise<Array<{ pid: number; command: string }>> {
+  const parents = new Map<number, number>();
+  const commands = new Map<number, string>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => null);
+    if (stat === null) continue;
+    const afterName = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    parents.set(Number(entry), Number(afterName[1]));
+    commands.set(Number(entry), stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')));
+  }
+  const found: Array<{ pid: number; command: string }> = [];
+  for (const pid of parents.keys()) {
+    for (
+      let current = parents.get(pid);
+      current !== undefined && current > 1;
+      current = parents.get(current)
+    ) {
+      if (current === ancestor) {
+        found.push({ pid, command: commands.get(pid)! });
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+/** Host processes whose command line names `needle` (a test's own state directory). */
+async function processesMentioning(needle: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    const commandLine = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    if (commandLine.includes(needle)) found.push(Number(entry));
+  }
+  return found;
+}
+
+describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', () => {
+  const cleanups: Array<() => Promise<void>> = [];
+  afterAll(async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  });
+
+  it('makes no host process per connection, caps connections, and still carries HTTP', async () => {
+    const daemon = await startTestDaemon(
+      { namespace: `relay-${randomBytes(3).toString('hex')}` },
+      { listen: true },
+    );
+    const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+    cleanups.push(async () => {
+      await daemon.stop({ destroy: true });
+      await rm(daemon.stateDir, { recursive: true, force: true });
+    });
+    const sandbox = await client.createSandbox({ image: debian, resources: { pidsLimit: 16 } });
+    expect(await client.forwardGateway(sandbox.id, PORT)).toEqual({ url: `http://127.0.0.1:${PORT}` });
+
+    const answer = await client.exec(sandbox.id, { argv: ['python3', '-c', ONE_REQUEST], timeoutMs: 20_000 });
+    expect(answer.stdout, answer.stderr).toMatch(/^HTTP\/1\.1 \d{3} /);
+
+    const before = await descendants(process.pid);
+    const holding = client.exec(sandbox.id, {
+      argv: ['python3', '-c', HOLD_CONNECTIONS(150, 3)],
+      timeoutMs: 60_000,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const during = await descendants(process.pid);
+    const result = await holding;
+    expect(result.status, result.stderr).toBe('ok');
+    const counts = JSON.parse(result.stdout) as { connected: number; failed: number; alive: number };
+    console.info(
+      `150 connections from a sandbox with pidsLimit 16: ${JSON.stringify(counts)}; host processes under the daemon ${before.length} -> ${during.length}`,
+    );
+    expect(during.length, JSON.stringify(during)).toBeLessThanOrEqual(before.length);
+    expect(counts.alive).toBeGreaterThan(0);
+    expect(counts.alive).toBeLessThanOrEqual(32);
+
+    // The slots come back: once the holder is gone, a request goes through again.
+    const again = await client.exec(sandbox.id, { argv: ['python3', '-c', ONE_REQUEST], timeoutMs: 20_000 });
+    expect(again.stdout, again.stderr).toMatch(/^HTTP\/1\.1 \d{3} /);
+  }, 120_000);
+
+  it('leaves nothing behind on the host when the daemon is killed with -9', async () => {
+    const namespace = `relay-crash-${randomBytes(3).toString('hex')}`;
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-relay-crash-'));
+    const configPath = join(stateDir, 'gym.yaml');
+    await writeFile(
+      configPath,
+      `stateDir: ${stateDir}\nnamespace: ${namespace}\nlisten: { host: 127.0.0.1, port: 0 }\nlogLevel: warn\n`,
+    );
+    let child: ChildProcess | undefined;
+    cleanups.push(async () => {
+      child?.kill('SIGKILL');
+      // What a failing run leaves (a relay that survived): ours, found by our state directory.
+      for (const pid of await processesMentioning(stateDir)) process.kill(pid, 'SIGKILL');
+      const containers = await docker.listContainers({
+        all: true,
+        filters: { label: [`gym.namespace=${namespace}`] },
+      });
+      await Promise.all(
+        containers.map((container) => docker.getContainer(container.Id).remove({ force: true })),
+      );
+      await rm(stateDir, { recursive: true, force: true });
+    });
+    child = spawn(process.execPath, [cliEntry, 'daemon', 'start', '--config', configPath], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const info = await waitFor(
+      'daemon.json',
+      async () => {
+        const text = await readFile(join(stateDir, 'daemon.json'), 'utf8').catch(() => undefined);
+        return text === undefined ? undefined : (JSON.parse(text) as DaemonInfo);
+      },
+      20_000,
+    );
+    const token = (await readFile(join(stateDir, 'token'), 'utf8')).trim();
+    const client = new GymClient({ url: info.url!, token });
+    const sandbox = await client.createSandbox({ image: debian, ttlSeconds: 600 });
+    await client.forwardGateway(sandbox.id, PORT);
+    const probe = [
+      'python3',
+      '-c',
+      `import socket; socket.create_connection(("127.0.0.1", ${PORT}), timeout=5)`,
+    ];
+    const container = docker.getContainer(`gym-${namespace}-${sandbox.id}`);
+    const connects = async () => {
+      const exec = await container.exec({ Cmd: probe, AttachStdout: true, AttachStderr: true });
+      const stream = await exec.start({});
+      stream.resume();
+      await new Promise((resolve) => stream.on('end', resolve));
+      return (await exec.inspect()).ExitCode === 0;
+    };
+    expect(await connects()).toBe(true);
+
+    child.kill('SIGKILL');
+    await new Promise((resolve) => child!.once('exit', resolve));
+    // Give anything that survived a moment to show itself; then nothing may listen or run.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await processesMentioning(stateDir)).toEqual([]);
+    expect(await connects()).toBe(false);
+  }, 90_000);
+});
