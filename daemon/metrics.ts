@@ -17,6 +17,8 @@ export interface SandboxCounts {
   /** provider -> state -> count */
   byProviderAndState(): Array<{ provider: string; state: string; count: number }>;
   queued(): Array<{ provider: string; count: number }>;
+  /** What each provider's gateway relays hold (providers without relays are absent). */
+  relays?(): Array<{ provider: string; listeners: number; connections: number; refusedTotal: number }>;
 }
 
 export class DaemonMetrics {
@@ -93,6 +95,36 @@ export class DaemonMetrics {
         this.reset();
         for (const { provider, state, count } of counts.byProviderAndState())
           this.set({ provider, state }, count);
+      },
+    });
+    new Gauge({
+      name: 'gym_gateway_relay_connections',
+      help: 'Connections open through the gateway relays into sandboxes, by provider (each costs two sockets in the daemon, no process).',
+      labelNames: ['provider'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { provider, connections } of counts.relays?.() ?? []) this.set({ provider }, connections);
+      },
+    });
+    new Gauge({
+      name: 'gym_gateway_relay_listeners',
+      help: 'Ports listening for the gateway relay inside sandboxes, by provider (one descriptor each).',
+      labelNames: ['provider'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { provider, listeners } of counts.relays?.() ?? []) this.set({ provider }, listeners);
+      },
+    });
+    new Counter({
+      name: 'gym_gateway_relay_refused_total',
+      help: 'Relay connections closed at once because their sandbox had its maximum open, by provider.',
+      labelNames: ['provider'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { provider, refusedTotal } of counts.relays?.() ?? []) this.inc({ provider }, refusedTotal);
       },
     });
     new Gauge({

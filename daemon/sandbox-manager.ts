@@ -12,7 +12,12 @@ import type { Sandbox } from '../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../core/schemas/exec.ts';
 import { type SandboxInfo, type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
-import type { ExecOptions, FileContent, SandboxProvider } from '../providers/sandbox-provider.ts';
+import type {
+  ExecOptions,
+  FileContent,
+  RelayStats,
+  SandboxProvider,
+} from '../providers/sandbox-provider.ts';
 import { Admission, type CreateSlot } from './admission.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
@@ -643,6 +648,12 @@ export class SandboxManager implements SandboxCounts {
 
   queued(): Array<{ provider: string; count: number }> {
     return [...this.#admissions].map(([provider, admission]) => ({ provider, count: admission.queued }));
+  }
+
+  relays(): Array<{ provider: string } & RelayStats> {
+    return [...this.#providers].flatMap(([provider, instance]) =>
+      instance.relayStats === undefined ? [] : [{ provider, ...instance.relayStats() }],
+    );
   }
 
   /** Stops the reaper; destroys every sandbox only when asked (the default keeps them for the next start). */

@@ -41,6 +41,16 @@ export interface ProviderCapabilities {
   hostForward: boolean;
 }
 
+/** What a provider's gateway relays hold right now. */
+export interface RelayStats {
+  /** Forwarded ports listening, over all sandboxes. */
+  listeners: number;
+  /** Relay connections open, over all sandboxes. */
+  connections: number;
+  /** Connections closed at once because their sandbox had its maximum open, since start. */
+  refusedTotal: number;
+}
+
 /** What the composition root hands every provider. */
 export interface ProviderContext {
   /** Separates deployments sharing one backend; every resource is labelled with it. */
@@ -169,6 +179,9 @@ export interface SandboxProvider {
    * Optional: present only with the `hostForward` capability.
    */
   forwardToHostSocket?(id: string, options: { port: number; socketPath: string }): Promise<void>;
+
+  /** What the relays of `forwardToHostSocket` hold now, for metrics. Optional, with `hostForward`. */
+  relayStats?(): RelayStats;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

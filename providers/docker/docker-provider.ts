@@ -20,6 +20,7 @@ import type {
   ProviderCapabilities,
   ProviderContext,
   ProviderHealth,
+  RelayStats,
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
@@ -28,7 +29,7 @@ import { OOM_COUNTER_COMMAND, parseOomKillCount } from '../shared/exec-output.ts
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerSession } from './docker-session.ts';
-import { GatewayRelays, type RelayStats } from './gateway-relay.ts';
+import { GatewayRelays } from './gateway-relay.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';

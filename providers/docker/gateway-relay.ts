@@ -22,6 +22,7 @@ import { connect, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
+import type { RelayStats } from '../sandbox-provider.ts';
 
 /** The helper sits beside this module, with the same extension (`.ts` from source, `.js` when built). */
 const LISTENER_PATH = fileURLToPath(
@@ -36,16 +37,6 @@ export interface GatewayRelayOptions {
   /** A connection with no bytes either way for this long is closed. */
   idleTimeoutMs: number;
   logger: Logger;
-}
-
-/** What the relays hold right now, for metrics. */
-export interface RelayStats {
-  /** Forwarded ports listening, over all sandboxes. */
-  listeners: number;
-  /** Connections open, over all sandboxes. */
-  connections: number;
-  /** Connections closed at once because their sandbox had `maxConnections` open, since start. */
-  refusedTotal: number;
 }
 
 interface SandboxRelay {

@@ -127,6 +127,13 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
     });
     await new Promise((resolve) => setTimeout(resolve, 2000));
     const during = await descendants(process.pid);
+    const metric = async (name: string) => {
+      const text = await (await daemon.app.inject({ method: 'GET', url: '/metrics', headers: daemon.auth }))
+        .body;
+      return Number(new RegExp(`^${name}\\{provider="docker"\\} (\\d+)$`, 'm').exec(text)?.[1]);
+    };
+    expect(await metric('gym_gateway_relay_connections')).toBe(32);
+    expect(await metric('gym_gateway_relay_listeners')).toBe(1);
     const result = await holding;
     expect(result.status, result.stderr).toBe('ok');
     const counts = JSON.parse(result.stdout) as { connected: number; failed: number; alive: number };
@@ -136,6 +143,7 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
     expect(during.length, JSON.stringify(during)).toBeLessThanOrEqual(before.length);
     expect(counts.alive).toBeGreaterThan(0);
     expect(counts.alive).toBeLessThanOrEqual(32);
+    expect(await metric('gym_gateway_relay_refused_total')).toBeGreaterThanOrEqual(150 - 32);
 
     // The slots come back: once the holder is gone, a request goes through again.
     const again = await client.exec(sandbox.id, { argv: ['python3', '-c', ONE_REQUEST], timeoutMs: 20_000 });
