@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
-import { isProcessAlive, readDaemonInfo } from '../../../daemon/identity.ts';
+import { findRunningDaemon, isProcessAlive } from '../../../daemon/identity.ts';
 import type { Command } from '../../command.ts';
 import { numberFlag, resolveStateDir } from '../../connect.ts';
 
@@ -13,9 +13,13 @@ export const daemonStopCommand: Command = {
       options: { 'state-dir': { type: 'string' }, timeout: { type: 'string', default: '60' } },
     });
     const stateDir = resolveStateDir(values['state-dir'], env);
-    const info = await readDaemonInfo(stateDir);
-    if (info === null || !isProcessAlive(info.pid)) {
-      stdout.write(`no daemon is running for ${stateDir}\n`);
+    // Only a pid proven to be this state directory's daemon is signalled, never whatever pid a
+    // stale daemon.json names (after a kill -9 or a reboot it may be anyone's process).
+    const { info, staleInfo } = await findRunningDaemon(stateDir);
+    if (info === null) {
+      const stale =
+        staleInfo === undefined ? '' : ` (removed a stale daemon.json naming pid ${staleInfo.pid})`;
+      stdout.write(`no daemon is running for ${stateDir}${stale}\n`);
       return 0;
     }
     process.kill(info.pid, 'SIGTERM');
