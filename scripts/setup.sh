@@ -3,7 +3,7 @@
 # every step checks first and does only what is missing, so running it again costs seconds.
 #
 #   1. Node >= 22 (installs Node 24 from the npm registry into .tools/node when the machine's is older)
-#   2. Debian packages: docker.io, busybox-static, debootstrap, socat
+#   2. Debian packages: docker.io, busybox-static, debootstrap
 #   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
 #   4. npm ci
 #   5. the local base images (gym image build: busybox, debian-base)
@@ -30,7 +30,6 @@ missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-command -v socat >/dev/null 2>&1 || missing+=(socat)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null
