@@ -87,7 +87,10 @@ export const DockerProviderOptionsSchema = z
     /** Capabilities that `capAdd` may add beyond the defaults. Default none. */
     allowedCapabilities: z.array(z.string().regex(/^[A-Z_]+$/)).default([]),
     /** The `network` modes specs may ask for. Default `none` only: `host` shares the host's network. */
-    allowedNetworkModes: z.array(NetworkModeSchema).min(1).default(['none']),
+    allowedNetworkModes: z
+      .array(NetworkModeSchema)
+      .refine((modes) => modes.includes('none'), 'must include none, the mode of every spec that names none')
+      .default(['none']),
     /**
      * Image name prefixes that `snapshot` may write; a snapshot never replaces an existing image
      * that is not itself a snapshot. Default `gym-snapshot/`, so base images stay untouched.
