@@ -9,8 +9,14 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { buildSweMiniImages } from '../../cli/task-images.ts';
+import { GymClient } from '../../client/client.ts';
 import { silentLogger } from '../../core/logger.ts';
 import { type OwnerRecord, procHostProcesses } from '../../daemon/owners.ts';
+import { loadEnvironment, readRows } from '../../environments/environment.ts';
+import { runEval } from '../../environments/runner/eval.ts';
+import { readJsonl } from '../../environments/runner/files.ts';
+import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 
@@ -111,6 +117,44 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
     const summary = await survivor.manager.reconcile('docker');
     expect(summary.destroyed).toBe(1);
     expect(await containerIds(namespace)).toEqual([]);
-    silentLogger.info('done');
   }, 60_000);
+
+  it('runs two evaluations at once on one namespace with only fault-free rewards and no infra errors', async () => {
+    await buildSweMiniImages(docker, silentLogger);
+    const namespace = `evals-${randomBytes(3).toString('hex')}`;
+    const environment = await loadEnvironment('swe-mini');
+    const rows = (await readRows(environment.dataPath)).slice(0, 4);
+    const outputDirectory = await mkdtemp(join(tmpdir(), 'gym-two-evals-'));
+    directories.push(outputDirectory);
+    const results = await Promise.all(
+      ['first', 'second'].map(async (name) => {
+        // Orphan scans every 300 ms: a daemon that took the other's sandboxes for orphans would hit them.
+        const daemon = await startTestDaemon({ namespace, orphanScanIntervalMs: 300 }, { listen: true });
+        daemons.push(daemon);
+        const output = join(outputDirectory, `${name}.jsonl`);
+        await runEval({
+          client: new GymClient({ url: daemon.address.url!, token: daemon.token }),
+          environment,
+          rows,
+          harness: createOracleHarness(),
+          harnessName: 'oracle',
+          modelName: 'none',
+          numRepeats: 1,
+          concurrency: 2,
+          output,
+          resume: false,
+          maxInfraAttempts: 3,
+          logger: silentLogger,
+        });
+        return {
+          rollouts: await readJsonl(output),
+          failures: await readJsonl(join(outputDirectory, `${name}_failures.jsonl`)),
+        };
+      }),
+    );
+    for (const { rollouts, failures } of results) {
+      expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual(rows.map(() => ['reward', 1]));
+      expect(failures).toEqual([]);
+    }
+  }, 180_000);
 });
