@@ -4,7 +4,7 @@
  * aggregate metrics at the end. Infra errors are retried a bounded number of times; `--resume`
  * skips finished rollouts and never writes a line twice.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import type { GymClient } from '../../client/client.ts';
@@ -136,7 +136,9 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           options,
           row,
           limits,
-          `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}`,
+          // Readable for people, unguessable for agents: the random part is what keeps another
+          // rollout's agent from naming this one.
+          `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
           attempt,
         );
         if (result.outcome === 'infra_error') {
@@ -269,6 +271,8 @@ async function runRollout(
   let harnessResult: HarnessResult | undefined;
   let verdict: Verdict;
   let modelCalls: unknown[] = [];
+  /** Why the model calls could not be read back, when they could not: never a silent empty list. */
+  let modelCallsError: string | undefined;
   const isSwe = options.environment.kind === 'swe';
   const isExact = options.environment.kind === 'exact';
   const task = isSwe ? sweTaskFromRow(row) : undefined;
@@ -317,7 +321,12 @@ async function runRollout(
       logger: options.logger,
     });
     timings.agentMs = Date.now() - agentStarted;
-    if (harness.needsModel) modelCalls = await client.rolloutRecords(rolloutId).catch(() => []);
+    if (harness.needsModel) {
+      modelCalls = await client.rolloutRecords(rolloutId).catch((error: unknown) => {
+        modelCallsError = isGymError(error) ? `${error.code}: ${error.message}` : String(error);
+        return [];
+      });
+    }
     const verifyStarted = Date.now();
     if (harnessResult.outcome === 'sandbox_gone' || harnessResult.outcome === 'infra_error')
       verdict = {
@@ -381,6 +390,7 @@ async function runRollout(
     },
     trajectory: harnessResult?.trajectory ?? [],
     model_calls: modelCalls,
+    ...(modelCallsError === undefined ? {} : { model_calls_error: modelCallsError }),
     timings,
     sandbox: { image },
   };
