@@ -43,7 +43,8 @@ export interface GatewayRelayOptions {
 interface SandboxRelay {
   /** Listening (or about to) per port. */
   listeners: Map<number, Promise<Server>>;
-  connections: Set<Socket>;
+  /** Each open connection, by the function that aborts both of its sockets. */
+  connections: Set<() => void>;
   isClosed: boolean;
 }
 
@@ -107,7 +108,7 @@ export class GatewayRelays {
     relay.isClosed = true;
     for (const listening of relay.listeners.values())
       listening.then((server) => server.close()).catch(() => {});
-    for (const socket of relay.connections) socket.destroy();
+    for (const abort of relay.connections) abort();
     relay.connections.clear();
   }
 
@@ -132,16 +133,21 @@ export class GatewayRelays {
       return;
     }
     const outbound = connect({ path: socketPath, allowHalfOpen: true });
-    relay.connections.add(inbound);
-    const end = () => {
+    const abort = () => {
       inbound.destroy();
       outbound.destroy();
-      relay.connections.delete(inbound);
     };
+    relay.connections.add(abort);
+    // A side that ends normally ends the other through pipe(), which first flushes what it holds;
+    // only an error or the idle timeout cuts both at once. The slot frees when both are closed.
+    let openSockets = 2;
     for (const socket of [inbound, outbound]) {
-      socket.setTimeout(this.#options.idleTimeoutMs, end);
-      socket.on('error', end);
-      socket.on('close', end);
+      socket.setTimeout(this.#options.idleTimeoutMs, abort);
+      socket.on('error', abort);
+      socket.once('close', () => {
+        openSockets -= 1;
+        if (openSockets === 0) relay.connections.delete(abort);
+      });
     }
     // pipe() keeps each direction's buffer bounded: a reader that stops pauses the writer.
     inbound.pipe(outbound);
