@@ -124,7 +124,8 @@ export class DaemonMetrics {
       registers,
       collect() {
         this.reset();
-        for (const { provider, refusedTotal } of counts.relays?.() ?? []) this.inc({ provider }, refusedTotal);
+        for (const { provider, refusedTotal } of counts.relays?.() ?? [])
+          this.inc({ provider }, refusedTotal);
       },
     });
     new Gauge({
