@@ -15,9 +15,25 @@
  * facts in a small file next to it, so a reaper that lost the daemon's state can still find
  * orphans by namespace.
  *
- * Timeouts kill every process the command started, not just the client of the call: each exec is
- * tagged with `GYM_EXEC_ID` in its environment, and the provider kills every process carrying the
- * tag (see `shared/kill-script.ts`); the sandbox itself stays usable.
+ * Timeouts kill every process the command started, not just the client of the call, and the
+ * sandbox stays usable. How strong that is depends on the provider, which says so in
+ * `capabilities.timeoutKill`:
+ *
+ * - Docker with the exec helper built, the daemon as root beside the engine and a cgroup v2
+ *   hierarchy on the host (`cgroup`): each command, or each session's shell, runs in a cgroup of
+ *   its own, entered before it can fork; a timeout kills that cgroup from the host. Nothing the
+ *   command started survives, whatever it does to its environment, its session or the sandbox's
+ *   binaries. A session's timeout kills its shell too and drops the session. Background jobs of a
+ *   command that ended normally are moved out first, so they live on as they would elsewhere.
+ *   (Only a sandbox given CAP_SYS_ADMIN by the operator could leave its cgroup.)
+ * - Docker without one of those (a remote engine, no cgroup v2, the helper missing), and any
+ *   provider with only a shell in the sandbox (`tagged`): each exec is tagged with `GYM_EXEC_ID`
+ *   in its environment and a kill script inside the sandbox kills every process with the tag or
+ *   in the session of one (`shared/kill-script.ts`; it uses only the shell's builtins). A process
+ *   that clears its environment and leaves its session (`env -i setsid ...`), or an agent that
+ *   replaced `/bin/sh`, survives it.
+ * - Kubernetes, Apptainer and Enroot (planned): `tagged`, unless they kill the command's cgroup
+ *   (a Pod's container, an instance's own cgroup) from the node.
  */
 import type { Readable } from 'node:stream';
 import type { Clock } from '../core/clock.ts';
@@ -39,6 +55,14 @@ export interface ProviderCapabilities {
   networkModes: ReadonlyArray<SandboxSpec['network']>;
   /** `forwardToHostSocket()`: a port on the sandbox's loopback relayed to a unix socket of the host. */
   hostForward: boolean;
+  /**
+   * How a timeout finds what a command started (see the top of this file): `cgroup` from outside
+   * the sandbox, which nothing inside can escape; `tagged` by a script inside the sandbox, which
+   * a command that clears its environment and leaves its session escapes.
+   */
+  timeoutKill: 'cgroup' | 'tagged';
+  /** `stopProcesses()`: stop every process in a sandbox but its keeper, before a verifier runs. */
+  stopProcesses: boolean;
 }
 
 /** What a provider's gateway relays hold right now. */
@@ -182,6 +206,18 @@ export interface SandboxProvider {
 
   /** What the relays of `forwardToHostSocket` hold now, for metrics. Optional, with `hostForward`. */
   relayStats?(): RelayStats;
+
+  /**
+   * Kills every process in the sandbox except what keeps it alive (its init and idle keeper),
+   * with no process able to fork or escape meanwhile, and drops its sessions. The sandbox stays
+   * ready and its files untouched. What a verifier calls so that no agent process runs while it
+   * judges. Idempotent.
+   * Optional: present only with the `stopProcesses` capability.
+   * @returns how many processes were killed.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `SANDBOX_NOT_READY`, `PROVIDER_ERROR` (processes kept
+   *   appearing, or the host refused the kill).
+   */
+  stopProcesses?(id: string): Promise<{ killed: number }>;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

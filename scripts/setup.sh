@@ -3,7 +3,8 @@
 # every step checks first and does only what is missing, so running it again costs seconds.
 #
 #   1. Node >= 22 (installs Node 24 from the npm registry into .tools/node when the machine's is older)
-#   2. Debian packages: docker.io, busybox-static, debootstrap
+#   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec)
+#   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
 #   4. npm ci
 #   5. the local base images (gym image build: busybox, debian-base)
@@ -30,10 +31,21 @@ missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2a. The exec helper: without it the Docker provider falls back to a weaker timeout kill.
+helper_source="providers/docker/exec-helper/gym-exec.c"
+if [ ! -x .tools/gym-exec ] || [ "$helper_source" -nt .tools/gym-exec ]; then
+  log "compiling .tools/gym-exec (static)"
+  mkdir -p .tools
+  cc -static -Os -Wall -o .tools/gym-exec.tmp "$helper_source" && strip .tools/gym-exec.tmp
+  mv .tools/gym-exec.tmp .tools/gym-exec
 fi
 
 # 3. Docker engine

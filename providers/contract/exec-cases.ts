@@ -106,6 +106,28 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
     expect(left.stdout.trim()).toBe('0');
   });
 
+  // Only a provider that kills from outside the sandbox can promise these; a `tagged` one says so.
+  const itConfined = (name: string, body: () => Promise<void>) =>
+    vitestIt(name, async (context) => {
+      if (mode === 'session' && !fixture.provider.capabilities.sessions) context.skip();
+      if (fixture.provider.capabilities.timeoutKill !== 'cgroup') context.skip();
+      await body();
+    });
+
+  itConfined('kills processes that cleared their environment on timeout', async () => {
+    const result = await run({ command: 'env -i sleep 1003', timeoutMs: 1000 });
+    expect(result.status).toBe('timeout');
+    const left = await fixture.exec(sandboxId(), { command: countSleeps(1003) });
+    expect(left.stdout.trim()).toBe('0');
+  });
+
+  itConfined('kills processes that cleared their environment and left the session on timeout', async () => {
+    const result = await run({ command: 'env -i setsid sleep 1004 & sleep 1004', timeoutMs: 1000 });
+    expect(result.status).toBe('timeout');
+    const left = await fixture.exec(sandboxId(), { command: countSleeps(1004) });
+    expect(left.stdout.trim()).toBe('0');
+  });
+
   it('truncates output beyond the cap, keeping head and tail', async () => {
     const result = await run({ argv: ['seq', '1', '20000'], maxOutputBytes: 1000 });
     expect(result.status).toBe('ok');

@@ -30,9 +30,10 @@ import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shar
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerSession } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
-import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
+import { refuseLinkedDirectories } from './path-guard.ts';
+import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
 
 /** Every label we write starts with this, so one filter finds all our containers. */
 export const DOCKER_LABEL_PREFIX = 'gym.';
@@ -78,6 +79,13 @@ export const DockerProviderOptionsSchema = z
       .int()
       .positive()
       .default(15 * 60_000),
+    /**
+     * The static exec helper (`exec-helper/gym-exec.c`, built by scripts/setup.sh) mounted into
+     * every sandbox, so a timed-out command is killed from the host through its own cgroup. When
+     * it is missing (or the host has no cgroup v2, or the engine is remote), timeouts fall back to
+     * a kill script inside the sandbox, and `capabilities.timeoutKill` says `tagged`.
+     */
+    execHelperPath: z.string().startsWith('/').default(DEFAULT_EXEC_HELPER_PATH),
     /**
      * Host directories that `readOnlyBinds` may mount (each with what lies under it; symbolic
      * links are resolved before the check). Default none. The engine's socket, or a directory
@@ -150,6 +158,8 @@ export class DockerProvider implements SandboxProvider {
   readonly #oomCounts = new Map<string, number>();
   /** What specs may take from the host (binds, capabilities, network, snapshot tags). */
   readonly #hostAccess: HostAccessPolicy;
+  /** Per-exec cgroups for timeouts, and stopping a sandbox's processes, from the host. */
+  readonly #processes: ProcessControl;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -171,6 +181,15 @@ export class DockerProvider implements SandboxProvider {
       this.#options,
       typeof engineSocket === 'string' ? engineSocket : this.#options.socketPath,
     );
+    this.#processes = new ProcessControl(
+      detectHostControl({
+        helperPath: this.#options.execHelperPath,
+        // dockerode keeps a function that finds the default unix socket when none was given.
+        isEngineLocal: typeof engineSocket === 'string' || typeof engineSocket === 'function',
+      }),
+      context.logger,
+    );
+    const hasHostControl = this.#processes.host.mode === 'cgroup';
     this.capabilities = {
       sessions: true,
       snapshot: true,
@@ -178,6 +197,8 @@ export class DockerProvider implements SandboxProvider {
       diskLimit: this.#options.diskQuota,
       networkModes: [...this.#options.allowedNetworkModes],
       hostForward: this.#options.hostForward,
+      timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
+      stopProcesses: hasHostControl,
     };
   }
 
@@ -189,10 +210,19 @@ export class DockerProvider implements SandboxProvider {
   async health(): Promise<ProviderHealth> {
     try {
       const version = await this.#docker.version();
+      const host = this.#processes.host;
       return {
         ok: true,
-        message: `Docker engine ${version.Version} (API ${version.ApiVersion})`,
-        details: { version: version.Version },
+        message:
+          `Docker engine ${version.Version} (API ${version.ApiVersion})` +
+          (host.mode === 'cgroup'
+            ? '; timed-out commands are killed through their cgroup'
+            : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${host.reason})`),
+        details: {
+          version: version.Version,
+          timeoutKill: this.capabilities.timeoutKill,
+          ...(host.mode === 'cgroup' ? {} : { timeoutKillReason: host.reason }),
+        },
       };
     } catch (error) {
       return { ok: false, message: wrapDockerError(error, { operation: 'ping' }).message };
@@ -271,7 +301,14 @@ export class DockerProvider implements SandboxProvider {
           ...(resources.pidsLimit === undefined ? {} : { PidsLimit: resources.pidsLimit }),
           ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
           ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
-          ...(binds.length === 0 ? {} : { Binds: binds.map((bind) => `${bind.hostPath}:${bind.path}:ro`) }),
+          ...(binds.length === 0 && this.#processes.helperBind === null
+            ? {}
+            : {
+                Binds: [
+                  ...binds.map((bind) => `${bind.hostPath}:${bind.path}:ro`),
+                  ...(this.#processes.helperBind === null ? [] : [this.#processes.helperBind]),
+                ],
+              }),
           ...(resources.gpus === undefined || resources.gpus === 0
             ? {}
             : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
@@ -449,7 +486,8 @@ export class DockerProvider implements SandboxProvider {
         const session = await this.#session(id, container, request.session, request.user);
         return await session.run(request, options, hooks);
       }
-      return await runOneShotExec(container, request, options, hooks);
+      const confinement = await this.#processes.confinement(id, container);
+      return await runOneShotExec(container, request, options, hooks, confinement);
     } catch (error) {
       const wrapped = wrapDockerError(error, { operation: 'exec', sandboxId: id });
       // A container that exists but is not running (it died) is a result, not an error.
@@ -487,7 +525,10 @@ export class DockerProvider implements SandboxProvider {
       const session = await existing.catch(() => null);
       if (session?.isAlive) return session;
     }
-    const opening = DockerSession.open(container, user);
+    // Only opening a session looks up the confinement: the per-command path stays as fast as it was.
+    const opening = this.#processes
+      .confinement(id, container)
+      .then((confinement) => DockerSession.open(container, user, confinement));
     byName.set(key, opening);
     opening.catch(() => byName.delete(key));
     return opening;
@@ -606,10 +647,48 @@ export class DockerProvider implements SandboxProvider {
     this.#closeSessions(id);
     this.#relays.close(id);
     this.#oomCounts.delete(id);
+    this.#processes.forget(id);
     try {
       await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));
     } catch (error) {
       throw wrapDockerError(error, { operation: 'destroy', sandboxId: id });
+    }
+  }
+
+  /**
+   * Kills every process in the sandbox but its init and idle keeper (the container stays up), and
+   * drops its sessions, whose shells die with the rest.
+   */
+  async stopProcesses(id: string): Promise<{ killed: number }> {
+    if (!this.capabilities.stopProcesses) {
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        'this docker provider cannot stop processes from the host',
+        {
+          details: {
+            provider: this.name,
+            capability: 'stopProcesses',
+            ...(this.#processes.host.mode === 'tagged' ? { reason: this.#processes.host.reason } : {}),
+          },
+        },
+      );
+    }
+    const container = this.#docker.getContainer(this.containerName(id));
+    this.#closeSessions(id);
+    try {
+      return { killed: await this.#processes.stopProcesses(container) };
+    } catch (error) {
+      if (error instanceof Error && !('statusCode' in error)) {
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `could not stop the processes of sandbox ${id}: ${error.message}`,
+          {
+            details: { sandboxId: id },
+            cause: error,
+          },
+        );
+      }
+      throw wrapDockerError(error, { operation: 'stop processes', sandboxId: id });
     }
   }
 
@@ -637,7 +716,8 @@ export class DockerProvider implements SandboxProvider {
         throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
     }
     // A committed container keeps its labels, so a snapshot carries our sandbox-id label.
-    const isSnapshot = existing?.Config?.Labels?.[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.sandboxId] !== undefined;
+    const isSnapshot =
+      existing?.Config?.Labels?.[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.sandboxId] !== undefined;
     this.#hostAccess.checkSnapshotTarget(`${repo}:${tag}`, existing === null ? null : { isSnapshot });
     try {
       await this.#docker.getContainer(this.containerName(id)).commit({ repo, tag, pause: true });

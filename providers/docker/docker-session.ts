@@ -7,6 +7,12 @@
  * nothing it does (`exit`, `cd`, `export`) changes the session. After it the shell prints a
  * random end marker with the exit code on stdout, and the marker on stderr; output is everything
  * before the markers, so it is exact to the byte, trailing newline or not.
+ *
+ * With an exec confinement the shell starts through the exec helper and is moved into a cgroup
+ * of its own before it reads its first command. A timeout kills that whole cgroup, the shell
+ * included (an agent may have taken the shell over), and drops the session: the next command
+ * opens a new one. After a command ends normally, what it left running in the background moves
+ * to the container's cgroup, so a later timeout spares it, as it would a one-shot exec's jobs.
  */
 
 import { randomBytes } from 'node:crypto';
@@ -19,7 +25,13 @@ import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output
 import { EXEC_ID_ENV } from '../shared/kill-script.ts';
 import { printfFormatFor, shellJoin, shellQuote } from '../shared/shell.ts';
 import { DockerStreamDemuxer } from './demux.ts';
-import { killTagged, type OneShotHooks } from './one-shot-exec.ts';
+import {
+  confineExec,
+  type ExecConfinement,
+  GO_BYTE,
+  killTagged,
+  type OneShotHooks,
+} from './one-shot-exec.ts';
 
 /** After a timeout kill, how long the session may take to print its markers before it is dropped. */
 const KILL_GRACE_MS = 5_000;
@@ -86,18 +98,33 @@ export function sessionScript(
   return `${withInput}\n__gym_rc=$?; printf '%s%s\\n' '${marker}' "$__gym_rc"; printf '%s\\n' '${marker}' >&2\n`;
 }
 
+/** The session shell's own cgroup, when it is confined. */
+interface SessionCgroup {
+  confinement: ExecConfinement;
+  path: string;
+  /** The shell's host pid: what stays in the cgroup between commands. */
+  keep: ReadonlySet<number>;
+}
+
 export class DockerSession {
   readonly #container: Docker.Container;
   readonly #stream: Duplex;
   readonly #user: string | undefined;
+  readonly #cgroup: SessionCgroup | null;
   #running: RunningCommand | null = null;
   #queue: Promise<unknown> = Promise.resolve();
   #isAlive = true;
 
-  private constructor(container: Docker.Container, stream: Duplex, user: string | undefined) {
+  private constructor(
+    container: Docker.Container,
+    stream: Duplex,
+    user: string | undefined,
+    cgroup: SessionCgroup | null,
+  ) {
     this.#container = container;
     this.#stream = stream;
     this.#user = user;
+    this.#cgroup = cgroup;
     const demuxer = new DockerStreamDemuxer((name, payload) => {
       // Output with no command running (a straggling background job) belongs to no one.
       this.#running?.[name].push(payload);
@@ -113,10 +140,15 @@ export class DockerSession {
     stream.once('close', lost);
   }
 
-  static async open(container: Docker.Container, user: string | undefined): Promise<DockerSession> {
+  static async open(
+    container: Docker.Container,
+    user: string | undefined,
+    confinement: ExecConfinement | null = null,
+  ): Promise<DockerSession> {
+    const sessionId = createId('exec');
     const exec = await container.exec({
-      Cmd: ['sh'],
-      Env: [`GYM_SESSION_ID=${createId('exec')}`],
+      Cmd: confinement === null ? ['sh'] : [confinement.helperPath, 'sh'],
+      Env: [`GYM_SESSION_ID=${sessionId}`],
       AttachStdin: true,
       AttachStdout: true,
       AttachStderr: true,
@@ -124,7 +156,13 @@ export class DockerSession {
       ...(user === undefined ? {} : { User: user }),
     });
     const stream = (await exec.start({ hijack: true, stdin: true })) as Duplex;
-    return new DockerSession(container, stream, user);
+    let cgroup: SessionCgroup | null = null;
+    if (confinement !== null) {
+      const confined = await confineExec(exec, confinement, `gym-${sessionId}`);
+      if (confined !== null) cgroup = { confinement, path: confined.cgroup, keep: new Set([confined.pid]) };
+      stream.write(GO_BYTE);
+    }
+    return new DockerSession(container, stream, user, cgroup);
   }
 
   get isAlive(): boolean {
@@ -141,6 +179,21 @@ export class DockerSession {
   close(): void {
     this.#isAlive = false;
     this.#stream.destroy();
+  }
+
+  /** Kills every process of the session (the shell too) and drops it. */
+  async #killAll(execId: string, user: string | undefined, running: RunningCommand): Promise<void> {
+    const cgroup = this.#cgroup;
+    if (cgroup !== null) {
+      await cgroup.confinement.cgroup.kill(cgroup.path).catch(() => {});
+      this.close();
+      await cgroup.confinement.cgroup.remove(cgroup.path);
+      return;
+    }
+    await killTagged(this.#container, execId, 'process', user).catch(() => {});
+    await new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref());
+    // The markers never came: the shell is wedged. Drop it; the next call opens a new one.
+    if (this.#running === running) this.close();
   }
 
   /** A lost session is `sandbox_gone` when the sandbox is, else `killed` (the shell itself died). */
@@ -171,22 +224,23 @@ export class DockerSession {
     this.#running = running;
     this.#stream.write(sessionScript(request, execId, marker, stdinBytes(request)));
 
-    let timedOut = false;
+    let killing: Promise<void> | undefined;
     const timer = setTimeout(() => {
-      timedOut = true;
-      killTagged(this.#container, execId, 'process', request.user ?? this.#user)
-        .catch(() => {})
-        .then(() => new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref()))
-        .then(() => {
-          // The markers never came: the shell is wedged. Drop it; the next call opens a new one.
-          if (this.#running === running) this.close();
-        });
+      killing = this.#killAll(execId, request.user ?? this.#user, running);
     }, request.timeoutMs);
     const outcome = await finished;
     clearTimeout(timer);
     this.#running = null;
 
-    if (timedOut) return output.result('timeout', null);
+    if (killing !== undefined) {
+      // With a cgroup the result waits for the kill: nothing the command started runs on after it.
+      if (this.#cgroup !== null) await killing;
+      return output.result('timeout', null);
+    }
+    if (this.#cgroup !== null && outcome === 'done') {
+      const { confinement, path, keep } = this.#cgroup;
+      await confinement.cgroup.evacuate(path, keep);
+    }
     if (outcome === 'lost') return output.result(await this.#lostCause(hooks), null);
     const exitCode = Number.parseInt(running.stdout.trailer ?? '', 10);
     if (!Number.isInteger(exitCode)) return output.result('killed', null);

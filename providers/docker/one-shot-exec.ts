@@ -1,6 +1,12 @@
 /**
- * One command, one `docker exec`. The command is tagged with GYM_EXEC_ID so that on timeout every
- * process it started (the exec is a session leader) can be found and killed from a second exec.
+ * One command, one `docker exec`.
+ *
+ * With an exec confinement (the exec helper mounted in the container and the container's cgroup
+ * v2 directory reachable from here), the exec starts as the helper, which waits for a go byte on
+ * stdin; the daemon moves it into a cgroup of its own first, so everything the command ever
+ * starts is in that cgroup, and a timeout kills the cgroup. Without one, the command is tagged
+ * with GYM_EXEC_ID and a timeout runs the kill script inside the sandbox (a weaker guarantee: see
+ * `shared/kill-script.ts`).
  */
 
 import type { Duplex } from 'node:stream';
@@ -11,9 +17,27 @@ import type { ExecOptions } from '../sandbox-provider.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output.ts';
 import { EXEC_ID_ENV, KILL_SCRIPT } from '../shared/kill-script.ts';
 import { DockerStreamDemuxer } from './demux.ts';
+import type { ContainerCgroup } from './exec-cgroups.ts';
 
 /** After a kill, how long to wait for the exec's stream to close before dropping it. */
 const KILL_GRACE_MS = 5_000;
+
+/** How long a just-started exec may take to show its host pid in the engine's inspect. */
+const PID_WAIT_MS = 5_000;
+
+/** The byte that tells the exec helper to run the command (any byte would do). */
+export const GO_BYTE = Buffer.from('g');
+
+/** Where the exec helper appears in every container (read-only; /dev is not committed by snapshots). */
+export const EXEC_HELPER_MOUNT = '/dev/.gym-exec';
+
+/** How a container's commands are confined, so that a timeout kills all they started. */
+export interface ExecConfinement {
+  /** The exec helper's path inside the container. */
+  helperPath: string;
+  /** The container's cgroup v2 directory on the host. */
+  cgroup: ContainerCgroup;
+}
 
 export interface OneShotHooks {
   /**
@@ -63,18 +87,52 @@ export async function killTagged(
   stream.destroy();
 }
 
+/** The host pid of a started exec; the engine may report it a moment after start returns. */
+export async function execHostPid(exec: Docker.Exec): Promise<number> {
+  const deadline = performance.now() + PID_WAIT_MS;
+  for (;;) {
+    const inspected = await exec.inspect();
+    if (inspected.Pid > 0) return inspected.Pid;
+    if (performance.now() > deadline) throw new Error(`the exec showed no pid within ${PID_WAIT_MS} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
+
+/**
+ * Moves a started, waiting exec helper into a new child cgroup `name`; null when that fails (the
+ * caller then falls back to the kill script).
+ */
+export async function confineExec(
+  exec: Docker.Exec,
+  confinement: ExecConfinement,
+  name: string,
+): Promise<{ cgroup: string; pid: number } | null> {
+  try {
+    const pid = await execHostPid(exec);
+    const cgroup = await confinement.cgroup.createChild(name);
+    await confinement.cgroup.move(pid, cgroup);
+    return { cgroup, pid };
+  } catch {
+    return null;
+  }
+}
+
 export async function runOneShotExec(
   container: Docker.Container,
   request: ExecRequest,
   options: ExecOptions,
   hooks: OneShotHooks,
+  confinement: ExecConfinement | null = null,
 ): Promise<ExecResult> {
   const execId = createId('exec');
   const input = stdinBytes(request);
+  const argv = request.argv ?? ['sh', '-c', request.command!];
+  // The helper always reads its go byte from stdin, so stdin is always attached with it.
+  const attachStdin = confinement !== null || input !== null;
   const exec = await container.exec({
-    Cmd: request.argv ?? ['sh', '-c', request.command!],
+    Cmd: confinement === null ? argv : [confinement.helperPath, ...argv],
     Env: [`${EXEC_ID_ENV}=${execId}`, ...envList(request.env)],
-    AttachStdin: input !== null,
+    AttachStdin: attachStdin,
     AttachStdout: true,
     AttachStderr: true,
     Tty: false,
@@ -82,24 +140,36 @@ export async function runOneShotExec(
     ...(request.user === undefined ? {} : { User: request.user }),
   });
   const output = new ExecOutput(request, options);
-  const stream = (await exec.start({ hijack: true, stdin: input !== null })) as Duplex;
+  const stream = (await exec.start({ hijack: true, stdin: attachStdin })) as Duplex;
   const demuxer = new DockerStreamDemuxer((name, payload) => output.push(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
+  const confined = confinement === null ? null : await confineExec(exec, confinement, `gym-${execId}`);
+  if (confinement !== null) stream.write(GO_BYTE);
   if (input !== null) stream.end(input);
+  else if (attachStdin) stream.end();
 
-  let timedOut = false;
+  let killing: Promise<void> | null = null;
   const timer = setTimeout(() => {
-    timedOut = true;
-    killTagged(container, execId, 'session', request.user)
-      .catch(() => {})
-      .then(() => sleep(KILL_GRACE_MS))
-      .then(() => stream.destroy());
+    killing = (
+      confined === null || confinement === null
+        ? killTagged(container, execId, 'session', request.user)
+        : confinement.cgroup.kill(confined.cgroup)
+    ).catch(() => {});
+    killing.then(() => sleep(KILL_GRACE_MS)).then(() => stream.destroy());
   }, request.timeoutMs);
   try {
     await streamDone(stream);
   } finally {
     clearTimeout(timer);
+  }
+  const timedOut = killing !== null;
+  // The result says "timeout" only once the kill has finished: nothing it started runs on.
+  if (killing !== null) await killing;
+  if (confined !== null && confinement !== null) {
+    // Background jobs a command left on purpose outlive it, as they would without a cgroup.
+    if (!timedOut) await confinement.cgroup.evacuate(confined.cgroup);
+    await confinement.cgroup.remove(confined.cgroup);
   }
   if (timedOut) return output.result('timeout', null);
 

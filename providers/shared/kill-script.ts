@@ -10,7 +10,14 @@
  * Each pass first stops every match, then kills them: killing one at a time lets a parent shell
  * run its next command (`sleep 9; echo never` would print) between its child's death and its own.
  * Passes repeat until one finds nothing, so processes forked during a pass die in the next.
- * It needs only `sh`, `kill` and `tr`, which every image with a shell has.
+ * It needs only `sh` and its builtins (`read`, `kill`): no other program of the sandbox's, which
+ * the agent may have replaced. `read` drops the NUL separators of /proc/<pid>/environ, so the tag
+ * is found as a substring; exec ids are random and of one length, so one never contains another.
+ *
+ * This is the weaker guarantee, used only where a provider cannot confine a command from outside
+ * (Docker does, with cgroups; see `docker/exec-cgroups.ts`): a process that cleared its
+ * environment and left its session (`env -i setsid ...`), or an agent that replaced `/bin/sh`,
+ * escapes it.
  *
  * Arguments: `$1` the exec id, `$2` `session` to kill whole sessions too.
  */
@@ -21,13 +28,11 @@ while [ "$pass" -lt 50 ]; do
   for dir in /proc/[0-9]*; do
     pid="\${dir#/proc/}"
     [ "$pid" = "$$" ] && continue
-    environment=$(tr '\\000' '\\n' < "$dir/environ" 2>/dev/null) || continue
-    case "
-$environment
-" in
-      *"
-GYM_EXEC_ID=$id
-"*)
+    environment=""; line=""
+    { while IFS= read -r line; do environment="$environment $line"; done; } 2>/dev/null < "$dir/environ" || continue
+    environment="$environment $line"
+    case "$environment" in
+      *"GYM_EXEC_ID=$id"*)
         kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
         if [ "$mode" = session ]; then
           read -r stat < "$dir/stat" 2>/dev/null || stat=""

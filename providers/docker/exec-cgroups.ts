@@ -1,0 +1,180 @@
+/**
+ * Timed-out commands killed from the host, through cgroup v2, without trusting the sandbox.
+ *
+ * The daemon runs beside the engine as root, so it can reach a container's cgroup v2 directory
+ * on the host. Each exec gets a child cgroup there, entered before the command can fork (see
+ * `exec-helper/gym-exec.c`); `cgroup.kill` then kills everything in it at once, forks included.
+ * Nothing inside the container can leave a cgroup: its cgroupfs is read-only and it lacks
+ * CAP_SYS_ADMIN, and `env -i`, `setsid` or a double fork do not change cgroup membership.
+ * Needs a kernel with `cgroup.kill` (5.14+).
+ */
+import { readFileSync } from 'node:fs';
+import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/** How long a kill or a freeze may take to show in cgroup.events before we stop waiting. */
+const SETTLE_TIMEOUT_MS = 3_000;
+const SETTLE_POLL_MS = 5;
+
+/**
+ * The cgroup v2 mount point named in a `/proc/self/mountinfo` text: `/sys/fs/cgroup` on a pure
+ * v2 host, `/sys/fs/cgroup/unified` on a hybrid one; null when the host has none.
+ */
+export function findCgroup2Mount(mountinfo: string): string | null {
+  for (const line of mountinfo.split('\n')) {
+    // Fields: id parent major:minor root mountpoint options [optional...] - fstype source super.
+    const separator = line.indexOf(' - ');
+    if (separator === -1) continue;
+    const fstype = line.slice(separator + 3).split(' ')[0];
+    if (fstype !== 'cgroup2') continue;
+    const mountPoint = line.slice(0, separator).split(' ')[4];
+    if (mountPoint !== undefined) return unescapeMountPath(mountPoint);
+  }
+  return null;
+}
+
+/** mountinfo writes space, tab, newline and backslash as octal escapes (`\040`). */
+function unescapeMountPath(path: string): string {
+  return path.replace(/\\([0-7]{3})/g, (_match, octal: string) =>
+    String.fromCharCode(Number.parseInt(octal, 8)),
+  );
+}
+
+/** The cgroup v2 path in a `/proc/<pid>/cgroup` text (its `0::` line), e.g. `/docker/<id>`; null when absent. */
+export function parseUnifiedCgroupPath(procCgroup: string): string | null {
+  for (const line of procCgroup.split('\n')) {
+    if (line.startsWith('0::')) {
+      const path = line.slice(3).trim();
+      // A path outside our cgroup namespace shows as `/..`: we cannot reach it by that name.
+      return path.startsWith('/') && !path.split('/').includes('..') ? path : null;
+    }
+  }
+  return null;
+}
+
+/** The host's cgroup v2 mount, read once per call from this process's mountinfo; null when absent. */
+export function hostCgroup2Mount(): string | null {
+  try {
+    return findCgroup2Mount(readFileSync('/proc/self/mountinfo', 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+function parsePids(text: string): number[] {
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map(Number);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** One container's cgroup v2 directory on the host, and the child cgroups we make under it. */
+export class ContainerCgroup {
+  /** The container's cgroup directory on the host (`<mount>/docker/<id>` here). */
+  readonly path: string;
+
+  constructor(path: string) {
+    this.path = path;
+  }
+
+  /**
+   * The cgroup of a running container whose init has host pid `pid`; null when that cannot be
+   * seen from here (a remote engine, another pid namespace) or the host has no cgroup v2.
+   */
+  static async ofProcess(mount: string, pid: number): Promise<ContainerCgroup | null> {
+    const text = await readFile(`/proc/${pid}/cgroup`, 'utf8').catch(() => null);
+    const relative = text === null ? null : parseUnifiedCgroupPath(text);
+    if (relative === null || relative === '/') return null;
+    const path = join(mount, relative);
+    // The directory must exist and list the init: a pid from another pid namespace would not.
+    const procs = await readFile(join(path, 'cgroup.procs'), 'utf8').catch(() => null);
+    return procs !== null && parsePids(procs).includes(pid) ? new ContainerCgroup(path) : null;
+  }
+
+  /** Makes (or reuses) the child cgroup `name` and returns its path. */
+  async createChild(name: string): Promise<string> {
+    const child = join(this.path, name);
+    await mkdir(child).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EEXIST') throw error;
+    });
+    return child;
+  }
+
+  /** Moves one process (with all its threads) into `cgroup`. */
+  async move(pid: number, cgroup: string): Promise<void> {
+    await writeFile(join(cgroup, 'cgroup.procs'), `${pid}\n`);
+  }
+
+  /** The processes directly in `cgroup` (sync: a small procfs-like read on the session hot path). */
+  procsNow(cgroup: string): number[] {
+    try {
+      return parsePids(readFileSync(join(cgroup, 'cgroup.procs'), 'utf8'));
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * Moves every process of `cgroup` but `keep` up to the container's own cgroup, so a later kill
+   * of `cgroup` spares them. Repeats while a moved job forks (bounded).
+   */
+  async evacuate(cgroup: string, keep: ReadonlySet<number> = new Set()): Promise<void> {
+    for (let pass = 0; pass < 5; pass += 1) {
+      const leftovers = this.procsNow(cgroup).filter((pid) => !keep.has(pid));
+      if (leftovers.length === 0) return;
+      // A process that exits meanwhile cannot be moved (ESRCH): nothing to do for it.
+      await Promise.all(leftovers.map((pid) => this.move(pid, this.path).catch(() => {})));
+    }
+  }
+
+  /** Kills everything in `cgroup` (and below) at once, and waits (bounded) until it is empty. */
+  async kill(cgroup: string): Promise<void> {
+    await writeFile(join(cgroup, 'cgroup.kill'), '1');
+    await this.#waitForEvent(cgroup, 'populated 0');
+  }
+
+  /** Removes an empty child cgroup; a busy or missing one is left to the container's removal. */
+  async remove(cgroup: string): Promise<void> {
+    await rmdir(cgroup).catch(() => {});
+  }
+
+  /**
+   * Freezes the whole container (children included) and waits until it is frozen: while frozen
+   * no process runs or forks, though a SIGKILL still ends one.
+   */
+  async freeze(): Promise<void> {
+    await writeFile(join(this.path, 'cgroup.freeze'), '1');
+    await this.#waitForEvent(this.path, 'frozen 1');
+  }
+
+  async thaw(): Promise<void> {
+    await writeFile(join(this.path, 'cgroup.freeze'), '0');
+  }
+
+  /** Every process in the container's cgroup and all cgroups below it. */
+  async allProcs(): Promise<number[]> {
+    const pids: number[] = [];
+    const visit = async (directory: string): Promise<void> => {
+      pids.push(...parsePids(await readFile(join(directory, 'cgroup.procs'), 'utf8').catch(() => '')));
+      const entries = await readdir(directory, { withFileTypes: true }).catch(() => []);
+      await Promise.all(
+        entries.filter((entry) => entry.isDirectory()).map((entry) => visit(join(directory, entry.name))),
+      );
+    };
+    await visit(this.path);
+    return pids;
+  }
+
+  async #waitForEvent(cgroup: string, line: string): Promise<void> {
+    const deadline = performance.now() + SETTLE_TIMEOUT_MS;
+    while (performance.now() < deadline) {
+      const events = await readFile(join(cgroup, 'cgroup.events'), 'utf8').catch(() => null);
+      if (events === null || events.split('\n').includes(line)) return;
+      await delay(SETTLE_POLL_MS);
+    }
+  }
+}

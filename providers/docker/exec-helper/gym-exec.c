@@ -1,0 +1,34 @@
+/*
+ * gym-exec: the trusted first process of every exec the Docker provider runs.
+ *
+ * It waits for one byte on stdin, the daemon's "go", sent only after the daemon has moved this
+ * process into the exec's own cgroup; then it replaces itself with the command. Everything the
+ * command starts is therefore born inside that cgroup, and a timeout kills all of it with
+ * cgroup.kill, whatever the command does to its environment, session or the sandbox's binaries.
+ *
+ * Usage: gym-exec PROGRAM [ARGS...]   (PROGRAM is looked up in PATH; argv[0] stays PROGRAM)
+ * Exit: 125 when stdin ends before the go byte (nothing ran), else as `docker exec` reports a
+ * command that cannot start: 127 when it is not found, 126 when it cannot be executed.
+ * Built statically (`cc -static -Os`), so it runs in any image, with or without a libc.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+  char go;
+  ssize_t count;
+  if (argc < 2) {
+    fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
+    return 125;
+  }
+  do {
+    count = read(STDIN_FILENO, &go, 1);
+  } while (count < 0 && errno == EINTR);
+  if (count != 1) return 125;
+  execvp(argv[1], argv + 1);
+  int error = errno;
+  fprintf(stderr, "gym-exec: %s: %s\n", argv[1], strerror(error));
+  return error == ENOENT || error == ENOTDIR ? 127 : 126;
+}
