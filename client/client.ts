@@ -220,6 +220,29 @@ export class GymClient {
     return this.raw('GET', `/v1/sandboxes/${encodeURIComponent(id)}/files`, { query: { path } });
   }
 
+  /**
+   * The file's bytes in memory, at most `maxBytes` of them: a larger file stops the download
+   * (the connection is closed, nothing more is held) and throws FILE_TOO_LARGE.
+   */
+  async readFileBytes(id: string, path: string, options: { maxBytes: number }): Promise<Buffer> {
+    const stream = await this.readFile(id, path);
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for await (const chunk of stream) {
+      total += (chunk as Buffer).length;
+      if (total > options.maxBytes) {
+        stream.destroy();
+        throw new GymError(
+          'FILE_TOO_LARGE',
+          `${path} in sandbox ${id} is larger than ${options.maxBytes} bytes, the most this reader accepts`,
+          { details: { sandboxId: id, path, maxBytes: options.maxBytes } },
+        );
+      }
+      chunks.push(chunk as Buffer);
+    }
+    return Buffer.concat(chunks, total);
+  }
+
   async writeArchive(id: string, directory: string, archive: Readable | Buffer): Promise<void> {
     await this.#json('PUT', `/v1/sandboxes/${encodeURIComponent(id)}/archive`, {
       query: { path: directory },
@@ -264,6 +287,14 @@ export class GymClient {
   /** The daemon's base URL (TCP), for building gateway endpoints. */
   get url(): string | undefined {
     return this.#options.url;
+  }
+
+  /**
+   * Kills every process in the sandbox but its keeper; the sandbox stays ready.
+   * @throws GymError `CAPABILITY_UNSUPPORTED` when its provider cannot.
+   */
+  stopProcesses(id: string): Promise<{ killed: number }> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/stop-processes`, { json: {} });
   }
 
   snapshot(id: string, image: string): Promise<{ image: string }> {

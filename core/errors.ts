@@ -69,6 +69,8 @@ export const ERROR_CODES = {
   ROUTE_NOT_FOUND: { httpStatus: 404, summary: 'no such route' },
   /** The request body is larger than the server accepts. */
   PAYLOAD_TOO_LARGE: { httpStatus: 413, summary: 'the request body is too large' },
+  /** A file read back from a sandbox is larger than the reader's byte limit (`details.maxBytes`); reading stopped there. */
+  FILE_TOO_LARGE: { httpStatus: 413, summary: 'the file is larger than the reader accepts' },
   /** Another daemon holds the state directory, or the listen address is taken. */
   DAEMON_CONFLICT: { httpStatus: 409, summary: 'another daemon is in the way' },
   /** Client side: the daemon does not answer at its address (not started, or stopped). */

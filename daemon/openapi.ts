@@ -15,6 +15,7 @@ import {
   SandboxSchema,
   SnapshotRequestSchema,
   SnapshotResponseSchema,
+  StopProcessesResponseSchema,
 } from '../core/schemas/api.ts';
 import { ExecRequestSchema, ExecResultSchema } from '../core/schemas/exec.ts';
 import { PoolDefinitionSchema, PoolStatsSchema } from '../core/schemas/pool.ts';
@@ -298,6 +299,18 @@ export function openApiDocument(version: string): Record<string, unknown> {
         delete: {
           summary: 'drain a pool: idle members destroyed, leased ones keep their leases (idempotent)',
           responses: { 204: { description: 'drained' } },
+        },
+      },
+      '/v1/sandboxes/{id}/stop-processes': {
+        parameters: [idParameter],
+        post: {
+          summary:
+            'kill every process in the sandbox but its keeper (nothing can fork meanwhile); the sandbox stays ready. What a verifier calls before it judges',
+          responses: {
+            200: { description: 'how many were killed', ...json(StopProcessesResponseSchema) },
+            404: errorResponse,
+            501: errorResponse,
+          },
         },
       },
       '/v1/sandboxes/{id}/snapshot': {

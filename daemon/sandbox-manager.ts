@@ -12,12 +12,7 @@ import type { Sandbox } from '../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../core/schemas/exec.ts';
 import { type SandboxInfo, type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
-import type {
-  ExecOptions,
-  FileContent,
-  RelayStats,
-  SandboxProvider,
-} from '../providers/sandbox-provider.ts';
+import type { ExecOptions, FileContent, RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
 import { Admission, type CreateSlot } from './admission.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
@@ -519,6 +514,24 @@ export class SandboxManager implements SandboxCounts {
       await provider.forwardToHostSocket(id, { port, socketPath });
     });
     return { url: `http://127.0.0.1:${port}` };
+  }
+
+  /**
+   * Kills every process in the sandbox but its keeper (see `SandboxProvider.stopProcesses`), so
+   * that nothing an agent left running can touch what a verifier is about to judge.
+   * @throws GymError `CAPABILITY_UNSUPPORTED` when the sandbox's provider cannot.
+   */
+  stopProcesses(id: string): Promise<{ killed: number }> {
+    return this.#use(id, (provider, record) => {
+      if (provider.stopProcesses === undefined || !provider.capabilities.stopProcesses) {
+        throw new GymError(
+          'CAPABILITY_UNSUPPORTED',
+          `provider ${record.provider} cannot stop the processes of a sandbox`,
+          { details: { provider: record.provider, capability: 'stopProcesses' } },
+        );
+      }
+      return provider.stopProcesses(id);
+    });
   }
 
   snapshot(id: string, image: string): Promise<{ image: string }> {

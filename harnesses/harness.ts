@@ -7,6 +7,9 @@
 import type { Logger } from '../core/logger.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 
+/** 16 MiB: far more than any result, trajectory or source file a harness reads back needs. */
+export const DEFAULT_READ_FILE_MAX_BYTES = 16 * 1024 * 1024;
+
 /** What a harness may do to its sandbox. */
 export interface SandboxHandle {
   readonly id: string;
@@ -17,12 +20,23 @@ export interface SandboxHandle {
     content: Buffer | { stream: import('node:stream').Readable; sizeBytes: number },
     mode?: number,
   ): Promise<void>;
-  readFile(path: string): Promise<Buffer>;
+  /**
+   * The file's bytes, read up to `maxBytes` (default {@link DEFAULT_READ_FILE_MAX_BYTES}): a
+   * larger file stops the read and throws FILE_TOO_LARGE, so an agent's output cannot exhaust
+   * the runner's memory. Ask for a small limit where a small file is expected (a reward).
+   */
+  readFile(path: string, options?: { maxBytes?: number }): Promise<Buffer>;
   /**
    * Makes the model gateway reachable from inside the sandbox at `http://127.0.0.1:<port>`,
    * for agent CLIs that run there. Optional: not every provider can.
    */
   forwardGateway?(port: number): Promise<{ url: string }>;
+  /**
+   * Kills every process in the sandbox but its keeper (the sandbox stays ready), so that nothing
+   * the agent left running acts while a verifier judges. Optional: not every provider can; a
+   * verifier that needs it reports an infra error without it.
+   */
+  stopProcesses?(): Promise<{ killed: number }>;
 }
 
 export interface HarnessTask {

@@ -1,5 +1,5 @@
 import type { GymClient } from '../client/client.ts';
-import type { SandboxHandle } from './harness.ts';
+import { DEFAULT_READ_FILE_MAX_BYTES, type SandboxHandle } from './harness.ts';
 
 /** A sandbox handle over the daemon's HTTP API. */
 export function clientSandboxHandle(client: GymClient, id: string): SandboxHandle {
@@ -7,11 +7,9 @@ export function clientSandboxHandle(client: GymClient, id: string): SandboxHandl
     id,
     exec: (request) => client.exec(id, request),
     writeFile: (path, content, mode) => client.writeFile(id, path, content, mode),
-    readFile: async (path) => {
-      const chunks: Buffer[] = [];
-      for await (const chunk of await client.readFile(id, path)) chunks.push(chunk as Buffer);
-      return Buffer.concat(chunks);
-    },
+    readFile: (path, options) =>
+      client.readFileBytes(id, path, { maxBytes: options?.maxBytes ?? DEFAULT_READ_FILE_MAX_BYTES }),
     forwardGateway: (port) => client.forwardGateway(id, port),
+    stopProcesses: () => client.stopProcesses(id),
   };
 }

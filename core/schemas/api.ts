@@ -57,6 +57,12 @@ export const KeepaliveRequestSchema = z
 export const SnapshotRequestSchema = z.object({ image: z.string().min(1).max(512) }).strict();
 export const SnapshotResponseSchema = z.object({ image: z.string() });
 
+/** What `POST /v1/sandboxes/{id}/stop-processes` answers. */
+export const StopProcessesResponseSchema = z.object({
+  /** How many processes were killed (0 when only the sandbox's keeper was running). */
+  killed: z.number().int().nonnegative(),
+});
+
 export const PathQuerySchema = z
   .object({
     path: z.string().refine((path) => path.startsWith('/'), 'must be an absolute path'),

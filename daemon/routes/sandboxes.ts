@@ -135,6 +135,8 @@ export function registerSandboxRoutes(
     return reply.type('application/x-tar').send(stream);
   });
 
+  app.post('/v1/sandboxes/:id/stop-processes', async (request) => manager.stopProcesses(sandboxId(request)));
+
   app.post('/v1/sandboxes/:id/snapshot', async (request) => {
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
     return manager.snapshot(sandboxId(request), body.image);

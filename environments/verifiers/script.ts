@@ -2,6 +2,12 @@
  * The script verifier (Harbor style): after the agent finishes, copy the task's tests folder into
  * its sandbox at /tests, run `sh /tests/test.sh` under a timeout, and read the reward it writes to
  * /logs/verifier/reward.txt. A timeout is `verifier_timeout`, never reward 0.
+ *
+ * The agent ran in this same sandbox and may have left processes behind (a loop that rewrites the
+ * reward file, say). So every process but the sandbox's keeper is stopped before the tests are
+ * copied in, and again after test.sh ended and before the reward is read: no agent process runs
+ * while the verifier does, and nothing changes the reward between the test and its reading. A
+ * sandbox that cannot be stopped that way gives an infra error, never a reward.
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
@@ -15,11 +21,35 @@ async function filesBelow(directory: string): Promise<string[]> {
   return entries.filter((entry) => entry.isFile()).map((entry) => join(entry.parentPath, entry.name));
 }
 
+/** Stops every process in the sandbox but its keeper; an infra-error verdict when it cannot. */
+async function stopAgentProcesses(sandbox: SandboxHandle, when: string): Promise<Verdict | null> {
+  if (sandbox.stopProcesses === undefined)
+    return {
+      outcome: 'infra_error',
+      reward: 0,
+      details: {
+        reason: `cannot stop the agent's processes ${when}: this sandbox's provider cannot stop processes, so a reward could be forged`,
+      },
+    };
+  try {
+    await sandbox.stopProcesses();
+    return null;
+  } catch (error) {
+    return {
+      outcome: 'infra_error',
+      reward: 0,
+      details: { reason: `could not stop the agent's processes ${when}: ${(error as Error).message}` },
+    };
+  }
+}
+
 export async function verifyScript(
   sandbox: SandboxHandle,
   testsDirectory: string,
   timeoutMs: number,
 ): Promise<Verdict> {
+  const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
+  if (beforeTests !== null) return beforeTests;
   for (const path of await filesBelow(testsDirectory)) {
     const mode = (await stat(path)).mode & 0o777;
     await sandbox.writeFile(`/tests/${relative(testsDirectory, path)}`, await readFile(path), mode);
@@ -41,7 +71,11 @@ export async function verifyScript(
       reward: 0,
       details: { reason: 'the sandbox went away during the tests' },
     };
-  const rewardText = await sandbox.readFile(REWARD_FILE).then(
+  // test.sh may have started processes too: the reward is read only once nothing runs.
+  const afterTests = await stopAgentProcesses(sandbox, 'after the tests');
+  if (afterTests !== null) return afterTests;
+  // A reward is a number: a bigger file is not read into memory (and is no reward).
+  const rewardText = await sandbox.readFile(REWARD_FILE, { maxBytes: 4096 }).then(
     (content) => content.toString('utf8').trim(),
     () => null,
   );
