@@ -353,6 +353,7 @@ describe('HTTP API', () => {
       '/v1/pools',
       '/v1/pools/{name}',
       '/v1/sandboxes/{id}/gateway-forward',
+      '/v1/sandboxes/{id}/stop-processes',
       '/v1/gateway/rollouts',
       '/v1/gateway/rollouts/{rolloutId}/records',
       '/v1/gateway/rollouts/{rolloutId}',
