@@ -13,12 +13,6 @@ export const ERROR_CODES = {
    * the setting that would allow it.
    */
   FORBIDDEN_BY_CONFIG: { httpStatus: 403, summary: 'the daemon configuration does not allow this' },
-  /**
-   * The request asks for something that reaches the host (a bind mount, a capability, a network
-   * mode, an image tag) that the operator's configuration does not allow; `details.setting` names
-   * the setting that would allow it.
-   */
-  FORBIDDEN_BY_CONFIG: { httpStatus: 403, summary: 'the daemon configuration does not allow this' },
   /** No or wrong bearer token. */
   UNAUTHORIZED: { httpStatus: 401, summary: 'authentication required' },
   /** The sandbox id is unknown to the provider (never created, or already destroyed). */

@@ -134,6 +134,25 @@ export const DaemonConfigSchema = z
         /** Retries on 429, 5xx and connection errors, with exponential backoff. */
         maxRetries: z.number().int().min(0).max(10).default(3),
         timeoutMs: z.number().int().positive().default(600_000),
+        /**
+         * The largest model request an agent may send (it is recorded whole). Checked before the
+         * body is read; beyond it the call is a 413.
+         */
+        maxRequestBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .max(256 * 1024 * 1024)
+          .default(16 * 1024 * 1024),
+        /**
+         * How many bytes of records one rollout may write (requests, responses, streamed events).
+         * A call that would start past it is refused with a 413; what was recorded stays whole.
+         */
+        maxRecordBytesPerRollout: z
+          .number()
+          .int()
+          .min(1024)
+          .default(256 * 1024 * 1024),
       })
       .strict()
       .prefault({}),

@@ -3,7 +3,6 @@
  * a loaded config), wires the real dependencies together, reconciles, and listens.
  */
 import { rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { type Clock, systemClock } from '../core/clock.ts';
@@ -26,7 +25,7 @@ import { DaemonMetrics } from './metrics.ts';
 import { OwnerRegistry } from './owners.ts';
 import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
-import { buildServer } from './server.ts';
+import { buildGatewayServer, buildServer } from './server.ts';
 import { StateStore } from './state-store.ts';
 
 export interface RunningDaemon {
@@ -113,10 +112,13 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     logger,
     maxRetries: config.gateway.maxRetries,
     timeoutMs: config.gateway.timeoutMs,
+    hopId: daemonId,
+    maxRecordBytesPerRollout: config.gateway.maxRecordBytesPerRollout,
     ...(config.gateway.upstream === undefined ? {} : { upstream: config.gateway.upstream }),
   });
-  // Agents inside sandboxes reach the gateway through this socket (a forwarder relays to it):
-  // a unix socket crosses network namespaces where no TCP address of the host would.
+  // Agents inside sandboxes reach the gateway through this socket (a relay carries their
+  // connections to it): a unix socket crosses network namespaces where no TCP address of the
+  // host would. It serves the model routes only, never the daemon's API.
   const gatewaySocket = options.listen === false ? undefined : join(config.stateDir, 'gateway.sock');
   const app = await buildServer({
     manager,
@@ -127,11 +129,12 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     token,
     daemonId,
     version: VERSION,
+    maxModelRequestBytes: config.gateway.maxRequestBytes,
     logger,
   });
 
   const address: RunningDaemon['address'] = {};
-  let gatewayServer: Server | undefined;
+  let gatewayApp: FastifyInstance | undefined;
   const shutdownQuietly = async () => {
     pools.stop();
     await app.close().catch(() => {});
@@ -160,17 +163,26 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     }
     if (gatewaySocket !== undefined) {
       await rm(gatewaySocket, { force: true });
-      gatewayServer = createServer((request, response) => app.server.emit('request', request, response));
-      await new Promise<void>((resolve, reject) => {
-        gatewayServer!.once('error', reject);
-        gatewayServer!.listen(gatewaySocket, resolve);
+      gatewayApp = await buildGatewayServer({
+        gateway,
+        metrics,
+        maxModelRequestBytes: config.gateway.maxRequestBytes,
+        logger,
       });
+      await gatewayApp.listen({ path: gatewaySocket });
     }
     if (config.listen.socket === undefined) {
       const bound = app.server.address();
       const port = typeof bound === 'object' && bound !== null ? bound.port : config.listen.port;
       const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
       address.url = `http://${host}:${port}`;
+      try {
+        gateway.setSelfAddresses([{ host: config.listen.host, port }]);
+      } catch (error) {
+        await gatewayApp?.close().catch(() => {});
+        await shutdownQuietly();
+        throw error;
+      }
     }
     await writeDaemonInfo(config.stateDir, {
       pid: process.pid,
@@ -189,10 +201,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   const stop = (stopOptions: { destroy?: boolean } = {}) => {
     stopping ??= (async () => {
       logger.info('daemon stopping: draining requests');
-      gatewayServer?.closeAllConnections();
-      await new Promise((resolve) =>
-        gatewayServer === undefined ? resolve(undefined) : gatewayServer.close(resolve),
-      );
+      await gatewayApp?.close();
       await app.close();
       pools.stop();
       await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });
