@@ -100,6 +100,11 @@ export interface CreateOptions {
 export interface ExecOptions {
   /** Called with each chunk of output as it arrives, before truncation (for streaming APIs). */
   onOutput?: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
+  /**
+   * Aborting it cancels the command exactly as its timeout would (every process it started is
+   * killed); the result's status is then `killed`. A streamed exec whose client goes away aborts.
+   */
+  signal?: AbortSignal;
 }
 
 export interface WriteFileOptions {

@@ -11,6 +11,7 @@ import {
   PathQuerySchema,
   SnapshotRequestSchema,
 } from '../../core/schemas/api.ts';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { toApiError } from '../errors.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
@@ -147,6 +148,11 @@ export function registerSandboxRoutes(
  * NDJSON: `{"type":"stdout","data":...}` and `stderr` events as output arrives (UTF-8, split on
  * character boundaries), then one `{"type":"result","result":...}` or `{"type":"error",...}`.
  * Errors found before the command starts (unknown sandbox, bad request) are ordinary error responses.
+ *
+ * The events carry at most the request's `maxOutputBytes` of each stream (the result keeps head
+ * and tail, and says what was dropped), so a client that reads slowly holds at most about that
+ * much in the daemon. A client that goes away before the result cancels the command as a timeout
+ * would.
  */
 async function streamExec(
   manager: SandboxManager,
@@ -154,21 +160,32 @@ async function streamExec(
   request: FastifyRequest,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
+  const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
   manager.get(id);
   const output = new PassThrough();
   const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const room = { stdout: exec.maxOutputBytes, stderr: exec.maxOutputBytes };
   const write = (event: Record<string, unknown>) => output.write(`${JSON.stringify(event)}\n`);
+  const cancel = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) cancel.abort();
+  });
   manager
-    .exec(id, request.body, {
+    .exec(id, exec, {
+      signal: cancel.signal,
       onOutput: (stream, chunk) => {
-        const data = decoders[stream].write(chunk);
+        if (room[stream] <= 0) return;
+        const kept = chunk.length <= room[stream] ? chunk : chunk.subarray(0, room[stream]);
+        room[stream] -= kept.length;
+        const data = decoders[stream].write(kept);
         if (data !== '') write({ type: stream, data });
       },
     })
     .then(
       (result) => {
         for (const stream of ['stdout', 'stderr'] as const) {
-          const rest = decoders[stream].end();
+          // A character cut by the cap is not completed with a replacement mark past the cap.
+          const rest = room[stream] > 0 ? decoders[stream].end() : '';
           if (rest !== '') write({ type: stream, data: rest });
         }
         write({ type: 'result', result });
@@ -176,5 +193,10 @@ async function streamExec(
       (error: unknown) => write({ type: 'error', error: toApiError(error).toJSON().error }),
     )
     .finally(() => output.end());
-  return reply.type('application/x-ndjson').send(output);
+  // Headers go out now, not with the first output: a client sees at once that its command runs.
+  reply.hijack();
+  reply.raw.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-cache' });
+  reply.raw.flushHeaders();
+  output.pipe(reply.raw);
+  return reply;
 }

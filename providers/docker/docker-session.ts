@@ -208,6 +208,8 @@ export class DockerSession {
 
   async #runNow(request: ExecRequest, options: ExecOptions, hooks: OneShotHooks): Promise<ExecResult> {
     const output = new ExecOutput(request, options);
+    // Cancelled while it waited its turn: it never starts.
+    if (options.signal?.aborted) return output.result('killed', null);
     if (!this.#isAlive) return output.result(await this.#lostCause(hooks), null);
     const execId = createId('exec');
     const marker = `__gym_end_${randomBytes(12).toString('hex')}__`;
@@ -225,17 +227,26 @@ export class DockerSession {
     this.#stream.write(sessionScript(request, execId, marker, stdinBytes(request)));
 
     let killing: Promise<void> | undefined;
-    const timer = setTimeout(() => {
-      killing = this.#killAll(execId, request.user ?? this.#user, running);
-    }, request.timeoutMs);
+    let isCancelled = false;
+    const kill = () => {
+      killing ??= this.#killAll(execId, request.user ?? this.#user, running);
+    };
+    const timer = setTimeout(kill, request.timeoutMs);
+    // A caller that gives up (a streaming client that went away) cancels exactly as a timeout would.
+    const cancel = () => {
+      isCancelled = true;
+      kill();
+    };
+    options.signal?.addEventListener('abort', cancel, { once: true });
     const outcome = await finished;
     clearTimeout(timer);
+    options.signal?.removeEventListener('abort', cancel);
     this.#running = null;
 
     if (killing !== undefined) {
       // With a cgroup the result waits for the kill: nothing the command started runs on after it.
       if (this.#cgroup !== null) await killing;
-      return output.result('timeout', null);
+      return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (this.#cgroup !== null && outcome === 'done') {
       const { confinement, path, keep } = this.#cgroup;

@@ -150,18 +150,29 @@ export async function runOneShotExec(
   else if (attachStdin) stream.end();
 
   let killing: Promise<void> | null = null;
-  const timer = setTimeout(() => {
+  let isCancelled = false;
+  const kill = () => {
+    if (killing !== null) return;
     killing = (
       confined === null || confinement === null
         ? killTagged(container, execId, 'session', request.user)
         : confinement.cgroup.kill(confined.cgroup)
     ).catch(() => {});
     killing.then(() => sleep(KILL_GRACE_MS)).then(() => stream.destroy());
-  }, request.timeoutMs);
+  };
+  const timer = setTimeout(kill, request.timeoutMs);
+  // A caller that gives up (a streaming client that went away) cancels exactly as a timeout would.
+  const cancel = () => {
+    isCancelled = true;
+    kill();
+  };
+  if (options.signal?.aborted) cancel();
+  else options.signal?.addEventListener('abort', cancel, { once: true });
   try {
     await streamDone(stream);
   } finally {
     clearTimeout(timer);
+    options.signal?.removeEventListener('abort', cancel);
   }
   const timedOut = killing !== null;
   // The result says "timeout" only once the kill has finished: nothing it started runs on.
@@ -171,7 +182,7 @@ export async function runOneShotExec(
     if (!timedOut) await confinement.cgroup.evacuate(confined.cgroup);
     await confinement.cgroup.remove(confined.cgroup);
   }
-  if (timedOut) return output.result('timeout', null);
+  if (timedOut) return output.result(isCancelled ? 'killed' : 'timeout', null);
 
   let exitCode: number | null = null;
   try {
