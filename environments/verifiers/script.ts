@@ -11,6 +11,7 @@
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
+import { isGymError } from '../../core/errors.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
 import type { Verdict } from './verifier.ts';
 
@@ -65,27 +66,50 @@ export async function verifyScript(
       reward: 0,
       details: { reason: `test.sh ran past ${timeoutMs} ms` },
     };
-  if (run.status === 'sandbox_gone')
+  if (run.status === 'sandbox_gone' || run.status === 'killed')
     return {
       outcome: 'infra_error',
       reward: 0,
-      details: { reason: 'the sandbox went away during the tests' },
+      details: {
+        reason:
+          run.status === 'killed'
+            ? 'test.sh was killed by something other than its timeout (its session was lost)'
+            : 'the sandbox went away during the tests',
+      },
     };
   // test.sh may have started processes too: the reward is read only once nothing runs.
   const afterTests = await stopAgentProcesses(sandbox, 'after the tests');
   if (afterTests !== null) return afterTests;
-  // A reward is a number: a bigger file is not read into memory (and is no reward).
-  const rewardText = await sandbox.readFile(REWARD_FILE, { maxBytes: 4096 }).then(
-    (content) => content.toString('utf8').trim(),
-    () => null,
-  );
   const details = { testExitCode: run.exitCode, testLogTail: `${run.stdout}${run.stderr}`.slice(-4000) };
-  if (rewardText === null)
+  // A reward is a number: a bigger file is not read into memory (and is no reward). Only a file
+  // that is really missing or too big is the test's verdict; failing to read it is an infra error.
+  let rewardText: string;
+  try {
+    rewardText = (await sandbox.readFile(REWARD_FILE, { maxBytes: 4096 })).toString('utf8').trim();
+  } catch (error) {
+    if (isGymError(error, 'FILE_NOT_FOUND'))
+      return {
+        outcome: 'reward',
+        reward: 0,
+        details: { ...details, reason: `test.sh wrote no ${REWARD_FILE}` },
+      };
+    if (isGymError(error, 'FILE_TOO_LARGE') || isGymError(error, 'PATH_KIND_MISMATCH'))
+      return {
+        outcome: 'reward',
+        reward: 0,
+        details: {
+          ...details,
+          reason: `${REWARD_FILE} is not a small file holding a number: ${(error as Error).message}`,
+        },
+      };
     return {
-      outcome: 'reward',
+      outcome: 'infra_error',
       reward: 0,
-      details: { ...details, reason: `test.sh wrote no ${REWARD_FILE}` },
+      details: {
+        reason: `could not read ${REWARD_FILE}: ${isGymError(error) ? `${error.code}: ` : ''}${(error as Error).message}`,
+      },
     };
+  }
   const reward = Number(rewardText);
   if (!Number.isFinite(reward))
     return {
