@@ -36,8 +36,9 @@ class SwitchableEngine {
   }
 
   async up(): Promise<void> {
-    this.#server = createServer((client) => {
-      const engine = createConnection('/var/run/docker.sock');
+    // Half-open like the engine's own socket: an exec whose stdin was closed still sends its output.
+    this.#server = createServer({ allowHalfOpen: true }, (client) => {
+      const engine = createConnection({ path: '/var/run/docker.sock', allowHalfOpen: true });
       this.#connections.add(client).add(engine);
       client.pipe(engine).pipe(client);
       const drop = () => {
