@@ -33,7 +33,7 @@ function handle(run: ExecResult, readFile: SandboxHandle['readFile']): SandboxHa
     exec: async () => run,
     writeFile: async () => {},
     readFile,
-    stopProcesses: async () => {},
+    stopProcesses: async () => ({ killed: 0 }),
   };
 }
 

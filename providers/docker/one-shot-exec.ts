@@ -9,6 +9,7 @@
  * `shared/kill-script.ts`).
  */
 
+import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type Docker from 'dockerode';
 import { createId } from '../../core/ids.ts';
@@ -24,6 +25,12 @@ const KILL_GRACE_MS = 5_000;
 
 /** How long a just-started exec may take to show its host pid in the engine's inspect. */
 const PID_WAIT_MS = 5_000;
+
+/**
+ * How long to wait for the helper's ready token before asking the engine for the pid anyway (a
+ * helper of an older build, mounted before an upgrade, sends none).
+ */
+const READY_WAIT_MS = 1_000;
 
 /** The byte that tells the exec helper to run the command (any byte would do). */
 export const GO_BYTE = Buffer.from('g');
@@ -106,8 +113,11 @@ export async function confineExec(
   exec: Docker.Exec,
   confinement: ExecConfinement,
   name: string,
+  started: Promise<unknown> = Promise.resolve(),
 ): Promise<{ cgroup: string; pid: number } | null> {
   try {
+    // Once the helper said it runs, one inspect finds its pid (no polling of the engine).
+    await Promise.race([started, sleep(READY_WAIT_MS)]);
     const pid = await execHostPid(exec);
     const cgroup = await confinement.cgroup.createChild(name);
     await confinement.cgroup.move(pid, cgroup);
@@ -129,9 +139,15 @@ export async function runOneShotExec(
   const argv = request.argv ?? ['sh', '-c', request.command!];
   // The helper always reads its go byte from stdin, so stdin is always attached with it.
   const attachStdin = confinement !== null || input !== null;
+  // The helper prints this token first thing (then drops the variable): proof that it runs.
+  const readyToken = confinement === null ? null : `gym-ready-${randomBytes(12).toString('hex')}`;
   const exec = await container.exec({
     Cmd: confinement === null ? argv : [confinement.helperPath, ...argv],
-    Env: [`${EXEC_ID_ENV}=${execId}`, ...envList(request.env)],
+    Env: [
+      `${EXEC_ID_ENV}=${execId}`,
+      ...(readyToken === null ? [] : [`GYM_EXEC_READY=${readyToken}`]),
+      ...envList(request.env),
+    ],
     AttachStdin: attachStdin,
     AttachStdout: true,
     AttachStderr: true,
@@ -141,10 +157,14 @@ export async function runOneShotExec(
   });
   const output = new ExecOutput(request, options);
   const stream = (await exec.start({ hijack: true, stdin: attachStdin })) as Duplex;
-  const demuxer = new DockerStreamDemuxer((name, payload) => output.push(name, payload));
+  const ready = new ReadyToken(readyToken, (name, payload) => output.push(name, payload));
+  const demuxer = new DockerStreamDemuxer((name, payload) => ready.push(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
-  const confined = confinement === null ? null : await confineExec(exec, confinement, `gym-${execId}`);
+  const confined =
+    confinement === null
+      ? null
+      : await confineExec(exec, confinement, `gym-${execId}`, Promise.race([ready.seen, streamDone(stream)]));
   if (confinement !== null) stream.write(GO_BYTE);
   if (input !== null) stream.end(input);
   else if (attachStdin) stream.end();
@@ -173,6 +193,7 @@ export async function runOneShotExec(
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', cancel);
+    ready.flush();
   }
   const timedOut = killing !== null;
   // The result says "timeout" only once the kill has finished: nothing it started runs on.
@@ -196,4 +217,51 @@ export async function runOneShotExec(
     return output.result(cause, cause === 'sandbox_gone' ? null : exitCode);
   }
   return output.result('ok', exitCode);
+}
+
+/**
+ * Takes the helper's ready token off the front of stdout and passes everything else through. An
+ * older helper prints no token: the first stdout bytes then differ from it and pass unchanged.
+ */
+export class ReadyToken {
+  readonly seen: Promise<void>;
+  readonly #onData: (name: 'stdout' | 'stderr', payload: Buffer) => void;
+  #token: Buffer | null;
+  #held: Buffer = Buffer.alloc(0);
+  #markSeen!: () => void;
+
+  constructor(token: string | null, onData: (name: 'stdout' | 'stderr', payload: Buffer) => void) {
+    this.#token = token === null ? null : Buffer.from(token);
+    this.#onData = onData;
+    this.seen = new Promise((resolve) => {
+      this.#markSeen = resolve;
+    });
+  }
+
+  push(name: 'stdout' | 'stderr', payload: Buffer): void {
+    const token = this.#token;
+    if (token === null || name !== 'stdout') {
+      this.#onData(name, payload);
+      return;
+    }
+    const held = this.#held.length === 0 ? payload : Buffer.concat([this.#held, payload]);
+    const compared = Math.min(held.length, token.length);
+    const isPrefix = held.subarray(0, compared).equals(token.subarray(0, compared));
+    if (isPrefix && held.length < token.length) {
+      this.#held = held;
+      return;
+    }
+    this.#token = null;
+    this.#held = Buffer.alloc(0);
+    this.#markSeen();
+    const rest = isPrefix ? held.subarray(token.length) : held;
+    if (rest.length > 0) this.#onData('stdout', rest);
+  }
+
+  /** At the end of the stream: what was held back as a possible token was output after all. */
+  flush(): void {
+    this.#token = null;
+    if (this.#held.length > 0) this.#onData('stdout', this.#held);
+    this.#held = Buffer.alloc(0);
+  }
 }

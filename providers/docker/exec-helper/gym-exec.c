@@ -6,6 +6,9 @@
  * command starts is therefore born inside that cgroup, and a timeout kills all of it with
  * cgroup.kill, whatever the command does to its environment, session or the sandbox's binaries.
  *
+ * When GYM_EXEC_READY is set, its value is written to stdout first (and the variable is removed
+ * before the command runs): the daemon learns that the process exists without polling the engine.
+ *
  * Usage: gym-exec PROGRAM [ARGS...]   (PROGRAM is looked up in PATH; argv[0] stays PROGRAM)
  * Exit: 125 when stdin ends before the go byte (nothing ran), else as `docker exec` reports a
  * command that cannot start: 127 when it is not found, 126 when it cannot be executed.
@@ -13,8 +16,21 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static void write_all(int fd, const char *bytes, size_t length) {
+  while (length > 0) {
+    ssize_t written = write(fd, bytes, length);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    bytes += written;
+    length -= (size_t)written;
+  }
+}
 
 int main(int argc, char **argv) {
   char go;
@@ -22,6 +38,11 @@ int main(int argc, char **argv) {
   if (argc < 2) {
     fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
     return 125;
+  }
+  const char *ready = getenv("GYM_EXEC_READY");
+  if (ready != NULL) {
+    write_all(STDOUT_FILENO, ready, strlen(ready));
+    unsetenv("GYM_EXEC_READY");
   }
   do {
     count = read(STDIN_FILENO, &go, 1);
