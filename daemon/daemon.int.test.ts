@@ -1,6 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { InjectOptions } from 'fastify';
@@ -8,14 +8,12 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../client/client.ts';
 import { isGymError } from '../core/errors.ts';
 import { entriesToTar, tarToEntries } from '../providers/contract/tar-helpers.ts';
-import { startTestDaemon } from '../test/daemon-harness.ts';
+import { spawnDaemonProcess, startTestDaemon } from '../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../test/docker-available.ts';
 import { waitFor } from '../test/wait-for.ts';
-import type { DaemonInfo } from './identity.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
-const cliEntry = new URL('../cli/main.ts', import.meta.url).pathname;
 
 function uniqueNamespace(prefix: string): string {
   return `${prefix}-${randomBytes(4).toString('hex')}`;
@@ -176,20 +174,9 @@ describe.skipIf(skipReason !== undefined)('daemon against real Docker', () => {
     });
 
     const start = async (): Promise<GymClient> => {
-      await rm(join(stateDir, 'daemon.json'), { force: true });
-      child = spawn(process.execPath, [cliEntry, 'daemon', 'start', '--config', configPath], {
-        stdio: ['ignore', 'ignore', 'inherit'],
-      });
-      const info = await waitFor(
-        'daemon.json',
-        async () => {
-          const text = await readFile(join(stateDir, 'daemon.json'), 'utf8').catch(() => undefined);
-          return text === undefined ? undefined : (JSON.parse(text) as DaemonInfo);
-        },
-        20_000,
-      );
-      const token = (await readFile(join(stateDir, 'token'), 'utf8')).trim();
-      return new GymClient({ url: info.url!, token });
+      const started = await spawnDaemonProcess(configPath, stateDir);
+      child = started.child;
+      return started.client;
     };
 
     let client = await start();

@@ -1,13 +1,19 @@
 /** Builds a daemon for tests: a temporary state directory, a silent logger, chosen providers. */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import { GymClient } from '../client/client.ts';
 import type { Logger } from '../core/logger.ts';
 import { type DaemonConfigInput, loadConfig } from '../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../daemon/daemon.ts';
+import type { DaemonInfo } from '../daemon/identity.ts';
 import { ProviderRegistry } from '../providers/registry.ts';
 import type { SandboxProviderFactory } from '../providers/sandbox-provider.ts';
+import { waitFor } from './wait-for.ts';
+
+const CLI_ENTRY = new URL('../cli/main.ts', import.meta.url).pathname;
 
 export interface TestDaemon extends RunningDaemon {
   stateDir: string;
@@ -38,4 +44,28 @@ export async function startTestDaemon(
       if (config.stateDir === undefined) await rm(stateDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Starts `gym daemon start --config FILE` as a child process (so a test can kill -9 it) and
+ * waits for its daemon.json; returns the process and a client of it.
+ */
+export async function spawnDaemonProcess(
+  configPath: string,
+  stateDir: string,
+): Promise<{ child: ChildProcess; client: GymClient }> {
+  await rm(join(stateDir, 'daemon.json'), { force: true });
+  const child = spawn(process.execPath, [CLI_ENTRY, 'daemon', 'start', '--config', configPath], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const info = await waitFor(
+    'daemon.json',
+    async () => {
+      const text = await readFile(join(stateDir, 'daemon.json'), 'utf8').catch(() => undefined);
+      return text === undefined ? undefined : (JSON.parse(text) as DaemonInfo);
+    },
+    20_000,
+  );
+  const token = (await readFile(join(stateDir, 'token'), 'utf8')).trim();
+  return { child, client: new GymClient({ url: info.url!, token }) };
 }

@@ -6,7 +6,7 @@
  * and timeouts need the exec helper built (`exec-helper/gym-exec.c`). Without them, timeouts fall
  * back to the kill script inside the sandbox and `stopProcesses` is not offered.
  */
-import { accessSync, constants, statSync } from 'node:fs';
+import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
@@ -14,8 +14,13 @@ import type { Logger } from '../../core/logger.ts';
 import { ContainerCgroup, hostCgroup2Mount } from './exec-cgroups.ts';
 import { EXEC_HELPER_MOUNT, type ExecConfinement } from './one-shot-exec.ts';
 
-/** Where scripts/setup.sh builds the exec helper. */
-export const DEFAULT_EXEC_HELPER_PATH = fileURLToPath(new URL('../../.tools/gym-exec', import.meta.url));
+/**
+ * Where scripts/setup.sh builds the exec helper: `.tools/` of the checkout, seen from this module
+ * in the sources (`providers/docker/`) or in the build (`dist/providers/docker/`).
+ */
+export const DEFAULT_EXEC_HELPER_PATH = ['../../.tools/gym-exec', '../../../.tools/gym-exec']
+  .map((relative) => fileURLToPath(new URL(relative, import.meta.url)))
+  .reduce((found, candidate) => (existsSync(found) ? found : existsSync(candidate) ? candidate : found));
 
 /** How long `stopProcesses` waits for the processes it killed to be gone. */
 const STOP_WAIT_MS = 5_000;

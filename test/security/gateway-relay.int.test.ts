@@ -3,21 +3,18 @@
  * not make a host process per connection (a sandbox limited to 16 processes made 80 root
  * processes on the host through `socat ... fork`), and must not outlive a daemon killed with -9.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
-import type { DaemonInfo } from '../../daemon/identity.ts';
-import { startTestDaemon } from '../daemon-harness.ts';
+import { spawnDaemonProcess, startTestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
-import { waitFor } from '../wait-for.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
-const cliEntry = new URL('../../cli/main.ts', import.meta.url).pathname;
 const PORT = 4000;
 
 /** Opens `count` connections to the relay from one process, holds them, and reports how many the relay kept. */
@@ -172,19 +169,9 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
       );
       await rm(stateDir, { recursive: true, force: true });
     });
-    child = spawn(process.execPath, [cliEntry, 'daemon', 'start', '--config', configPath], {
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    const info = await waitFor(
-      'daemon.json',
-      async () => {
-        const text = await readFile(join(stateDir, 'daemon.json'), 'utf8').catch(() => undefined);
-        return text === undefined ? undefined : (JSON.parse(text) as DaemonInfo);
-      },
-      20_000,
-    );
-    const token = (await readFile(join(stateDir, 'token'), 'utf8')).trim();
-    const client = new GymClient({ url: info.url!, token });
+    const started = await spawnDaemonProcess(configPath, stateDir);
+    child = started.child;
+    const client = started.client;
     const sandbox = await client.createSandbox({ image: debian, ttlSeconds: 600 });
     await client.forwardGateway(sandbox.id, PORT);
     const probe = [
