@@ -4,11 +4,15 @@
  */
 import { GymError } from '../core/errors.ts';
 import { loadFactory } from '../core/modules.ts';
-import { createDockerProvider } from './docker/index.ts';
 import type { ProviderContext, SandboxProvider, SandboxProviderFactory } from './sandbox-provider.ts';
 
+/**
+ * Built-in providers, each loaded only when a daemon builds it: a provider's SDK (dockerode, and
+ * later a Kubernetes client or ssh2) is large, and a process that does not use it never loads it.
+ */
 export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>> = Object.freeze({
-  docker: createDockerProvider,
+  docker: async (options, context) =>
+    (await import('./docker/index.ts')).createDockerProvider(options, context),
 });
 
 /** The methods every provider must have; checked when a third-party module is loaded. */

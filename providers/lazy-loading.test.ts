@@ -1,0 +1,65 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const harnessUrl = new URL('../test/daemon-harness.ts', import.meta.url).href;
+const memoryUrl = new URL('../test/fixtures/memory-provider.ts', import.meta.url).href;
+const registryUrl = new URL('./registry.ts', import.meta.url).href;
+const coreUrls = {
+  clock: new URL('../core/clock.ts', import.meta.url).href,
+  logger: new URL('../core/logger.ts', import.meta.url).href,
+};
+
+/**
+ * Runs in a fresh Node process (a test runner's own module graph would hide what loads): records
+ * every module resolved while a daemon of the memory provider starts and stops, then while the
+ * registry builds a Docker provider, and prints both lists.
+ */
+const script = `
+import { registerHooks } from 'node:module';
+import { tmpdir } from 'node:os';
+const loaded = new Set();
+registerHooks({
+  resolve(specifier, context, nextResolve) {
+    const resolved = nextResolve(specifier, context);
+    loaded.add(resolved.url);
+    return resolved;
+  },
+});
+const { startTestDaemon } = await import(${JSON.stringify(harnessUrl)});
+const { MemoryProvider } = await import(${JSON.stringify(memoryUrl)});
+const daemon = await startTestDaemon(
+  { providers: [{ name: 'memory' }] },
+  { factories: { memory: (_options, context) => new MemoryProvider(context) } },
+);
+await daemon.cleanup();
+const withMemory = [...loaded];
+const { ProviderRegistry } = await import(${JSON.stringify(registryUrl)});
+const { systemClock } = await import(${JSON.stringify(coreUrls.clock)});
+const { silentLogger } = await import(${JSON.stringify(coreUrls.logger)});
+const docker = await new ProviderRegistry().create(
+  { name: 'docker', options: { socketPath: '/nonexistent.sock' } },
+  { namespace: 'lazy', daemonId: 'daemon-lazy', logger: silentLogger, clock: systemClock, maxLifetimeSeconds: 60, stateDirectory: tmpdir() },
+);
+await docker.close();
+console.log(JSON.stringify({ withMemory, withDocker: [...loaded] }));
+`;
+
+const isDockerModule = (url: string) => /\/node_modules\/dockerode\/|\/providers\/docker\//.test(url);
+
+describe('lazy loading of built-in providers', () => {
+  it('starts a daemon of another provider without loading dockerode; loads it for a Docker provider', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--input-type=module', '--eval', script],
+      { timeout: 30_000 },
+    );
+    const { withMemory, withDocker } = JSON.parse(stdout.trim().split('\n').pop()!) as {
+      withMemory: string[];
+      withDocker: string[];
+    };
+    expect(withMemory.some((url) => url.endsWith('/daemon/daemon.ts'))).toBe(true);
+    expect(withMemory.filter(isDockerModule)).toEqual([]);
+    expect(withDocker.some((url) => url.includes('/node_modules/dockerode/'))).toBe(true);
+  }, 40_000);
+});
