@@ -13,14 +13,6 @@ import { GatewayRelays } from './gateway-relay.ts';
 
 const BIG = Buffer.alloc(32 * 1024 * 1024, 7);
 
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
-
 function readAll(socket: Socket): Promise<Buffer> {
   const chunks: Buffer[] = [];
   socket.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -34,11 +26,12 @@ describe('gateway relay byte handling', () => {
   let directory: string;
   let upstream: Server;
   let relays: GatewayRelays;
+  let socketPath: string;
   let port: number;
 
   beforeAll(async () => {
     directory = await mkdtemp(join(tmpdir(), 'gym-relay-'));
-    const socketPath = join(directory, 'gateway.sock');
+    socketPath = join(directory, 'gateway.sock');
     // Answers "big" with 4 MiB at once, and anything else, after the client's end, with its bytes back.
     upstream = createServer({ allowHalfOpen: true }, (socket) => {
       const received: Buffer[] = [];
@@ -53,14 +46,24 @@ describe('gateway relay byte handling', () => {
     });
     await new Promise<void>((resolve) => upstream.listen(socketPath, resolve));
     relays = new GatewayRelays({ maxConnections: 4, idleTimeoutMs: 5_000, logger: silentLogger });
-    port = await freePort();
-    await relays.open('sbx-test', process.pid, port, socketPath);
+    port = await relays.open('sbx-test', process.pid, 0, socketPath);
   });
 
   afterAll(async () => {
     relays?.closeAll();
     upstream?.close();
     await rm(directory, { recursive: true, force: true });
+  });
+
+  it('listens on a free port, answers the same port again, and on the port asked for', async () => {
+    expect(port).toBeGreaterThan(0);
+    expect(await relays.open('sbx-test', process.pid, 0, socketPath)).toBe(port);
+    expect(await relays.portOf('sbx-test')).toBe(port);
+    // What a restarted daemon does: open again on the port the sandbox had.
+    relays.close('sbx-test');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(relays.portOf('sbx-test')).toBeUndefined();
+    expect(await relays.open('sbx-test', process.pid, port, socketPath)).toBe(port);
   });
 
   it('delivers every byte to a reader that half-closed and waits before reading', async () => {

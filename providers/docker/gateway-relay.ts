@@ -1,22 +1,24 @@
 /**
  * Relays a port on a sandbox's loopback to a unix socket of the host (the model gateway), from
- * inside the daemon's own event loop.
+ * inside the daemon's own event loop: how the Docker provider gives a sandbox gateway reach.
  *
- * A helper (`netns-listener.ts`) is started once per forward in the sandbox's network namespace
- * (`nsenter -t <pid> -n`); it listens on 127.0.0.1:<port>, hands the listening socket to the
- * daemon over an IPC channel and exits. From then on no host process exists for the relay: the
- * daemon accepts each connection and pipes it to the unix socket. So:
+ * A helper (`netns-listener.ts`) is started once per sandbox in its network namespace
+ * (`nsenter -t <pid> -n`); it listens on 127.0.0.1 (on a given port, or any free one), hands the
+ * listening socket to the daemon over an IPC channel and exits. From then on no host process
+ * exists for the relay: the daemon accepts each connection and pipes it to the unix socket. A
+ * sandbox has a network namespace of its own, so ports never collide between sandboxes. So:
  *
- * - **Cost**: one listening descriptor per forwarded port while the sandbox lives; per open
+ * - **Cost**: one listening descriptor per sandbox with gateway reach; per open
  *   connection two sockets (sandbox side, gateway side): measured here about 4 KiB of heap and
  *   9 KiB of RSS when idle (socat took a 2.4 MiB process per connection), and at most the
  *   streams' buffers (64 KiB each way) under backpressure. The helper costs one short-lived Node
- *   process per forward, not per connection: a forward takes 150-200 ms on a busy 2-core host.
- * - **Bound**: at most `maxConnections` open connections per sandbox (over all its ports); one
+ *   process per sandbox, not per connection: opening a relay takes 150-200 ms on a busy 2-core host.
+ * - **Bound**: at most `maxConnections` open connections per sandbox; one
  *   beyond is accepted and closed at once (counted in `refusedTotal`). A connection with no
  *   traffic either way for `idleTimeoutMs` is closed.
  * - **Crash**: the listening socket lives only in the daemon's descriptor table, so when the
- *   daemon dies (even by kill -9) the kernel closes it and nothing stays on the host.
+ *   daemon dies (even by kill -9) the kernel closes it and nothing stays on the host. A restarted
+ *   daemon opens the relay again on the same port (the agent inside has its URL configured).
  */
 import { spawn } from 'node:child_process';
 import { connect, type Server, type Socket } from 'node:net';
@@ -33,7 +35,7 @@ const LISTENER_PATH = fileURLToPath(
 const HANDOVER_TIMEOUT_MS = 15_000;
 
 export interface GatewayRelayOptions {
-  /** Open connections per sandbox, over all its forwarded ports. */
+  /** Open connections per sandbox. */
   maxConnections: number;
   /** A connection with no bytes either way for this long is closed. */
   idleTimeoutMs: number;
@@ -41,14 +43,16 @@ export interface GatewayRelayOptions {
 }
 
 interface SandboxRelay {
-  /** Listening (or about to) per port. */
-  listeners: Map<number, Promise<Server>>;
+  /** The listening socket and its port, once the helper handed it over. */
+  listening: Promise<{ server: Server; port: number }>;
   /** Each open connection, by the function that aborts both of its sockets. */
   connections: Set<() => void>;
   isClosed: boolean;
 }
 
-type HelperMessage = { type: 'listening' } | { type: 'error'; code: string | null; message: string };
+type HelperMessage =
+  | { type: 'listening'; port: number }
+  | { type: 'error'; code: string | null; message: string };
 
 export class GatewayRelays {
   readonly #options: GatewayRelayOptions;
@@ -60,44 +64,60 @@ export class GatewayRelays {
   }
 
   /**
-   * Listens on 127.0.0.1:`port` in the network namespace of process `pid` (the sandbox's init)
-   * and relays each connection to `socketPath`. Idempotent per sandbox and port.
-   * @throws GymError `CAPABILITY_UNSUPPORTED` (no nsenter, or not root), `PROVIDER_ERROR` (the
-   *   port is taken in the sandbox, or the helper failed).
+   * The port the sandbox's relay listens on (once it does), or undefined when it has none: no
+   * call to the engine, so a repeated `open` of a live relay costs nothing.
    */
-  async open(sandboxId: string, pid: number, port: number, socketPath: string): Promise<void> {
-    let relay = this.#bySandbox.get(sandboxId);
-    if (relay === undefined) {
-      relay = { listeners: new Map(), connections: new Set(), isClosed: false };
-      this.#bySandbox.set(sandboxId, relay);
-    }
-    const existing = relay.listeners.get(port);
-    if (existing !== undefined) {
-      await existing;
-      return;
-    }
-    const listening = this.#listenInNamespace(pid, port);
-    relay.listeners.set(port, listening);
-    let server: Server;
+  portOf(sandboxId: string): Promise<number> | undefined {
+    return this.#bySandbox.get(sandboxId)?.listening.then(({ port }) => port);
+  }
+
+  /**
+   * Listens on 127.0.0.1:`port` (0: any free port) in the network namespace of process `pid`
+   * (the sandbox's init) and relays each connection to `socketPath`; resolves with the port.
+   * One relay per sandbox: while it is open (or opening), another call answers its port.
+   * @throws GymError `CAPABILITY_UNSUPPORTED` (no nsenter, or not root), `PROVIDER_ERROR` (the
+   *   port is taken in the sandbox, or the helper failed), `SANDBOX_NOT_FOUND` (closed while
+   *   opening: the sandbox was destroyed).
+   */
+  async open(sandboxId: string, pid: number, port: number, socketPath: string): Promise<number> {
+    const existing = this.#bySandbox.get(sandboxId);
+    if (existing !== undefined) return (await existing.listening).port;
+    const relay: SandboxRelay = {
+      listening: this.#listenInNamespace(pid, port),
+      connections: new Set(),
+      isClosed: false,
+    };
+    this.#bySandbox.set(sandboxId, relay);
+    let opened: { server: Server; port: number };
     try {
-      server = await listening;
+      opened = await relay.listening;
     } catch (error) {
-      if (relay.listeners.get(port) === listening) relay.listeners.delete(port);
+      if (this.#bySandbox.get(sandboxId) === relay) this.#bySandbox.delete(sandboxId);
       throw error;
     }
-    const owner = relay;
     // Destroyed while the helper was starting: let go of the socket at once.
-    if (owner.isClosed) {
-      server.close();
-      return;
+    if (relay.isClosed) {
+      opened.server.close();
+      throw new GymError(
+        'SANDBOX_NOT_FOUND',
+        `sandbox ${sandboxId} was destroyed while its gateway relay opened`,
+        {
+          details: { sandboxId },
+        },
+      );
     }
+    const { server } = opened;
     // A client may half-close after its request and still read the answer.
     // (Node reads this property of the server for every accepted socket; its types omit it.)
     (server as Server & { allowHalfOpen: boolean }).allowHalfOpen = true;
-    server.on('connection', (socket) => this.#accept(owner, socket, socketPath));
+    server.on('connection', (socket) => this.#accept(relay, socket, socketPath));
     server.on('error', (error) =>
-      this.#options.logger.warn({ sandboxId, port, error: error.message }, 'gateway relay listener failed'),
+      this.#options.logger.warn(
+        { sandboxId, port: opened.port, error: error.message },
+        'gateway relay listener failed',
+      ),
     );
+    return opened.port;
   }
 
   /** Stops listening and closes every connection of the sandbox. Idempotent. */
@@ -106,8 +126,7 @@ export class GatewayRelays {
     if (relay === undefined) return;
     this.#bySandbox.delete(sandboxId);
     relay.isClosed = true;
-    for (const listening of relay.listeners.values())
-      listening.then((server) => server.close()).catch(() => {});
+    relay.listening.then(({ server }) => server.close()).catch(() => {});
     for (const abort of relay.connections) abort();
     relay.connections.clear();
   }
@@ -120,7 +139,7 @@ export class GatewayRelays {
     let listeners = 0;
     let connections = 0;
     for (const relay of this.#bySandbox.values()) {
-      listeners += relay.listeners.size;
+      listeners += 1;
       connections += relay.connections.size;
     }
     return { listeners, connections, refusedTotal: this.#refusedTotal };
@@ -154,8 +173,8 @@ export class GatewayRelays {
     outbound.pipe(inbound);
   }
 
-  #listenInNamespace(pid: number, port: number): Promise<Server> {
-    return new Promise<Server>((resolve, reject) => {
+  #listenInNamespace(pid: number, port: number): Promise<{ server: Server; port: number }> {
+    return new Promise((resolve, reject) => {
       const child = spawn(
         'nsenter',
         ['-t', String(pid), '-n', process.execPath, LISTENER_PATH, String(port)],
@@ -195,7 +214,7 @@ export class GatewayRelays {
       );
       child.on('message', (message: HelperMessage, handle: unknown) => {
         if (message.type === 'listening' && handle !== undefined) {
-          settle(() => resolve(handle as Server));
+          settle(() => resolve({ server: handle as Server, port: message.port }));
         } else if (message.type === 'error') {
           settle(() =>
             reject(
