@@ -5,6 +5,7 @@
  *
  *   npm run bench:exec            (BENCH_EXEC_COUNT=200 by default)
  */
+import { tmpdir } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { systemClock } from '../core/clock.ts';
 import { createId } from '../core/ids.ts';
@@ -26,6 +27,8 @@ const provider = new DockerProvider(docker, {
   logger: silentLogger,
   clock: systemClock,
   maxLifetimeSeconds: 3600,
+  // The Docker provider keeps no state of its own.
+  stateDirectory: tmpdir(),
 });
 const image = await imageReference(findImageDefinition('busybox')!);
 const sandbox = await provider.create(SandboxSpecSchema.parse({ image, ttlSeconds: 600 }));

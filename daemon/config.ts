@@ -23,8 +23,10 @@ export const DEFAULT_RESOURCES = { cpus: 2, memoryMiB: 4096, pidsLimit: 1024 } a
 
 export const ProviderConfigSchema = z
   .object({
-    /** Registry name; also what specs say in `provider`. */
-    name: z.string().min(1),
+    /** Registry name; also what specs say in `provider`, and the name of its state directory. */
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/, {
+      message: 'must be 1-63 letters, digits, `-` or `_`, starting with a letter or digit',
+    }),
     /** Module path or package of a third-party provider (relative to the config file). */
     module: z.string().optional(),
     /** Passed to the provider's factory; each provider validates its own. */

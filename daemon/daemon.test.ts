@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +11,41 @@ const factories = { memory: (_options: unknown, context: ProviderContext) => new
 const providers = [{ name: 'memory' }];
 
 describe('daemon start-up', () => {
+  it('gives each provider a state directory of its own, 0700, that it finds again after a restart', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-provider-state-'));
+    const seen: string[] = [];
+    const keeping = {
+      memory: async (_options: unknown, context: ProviderContext) => {
+        seen.push(context.stateDirectory);
+        const marker = join(context.stateDirectory, 'inventory.json');
+        const previous = await readFile(marker, 'utf8').catch(() => null);
+        await writeFile(marker, String(Number(previous ?? 0) + 1), { mode: 0o600 });
+        return new MemoryProvider(context);
+      },
+    };
+    const first = await startTestDaemon({ stateDir, providers }, { factories: keeping });
+    await first.stop();
+    const second = await startTestDaemon({ stateDir, providers }, { factories: keeping });
+    await second.stop();
+    expect(seen).toEqual([join(stateDir, 'providers', 'memory'), join(stateDir, 'providers', 'memory')]);
+    expect(await readFile(join(stateDir, 'providers', 'memory', 'inventory.json'), 'utf8')).toBe('2');
+    for (const directory of [join(stateDir, 'providers'), join(stateDir, 'providers', 'memory')]) {
+      expect((await stat(directory)).mode & 0o777).toBe(0o700);
+    }
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
+  it('refuses a provider name that is not one path segment', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-provider-name-'));
+    const error = await startTestDaemon(
+      { stateDir, providers: [{ name: '../escape' }] },
+      { factories },
+    ).catch((caught: unknown) => caught);
+    expect(error).toMatchObject({ code: 'VALIDATION_FAILED' });
+    expect((error as Error).message).toContain('providers.0.name');
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
   it('refuses a second daemon on the same state directory, and frees it on stop', async () => {
     const stateDir = await mkdtemp(join(tmpdir(), 'gym-lock-'));
     const first = await startTestDaemon({ stateDir, providers }, { factories });

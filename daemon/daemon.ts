@@ -50,6 +50,19 @@ export interface StartDaemonOptions {
   listen?: boolean;
 }
 
+/**
+ * `<state>/providers/<name>/`, each level 0700 and owned by this user, like the state directory
+ * itself (see `ProviderContext.stateDirectory`). The config allows only names that are one path
+ * segment.
+ */
+async function ensureProviderStateDirectory(stateDir: string, name: string): Promise<string> {
+  const providersDirectory = join(stateDir, 'providers');
+  await ensureStateDir(providersDirectory);
+  const directory = join(providersDirectory, name);
+  await ensureStateDir(directory);
+  return directory;
+}
+
 export async function startDaemon(options: StartDaemonOptions): Promise<RunningDaemon> {
   const { config } = options;
   await ensureStateDir(config.stateDir);
@@ -78,6 +91,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
       logger: logger.child({ provider: provider.name }),
       clock,
       maxLifetimeSeconds: config.maxLifetimeSeconds,
+      stateDirectory: await ensureProviderStateDirectory(config.stateDir, provider.name),
     };
     providers.set(provider.name, await registry.create(provider, context));
   }

@@ -1,3 +1,4 @@
+import { tmpdir } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { systemClock } from '../core/clock.ts';
 import { GymError } from '../core/errors.ts';
@@ -11,6 +12,7 @@ const context: ProviderContext = {
   logger: silentLogger,
   clock: systemClock,
   maxLifetimeSeconds: 60,
+  stateDirectory: tmpdir(),
 };
 
 async function failure(promise: Promise<unknown>): Promise<GymError> {

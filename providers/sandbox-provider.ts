@@ -92,6 +92,14 @@ export interface ProviderContext {
 
 export interface CreateOptions {
   /** The sandbox id to use (the daemon chooses ids so it can record them first); generated if absent. */
+  /**
+   * A directory of this provider's own (`<daemon state>/providers/<name>/`, mode 0700), kept
+   * across restarts of the daemon: what the provider must find again after a crash and the
+   * backend cannot tell it (a Slurm job id, a host inventory, relay records). It exists when the
+   * factory is called and is empty on the first start. Nothing else writes there; a provider that
+   * keeps nothing ignores it. Files holding secrets should be written 0600.
+   */
+  stateDirectory: string;
   id?: string;
   /** The pool the sandbox belongs to, written into its labels. */
   pool?: string | null;

@@ -1,3 +1,4 @@
+import { tmpdir } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/clock.ts';
 import { GymError } from '../../core/errors.ts';
@@ -34,6 +35,8 @@ export function testContext(overrides: Partial<ProviderContext> = {}): ProviderC
     logger: silentLogger,
     clock: systemClock,
     maxLifetimeSeconds: 3600,
+    // The Docker provider keeps no state of its own.
+    stateDirectory: tmpdir(),
     ...overrides,
   };
 }

@@ -4,6 +4,7 @@
  * through a session, on busybox and on Debian; what is left is read from the host (`docker top`),
  * never through the sandbox's own tools, which the attack may have replaced.
  */
+import { tmpdir } from 'node:os';
 import type Docker from 'dockerode';
 import { afterAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/clock.ts';
@@ -63,6 +64,7 @@ describe.skipIf(skipReason !== undefined)('a timed-out command leaves no process
     logger: silentLogger,
     clock: systemClock,
     maxLifetimeSeconds: 3600,
+    stateDirectory: tmpdir(),
   });
   const created: string[] = [];
   let seconds = 3000 + Math.floor(Math.random() * 1000) * 10;
@@ -140,6 +142,7 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
       logger: silentLogger,
       clock: systemClock,
       maxLifetimeSeconds: 3600,
+      stateDirectory: tmpdir(),
     },
     { execHelperPath: '/nonexistent/gym-exec' },
   );
