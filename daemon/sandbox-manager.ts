@@ -14,6 +14,12 @@ import { type SandboxInfo, type SandboxSpec, SandboxSpecSchema } from '../core/s
 import { parseOrThrow } from '../core/validate.ts';
 import type { ExecOptions, FileContent, RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
 import { Admission, type CreateSlot } from './admission.ts';
+import {
+  requireSnapshot,
+  requireSpecCapabilities,
+  requireStopProcesses,
+  sessionOrOneShot,
+} from './capabilities.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
@@ -222,12 +228,20 @@ export class SandboxManager implements SandboxCounts {
     });
   }
 
+  /**
+   * Whether the spec's provider exists and can make what it asks for (before a pool is defined on it).
+   * @throws GymError `PROVIDER_NOT_FOUND`, `CAPABILITY_UNSUPPORTED`.
+   */
+  checkSpec(spec: SandboxSpec): void {
+    const providerName = spec.provider ?? this.defaultProvider;
+    requireSpecCapabilities(providerName, this.#provider(providerName), spec);
+  }
+
   #providerFor(spec: SandboxSpec): string {
     if (this.#isShuttingDown)
       throw new GymError('SHUTTING_DOWN', 'the daemon is shutting down and creates no sandboxes');
-    const providerName = spec.provider ?? this.defaultProvider;
-    this.#provider(providerName);
-    return providerName;
+    this.checkSpec(spec);
+    return spec.provider ?? this.defaultProvider;
   }
 
   async #createRecord(
@@ -324,14 +338,13 @@ export class SandboxManager implements SandboxCounts {
     const record = this.#store.get(id);
     if (record === undefined) return false;
     const provider = this.#provider(record.provider);
-    const request = parseOrThrow(
-      ExecRequestSchema,
-      {
-        argv: ['true'],
-        timeoutMs: 5_000,
-        ...(provider.capabilities.sessions ? { session: 'gym-health' } : {}),
-      },
-      'health check',
+    const { request } = sessionOrOneShot(
+      provider,
+      parseOrThrow(
+        ExecRequestSchema,
+        { argv: ['true'], timeoutMs: 5_000, session: 'gym-health' },
+        'health check',
+      ),
     );
     const result = await provider.exec(id, request).catch(() => null);
     return result?.status === 'ok' && result.exitCode === 0;
@@ -439,21 +452,19 @@ export class SandboxManager implements SandboxCounts {
   async exec(id: string, input: ExecRequestInput | unknown, options: ExecOptions = {}): Promise<ExecResult> {
     const request = parseOrThrow(ExecRequestSchema, input, 'exec request');
     return this.#use(id, async (provider, record) => {
-      if (request.session !== undefined && !provider.capabilities.sessions) {
-        throw new GymError('CAPABILITY_UNSUPPORTED', `provider ${record.provider} has no sessions`, {
-          details: { provider: record.provider },
-        });
-      }
+      const { request: runnable, isSession } = sessionOrOneShot(provider, request);
       const started = performance.now();
       const withEnv =
         Object.keys(record.execEnv).length === 0
-          ? request
-          : { ...request, env: { ...record.execEnv, ...request.env } };
-      const result = await this.#confirmAlive(provider, id, await provider.exec(id, withEnv, options));
+          ? runnable
+          : { ...runnable, env: { ...record.execEnv, ...runnable.env } };
+      const ran = await this.#confirmAlive(provider, id, await provider.exec(id, withEnv, options));
+      // Only a session asked for and not had is worth saying: the caller may rely on its speed.
+      const result = request.session !== undefined && !isSession ? { ...ran, session: false as const } : ran;
       this.#metrics?.execSeconds.observe(
         {
           provider: record.provider,
-          mode: request.session === undefined ? 'one-shot' : 'session',
+          mode: isSession ? 'session' : 'one-shot',
           status: result.status,
         },
         (performance.now() - started) / 1000,
@@ -522,31 +533,11 @@ export class SandboxManager implements SandboxCounts {
    * @throws GymError `CAPABILITY_UNSUPPORTED` when the sandbox's provider cannot.
    */
   stopProcesses(id: string): Promise<{ killed: number }> {
-    return this.#use(id, (provider, record) => {
-      if (provider.stopProcesses === undefined || !provider.capabilities.stopProcesses) {
-        throw new GymError(
-          'CAPABILITY_UNSUPPORTED',
-          `provider ${record.provider} cannot stop the processes of a sandbox`,
-          { details: { provider: record.provider, capability: 'stopProcesses' } },
-        );
-      }
-      return provider.stopProcesses(id);
-    });
+    return this.#use(id, (provider, record) => requireStopProcesses(record.provider, provider)(id));
   }
 
   snapshot(id: string, image: string): Promise<{ image: string }> {
-    return this.#use(id, (provider, record) => {
-      if (provider.snapshot === undefined || !provider.capabilities.snapshot) {
-        throw new GymError(
-          'CAPABILITY_UNSUPPORTED',
-          `provider ${record.provider} cannot snapshot sandboxes`,
-          {
-            details: { provider: record.provider, capability: 'snapshot' },
-          },
-        );
-      }
-      return provider.snapshot(id, { image });
-    });
+    return this.#use(id, (provider, record) => requireSnapshot(record.provider, provider)(id, { image }));
   }
 
   /** Destroys sandboxes whose lease or deadline has passed. */

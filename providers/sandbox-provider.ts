@@ -51,7 +51,11 @@ export interface ProviderCapabilities {
   gpus: boolean;
   /** `resources.diskMiB`. */
   diskLimit: boolean;
-  /** The `network` modes a spec may ask for (those the backend has and the operator allowed). */
+  /**
+   * The `network` modes (our names) the backend has; the manager refuses any other with
+   * `CAPABILITY_UNSUPPORTED`. A provider may allow fewer by its operator's settings and refuse
+   * the rest at create (`FORBIDDEN_BY_CONFIG`).
+   */
   networkModes: ReadonlyArray<SandboxSpec['network']>;
   /** `forwardToHostSocket()`: a port on the sandbox's loopback relayed to a unix socket of the host. */
   hostForward: boolean;

@@ -66,5 +66,11 @@ export const ExecResultSchema = z.object({
   stdoutBytes: z.number().int().nonnegative(),
   stderrBytes: z.number().int().nonnegative(),
   durationMs: z.number().nonnegative(),
+  /**
+   * `false` when the request named a session and the provider has none, so the command ran
+   * one-shot (it behaves the same, only each command pays for its own exec). Absent otherwise:
+   * a request with a session ran in it.
+   */
+  session: z.literal(false).optional(),
 });
 export type ExecResult = z.infer<typeof ExecResultSchema>;

@@ -131,6 +131,8 @@ export class PoolManager implements PoolCounts {
   async define(name: string, input: unknown): Promise<{ stats: PoolStats; isNew: boolean }> {
     parseOrThrow(PoolNameSchema, name, 'pool name');
     const definition = parseOrThrow(PoolDefinitionSchema, input, `pool ${name}`);
+    // Refused now, not by every refill in the background.
+    this.#manager.checkSpec(definition.spec);
     const existing = this.#pools.get(name);
     if (existing === undefined)
       this.#pools.set(name, new Pool(name, definition, this.#manager, this.#logger, this.#metrics));

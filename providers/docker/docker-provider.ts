@@ -195,7 +195,9 @@ export class DockerProvider implements SandboxProvider {
       snapshot: true,
       gpus: this.#options.gpus,
       diskLimit: this.#options.diskQuota,
-      networkModes: [...this.#options.allowedNetworkModes],
+      // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
+      // checked at create as FORBIDDEN_BY_CONFIG).
+      networkModes: [...NetworkModeSchema.options],
       hostForward: this.#options.hostForward,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
       stopProcesses: hasHostControl,

@@ -1,0 +1,94 @@
+/**
+ * Every capability check of the manager, in one place: what a request needs of its provider
+ * beyond the required operations (`ProviderCapabilities`). A missing capability is refused here,
+ * before the request reaches the provider, with `CAPABILITY_UNSUPPORTED` and details
+ * `{ provider, capability }`; providers may keep their own checks as a second line.
+ *
+ * Sessions are the exception: they are a hint. By the exec contract a command behaves the same
+ * through a session and one-shot, so where there are none the command runs one-shot and its
+ * result says so (`session: false`).
+ */
+import { GymError } from '../core/errors.ts';
+import type { ExecRequest } from '../core/schemas/exec.ts';
+import type { SandboxSpec } from '../core/schemas/sandbox.ts';
+import type { ProviderCapabilities, SandboxProvider } from '../providers/sandbox-provider.ts';
+
+function unsupported(
+  providerName: string,
+  capability: keyof ProviderCapabilities,
+  message: string,
+  details: Record<string, unknown> = {},
+): GymError {
+  return new GymError('CAPABILITY_UNSUPPORTED', `provider ${providerName} ${message}`, {
+    details: { provider: providerName, capability, ...details },
+  });
+}
+
+/**
+ * What a spec asks of its provider: gpus, a disk limit, and its network mode (the names are
+ * ours; each provider declares which of them it has).
+ * @throws GymError `CAPABILITY_UNSUPPORTED` naming the first capability missing.
+ */
+export function requireSpecCapabilities(
+  providerName: string,
+  provider: SandboxProvider,
+  spec: SandboxSpec,
+): void {
+  const { capabilities } = provider;
+  if ((spec.resources.gpus ?? 0) > 0 && !capabilities.gpus) {
+    throw unsupported(providerName, 'gpus', 'cannot give a sandbox gpus (resources.gpus)');
+  }
+  if (spec.resources.diskMiB !== undefined && !capabilities.diskLimit) {
+    throw unsupported(providerName, 'diskLimit', "cannot limit a sandbox's disk (resources.diskMiB)");
+  }
+  if (!capabilities.networkModes.includes(spec.network)) {
+    throw unsupported(
+      providerName,
+      'networkModes',
+      `has no network mode "${spec.network}"; it has: ${capabilities.networkModes.join(', ')}`,
+      { network: spec.network, available: [...capabilities.networkModes] },
+    );
+  }
+}
+
+/**
+ * The request as the provider can run it: through its session where the provider has sessions,
+ * otherwise one-shot (`isSession: false`, and the request no longer names a session).
+ */
+export function sessionOrOneShot(
+  provider: SandboxProvider,
+  request: ExecRequest,
+): { request: ExecRequest; isSession: boolean } {
+  if (request.session === undefined) return { request, isSession: false };
+  if (provider.capabilities.sessions) return { request, isSession: true };
+  const { session: _hint, ...oneShot } = request;
+  return { request: oneShot, isSession: false };
+}
+
+/**
+ * `snapshot()`, bound to its provider.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` without the `snapshot` capability.
+ */
+export function requireSnapshot(
+  providerName: string,
+  provider: SandboxProvider,
+): NonNullable<SandboxProvider['snapshot']> {
+  if (provider.snapshot === undefined || !provider.capabilities.snapshot) {
+    throw unsupported(providerName, 'snapshot', 'cannot snapshot sandboxes');
+  }
+  return provider.snapshot.bind(provider);
+}
+
+/**
+ * `stopProcesses()`, bound to its provider.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` without the `stopProcesses` capability.
+ */
+export function requireStopProcesses(
+  providerName: string,
+  provider: SandboxProvider,
+): NonNullable<SandboxProvider['stopProcesses']> {
+  if (provider.stopProcesses === undefined || !provider.capabilities.stopProcesses) {
+    throw unsupported(providerName, 'stopProcesses', 'cannot stop the processes of a sandbox');
+  }
+  return provider.stopProcesses.bind(provider);
+}
