@@ -85,11 +85,34 @@ export const LabelKeySchema = z.string().regex(/^[a-z0-9]([a-z0-9._-]{0,61}[a-z0
   message: 'label keys are 1-63 characters of a-z, 0-9, ".", "_" or "-", starting and ending alphanumeric',
 });
 
+/**
+ * One label value, as the strictest backend stores it (a Kubernetes label value): at most 63
+ * characters of letters, digits, ".", "_" or "-", starting and ending with a letter or digit, or
+ * empty. Values are identities to filter by (a task, a role); longer facts belong elsewhere.
+ */
+export const LABEL_VALUE_PATTERN = /^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$/;
+export const LabelValueSchema = z.string().regex(LABEL_VALUE_PATTERN, {
+  message:
+    'label values are at most 63 characters of letters, digits, ".", "_" or "-", starting and ending with a letter or digit (or empty)',
+});
+
+/**
+ * A label value made from any text (a task id, a name): characters a value cannot hold become
+ * "-", and it is cut to 63 characters and trimmed to start and end alphanumeric. Distinct texts
+ * may give one value; use it to filter by, not as a key.
+ */
+export function toLabelValue(text: string): string {
+  return text
+    .replace(/[^A-Za-z0-9._-]/g, '-')
+    .slice(0, 63)
+    .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
+}
+
 /** Labels on one sandbox: each is carried on the provider's resource, so they stay few and short. */
 export const MAX_LABELS = 64;
 
 export const LabelsSchema = z
-  .record(LabelKeySchema, z.string().max(253))
+  .record(LabelKeySchema, LabelValueSchema)
   .refine((labels) => Object.keys(labels).length <= MAX_LABELS, {
     message: `must hold at most ${MAX_LABELS} labels`,
   });

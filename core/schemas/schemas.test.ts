@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { GymError } from '../errors.ts';
 import { parseOrThrow } from '../validate.ts';
+import { LABEL_VALUE_PATTERN, toLabelValue } from './common.ts';
 import { ExecRequestSchema } from './exec.ts';
 import { SandboxSpecSchema } from './sandbox.ts';
 
@@ -48,6 +49,35 @@ describe('SandboxSpec', () => {
     [{ image: 'x', readiness: { argv: ['true'], command: 'true' } }, 'readiness'],
   ])('refuses %j naming %s', (input, field) => {
     expect(validationError(() => parseOrThrow(SandboxSpecSchema, input, 'spec')).message).toContain(field);
+  });
+});
+
+describe('labels', () => {
+  it.each(['a', 'django__django-11099', 'Task.1_b', 'x'.repeat(63), ''])('takes the value %j', (value) => {
+    expect(parseOrThrow(SandboxSpecSchema, { image: 'x', labels: { task: value } }, 'spec').labels.task).toBe(
+      value,
+    );
+  });
+
+  it.each(['owner/repo#1', 'x'.repeat(64), '-leading', 'trailing.', 'with space', 'colon:1'])(
+    'refuses the value %j, naming the label',
+    (value) => {
+      const error = validationError(() =>
+        parseOrThrow(SandboxSpecSchema, { image: 'x', labels: { ok: 'fine', task: value } }, 'spec'),
+      );
+      expect(error.details.issues).toEqual([expect.objectContaining({ path: 'labels.task' })]);
+      expect(error.message).toContain('63 characters');
+    },
+  );
+
+  it('makes a valid value from any text', () => {
+    expect(toLabelValue('django__django-11099')).toBe('django__django-11099');
+    expect(toLabelValue('owner/repo#12')).toBe('owner-repo-12');
+    expect(toLabelValue('/weird name/')).toBe('weird-name');
+    for (const text of [`${'a'.repeat(62)}/b`, '__x__', 'é', 'x'.repeat(300)]) {
+      expect(toLabelValue(text)).toMatch(LABEL_VALUE_PATTERN);
+      expect(toLabelValue(text).length).toBeLessThanOrEqual(63);
+    }
   });
 });
 

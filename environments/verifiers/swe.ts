@@ -6,6 +6,7 @@
  */
 import type { GymClient } from '../../client/client.ts';
 import { isGymError } from '../../core/errors.ts';
+import { toLabelValue } from '../../core/schemas/common.ts';
 import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
@@ -103,10 +104,7 @@ export async function verifySwe(
         image: task.image,
         labels: {
           role: 'verifier',
-          task: task.instance_id
-            .toLowerCase()
-            .replace(/[^a-z0-9._-]/g, '-')
-            .slice(0, 63),
+          task: toLabelValue(task.instance_id),
         },
         ttlSeconds: 1800,
       })
