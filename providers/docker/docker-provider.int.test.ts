@@ -86,6 +86,9 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     expect(leaseMs).toBe(120_000);
     expect(Number(labels['gym.deadline-at']) - Number(labels['gym.created-at'])).toBe(3600_000);
     expect(info.pool).toBe('p1');
+    // Labels hold identity only: the image is read back from the container's own config.
+    expect(labels['gym.image']).toBeUndefined();
+    expect((await provider.get(info.id)).image).toBe(busybox);
   });
 
   it('runs an init that reaps zombies, drops capabilities, and forbids new privileges', async () => {

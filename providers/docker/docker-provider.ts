@@ -275,7 +275,6 @@ export class DockerProvider implements SandboxProvider {
       },
       spec.labels,
     );
-    labels[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.image] = spec.image;
     const { resources } = spec;
 
     let container: Docker.Container;
@@ -392,6 +391,12 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
+  /**
+   * `image` is the container's own record of it (inspect's `Config.Image`, list's `Image`), not
+   * a label: labels hold identity only. (Containers of older daemons also carry a `gym.image`
+   * label; nothing reads it.) A listing shows the image id instead of the reference when that
+   * reference has since been moved to another image.
+   */
   #toInfo(
     labels: Record<string, string>,
     state: string | undefined,
@@ -404,7 +409,7 @@ export class DockerProvider implements SandboxProvider {
       ...decoded,
       provider: this.name,
       state: containerState(state),
-      image: labels[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.image] ?? image,
+      image,
       providerRef: ref,
     };
   }

@@ -2,7 +2,8 @@
  * The facts every resource carries so a reaper can find it without the daemon's state: which
  * deployment (namespace), which daemon, which sandbox, which pool, when it was made and when it
  * must be gone. Timestamps are epoch milliseconds so the values are legal on every backend
- * (Kubernetes label values allow no colons).
+ * (Kubernetes label values allow no colons). Only identity goes here: other facts (the image, the
+ * spec) stay in the resource's own configuration, or where a backend has none, in a state file.
  */
 import type { SandboxInfo } from '../../core/schemas/sandbox.ts';
 
@@ -14,7 +15,6 @@ export const SYSTEM_LABELS = {
   createdAt: 'created-at',
   leaseExpiresAt: 'lease-expires-at',
   deadlineAt: 'deadline-at',
-  image: 'image',
 } as const;
 
 /** User labels live under their own sub-prefix so they can never overwrite ours. */
