@@ -12,7 +12,13 @@ import type { Sandbox } from '../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../core/schemas/exec.ts';
 import { type SandboxInfo, type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../core/validate.ts';
-import type { ExecOptions, FileContent, RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
+import type {
+  ExecOptions,
+  FileContent,
+  RelayStats,
+  SandboxListing,
+  SandboxProvider,
+} from '../providers/sandbox-provider.ts';
 import { Admission, type CreateSlot } from './admission.ts';
 import {
   requireSnapshot,
@@ -51,6 +57,17 @@ export interface SandboxManagerOptions {
   clock: Clock;
 }
 
+/** What one reconcile did, for logs and tests. */
+export interface ReconcileSummary {
+  /** Sandboxes of the provider kept as they are. */
+  adopted: number;
+  destroyed: number;
+  /** Records whose resource the listing showed gone. */
+  forgotten: number;
+  /** Records of the provider now kept as unreachable (their part of the backend did not answer). */
+  unreachable: number;
+}
+
 export interface ListOptions {
   labels?: Record<string, string>;
   provider?: string;
@@ -81,6 +98,12 @@ export class SandboxManager implements SandboxCounts {
   readonly #destroying = new Map<string, Promise<void>>();
   /** The in-memory lease, ahead of the persisted one by at most the persist slack. */
   readonly #leaseMs = new Map<string, number>();
+  /**
+   * Sandboxes the last listing of their provider could not see (their part of the backend did not
+   * answer), with why: kept, shown `unreachable`, until a listing sees them again or finds them
+   * gone, or their deadline passes.
+   */
+  readonly #unreachable = new Map<string, string>();
   readonly #timers: NodeJS.Timeout[] = [];
   readonly #removalListeners: Array<(record: SandboxRecord, reason: string) => void> = [];
   #metrics: DaemonMetrics | undefined;
@@ -161,7 +184,11 @@ export class SandboxManager implements SandboxCounts {
     return {
       id: record.id,
       provider: record.provider,
-      state: this.#destroying.has(record.id) ? 'destroying' : 'ready',
+      state: this.#destroying.has(record.id)
+        ? 'destroying'
+        : this.#unreachable.has(record.id)
+          ? 'unreachable'
+          : 'ready',
       image: record.spec.image,
       labels: record.spec.labels,
       pool: record.pool,
@@ -266,6 +293,7 @@ export class SandboxManager implements SandboxCounts {
         leaseExpiresAt: info.leaseExpiresAt,
         deadlineAt: info.deadlineAt,
         providerRef: info.providerRef,
+        ...(info.scope === undefined ? {} : { scope: info.scope }),
         poolState: membership.poolState,
         fromPool: false,
         execEnv: {},
@@ -404,6 +432,7 @@ export class SandboxManager implements SandboxCounts {
     await this.#provider(record.provider).destroy(record.id);
     await this.#store.delete(record.id);
     this.#leaseMs.delete(record.id);
+    this.#unreachable.delete(record.id);
     this.#admissions.get(record.provider)?.released();
     this.#metrics?.destroySeconds.observe(
       { provider: record.provider },
@@ -551,14 +580,23 @@ export class SandboxManager implements SandboxCounts {
         const leaseMs = this.#leaseMs.get(record.id) ?? Date.parse(record.leaseExpiresAt);
         return leaseMs <= now || Date.parse(record.deadlineAt) <= now;
       });
-      await forEachLimited(expired, REAPER_CONCURRENCY, (record) =>
-        this.destroy(record.id, 'expired').catch((error: unknown) =>
+      await forEachLimited(expired, REAPER_CONCURRENCY, async (record) => {
+        if (this.#unreachable.has(record.id) && Date.parse(record.deadlineAt) <= now) {
+          // Past its deadline any reaper may destroy it when its part answers again (ours takes it
+          // for an orphan then): waiting for the backend would keep it forever.
+          this.#logger.info(
+            { sandboxId: record.id, provider: record.provider, reason: this.#unreachable.get(record.id) },
+            'forgot an unreachable sandbox past its deadline',
+          );
+          return this.#forget(record, 'gone');
+        }
+        return this.destroy(record.id, 'expired').catch((error: unknown) =>
           this.#logger.warn(
             { sandboxId: record.id, error: String(error) },
             'could not reap an expired sandbox; will retry',
           ),
-        ),
-      );
+        );
+      });
     } finally {
       this.#isReaping = false;
     }
@@ -569,20 +607,28 @@ export class SandboxManager implements SandboxCounts {
    * store does not know (or whose lease or deadline passed, or that is not running) is destroyed;
    * a record whose resource is gone is forgotten; everything else is adopted as it is. Another
    * daemon's resource is destroyed only past its hard deadline or when its owner is provably gone
-   * (several daemons share one engine and namespace).
+   * (several daemons share one engine and namespace). A record the listing could not see (its
+   * part of the backend did not answer, or the listing failed) is neither forgotten nor destroyed:
+   * it is kept as unreachable (the reaper forgets it past its deadline).
    */
-  async reconcile(providerName: string): Promise<{ adopted: number; destroyed: number; forgotten: number }> {
+  async reconcile(providerName: string): Promise<ReconcileSummary> {
     const provider = this.#provider(providerName);
-    const resources = await provider.list();
+    const listing = await this.#listing(provider, providerName);
     const now = this.#clock.now();
     const seen = new Set<string>();
     const doomed: Array<{ id: string; reason: string }> = [];
     const isOwnerGone = new Map<string, Promise<boolean>>();
     let adopted = 0;
-    for (const info of resources) {
+    for (const info of listing.sandboxes) {
       seen.add(info.id);
       if (this.#creating.has(info.id) || this.#destroying.has(info.id)) continue;
       const record = this.#store.get(info.id);
+      if (info.state === 'unreachable') {
+        // Known to the provider (from its own records) but out of its reach: nothing to decide yet.
+        if (record !== undefined) this.#unreachable.set(info.id, `provider ${providerName} cannot reach it`);
+        continue;
+      }
+      this.#unreachable.delete(info.id);
       if (record === undefined && info.daemonId !== this.#daemonId) {
         const reason = await this.#foreignReason(info, now, isOwnerGone);
         if (reason !== null) doomed.push({ id: info.id, reason });
@@ -615,22 +661,68 @@ export class SandboxManager implements SandboxCounts {
         );
       }
     });
-    const missing = this.#store
-      .all()
-      .filter(
-        (record) =>
-          record.provider === providerName && !seen.has(record.id) && !this.#destroying.has(record.id),
-      );
-    for (const record of missing) {
-      await this.#store.delete(record.id);
-      this.#leaseMs.delete(record.id);
-      this.#admissions.get(providerName)?.released();
-      this.#notifyRemoved(record, 'gone');
+    const missing: SandboxRecord[] = [];
+    let newlyUnreachable = 0;
+    for (const record of this.#store.all()) {
+      if (record.provider !== providerName || seen.has(record.id) || this.#destroying.has(record.id))
+        continue;
+      const hiddenBecause = listing.hiddenBecause(record);
+      if (hiddenBecause === undefined) missing.push(record);
+      else {
+        if (!this.#unreachable.has(record.id)) newlyUnreachable += 1;
+        this.#unreachable.set(record.id, hiddenBecause);
+      }
     }
-    const summary = { adopted, destroyed: doomed.length, forgotten: missing.length };
-    if (summary.destroyed + summary.forgotten > 0)
+    for (const record of missing) await this.#forget(record, 'gone');
+    const summary: ReconcileSummary = {
+      adopted,
+      destroyed: doomed.length,
+      forgotten: missing.length,
+      unreachable: this.#store
+        .all()
+        .filter((record) => record.provider === providerName && this.#unreachable.has(record.id)).length,
+    };
+    if (summary.destroyed + summary.forgotten + newlyUnreachable > 0)
       this.#logger.info({ provider: providerName, ...summary }, 'reconciled');
     return summary;
+  }
+
+  /**
+   * The provider's listing, and why it could not see a record (undefined: it could, so a record
+   * missing from it is gone). A provider that throws instead of naming the part it could not see
+   * is taken to have seen nothing.
+   */
+  async #listing(
+    provider: SandboxProvider,
+    providerName: string,
+  ): Promise<{ sandboxes: SandboxInfo[]; hiddenBecause: (record: SandboxRecord) => string | undefined }> {
+    let listing: SandboxListing;
+    try {
+      listing = await provider.list();
+    } catch (error) {
+      const reason = `listing failed: ${error instanceof Error ? error.message : String(error)}`;
+      this.#logger.warn(
+        { provider: providerName, error: reason },
+        'listing failed; keeping every sandbox of the provider',
+      );
+      return { sandboxes: [], hiddenBecause: () => reason };
+    }
+    const reasons = new Map(listing.unreachable.map((part) => [part.scope, `${part.scope}: ${part.reason}`]));
+    // A sandbox of no scope lives on a backend of one part: any part unreachable hides it.
+    const everyReason = reasons.size === 0 ? undefined : [...reasons.values()].join('; ');
+    return {
+      sandboxes: listing.sandboxes,
+      hiddenBecause: (record) => (record.scope === undefined ? everyReason : reasons.get(record.scope)),
+    };
+  }
+
+  /** Drops a record whose resource is gone (or past its deadline and out of reach), without the provider. */
+  async #forget(record: SandboxRecord, reason: string): Promise<void> {
+    await this.#store.delete(record.id);
+    this.#leaseMs.delete(record.id);
+    this.#unreachable.delete(record.id);
+    this.#admissions.get(record.provider)?.released();
+    this.#notifyRemoved(record, reason);
   }
 
   /** Why another daemon's resource may be destroyed now, or null: it may be live. */
@@ -657,7 +749,13 @@ export class SandboxManager implements SandboxCounts {
     for (const record of this.#store.all()) {
       add(
         record.provider,
-        this.#destroying.has(record.id) ? 'destroying' : record.poolState === 'idle' ? 'idle' : 'ready',
+        this.#destroying.has(record.id)
+          ? 'destroying'
+          : this.#unreachable.has(record.id)
+            ? 'unreachable'
+            : record.poolState === 'idle'
+              ? 'idle'
+              : 'ready',
       );
     }
     for (const provider of this.#creating.values()) add(provider, 'creating');

@@ -43,6 +43,8 @@ export const SandboxRecordSchema = z.object({
   leaseExpiresAt: z.string(),
   deadlineAt: z.string(),
   providerRef: z.string(),
+  /** The part of the backend that holds it (`SandboxInfo.scope`); absent on a backend of one part. */
+  scope: z.string().optional(),
   /** For pool members: `idle` (waiting in the pool, not handed out) or `leased`. */
   poolState: z.enum(['idle', 'leased']).nullable().default(null),
   /** Whether it was handed out warm from a pool (false: created for the request). */

@@ -92,10 +92,6 @@ export interface ProviderContext {
    * goes past it, and a reaper may destroy a resource after it without asking anyone.
    */
   maxLifetimeSeconds: number;
-}
-
-export interface CreateOptions {
-  /** The sandbox id to use (the daemon chooses ids so it can record them first); generated if absent. */
   /**
    * A directory of this provider's own (`<daemon state>/providers/<name>/`, mode 0700), kept
    * across restarts of the daemon: what the provider must find again after a crash and the
@@ -104,6 +100,10 @@ export interface CreateOptions {
    * keeps nothing ignores it. Files holding secrets should be written 0600.
    */
   stateDirectory: string;
+}
+
+export interface CreateOptions {
+  /** The sandbox id to use (the daemon chooses ids so it can record them first); generated if absent. */
   id?: string;
   /** The pool the sandbox belongs to, written into its labels. */
   pool?: string | null;
@@ -131,6 +131,30 @@ export interface ListFilter {
   pool?: string | null;
   /** Only sandboxes created by this daemon id; default: any daemon of our namespace. */
   daemonId?: string;
+}
+
+/**
+ * A part of a backend that a listing could not see: the engine (Docker), the API server
+ * (Kubernetes: one scope for the whole cluster), one host (SSH: one scope per host, so one host
+ * down hides only its own sandboxes).
+ */
+export interface UnreachableScope {
+  /**
+   * The part, as `SandboxInfo.scope` names it for the sandboxes it holds (a host name); for a
+   * backend of one part, any stable name (`engine`): its sandboxes carry no scope and all are
+   * hidden with it.
+   */
+  scope: string;
+  /** Why it could not be seen, for logs and humans. */
+  reason: string;
+}
+
+/** What `list()` saw, and what it could not. */
+export interface SandboxListing {
+  /** Complete for every part of the backend not named in `unreachable`. */
+  sandboxes: SandboxInfo[];
+  /** Empty when the whole backend answered. */
+  unreachable: UnreachableScope[];
 }
 
 export interface ProviderHealth {
@@ -163,8 +187,13 @@ export interface SandboxProvider {
   /** @throws GymError `SANDBOX_NOT_FOUND` when no resource of our namespace has this id. */
   get(id: string): Promise<SandboxInfo>;
 
-  /** Every sandbox of our namespace matching the filter, in any state. */
-  list(filter?: ListFilter): Promise<SandboxInfo[]>;
+  /**
+   * Every sandbox of our namespace matching the filter, in any state, that the backend could
+   * show. A part of the backend that did not answer (or failed to list) is named in
+   * `unreachable` rather than thrown, so the daemon keeps what it could not see instead of taking
+   * it for gone; every other part's listing is complete. Does not throw for an unreachable part.
+   */
+  list(filter?: ListFilter): Promise<SandboxListing>;
 
   /**
    * Runs one command. A non-zero exit is a result, not an error; so are a timeout (all the

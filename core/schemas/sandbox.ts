@@ -102,7 +102,19 @@ export type SandboxSpecInput = z.input<typeof SandboxSpecSchema>;
 /** A spec after parsing (defaults filled in). */
 export type SandboxSpec = z.output<typeof SandboxSpecSchema>;
 
-export const SandboxStateSchema = z.enum(['creating', 'ready', 'destroying', 'gone', 'failed']);
+/**
+ * `unreachable`: the part of the backend that holds the sandbox does not answer (an engine, a
+ * host). The daemon keeps it, neither forgotten nor destroyed, until the backend answers again
+ * (it is `ready` again, or found gone) or its deadline passes.
+ */
+export const SandboxStateSchema = z.enum([
+  'creating',
+  'ready',
+  'destroying',
+  'gone',
+  'failed',
+  'unreachable',
+]);
 export type SandboxState = z.infer<typeof SandboxStateSchema>;
 
 /**
@@ -128,5 +140,10 @@ export const SandboxInfoSchema = z.object({
   deadlineAt: z.string(),
   /** Provider-specific reference (container id, pod name, instance name) for humans and logs. */
   providerRef: z.string(),
+  /**
+   * The part of the backend that holds it (an SSH host), as a listing names it when it cannot be
+   * seen; absent on a backend of one part.
+   */
+  scope: z.string().optional(),
 });
 export type SandboxInfo = z.infer<typeof SandboxInfoSchema>;

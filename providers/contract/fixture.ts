@@ -15,6 +15,11 @@ export interface ContractOptions {
    * `tail`, `sha256sum`, `ls`, `stat`), e.g. busybox or Debian.
    */
   image: string;
+  /**
+   * Builds a provider of the same kind whose backend does not answer (a socket nobody listens
+   * on, a host that is down), for the partial-listing case; the case is skipped without it.
+   */
+  createUnreachableProvider?: () => SandboxProvider | Promise<SandboxProvider>;
   /** Skip the whole suite with this reason (for example "Docker is not running"). */
   skipReason?: string;
   /** Per-test timeout; raise it for slow backends. Default 60 s. */

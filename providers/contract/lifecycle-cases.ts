@@ -55,9 +55,40 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     const group = await fixture.provider.list({
       labels: { group: 'listing', 'contract-run': fixture.runId },
     });
-    expect(group.map((info) => info.id).sort()).toEqual([first.id, second.id].sort());
+    expect(group.sandboxes.map((info) => info.id).sort()).toEqual([first.id, second.id].sort());
     const one = await fixture.provider.list({ labels: { member: 'one', 'contract-run': fixture.runId } });
-    expect(one.map((info) => info.id)).toEqual([first.id]);
+    expect(one.sandboxes.map((info) => info.id)).toEqual([first.id]);
+  });
+
+  it('lists a backend that answers completely: no part unreachable, each sandbox in its scope', async () => {
+    const info = await fixture.create({ labels: { group: 'complete' } });
+    const filtered = await fixture.provider.list({
+      labels: { group: 'complete', 'contract-run': fixture.runId },
+    });
+    expect(filtered.unreachable).toEqual([]);
+    expect(filtered.sandboxes.map((listed) => listed.id)).toEqual([info.id]);
+    // The scope is what the daemon keeps an unseen sandbox by: the listing and get must agree.
+    expect(filtered.sandboxes[0]?.scope).toBe((await fixture.provider.get(info.id)).scope);
+    const everything = await fixture.provider.list();
+    expect(everything.unreachable).toEqual([]);
+    expect(everything.sandboxes.map((listed) => listed.id)).toContain(info.id);
+  });
+
+  it('names the part it could not see instead of throwing, when the backend does not answer', async (context) => {
+    if (fixture.options.createUnreachableProvider === undefined) return context.skip();
+    const unreachable = await fixture.options.createUnreachableProvider();
+    try {
+      const listing = await unreachable.list();
+      expect(listing.sandboxes).toEqual([]);
+      expect(listing.unreachable.length).toBeGreaterThan(0);
+      for (const part of listing.unreachable) {
+        expect(part.scope).toMatch(/\S/);
+        expect(part.reason).toMatch(/\S/);
+      }
+      expect((await unreachable.health()).ok).toBe(false);
+    } finally {
+      await unreachable.close();
+    }
   });
 
   it("keeps sandboxes apart: one does not see the other's files", async () => {
@@ -112,7 +143,10 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
       }),
       'SANDBOX_START_FAILED',
     );
-    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual([]);
+    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual({
+      sandboxes: [],
+      unreachable: [],
+    });
   });
 
   it('fails a create for a user the image does not have, leaving nothing behind', async () => {
@@ -122,7 +156,10 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
       'SANDBOX_START_FAILED',
       'VALIDATION_FAILED',
     );
-    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual([]);
+    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual({
+      sandboxes: [],
+      unreachable: [],
+    });
   });
 
   it('names a missing image clearly and creates nothing', async () => {
@@ -132,7 +169,10 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
       'IMAGE_NOT_FOUND',
     );
     expect(error.message).toContain('gym/does-not-exist:nope');
-    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual([]);
+    expect(await fixture.provider.list({ labels: { case: marker } })).toEqual({
+      sandboxes: [],
+      unreachable: [],
+    });
   });
 
   it('refuses what it cannot do with CAPABILITY_UNSUPPORTED', async () => {

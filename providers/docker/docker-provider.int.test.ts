@@ -45,6 +45,8 @@ describeSandboxProviderContract({
   name: 'docker (busybox)',
   image: busybox,
   createProvider: () => new DockerProvider(docker, testContext()),
+  createUnreachableProvider: () =>
+    new DockerProvider(createDockerClient({ socketPath: '/nonexistent/docker.sock' }), testContext()),
   ...(skipReason === undefined ? {} : { skipReason }),
 });
 

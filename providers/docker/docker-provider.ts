@@ -21,6 +21,7 @@ import type {
   ProviderContext,
   ProviderHealth,
   RelayStats,
+  SandboxListing,
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
@@ -130,6 +131,9 @@ export const DockerSpecOptionsSchema = z
       .default([]),
   })
   .strict();
+
+/** The one scope of a Docker backend: its sandboxes carry none, all are hidden when it does not answer. */
+const ENGINE_SCOPE = 'engine';
 
 function containerState(state: string | undefined): SandboxState {
   switch (state) {
@@ -432,7 +436,8 @@ export class DockerProvider implements SandboxProvider {
     return info;
   }
 
-  async list(filter: ListFilter = {}): Promise<SandboxInfo[]> {
+  /** One listing call: the engine answers whole or not at all, and then it is the one unreachable scope. */
+  async list(filter: ListFilter = {}): Promise<SandboxListing> {
     const labelFilters = [`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${this.#context.namespace}`];
     if (filter.daemonId !== undefined)
       labelFilters.push(`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.daemonId}=${filter.daemonId}`);
@@ -444,11 +449,13 @@ export class DockerProvider implements SandboxProvider {
     try {
       containers = await this.#docker.listContainers({ all: true, filters: { label: labelFilters } });
     } catch (error) {
-      throw wrapDockerError(error, { operation: 'list' });
+      const reason = wrapDockerError(error, { operation: 'list' }).message;
+      return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
     }
-    return containers.flatMap(
+    const sandboxes = containers.flatMap(
       (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
     );
+    return { sandboxes, unreachable: [] };
   }
 
   /**
