@@ -355,11 +355,15 @@ async function runRollout(
       );
     } else {
       // Limits reached (steps, time, cost) still leave a final state worth grading, as SWE-bench does.
-      const patch = await extractPatch(sandbox, task);
+      // A patch that cannot be read (the agent broke its repo or its git) is its verdict already.
+      const extracted = await extractPatch(sandbox, task);
       if (sandboxId !== undefined) await client.destroySandbox(sandboxId).catch(() => {});
       sandboxId = undefined;
-      verdict = await verifySwe(client, task, patch);
-      verdict.details.modelPatch = patch;
+      if ('verdict' in extracted) verdict = extracted.verdict;
+      else {
+        verdict = await verifySwe(client, task, extracted.patch);
+        verdict.details.modelPatch = extracted.patch;
+      }
     }
     timings.verifyMs = Date.now() - verifyStarted;
   } catch (error) {

@@ -2,6 +2,8 @@
  * Item 6 of issue 9: an infrastructure fault at any step a harness or verifier relies on is an
  * infra error (retried by the runner), never a reward. A fake daemon client plays one SWE task
  * whose fault-free reward is 1 and breaks exactly one step; each case must end as infra_error.
+ * The other way round: what the agent's own files or code can do to a step (a test run that kills
+ * itself, a repo git cannot diff) is graded, reward 0, never an infra error it could hide behind.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -39,6 +41,9 @@ type Fault =
   | 'sandbox_gone'
   | 'timeout'
   | 'killed'
+  | 'oom'
+  /** The command ran and exited 128 (git in a repo the agent broke). */
+  | 'exit128'
   | 'PROVIDER_ERROR'
   | 'DAEMON_UNAVAILABLE'
   | 'SANDBOX_NOT_FOUND';
@@ -67,7 +72,9 @@ function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClie
   const strike = (at: string): ExecResult | null => {
     if (plan === null || !at.includes(plan.at)) return null;
     if (plan.fault === 'sandbox_gone') return result('sandbox_gone', null);
-    if (plan.fault === 'timeout' || plan.fault === 'killed') return result(plan.fault, null);
+    if (plan.fault === 'timeout') return result(plan.fault, null);
+    if (plan.fault === 'killed' || plan.fault === 'oom') return result(plan.fault, 137);
+    if (plan.fault === 'exit128') return result('ok', 128);
     throw new GymError(plan.fault, `injected ${plan.fault} at ${plan.at}`);
   };
   const exec = async (_id: string, request: ExecRequestInput): Promise<ExecResult> => {
@@ -89,6 +96,10 @@ function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClie
     exec,
     writeFile: async (_id: string, path: string) => {
       strike(`writeFile:${path}`);
+    },
+    stopProcesses: async () => {
+      strike('stopProcesses');
+      return { killed: 0 };
     },
     readFile: async (_id: string, path: string) => {
       strike(`readFile:${path}`);
@@ -162,22 +173,19 @@ describe('an infrastructure fault is an infra error, never a reward', () => {
     { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'PROVIDER_ERROR' },
     { at: 'writeFile:/tmp/gym-oracle.patch', fault: 'DAEMON_UNAVAILABLE' },
     // Reading the agent's changes.
-    { at: 'exec:git add -A', fault: 'timeout' },
+    { at: 'stopProcesses', fault: 'PROVIDER_ERROR' },
     { at: 'exec:git add -A', fault: 'sandbox_gone' },
     { at: 'exec:git add -A', fault: 'PROVIDER_ERROR' },
     // The verifier's sandbox and its steps.
     { at: 'createSandbox', fault: 'DAEMON_UNAVAILABLE' },
     { at: 'writeFile:/tmp/gym-model.patch', fault: 'SANDBOX_NOT_FOUND' },
-    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'timeout' },
     { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'killed' },
     { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'sandbox_gone' },
     { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'PROVIDER_ERROR' },
     { at: 'writeFile:/tmp/gym-test.patch', fault: 'PROVIDER_ERROR' },
     { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'sandbox_gone' },
-    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'timeout' },
     { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'DAEMON_UNAVAILABLE' },
     { at: `exec:${ROW.test_command}`, fault: 'sandbox_gone' },
-    { at: `exec:${ROW.test_command}`, fault: 'killed' },
     { at: `exec:${ROW.test_command}`, fault: 'PROVIDER_ERROR' },
   ];
   it.each(cases)('oracle on swe: $fault at $at', async (plan) => {
@@ -188,6 +196,34 @@ describe('an infrastructure fault is an infra error, never a reward', () => {
     );
     expect(rollouts).toEqual([]);
     expect(failures.map((row) => row.outcome)).toEqual(['infra_error']);
+  });
+});
+
+describe("what the agent's own files or code can cause is graded, never infra", () => {
+  const cases: FaultPlan[] = [
+    // The agent's repo and git, read with its processes stopped: only the agent makes git fail or hang.
+    { at: 'exec:git add -A', fault: 'exit128' },
+    { at: 'exec:git add -A', fault: 'timeout' },
+    { at: 'exec:git add -A', fault: 'killed' },
+    // The patch content can exhaust the apply's time or memory.
+    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'timeout' },
+    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'oom' },
+    // Over the agent's files (and any git config its patch wrote).
+    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'timeout' },
+    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'killed' },
+    // The tests run the agent's code, which can kill or exhaust its own test run.
+    { at: `exec:${ROW.test_command}`, fault: 'killed' },
+    { at: `exec:${ROW.test_command}`, fault: 'oom' },
+  ];
+  it.each(cases)('oracle on swe: $fault at $at is reward 0 with a reason', async (plan) => {
+    const { rollouts, failures } = await runOnce(
+      fakeClient(plan),
+      createOracleHarness(),
+      `graded-${plan.at}-${plan.fault}`,
+    );
+    expect(failures).toEqual([]);
+    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 0]]);
+    expect(String((rollouts[0]!.verifier as { reason?: unknown }).reason)).not.toBe('undefined');
   });
 });
 

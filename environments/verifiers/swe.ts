@@ -3,6 +3,12 @@
  * files included, binary-safe), and is graded in a fresh sandbox from the task image: apply the
  * patch (git apply, then with --reject, then patch with fuzz), apply the hidden test patch, run
  * the test command, parse the log, and judge FAIL_TO_PASS / PASS_TO_PASS as SWE-bench does.
+ *
+ * Infra (retried, never a reward) is only what comes from outside the sandbox: the daemon or the
+ * provider failing, the sandbox going away, and a kill of the model patch's apply (nothing of the
+ * agent runs there yet). Whatever the agent's patch or files can do to a step is graded, reward 0
+ * with the reason: a test run that kills itself or runs out of memory, an apply that the patch
+ * makes time out or exhaust memory, a repo its git cannot diff.
  */
 import type { GymClient } from '../../client/client.ts';
 import { isGymError } from '../../core/errors.ts';
@@ -50,24 +56,65 @@ export function sweTaskFromRow(row: Record<string, unknown>): SweTask {
   };
 }
 
-/** The agent's changes as a binary-safe diff against the base commit, untracked files included. */
+/** The agent's changes as a patch, or the verdict when there is no patch to grade. */
+export type ExtractedPatch = { patch: string } | { verdict: Verdict };
+
+/** The most a diff of the agent's changes may be (the daemon's cap on one exec's output). */
+const MAX_PATCH_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The agent's changes as a binary-safe diff against the base commit, untracked files included.
+ *
+ * This runs the sandbox's own git on the agent's files, so first every process the agent left is
+ * stopped (when the provider can; without that the diff is still the agent's final state). What
+ * then goes wrong is the agent's doing and scores 0 with the reason: a git that fails (removed
+ * `.git`, a replaced binary, a hook or filter of its config), a diff past 64 MiB, and a diff that
+ * times out, is killed or runs out of memory (with nothing else running, only the agent's repo
+ * and tools can make git slow or make it die; calling that infra would let an agent turn any
+ * rollout it would fail into a dropped one). Only a lost sandbox, and the daemon or provider
+ * failing (a thrown error), are infra.
+ */
 export async function extractPatch(
   sandbox: SandboxHandle,
   task: Pick<SweTask, 'workdir' | 'base_commit'>,
-): Promise<string> {
+): Promise<ExtractedPatch> {
+  if (sandbox.stopProcesses !== undefined) {
+    try {
+      await sandbox.stopProcesses();
+    } catch (error) {
+      if (!isGymError(error, 'CAPABILITY_UNSUPPORTED')) throw error;
+    }
+  }
   const result = await sandbox.exec({
-    command: `git add -A && git diff --cached --binary ${task.base_commit}`,
+    // No external diff program or text conversion: the patch is the files' real change.
+    command: `git add -A && git diff --cached --binary --no-ext-diff --no-textconv ${task.base_commit}`,
     cwd: task.workdir,
     timeoutMs: 60_000,
-    maxOutputBytes: 64 * 1024 * 1024,
+    maxOutputBytes: MAX_PATCH_BYTES,
   });
-  if (result.status !== 'ok' || result.exitCode !== 0)
-    throw new Error(
-      `could not read the agent's changes (${result.status}, exit ${result.exitCode}): ${result.stderr.slice(-500)}`,
-    );
-  if (result.stdoutTruncated)
-    throw new Error('the agent changed more than 64 MiB; the patch cannot be graded');
-  return result.stdout;
+  if (result.status === 'sandbox_gone')
+    return {
+      verdict: {
+        outcome: 'infra_error',
+        reward: 0,
+        details: { reason: 'the agent sandbox went away while its changes were read' },
+      },
+    };
+  const unreadable = (why: string): ExtractedPatch => ({
+    verdict: {
+      outcome: 'reward',
+      reward: 0,
+      details: {
+        resolved: false,
+        reason: `the agent's changes could not be read: ${why}`,
+        diffLog: result.stderr.slice(-2000),
+      },
+    },
+  });
+  if (result.status !== 'ok') return unreadable(`git diff ended with status ${result.status}`);
+  if (result.exitCode !== 0) return unreadable(`git diff exited with ${result.exitCode}`);
+  if (result.stdoutTruncated) return unreadable('the diff is larger than 64 MiB');
+  return { patch: result.stdout };
 }
 
 function infraStep(step: string, result: ExecResult): Verdict {
@@ -116,17 +163,23 @@ export async function verifySwe(
       cwd: task.workdir,
       timeoutMs: 60_000,
     });
-    // Only a command that ran to its end says whether the patch applies; a timeout or a lost
-    // sandbox says nothing about the patch.
-    if (applied.status !== 'ok') return infraStep('applying the model patch', applied);
-    if (applied.exitCode !== 0) {
+    // Nothing of the agent runs in this fresh sandbox yet, only git and patch reading its
+    // patch: the patch can make them run out of time or memory (it is the agent's: reward 0), but
+    // cannot signal them, so a kill came from outside (the host's OOM killer, the engine) and,
+    // like a lost sandbox, says nothing about the patch.
+    if (applied.status === 'sandbox_gone' || applied.status === 'killed')
+      return infraStep('applying the model patch', applied);
+    if (applied.status !== 'ok' || applied.exitCode !== 0) {
       return {
         outcome: 'reward',
         reward: 0,
         details: {
           ...base,
           resolved: false,
-          reason: 'the patch does not apply',
+          reason:
+            applied.status === 'ok'
+              ? 'the patch does not apply'
+              : `the patch does not apply: applying it ended with status ${applied.status}`,
           applyLog: `${applied.stdout}${applied.stderr}`.slice(-4000),
         },
       };
@@ -137,8 +190,10 @@ export async function verifySwe(
       cwd: task.workdir,
       timeoutMs: 60_000,
     });
-    if (tests.status !== 'ok') return infraStep('applying the test patch', tests);
-    if (tests.exitCode !== 0) {
+    // The agent's files are in place now, and the patch fallback can have written the repo's
+    // git config (hooks, filters): a git that fails, dies or hangs here may be the agent's doing.
+    if (tests.status === 'sandbox_gone') return infraStep('applying the test patch', tests);
+    if (tests.status !== 'ok' || tests.exitCode !== 0) {
       // The hidden tests do not apply over the agent's changes (it edited the test files).
       return {
         outcome: 'reward',
@@ -146,7 +201,10 @@ export async function verifySwe(
         details: {
           ...base,
           resolved: false,
-          reason: 'the test patch does not apply over the agent changes',
+          reason:
+            tests.status === 'ok'
+              ? 'the test patch does not apply over the agent changes'
+              : `the test patch does not apply over the agent changes: applying it ended with status ${tests.status}`,
           applyLog: tests.stderr.slice(-4000),
         },
       };
@@ -163,14 +221,23 @@ export async function verifySwe(
         reward: 0,
         details: { ...base, reason: `tests ran past ${SWE_TEST_TIMEOUT_MS} ms` },
       };
-    // A lost sandbox or a kill from outside cut the tests short; an OOM is the code under test.
-    if (run.status === 'sandbox_gone' || run.status === 'killed') return infraStep('running the tests', run);
+    // Only a lost sandbox is the infrastructure's. The tests run the agent's code, which can kill
+    // its own test run (`os.kill(os.getppid(), 9)` in a conftest.py) or exhaust its memory: that
+    // run is graded like any other, and tests that did not report passing did not pass.
+    if (run.status === 'sandbox_gone') return infraStep('running the tests', run);
     const log = `${run.stdout}\n${run.stderr}`;
     const grade = gradeTests(parser(log), task.FAIL_TO_PASS, task.PASS_TO_PASS);
     return {
       outcome: 'reward',
       reward: grade.resolved ? 1 : 0,
-      details: { ...grade, testExitCode: run.exitCode, testLogTail: log.slice(-4000) },
+      details: {
+        ...grade,
+        ...(run.status === 'ok'
+          ? {}
+          : { reason: `the test run ended with status ${run.status}`, testStatus: run.status }),
+        testExitCode: run.exitCode,
+        testLogTail: log.slice(-4000),
+      },
     };
   } catch (error) {
     return {

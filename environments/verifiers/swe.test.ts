@@ -1,0 +1,234 @@
+/**
+ * Only a fault outside the sandbox is infra: what the agent's patch or its files do to the
+ * verifier's own commands (a test run that kills itself, a repo git cannot read) is graded.
+ */
+import { describe, expect, it } from 'vitest';
+import type { GymClient } from '../../client/client.ts';
+import { GymError } from '../../core/errors.ts';
+import type { ExecRequestInput, ExecResult } from '../../core/schemas/exec.ts';
+import type { SandboxHandle } from '../../harnesses/harness.ts';
+import { extractPatch, type SweTask, verifySwe } from './swe.ts';
+
+const TEST_ID = 'tests/test_fix.py::test_fix';
+const TASK: SweTask = {
+  instance_id: 'fake-1',
+  base_commit: 'abc123',
+  image: 'gym/fake:1',
+  workdir: '/testbed',
+  test_command: 'pytest -rA',
+  test_patch: 'diff --git a/tests/test_fix.py b/tests/test_fix.py\n',
+  FAIL_TO_PASS: [TEST_ID],
+  PASS_TO_PASS: [],
+};
+const PATCH = 'diff --git a/x b/x\n';
+
+function result(
+  status: ExecResult['status'],
+  exitCode: number | null,
+  output: Partial<ExecResult> = {},
+): ExecResult {
+  return {
+    status,
+    exitCode,
+    stdout: '',
+    stderr: '',
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    stdoutBytes: 0,
+    stderrBytes: 0,
+    durationMs: 1,
+    ...output,
+  };
+}
+
+/** A daemon whose verifier sandbox answers each command as `answer` says (default: all is well). */
+function fakeClient(answer: (command: string) => ExecResult | null): GymClient {
+  const fake = {
+    createSandbox: async () => ({ id: 'sbx-verifier' }),
+    destroySandbox: async () => {},
+    writeFile: async () => {},
+    exec: async (_id: string, request: ExecRequestInput) => {
+      const command = request.command ?? '';
+      return (
+        answer(command) ??
+        result('ok', 0, command === TASK.test_command ? { stdout: `PASSED ${TEST_ID}\n` } : {})
+      );
+    },
+  };
+  return fake as unknown as GymClient;
+}
+
+const atTests = (answer: ExecResult) => (command: string) => (command === TASK.test_command ? answer : null);
+const atApply = (patchPath: string, answer: ExecResult) => (command: string) =>
+  command.startsWith(`git apply --verbose ${patchPath}`) ? answer : null;
+
+describe('SWE verifier: the test run is the patch doing', () => {
+  it('grades a fault-free run 1 (the baseline)', async () => {
+    expect(
+      await verifySwe(
+        fakeClient(() => null),
+        TASK,
+        PATCH,
+      ),
+    ).toMatchObject({ outcome: 'reward', reward: 1 });
+  });
+
+  it.each([
+    [
+      'killed (the patch SIGKILLed pytest from conftest.py)',
+      result('killed', 137, { stdout: 'collecting ...\n' }),
+    ],
+    ['oom (the code under test exhausted memory)', result('oom', 137)],
+    ['ok with exit 137', result('ok', 137)],
+  ])('grades a test run that ended %s: reward 0, with the reason', async (_name, answer) => {
+    const verdict = await verifySwe(fakeClient(atTests(answer)), TASK, PATCH);
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+    expect(verdict.details.resolved).toBe(false);
+    if (answer.status !== 'ok') expect(String(verdict.details.reason)).toContain(answer.status);
+  });
+
+  it('still grades the log of a killed run: a kill after the tests passed does not hide them', async () => {
+    const verdict = await verifySwe(
+      fakeClient(atTests(result('killed', 137, { stdout: `PASSED ${TEST_ID}\n` }))),
+      TASK,
+      PATCH,
+    );
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 1 });
+  });
+
+  it('keeps a lost sandbox and a provider error during the tests infra', async () => {
+    expect((await verifySwe(fakeClient(atTests(result('sandbox_gone', null))), TASK, PATCH)).outcome).toBe(
+      'infra_error',
+    );
+    const throwing = fakeClient((command) => {
+      if (command === TASK.test_command) throw new GymError('PROVIDER_ERROR', 'engine said no');
+      return null;
+    });
+    expect((await verifySwe(throwing, TASK, PATCH)).outcome).toBe('infra_error');
+  });
+});
+
+describe('SWE verifier: applying the patches', () => {
+  it.each([
+    ['timeout', result('timeout', null)],
+    ['oom', result('oom', 137)],
+  ])(
+    'scores 0 a model patch whose apply ended with %s (the patch content did it)',
+    async (status, answer) => {
+      const verdict = await verifySwe(fakeClient(atApply('/tmp/gym-model.patch', answer)), TASK, PATCH);
+      expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+      expect(String(verdict.details.reason)).toContain(status);
+    },
+  );
+
+  it.each([
+    ['killed', result('killed', 137)],
+    ['sandbox_gone', result('sandbox_gone', null)],
+  ])(
+    'keeps a model patch apply that ended %s infra: nothing of the agent runs there to do it',
+    async (_s, answer) => {
+      const verdict = await verifySwe(fakeClient(atApply('/tmp/gym-model.patch', answer)), TASK, PATCH);
+      expect(verdict.outcome).toBe('infra_error');
+    },
+  );
+
+  it.each([
+    ['timeout', result('timeout', null)],
+    ['killed', result('killed', 137)],
+    ['oom', result('oom', 137)],
+  ])('scores 0 a test patch apply that ended %s over the agent files', async (status, answer) => {
+    const verdict = await verifySwe(fakeClient(atApply('/tmp/gym-test.patch', answer)), TASK, PATCH);
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+    expect(String(verdict.details.reason)).toContain(status);
+  });
+
+  it('keeps a lost sandbox while applying the test patch infra', async () => {
+    const verdict = await verifySwe(
+      fakeClient(atApply('/tmp/gym-test.patch', result('sandbox_gone', null))),
+      TASK,
+      PATCH,
+    );
+    expect(verdict.outcome).toBe('infra_error');
+  });
+});
+
+describe("extractPatch: the agent's changes", () => {
+  function handle(
+    answer: ExecResult | Error,
+    stop?: SandboxHandle['stopProcesses'],
+  ): SandboxHandle & {
+    calls: string[];
+  } {
+    const calls: string[] = [];
+    return {
+      id: 'sbx-agent',
+      calls,
+      exec: async () => {
+        calls.push('exec');
+        if (answer instanceof Error) throw answer;
+        return answer;
+      },
+      writeFile: async () => {},
+      readFile: async () => Buffer.alloc(0),
+      ...(stop === undefined
+        ? {}
+        : {
+            stopProcesses: async () => {
+              calls.push('stop');
+              return stop();
+            },
+          }),
+    };
+  }
+
+  it('stops the agent processes before it runs git, and returns the diff', async () => {
+    const sandbox = handle(result('ok', 0, { stdout: PATCH }), async () => ({ killed: 2 }));
+    expect(await extractPatch(sandbox, TASK)).toEqual({ patch: PATCH });
+    expect(sandbox.calls).toEqual(['stop', 'exec']);
+  });
+
+  it('reads the diff without stopping when the provider cannot stop processes', async () => {
+    const sandbox = handle(result('ok', 0, { stdout: PATCH }), async () => {
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'no');
+    });
+    expect(await extractPatch(sandbox, TASK)).toEqual({ patch: PATCH });
+    const withoutStop = handle(result('ok', 0, { stdout: PATCH }));
+    expect(await extractPatch(withoutStop, TASK)).toEqual({ patch: PATCH });
+  });
+
+  it('throws (infra) when stopping the processes fails in the provider', async () => {
+    const sandbox = handle(result('ok', 0, { stdout: PATCH }), async () => {
+      throw new GymError('PROVIDER_ERROR', 'cgroup unreachable');
+    });
+    await expect(extractPatch(sandbox, TASK)).rejects.toMatchObject({ code: 'PROVIDER_ERROR' });
+    expect(sandbox.calls).toEqual(['stop']);
+  });
+
+  it.each([
+    [
+      'git fails (rm -rf .git, a replaced git)',
+      result('ok', 128, { stderr: 'fatal: not a git repository' }),
+      'exited with 128',
+    ],
+    ['the diff is over 64 MiB', result('ok', 0, { stdout: 'x', stdoutTruncated: true }), '64 MiB'],
+    ['git diff times out (a huge repo)', result('timeout', null), 'timeout'],
+    ['git diff is killed', result('killed', 137), 'killed'],
+    ['git diff runs out of memory', result('oom', 137), 'oom'],
+  ])('scores 0 with the reason when %s', async (_name, answer, why) => {
+    const extracted = await extractPatch(
+      handle(answer, async () => ({ killed: 0 })),
+      TASK,
+    );
+    expect(extracted).toMatchObject({ verdict: { outcome: 'reward', reward: 0 } });
+    const reason = String('verdict' in extracted ? extracted.verdict.details.reason : '');
+    expect(reason).toMatch(/^the agent's changes could not be read: /);
+    expect(reason).toContain(why);
+  });
+
+  it('is infra when the sandbox went away or the daemon failed', async () => {
+    expect(await extractPatch(handle(result('sandbox_gone', null)), TASK)).toMatchObject({
+      verdict: { outcome: 'infra_error' },
+    });
+    await expect(extractPatch(handle(new GymError('DAEMON_UNAVAILABLE', 'down')), TASK)).rejects.toThrow();
+  });
+});
