@@ -5,14 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { GymError } from '../../core/errors.ts';
 import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
-import { verifyScript } from './script.ts';
+import { PREPARE_PATHS_COMMAND, verifyScript } from './script.ts';
 
-function result(status: ExecResult['status'], exitCode: number | null): ExecResult {
+function result(status: ExecResult['status'], exitCode: number | null, stderr = ''): ExecResult {
   return {
     status,
     exitCode,
     stdout: '',
-    stderr: '',
+    stderr,
     stdoutTruncated: false,
     stderrTruncated: false,
     stdoutBytes: 0,
@@ -27,15 +27,25 @@ async function testsDirectory(): Promise<string> {
   return directory;
 }
 
-function handle(run: ExecResult, readFile: SandboxHandle['readFile']): SandboxHandle {
+/** The agent's sandbox: test.sh ends as `run`; the other steps as the overrides say, else well. */
+function handle(
+  run: ExecResult,
+  readFile: SandboxHandle['readFile'],
+  overrides: { prepare?: ExecResult; writeFile?: SandboxHandle['writeFile'] } = {},
+): SandboxHandle {
   return {
     id: 'sbx-test',
-    exec: async () => run,
-    writeFile: async () => {},
+    exec: async (request) =>
+      request.command === PREPARE_PATHS_COMMAND ? (overrides.prepare ?? result('ok', 0)) : run,
+    writeFile: overrides.writeFile ?? (async () => {}),
     readFile,
     stopProcesses: async () => ({ killed: 0 }),
   };
 }
+
+const noRewardFile = async (): Promise<Buffer> => {
+  throw new GymError('FILE_NOT_FOUND', 'no such file');
+};
 
 describe('script verifier: only the test decides a reward', () => {
   it('reads the reward the test wrote', async () => {
@@ -73,12 +83,109 @@ describe('script verifier: only the test decides a reward', () => {
     expect(verdict.outcome).toBe('infra_error');
   });
 
-  it('is an infra error when test.sh was killed by something other than its timeout', async () => {
+  it.each([
+    ['killed', result('killed', 137)],
+    ['oom', result('oom', 137)],
+  ])(
+    'grades a test.sh that ended %s (a program it ran can kill -9 $PPID): no reward file is 0',
+    async (status, run) => {
+      const verdict = await verifyScript(handle(run, noRewardFile), await testsDirectory(), 1000);
+      expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+      expect(String(verdict.details.reason)).toContain(status);
+    },
+  );
+
+  it('grades a killed test.sh by the reward it wrote', async () => {
     const verdict = await verifyScript(
-      handle(result('killed', null), async () => Buffer.from('1')),
+      handle(result('killed', 137), async () => Buffer.from('1')),
+      await testsDirectory(),
+      1000,
+    );
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 1 });
+  });
+
+  it('is an infra error when the sandbox went away during the tests', async () => {
+    const verdict = await verifyScript(
+      handle(result('sandbox_gone', null), noRewardFile),
       await testsDirectory(),
       1000,
     );
     expect(verdict.outcome).toBe('infra_error');
+  });
+});
+
+describe("script verifier: the agent's files and tools where the tests go", () => {
+  it('prepares /tests and /logs/verifier as root, after stopping the agent, before copying the tests', async () => {
+    const calls: string[] = [];
+    const sandbox: SandboxHandle = {
+      id: 'sbx-test',
+      exec: async (request) => {
+        calls.push(request.command === PREPARE_PATHS_COMMAND ? `prepare as ${request.user}` : 'test.sh');
+        return result('ok', 0);
+      },
+      writeFile: async (path) => {
+        calls.push(`write ${path}`);
+      },
+      readFile: async () => Buffer.from('1'),
+      stopProcesses: async () => {
+        calls.push('stop');
+        return { killed: 0 };
+      },
+    };
+    expect(await verifyScript(sandbox, await testsDirectory(), 1000)).toMatchObject({ reward: 1 });
+    expect(calls).toEqual(['stop', 'prepare as 0', 'write /tests/test.sh', 'test.sh', 'stop']);
+  });
+
+  it.each([
+    ['exits non-zero (the agent broke rm or mkdir)', result('ok', 1, 'mkdir: cannot create directory')],
+    ['is killed (a replaced rm killed itself)', result('killed', 137)],
+    ['times out (a tree too big to remove)', result('timeout', null)],
+  ])('scores 0 when preparing the paths %s', async (_name, prepare) => {
+    const verdict = await verifyScript(
+      handle(result('ok', 0), async () => Buffer.from('1'), { prepare }),
+      await testsDirectory(),
+      1000,
+    );
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+    expect(String(verdict.details.reason)).toMatch(/could not be prepared/);
+  });
+
+  it('is an infra error when the sandbox went away while preparing the paths', async () => {
+    const verdict = await verifyScript(
+      handle(result('ok', 0), async () => Buffer.from('1'), { prepare: result('sandbox_gone', null) }),
+      await testsDirectory(),
+      1000,
+    );
+    expect(verdict.outcome).toBe('infra_error');
+  });
+
+  it('scores 0 when copying the tests meets a path of the wrong kind (a planted /tests)', async () => {
+    const verdict = await verifyScript(
+      handle(result('ok', 0), async () => Buffer.from('1'), {
+        writeFile: async () => {
+          throw new GymError('PATH_KIND_MISMATCH', '/tests is not a directory');
+        },
+      }),
+      await testsDirectory(),
+      1000,
+    );
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+    expect(String(verdict.details.reason)).toMatch(/could not be prepared.*\/tests/);
+  });
+
+  it.each([
+    ['PROVIDER_ERROR', new GymError('PROVIDER_ERROR', 'engine said no')],
+    ['SANDBOX_NOT_FOUND', new GymError('SANDBOX_NOT_FOUND', 'gone')],
+  ])('lets a %s while copying the tests through (the runner makes it infra)', async (_name, error) => {
+    const verifying = verifyScript(
+      handle(result('ok', 0), async () => Buffer.from('1'), {
+        writeFile: async () => {
+          throw error;
+        },
+      }),
+      await testsDirectory(),
+      1000,
+    );
+    await expect(verifying).rejects.toBe(error);
   });
 });

@@ -8,6 +8,12 @@
  * copied in, and again after test.sh ended and before the reward is read: no agent process runs
  * while the verifier does, and nothing changes the reward between the test and its reading. A
  * sandbox that cannot be stopped that way gives an infra error, never a reward.
+ *
+ * Everything else in this sandbox is the agent's: its files (a `/tests` or `/logs` it made a file
+ * or a link), its tools (the `sh`, `rm` and `mkdir` the verifier runs) and the programs test.sh
+ * runs (which can `kill -9` test.sh). So only the sandbox going away and the daemon or provider
+ * failing are infra; a step those can break is graded, reward 0 with the reason, and a test.sh
+ * that was killed or ran out of memory is graded by the reward it left (none: 0).
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
@@ -16,6 +22,15 @@ import type { SandboxHandle } from '../../harnesses/harness.ts';
 import type { Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
+
+/**
+ * Fresh, real directories for the tests and the reward, whatever the agent left at those paths.
+ * `/logs` is kept when it is a real directory (other logs may be there), else removed first, so
+ * that nothing below follows a link the agent planted.
+ */
+export const PREPARE_PATHS_COMMAND =
+  'if [ -L /logs ] || { [ -e /logs ] && [ ! -d /logs ]; }; then rm -f /logs || exit 1; fi; ' +
+  'rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier';
 
 async function filesBelow(directory: string): Promise<string[]> {
   const entries = await readdir(directory, { withFileTypes: true, recursive: true });
@@ -51,9 +66,43 @@ export async function verifyScript(
 ): Promise<Verdict> {
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
+  const notPrepared = (why: string, log = ''): Verdict => ({
+    outcome: 'reward',
+    reward: 0,
+    details: {
+      reason: `the sandbox could not be prepared for the tests: ${why}`,
+      prepareLog: log.slice(-2000),
+    },
+  });
+  // As root, with the sandbox's own tools: a failure or a hang is the agent's doing (it replaced
+  // them or planted something they cannot remove).
+  const prepared = await sandbox.exec({
+    command: PREPARE_PATHS_COMMAND,
+    cwd: '/',
+    user: '0',
+    timeoutMs: 60_000,
+  });
+  if (prepared.status === 'sandbox_gone')
+    return {
+      outcome: 'infra_error',
+      reward: 0,
+      details: { reason: 'the sandbox went away before the tests' },
+    };
+  if (prepared.status !== 'ok' || prepared.exitCode !== 0)
+    return notPrepared(
+      `preparing /tests and /logs/verifier ended with status ${prepared.status}, exit ${prepared.exitCode}`,
+      `${prepared.stdout}${prepared.stderr}`,
+    );
   for (const path of await filesBelow(testsDirectory)) {
     const mode = (await stat(path)).mode & 0o777;
-    await sandbox.writeFile(`/tests/${relative(testsDirectory, path)}`, await readFile(path), mode);
+    const target = `/tests/${relative(testsDirectory, path)}`;
+    try {
+      await sandbox.writeFile(target, await readFile(path), mode);
+    } catch (error) {
+      // The path is not what the preparation made of it: the sandbox's tools did not do their job.
+      if (isGymError(error, 'PATH_KIND_MISMATCH')) return notPrepared(`copying ${target}: ${error.message}`);
+      throw error;
+    }
   }
   const run = await sandbox.exec({
     command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh',
@@ -66,21 +115,22 @@ export async function verifyScript(
       reward: 0,
       details: { reason: `test.sh ran past ${timeoutMs} ms` },
     };
-  if (run.status === 'sandbox_gone' || run.status === 'killed')
+  if (run.status === 'sandbox_gone')
     return {
       outcome: 'infra_error',
       reward: 0,
-      details: {
-        reason:
-          run.status === 'killed'
-            ? 'test.sh was killed by something other than its timeout (its session was lost)'
-            : 'the sandbox went away during the tests',
-      },
+      details: { reason: 'the sandbox went away during the tests' },
     };
+  // A test.sh that was killed (by a program it ran: `kill -9 $PPID`) or ran out of memory is
+  // graded like any other, by the reward it left.
   // test.sh may have started processes too: the reward is read only once nothing runs.
   const afterTests = await stopAgentProcesses(sandbox, 'after the tests');
   if (afterTests !== null) return afterTests;
-  const details = { testExitCode: run.exitCode, testLogTail: `${run.stdout}${run.stderr}`.slice(-4000) };
+  const details = {
+    testExitCode: run.exitCode,
+    ...(run.status === 'ok' ? {} : { testStatus: run.status }),
+    testLogTail: `${run.stdout}${run.stderr}`.slice(-4000),
+  };
   // A reward is a number: a bigger file is not read into memory (and is no reward). Only a file
   // that is really missing or too big is the test's verdict; failing to read it is an infra error.
   let rewardText: string;
@@ -91,7 +141,10 @@ export async function verifyScript(
       return {
         outcome: 'reward',
         reward: 0,
-        details: { ...details, reason: `test.sh wrote no ${REWARD_FILE}` },
+        details: {
+          ...details,
+          reason: `test.sh wrote no ${REWARD_FILE}${run.status === 'ok' ? '' : ` (it ended with status ${run.status})`}`,
+        },
       };
     if (isGymError(error, 'FILE_TOO_LARGE') || isGymError(error, 'PATH_KIND_MISMATCH'))
       return {
