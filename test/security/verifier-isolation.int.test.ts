@@ -63,6 +63,29 @@ describe.skipIf(skipReason !== undefined)('the script verifier against agent pro
     }
   });
 
+  it('grades, not infra, when the agent planted /tests as a file and /logs as a link (and follows no link)', {
+    timeout: 60_000,
+  }, async () => {
+    const sandbox = await client.createSandbox({ image, ttlSeconds: 300 });
+    try {
+      const handle = clientSandboxHandle(client, sandbox.id);
+      const planted = await handle.exec({
+        command:
+          'mkdir -p /keep/verifier && echo mine > /keep/verifier/x && ln -s /keep /logs && echo x > /tests',
+        timeoutMs: 10_000,
+      });
+      expect(planted).toMatchObject({ status: 'ok', exitCode: 0 });
+      const verdict = await verifyScript(handle, testsDirectory, 30_000);
+      // The test ran and its own reward file was read (a reason would say it was not).
+      expect(verdict, JSON.stringify(verdict.details)).toMatchObject({ outcome: 'reward', reward: 0 });
+      expect(verdict.details.reason).toBeUndefined();
+      // What the link pointed to was not removed through it.
+      expect(await handle.exec({ argv: ['cat', '/keep/verifier/x'] })).toMatchObject({ stdout: 'mine\n' });
+    } finally {
+      await client.destroySandbox(sandbox.id).catch(() => {});
+    }
+  });
+
   it('is an infra error, never a reward, when the sandbox cannot stop its processes', async () => {
     const sandbox = await client.createSandbox({ image, ttlSeconds: 300 });
     try {
