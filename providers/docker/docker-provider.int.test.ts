@@ -97,7 +97,8 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     const info = await provider.create(spec({ resources: { cpus: 0.5, memoryMiB: 128, pidsLimit: 64 } }));
     created.push(info.id);
     const init = await run(info.id, 'cat /proc/1/comm');
-    expect(init.stdout.trim()).toMatch(/^(docker-init|tini)$/);
+    // The exec helper's keeper when it is built (tini otherwise): PID 1 reaps orphans either way.
+    expect(init.stdout.trim()).toMatch(/^(\.gym-exec|docker-init|tini)$/);
     // An orphaned child whose parent exits becomes a zombie unless PID 1 reaps it.
     await run(info.id, 'sh -c "sleep 0.2 & exit 0"; sleep 0.6');
     const zombies = await run(info.id, "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l");

@@ -32,7 +32,7 @@ import { wrapDockerError } from './docker-errors.ts';
 import { DockerSession } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
-import { type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
+import { EXEC_HELPER_MOUNT, type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
 
@@ -286,14 +286,18 @@ export class DockerProvider implements SandboxProvider {
       container = await this.#docker.createContainer({
         name: this.containerName(id),
         Image: spec.image,
-        Entrypoint: ['sh', '-c', IDLE_SCRIPT],
+        // With the exec helper mounted, PID 1 is the helper's keeper: it runs nothing of the
+        // sandbox's own (a shell loop would run the sandbox's `sleep`, which an agent can replace
+        // to be respawned after every stop), cannot be killed from inside, and reaps orphans.
+        Entrypoint:
+          this.#processes.helperBind === null ? ['sh', '-c', IDLE_SCRIPT] : [EXEC_HELPER_MOUNT, '--keeper'],
         Cmd: [],
         Env: Object.entries(spec.env).map(([name, value]) => `${name}=${value}`),
         Labels: labels,
         ...(spec.workdir === undefined ? {} : { WorkingDir: spec.workdir }),
         ...(spec.user === undefined ? {} : { User: spec.user }),
         HostConfig: {
-          Init: this.#options.init,
+          Init: this.#processes.helperBind === null ? this.#options.init : false,
           NetworkMode: spec.network,
           CapDrop: ['ALL'],
           CapAdd: [...new Set([...DEFAULT_CAPABILITIES, ...specOptions.capAdd])],

@@ -18,6 +18,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type Docker from 'dockerode';
+import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
@@ -159,7 +160,17 @@ export class DockerSession {
     let cgroup: SessionCgroup | null = null;
     if (confinement !== null) {
       const confined = await confineExec(exec, confinement, `gym-${sessionId}`);
-      if (confined !== null) cgroup = { confinement, path: confined.cgroup, keep: new Set([confined.pid]) };
+      if (confined === null) {
+        // Fail closed: an unconfined shell's commands could outlive their timeouts. Closing its
+        // stdin before the go byte makes the helper exit (125) without running anything.
+        stream.end();
+        stream.destroy();
+        throw new GymError(
+          'PROVIDER_ERROR',
+          'could not move the session shell into its own cgroup; it was not started',
+        );
+      }
+      cgroup = { confinement, path: confined.cgroup, keep: new Set([confined.pid]) };
       stream.write(GO_BYTE);
     }
     return new DockerSession(container, stream, user, cgroup);

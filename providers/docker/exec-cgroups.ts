@@ -131,10 +131,36 @@ export class ContainerCgroup {
     }
   }
 
-  /** Kills everything in `cgroup` (and below) at once, and waits (bounded) until it is empty. */
+  /**
+   * Kills everything in `cgroup` (and below) at once, and waits (bounded) until it is empty. A
+   * kernel without `cgroup.kill` (before 5.14) gets the same from freeze, SIGKILL each, thaw.
+   * @throws when the cgroup could not be emptied.
+   */
   async kill(cgroup: string): Promise<void> {
-    await writeFile(join(cgroup, 'cgroup.kill'), '1');
-    await this.#waitForEvent(cgroup, 'populated 0');
+    try {
+      await writeFile(join(cgroup, 'cgroup.kill'), '1');
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      await this.#freezeAndKill(cgroup);
+    }
+    if (!(await this.#waitForEvent(cgroup, 'populated 0')))
+      throw new Error(`processes were still in ${cgroup} after the kill`);
+  }
+
+  async #freezeAndKill(cgroup: string): Promise<void> {
+    await writeFile(join(cgroup, 'cgroup.freeze'), '1');
+    try {
+      if (!(await this.#waitForEvent(cgroup, 'frozen 1'))) throw new Error(`${cgroup} did not freeze`);
+      for (const pid of await allProcsBelow(cgroup)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // Already gone.
+        }
+      }
+    } finally {
+      await writeFile(join(cgroup, 'cgroup.freeze'), '0').catch(() => {});
+    }
   }
 
   /** Removes an empty child cgroup; a busy or missing one is left to the container's removal. */
@@ -148,7 +174,10 @@ export class ContainerCgroup {
    */
   async freeze(): Promise<void> {
     await writeFile(join(this.path, 'cgroup.freeze'), '1');
-    await this.#waitForEvent(this.path, 'frozen 1');
+    if (!(await this.#waitForEvent(this.path, 'frozen 1'))) {
+      await this.thaw().catch(() => {});
+      throw new Error(`the container's cgroup did not freeze within ${SETTLE_TIMEOUT_MS} ms`);
+    }
   }
 
   async thaw(): Promise<void> {
@@ -156,25 +185,32 @@ export class ContainerCgroup {
   }
 
   /** Every process in the container's cgroup and all cgroups below it. */
-  async allProcs(): Promise<number[]> {
-    const pids: number[] = [];
-    const visit = async (directory: string): Promise<void> => {
-      pids.push(...parsePids(await readFile(join(directory, 'cgroup.procs'), 'utf8').catch(() => '')));
-      const entries = await readdir(directory, { withFileTypes: true }).catch(() => []);
-      await Promise.all(
-        entries.filter((entry) => entry.isDirectory()).map((entry) => visit(join(directory, entry.name))),
-      );
-    };
-    await visit(this.path);
-    return pids;
+  allProcs(): Promise<number[]> {
+    return allProcsBelow(this.path);
   }
 
-  async #waitForEvent(cgroup: string, line: string): Promise<void> {
+  /** Whether `cgroup.events` showed `line` within the settle time (a cgroup gone counts as settled). */
+  async #waitForEvent(cgroup: string, line: string): Promise<boolean> {
     const deadline = performance.now() + SETTLE_TIMEOUT_MS;
     while (performance.now() < deadline) {
       const events = await readFile(join(cgroup, 'cgroup.events'), 'utf8').catch(() => null);
-      if (events === null || events.split('\n').includes(line)) return;
+      if (events === null || events.split('\n').includes(line)) return true;
       await delay(SETTLE_POLL_MS);
     }
+    return false;
   }
+}
+
+/** Every process in `directory` and all cgroups below it. */
+async function allProcsBelow(directory: string): Promise<number[]> {
+  const pids: number[] = [];
+  const visit = async (current: string): Promise<void> => {
+    pids.push(...parsePids(await readFile(join(current, 'cgroup.procs'), 'utf8').catch(() => '')));
+    const entries = await readdir(current, { withFileTypes: true }).catch(() => []);
+    await Promise.all(
+      entries.filter((entry) => entry.isDirectory()).map((entry) => visit(join(current, entry.name))),
+    );
+  };
+  await visit(directory);
+  return pids;
 }

@@ -12,6 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type Docker from 'dockerode';
+import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
@@ -165,6 +166,15 @@ export async function runOneShotExec(
     confinement === null
       ? null
       : await confineExec(exec, confinement, `gym-${execId}`, Promise.race([ready.seen, streamDone(stream)]));
+  if (confinement !== null && confined === null) {
+    // Fail closed: an unconfined command could outlive its timeout. Closing the helper's stdin
+    // before the go byte makes it exit (125) without running anything.
+    stream.end();
+    stream.destroy();
+    // Most often the sandbox went away under the exec: that is a result, not an error.
+    if ((await hooks.classifyAbnormalEnd()) === 'sandbox_gone') return output.result('sandbox_gone', null);
+    throw new GymError('PROVIDER_ERROR', 'could not move the command into its own cgroup; it was not run');
+  }
   if (confinement !== null) stream.write(GO_BYTE);
   if (input !== null) stream.end(input);
   else if (attachStdin) stream.end();

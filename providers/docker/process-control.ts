@@ -121,9 +121,11 @@ export class ProcessControl {
   }
 
   /**
-   * Kills every process of a container except its init and its idle keeper, with the container
-   * frozen so nothing forks meanwhile. The keeper is the init's child that started first: no
-   * process the agent makes can have started before it.
+   * Kills every process of a container except its keeper, with the container frozen so nothing
+   * forks meanwhile. A container started with the helper's keeper as PID 1 keeps that alone, and
+   * afterwards nothing else may run in it. An older container (tini and a shell loop) keeps the
+   * init and the init's child that started first (no process the agent makes can have started
+   * before it); its loop runs the sandbox's own `sleep`, so there this is weaker.
    * @returns how many processes were killed.
    */
   async stopProcesses(container: Docker.Container): Promise<number> {
@@ -133,13 +135,14 @@ export class ProcessControl {
     if (!initPid) throw new Error('the container is not running');
     const cgroup = await ContainerCgroup.ofProcess(this.host.cgroupMount, initPid);
     if (cgroup === null) throw new Error('the container has no cgroup v2 directory this daemon can reach');
+    const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
     // One round suffices: nothing forks while the container is frozen, and a process killed then
-    // never runs again. Only the keeper forks afterwards (its `sleep`), and that is not the agent's.
+    // never runs again.
     const victims: number[] = [];
     await cgroup.freeze();
     try {
       const pids = await cgroup.allProcs();
-      const keep = await this.#keepers(initPid, pids);
+      const keep = isHelperKeeper ? new Set([initPid]) : await this.#keepers(initPid, pids);
       for (const pid of pids) {
         if (keep.has(pid)) continue;
         try {
@@ -157,7 +160,15 @@ export class ProcessControl {
     for (;;) {
       const present = new Set(await cgroup.allProcs());
       const left = victims.filter((pid) => present.has(pid));
-      if (left.length === 0) return victims.length;
+      if (left.length === 0) {
+        // The helper's keeper never forks: anything but it now is a process we did not stop.
+        const others = [...present].filter((pid) => pid !== initPid);
+        if (isHelperKeeper && others.length > 0)
+          throw new Error(
+            `${others.length} processes run in the sandbox after stopping every one but its keeper`,
+          );
+        return victims.length;
+      }
       if (performance.now() > deadline)
         throw new Error(
           `${left.length} killed processes were still in the container after ${STOP_WAIT_MS} ms`,

@@ -9,15 +9,29 @@
  * When GYM_EXEC_READY is set, its value is written to stdout first (and the variable is removed
  * before the command runs): the daemon learns that the process exists without polling the engine.
  *
+ * Until it runs the command it is not dumpable: no other process of the sandbox (same uid or not)
+ * may ptrace it or open its /proc/PID/fd/0 to send the go byte early.
+ *
+ * `gym-exec --keeper` is the container's PID 1 instead: it keeps the sandbox alive, reaps every
+ * orphan, and never forks or runs anything from the sandbox's filesystem (an idle shell loop
+ * would run the sandbox's own `sleep`, which an agent can replace). Signals sent from inside the
+ * sandbox do not reach it (PID 1 of a pid namespace only gets those it waits for, and it ignores
+ * any whose sender is visible in its namespace); SIGTERM or SIGINT from outside (docker stop)
+ * ends it, and with it the sandbox.
+ *
  * Usage: gym-exec PROGRAM [ARGS...]   (PROGRAM is looked up in PATH; argv[0] stays PROGRAM)
+ *        gym-exec --keeper
  * Exit: 125 when stdin ends before the go byte (nothing ran), else as `docker exec` reports a
  * command that cannot start: 127 when it is not found, 126 when it cannot be executed.
  * Built statically (`cc -static -Os`), so it runs in any image, with or without a libc.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void write_all(int fd, const char *bytes, size_t length) {
@@ -32,9 +46,29 @@ static void write_all(int fd, const char *bytes, size_t length) {
   }
 }
 
+static int keep(void) {
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, NULL);
+  for (;;) {
+    siginfo_t info;
+    int signal_number = sigwaitinfo(&all, &info);
+    if (signal_number < 0) continue;
+    if (signal_number == SIGCHLD) {
+      while (waitpid(-1, NULL, WNOHANG) > 0) {
+      }
+      continue;
+    }
+    /* si_pid is 0 for a sender outside this pid namespace: the engine stopping the sandbox. */
+    if ((signal_number == SIGTERM || signal_number == SIGINT) && info.si_pid == 0) return 0;
+  }
+}
+
 int main(int argc, char **argv) {
   char go;
   ssize_t count;
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (argc == 2 && strcmp(argv[1], "--keeper") == 0) return keep();
   if (argc < 2) {
     fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
     return 125;

@@ -1,0 +1,78 @@
+/**
+ * The sandbox's keeper (PID 1) runs nothing from the sandbox's filesystem and cannot be killed
+ * from inside (issue 9 review: the old keeper was a shell loop that ran the sandbox's own
+ * `sleep`, so an agent that replaced `sleep` was respawned after every stop-processes, and one
+ * that killed the keeper turned any rollout into sandbox_gone).
+ */
+import { randomBytes } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { afterAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../core/clock.ts';
+import { createId } from '../../core/ids.ts';
+import { silentLogger } from '../../core/logger.ts';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { DockerProvider } from '../../providers/docker/docker-provider.ts';
+import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+
+describe.skipIf(skipReason !== undefined)('the sandbox keeper', () => {
+  const created: string[] = [];
+  const provider = new DockerProvider(docker, {
+    namespace: `keeper-${randomBytes(3).toString('hex')}`,
+    daemonId: createId('daemon'),
+    logger: silentLogger,
+    clock: systemClock,
+    maxLifetimeSeconds: 600,
+    stateDirectory: tmpdir(),
+  });
+  const spec = () => SandboxSpecSchema.parse({ image: busybox });
+
+  afterAll(async () => {
+    for (const id of created) await provider.destroy(id).catch(() => {});
+    await provider.close();
+  });
+
+  const run = (id: string, command: string) =>
+    provider.exec(id, ExecRequestSchema.parse({ command, timeoutMs: 20_000 }));
+
+  it('is not respawned from a planted sleep, so stop-processes leaves nothing running', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    // The attack: a `sleep` first in PATH that rewrites the reward in a loop, then the agent
+    // kills whatever sleeps so that a shell loop keeper would run the planted one.
+    const planted = await run(
+      info.id,
+      [
+        'mkdir -p /usr/local/sbin /usr/local/bin /logs/verifier',
+        "printf '#!/bin/sh\\nwhile :; do echo 1 > /logs/verifier/reward.txt; /bin/busybox sleep 0.05; done\\n' > /usr/local/sbin/sleep",
+        'cp /usr/local/sbin/sleep /usr/local/bin/sleep',
+        'chmod +x /usr/local/sbin/sleep /usr/local/bin/sleep',
+        'pkill -9 -x sleep; kill -9 1; true',
+      ].join('; '),
+    );
+    expect(planted.status).toBe('ok');
+    await provider.stopProcesses!(info.id);
+    await run(info.id, 'echo 0 > /logs/verifier/reward.txt');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const reward = await run(info.id, 'cat /logs/verifier/reward.txt');
+    expect(reward.stdout.trim()).toBe('0');
+    const top = await docker.getContainer(provider.containerName(info.id)).top({ ps_args: '-o pid,args' });
+    expect(top.Processes.map((row) => row.at(-1))).toEqual(['/dev/.gym-exec --keeper']);
+  });
+
+  it('survives kill -9 -1 and kill -9 1 from inside and still reaps orphans', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    const attack = await run(info.id, 'kill -9 1; kill -TERM 1; kill -9 -1; true');
+    expect(['ok', 'killed']).toContain(attack.status);
+    const alive = await run(info.id, 'cat /proc/1/cmdline | tr "\\0" " "');
+    expect(alive).toMatchObject({ status: 'ok' });
+    expect(alive.stdout).toContain('--keeper');
+    await run(info.id, 'sh -c "sleep 0.2 & exit 0"; sleep 0.6');
+    const zombies = await run(info.id, "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l");
+    expect(zombies.stdout.trim()).toBe('0');
+  });
+});
