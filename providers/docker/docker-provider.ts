@@ -40,6 +40,13 @@ import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './p
 export const DOCKER_LABEL_PREFIX = 'gym.';
 
 /**
+ * The keys of the sandbox's own user labels, comma-separated. A container inherits the labels of
+ * its image, and a snapshot's image carries those of the sandbox it was taken from: only the keys
+ * listed here are the sandbox's. (A container of an older daemon has no list: all are its own.)
+ */
+const USER_KEYS_LABEL = `${DOCKER_LABEL_PREFIX}user-keys`;
+
+/**
  * The few capabilities a shell, a package manager and a test suite need when running as root in
  * the sandbox; everything else Docker grants by default (raw sockets, mknod, chroot, ...) is dropped.
  */
@@ -279,6 +286,7 @@ export class DockerProvider implements SandboxProvider {
       },
       spec.labels,
     );
+    labels[USER_KEYS_LABEL] = Object.keys(spec.labels).sort().join(',');
     const { resources } = spec;
 
     let container: Docker.Container;
@@ -413,8 +421,13 @@ export class DockerProvider implements SandboxProvider {
   ): SandboxInfo | null {
     const decoded = decodeLabels(DOCKER_LABEL_PREFIX, labels);
     if (decoded === null || decoded.namespace !== this.#context.namespace) return null;
+    const ownKeys = labels[USER_KEYS_LABEL]?.split(',');
     return {
       ...decoded,
+      labels:
+        ownKeys === undefined
+          ? decoded.labels
+          : Object.fromEntries(Object.entries(decoded.labels).filter(([key]) => ownKeys.includes(key))),
       provider: this.name,
       state: containerState(state),
       image,
@@ -456,9 +469,14 @@ export class DockerProvider implements SandboxProvider {
       const reason = wrapDockerError(error, { operation: 'list' }).message;
       return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
     }
-    const sandboxes = containers.flatMap(
-      (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
-    );
+    // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL).
+    const sandboxes = containers
+      .flatMap(
+        (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
+      )
+      .filter((info) =>
+        Object.entries(filter.labels ?? {}).every(([key, value]) => info.labels[key] === value),
+      );
     return { sandboxes, unreachable: [] };
   }
 
