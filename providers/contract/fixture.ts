@@ -3,7 +3,7 @@ import { GymError } from '../../core/errors.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
 import { type SandboxInfo, type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
-import type { SandboxProvider } from '../sandbox-provider.ts';
+import type { CreateOptions, SandboxProvider } from '../sandbox-provider.ts';
 
 export interface ContractOptions {
   /** Shown in the suite's title. */
@@ -24,6 +24,11 @@ export interface ContractOptions {
   skipReason?: string;
   /** Per-test timeout; raise it for slow backends. Default 60 s. */
   testTimeoutMs?: number;
+  /**
+   * Removes an image that `snapshot` made (the snapshot case names it under `gym-snapshot/`);
+   * without it the case leaves its image behind.
+   */
+  removeImage?: (image: string) => Promise<void>;
 }
 
 /** Tracks every sandbox a test makes and destroys them all, whatever the test's outcome. */
@@ -50,8 +55,8 @@ export class SandboxFixture {
     );
   }
 
-  async create(overrides: Partial<SandboxSpecInput> = {}): Promise<SandboxInfo> {
-    const info = await this.provider.create(this.spec(overrides));
+  async create(overrides: Partial<SandboxSpecInput> = {}, options: CreateOptions = {}): Promise<SandboxInfo> {
+    const info = await this.provider.create(this.spec(overrides), options);
     this.#created.add(info.id);
     return info;
   }

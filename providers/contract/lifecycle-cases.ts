@@ -1,4 +1,6 @@
 import { expect, it } from 'vitest';
+import { GymError } from '../../core/errors.ts';
+import type { SandboxProvider } from '../sandbox-provider.ts';
 import { expectGymError, type SandboxFixture } from './fixture.ts';
 
 export function defineLifecycleCases(fixture: SandboxFixture): void {
@@ -58,6 +60,34 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     expect(group.sandboxes.map((info) => info.id).sort()).toEqual([first.id, second.id].sort());
     const one = await fixture.provider.list({ labels: { member: 'one', 'contract-run': fixture.runId } });
     expect(one.sandboxes.map((info) => info.id)).toEqual([first.id]);
+  });
+
+  it('lists by pool, by daemon and by several labels at once, with each sandbox as created', async () => {
+    const run = { 'contract-run': fixture.runId };
+    const pooled = await fixture.create(
+      { labels: { group: 'filters', tier: 'a' } },
+      { pool: 'contract-pool' },
+    );
+    const loose = await fixture.create({ labels: { group: 'filters', tier: 'b' } });
+    const ids = async (filter: Parameters<SandboxProvider['list']>[0]) =>
+      (await fixture.provider.list(filter)).sandboxes.map((info) => info.id).sort();
+    expect(await ids({ labels: { ...run, group: 'filters' } })).toEqual([pooled.id, loose.id].sort());
+    expect(await ids({ labels: { ...run, group: 'filters', tier: 'b' } })).toEqual([loose.id]);
+    expect(await ids({ labels: { ...run, group: 'filters', tier: 'c' } })).toEqual([]);
+    expect(await ids({ labels: run, pool: 'contract-pool' })).toEqual([pooled.id]);
+    expect(await ids({ labels: run, pool: null })).not.toContain(pooled.id);
+    expect(await ids({ labels: run, pool: null })).toContain(loose.id);
+    expect(await ids({ labels: run, daemonId: pooled.daemonId })).toContain(pooled.id);
+    expect(await ids({ labels: run, daemonId: `${pooled.daemonId}-other` })).toEqual([]);
+    const [listed] = (await fixture.provider.list({ labels: { ...run, tier: 'a' } })).sandboxes;
+    expect(listed).toMatchObject({
+      id: pooled.id,
+      image: fixture.options.image,
+      labels: { ...run, group: 'filters', tier: 'a' },
+      pool: 'contract-pool',
+      daemonId: pooled.daemonId,
+      state: 'ready',
+    });
   });
 
   it('lists a backend that answers completely: no part unreachable, each sandbox in its scope', async () => {
@@ -187,5 +217,40 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
       await expectGymError(fixture.exec(info.id, { argv: ['true'], session: 'x' }), 'CAPABILITY_UNSUPPORTED');
     }
     expect(fixture.provider.capabilities.networkModes).toContain('none');
+    if (!fixture.provider.capabilities.snapshot) {
+      const info = await fixture.create();
+      const refused =
+        fixture.provider.snapshot === undefined
+          ? Promise.reject(new GymError('CAPABILITY_UNSUPPORTED', 'no snapshot method'))
+          : fixture.provider.snapshot(info.id, { image: `gym-snapshot/contract-${fixture.runId}:refused` });
+      await expectGymError(refused, 'CAPABILITY_UNSUPPORTED');
+    }
+  });
+
+  it('snapshots a sandbox into an image that a new sandbox starts from, with its own labels only', async (context) => {
+    const { provider } = fixture;
+    if (!provider.capabilities.snapshot || provider.snapshot === undefined) return context.skip();
+    const source = await fixture.create({ labels: { origin: 'snapshot-source' } });
+    await provider.writeFile(source.id, '/srv/contract/state.txt', Buffer.from('kept'));
+    const { image } = await provider.snapshot(source.id, {
+      image: `gym-snapshot/contract-${fixture.runId}:${source.id}`,
+    });
+    try {
+      const copy = await fixture.create({ image, labels: { role: 'snapshot-copy' } });
+      const read = await fixture.exec(copy.id, { argv: ['cat', '/srv/contract/state.txt'] });
+      expect(read).toMatchObject({ status: 'ok', stdout: 'kept' });
+      const listed = (await provider.get(copy.id)).labels;
+      expect(listed).toEqual({ role: 'snapshot-copy', 'contract-run': fixture.runId });
+      const bySourceLabel = await provider.list({
+        labels: { origin: 'snapshot-source', 'contract-run': fixture.runId },
+      });
+      expect(bySourceLabel.sandboxes.map((info) => info.id)).toEqual([source.id]);
+      // The source is left as it was, and keeps running.
+      expect((await fixture.exec(source.id, { argv: ['echo', 'alive'] })).stdout).toBe('alive\n');
+      expect((await provider.get(source.id)).state).toBe('ready');
+    } finally {
+      await fixture.cleanup();
+      await fixture.options.removeImage?.(image);
+    }
   });
 }

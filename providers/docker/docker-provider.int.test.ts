@@ -41,10 +41,16 @@ export function testContext(overrides: Partial<ProviderContext> = {}): ProviderC
   };
 }
 
+/** The contract's snapshot case leaves its image to us. */
+const removeImage = async (image: string) => {
+  await docker.getImage(image).remove({ force: true });
+};
+
 describeSandboxProviderContract({
   name: 'docker (busybox)',
   image: busybox,
   createProvider: () => new DockerProvider(docker, testContext()),
+  removeImage,
   createUnreachableProvider: () =>
     new DockerProvider(createDockerClient({ socketPath: '/nonexistent/docker.sock' }), testContext()),
   ...(skipReason === undefined ? {} : { skipReason }),
@@ -55,6 +61,7 @@ describeSandboxProviderContract({
   name: 'docker (debian-base)',
   image: debian,
   createProvider: () => new DockerProvider(docker, testContext()),
+  removeImage,
   ...((skipReason ?? debianMissing) === undefined ? {} : { skipReason: skipReason ?? debianMissing }),
 });
 
