@@ -255,9 +255,12 @@ export class GymClient {
     return this.raw('GET', `/v1/sandboxes/${encodeURIComponent(id)}/archive`, { query: { path: directory } });
   }
 
-  /** Makes the model gateway reachable inside the sandbox at `http://127.0.0.1:<port>`. */
-  forwardGateway(id: string, port: number): Promise<{ url: string }> {
-    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/gateway-forward`, { json: { port } });
+  /**
+   * Makes the model gateway reachable from inside the sandbox; answers the URL an agent there
+   * uses (the same on every call, and after a daemon restart). Idempotent.
+   */
+  exposeGateway(id: string): Promise<{ url: string }> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/gateway`, { json: {} });
   }
 
   /** Opens a gateway rollout; its key is the API key an agent uses. */

@@ -92,3 +92,18 @@ export function requireStopProcesses(
   }
   return provider.stopProcesses.bind(provider);
 }
+
+/**
+ * `exposeGateway()`, bound to its provider: the hook for gateway reach, so that its check lives
+ * here with the others.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` without the `gatewayReach` capability.
+ */
+export function requireGatewayReach(
+  providerName: string,
+  provider: SandboxProvider,
+): NonNullable<SandboxProvider['exposeGateway']> {
+  if (provider.exposeGateway === undefined || !provider.capabilities.gatewayReach) {
+    throw unsupported(providerName, 'gatewayReach', 'cannot make the gateway reachable from a sandbox');
+  }
+  return provider.exposeGateway.bind(provider);
+}

@@ -114,7 +114,21 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     config.orphanScanIntervalMs,
   );
   heartbeat.unref();
-  const manager = new SandboxManager({ config, providers, store, daemonId, owners, logger, clock });
+  // Agents inside sandboxes reach the gateway through this socket (a provider carries their
+  // connections to it, see exposeGateway): a unix socket crosses network namespaces where no TCP
+  // address of the host would. It serves the model routes only, never the daemon's API. The
+  // manager needs it before it starts: reconcile restores the reach of adopted sandboxes.
+  const gatewaySocket = options.listen === false ? undefined : join(config.stateDir, 'gateway.sock');
+  const manager = new SandboxManager({
+    config,
+    providers,
+    store,
+    daemonId,
+    owners,
+    logger,
+    clock,
+    ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
+  });
   const metrics = new DaemonMetrics(manager);
   manager.metrics = metrics;
   await manager.start();
@@ -130,15 +144,10 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     maxRecordBytesPerRollout: config.gateway.maxRecordBytesPerRollout,
     ...(config.gateway.upstream === undefined ? {} : { upstream: config.gateway.upstream }),
   });
-  // Agents inside sandboxes reach the gateway through this socket (a relay carries their
-  // connections to it): a unix socket crosses network namespaces where no TCP address of the
-  // host would. It serves the model routes only, never the daemon's API.
-  const gatewaySocket = options.listen === false ? undefined : join(config.stateDir, 'gateway.sock');
   const app = await buildServer({
     manager,
     pools,
     gateway,
-    ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
     metrics,
     token,
     daemonId,

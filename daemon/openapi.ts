@@ -6,7 +6,7 @@ import { z } from 'zod';
 import {
   ErrorBodySchema,
   ExecStreamEventSchema,
-  GatewayForwardRequestSchema,
+  GatewayReachSchema,
   HealthSchema,
   KeepaliveRequestSchema,
   OpenRolloutRequestSchema,
@@ -194,14 +194,18 @@ export function openApiDocument(version: string): Record<string, unknown> {
           responses: { 204: { description: 'extracted' }, 400: errorResponse, 404: errorResponse },
         },
       },
-      '/v1/sandboxes/{id}/gateway-forward': {
+      '/v1/sandboxes/{id}/gateway': {
         parameters: [idParameter],
         post: {
           summary:
-            'relay 127.0.0.1:<port> inside the sandbox to the model gateway (for agent CLIs in network-less sandboxes)',
-          requestBody: { required: false, ...json(GatewayForwardRequestSchema, 'input') },
+            'make the model gateway (its model routes only) reachable from inside the sandbox, for agent CLIs in network-less sandboxes; idempotent',
           responses: {
-            200: { description: '{"url": "http://127.0.0.1:<port>"} as seen from inside the sandbox' },
+            200: {
+              description:
+                'the URL the agent uses, as seen from inside the sandbox; the same for its whole life',
+              ...json(GatewayReachSchema),
+            },
+            404: errorResponse,
             501: errorResponse,
           },
         },

@@ -21,6 +21,7 @@ import type {
 } from '../providers/sandbox-provider.ts';
 import { Admission, type CreateSlot } from './admission.ts';
 import {
+  requireGatewayReach,
   requireSnapshot,
   requireSpecCapabilities,
   requireStopProcesses,
@@ -55,6 +56,11 @@ export interface SandboxManagerOptions {
   metrics?: DaemonMetrics;
   logger: Logger;
   clock: Clock;
+  /**
+   * The unix socket serving the gateway's model routes, which `exposeGateway` hands providers;
+   * without it (a daemon that does not listen) no sandbox gets gateway reach.
+   */
+  gatewaySocket?: string;
 }
 
 /** What one reconcile did, for logs and tests. */
@@ -92,6 +98,7 @@ export class SandboxManager implements SandboxCounts {
   readonly #owners: OwnerLiveness | undefined;
   readonly #logger: Logger;
   readonly #clock: Clock;
+  readonly #gatewaySocket: string | undefined;
   readonly #admissions = new Map<string, Admission>();
   /** Ids being created (provider name), so scans do not take them for orphans. */
   readonly #creating = new Map<string, string>();
@@ -119,6 +126,7 @@ export class SandboxManager implements SandboxCounts {
     this.#metrics = options.metrics;
     this.#logger = options.logger;
     this.#clock = options.clock;
+    this.#gatewaySocket = options.gatewaySocket;
     for (const provider of options.config.providers) {
       this.#admissions.set(provider.name, new Admission(provider.name, provider));
     }
@@ -297,6 +305,7 @@ export class SandboxManager implements SandboxCounts {
         poolState: membership.poolState,
         fromPool: false,
         execEnv: {},
+        gatewayUrl: null,
       };
       try {
         await this.#store.put(record);
@@ -539,21 +548,74 @@ export class SandboxManager implements SandboxCounts {
     return this.#use(id, (provider) => provider.readArchive(id, directory));
   }
 
-  /** Relays `127.0.0.1:<port>` inside the sandbox to the daemon's gateway socket. */
-  async forwardGateway(id: string, port: number, socketPath: string): Promise<{ url: string }> {
-    await this.#use(id, async (provider, record) => {
-      if (provider.forwardToHostSocket === undefined || !provider.capabilities.hostForward) {
+  /**
+   * Makes the model gateway reachable from inside the sandbox and returns the URL its agent must
+   * use (see `SandboxProvider.exposeGateway`). The URL is recorded with the sandbox: a sandbox has
+   * one gateway URL for its life, and a restarted daemon restores reach at it (see reconcile).
+   * @throws GymError `CAPABILITY_UNSUPPORTED` when the provider cannot, or this daemon serves no
+   *   gateway socket (it does not listen); what the provider throws.
+   */
+  exposeGateway(id: string): Promise<{ url: string }> {
+    return this.#use(id, async (provider, record) => {
+      const expose = requireGatewayReach(record.provider, provider);
+      if (this.#gatewaySocket === undefined) {
         throw new GymError(
           'CAPABILITY_UNSUPPORTED',
-          `provider ${record.provider} cannot forward a port to the host`,
+          'this daemon serves no gateway socket (it is not listening)',
           {
-            details: { provider: record.provider, capability: 'hostForward' },
+            details: { capability: 'gatewayReach' },
           },
         );
       }
-      await provider.forwardToHostSocket(id, { port, socketPath });
+      const { url } = await expose(id, {
+        socketPath: this.#gatewaySocket,
+        ...(record.gatewayUrl === null ? {} : { url: record.gatewayUrl }),
+      });
+      await this.#recordGatewayUrl(id, url);
+      return { url };
     });
-    return { url: `http://127.0.0.1:${port}` };
+  }
+
+  async #recordGatewayUrl(id: string, url: string): Promise<void> {
+    const current = this.#store.get(id);
+    if (current !== undefined && current.gatewayUrl !== url)
+      await this.#store.put({ ...current, gatewayUrl: url });
+  }
+
+  /**
+   * Restores gateway reach for adopted sandboxes that had it, at the URL recorded: the agents
+   * inside keep using that URL across a restart. Cheap when reach is up (the provider answers
+   * from memory); one that fails is tried again on the next scan.
+   */
+  async #restoreGatewayReach(provider: SandboxProvider, adoptedIds: string[]): Promise<void> {
+    const socketPath = this.#gatewaySocket;
+    if (
+      socketPath === undefined ||
+      provider.exposeGateway === undefined ||
+      !provider.capabilities.gatewayReach
+    )
+      return;
+    const reachable = adoptedIds.flatMap((id) => {
+      const record = this.#store.get(id);
+      return record?.gatewayUrl == null || this.#destroying.has(id) ? [] : [{ id, url: record.gatewayUrl }];
+    });
+    await forEachLimited(reachable, REAPER_CONCURRENCY, async ({ id, url }) => {
+      try {
+        const restored = await provider.exposeGateway!(id, { socketPath, url });
+        if (restored.url !== url) {
+          this.#logger.warn(
+            { sandboxId: id, url, restoredUrl: restored.url },
+            'gateway reach came back at another URL',
+          );
+          await this.#recordGatewayUrl(id, restored.url);
+        }
+      } catch (error) {
+        this.#logger.warn(
+          { sandboxId: id, url, error: String(error) },
+          'could not restore the gateway reach of an adopted sandbox; will retry on the next scan',
+        );
+      }
+    });
   }
 
   /**
@@ -618,6 +680,7 @@ export class SandboxManager implements SandboxCounts {
     const seen = new Set<string>();
     const doomed: Array<{ id: string; reason: string }> = [];
     const isOwnerGone = new Map<string, Promise<boolean>>();
+    const adoptedIds: string[] = [];
     let adopted = 0;
     for (const info of listing.sandboxes) {
       seen.add(info.id);
@@ -644,8 +707,10 @@ export class SandboxManager implements SandboxCounts {
             : info.state !== 'ready'
               ? 'dead'
               : null;
-      if (reason === null) adopted += 1;
-      else doomed.push({ id: info.id, reason });
+      if (reason === null) {
+        adopted += 1;
+        adoptedIds.push(info.id);
+      } else doomed.push({ id: info.id, reason });
     }
     await forEachLimited(doomed, REAPER_CONCURRENCY, async ({ id, reason }) => {
       try {
@@ -674,6 +739,7 @@ export class SandboxManager implements SandboxCounts {
       }
     }
     for (const record of missing) await this.#forget(record, 'gone');
+    await this.#restoreGatewayReach(provider, adoptedIds);
     const summary: ReconcileSummary = {
       adopted,
       destroyed: doomed.length,

@@ -352,7 +352,7 @@ describe('HTTP API', () => {
       '/openapi.json',
       '/v1/pools',
       '/v1/pools/{name}',
-      '/v1/sandboxes/{id}/gateway-forward',
+      '/v1/sandboxes/{id}/gateway',
       '/v1/sandboxes/{id}/stop-processes',
       '/v1/gateway/rollouts',
       '/v1/gateway/rollouts/{rolloutId}/records',

@@ -28,8 +28,6 @@ export interface ServerOptions {
   manager: SandboxManager;
   pools: PoolManager;
   gateway: ModelGateway;
-  /** The unix socket agents in sandboxes reach the gateway through (see gateway-forward). */
-  gatewaySocket?: string;
   metrics: DaemonMetrics;
   token: string;
   daemonId: string;
@@ -141,7 +139,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     reply.type('text/plain; version=0.0.4').send(await options.metrics.text()),
   );
   app.get('/openapi.json', async () => openApi);
-  registerSandboxRoutes(app, options.manager, options.pools, options.gatewaySocket);
+  registerSandboxRoutes(app, options.manager, options.pools);
   registerPoolRoutes(app, options.pools);
   registerGatewayAdminRoutes(app, options.gateway);
   registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });

@@ -32,6 +32,7 @@ function record(id: string, leaseExpiresAt = '2030-01-01T00:00:00.000Z'): Sandbo
     poolState: null,
     fromPool: false,
     execEnv: {},
+    gatewayUrl: null,
   };
 }
 

@@ -51,6 +51,11 @@ export const SandboxRecordSchema = z.object({
   fromPool: z.boolean().default(false),
   /** Environment added to every exec (a pooled sandbox's per-acquire env); checked at the door, kept as written. */
   execEnv: z.record(z.string(), z.string()).default({}),
+  /**
+   * The URL its agents reach the gateway at, once it was given reach (`exposeGateway`): a
+   * restarted daemon restores reach at exactly this URL.
+   */
+  gatewayUrl: z.string().nullable().default(null),
 });
 export type SandboxRecord = z.infer<typeof SandboxRecordSchema>;
 

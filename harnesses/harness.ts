@@ -27,10 +27,11 @@ export interface SandboxHandle {
    */
   readFile(path: string, options?: { maxBytes?: number }): Promise<Buffer>;
   /**
-   * Makes the model gateway reachable from inside the sandbox at `http://127.0.0.1:<port>`,
-   * for agent CLIs that run there. Optional: not every provider can.
+   * Makes the model gateway reachable from inside the sandbox, for agent CLIs that run there, and
+   * answers the URL they use (its origin: the rollout's `basePath` goes after it). The provider
+   * chooses it; it stays the same for the sandbox's life. Optional: not every provider can.
    */
-  forwardGateway?(port: number): Promise<{ url: string }>;
+  exposeGateway?(): Promise<{ url: string }>;
   /**
    * Kills every process in the sandbox but its keeper (the sandbox stays ready), so that nothing
    * the agent left running acts while a verifier judges. Optional: not every provider can; a
@@ -61,7 +62,7 @@ export interface ModelEndpoint {
   /** The rollout's key (sent as the API key). */
   apiKey: string;
   model: string;
-  /** The path part of baseUrl, for agents reaching the gateway through a forwarder. */
+  /** The path part of baseUrl, for agents reaching the gateway at another origin (`exposeGateway`). */
   basePath: string;
 }
 

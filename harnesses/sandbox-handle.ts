@@ -9,7 +9,7 @@ export function clientSandboxHandle(client: GymClient, id: string): SandboxHandl
     writeFile: (path, content, mode) => client.writeFile(id, path, content, mode),
     readFile: (path, options) =>
       client.readFileBytes(id, path, { maxBytes: options?.maxBytes ?? DEFAULT_READ_FILE_MAX_BYTES }),
-    forwardGateway: (port) => client.forwardGateway(id, port),
+    exposeGateway: () => client.exposeGateway(id),
     stopProcesses: () => client.stopProcesses(id),
   };
 }

@@ -57,8 +57,8 @@ export interface ProviderCapabilities {
    * the rest at create (`FORBIDDEN_BY_CONFIG`).
    */
   networkModes: ReadonlyArray<SandboxSpec['network']>;
-  /** `forwardToHostSocket()`: a port on the sandbox's loopback relayed to a unix socket of the host. */
-  hostForward: boolean;
+  /** `exposeGateway()`: the daemon's model gateway reachable from inside a sandbox, at a URL the provider chooses. */
+  gatewayReach: boolean;
   /**
    * How a timeout finds what a command started (see the top of this file): `cgroup` from outside
    * the sandbox, which nothing inside can escape; `tagged` by a script inside the sandbox, which
@@ -69,9 +69,9 @@ export interface ProviderCapabilities {
   stopProcesses: boolean;
 }
 
-/** What a provider's gateway relays hold right now. */
+/** What a provider's gateway relays (its means of `exposeGateway`) hold right now. */
 export interface RelayStats {
-  /** Forwarded ports listening, over all sandboxes. */
+  /** Listening sockets (or other endpoints) that carry gateway reach, over all sandboxes. */
   listeners: number;
   /** Relay connections open, over all sandboxes. */
   connections: number;
@@ -243,14 +243,35 @@ export interface SandboxProvider {
   snapshot?(id: string, options: { image: string }): Promise<{ image: string }>;
 
   /**
-   * Listens on `127.0.0.1:<port>` inside the sandbox and relays each connection to a unix socket
-   * on the daemon's host: how an agent in a sandbox without network reaches the model gateway,
-   * and nothing else. Idempotent per port; ends with the sandbox.
-   * Optional: present only with the `hostForward` capability.
+   * Makes the daemon's model gateway reachable from inside one sandbox, and returns the URL an
+   * agent there must use as the gateway's origin (`http://host:port`, no path: the gateway's
+   * routes go under it). How is the provider's choice, and so is the port: a relay into the
+   * sandbox's network namespace (Docker), a reverse forward on a free port of the host it runs on
+   * (SSH), a Service with a NetworkPolicy or a relay over the exec channel (Kubernetes). Whatever
+   * the mechanism, a provider guarantees:
+   *
+   * - **Only that sandbox**: the URL works from inside this sandbox and is no way into the
+   *   gateway, or anything else, for other sandboxes or the network.
+   * - **Only the gateway**: every connection to the URL goes to `socketPath` (a unix socket of
+   *   the daemon's host, serving the model routes alone) and nowhere else. The sandbox gains no
+   *   other route: not to the daemon's API, the host, the engine or another sandbox.
+   * - **Idempotent**: another call for the same sandbox returns the same URL and opens nothing
+   *   more; two sandboxes never collide (on one host, each gets its own port or namespace).
+   * - **Same URL after a restart**: the agent inside keeps the URL it was given while the daemon
+   *   restarts. A restarted daemon calls again with the URL it recorded (`options.url`), and the
+   *   provider restores reach at exactly that URL, or throws.
+   * - **Released** by `destroy(id)`, and by `close()` (the sandbox then keeps running without
+   *   reach until a daemon restores it). A daemon killed with -9 leaves no process behind that
+   *   still relays: whatever the mechanism holds on the daemon's side dies with it.
+   *
+   * Optional: present only with the `gatewayReach` capability.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `SANDBOX_NOT_READY`, `CAPABILITY_UNSUPPORTED` (the
+   *   backend or this host cannot, e.g. a Docker engine on another host), `PROVIDER_ERROR` (the
+   *   recorded URL cannot be restored, or the mechanism failed).
    */
-  forwardToHostSocket?(id: string, options: { port: number; socketPath: string }): Promise<void>;
+  exposeGateway?(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }>;
 
-  /** What the relays of `forwardToHostSocket` hold now, for metrics. Optional, with `hostForward`. */
+  /** What the relays of `exposeGateway` hold now, for metrics. Optional, with `gatewayReach`. */
   relayStats?(): RelayStats;
 
   /**

@@ -57,6 +57,16 @@ export const KeepaliveRequestSchema = z
 export const SnapshotRequestSchema = z.object({ image: z.string().min(1).max(512) }).strict();
 export const SnapshotResponseSchema = z.object({ image: z.string() });
 
+/** What `POST /v1/sandboxes/{id}/gateway` answers. */
+export const GatewayReachSchema = z.object({
+  /**
+   * The gateway's origin as an agent inside the sandbox reaches it (`http://127.0.0.1:<port>` on
+   * Docker): a rollout's endpoint is this followed by its `basePath`. The same for the sandbox's
+   * whole life, across daemon restarts.
+   */
+  url: z.string(),
+});
+
 /** What `POST /v1/sandboxes/{id}/stop-processes` answers. */
 export const StopProcessesResponseSchema = z.object({
   /** How many processes were killed (0 when only the sandbox's keeper was running). */
@@ -115,8 +125,4 @@ export const ROLLOUT_ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
 
 export const OpenRolloutRequestSchema = z
   .object({ rolloutId: z.string().regex(ROLLOUT_ID_PATTERN).optional(), upstream: UpstreamSchema.optional() })
-  .strict();
-
-export const GatewayForwardRequestSchema = z
-  .object({ port: z.number().int().min(1024).max(65535).default(4000) })
   .strict();

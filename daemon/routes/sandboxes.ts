@@ -5,7 +5,6 @@ import { GymError } from '../../core/errors.ts';
 import { SANDBOX_ID_PATTERN } from '../../core/ids.ts';
 import {
   ExecQuerySchema,
-  GatewayForwardRequestSchema,
   KeepaliveRequestSchema,
   ListSandboxesQuerySchema,
   PathQuerySchema,
@@ -47,18 +46,8 @@ export function registerSandboxRoutes(
   app: FastifyInstance,
   manager: SandboxManager,
   pools: PoolManager,
-  gatewaySocket: string | undefined,
 ): void {
-  app.post('/v1/sandboxes/:id/gateway-forward', async (request) => {
-    if (gatewaySocket === undefined) {
-      throw new GymError(
-        'CAPABILITY_UNSUPPORTED',
-        'this daemon serves no gateway socket (it is not listening)',
-      );
-    }
-    const body = parseOrThrow(GatewayForwardRequestSchema, request.body ?? {}, 'forward request');
-    return manager.forwardGateway(sandboxId(request), body.port, gatewaySocket);
-  });
+  app.post('/v1/sandboxes/:id/gateway', async (request) => manager.exposeGateway(sandboxId(request)));
 
   app.post('/v1/sandboxes', async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;

@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,6 +11,7 @@ import { silentLogger } from '../../core/logger.ts';
 import { HarnessRegistry } from '../../harnesses/registry.ts';
 import { startTestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment } from '../../test/docker-available.ts';
+import { SwitchableEngine } from '../../test/switchable-engine.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
@@ -23,42 +23,6 @@ const cliEntry = new URL('../../cli/main.ts', import.meta.url).pathname;
 async function labelled(namespace: string): Promise<number> {
   return (await docker.listContainers({ all: true, filters: { label: [`gym.namespace=${namespace}`] } }))
     .length;
-}
-
-/** A unix socket relaying to the Docker engine that can be cut and restored: the engine "goes away" without touching it. */
-class SwitchableEngine {
-  readonly path: string;
-  #server: Server | null = null;
-  readonly #connections = new Set<Socket>();
-
-  constructor(directory: string) {
-    this.path = join(directory, 'engine.sock');
-  }
-
-  async up(): Promise<void> {
-    // Half-open like the engine's own socket: an exec whose stdin was closed still sends its output.
-    this.#server = createServer({ allowHalfOpen: true }, (client) => {
-      const engine = createConnection({ path: '/var/run/docker.sock', allowHalfOpen: true });
-      this.#connections.add(client).add(engine);
-      client.pipe(engine).pipe(client);
-      const drop = () => {
-        client.destroy();
-        engine.destroy();
-      };
-      client.on('error', drop).on('close', drop);
-      engine.on('error', drop).on('close', drop);
-    });
-    await new Promise<void>((resolve) => this.#server!.listen(this.path, resolve));
-  }
-
-  async down(): Promise<void> {
-    for (const socket of this.#connections) socket.destroy();
-    this.#connections.clear();
-    await new Promise((resolve) =>
-      this.#server === null ? resolve(undefined) : this.#server.close(resolve),
-    );
-    this.#server = null;
-  }
 }
 
 describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => {

@@ -3,7 +3,8 @@
  * recipe: where its files come from, how it is configured to use the rollout's gateway, how it is
  * run headless, and how its output becomes a trajectory. The harness installs it (from a host
  * cache filled from the npm registry, copied in unless the image or a read-only bind already has
- * it), relays the gateway into the sandbox, runs it, and collects what it did.
+ * it), has the gateway made reachable from the sandbox (at whatever URL its provider gives),
+ * runs it, and collects what it did.
  */
 import { spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
@@ -18,9 +19,6 @@ import {
   RunClock,
   type TrajectoryStep,
 } from '../harness.ts';
-
-/** The port the gateway relay listens on inside sandboxes. */
-export const GATEWAY_PORT_IN_SANDBOX = 4000;
 
 export interface AgentRunSettings {
   /** The gateway as the agent reaches it from inside the sandbox, up to `/v1`. */
@@ -161,8 +159,8 @@ export function createInstalledAgentHarness(
           ...(extra === undefined ? {} : { extra }),
         });
 
-      if (sandbox.forwardGateway === undefined)
-        return fail('agent_error', 'this sandbox cannot reach the gateway (no forwarder)');
+      if (sandbox.exposeGateway === undefined)
+        return fail('agent_error', 'this sandbox cannot reach the gateway (its handle cannot expose it)');
       const isInstalled = await sandbox.exec({
         argv: ['test', '-x', recipe.sandboxBinaryPath],
         timeoutMs: 10_000,
@@ -191,7 +189,7 @@ export function createInstalledAgentHarness(
           );
         }
       }
-      const { url } = await sandbox.forwardGateway(GATEWAY_PORT_IN_SANDBOX);
+      const { url } = await sandbox.exposeGateway();
       const settings: AgentRunSettings = {
         baseUrl: `${url}${model.basePath}`,
         apiKey: model.apiKey,

@@ -8,11 +8,15 @@ import type { CreateOptions, SandboxProvider } from '../sandbox-provider.ts';
 export interface ContractOptions {
   /** Shown in the suite's title. */
   name: string;
-  /** Builds the provider under test; called once per suite. */
+  /**
+   * Builds the provider under test; called once per suite, and twice more by the gateway case
+   * that stands for a daemon restarting (instances must share the backend and namespace).
+   */
   createProvider: () => SandboxProvider | Promise<SandboxProvider>;
   /**
    * An image with a POSIX shell and the usual small tools (`sleep`, `cat`, `tr`, `seq`, `head`,
-   * `tail`, `sha256sum`, `ls`, `stat`), e.g. busybox or Debian.
+   * `tail`, `sha256sum`, `ls`, `stat`), e.g. busybox or Debian; for the gateway cases, `wget`
+   * or `python3` too.
    */
   image: string;
   /**

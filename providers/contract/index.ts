@@ -11,6 +11,7 @@ import { afterAll, afterEach, beforeAll, describe } from 'vitest';
 import { defineExecCases, type ExecMode } from './exec-cases.ts';
 import { defineFileCases } from './files-cases.ts';
 import { type ContractOptions, SandboxFixture } from './fixture.ts';
+import { defineGatewayCases } from './gateway-cases.ts';
 import { defineLifecycleCases } from './lifecycle-cases.ts';
 
 export type { ContractOptions } from './fixture.ts';
@@ -55,6 +56,11 @@ export function describeSandboxProviderContract(options: ContractOptions): void 
           sandboxId = (await fixture.create()).id;
         }, timeout);
         defineFileCases(fixture, () => sandboxId);
+      });
+
+      describe('gateway reach', () => {
+        afterEach(() => fixture.cleanup(), timeout);
+        defineGatewayCases(fixture);
       });
     },
   );

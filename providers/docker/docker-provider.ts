@@ -71,11 +71,12 @@ export const DockerProviderOptionsSchema = z
     /** An OCI runtime other than the engine's default (for example `runsc` for gVisor). */
     runtime: z.string().optional(),
     /**
-     * Relay a sandbox port to a host unix socket (the engine must run on this host and the daemon
-     * as root, with `nsenter`): how agents in network-less sandboxes reach the gateway. The daemon
-     * itself holds the listening socket; see `gateway-relay.ts` for what a relay costs.
+     * Gateway reach (`exposeGateway`): a port on the sandbox's loopback relayed to the daemon's
+     * gateway socket (the engine must run on this host and the daemon as root, with `nsenter`):
+     * how agents in network-less sandboxes reach the gateway. The daemon itself holds the
+     * listening socket; see `gateway-relay.ts` for what a relay costs.
      */
-    hostForward: z.boolean().default(true),
+    gatewayReach: z.boolean().default(true),
     /** Open relay connections per sandbox at most; one more is closed at once. */
     relayMaxConnections: z.number().int().positive().max(4096).default(32),
     /**
@@ -139,6 +140,27 @@ export const DockerSpecOptionsSchema = z
   })
   .strict();
 
+/** The gateway as an agent inside a Docker sandbox reaches it: its own loopback, the relay's port. */
+function gatewayUrl(port: number): string {
+  return `http://127.0.0.1:${port}`;
+}
+
+/** The port of a URL `gatewayUrl` made before a restart. */
+function recordedGatewayPort(url: string): number {
+  const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(url);
+  const port = Number(match?.[1]);
+  if (match === null || port < 1 || port > 65535) {
+    throw new GymError(
+      'PROVIDER_ERROR',
+      `cannot restore gateway reach at ${url}: not a URL this provider gives`,
+      {
+        details: { url },
+      },
+    );
+  }
+  return port;
+}
+
 /** The one scope of a Docker backend: its sandboxes carry none, all are hidden when it does not answer. */
 const ENGINE_SCOPE = 'engine';
 
@@ -163,7 +185,7 @@ export class DockerProvider implements SandboxProvider {
   readonly #options: z.output<typeof DockerProviderOptionsSchema>;
   /** Sessions by sandbox id, then by session name and user. */
   readonly #sessions = new Map<string, Map<string, Promise<DockerSession>>>();
-  /** The gateway relays started by forwardToHostSocket. */
+  /** The gateway relays started by exposeGateway. */
   readonly #relays: GatewayRelays;
   /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
   readonly #oomCounts = new Map<string, number>();
@@ -209,7 +231,7 @@ export class DockerProvider implements SandboxProvider {
       // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
       // checked at create as FORBIDDEN_BY_CONFIG).
       networkModes: [...NetworkModeSchema.options],
-      hostForward: this.#options.hostForward,
+      gatewayReach: this.#options.gatewayReach,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
       stopProcesses: hasHostControl,
     };
@@ -656,22 +678,30 @@ export class DockerProvider implements SandboxProvider {
     return rebaseArchive(await this.#getArchive(id, posix.normalize(directory)));
   }
 
-  async forwardToHostSocket(id: string, options: { port: number; socketPath: string }): Promise<void> {
-    if (!this.capabilities.hostForward) {
-      throw new GymError('CAPABILITY_UNSUPPORTED', 'hostForward is off for this docker provider', {
-        details: { capability: 'hostForward' },
+  /**
+   * Relays `http://127.0.0.1:<port>` inside the sandbox to the gateway socket: on any free port
+   * the first time, on the recorded URL's port after a restart. The sandbox has a network
+   * namespace of its own, so its port collides with no other sandbox's.
+   */
+  async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
+    if (!this.capabilities.gatewayReach) {
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'gatewayReach is off for this docker provider', {
+        details: { provider: this.name, capability: 'gatewayReach' },
       });
     }
+    const open = this.#relays.portOf(id);
+    if (open !== undefined) return { url: gatewayUrl(await open) };
+    const port = options.url === undefined ? 0 : recordedGatewayPort(options.url);
     let pid: number;
     try {
       pid = (await this.#docker.getContainer(this.containerName(id)).inspect()).State.Pid;
     } catch (error) {
-      throw wrapDockerError(error, { operation: 'forward', sandboxId: id });
+      throw wrapDockerError(error, { operation: 'expose gateway', sandboxId: id });
     }
     if (!pid) throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`);
     // The listener lives in the sandbox's network namespace (its loopback only); the daemon
     // reaches the host's socket through the filesystem, which no network namespace fences.
-    await this.#relays.open(id, pid, options.port, options.socketPath);
+    return { url: gatewayUrl(await this.#relays.open(id, pid, port, options.socketPath)) };
   }
 
   /** What the gateway relays hold (listeners, open and refused connections), for metrics. */

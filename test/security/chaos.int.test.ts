@@ -94,7 +94,7 @@ function chaosProviderFactory(faults: FaultSwitch, log: ChaosLog) {
         return inner.destroy(id);
       },
     });
-    for (const method of ['list', 'get', 'health', 'close', 'forwardToHostSocket', 'snapshot'] as const) {
+    for (const method of ['list', 'get', 'health', 'close', 'exposeGateway', 'snapshot'] as const) {
       const original = inner[method] as ((...args: unknown[]) => unknown) | undefined;
       if (original !== undefined) Object.defineProperty(wrapped, method, { value: original.bind(inner) });
     }

@@ -2,6 +2,8 @@
  * Issue 9, item 3: the gateway relay into a sandbox must be one bounded relay per sandbox, must
  * not make a host process per connection (a sandbox limited to 16 processes made 80 root
  * processes on the host through `socat ... fork`), and must not outlive a daemon killed with -9.
+ * Issue 10, item 1: a daemon restarted after kill -9 restores the reach of the sandboxes it
+ * adopts at the URL their agents were given.
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -15,17 +17,22 @@ import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
-const PORT = 4000;
+
+/** The port of a gateway URL a Docker sandbox got (`http://127.0.0.1:<port>`). */
+function portOf(url: string): number {
+  expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  return Number(new URL(url).port);
+}
 
 /** Opens `count` connections to the relay from one process, holds them, and reports how many the relay kept. */
-const HOLD_CONNECTIONS = (count: number, holdSeconds: number) => `
+const HOLD_CONNECTIONS = (port: number, count: number, holdSeconds: number) => `
 import socket, time, json
 held, failed = [], 0
 for _ in range(${count}):
     s = socket.socket()
     s.settimeout(2)
     try:
-        s.connect(("127.0.0.1", ${PORT}))
+        s.connect(("127.0.0.1", ${port}))
         held.append(s)
     except OSError:
         failed += 1
@@ -43,9 +50,9 @@ print(json.dumps({"connected": len(held), "failed": failed, "alive": alive}))
 `;
 
 /** Sends one HTTP request through the relay and prints the status line of the answer. */
-const ONE_REQUEST = `
+const ONE_REQUEST = (port: number) => `
 import socket
-s = socket.create_connection(("127.0.0.1", ${PORT}), timeout=10)
+s = socket.create_connection(("127.0.0.1", ${port}), timeout=10)
 s.sendall(b"GET /v1/gateway/no-such-rollout/v1/models HTTP/1.1\\r\\nHost: gateway\\r\\nConnection: close\\r\\n\\r\\n")
 data = b""
 while True:
@@ -112,14 +119,19 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
       await rm(daemon.stateDir, { recursive: true, force: true });
     });
     const sandbox = await client.createSandbox({ image: debian, resources: { pidsLimit: 16 } });
-    expect(await client.forwardGateway(sandbox.id, PORT)).toEqual({ url: `http://127.0.0.1:${PORT}` });
+    const { url } = await client.exposeGateway(sandbox.id);
+    const port = portOf(url);
+    expect(await client.exposeGateway(sandbox.id)).toEqual({ url });
 
-    const answer = await client.exec(sandbox.id, { argv: ['python3', '-c', ONE_REQUEST], timeoutMs: 20_000 });
+    const answer = await client.exec(sandbox.id, {
+      argv: ['python3', '-c', ONE_REQUEST(port)],
+      timeoutMs: 20_000,
+    });
     expect(answer.stdout, answer.stderr).toMatch(/^HTTP\/1\.1 \d{3} /);
 
     const before = await descendants(process.pid);
     const holding = client.exec(sandbox.id, {
-      argv: ['python3', '-c', HOLD_CONNECTIONS(150, 3)],
+      argv: ['python3', '-c', HOLD_CONNECTIONS(port, 150, 3)],
       timeoutMs: 60_000,
     });
     await new Promise((resolve) => setTimeout(resolve, 2000));
@@ -143,11 +155,14 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
     expect(await metric('gym_gateway_relay_refused_total')).toBeGreaterThanOrEqual(150 - 32);
 
     // The slots come back: once the holder is gone, a request goes through again.
-    const again = await client.exec(sandbox.id, { argv: ['python3', '-c', ONE_REQUEST], timeoutMs: 20_000 });
+    const again = await client.exec(sandbox.id, {
+      argv: ['python3', '-c', ONE_REQUEST(port)],
+      timeoutMs: 20_000,
+    });
     expect(again.stdout, again.stderr).toMatch(/^HTTP\/1\.1 \d{3} /);
   }, 120_000);
 
-  it('leaves nothing behind on the host when the daemon is killed with -9', async () => {
+  it('leaves nothing behind when the daemon is killed with -9; its successor restores the same URL', async () => {
     const namespace = `relay-crash-${randomBytes(3).toString('hex')}`;
     const stateDir = await mkdtemp(join(tmpdir(), 'gym-relay-crash-'));
     const configPath = join(stateDir, 'gym.yaml');
@@ -171,29 +186,38 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
     });
     const started = await spawnDaemonProcess(configPath, stateDir);
     child = started.child;
-    const client = started.client;
-    const sandbox = await client.createSandbox({ image: debian, ttlSeconds: 600 });
-    await client.forwardGateway(sandbox.id, PORT);
-    const probe = [
-      'python3',
-      '-c',
-      `import socket; socket.create_connection(("127.0.0.1", ${PORT}), timeout=5)`,
-    ];
+    const sandbox = await started.client.createSandbox({ image: debian, ttlSeconds: 600 });
+    const { url } = await started.client.exposeGateway(sandbox.id);
+    // What the agent inside does, straight through the engine so it works with no daemon at all.
     const container = docker.getContainer(`gym-${namespace}-${sandbox.id}`);
-    const connects = async () => {
-      const exec = await container.exec({ Cmd: probe, AttachStdout: true, AttachStderr: true });
-      const stream = await exec.start({});
-      stream.resume();
+    const askGateway = async (): Promise<string> => {
+      const exec = await container.exec({
+        Cmd: ['python3', '-c', ONE_REQUEST(portOf(url))],
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: true,
+      });
+      const stream = await exec.start({ Tty: true });
+      const chunks: Buffer[] = [];
+      stream.on('data', (chunk: Buffer) => chunks.push(chunk));
       await new Promise((resolve) => stream.on('end', resolve));
-      return (await exec.inspect()).ExitCode === 0;
+      return Buffer.concat(chunks).toString().trim();
     };
-    expect(await connects()).toBe(true);
+    expect(await askGateway()).toMatch(/^HTTP\/1\.1 \d{3} /);
 
     child.kill('SIGKILL');
     await new Promise((resolve) => child!.once('exit', resolve));
     // Give anything that survived a moment to show itself; then nothing may listen or run.
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(await processesMentioning(stateDir)).toEqual([]);
-    expect(await connects()).toBe(false);
-  }, 90_000);
+    expect(await askGateway()).not.toMatch(/^HTTP/);
+
+    // The successor adopts the sandbox and, before it answers anyone, restores its reach at the
+    // URL the agent inside was given.
+    const restarted = await spawnDaemonProcess(configPath, stateDir);
+    child = restarted.child;
+    expect((await restarted.client.getSandbox(sandbox.id)).id).toBe(sandbox.id);
+    expect(await askGateway()).toMatch(/^HTTP\/1\.1 \d{3} /);
+    expect(await restarted.client.exposeGateway(sandbox.id)).toEqual({ url });
+  }, 120_000);
 });
