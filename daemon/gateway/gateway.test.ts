@@ -187,8 +187,9 @@ describe('model gateway', () => {
       apiKey: 'x',
       maxRetries: 0,
     });
+    // An unknown rollout answers as a wrong key does: a model call cannot probe which ids exist.
     await expect(unknown.chat.completions.create({ model: 'm', messages: [] })).rejects.toMatchObject({
-      status: 404,
+      status: 401,
     });
     const noToken = await fetch(`${daemon.address.url}/v1/gateway/rollouts/${rolloutId}/records`);
     expect(noToken.status).toBe(401);

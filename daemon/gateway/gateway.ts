@@ -59,7 +59,17 @@ export interface OpenRollout {
   calls: number;
   /** Bytes of records written so far (checked against the per-rollout budget). */
   recordedBytes: number;
+  /** Bytes reserved by calls in flight (their requests, at least, will be recorded). */
+  reservedBytes: number;
+  /** Calls in flight now. */
+  inFlight: number;
 }
+
+/**
+ * Model calls one rollout may have in flight at once: an agent waits for its model, so a few
+ * allow for parallel tool calls; hundreds would only multiply the memory a rollout holds.
+ */
+export const MAX_CALLS_IN_FLIGHT_PER_ROLLOUT = 8;
 
 export interface GatewayOptions {
   stateDir: string;
@@ -79,7 +89,13 @@ function isLocalHost(hostname: string): boolean {
   const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
   if (host === 'localhost' || host.endsWith('.localhost') || host === '::' || host === '::1') return true;
   if (host === '0.0.0.0' || /^127\./.test(host)) return true;
-  return isIP(host) === 6 && /^::ffff:(127\.|0\.0\.0\.0)/.test(host);
+  if (isIP(host) !== 6) return false;
+  if (/^::ffff:(127\.|0\.0\.0\.0)/.test(host)) return true;
+  // The URL parser writes IPv4-mapped addresses in hex: ::ffff:7f00:1 is 127.0.0.1.
+  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+  if (mapped === null) return false;
+  const high = Number.parseInt(mapped[1]!, 16);
+  return high >> 8 === 127 || (high === 0 && Number.parseInt(mapped[2]!, 16) === 0);
 }
 
 /** Writes one event of a stream to the agent; the route turns these into SSE. */
@@ -174,8 +190,10 @@ export class ModelGateway {
     const hostname = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
     for (const self of this.#selfAddresses) {
       const selfHost = self.host.replace(/^\[|\]$/g, '').toLowerCase();
-      const sameHost =
-        hostname === selfHost || isLocalHost(hostname) || selfHost === '0.0.0.0' || selfHost === '::';
+      // Local names reach the daemon on any bind address; another host's name only when it is the
+      // bind address itself. (A loop through an address we cannot tell apart is caught by the
+      // hop header instead.)
+      const sameHost = hostname === selfHost || isLocalHost(hostname);
       if (sameHost && port === self.port) {
         throw new GymError(
           'VALIDATION_FAILED',
@@ -218,23 +236,50 @@ export class ModelGateway {
     );
     if (this.#rollouts.has(rolloutId))
       throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`);
-    this.#rollouts.set(rolloutId, { id: rolloutId, key, upstream, calls: 0, recordedBytes });
+    this.#rollouts.set(rolloutId, {
+      id: rolloutId,
+      key,
+      upstream,
+      calls: 0,
+      recordedBytes,
+      reservedBytes: 0,
+      inFlight: 0,
+    });
     return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
   }
 
   /**
-   * Refuses a call that would start past the rollout's record budget: what a rollout recorded is
-   * kept whole, and it cannot grow the disk (or a later read) without bound.
+   * Admits one call: refuses it when the rollout has too many calls in flight, or when what it
+   * recorded plus what calls in flight will record plus this request would pass its record budget
+   * (what a rollout recorded is kept whole, and it cannot grow the disk, or a later read, without
+   * bound). Returns the release function, to call when the call has ended and been recorded.
    */
-  checkBudget(rollout: OpenRollout, requestBytes: number): void {
-    const budget = this.#options.maxRecordBytesPerRollout;
-    if (rollout.recordedBytes + requestBytes > budget) {
+  admit(rollout: OpenRollout, requestBytes: number): () => void {
+    if (rollout.inFlight >= MAX_CALLS_IN_FLIGHT_PER_ROLLOUT) {
       throw new GymError(
-        'PAYLOAD_TOO_LARGE',
-        `rollout ${rollout.id} has recorded ${rollout.recordedBytes} bytes of model calls; this call of ${requestBytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
-        { details: { rolloutId: rollout.id, recordedBytes: rollout.recordedBytes, budget } },
+        'CAPACITY_EXCEEDED',
+        `rollout ${rollout.id} has ${rollout.inFlight} model calls in flight already (at most ${MAX_CALLS_IN_FLIGHT_PER_ROLLOUT})`,
+        { details: { rolloutId: rollout.id, retryAfterMs: 1000 } },
       );
     }
+    const budget = this.#options.maxRecordBytesPerRollout;
+    const committed = rollout.recordedBytes + rollout.reservedBytes;
+    if (committed + requestBytes > budget) {
+      throw new GymError(
+        'PAYLOAD_TOO_LARGE',
+        `rollout ${rollout.id} has recorded or reserved ${committed} bytes of model calls; this call of ${requestBytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
+        { details: { rolloutId: rollout.id, recordedBytes: committed, budget } },
+      );
+    }
+    rollout.inFlight += 1;
+    rollout.reservedBytes += requestBytes;
+    let isReleased = false;
+    return () => {
+      if (isReleased) return;
+      isReleased = true;
+      rollout.inFlight -= 1;
+      rollout.reservedBytes -= requestBytes;
+    };
   }
 
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
@@ -248,12 +293,17 @@ export class ModelGateway {
     return join(this.#directory, `${rolloutId}.jsonl`);
   }
 
-  /** The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's token). */
+  /**
+   * The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's
+   * token). An unknown rollout and a wrong key answer alike, so a model call cannot probe which
+   * rollout ids exist.
+   */
   authorize(rolloutId: string, presentedKey: string): OpenRollout {
     const rollout = this.#rollouts.get(rolloutId);
-    if (rollout === undefined) throw new GymError('ROLLOUT_NOT_FOUND', `no open rollout ${rolloutId}`);
-    if (!tokenMatches(presentedKey, rollout.key))
-      throw new GymError('UNAUTHORIZED', `wrong key for rollout ${rolloutId}`);
+    // Compare even when there is no such rollout, so both answers take the same time.
+    const isKeyRight = tokenMatches(presentedKey, rollout?.key ?? `gym-ro-none-${presentedKey}x`);
+    if (rollout === undefined || !isKeyRight)
+      throw new GymError('UNAUTHORIZED', 'no open rollout with this id and key');
     return rollout;
   }
 

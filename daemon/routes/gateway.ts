@@ -96,10 +96,22 @@ export function registerGatewayModelRoutes(
     const body = request.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body))
       throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
-    const requestBytes = Number(request.headers['content-length'] ?? 0);
-    gateway.checkBudget(rollout, requestBytes);
-    if ((body as Record<string, unknown>).stream !== true)
-      return gateway.forward(rollout, api, body as Record<string, unknown>);
+    // The request as it will be recorded (a chunked body has no content-length to trust).
+    const release = gateway.admit(rollout, Buffer.byteLength(JSON.stringify(body)));
+    try {
+      return await forwardAdmitted(api, rollout, body as Record<string, unknown>, reply);
+    } finally {
+      release();
+    }
+  };
+
+  const forwardAdmitted = async (
+    api: ModelApi,
+    rollout: OpenRollout,
+    body: Record<string, unknown>,
+    reply: FastifyReply,
+  ) => {
+    if (body.stream !== true) return gateway.forward(rollout, api, body);
     // Streamed: headers go out only with the first event, so an upstream that fails at once is an ordinary error response.
     const output = new PassThrough();
     let isStarted = false;
@@ -109,7 +121,7 @@ export function registerGatewayModelRoutes(
       reply.header('content-type', 'text/event-stream').header('cache-control', 'no-cache').send(output);
     };
     try {
-      await gateway.forward(rollout, api, body as Record<string, unknown>, {
+      await gateway.forward(rollout, api, body, {
         event: (name, data) => {
           start();
           output.write(`${name === null ? '' : `event: ${name}\n`}data: ${JSON.stringify(data)}\n\n`);

@@ -122,7 +122,7 @@ describe('authorization is decided on the route that runs', () => {
   });
 
   it('refuses an upstream that is the daemon itself', async () => {
-    for (const host of ['127.0.0.1', 'localhost', '[::1]', '0.0.0.0']) {
+    for (const host of ['127.0.0.1', 'localhost', '[::1]', '0.0.0.0', '[::ffff:127.0.0.1]', '127.1.2.3']) {
       const response = await openRollout({
         upstream: { baseUrl: `http://${host}:${port()}/v1/gateway/x/v1` },
       });
@@ -195,14 +195,14 @@ describe('a model call is checked before its body is read', () => {
     expect(response.status).toBe(401);
   });
 
-  it('answers an unknown rollout at once, without waiting for the body', async () => {
+  it('answers an unknown rollout at once, as it answers a wrong key, without waiting for the body', async () => {
     const response = await rawRequest(
       { socket: join(daemon.stateDir, 'gateway.sock') },
       `POST /v1/gateway/ro-nobody/v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: ${60 * 1024 * 1024}`,
       Buffer.alloc(1024, 0x20),
       { waitMs: 3_000 },
     );
-    expect(response.status).toBe(404);
+    expect(response.status).toBe(401);
   });
 });
 
@@ -239,5 +239,26 @@ describe('recorded model calls are bounded and never silently empty', () => {
       })
     ).json()) as { records: unknown[] };
     expect(records.records.length).toBe(statuses.filter((status) => status === 200).length);
+  });
+});
+
+describe('calls in flight count against the record budget', () => {
+  it('refuses a chunked request (no content-length) that would pass the budget', async () => {
+    const opened = (await (await openRollout()).json()) as { basePath: string; key: string };
+    const url = `${daemon.address.url}${opened.basePath}/chat/completions`;
+    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'z'.repeat(70 * 1024) }] });
+    // A ReadableStream body goes out chunked, with no content-length for the gateway to trust.
+    const chunked = await fetch(url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${opened.key}`, 'content-type': 'application/json' },
+      body: new ReadableStream({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(body));
+          controller.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
+    expect(chunked.status).toBe(413);
   });
 });
