@@ -192,7 +192,19 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
         maxModelRequestBytes: config.gateway.maxRequestBytes,
         logger,
       });
-      await gatewayApp.listen({ path: gatewaySocket });
+      try {
+        await gatewayApp.listen({ path: gatewaySocket });
+      } catch (error) {
+        // Stop everything started so far: a half-started daemon would hold the API port and
+        // keep reconciling with no gateway to offer.
+        await gatewayApp.close().catch(() => {});
+        await shutdownQuietly();
+        throw new GymError(
+          'INTERNAL',
+          `cannot serve the gateway socket ${gatewaySocket}: ${(error as Error).message} (a unix socket path must be under 108 bytes; choose a shorter stateDir)`,
+          { cause: error },
+        );
+      }
     }
     if (config.listen.socket === undefined) {
       const bound = app.server.address();

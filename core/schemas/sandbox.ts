@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AbsolutePathSchema, EnvSchema, LabelsSchema } from './common.ts';
+import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema, LabelsSchema } from './common.ts';
 
 /** One week: a lease longer than this is almost always a forgotten sandbox. */
 export const MAX_TTL_SECONDS = 7 * 24 * 3600;
@@ -52,8 +52,8 @@ export const ResourcesSchema = z
 export const ReadinessProbeSchema = z
   .object({
     /** The command to run; exit 0 means ready. Exactly one of argv or command. */
-    argv: z.array(z.string()).min(1).optional(),
-    command: z.string().min(1).optional(),
+    argv: z.array(ExecArgumentSchema).min(1).max(1024).optional(),
+    command: ExecArgumentSchema.min(1).optional(),
     /** How long to keep trying before the create fails and tears down what it made. */
     timeoutMs: z.number().int().positive().max(600_000).default(30_000),
     /** Pause between attempts. */

@@ -4,6 +4,8 @@
  * spec names none. Through the HTTP API, with an in-memory provider.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
 import type { DaemonConfigInput } from '../../daemon/config.ts';
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
@@ -170,5 +172,17 @@ describe('resource limits by default', () => {
     const beyond = await post(test, '/v1/sandboxes', { image: 'img', resources: { memoryMiB: 16384 } });
     expect(beyond.status).toBe(400);
     expect(beyond.body.error.message).toContain('maxResources.memoryMiB');
+  });
+});
+
+describe('readiness probes are bounded like exec requests', () => {
+  it('refuses a probe argument over the kernel limit of one argument, naming it', () => {
+    expect(() =>
+      parseOrThrow(
+        SandboxSpecSchema,
+        { image: 'img', readiness: { argv: ['sh', 'x'.repeat(200 * 1024)] } },
+        'spec',
+      ),
+    ).toThrow(/readiness\.argv\.1/);
   });
 });
