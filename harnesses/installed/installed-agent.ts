@@ -31,6 +31,9 @@ export interface AgentRunSettings {
   homeDir: string;
 }
 
+/** What reading a result file the agent wrote can fail with by the agent's doing alone. */
+const AGENT_RESULT_FILE_ERRORS = new Set(['FILE_NOT_FOUND', 'PATH_KIND_MISMATCH', 'FILE_TOO_LARGE']);
+
 /** The JSON objects of a JSONL event stream; other lines (banners, logs) are skipped. */
 export function parseJsonLines(stdout: string): Array<Record<string, unknown>> {
   return stdout.split('\n').flatMap((line) => {
@@ -209,18 +212,37 @@ export function createInstalledAgentHarness(
         maxOutputBytes: 32 * 1024 * 1024,
       });
       const files: Record<string, string> = {};
+      /** Result files the agent left unreadable (none, a directory, too big): its output, not a fault. */
+      const unreadable: Record<string, string> = {};
       for (const path of recipe.resultFiles?.(settings) ?? []) {
-        // An agent that wrote no such file is its business; a daemon that cannot read it is not.
+        // An agent that wrote no such file, or made it something we cannot read (a directory, a
+        // file past the read limit), is its business; a daemon that cannot read it is not.
         files[path] = await sandbox.readFile(path).then(
           (content) => content.toString('utf8'),
           (error: unknown) => {
-            if (isGymError(error, 'FILE_NOT_FOUND') || result.status === 'sandbox_gone') return '';
+            if (isGymError(error) && AGENT_RESULT_FILE_ERRORS.has(error.code)) {
+              unreadable[path] = `${error.code}: ${error.message}`;
+              return '';
+            }
+            if (result.status === 'sandbox_gone') return '';
             throw error;
           },
         );
       }
-      const parsed = recipe.parse(result.stdout, files);
+      // The agent's own output may be anything: what its recipe cannot parse is the agent's error.
+      let parsed: ParsedRun;
+      try {
+        parsed = recipe.parse(result.stdout, files);
+      } catch (error) {
+        parsed = {
+          finalMessage: null,
+          steps: [],
+          error: `${recipe.name}'s output could not be read: ${(error as Error).message}`,
+          events: [],
+        };
+      }
       const extra = {
+        ...(Object.keys(unreadable).length === 0 ? {} : { unreadableResultFiles: unreadable }),
         events: parsed.events,
         stderrTail: result.stderr.slice(-4000),
         exitCode: result.exitCode,

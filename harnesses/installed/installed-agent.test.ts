@@ -1,0 +1,91 @@
+/**
+ * An installed agent's result files are its own output: one it made a directory, too big to read
+ * or unparseable is the agent's failure (agent_error), never an infra error it could hide behind.
+ */
+import { describe, expect, it } from 'vitest';
+import { GymError } from '../../core/errors.ts';
+import { silentLogger } from '../../core/logger.ts';
+import type { ExecResult } from '../../core/schemas/exec.ts';
+import { DEFAULT_LIMITS, type HarnessResult, type SandboxHandle } from '../harness.ts';
+import { createInstalledAgentHarness } from './installed-agent.ts';
+import { MINI_SWE_AGENT_RECIPE } from './python-agents.ts';
+
+const OK: ExecResult = {
+  status: 'ok',
+  exitCode: 0,
+  stdout: '',
+  stderr: '',
+  stdoutTruncated: false,
+  stderrTruncated: false,
+  stdoutBytes: 0,
+  stderrBytes: 0,
+  durationMs: 1,
+};
+
+/** A sandbox where the agent is installed and runs to its end; its trajectory file reads as `read` says. */
+function sandbox(read: SandboxHandle['readFile']): SandboxHandle {
+  const gateway = async () => ({ url: 'http://127.0.0.1:4000' });
+  // Both names of the gateway method, so the fake fits the handle as it is and as it is becoming.
+  return {
+    id: 'sbx-agent',
+    exec: async () => OK,
+    writeFile: async () => {},
+    readFile: read,
+    exposeGateway: gateway,
+    forwardGateway: gateway,
+  } as SandboxHandle;
+}
+
+function run(read: SandboxHandle['readFile']): Promise<HarnessResult> {
+  return createInstalledAgentHarness(MINI_SWE_AGENT_RECIPE).run({
+    sandbox: sandbox(read),
+    task: { id: 't', instruction: 'fix it', workdir: '/testbed' },
+    model: { baseUrl: 'http://127.0.0.1:9/v1', basePath: '/v1', apiKey: 'k', model: 'm' },
+    limits: DEFAULT_LIMITS,
+    logger: silentLogger,
+  });
+}
+
+const TRAJECTORY = JSON.stringify({
+  info: { exit_status: 'Submitted', submission: 'done' },
+  messages: [{ role: 'assistant', content: 'hi' }],
+});
+
+describe('installed agent: its result files', () => {
+  it('submits what a well-formed trajectory says (the baseline)', async () => {
+    const result = await run(async () => Buffer.from(TRAJECTORY));
+    expect(result).toMatchObject({ outcome: 'submitted', submission: 'done' });
+  });
+
+  it.each([
+    ['made a directory', new GymError('PATH_KIND_MISMATCH', 'is a directory, not a file')],
+    ['made too big to read', new GymError('FILE_TOO_LARGE', 'larger than 16777216 bytes')],
+    ['did not write', new GymError('FILE_NOT_FOUND', 'no such file')],
+  ])('is an agent_error when the agent %s its trajectory file', async (_name, error) => {
+    const result = await run(async () => {
+      throw error;
+    });
+    expect(result.outcome).toBe('agent_error');
+    expect(result.extra?.unreadableResultFiles).toEqual({
+      '/tmp/gym-agent-mini-swe-agent/trajectory.json': `${error.code}: ${error.message}`,
+    });
+  });
+
+  it.each([
+    ['not JSON', 'not json {'],
+    ['JSON of the wrong shape', 'null'],
+    ['messages that are not a list', '{"messages": 5}'],
+  ])('is an agent_error when the trajectory is %s', async (_name, text) => {
+    const result = await run(async () => Buffer.from(text));
+    expect(result.outcome).toBe('agent_error');
+    expect(result.message).toMatch(/output could not be read/);
+  });
+
+  it('lets a provider error reading the file through (the runner makes it infra)', async () => {
+    await expect(
+      run(async () => {
+        throw new GymError('PROVIDER_ERROR', 'engine said no');
+      }),
+    ).rejects.toMatchObject({ code: 'PROVIDER_ERROR' });
+  });
+});
