@@ -24,16 +24,13 @@ const OK: ExecResult = {
 
 /** A sandbox where the agent is installed and runs to its end; its trajectory file reads as `read` says. */
 function sandbox(read: SandboxHandle['readFile']): SandboxHandle {
-  const gateway = async () => ({ url: 'http://127.0.0.1:4000' });
-  // Both names of the gateway method, so the fake fits the handle as it is and as it is becoming.
   return {
     id: 'sbx-agent',
     exec: async () => OK,
     writeFile: async () => {},
     readFile: read,
-    exposeGateway: gateway,
-    forwardGateway: gateway,
-  } as SandboxHandle;
+    exposeGateway: async () => ({ url: 'http://127.0.0.1:4000' }),
+  };
 }
 
 function run(read: SandboxHandle['readFile']): Promise<HarnessResult> {
