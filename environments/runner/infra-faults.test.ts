@@ -45,6 +45,7 @@ type Fault =
   /** The command ran and exited 128 (git in a repo the agent broke). */
   | 'exit128'
   | 'PROVIDER_ERROR'
+  | 'FILE_TOO_LARGE'
   | 'DAEMON_UNAVAILABLE'
   | 'SANDBOX_NOT_FOUND';
 
@@ -52,6 +53,8 @@ type Fault =
 interface FaultPlan {
   at: string;
   fault: Fault;
+  /** The thrown error's message, when it matters. */
+  message?: string;
 }
 
 function result(status: ExecResult['status'], exitCode: number | null, stdout = ''): ExecResult {
@@ -75,7 +78,7 @@ function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClie
     if (plan.fault === 'timeout') return result(plan.fault, null);
     if (plan.fault === 'killed' || plan.fault === 'oom') return result(plan.fault, 137);
     if (plan.fault === 'exit128') return result('ok', 128);
-    throw new GymError(plan.fault, `injected ${plan.fault} at ${plan.at}`);
+    throw new GymError(plan.fault, plan.message ?? `injected ${plan.fault} at ${plan.at}`);
   };
   const exec = async (_id: string, request: ExecRequestInput): Promise<ExecResult> => {
     const command = request.command ?? request.argv?.join(' ') ?? '';
@@ -100,6 +103,10 @@ function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClie
     stopProcesses: async () => {
       strike('stopProcesses');
       return { killed: 0 };
+    },
+    readFileBytes: async (_id: string, path: string) => {
+      strike(`readFile:${path}`);
+      return Buffer.from('content\n');
     },
     readFile: async (_id: string, path: string) => {
       strike(`readFile:${path}`);
@@ -236,7 +243,12 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
         conversations: [
           {
             replies: [
-              { toolCalls: [{ name: 'read_file', arguments: { path: 'x' } }] },
+              {
+                toolCalls: [
+                  { name: 'read_file', arguments: { path: 'x' } },
+                  { name: 'write_file', arguments: { path: 'y', content: 'y' } },
+                ],
+              },
               { toolCalls: [{ name: 'bash', arguments: { command: 'echo hi' } }] },
               { content: 'done' },
             ],
@@ -264,6 +276,28 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
     );
     expect(rollouts).toEqual([]);
     expect(failures.map((row) => row.outcome)).toEqual(['infra_error']);
+  });
+
+  // What the agent's files cause is an error the model sees; the run goes on and is graded.
+  const mistakes: FaultPlan[] = [
+    { at: 'readFile:/testbed/x', fault: 'FILE_TOO_LARGE' },
+    {
+      at: 'writeFile:/testbed/y',
+      fault: 'PROVIDER_ERROR',
+      message: 'Docker write file failed: write /testbed/y: no space left on device',
+    },
+  ];
+  it.each(mistakes)('tool-calling: $fault at $at is shown to the model, not infra', async (plan) => {
+    const url = model.baseUrl.replace(/\/v1$/, '');
+    const { rollouts, failures } = await runOnce(
+      fakeClient(plan, url),
+      createToolCallingHarness(),
+      `tools-mistake-${plan.at}-${plan.fault}`,
+    );
+    expect(failures).toEqual([]);
+    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
+    const [first] = rollouts[0]!.trajectory as Array<{ observation?: string }>;
+    expect(first?.observation).toMatch(/error:/);
   });
 
   it('a model gateway that does not answer is infra, not the agent failing', async () => {

@@ -64,12 +64,28 @@ const SYSTEM_PROMPT =
 
 class ToolError extends Error {}
 
-/** Errors of the daemon that are the agent's own mistake (a missing file, a directory for a file). */
-const AGENT_MISTAKE_CODES = new Set<string>(['FILE_NOT_FOUND', 'PATH_KIND_MISMATCH', 'VALIDATION_FAILED']);
+/**
+ * Errors of the daemon that are the agent's own mistake (a missing file, a directory for a file, a
+ * file too big to read). Treating them as infra would let an agent end any rollout it is failing
+ * as a retried-then-dropped infra error, just by reading a file it made huge.
+ */
+const AGENT_MISTAKE_CODES = new Set<string>([
+  'FILE_NOT_FOUND',
+  'PATH_KIND_MISMATCH',
+  'VALIDATION_FAILED',
+  'FILE_TOO_LARGE',
+]);
+
+/**
+ * What the sandbox's own file system answers a write with when the agent filled it or chose a
+ * read-only place: the engine reports it as a provider error, but it is the agent's to see.
+ */
+const SANDBOX_FILESYSTEM_REFUSAL = /no space left on device|read-only file system|disk quota exceeded/i;
 
 /** Whether a tool's failure is for the model to see and fix, rather than a fault of the infrastructure. */
 function isAgentMistake(error: unknown): boolean {
   if (error instanceof ToolError || error instanceof SyntaxError) return true;
+  if (isGymError(error, 'PROVIDER_ERROR')) return SANDBOX_FILESYSTEM_REFUSAL.test(error.message);
   return isGymError(error) && AGENT_MISTAKE_CODES.has(error.code);
 }
 
