@@ -4,11 +4,24 @@
  * provider) and a model only through its rollout's gateway endpoint.
  */
 
+import { isGymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 
 /** 16 MiB: far more than any result, trajectory or source file a harness reads back needs. */
 export const DEFAULT_READ_FILE_MAX_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Whether a file operation failed because the sandbox's own file system refused it (full, or a
+ * read-only place): the engine reports that as a provider error, but the agent caused it, so it
+ * is the agent's to see (and to be graded for), never an infra error.
+ */
+export function isSandboxFilesystemRefusal(error: unknown): boolean {
+  return (
+    isGymError(error, 'PROVIDER_ERROR') &&
+    /no space left on device|read-only file system|disk quota exceeded/i.test(error.message)
+  );
+}
 
 /** What a harness may do to its sandbox. */
 export interface SandboxHandle {

@@ -159,6 +159,19 @@ describe("script verifier: the agent's files and tools where the tests go", () =
     expect(verdict.outcome).toBe('infra_error');
   });
 
+  it('scores 0 when copying the tests meets a disk the agent filled', async () => {
+    const verdict = await verifyScript(
+      handle(result('ok', 0), async () => Buffer.from('1'), {
+        writeFile: async () => {
+          throw new GymError('PROVIDER_ERROR', 'Docker write file failed: no space left on device');
+        },
+      }),
+      await testsDirectory(),
+      1000,
+    );
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+  });
+
   it('scores 0 when copying the tests meets a path of the wrong kind (a planted /tests)', async () => {
     const verdict = await verifyScript(
       handle(result('ok', 0), async () => Buffer.from('1'), {

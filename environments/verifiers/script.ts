@@ -18,7 +18,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { isGymError } from '../../core/errors.ts';
-import type { SandboxHandle } from '../../harnesses/harness.ts';
+import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
 import type { Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
@@ -99,8 +99,10 @@ export async function verifyScript(
     try {
       await sandbox.writeFile(target, await readFile(path), mode);
     } catch (error) {
-      // The path is not what the preparation made of it: the sandbox's tools did not do their job.
-      if (isGymError(error, 'PATH_KIND_MISMATCH')) return notPrepared(`copying ${target}: ${error.message}`);
+      // The path is not what the preparation made of it (the sandbox's tools did not do their
+      // job), or the agent filled the sandbox's disk.
+      if (isGymError(error, 'PATH_KIND_MISMATCH') || isSandboxFilesystemRefusal(error))
+        return notPrepared(`copying ${target}: ${(error as Error).message}`);
       throw error;
     }
   }

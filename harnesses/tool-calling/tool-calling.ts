@@ -11,6 +11,7 @@ import {
   type Harness,
   type HarnessResult,
   type HarnessRunContext,
+  isSandboxFilesystemRefusal,
   type SandboxHandle,
 } from '../harness.ts';
 import { ModelLoop } from '../model-loop.ts';
@@ -76,16 +77,11 @@ const AGENT_MISTAKE_CODES = new Set<string>([
   'FILE_TOO_LARGE',
 ]);
 
-/**
- * What the sandbox's own file system answers a write with when the agent filled it or chose a
- * read-only place: the engine reports it as a provider error, but it is the agent's to see.
- */
-const SANDBOX_FILESYSTEM_REFUSAL = /no space left on device|read-only file system|disk quota exceeded/i;
-
 /** Whether a tool's failure is for the model to see and fix, rather than a fault of the infrastructure. */
 function isAgentMistake(error: unknown): boolean {
   if (error instanceof ToolError || error instanceof SyntaxError) return true;
-  if (isGymError(error, 'PROVIDER_ERROR')) return SANDBOX_FILESYSTEM_REFUSAL.test(error.message);
+  // A full disk or a read-only place is the sandbox's own file system answering the agent.
+  if (isSandboxFilesystemRefusal(error)) return true;
   return isGymError(error) && AGENT_MISTAKE_CODES.has(error.code);
 }
 
