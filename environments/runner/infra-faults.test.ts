@@ -300,6 +300,32 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
     expect(first?.observation).toMatch(/error:/);
   });
 
+  it.each(['null', '[1]', '"text"'])(
+    'tool-calling: arguments %s from the model are its mistake to see, not infra',
+    async (raw) => {
+      const own = await startScriptedModelServer(
+        ModelScriptSchema.parse({
+          conversations: [
+            { replies: [{ toolCalls: [{ name: 'bash', arguments: raw }] }, { content: 'done' }] },
+          ],
+        }),
+      );
+      try {
+        const { rollouts, failures } = await runOnce(
+          fakeClient(null, own.baseUrl.replace(/\/v1$/, '')),
+          createToolCallingHarness(),
+          `tools-arguments-${raw}`,
+        );
+        expect(failures).toEqual([]);
+        expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
+        const [first] = rollouts[0]!.trajectory as Array<{ observation?: string }>;
+        expect(first?.observation).toMatch(/must be a JSON object/);
+      } finally {
+        await own.close();
+      }
+    },
+  );
+
   it('a model gateway that does not answer is infra, not the agent failing', async () => {
     const loop = new ModelLoop(
       { baseUrl: 'http://127.0.0.1:9/v1', basePath: '/v1', apiKey: 'k', model: 'm' },

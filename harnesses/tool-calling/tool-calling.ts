@@ -173,7 +173,11 @@ export function createToolCallingHarness(): Harness {
           let text: string;
           let args: Record<string, unknown> = {};
           try {
-            args = JSON.parse(call.function.arguments || '{}') as Record<string, unknown>;
+            const parsed: unknown = JSON.parse(call.function.arguments || '{}');
+            // The model's own output: `null` or a list is its mistake to see, not a crash (infra).
+            if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+              throw new ToolError('the arguments must be a JSON object');
+            args = parsed as Record<string, unknown>;
             const timeoutMs = Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs));
             const outcome = await runTool(sandbox, task.workdir, call.function.name, args, timeoutMs);
             if (outcome.isGone) return end('sandbox_gone', null, 'the sandbox went away during a tool call');
