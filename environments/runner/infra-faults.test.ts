@@ -14,6 +14,7 @@ import { GymError } from '../../core/errors.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { ExecRequestInput, ExecResult } from '../../core/schemas/exec.ts';
 import { DEFAULT_LIMITS, type Harness } from '../../harnesses/harness.ts';
+import { createMiniSweHarness } from '../../harnesses/mini-swe/mini-swe.ts';
 import { ModelLoop } from '../../harnesses/model-loop.ts';
 import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
@@ -46,6 +47,7 @@ type Fault =
   | 'exit128'
   | 'PROVIDER_ERROR'
   | 'FILE_TOO_LARGE'
+  | 'VALIDATION_FAILED'
   | 'DAEMON_UNAVAILABLE'
   | 'SANDBOX_NOT_FOUND';
 
@@ -325,6 +327,32 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
       }
     },
   );
+
+  it("mini-swe: a command the daemon refuses (a NUL byte) is the model's to fix, not the end of the run", async () => {
+    const bash = (command: string) => ({ content: `\`\`\`bash\n${command}\n\`\`\`` });
+    const own = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [{ replies: [bash('printf refused'), bash('echo hi'), bash('echo again')] }],
+      }),
+    );
+    try {
+      const { rollouts, failures } = await runOnce(
+        fakeClient(
+          { at: 'exec:printf refused', fault: 'VALIDATION_FAILED' },
+          own.baseUrl.replace(/\/v1$/, ''),
+        ),
+        createMiniSweHarness(),
+        'mini-swe-refused',
+      );
+      expect(failures).toEqual([]);
+      // Three steps (the limit), then graded as SWE-bench grades a run that hit its limit.
+      expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
+      const [first] = rollouts[0]!.trajectory as Array<{ observation?: string }>;
+      expect(first?.observation).toMatch(/refused/);
+    } finally {
+      await own.close();
+    }
+  });
 
   it('a model gateway that does not answer is infra, not the agent failing', async () => {
     const loop = new ModelLoop(

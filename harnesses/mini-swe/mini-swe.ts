@@ -1,3 +1,5 @@
+import { isGymError } from '../../core/errors.ts';
+import type { ExecResult } from '../../core/schemas/exec.ts';
 import { clipObservation, type Harness, type HarnessResult, type HarnessRunContext } from '../harness.ts';
 import { ModelLoop } from '../model-loop.ts';
 import {
@@ -58,13 +60,25 @@ export function createMiniSweHarness(): Harness {
         const command = actions[0]!;
         step.action = { tool: 'bash', arguments: { command } };
         const timeoutMs = Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs));
-        const result = await sandbox.exec({
-          command,
-          cwd: task.workdir,
-          timeoutMs,
-          session: 'agent',
-          maxOutputBytes: 1024 * 1024,
-        });
+        let result: ExecResult;
+        try {
+          result = await sandbox.exec({
+            command,
+            cwd: task.workdir,
+            timeoutMs,
+            session: 'agent',
+            maxOutputBytes: 1024 * 1024,
+          });
+        } catch (error) {
+          // A command no shell can be given (a NUL byte, past the kernel's limit on one argument)
+          // is the model's to fix: thrown on, it would stop the whole run as a configuration error.
+          if (!isGymError(error, 'VALIDATION_FAILED')) throw error;
+          step.error = `the command was refused: ${error.message}`;
+          loop.finishStep(step);
+          step.observation = observationPrompt(null, '', step.error);
+          messages.push({ role: 'user', content: step.observation });
+          continue;
+        }
         step.exitCode = result.exitCode;
         loop.finishStep(step);
         if (result.status === 'sandbox_gone')
