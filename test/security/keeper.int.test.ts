@@ -59,7 +59,11 @@ describe.skipIf(skipReason !== undefined)('the sandbox keeper', () => {
     await new Promise((resolve) => setTimeout(resolve, 500));
     const reward = await run(info.id, 'cat /logs/verifier/reward.txt');
     expect(reward.stdout.trim()).toBe('0');
-    const top = await docker.getContainer(provider.containerName(info.id)).top({ ps_args: '-o pid,args' });
+    const top = (await docker
+      .getContainer(provider.containerName(info.id))
+      .top({ ps_args: '-o pid,args' })) as {
+      Processes: string[][];
+    };
     expect(top.Processes.map((row) => row.at(-1))).toEqual(['/dev/.gym-exec --keeper']);
   });
 
