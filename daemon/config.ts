@@ -87,7 +87,12 @@ export const DaemonConfigSchema = z
      */
     owners: z
       .object({
-        /** Default: `<os tmpdir>/gym-daemons-<uid>`. Daemons judge each other only within one directory. */
+        /**
+         * Default: `/run/gym/daemons` for root, else `$XDG_RUNTIME_DIR/gym-daemons`, else
+         * `<os tmpdir>/gym-daemons-<uid>`. It must be a directory of this uid (made 0700) under
+         * ancestors no other user can write, or the daemon refuses to start. Daemons judge each
+         * other only within one directory.
+         */
         directory: z.string().optional(),
         /** How long a dead daemon's sandboxes wait for it to restart and adopt them. */
         graceMs: z.number().int().nonnegative().default(DEFAULT_OWNER_GRACE_MS),

@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -59,6 +59,30 @@ describe('daemon start-up', () => {
     await third.stop();
     await rm(stateDir, { recursive: true, force: true });
   });
+
+  it.skipIf(process.getuid?.() !== 0)(
+    'refuses to start on an owner registry another user could write, naming owners.directory',
+    async () => {
+      const stateDir = await mkdtemp(join(tmpdir(), 'gym-owners-dir-'));
+      const directory = join(stateDir, 'daemons');
+      await mkdir(directory, { mode: 0o700 });
+      await chown(directory, 65534, 65534);
+      const error = await startTestDaemon(
+        { stateDir, providers, owners: { directory } },
+        { factories },
+      ).catch((caught: unknown) => caught);
+      expect(error).toMatchObject({ code: 'VALIDATION_FAILED', details: { setting: 'owners.directory' } });
+      expect((error as Error).message).toContain(`${directory} belongs to uid 65534`);
+      // Nothing was written there, and the state directory is free for a start that fixes it.
+      expect(await readdir(directory)).toEqual([]);
+      const retried = await startTestDaemon(
+        { stateDir, providers, owners: { directory: join(stateDir, 'mine') } },
+        { factories },
+      );
+      await retried.stop();
+      await rm(stateDir, { recursive: true, force: true });
+    },
+  );
 
   it('says clearly when its port is taken, and leaves the state directory free', async () => {
     const blocker = createServer();

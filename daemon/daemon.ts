@@ -22,7 +22,7 @@ import {
   writeDaemonInfo,
 } from './identity.ts';
 import { DaemonMetrics } from './metrics.ts';
-import { OwnerRegistry } from './owners.ts';
+import { defaultOwnersDirectory, ensureOwnersDirectory, OwnerRegistry } from './owners.ts';
 import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
 import { buildGatewayServer, buildServer } from './server.ts';
@@ -66,6 +66,8 @@ async function ensureProviderStateDirectory(stateDir: string, name: string): Pro
 export async function startDaemon(options: StartDaemonOptions): Promise<RunningDaemon> {
   const { config } = options;
   await ensureStateDir(config.stateDir);
+  // Before anything is opened: an owner registry other users could write is refused (owners.ts).
+  await ensureOwnersDirectory(config.owners.directory ?? defaultOwnersDirectory());
   const unlock = await lockStateDir(config.stateDir);
   try {
     return await assemble(options, unlock);
