@@ -51,6 +51,8 @@ Output streams as it comes. Exit code: the command's; 124 on timeout; 125 if the
         throw new GymError(event.error.code, event.error.message, { details: event.error.details });
       else if (event.type === 'result') {
         const { result } = event;
+        if (result.session === false)
+          stderr.write('gym: this provider has no sessions; the command ran one-shot\n');
         if (result.stdoutTruncated || result.stderrTruncated)
           stderr.write(
             `gym: output was truncated (${result.stdoutBytes} bytes on stdout, ${result.stderrBytes} on stderr)\n`,
