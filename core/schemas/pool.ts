@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import { SandboxSpecSchema } from './sandbox.ts';
 
-export const PoolNameSchema = z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, {
-  message: 'pool names are 1-63 characters of a-z, 0-9 or "-", starting alphanumeric',
+/** A pool's name is a label value on each member, so it ends alphanumeric as every backend needs. */
+export const PoolNameSchema = z.string().regex(/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/, {
+  message: 'pool names are 1-63 characters of a-z, 0-9 or "-", starting and ending alphanumeric',
 });
 
 /** A pool as a user defines it (PUT /v1/pools/{name}, or `pools:` in the config). */

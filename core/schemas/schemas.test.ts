@@ -3,6 +3,7 @@ import { GymError } from '../errors.ts';
 import { parseOrThrow } from '../validate.ts';
 import { LABEL_VALUE_PATTERN, toLabelValue } from './common.ts';
 import { ExecRequestSchema } from './exec.ts';
+import { PoolNameSchema } from './pool.ts';
 import { SandboxSpecSchema } from './sandbox.ts';
 
 function validationError(run: () => unknown): GymError {
@@ -69,6 +70,13 @@ describe('labels', () => {
       expect(error.message).toContain('63 characters');
     },
   );
+
+  it('takes as pool names (a label value of each member) only those that end alphanumeric', () => {
+    expect(parseOrThrow(PoolNameSchema, 'swe-1', 'pool name')).toBe('swe-1');
+    expect(validationError(() => parseOrThrow(PoolNameSchema, 'swe-', 'pool name')).message).toContain(
+      'ending alphanumeric',
+    );
+  });
 
   it('makes a valid value from any text', () => {
     expect(toLabelValue('django__django-11099')).toBe('django__django-11099');
