@@ -177,3 +177,26 @@ describe('reconcile with a partial listing', () => {
     expect(provider.sandboxes.has(first.id) && provider.sandboxes.has(second.id)).toBe(true);
   });
 });
+
+describe('reconcile racing a create', () => {
+  it('does not forget a sandbox whose create finished while the listing was on its way', async () => {
+    const { manager, provider, removed } = await rig();
+    const list = provider.list.bind(provider);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    // The listing is taken before the create and answers after it, as a slow engine would.
+    provider.list = async (filter) => {
+      const listing = await list(filter);
+      await gate;
+      return listing;
+    };
+    const reconciling = manager.reconcile('memory');
+    const created = await createOn(manager);
+    release();
+    await reconciling;
+    expect(manager.get(created.id).state).toBe('ready');
+    expect(removed).toEqual([]);
+  });
+});

@@ -675,6 +675,9 @@ export class SandboxManager implements SandboxCounts {
    */
   async reconcile(providerName: string): Promise<ReconcileSummary> {
     const provider = this.#provider(providerName);
+    // Only a record that existed before the listing was asked for can be missing from it: one
+    // whose create finished while the listing was on its way is not in it, and is not gone.
+    const knownBefore = new Set(this.#store.all().map((record) => record.id));
     const listing = await this.#listing(provider, providerName);
     const now = this.#clock.now();
     const seen = new Set<string>();
@@ -729,7 +732,12 @@ export class SandboxManager implements SandboxCounts {
     const missing: SandboxRecord[] = [];
     let newlyUnreachable = 0;
     for (const record of this.#store.all()) {
-      if (record.provider !== providerName || seen.has(record.id) || this.#destroying.has(record.id))
+      if (
+        record.provider !== providerName ||
+        seen.has(record.id) ||
+        this.#destroying.has(record.id) ||
+        !knownBefore.has(record.id)
+      )
         continue;
       const hiddenBecause = listing.hiddenBecause(record);
       if (hiddenBecause === undefined) missing.push(record);
