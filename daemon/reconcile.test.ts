@@ -200,3 +200,32 @@ describe('reconcile racing a create', () => {
     expect(removed).toEqual([]);
   });
 });
+
+describe('reconcile racing a create, the other way', () => {
+  it('does not destroy a sandbox the listing showed half-made while its create finished', async () => {
+    const { manager, provider, removed } = await rig();
+    const list = provider.list.bind(provider);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let createdId = '';
+    // The listing sees the new sandbox before it runs ('creating'), and answers after the create.
+    provider.list = async (filter) => {
+      await gate;
+      const listing = await list(filter);
+      return {
+        ...listing,
+        sandboxes: listing.sandboxes.map((info) =>
+          info.id === createdId ? { ...info, state: 'creating' as const } : info,
+        ),
+      };
+    };
+    const reconciling = manager.reconcile('memory');
+    createdId = (await createOn(manager)).id;
+    release();
+    await reconciling;
+    expect(manager.get(createdId).state).toBe('ready');
+    expect(removed).toEqual([]);
+  });
+});

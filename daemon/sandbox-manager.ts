@@ -689,6 +689,9 @@ export class SandboxManager implements SandboxCounts {
       seen.add(info.id);
       if (this.#creating.has(info.id) || this.#destroying.has(info.id)) continue;
       const record = this.#store.get(info.id);
+      // Created while the listing was on its way: the listing may show it half-made ('created',
+      // not yet running). Its create decided its fate; the next scan sees it as it is.
+      if (record !== undefined && !knownBefore.has(info.id)) continue;
       if (info.state === 'unreachable') {
         // Known to the provider (from its own records) but out of its reach: nothing to decide yet.
         if (record !== undefined) this.#unreachable.set(info.id, `provider ${providerName} cannot reach it`);

@@ -33,7 +33,8 @@ export async function startTestDaemon(
     env: {},
     overrides: [{ listen: { host: '127.0.0.1', port: 0 }, ...config, stateDir }],
   });
-  const logger = pino({ level: 'silent' }) as unknown as Logger & ReturnType<typeof pino>;
+  const logger = pino({ level: process.env.GYM_TEST_LOG_LEVEL ?? 'silent' }) as unknown as Logger &
+    ReturnType<typeof pino>;
   const daemon = await startDaemon({ config: loaded, logger, registry, listen: options.listen ?? false });
   return {
     ...daemon,
