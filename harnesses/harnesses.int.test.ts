@@ -71,6 +71,10 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
           { match: 'task endless', replies: [bash('echo again')] },
           { match: 'task upstream-down', replies: [{ error: { status: 500, message: 'down' } }] },
           {
+            match: 'task context-overflow',
+            replies: [{ error: { status: 400, message: 'maximum context length exceeded' } }],
+          },
+          {
             match: 'task opencode-fix',
             // OpenCode first asks for a session title, with no tools declared.
             rules: [{ hasTools: false, reply: { content: 'Fix add' } }],
@@ -196,6 +200,10 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     expect(down.result.outcome).toBe('infra_error');
     expect(down.result.message).toContain('502');
     expect(down.records[0]).toMatchObject({ status: 'error', error: { upstreamStatus: 500 } });
+    // The upstream refusing the conversation itself (past its context length) is the agent's.
+    const overflow = await run(harness, 'context-overflow');
+    expect(overflow.result.outcome, overflow.result.message).toBe('agent_error');
+    expect(overflow.records[0]).toMatchObject({ status: 'error', error: { upstreamStatus: 400 } });
   });
 
   it('Codex CLI runs inside the sandbox, reaches only the gateway, and edits the file', async () => {

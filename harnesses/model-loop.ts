@@ -13,14 +13,28 @@ import type {
 import { RunClock } from './harness.ts';
 import { CostMeter, createModelClient, describeModelError } from './model-client.ts';
 
+/** What the upstream answers a request it refuses as it is: the conversation's doing, not an outage. */
+const REQUEST_REFUSED_STATUSES = new Set([400, 413, 422]);
+
+/** The status the model upstream answered, when the gateway says so (it relays a failure as 502). */
+function upstreamStatusOf(error: InstanceType<typeof OpenAI.APIError>): number | undefined {
+  const details = (error.error as { details?: { upstreamStatus?: unknown } } | undefined)?.details;
+  return typeof details?.upstreamStatus === 'number' ? details.upstreamStatus : undefined;
+}
+
 /**
  * Whether a failed model call is the infrastructure's fault (the gateway or the policy server did
  * not answer, refused the rollout's key, or failed after its retries) rather than the agent's (a
- * request the model rejects, such as one past its context length).
+ * request the model rejects, such as one past its context length). The gateway answers 502 for
+ * any upstream failure, with the upstream's own status beside it: a refused request (400 past the
+ * context length) stays the agent's, or a policy could end any run it is failing as an infra
+ * error just by growing its conversation.
  */
 export function isInfrastructureFailure(error: unknown): boolean {
   if (error instanceof OpenAI.APIConnectionError) return true;
   if (!(error instanceof OpenAI.APIError)) return true;
+  const upstream = error.status === 502 ? upstreamStatusOf(error) : undefined;
+  if (upstream !== undefined) return !REQUEST_REFUSED_STATUSES.has(upstream);
   const status = error.status ?? 0;
   return (
     status === 0 || status >= 500 || status === 429 || status === 401 || status === 403 || status === 404
