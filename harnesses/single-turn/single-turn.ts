@@ -1,6 +1,7 @@
 /** One model call with the task's instruction; the answer is the submission. No sandbox needed. */
 import { type Harness, RunClock } from '../harness.ts';
 import { CostMeter, createModelClient, describeModelError } from '../model-client.ts';
+import { isInfrastructureFailure } from '../model-loop.ts';
 
 export function createSingleTurnHarness(): Harness {
   return {
@@ -27,8 +28,9 @@ export function createSingleTurnHarness(): Harness {
           costUsd: cost.costUsd,
         });
       } catch (error) {
+        // The gateway or the policy server failing is infra (retried), never a reward of 0.
         return clock.finish({
-          outcome: 'agent_error',
+          outcome: isInfrastructureFailure(error) ? 'infra_error' : 'agent_error',
           submission: null,
           message: describeModelError(error),
           trajectory: [],
