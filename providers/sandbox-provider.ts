@@ -10,6 +10,7 @@
  * | files | tar through the engine's archive endpoints | tar through exec (`tar -x` / `tar -c`) | tar through an SSH exec into the instance | tar through an SSH exec into the container |
  * | destroy | force-remove the container (idempotent: a missing one is success) | delete the Pod | `apptainer instance stop -F NAME` | kill the start channel, `enroot remove -f NAME` |
  * | list | containers filtered by our labels | Pods filtered by label selector | `apptainer instance list --json` per host, joined with our state files | `enroot list` per host, joined with our state files |
+ * | gateway reach (`exposeGateway`) | a daemon-held listener in the container's network namespace, relayed to the gateway socket | a relay over the exec channel, or a Service plus a NetworkPolicy that admits only the Pod | a reverse forward (`forwardIn`) relayed into the instance's own network namespace (a port on the host's shared network would be open to every sandbox there) | likewise |
  *
  * A backend that cannot store labels on the resource itself (Apptainer, Enroot) keeps the same
  * facts in a small file next to it, so a reaper that lost the daemon's state can still find

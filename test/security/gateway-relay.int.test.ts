@@ -205,11 +205,22 @@ describe.skipIf(skipReason !== undefined)('the gateway relay into a sandbox', ()
     };
     expect(await askGateway()).toMatch(/^HTTP\/1\.1 \d{3} /);
 
+    // Whatever the daemon has started and still runs (after kill -9 they would be reparented).
+    const helpers = await descendants(child.pid!);
     child.kill('SIGKILL');
     await new Promise((resolve) => child!.once('exit', resolve));
     // Give anything that survived a moment to show itself; then nothing may listen or run.
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(await processesMentioning(stateDir)).toEqual([]);
+    const isAlive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    expect(helpers.filter(({ pid }) => isAlive(pid))).toEqual([]);
     expect(await askGateway()).not.toMatch(/^HTTP/);
 
     // The successor adopts the sandbox and, before it answers anyone, restores its reach at the
