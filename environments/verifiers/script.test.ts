@@ -150,9 +150,21 @@ describe("script verifier: the agent's files and tools where the tests go", () =
     expect(String(verdict.details.reason)).toMatch(/could not be prepared/);
   });
 
-  it('is an infra error when the sandbox went away while preparing the paths', async () => {
+  it.each([
+    ['the sandbox went away', result('sandbox_gone', null)],
+    ['it was killed with no exit code', result('killed', null)],
+  ])('is an infra error when, preparing the paths, %s', async (_name, prepare) => {
     const verdict = await verifyScript(
-      handle(result('ok', 0), async () => Buffer.from('1'), { prepare: result('sandbox_gone', null) }),
+      handle(result('ok', 0), async () => Buffer.from('1'), { prepare }),
+      await testsDirectory(),
+      1000,
+    );
+    expect(verdict.outcome).toBe('infra_error');
+  });
+
+  it('is an infra error when test.sh was killed with no exit code (the engine lost track of it)', async () => {
+    const verdict = await verifyScript(
+      handle(result('killed', null), async () => Buffer.from('1')),
       await testsDirectory(),
       1000,
     );

@@ -11,15 +11,15 @@
  *
  * Everything else in this sandbox is the agent's: its files (a `/tests` or `/logs` it made a file
  * or a link), its tools (the `sh`, `rm` and `mkdir` the verifier runs) and the programs test.sh
- * runs (which can `kill -9` test.sh). So only the sandbox going away and the daemon or provider
- * failing are infra; a step those can break is graded, reward 0 with the reason, and a test.sh
+ * runs (which can `kill -9` test.sh). So only the sandbox going away, a kill with no exit code
+ * (the engine lost track of the command) and the daemon or provider failing are infra; a step those can break is graded, reward 0 with the reason, and a test.sh
  * that was killed or ran out of memory is graded by the reward it left (none: 0).
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { isGymError } from '../../core/errors.ts';
 import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
-import type { Verdict } from './verifier.ts';
+import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
 
@@ -82,11 +82,13 @@ export async function verifyScript(
     user: '0',
     timeoutMs: 60_000,
   });
-  if (prepared.status === 'sandbox_gone')
+  if (endedFromOutside(prepared))
     return {
       outcome: 'infra_error',
       reward: 0,
-      details: { reason: 'the sandbox went away before the tests' },
+      details: {
+        reason: `preparing the paths for the tests ended with status ${prepared.status} and no exit code`,
+      },
     };
   if (prepared.status !== 'ok' || prepared.exitCode !== 0)
     return notPrepared(
@@ -117,14 +119,19 @@ export async function verifyScript(
       reward: 0,
       details: { reason: `test.sh ran past ${timeoutMs} ms` },
     };
-  if (run.status === 'sandbox_gone')
+  if (endedFromOutside(run))
     return {
       outcome: 'infra_error',
       reward: 0,
-      details: { reason: 'the sandbox went away during the tests' },
+      details: {
+        reason:
+          run.status === 'sandbox_gone'
+            ? 'the sandbox went away during the tests'
+            : 'test.sh was killed with no exit code (the engine lost track of it)',
+      },
     };
-  // A test.sh that was killed (by a program it ran: `kill -9 $PPID`) or ran out of memory is
-  // graded like any other, by the reward it left.
+  // A test.sh that was killed (by a program it ran: `kill -9 $PPID`, exit 137) or ran out of
+  // memory is graded like any other, by the reward it left.
   // test.sh may have started processes too: the reward is read only once nothing runs.
   const afterTests = await stopAgentProcesses(sandbox, 'after the tests');
   if (afterTests !== null) return afterTests;

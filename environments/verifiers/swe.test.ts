@@ -106,6 +106,13 @@ describe('SWE verifier: the test run is the patch doing', () => {
     });
     expect((await verifySwe(throwing, TASK, PATCH)).outcome).toBe('infra_error');
   });
+
+  it('keeps a kill with no exit code infra, at the tests and at the test patch (the engine lost track)', async () => {
+    const unknown = result('killed', null);
+    expect((await verifySwe(fakeClient(atTests(unknown)), TASK, PATCH)).outcome).toBe('infra_error');
+    const atTestPatch = fakeClient(atApply('/tmp/gym-test.patch', unknown));
+    expect((await verifySwe(atTestPatch, TASK, PATCH)).outcome).toBe('infra_error');
+  });
 });
 
 describe('SWE verifier: applying the patches', () => {
@@ -225,8 +232,11 @@ describe("extractPatch: the agent's changes", () => {
     expect(reason).toContain(why);
   });
 
-  it('is infra when the sandbox went away or the daemon failed', async () => {
+  it('is infra when the sandbox went away, git was killed with no exit code, or the daemon failed', async () => {
     expect(await extractPatch(handle(result('sandbox_gone', null)), TASK)).toMatchObject({
+      verdict: { outcome: 'infra_error' },
+    });
+    expect(await extractPatch(handle(result('killed', null)), TASK)).toMatchObject({
       verdict: { outcome: 'infra_error' },
     });
     await expect(extractPatch(handle(new GymError('DAEMON_UNAVAILABLE', 'down')), TASK)).rejects.toThrow();

@@ -17,7 +17,7 @@ import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import { gradeTests, parsePytestLog, type TestLogParser } from './pytest-log.ts';
-import type { Verdict } from './verifier.ts';
+import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export interface SweTask {
   instance_id: string;
@@ -72,7 +72,8 @@ const MAX_PATCH_BYTES = 64 * 1024 * 1024;
  * times out, is killed or runs out of memory (with nothing else running, only the agent's repo
  * and tools can make git slow or make it die; calling that infra would let an agent turn any
  * rollout it would fail into a dropped one). Only a lost sandbox, and the daemon or provider
- * failing (a thrown error), are infra.
+ * failing (a thrown error), are infra; so is a kill with no exit code, which says the engine lost
+ * track of the command rather than that something in the sandbox killed it (that leaves 137).
  */
 export async function extractPatch(
   sandbox: SandboxHandle,
@@ -92,12 +93,17 @@ export async function extractPatch(
     timeoutMs: 60_000,
     maxOutputBytes: MAX_PATCH_BYTES,
   });
-  if (result.status === 'sandbox_gone')
+  if (endedFromOutside(result))
     return {
       verdict: {
         outcome: 'infra_error',
         reward: 0,
-        details: { reason: 'the agent sandbox went away while its changes were read' },
+        details: {
+          reason:
+            result.status === 'sandbox_gone'
+              ? 'the agent sandbox went away while its changes were read'
+              : 'reading the changes was killed with no exit code (the engine lost track of it)',
+        },
       },
     };
   const unreadable = (why: string): ExtractedPatch => ({
@@ -192,7 +198,7 @@ export async function verifySwe(
     });
     // The agent's files are in place now, and the patch fallback can have written the repo's
     // git config (hooks, filters): a git that fails, dies or hangs here may be the agent's doing.
-    if (tests.status === 'sandbox_gone') return infraStep('applying the test patch', tests);
+    if (endedFromOutside(tests)) return infraStep('applying the test patch', tests);
     if (tests.status !== 'ok' || tests.exitCode !== 0) {
       // The hidden tests do not apply over the agent's changes (it edited the test files).
       return {
@@ -221,10 +227,11 @@ export async function verifySwe(
         reward: 0,
         details: { ...base, reason: `tests ran past ${SWE_TEST_TIMEOUT_MS} ms` },
       };
-    // Only a lost sandbox is the infrastructure's. The tests run the agent's code, which can kill
-    // its own test run (`os.kill(os.getppid(), 9)` in a conftest.py) or exhaust its memory: that
-    // run is graded like any other, and tests that did not report passing did not pass.
-    if (run.status === 'sandbox_gone') return infraStep('running the tests', run);
+    // Only a lost sandbox (or a kill the engine cannot account for) is the infrastructure's. The
+    // tests run the agent's code, which can kill its own test run (`os.kill(os.getpid(), 9)` in a
+    // conftest.py, exit 137) or exhaust its memory: that run is graded like any other, and tests
+    // that did not report passing did not pass.
+    if (endedFromOutside(run)) return infraStep('running the tests', run);
     const log = `${run.stdout}\n${run.stderr}`;
     const grade = gradeTests(parser(log), task.FAIL_TO_PASS, task.PASS_TO_PASS);
     return {

@@ -1,3 +1,5 @@
+import type { ExecResult } from '../../core/schemas/exec.ts';
+
 /** What a verifier returns: the reward, or why there is none. */
 export type RolloutOutcome = 'reward' | 'agent_error' | 'infra_error' | 'verifier_timeout';
 
@@ -6,4 +8,14 @@ export interface Verdict {
   reward: number;
   /** Verifier-specific: FAIL_TO_PASS / PASS_TO_PASS lists, the test log tail, the reason a patch did not apply. */
   details: Record<string, unknown>;
+}
+
+/**
+ * Whether a command's end came from outside its sandbox: the sandbox went away, or the command was
+ * killed and no exit code says how (the engine lost track of it, or its caller gave up). A kill
+ * that left an exit code (137: a SIGKILL from inside, say a test that kills its own runner) and an
+ * OOM (the sandbox's own memory limit) are the sandbox's doing, so they are graded.
+ */
+export function endedFromOutside(result: Pick<ExecResult, 'status' | 'exitCode'>): boolean {
+  return result.status === 'sandbox_gone' || (result.status === 'killed' && result.exitCode === null);
 }
