@@ -189,7 +189,11 @@ export interface DaemonInfo {
 export async function writeDaemonInfo(stateDir: string, info: DaemonInfo): Promise<void> {
   const ticks = info.processStartTicks ?? processStartTicks(info.pid);
   const written = ticks === null ? info : { ...info, processStartTicks: ticks };
-  await writeFile(join(stateDir, DAEMON_INFO_FILE), `${JSON.stringify(written, null, 2)}\n`, { mode: 0o600 });
+  // Written whole or not at all (a temporary file renamed over it): readers never see half of it.
+  const path = join(stateDir, DAEMON_INFO_FILE);
+  const temporary = `${path}.${process.pid}.tmp`;
+  await writeFile(temporary, `${JSON.stringify(written, null, 2)}\n`, { mode: 0o600 });
+  await rename(temporary, path);
 }
 
 /**

@@ -63,7 +63,12 @@ export async function spawnDaemonProcess(
     'daemon.json',
     async () => {
       const text = await readFile(join(stateDir, 'daemon.json'), 'utf8').catch(() => undefined);
-      return text === undefined ? undefined : (JSON.parse(text) as DaemonInfo);
+      if (text === undefined) return undefined;
+      try {
+        return JSON.parse(text) as DaemonInfo;
+      } catch {
+        return undefined;
+      }
     },
     20_000,
   );

@@ -94,7 +94,15 @@ function chaosProviderFactory(faults: FaultSwitch, log: ChaosLog) {
         return inner.destroy(id);
       },
     });
-    for (const method of ['list', 'get', 'health', 'close', 'exposeGateway', 'snapshot'] as const) {
+    for (const method of [
+      'list',
+      'get',
+      'health',
+      'close',
+      'exposeGateway',
+      'snapshot',
+      'stopProcesses',
+    ] as const) {
       const original = inner[method] as ((...args: unknown[]) => unknown) | undefined;
       if (original !== undefined) Object.defineProperty(wrapped, method, { value: original.bind(inner) });
     }
@@ -268,5 +276,5 @@ describe.skipIf(skipReason !== undefined)('chaos: gym eval under injected faults
       filters: { label: [`gym.namespace=${namespace}`] },
     });
     expect(left).toEqual([]);
-  }, 240_000);
+  }, 480_000);
 });
