@@ -511,6 +511,23 @@ export class DockerProvider implements SandboxProvider {
     const noHooks: OneShotHooks = { classifyAbnormalEnd: async () => 'sandbox_gone' };
     return {
       classifyAbnormalEnd: async () => {
+        // From the host when it can: the probe below runs the sandbox's own `sh`, and an agent
+        // that deleted it would make every kill look like a sandbox gone (an infra error).
+        let view = await this.#processes.hostView(container).catch(() => null);
+        // A destroy in progress kills the commands a moment before the keeper is seen dead:
+        // look again briefly before calling it a kill from inside (abnormal ends are rare).
+        for (const waitMs of [100, 250]) {
+          if (view === null || !view.isAlive) break;
+          await new Promise((resolve) => setTimeout(resolve, waitMs));
+          view = await this.#processes.hostView(container).catch(() => null);
+        }
+        if (view !== null) {
+          if (!view.isAlive) return 'sandbox_gone';
+          if (view.oomKills === null) return 'killed';
+          const previous = this.#oomCounts.get(id) ?? 0;
+          this.#oomCounts.set(id, view.oomKills);
+          return view.oomKills > previous ? 'oom' : 'killed';
+        }
         const probe = await runOneShotExec(
           container,
           {

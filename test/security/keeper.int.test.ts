@@ -79,4 +79,15 @@ describe.skipIf(skipReason !== undefined)('the sandbox keeper', () => {
     const zombies = await run(info.id, "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l");
     expect(zombies.stdout.trim()).toBe('0');
   });
+
+  it('tells a command killed from inside from a sandbox gone, even with the sandbox shell deleted', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    // Deleting /bin/sh used to make the after-kill probe (run by the sandbox's sh) fail, and every
+    // kill read as sandbox_gone: an infra error an agent could hide any failing rollout behind.
+    const killed = await run(info.id, 'rm -f /bin/sh; kill -9 $$');
+    expect(killed.status).toBe('killed');
+    const still = await provider.exec(info.id, ExecRequestSchema.parse({ argv: ['/bin/busybox', 'true'] }));
+    expect(still).toMatchObject({ status: 'ok', exitCode: 0 });
+  });
 });
