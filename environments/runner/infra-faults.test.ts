@@ -20,6 +20,7 @@ import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { createToolCallingHarness } from '../../harnesses/tool-calling/tool-calling.ts';
+import { execResult } from '../../test/fixtures/exec-result.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
@@ -60,15 +61,7 @@ interface FaultPlan {
 }
 
 function result(status: ExecResult['status'], exitCode: number | null, stdout = ''): ExecResult {
-  return {
-    status,
-    exitCode,
-    stdout,
-    stderr: '',
-    stdoutTruncated: false,
-    stderrTruncated: false,
-    durationMs: 1,
-  } as ExecResult;
+  return execResult(status, exitCode, { stdout });
 }
 
 /** The daemon as the runner sees it, healthy except for the one planned fault. */

@@ -5,20 +5,11 @@ import { describe, expect, it } from 'vitest';
 import { GymError } from '../../core/errors.ts';
 import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
+import { execResult } from '../../test/fixtures/exec-result.ts';
 import { PREPARE_PATHS_COMMAND, verifyScript } from './script.ts';
 
 function result(status: ExecResult['status'], exitCode: number | null, stderr = ''): ExecResult {
-  return {
-    status,
-    exitCode,
-    stdout: '',
-    stderr,
-    stdoutTruncated: false,
-    stderrTruncated: false,
-    stdoutBytes: 0,
-    stderrBytes: 0,
-    durationMs: 1,
-  };
+  return execResult(status, exitCode, { stderr });
 }
 
 async function testsDirectory(): Promise<string> {

@@ -7,6 +7,7 @@ import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { ExecRequestInput, ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
+import { execResult } from '../../test/fixtures/exec-result.ts';
 import { extractPatch, type SweTask, verifySwe } from './swe.ts';
 
 const TEST_ID = 'tests/test_fix.py::test_fix';
@@ -22,24 +23,7 @@ const TASK: SweTask = {
 };
 const PATCH = 'diff --git a/x b/x\n';
 
-function result(
-  status: ExecResult['status'],
-  exitCode: number | null,
-  output: Partial<ExecResult> = {},
-): ExecResult {
-  return {
-    status,
-    exitCode,
-    stdout: '',
-    stderr: '',
-    stdoutTruncated: false,
-    stderrTruncated: false,
-    stdoutBytes: 0,
-    stderrBytes: 0,
-    durationMs: 1,
-    ...output,
-  };
-}
+const result = execResult;
 
 /** A daemon whose verifier sandbox answers each command as `answer` says (default: all is well). */
 function fakeClient(answer: (command: string) => ExecResult | null): GymClient {

@@ -6,21 +6,12 @@ import { describe, expect, it } from 'vitest';
 import { GymError } from '../../core/errors.ts';
 import { silentLogger } from '../../core/logger.ts';
 import type { ExecResult } from '../../core/schemas/exec.ts';
+import { execResult } from '../../test/fixtures/exec-result.ts';
 import { DEFAULT_LIMITS, type HarnessResult, type SandboxHandle } from '../harness.ts';
 import { createInstalledAgentHarness } from './installed-agent.ts';
 import { MINI_SWE_AGENT_RECIPE } from './python-agents.ts';
 
-const OK: ExecResult = {
-  status: 'ok',
-  exitCode: 0,
-  stdout: '',
-  stderr: '',
-  stdoutTruncated: false,
-  stderrTruncated: false,
-  stdoutBytes: 0,
-  stderrBytes: 0,
-  durationMs: 1,
-};
+const OK: ExecResult = execResult('ok', 0);
 
 /** A sandbox where the agent is installed and runs to its end; its trajectory file reads as `read` says. */
 function sandbox(read: SandboxHandle['readFile']): SandboxHandle {
