@@ -104,6 +104,21 @@ export class ContainerCgroup {
     return child;
   }
 
+  /**
+   * The host pid of the process of this container whose pid in the container's pid namespace is
+   * `nsPid` (from the `NSpid` line of /proc/PID/status), among those directly in the container's
+   * cgroup; null when none is.
+   */
+  async hostPidOf(nsPid: number): Promise<number | null> {
+    const pids = parsePids(await readFile(join(this.path, 'cgroup.procs'), 'utf8').catch(() => ''));
+    for (const pid of pids) {
+      const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+      const line = /^NSpid:\s*(.+)$/m.exec(status)?.[1]?.trim().split(/\s+/);
+      if (line !== undefined && line.length > 1 && Number(line.at(-1)) === nsPid) return pid;
+    }
+    return null;
+  }
+
   /** Moves one process (with all its threads) into `cgroup`. */
   async move(pid: number, cgroup: string): Promise<void> {
     await writeFile(join(cgroup, 'cgroup.procs'), `${pid}\n`);

@@ -33,6 +33,9 @@ const PID_WAIT_MS = 5_000;
  */
 const READY_WAIT_MS = 1_000;
 
+/** The helper writes its pid in the sandbox after its ready token, as this many digits. */
+const READY_PID_DIGITS = 10;
+
 /** The byte that tells the exec helper to run the command (any byte would do). */
 export const GO_BYTE = Buffer.from('g');
 
@@ -114,12 +117,15 @@ export async function confineExec(
   exec: Docker.Exec,
   confinement: ExecConfinement,
   name: string,
-  started: Promise<unknown> = Promise.resolve(),
+  ready: { seen: Promise<unknown>; nsPid: number | null } | null = null,
 ): Promise<{ cgroup: string; pid: number } | null> {
   try {
-    // Once the helper said it runs, one inspect finds its pid (no polling of the engine).
-    await Promise.race([started, sleep(READY_WAIT_MS)]);
-    const pid = await execHostPid(exec);
+    // Once the helper said it runs (and its pid in the sandbox), its host pid is read on the host;
+    // without that, the engine is asked.
+    if (ready !== null) await Promise.race([ready.seen, sleep(READY_WAIT_MS)]);
+    const nsPid = ready?.nsPid ?? null;
+    const fromHost = nsPid === null ? null : await confinement.cgroup.hostPidOf(nsPid);
+    const pid = fromHost ?? (await execHostPid(exec));
     const cgroup = await confinement.cgroup.createChild(name);
     await confinement.cgroup.move(pid, cgroup);
     return { cgroup, pid };
@@ -165,7 +171,12 @@ export async function runOneShotExec(
   const confined =
     confinement === null
       ? null
-      : await confineExec(exec, confinement, `gym-${execId}`, Promise.race([ready.seen, streamDone(stream)]));
+      : await confineExec(exec, confinement, `gym-${execId}`, {
+          seen: Promise.race([ready.seen, streamDone(stream)]),
+          get nsPid() {
+            return ready.nsPid;
+          },
+        });
   if (confinement !== null && confined === null) {
     // Fail closed: an unconfined command could outlive its timeout. Closing the helper's stdin
     // before the go byte makes it exit (125) without running anything.
@@ -235,6 +246,8 @@ export async function runOneShotExec(
  */
 export class ReadyToken {
   readonly seen: Promise<void>;
+  /** The helper's pid in the sandbox's pid namespace, once its token came. */
+  nsPid: number | null = null;
   readonly #onData: (name: 'stdout' | 'stderr', payload: Buffer) => void;
   #token: Buffer | null;
   #held: Buffer = Buffer.alloc(0);
@@ -257,14 +270,22 @@ export class ReadyToken {
     const held = this.#held.length === 0 ? payload : Buffer.concat([this.#held, payload]);
     const compared = Math.min(held.length, token.length);
     const isPrefix = held.subarray(0, compared).equals(token.subarray(0, compared));
-    if (isPrefix && held.length < token.length) {
+    const length = token.length + READY_PID_DIGITS;
+    if (isPrefix && held.length < length) {
       this.#held = held;
       return;
     }
     this.#token = null;
     this.#held = Buffer.alloc(0);
+    let rest = held;
+    if (isPrefix) {
+      const digits = held.subarray(token.length, length).toString('latin1');
+      if (/^\d+$/.test(digits)) {
+        this.nsPid = Number(digits);
+        rest = held.subarray(length);
+      } else rest = held.subarray(token.length);
+    }
     this.#markSeen();
-    const rest = isPrefix ? held.subarray(token.length) : held;
     if (rest.length > 0) this.#onData('stdout', rest);
   }
 

@@ -8,15 +8,18 @@ function collect(token: string | null) {
 }
 
 describe('the exec helper ready token', () => {
-  it('takes the token off the front of stdout, split across chunks, and passes the rest', async () => {
+  it('takes the token and the pid after it off the front of stdout, split across chunks, and passes the rest', async () => {
     const { ready, out } = collect('gym-ready-abc');
     ready.push('stdout', Buffer.from('gym-re'));
     ready.push('stderr', Buffer.from('warn'));
-    ready.push('stdout', Buffer.from('ady-abchello'));
+    ready.push('stdout', Buffer.from('ady-abc00000'));
+    ready.push('stdout', Buffer.from('00042hello'));
     ready.push('stdout', Buffer.from(' world'));
     ready.flush();
     await ready.seen;
     expect(out).toEqual(['stderr:warn', 'stdout:hello', 'stdout: world']);
+    // The helper's pid in the sandbox follows the token, as ten digits.
+    expect(ready.nsPid).toBe(42);
   });
 
   it('passes output unchanged when an older helper sends no token', () => {

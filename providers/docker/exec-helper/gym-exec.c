@@ -6,8 +6,10 @@
  * command starts is therefore born inside that cgroup, and a timeout kills all of it with
  * cgroup.kill, whatever the command does to its environment, session or the sandbox's binaries.
  *
- * When GYM_EXEC_READY is set, its value is written to stdout first (and the variable is removed
- * before the command runs): the daemon learns that the process exists without polling the engine.
+ * When GYM_EXEC_READY is set, its value is written to stdout first, followed by this process's pid
+ * in its own pid namespace as 10 decimal digits (and the variable is removed before the command
+ * runs): the daemon learns that the process exists, and which host process it is, without asking
+ * the engine.
  *
  * Until it runs the command it is not dumpable: no other process of the sandbox (same uid or not)
  * may ptrace it or open its /proc/PID/fd/0 to send the go byte early.
@@ -75,7 +77,10 @@ int main(int argc, char **argv) {
   }
   const char *ready = getenv("GYM_EXEC_READY");
   if (ready != NULL) {
+    char pid[16];
+    snprintf(pid, sizeof pid, "%010d", (int)getpid());
     write_all(STDOUT_FILENO, ready, strlen(ready));
+    write_all(STDOUT_FILENO, pid, 10);
     unsetenv("GYM_EXEC_READY");
   }
   do {
