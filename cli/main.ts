@@ -9,52 +9,57 @@ import { isGymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { VERSION } from '../core/version.ts';
 import type { Command, CommandContext } from './command.ts';
-import { daemonStartCommand } from './commands/daemon/start.ts';
-import { daemonStatusCommand } from './commands/daemon/status.ts';
-import { daemonStopCommand } from './commands/daemon/stop.ts';
-import { devModelServerCommand } from './commands/dev/model-server.ts';
-import { doctorCommand } from './commands/doctor/doctor.ts';
-import { envLsCommand } from './commands/env/ls.ts';
-import { envShowCommand } from './commands/env/show.ts';
-import { evalProfileCommand } from './commands/eval/profile.ts';
-import { evalReverifyCommand } from './commands/eval/reverify.ts';
-import { evalRunCommand } from './commands/eval/run.ts';
-import { imageBuildCommand } from './commands/image/build.ts';
-import { imageLsCommand } from './commands/image/ls.ts';
-import { poolCreateCommand } from './commands/pool/create.ts';
-import { poolLsCommand } from './commands/pool/ls.ts';
-import { poolRmCommand } from './commands/pool/rm.ts';
-import { sandboxCpCommand } from './commands/sandbox/cp.ts';
-import { sandboxCreateCommand } from './commands/sandbox/create.ts';
-import { sandboxExecCommand } from './commands/sandbox/exec.ts';
-import { sandboxLsCommand } from './commands/sandbox/ls.ts';
-import { sandboxRmCommand } from './commands/sandbox/rm.ts';
-import { sandboxShellCommand } from './commands/sandbox/shell.ts';
 
-/** Nouns and their verbs; a noun with a single `''` verb is a command of one word (`gym doctor`). */
-const COMMANDS: Record<string, Record<string, Command>> = {
-  daemon: { start: daemonStartCommand, status: daemonStatusCommand, stop: daemonStopCommand },
-  sandbox: {
-    create: sandboxCreateCommand,
-    ls: sandboxLsCommand,
-    exec: sandboxExecCommand,
-    cp: sandboxCpCommand,
-    rm: sandboxRmCommand,
-    shell: sandboxShellCommand,
+/**
+ * Nouns and their verbs; a noun with a single `''` verb is a command of one word (`gym doctor`).
+ * Each command's module is loaded only when it runs (or for `--help`), so `gym daemon start`
+ * does not load what other commands need (dockerode for images, say).
+ */
+type CommandLoader = () => Promise<Command>;
+const COMMANDS: Record<string, Record<string, CommandLoader>> = {
+  daemon: {
+    start: () => import('./commands/daemon/start.ts').then((module) => module.daemonStartCommand),
+    status: () => import('./commands/daemon/status.ts').then((module) => module.daemonStatusCommand),
+    stop: () => import('./commands/daemon/stop.ts').then((module) => module.daemonStopCommand),
   },
-  pool: { create: poolCreateCommand, ls: poolLsCommand, rm: poolRmCommand },
-  image: { build: imageBuildCommand, ls: imageLsCommand },
-  env: { ls: envLsCommand, show: envShowCommand },
-  eval: { run: evalRunCommand, reverify: evalReverifyCommand, profile: evalProfileCommand },
-  dev: { 'model-server': devModelServerCommand },
-  doctor: { '': doctorCommand },
+  sandbox: {
+    create: () => import('./commands/sandbox/create.ts').then((module) => module.sandboxCreateCommand),
+    ls: () => import('./commands/sandbox/ls.ts').then((module) => module.sandboxLsCommand),
+    exec: () => import('./commands/sandbox/exec.ts').then((module) => module.sandboxExecCommand),
+    cp: () => import('./commands/sandbox/cp.ts').then((module) => module.sandboxCpCommand),
+    rm: () => import('./commands/sandbox/rm.ts').then((module) => module.sandboxRmCommand),
+    shell: () => import('./commands/sandbox/shell.ts').then((module) => module.sandboxShellCommand),
+  },
+  pool: {
+    create: () => import('./commands/pool/create.ts').then((module) => module.poolCreateCommand),
+    ls: () => import('./commands/pool/ls.ts').then((module) => module.poolLsCommand),
+    rm: () => import('./commands/pool/rm.ts').then((module) => module.poolRmCommand),
+  },
+  image: {
+    build: () => import('./commands/image/build.ts').then((module) => module.imageBuildCommand),
+    ls: () => import('./commands/image/ls.ts').then((module) => module.imageLsCommand),
+  },
+  env: {
+    ls: () => import('./commands/env/ls.ts').then((module) => module.envLsCommand),
+    show: () => import('./commands/env/show.ts').then((module) => module.envShowCommand),
+  },
+  eval: {
+    run: () => import('./commands/eval/run.ts').then((module) => module.evalRunCommand),
+    reverify: () => import('./commands/eval/reverify.ts').then((module) => module.evalReverifyCommand),
+    profile: () => import('./commands/eval/profile.ts').then((module) => module.evalProfileCommand),
+  },
+  dev: {
+    'model-server': () =>
+      import('./commands/dev/model-server.ts').then((module) => module.devModelServerCommand),
+  },
+  doctor: { '': () => import('./commands/doctor/doctor.ts').then((module) => module.doctorCommand) },
 };
 
-function help(): string {
+async function help(): Promise<string> {
   const lines = ['usage: gym <command> [options]', '', 'commands:'];
   for (const [noun, verbs] of Object.entries(COMMANDS)) {
-    for (const [verb, command] of Object.entries(verbs))
-      lines.push(`  gym ${`${noun} ${verb}`.padEnd(16)} ${command.summary}`);
+    for (const [verb, load] of Object.entries(verbs))
+      lines.push(`  gym ${`${noun} ${verb}`.padEnd(16)} ${(await load()).summary}`);
   }
   lines.push('', "Run `gym <noun> <verb> --help` for a command's options.");
   return `${lines.join('\n')}\n`;
@@ -66,7 +71,7 @@ export async function main(
 ): Promise<number> {
   const [noun, ...rest] = argv;
   if (noun === undefined || noun === '--help' || noun === '-h' || noun === 'help') {
-    process.stdout.write(help());
+    process.stdout.write(await help());
     return noun === undefined ? 2 : 0;
   }
   if (noun === '--version' || noun === 'version') {
@@ -76,11 +81,14 @@ export async function main(
   const isOneWord = COMMANDS[noun]?.[''] !== undefined;
   const verb = isOneWord ? '' : rest[0];
   const args = isOneWord ? rest : rest.slice(1);
-  const command = verb === undefined ? undefined : COMMANDS[noun]?.[verb];
-  if (command === undefined) {
-    process.stderr.write(`gym: unknown command "${[noun, verb].filter(Boolean).join(' ')}"\n\n${help()}`);
+  const load = verb === undefined ? undefined : COMMANDS[noun]?.[verb];
+  if (load === undefined) {
+    process.stderr.write(
+      `gym: unknown command "${[noun, verb].filter(Boolean).join(' ')}"\n\n${await help()}`,
+    );
     return 2;
   }
+  const command = await load();
   if (args.includes('--help') || args.includes('-h')) {
     process.stdout.write(`usage: ${command.usage}\n`);
     return 0;

@@ -63,3 +63,36 @@ describe('lazy loading of built-in providers', () => {
     expect(withDocker.some((url) => url.includes('/node_modules/dockerode/'))).toBe(true);
   }, 40_000);
 });
+
+const mainUrl = new URL('../cli/main.ts', import.meta.url).href;
+/** The CLI as `gym daemon start --help`: only that command's module (and what it needs) loads. */
+const cliScript = `
+import { registerHooks } from 'node:module';
+const loaded = new Set();
+registerHooks({
+  resolve(specifier, context, nextResolve) {
+    const resolved = nextResolve(specifier, context);
+    loaded.add(resolved.url);
+    return resolved;
+  },
+});
+process.argv = [process.argv[0], 'gym', 'daemon', 'start', '--help'];
+await import(${JSON.stringify(mainUrl)});
+console.log(JSON.stringify([...loaded]));
+`;
+
+describe('lazy loading of CLI commands', () => {
+  it('runs `gym daemon start` without loading the image commands, and so without dockerode', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--input-type=module', '--eval', cliScript],
+      { timeout: 30_000 },
+    );
+    const lines = stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^usage: gym daemon start/);
+    const loaded = JSON.parse(lines.pop()!) as string[];
+    expect(loaded.some((url) => url.endsWith('/cli/commands/daemon/start.ts'))).toBe(true);
+    expect(loaded.filter((url) => /\/cli\/commands\/(image|doctor|eval)\//.test(url))).toEqual([]);
+    expect(loaded.filter(isDockerModule)).toEqual([]);
+  }, 40_000);
+});
