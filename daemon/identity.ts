@@ -9,6 +9,7 @@ import { chmod, lstat, mkdir, open, readFile, rename, rm, writeFile } from 'node
 import { join } from 'node:path';
 import { GymError } from '../core/errors.ts';
 import { createId } from '../core/ids.ts';
+import { parseStartTime } from '../providers/shared/proc-stat.ts';
 
 export const TOKEN_FILE = 'token';
 export const DAEMON_ID_FILE = 'daemon-id';
@@ -31,11 +32,7 @@ export function isProcessAlive(pid: number): boolean {
  */
 export function processStartTicks(pid: number): number | null {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const ticks = Number(fields[19]);
-    return Number.isSafeInteger(ticks) ? ticks : null;
+    return parseStartTime(readFileSync(`/proc/${pid}/stat`, 'utf8'));
   } catch {
     return null;
   }

@@ -28,6 +28,7 @@ import { basename, dirname, isAbsolute, join, parse, resolve, sep } from 'node:p
 import type { Clock } from '../core/clock.ts';
 import { GymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import { procStatField } from '../providers/shared/proc-stat.ts';
 
 /**
  * How long after its last heartbeat a dead daemon's resources stay untouched by peers: room for a
@@ -65,10 +66,7 @@ export interface HostProcesses {
 export const procHostProcesses: HostProcesses = {
   async startTime(pid) {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
-    if (stat === null) return null;
-    // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return fields[19] ?? null;
+    return stat === null ? null : (procStatField(stat, 22) ?? null);
   },
   async bootId() {
     return (await readFile('/proc/sys/kernel/random/boot_id', 'utf8').catch(() => null))?.trim() ?? null;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { parseParentPid, parseStartTime } from '../shared/proc-stat.ts';
 import { findCgroup2Mount, parseUnifiedCgroupPath } from './exec-cgroups.ts';
-import { parseParentPid, parseStartTime } from './process-control.ts';
 
 describe('cgroup v2 discovery', () => {
   it('finds the cgroup2 mount of a hybrid host, and of a pure v2 host', () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { memoryCounterPaths, parseProcessState } from './process-control.ts';
+import { parseProcessState } from '../shared/proc-stat.ts';
+import { memoryCounterPaths } from './process-control.ts';
 
 describe('reading a container from the host', () => {
   it('finds the OOM counter of a hybrid host (v1 memory) and of a pure v2 host', () => {

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import type { Logger } from '../../core/logger.ts';
 import { parseOomKillCount } from '../shared/exec-output.ts';
+import { parseParentPid, parseProcessState, parseStartTime } from '../shared/proc-stat.ts';
 import { ContainerCgroup, hostCgroup2Mount } from './exec-cgroups.ts';
 import { EXEC_HELPER_MOUNT, type ExecConfinement } from './one-shot-exec.ts';
 
@@ -52,20 +53,6 @@ export function detectHostControl(options: { helperPath: string; isEngineLocal: 
   return { mode: 'cgroup', cgroupMount, helperPath: options.helperPath };
 }
 
-/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks after boot. */
-export function parseStartTime(stat: string): number | null {
-  // The command name (field 2) may hold spaces and parentheses: count from its last ')'.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  const value = Number(fields[22 - 3]);
-  return Number.isFinite(value) ? value : null;
-}
-
-/** Field 4 of /proc/<pid>/stat: the parent's pid. */
-/** The one-letter state of `/proc/PID/stat` (R, S, D, Z, X, ...). */
-export function parseProcessState(stat: string): string | null {
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0] ?? null;
-}
-
 /**
  * The OOM-kill counter of a process's memory cgroup, from `/proc/PID/cgroup`: cgroup v2's
  * `memory.events` under the unified mount, else cgroup v1's `memory.oom_control`.
@@ -84,11 +71,6 @@ export function memoryCounterPaths(
       paths.push(`${cgroup1MemoryMount}${path}/memory.oom_control`);
   }
   return paths;
-}
-
-export function parseParentPid(stat: string): number | null {
-  const value = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[4 - 3]);
-  return Number.isFinite(value) ? value : null;
 }
 
 export class ProcessControl {
