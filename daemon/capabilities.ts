@@ -65,6 +65,24 @@ export function sessionOrOneShot(
   return { request: oneShot, isSession: false };
 }
 
+/** The optional operations a capability flag stands for. */
+type OptionalOperation = 'snapshot' | 'stopProcesses' | 'exposeGateway';
+
+/** An optional operation bound to its provider; CAPABILITY_UNSUPPORTED unless both it and its flag are there. */
+function requireOperation<Name extends OptionalOperation>(
+  providerName: string,
+  provider: SandboxProvider,
+  operation: Name,
+  capability: keyof ProviderCapabilities,
+  missing: string,
+): NonNullable<SandboxProvider[Name]> {
+  const method = provider[operation];
+  if (method === undefined || !provider.capabilities[capability]) {
+    throw unsupported(providerName, capability, missing);
+  }
+  return method.bind(provider) as NonNullable<SandboxProvider[Name]>;
+}
+
 /**
  * `snapshot()`, bound to its provider.
  * @throws GymError `CAPABILITY_UNSUPPORTED` without the `snapshot` capability.
@@ -73,10 +91,7 @@ export function requireSnapshot(
   providerName: string,
   provider: SandboxProvider,
 ): NonNullable<SandboxProvider['snapshot']> {
-  if (provider.snapshot === undefined || !provider.capabilities.snapshot) {
-    throw unsupported(providerName, 'snapshot', 'cannot snapshot sandboxes');
-  }
-  return provider.snapshot.bind(provider);
+  return requireOperation(providerName, provider, 'snapshot', 'snapshot', 'cannot snapshot sandboxes');
 }
 
 /**
@@ -87,10 +102,13 @@ export function requireStopProcesses(
   providerName: string,
   provider: SandboxProvider,
 ): NonNullable<SandboxProvider['stopProcesses']> {
-  if (provider.stopProcesses === undefined || !provider.capabilities.stopProcesses) {
-    throw unsupported(providerName, 'stopProcesses', 'cannot stop the processes of a sandbox');
-  }
-  return provider.stopProcesses.bind(provider);
+  return requireOperation(
+    providerName,
+    provider,
+    'stopProcesses',
+    'stopProcesses',
+    'cannot stop the processes of a sandbox',
+  );
 }
 
 /**
@@ -102,8 +120,11 @@ export function requireGatewayReach(
   providerName: string,
   provider: SandboxProvider,
 ): NonNullable<SandboxProvider['exposeGateway']> {
-  if (provider.exposeGateway === undefined || !provider.capabilities.gatewayReach) {
-    throw unsupported(providerName, 'gatewayReach', 'cannot make the gateway reachable from a sandbox');
-  }
-  return provider.exposeGateway.bind(provider);
+  return requireOperation(
+    providerName,
+    provider,
+    'exposeGateway',
+    'gatewayReach',
+    'cannot make the gateway reachable from a sandbox',
+  );
 }
