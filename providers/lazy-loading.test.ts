@@ -10,14 +10,9 @@ const coreUrls = {
   logger: new URL('../core/logger.ts', import.meta.url).href,
 };
 
-/**
- * Runs in a fresh Node process (a test runner's own module graph would hide what loads): records
- * every module resolved while a daemon of the memory provider starts and stops, then while the
- * registry builds a Docker provider, and prints both lists.
- */
-const script = `
+/** The head of each script below: records in `loaded` every module the process resolves. */
+const RECORD_MODULES = `
 import { registerHooks } from 'node:module';
-import { tmpdir } from 'node:os';
 const loaded = new Set();
 registerHooks({
   resolve(specifier, context, nextResolve) {
@@ -26,6 +21,15 @@ registerHooks({
     return resolved;
   },
 });
+`;
+
+/**
+ * Runs in a fresh Node process (a test runner's own module graph would hide what loads): records
+ * every module resolved while a daemon of the memory provider starts and stops, then while the
+ * registry builds a Docker provider, and prints both lists.
+ */
+const script = `${RECORD_MODULES}
+const { tmpdir } = await import('node:os');
 const { startTestDaemon } = await import(${JSON.stringify(harnessUrl)});
 const { MemoryProvider } = await import(${JSON.stringify(memoryUrl)});
 const daemon = await startTestDaemon(
@@ -66,17 +70,7 @@ describe('lazy loading of built-in providers', () => {
 
 const mainUrl = new URL('../cli/main.ts', import.meta.url).href;
 /** The CLI as `gym daemon start --help`: only that command's module (and what it needs) loads. */
-const cliScript = `
-import { registerHooks } from 'node:module';
-const loaded = new Set();
-registerHooks({
-  resolve(specifier, context, nextResolve) {
-    const resolved = nextResolve(specifier, context);
-    loaded.add(resolved.url);
-    return resolved;
-  },
-});
-process.argv = [process.argv[0], 'gym', 'daemon', 'start', '--help'];
+const cliScript = `${RECORD_MODULES}process.argv = [process.argv[0], 'gym', 'daemon', 'start', '--help'];
 await import(${JSON.stringify(mainUrl)});
 console.log(JSON.stringify([...loaded]));
 `;

@@ -1,15 +1,11 @@
-import { tmpdir } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
-import { systemClock } from '../../core/clock.ts';
 import { GymError } from '../../core/errors.ts';
-import { createId } from '../../core/ids.ts';
-import { silentLogger } from '../../core/logger.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { testContext } from '../../test/fixtures/provider-context.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
-import type { ProviderContext } from '../sandbox-provider.ts';
 import { DockerProvider } from './docker-provider.ts';
 import { createDockerClient } from './index.ts';
 
@@ -27,19 +23,6 @@ const debianMissing =
     ))
     ? 'the debian-base image is not built (run `bin/gym image build debian-base`)'
     : undefined;
-
-export function testContext(overrides: Partial<ProviderContext> = {}): ProviderContext {
-  return {
-    namespace: 'test',
-    daemonId: createId('daemon'),
-    logger: silentLogger,
-    clock: systemClock,
-    maxLifetimeSeconds: 3600,
-    // The Docker provider keeps no state of its own.
-    stateDirectory: tmpdir(),
-    ...overrides,
-  };
-}
 
 /** The contract's snapshot case leaves its image to us. */
 const removeImage = async (image: string) => {

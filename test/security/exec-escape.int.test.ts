@@ -1,20 +1,11 @@
-/**
- * Issue 9, item 2: a timed-out command must leave nothing behind, whatever it does to its
- * environment, its session or the sandbox's own binaries. Each way out is tried one-shot and
- * through a session, on busybox and on Debian; what is left is read from the host (`docker top`),
- * never through the sandbox's own tools, which the attack may have replaced.
- */
-import { tmpdir } from 'node:os';
 import type Docker from 'dockerode';
 import { afterAll, describe, expect, it } from 'vitest';
-import { systemClock } from '../../core/clock.ts';
-import { createId } from '../../core/ids.ts';
-import { silentLogger } from '../../core/logger.ts';
 import { type ExecRequestInput, ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { DockerProvider } from '../../providers/docker/docker-provider.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { testContext } from '../fixtures/provider-context.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const images =
@@ -58,14 +49,7 @@ async function commandLines(container: Docker.Container): Promise<string[]> {
 }
 
 describe.skipIf(skipReason !== undefined)('a timed-out command leaves no process behind', () => {
-  const provider = new DockerProvider(docker, {
-    namespace: 'test',
-    daemonId: createId('daemon'),
-    logger: silentLogger,
-    clock: systemClock,
-    maxLifetimeSeconds: 3600,
-    stateDirectory: tmpdir(),
-  });
+  const provider = new DockerProvider(docker, testContext());
   const created: string[] = [];
   let seconds = 3000 + Math.floor(Math.random() * 1000) * 10;
 
@@ -134,18 +118,7 @@ describe.skipIf(skipReason !== undefined)('a timed-out command leaves no process
 });
 
 describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback)', () => {
-  const provider = new DockerProvider(
-    docker,
-    {
-      namespace: 'test',
-      daemonId: createId('daemon'),
-      logger: silentLogger,
-      clock: systemClock,
-      maxLifetimeSeconds: 3600,
-      stateDirectory: tmpdir(),
-    },
-    { execHelperPath: '/nonexistent/gym-exec' },
-  );
+  const provider = new DockerProvider(docker, testContext(), { execHelperPath: '/nonexistent/gym-exec' });
   const created: string[] = [];
 
   afterAll(async () => {

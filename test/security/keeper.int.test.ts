@@ -5,29 +5,22 @@
  * that killed the keeper turned any rollout into sandbox_gone).
  */
 import { randomBytes } from 'node:crypto';
-import { tmpdir } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
-import { systemClock } from '../../core/clock.ts';
-import { createId } from '../../core/ids.ts';
-import { silentLogger } from '../../core/logger.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { DockerProvider } from '../../providers/docker/docker-provider.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { testContext } from '../fixtures/provider-context.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
 
 describe.skipIf(skipReason !== undefined)('the sandbox keeper', () => {
   const created: string[] = [];
-  const provider = new DockerProvider(docker, {
-    namespace: `keeper-${randomBytes(3).toString('hex')}`,
-    daemonId: createId('daemon'),
-    logger: silentLogger,
-    clock: systemClock,
-    maxLifetimeSeconds: 600,
-    stateDirectory: tmpdir(),
-  });
+  const provider = new DockerProvider(
+    docker,
+    testContext({ namespace: `keeper-${randomBytes(3).toString('hex')}`, maxLifetimeSeconds: 600 }),
+  );
   const spec = () => SandboxSpecSchema.parse({ image: busybox });
 
   afterAll(async () => {
