@@ -197,6 +197,7 @@ export function configFromEnvironment(
         baseUrl: env.GYM_POLICY_BASE_URL,
         ...(env.GYM_POLICY_API_KEY ? { apiKey: env.GYM_POLICY_API_KEY } : {}),
         ...(env.GYM_POLICY_MODEL_NAME ? { model: env.GYM_POLICY_MODEL_NAME } : {}),
+        ...(env.GYM_POLICY_API ? { api: env.GYM_POLICY_API as 'openai' | 'anthropic' } : {}),
       },
     };
   }

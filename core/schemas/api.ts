@@ -117,7 +117,13 @@ export const ExecStreamEventSchema = z.discriminatedUnion('type', [
 
 /** A model upstream: NeMo Gym's policy_base_url, policy_api_key, policy_model_name. */
 export const UpstreamSchema = z
-  .object({ baseUrl: z.string().url(), apiKey: z.string().optional(), model: z.string().optional() })
+  .object({
+    baseUrl: z.string().url(),
+    apiKey: z.string().optional(),
+    model: z.string().optional(),
+    /** What the upstream speaks: OpenAI's APIs (default; Anthropic Messages calls are translated to Chat Completions) or Anthropic Messages. */
+    api: z.enum(['openai', 'anthropic']).optional(),
+  })
   .strict();
 
 /** Rollout ids name files of records: letters, digits, ".", "_" and "-" only. */

@@ -5,6 +5,7 @@ import { type ScriptedModelServer, startScriptedModelServer } from '../../harnes
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
+import { assembleMessages, readSse } from './anthropic.ts';
 
 let model: ScriptedModelServer;
 let daemon: TestDaemon;
@@ -193,5 +194,179 @@ describe('model gateway', () => {
     });
     const noToken = await fetch(`${daemon.address.url}/v1/gateway/rollouts/${rolloutId}/records`);
     expect(noToken.status).toBe(401);
+  });
+
+  describe('Anthropic Messages', () => {
+    async function openAnthropicRollout(upstream?: Record<string, unknown>) {
+      const response = await fetch(`${daemon.address.url}/v1/gateway/rollouts`, {
+        method: 'POST',
+        headers: { ...daemon.auth, 'content-type': 'application/json' },
+        body: JSON.stringify(upstream === undefined ? {} : { upstream }),
+      });
+      expect(response.status).toBe(201);
+      return (await response.json()) as { rolloutId: string; key: string; basePath: string };
+    }
+
+    /** Posts as Claude Code does: the key as x-api-key, `?beta=true`, the Anthropic headers. */
+    async function postMessages(opened: { basePath: string; key: string }, body: Record<string, unknown>) {
+      return fetch(`${daemon.address.url}${opened.basePath}/messages?beta=true`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-api-key': opened.key,
+          'anthropic-version': '2023-06-01',
+          'anthropic-beta': 'claude-code-20250219',
+        },
+        body: JSON.stringify(body),
+      });
+    }
+
+    async function events(response: Response): Promise<Array<Record<string, unknown>>> {
+      const out: Array<Record<string, unknown>> = [];
+      for await (const event of readSse(response.body as AsyncIterable<Uint8Array>)) {
+        expect(event.name).toBe((event.data as { type: string }).type);
+        out.push(event.data as Record<string, unknown>);
+      }
+      return out;
+    }
+
+    const firstTurn = {
+      model: 'claude-sonnet',
+      max_tokens: 1000,
+      system: [{ type: 'text', text: 'You are an agent.' }],
+      tools: [
+        { name: 'bash', input_schema: { type: 'object', properties: { command: { type: 'string' } } } },
+      ],
+      messages: [{ role: 'user', content: 'list the files' }],
+    };
+
+    it('translates to Chat Completions for an OpenAI upstream, streamed, tool_use out and tool_result back', async () => {
+      const opened = await openAnthropicRollout();
+      const first = await postMessages(opened, { ...firstTurn, stream: true });
+      expect(first.status).toBe(200);
+      expect(first.headers.get('content-type')).toContain('text/event-stream');
+      const message = assembleMessages(await events(first))!;
+      expect(message).toMatchObject({
+        model: 'claude-sonnet',
+        stop_reason: 'tool_use',
+        content: [{ type: 'tool_use', name: 'bash', input: { command: 'ls' } }],
+      });
+      const toolUse = (message.content as Array<{ id: string }>)[0]!;
+      expect(model.requests.at(-1)).toMatchObject({
+        path: '/v1/chat/completions',
+        body: {
+          model: 'policy-v1',
+          stream: true,
+          messages: [
+            { role: 'system', content: 'You are an agent.' },
+            { role: 'user', content: 'list the files' },
+          ],
+          tools: [{ type: 'function', function: { name: 'bash' } }],
+        },
+      });
+
+      const second = await postMessages(opened, {
+        ...firstTurn,
+        messages: [
+          ...firstTurn.messages,
+          { role: 'assistant', content: message.content },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: toolUse.id, content: 'a.txt' }] },
+        ],
+      });
+      expect(second.status).toBe(200);
+      expect(await second.json()).toMatchObject({
+        type: 'message',
+        role: 'assistant',
+        content: [{ type: 'text', text: 'all done' }],
+        stop_reason: 'end_turn',
+        usage: { input_tokens: 10 },
+      });
+      expect((model.requests.at(-1)!.body.messages as unknown[]).slice(2)).toEqual([
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            { id: toolUse.id, type: 'function', function: { name: 'bash', arguments: '{"command":"ls"}' } },
+          ],
+        },
+        { role: 'tool', tool_call_id: toolUse.id, content: 'a.txt' },
+      ]);
+
+      const saved = await records(opened.rolloutId);
+      expect(saved).toHaveLength(2);
+      expect(saved[0]).toMatchObject({
+        api: 'messages',
+        upstreamApi: 'chat.completions',
+        stream: true,
+        request: { model: 'claude-sonnet' },
+        upstreamRequest: { model: 'policy-v1' },
+        response: { stop_reason: 'tool_use' },
+        usage: { prompt_tokens: 10 },
+      });
+      expect((saved[0]!.events as unknown[]).length).toBeGreaterThan(2);
+      expect(saved[1]).toMatchObject({
+        api: 'messages',
+        stream: false,
+        response: { stop_reason: 'end_turn' },
+      });
+    });
+
+    it("forwards unchanged to an Anthropic upstream with its key and the agent's Anthropic headers", async () => {
+      const opened = await openAnthropicRollout({
+        baseUrl: model.baseUrl,
+        apiKey: 'anthropic-secret',
+        model: 'policy-v2',
+        api: 'anthropic',
+      });
+      const streamed = await postMessages(opened, { ...firstTurn, stream: true });
+      const received = await events(streamed);
+      expect(received.map((event) => event.type)).toEqual([
+        'message_start',
+        'content_block_start',
+        'content_block_delta',
+        'content_block_stop',
+        'message_delta',
+        'message_stop',
+      ]);
+      const upstreamCall = model.requests.at(-1)!;
+      expect(upstreamCall.path).toBe('/v1/messages');
+      expect(upstreamCall.body).toMatchObject({ model: 'policy-v2', system: firstTurn.system });
+      expect(upstreamCall.headers).toMatchObject({
+        'x-api-key': 'anthropic-secret',
+        'anthropic-beta': 'claude-code-20250219',
+        'anthropic-version': '2023-06-01',
+      });
+      const plain = await postMessages(opened, { ...firstTurn, messages: [{ role: 'user', content: 'hi' }] });
+      expect(await plain.json()).toMatchObject({ type: 'message', content: [{ type: 'tool_use' }] });
+      const counted = await fetch(`${daemon.address.url}${opened.basePath}/messages/count_tokens`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${opened.key}` },
+        body: JSON.stringify(firstTurn),
+      });
+      expect(((await counted.json()) as { input_tokens: number }).input_tokens).toBeGreaterThan(0);
+      const saved = await records(opened.rolloutId);
+      expect(saved).toHaveLength(2);
+      expect(saved[0]).toMatchObject({
+        api: 'messages',
+        upstreamModel: 'policy-v2',
+        response: { content: [{ type: 'tool_use', input: { command: 'ls' } }], stop_reason: 'tool_use' },
+        usage: { input_tokens: 10, output_tokens: 5, cache_read_input_tokens: 0 },
+      });
+      expect(saved[0]!.upstreamApi).toBeUndefined();
+      // An Anthropic-only upstream cannot take a Chat Completions call.
+      const chat = await fetch(`${daemon.address.url}${opened.basePath}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${opened.key}` },
+        body: JSON.stringify({ model: 'm', messages: [] }),
+      });
+      expect(chat.status).toBe(400);
+    });
+
+    it('refuses a Messages call with a wrong x-api-key before reading it', async () => {
+      const opened = await openAnthropicRollout();
+      const response = await postMessages({ ...opened, key: 'gym-ro-wrong' }, firstTurn);
+      expect(response.status).toBe(401);
+      expect(await records(opened.rolloutId)).toEqual([]);
+    });
   });
 });

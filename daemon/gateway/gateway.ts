@@ -4,6 +4,8 @@
  * client, passes through every field a trainer sets (token ids, logprobs, sampling knobs), and
  * records every call exactly: request, response (or every streamed event), usage and timing.
  * Records go to `<state dir>/gateway/<rolloutId>.jsonl` as they happen, so memory stays flat.
+ * Anthropic Messages calls go to an Anthropic upstream as they are, or are translated to Chat
+ * Completions for an OpenAI-compatible one (./anthropic.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -17,6 +19,16 @@ import { createId } from '../../core/ids.ts';
 import type { Logger } from '../../core/logger.ts';
 import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
 import { tokenMatches } from '../identity.ts';
+import {
+  assembleMessages,
+  ChatToMessagesStream,
+  chatToMessagesResponse,
+  type MessagesEvent,
+  messagesToChatRequest,
+  readSse,
+} from './anthropic.ts';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export interface UpstreamConfig {
   /** Up to and including `/v1`. */
@@ -24,9 +36,11 @@ export interface UpstreamConfig {
   apiKey?: string;
   /** Replaces the model a client asks for (the policy being trained); recorded beside it. */
   model?: string;
+  /** What the upstream speaks: OpenAI's APIs (the default) or Anthropic Messages. */
+  api?: 'openai' | 'anthropic';
 }
 
-export type ModelApi = 'chat.completions' | 'responses';
+export type ModelApi = 'chat.completions' | 'responses' | 'messages';
 
 export interface ModelCallRecord {
   index: number;
@@ -39,11 +53,17 @@ export interface ModelCallRecord {
   request: Record<string, unknown>;
   /** The model the upstream was asked for. */
   upstreamModel: unknown;
+  /** Set when the call was translated: the API the upstream was called with, and the request it got. */
+  upstreamApi?: ModelApi;
+  upstreamRequest?: Record<string, unknown>;
+  /** Translated calls: the upstream's own (assembled) response, beside `response` as the agent got it. */
+  upstreamResponse?: unknown;
   status: 'ok' | 'error';
   /** Non-streamed: the upstream's response object, unchanged. Streamed: the final object assembled. */
   response?: unknown;
-  /** Streamed: every chunk or event, unchanged (token ids and logprobs ride here). */
+  /** Streamed: every chunk or event from the upstream, unchanged (token ids and logprobs ride here). */
   events?: unknown[];
+  /** The upstream's usage object, in the upstream's own shape (see ./usage.ts). */
   usage?: unknown;
   error?: { code: string; message: string; upstreamStatus?: number };
 }
@@ -357,6 +377,180 @@ export class ModelGateway {
   }
 
   /**
+   * A Messages call translated to Chat Completions for an OpenAI-compatible upstream, and its
+   * answer (or stream) translated back.
+   */
+  async #messagesToChat(
+    client: OpenAI,
+    body: Record<string, unknown>,
+    upstreamModel: unknown,
+    isStream: boolean,
+    sink: StreamSink | undefined,
+  ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
+    const upstreamRequest = messagesToChatRequest(body, upstreamModel);
+    const asked = body.model;
+    if (!isStream) {
+      const completion = (await client.chat.completions.create(
+        upstreamRequest as never,
+      )) as unknown as Record<string, unknown>;
+      const response = chatToMessagesResponse(completion, asked);
+      return {
+        response,
+        record: {
+          upstreamApi: 'chat.completions',
+          upstreamRequest,
+          upstreamResponse: completion,
+          response,
+          usage: completion.usage,
+        },
+      };
+    }
+    const stream = (await client.chat.completions.create(
+      upstreamRequest as never,
+    )) as unknown as AsyncIterable<Record<string, unknown>>;
+    const translator = new ChatToMessagesStream(asked);
+    const chunks: Array<Record<string, unknown>> = [];
+    const sent: Array<Record<string, unknown>> = [];
+    const send = (events: MessagesEvent[]) => {
+      for (const event of events) {
+        sent.push(event.data);
+        sink?.event(event.name, event.data);
+      }
+    };
+    for await (const chunk of stream) {
+      chunks.push(chunk);
+      send(translator.push(chunk));
+    }
+    send(translator.finish());
+    sink?.end();
+    const completion = assembleChat(chunks);
+    return {
+      response: assembleMessages(sent),
+      record: {
+        upstreamApi: 'chat.completions',
+        upstreamRequest,
+        upstreamResponse: completion,
+        response: assembleMessages(sent),
+        events: chunks,
+        usage: completion.usage,
+      },
+    };
+  }
+
+  /** A Messages call forwarded to an Anthropic upstream as it is (the model replaced), with bounded retries. */
+  async #messagesToAnthropic(
+    upstream: UpstreamConfig,
+    body: Record<string, unknown>,
+    isStream: boolean,
+    sink: StreamSink | undefined,
+    headers: Record<string, string> = {},
+  ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
+    const upstreamBody = { ...body, model: upstream.model ?? body.model };
+    const response = await this.#postAnthropic(upstream, '/messages', upstreamBody, headers);
+    if (!isStream) {
+      const message = (await response.json()) as Record<string, unknown>;
+      return { response: message, record: { response: message, usage: message.usage } };
+    }
+    const events: Array<Record<string, unknown>> = [];
+    for await (const event of readSse(response.body as AsyncIterable<Uint8Array>)) {
+      if (typeof event.data !== 'object' || event.data === null) continue;
+      const data = event.data as Record<string, unknown>;
+      events.push(data);
+      sink?.event(event.name ?? String(data.type), data);
+      if (data.type === 'error') {
+        const error = (data.error ?? {}) as { message?: string; type?: string };
+        throw new GymError(
+          'MODEL_UPSTREAM_ERROR',
+          `the model upstream failed mid-stream: ${error.type ?? 'error'}: ${error.message ?? ''}`,
+        );
+      }
+    }
+    sink?.end();
+    const message = assembleMessages(events);
+    return {
+      response: message,
+      record: { response: message, events, usage: (message as { usage?: unknown } | undefined)?.usage },
+    };
+  }
+
+  /** POSTs to an Anthropic upstream, retrying 408/409/429/5xx and connection errors with backoff. */
+  async #postAnthropic(
+    upstream: UpstreamConfig,
+    path: string,
+    body: Record<string, unknown>,
+    headers: Record<string, string>,
+  ): Promise<Response> {
+    const url = `${upstream.baseUrl.replace(/\/+$/, '')}${path}`;
+    for (let attempt = 0; ; attempt += 1) {
+      const isLast = attempt >= this.#options.maxRetries;
+      let response: Response;
+      try {
+        response = await fetch(url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'anthropic-version': '2023-06-01',
+            ...headers,
+            ...(upstream.apiKey === undefined ? {} : { 'x-api-key': upstream.apiKey }),
+            [GATEWAY_HOP_HEADER]: this.#options.hopId,
+          },
+          body: JSON.stringify(body),
+          signal: AbortSignal.timeout(this.#options.timeoutMs),
+        });
+      } catch (error) {
+        if (isLast)
+          throw new GymError(
+            'MODEL_UPSTREAM_ERROR',
+            `the model upstream could not be reached: ${(error as Error).message}`,
+            { cause: error },
+          );
+        await sleep(500 * 2 ** attempt);
+        continue;
+      }
+      if (response.ok) return response;
+      const isRetryable = [408, 409, 429].includes(response.status) || response.status >= 500;
+      const text = (await response.text().catch(() => '')).slice(0, 2000);
+      if (!isRetryable || isLast) {
+        const upstreamStatus = response.status;
+        throw new GymError(
+          upstreamStatus === 429 ? 'MODEL_RATE_LIMITED' : 'MODEL_UPSTREAM_ERROR',
+          `the model upstream answered ${upstreamStatus}: ${text}`,
+          { details: { upstreamStatus } },
+        );
+      }
+      const retryAfter = Number(response.headers.get('retry-after'));
+      await sleep(
+        Number.isFinite(retryAfter) && retryAfter > 0
+          ? Math.min(retryAfter * 1000, 60_000)
+          : 500 * 2 ** attempt,
+      );
+    }
+  }
+
+  /**
+   * Counts a Messages request's input tokens: an Anthropic upstream's own count; for an
+   * OpenAI-compatible upstream, which has no such call, an estimate (a quarter of the request's
+   * characters), said to be one in `estimated`.
+   */
+  async countTokens(
+    rollout: OpenRollout,
+    body: Record<string, unknown>,
+    headers: Record<string, string> = {},
+  ): Promise<unknown> {
+    if (rollout.upstream.api === 'anthropic') {
+      const response = await this.#postAnthropic(
+        rollout.upstream,
+        '/messages/count_tokens',
+        { ...body, model: rollout.upstream.model ?? body.model },
+        headers,
+      );
+      return response.json();
+    }
+    const text = JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools });
+    return { input_tokens: Math.ceil(text.length / 4), estimated: true };
+  }
+
+  /**
    * Forwards one call. Non-streamed: resolves with the upstream's object. Streamed: writes every
    * chunk/event to `sink` as it arrives and resolves once the stream ended.
    */
@@ -365,7 +559,17 @@ export class ModelGateway {
     api: ModelApi,
     request: Record<string, unknown>,
     sink?: StreamSink,
+    /** Headers of the agent's request passed on to an Anthropic upstream (anthropic-version, anthropic-beta). */
+    upstreamHeaders: Record<string, string> = {},
   ): Promise<unknown> {
+    const isAnthropicUpstream = rollout.upstream.api === 'anthropic';
+    if (isAnthropicUpstream && api !== 'messages') {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `this rollout's model upstream speaks Anthropic Messages only; ${api} calls cannot reach it`,
+        { details: { api } },
+      );
+    }
     const index = rollout.calls++;
     const startedAt = new Date();
     const started = performance.now();
@@ -383,6 +587,18 @@ export class ModelGateway {
     };
     const client = this.#client(rollout.upstream);
     try {
+      if (api === 'messages') {
+        const done = isAnthropicUpstream
+          ? await this.#messagesToAnthropic(rollout.upstream, request, isStream, sink, upstreamHeaders)
+          : await this.#messagesToChat(client, request, upstreamModel, isStream, sink);
+        await this.#record(rollout, {
+          ...base,
+          ...done.record,
+          durationMs: performance.now() - started,
+          status: 'ok',
+        });
+        return done.response;
+      }
       if (!isStream) {
         const response =
           api === 'chat.completions'

@@ -39,6 +39,16 @@ function presentedKey(request: FastifyRequest): string {
   return typeof apiKey === 'string' ? apiKey : '';
 }
 
+/** The Anthropic headers of an agent's request that an Anthropic upstream needs as they were. */
+function anthropicHeaders(request: FastifyRequest): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const name of ['anthropic-version', 'anthropic-beta']) {
+    const value = request.headers[name];
+    if (typeof value === 'string') headers[name] = value;
+  }
+  return headers;
+}
+
 export function registerGatewayAdminRoutes(app: FastifyInstance, gateway: ModelGateway): void {
   app.post('/v1/gateway/rollouts', async (request, reply) => {
     const body = parseOrThrow(OpenRolloutRequestSchema, request.body ?? {}, 'rollout request');
@@ -99,7 +109,13 @@ export function registerGatewayModelRoutes(
     // The request as it will be recorded (a chunked body has no content-length to trust).
     const release = gateway.admit(rollout, Buffer.byteLength(JSON.stringify(body)));
     try {
-      return await forwardAdmitted(api, rollout, body as Record<string, unknown>, reply);
+      return await forwardAdmitted(
+        api,
+        rollout,
+        body as Record<string, unknown>,
+        reply,
+        anthropicHeaders(request),
+      );
     } finally {
       release();
     }
@@ -110,8 +126,9 @@ export function registerGatewayModelRoutes(
     rollout: OpenRollout,
     body: Record<string, unknown>,
     reply: FastifyReply,
+    upstreamHeaders: Record<string, string>,
   ) => {
-    if (body.stream !== true) return gateway.forward(rollout, api, body);
+    if (body.stream !== true) return gateway.forward(rollout, api, body, undefined, upstreamHeaders);
     // Streamed: headers go out only with the first event, so an upstream that fails at once is an ordinary error response.
     const output = new PassThrough();
     let isStarted = false;
@@ -121,29 +138,53 @@ export function registerGatewayModelRoutes(
       reply.header('content-type', 'text/event-stream').header('cache-control', 'no-cache').send(output);
     };
     try {
-      await gateway.forward(rollout, api, body, {
-        event: (name, data) => {
-          start();
-          output.write(`${name === null ? '' : `event: ${name}\n`}data: ${JSON.stringify(data)}\n\n`);
+      await gateway.forward(
+        rollout,
+        api,
+        body,
+        {
+          event: (name, data) => {
+            start();
+            output.write(`${name === null ? '' : `event: ${name}\n`}data: ${JSON.stringify(data)}\n\n`);
+          },
+          end: (trailer) => {
+            start();
+            output.end(trailer);
+          },
         },
-        end: (trailer) => {
-          start();
-          output.end(trailer);
-        },
-      });
+        upstreamHeaders,
+      );
     } catch (error) {
       if (!isStarted) throw error;
       const gymError =
         error instanceof GymError ? error : new GymError('MODEL_UPSTREAM_ERROR', String(error));
-      output.end(`event: error\ndata: ${JSON.stringify(gymError.toJSON())}\n\n`);
+      // Anthropic clients read a stream's error event in Anthropic's shape.
+      const data =
+        api === 'messages'
+          ? { type: 'error', error: { type: 'api_error', message: gymError.message, code: gymError.code } }
+          : gymError.toJSON();
+      output.end(`event: error\ndata: ${JSON.stringify(data)}\n\n`);
     }
     return reply;
   };
 
   app.post('/v1/gateway/:rolloutId/v1/chat/completions', routeOptions, forward('chat.completions'));
   app.post('/v1/gateway/:rolloutId/v1/responses', routeOptions, forward('responses'));
+  // Anthropic Messages (Claude Code appends /v1/messages to its base URL, the rollout's `/v1/gateway/{id}`).
+  app.post('/v1/gateway/:rolloutId/v1/messages', routeOptions, forward('messages'));
+  app.post('/v1/gateway/:rolloutId/v1/messages/count_tokens', routeOptions, async (request) => {
+    const body = request.body;
+    if (typeof body !== 'object' || body === null || Array.isArray(body))
+      throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
+    return gateway.countTokens(request.rollout!, body as Record<string, unknown>, anthropicHeaders(request));
+  });
   app.get('/v1/gateway/:rolloutId/v1/models', routeOptions, async (request) => {
     const id = request.rollout!.upstream.model ?? 'gateway';
-    return { object: 'list', data: [{ id, object: 'model', created: 0, owned_by: 'gym-gateway' }] };
+    // One list both OpenAI and Anthropic clients read.
+    return {
+      object: 'list',
+      data: [{ id, object: 'model', type: 'model', display_name: id, created: 0, owned_by: 'gym-gateway' }],
+      has_more: false,
+    };
   });
 }
