@@ -8,13 +8,18 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
 import { parseOrThrow } from '../core/validate.ts';
+import { type EnvironmentKind, loadKind } from './kinds/kind.ts';
 
 export const EnvironmentDefinitionSchema = z
   .object({
     name: z.string(),
     description: z.string(),
-    /** Which verifier grades it: `swe` (patch + tests), `script` (tests/test.sh writes a reward), `exact` (string match). */
-    kind: z.enum(['swe', 'script', 'exact']),
+    /**
+     * How its rows are checked, run and graded (environments/kinds/): a built-in kind (`swe`:
+     * patch + hidden tests, `script`: tests/test.sh writes a reward, `exact`: string match) or a
+     * `./module.ts` in the environment's folder exporting `kind`.
+     */
+    kind: z.string().min(1),
     defaultHarness: z.string(),
     data: z.string(),
     /** A named image set the CLI can build (`gym image build <images>`). */
@@ -28,6 +33,8 @@ export type EnvironmentDefinition = z.output<typeof EnvironmentDefinitionSchema>
 export interface LoadedEnvironment extends EnvironmentDefinition {
   directory: string;
   dataPath: string;
+  /** The kind's implementation, loaded with the environment so a bad kind fails before any run. */
+  implementation: EnvironmentKind;
 }
 
 export const BUILT_IN_ENVIRONMENTS_DIR = fileURLToPath(new URL('.', import.meta.url));
@@ -65,7 +72,8 @@ export async function loadEnvironment(nameOrPath: string): Promise<LoadedEnviron
     throw new GymError('VALIDATION_FAILED', `no environment "${nameOrPath}"; built in: ${names.join(', ')}`);
   }
   const definition = parseOrThrow(EnvironmentDefinitionSchema, JSON.parse(text), `environment ${nameOrPath}`);
-  return { ...definition, directory, dataPath: join(directory, definition.data) };
+  const implementation = await loadKind(definition.kind, directory);
+  return { ...definition, directory, dataPath: join(directory, definition.data), implementation };
 }
 
 /** Reads a JSONL file of task rows, naming the line of a malformed one. */

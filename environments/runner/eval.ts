@@ -6,7 +6,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import type { GymClient } from '../../client/client.ts';
 import { GymError, isGymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
@@ -19,9 +19,7 @@ import {
 } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
-import { verifyExact } from '../verifiers/exact.ts';
-import { verifyScript } from '../verifiers/script.ts';
-import { extractPatch, sweTaskFromRow, verifySwe } from '../verifiers/swe.ts';
+import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
@@ -89,7 +87,7 @@ export function materialize(
       _ng_rollout_index: repeat,
       agent_ref: { name: harnessName },
       responses_create_params: row.responses_create_params ?? {
-        input: [{ role: 'user', content: String(row.problem_statement ?? row.instruction ?? '') }],
+        input: [{ role: 'user', content: rowInstruction(row) }],
       },
     })),
   );
@@ -107,7 +105,43 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     await Promise.all([writeFile(paths.rollouts, ''), writeFile(paths.failures, '')]);
   }
   await writeFile(paths.materialized, materialized.map((row) => `${JSON.stringify(row)}\n`).join(''));
-  const pending = materialized.filter((row) => !done.has(rolloutKey(row)));
+  // Every row is checked before any sandbox starts: a bad one goes to the failures file with the
+  // field it lacks, once, and is never run (a reward from a half-read row would be a lie).
+  const kind = options.environment.implementation;
+  const invalid = new Set<number>();
+  const recorded = new Set(
+    (options.resume ? await readJsonl(paths.failures) : [])
+      .filter((row) => row._ng_failure_class === 'invalid_row')
+      .map((row) => row._ng_task_index),
+  );
+  for (const [position, row] of options.rows.entries()) {
+    try {
+      parseRow(kind, row, position);
+    } catch (error) {
+      invalid.add(position);
+      const reason = isGymError(error) ? error.message : String(error);
+      options.logger.warn({ row: position + 1 }, reason);
+      const taskIndex = typeof row._ng_task_index === 'number' ? row._ng_task_index : position;
+      if (!recorded.has(taskIndex))
+        await appendJsonl(paths.failures, {
+          ...row,
+          _ng_task_index: taskIndex,
+          _ng_failure_class: 'invalid_row',
+          _ng_failure_terminal: true,
+          reason,
+        });
+    }
+  }
+  if (invalid.size === options.rows.length && options.rows.length > 0)
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `no row is a valid ${kind.name} task (see ${paths.failures}); the first: ${
+        (await readJsonl(paths.failures)).find((row) => row._ng_failure_class === 'invalid_row')?.reason
+      }`,
+    );
+  const pending = materialized.filter(
+    (row, index) => !done.has(rolloutKey(row)) && !invalid.has(Math.floor(index / options.numRepeats)),
+  );
   const progress: EvalProgress = {
     done: 0,
     total: pending.length,
@@ -121,10 +155,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     ...options.limits,
   };
   const runId = `eval-${Date.now().toString(36)}`;
-  const pools =
-    options.usePools !== true || options.environment.kind === 'exact'
-      ? new Map<string, string>()
-      : await definePools(options, pending);
+  const pools = options.usePools !== true ? new Map<string, string>() : await definePools(options, pending);
 
   let next = 0;
   const worker = async () => {
@@ -204,7 +235,10 @@ async function definePools(
   pending: Array<Record<string, unknown>>,
 ): Promise<Map<string, string>> {
   const counts = new Map<string, number>();
-  for (const row of pending) counts.set(String(row.image), (counts.get(String(row.image)) ?? 0) + 1);
+  for (const row of pending) {
+    const image = options.environment.implementation.image(row, options.environment);
+    if (image !== null) counts.set(image, (counts.get(image) ?? 0) + 1);
+  }
   const pools = new Map<string, string>();
   for (const [image, count] of counts) {
     // An image a single rollout uses gains nothing from a pool: its sandbox is made when needed.
@@ -259,12 +293,13 @@ const CONFIGURATION_ERRORS = new Set<string>([
 async function runRollout(
   pools: ReadonlyMap<string, string>,
   options: EvalOptions,
-  row: Record<string, unknown>,
+  row: TaskRow,
   limits: HarnessLimits,
   rolloutId: string,
   attempt: number,
 ): Promise<Record<string, unknown>> {
-  const { client, harness } = options;
+  const { client, harness, environment } = options;
+  const kind = environment.implementation;
   const timings: Timings = { sandboxMs: 0, agentMs: 0, verifyMs: 0, totalMs: 0 };
   const started = Date.now();
   let sandboxId: string | undefined;
@@ -273,19 +308,21 @@ async function runRollout(
   let modelCalls: unknown[] = [];
   /** Why the model calls could not be read back, when they could not: never a silent empty list. */
   let modelCallsError: string | undefined;
-  const isSwe = options.environment.kind === 'swe';
-  const isExact = options.environment.kind === 'exact';
-  const task = isSwe ? sweTaskFromRow(row) : undefined;
-  const image = String(row.image);
-  const workdir = String(row.workdir ?? '/testbed');
+  const image = kind.image(row, environment);
+  const releaseSandbox = async () => {
+    const id = sandboxId;
+    sandboxId = undefined;
+    if (id !== undefined) await client.destroySandbox(id).catch(() => {});
+  };
   try {
-    const spec = { ...(options.environment.sandbox as object), image, labels: { role: 'agent' } };
-    // Questions (kind `exact`) need no sandbox: the handle refuses any use.
-    const pool = pools.get(image);
-    if (!isExact)
+    // A kind without an image (questions) gives its harness no sandbox: the handle refuses any use.
+    if (image !== null) {
+      const spec = { ...(environment.sandbox as object), image, labels: { role: 'agent' } };
+      const pool = pools.get(image);
       sandboxId = (
         await client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } })
       ).id;
+    }
     const sandbox = sandboxId === undefined ? NO_SANDBOX : clientSandboxHandle(client, sandboxId);
     if (typeof row.setup === 'string' && row.setup !== '') {
       const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
@@ -308,14 +345,7 @@ async function runRollout(
     const agentStarted = Date.now();
     harnessResult = await harness.run({
       sandbox,
-      task: {
-        id: String(row.instance_id ?? row.id),
-        instruction: String(row.problem_statement ?? row.instruction ?? ''),
-        workdir,
-        ...(harness.usesGoldPatch && typeof row.patch === 'string' ? { goldPatch: row.patch } : {}),
-        ...(harness.usesGoldPatch && typeof row.solution === 'string' ? { solution: row.solution } : {}),
-        ...(harness.usesGoldPatch && isExact ? { goldAnswer: String(row.expected_answer ?? '') } : {}),
-      },
+      task: kind.task(row, environment, { usesGoldPatch: harness.usesGoldPatch === true }),
       model: endpoint,
       limits,
       logger: options.logger,
@@ -345,26 +375,16 @@ async function runRollout(
         reward: 0,
         details: { reason: harnessResult.message ?? 'agent error' },
       };
-    else if (isExact) verdict = verifyExact(harnessResult.submission, String(row.expected_answer ?? ''));
-    else if (task === undefined) {
-      const timeoutMs = Number(row.verifier_timeout_sec ?? 300) * 1000;
-      verdict = await verifyScript(
+    else
+      verdict = await kind.verify({
+        client,
+        environment,
+        row,
         sandbox,
-        join(options.environment.directory, String(row.tests)),
-        timeoutMs,
-      );
-    } else {
-      // Limits reached (steps, time, cost) still leave a final state worth grading, as SWE-bench does.
-      // A patch that cannot be read (the agent broke its repo or its git) is its verdict already.
-      const extracted = await extractPatch(sandbox, task);
-      if (sandboxId !== undefined) await client.destroySandbox(sandboxId).catch(() => {});
-      sandboxId = undefined;
-      if ('verdict' in extracted) verdict = extracted.verdict;
-      else {
-        verdict = await verifySwe(client, task, extracted.patch);
-        verdict.details.modelPatch = extracted.patch;
-      }
-    }
+        harnessResult,
+        releaseSandbox,
+        logger: options.logger,
+      });
     timings.verifyMs = Date.now() - verifyStarted;
   } catch (error) {
     // A mistake in the run's set-up (no such image, no model upstream) fails every rollout alike:
@@ -376,7 +396,7 @@ async function runRollout(
       details: { reason: isGymError(error) ? `${error.code}: ${error.message}` : String(error) },
     };
   } finally {
-    if (sandboxId !== undefined) await client.destroySandbox(sandboxId).catch(() => {});
+    await releaseSandbox();
     if (harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
   }
   timings.totalMs = Date.now() - started;

@@ -22,6 +22,7 @@ import { type ScriptedModelServer, startScriptedModelServer } from '../../harnes
 import { createToolCallingHarness } from '../../harnesses/tool-calling/tool-calling.ts';
 import { execResult } from '../../test/fixtures/exec-result.ts';
 import type { LoadedEnvironment } from '../environment.ts';
+import { kind as sweKind } from '../kinds/swe/kind.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
 
@@ -126,6 +127,7 @@ const environment: LoadedEnvironment = {
   limits: {},
   directory: tmpdir(),
   dataPath: join(tmpdir(), 'unused.jsonl'),
+  implementation: sweKind,
 };
 
 let directory = '';

@@ -1,31 +1,18 @@
 /**
- * Recomputes rewards from stored rollouts without running any agent: SWE rollouts are graded
- * again from their stored patch (in a fresh sandbox), question rollouts from their stored answer.
- * Script rollouts cannot be (their final state is gone): they keep their reward, marked so.
+ * Recomputes rewards from stored rollouts without running any agent, by the environment kind's
+ * `reverify` (SWE rollouts are graded again from their stored patch in a fresh sandbox, question
+ * rollouts from their stored answer). A kind that cannot (a script rollout's final state is gone
+ * with its sandbox) leaves the reward as it was, marked so.
  */
 import type { GymClient } from '../../client/client.ts';
 import type { LoadedEnvironment } from '../environment.ts';
-import { verifyExact } from '../verifiers/exact.ts';
-import { sweTaskFromRow, verifySwe } from '../verifiers/swe.ts';
-import type { Verdict } from '../verifiers/verifier.ts';
 
 export async function reverifyRollout(
   client: GymClient,
   environment: LoadedEnvironment,
   row: Record<string, unknown>,
 ): Promise<Record<string, unknown>> {
-  const verifier = (row.verifier ?? {}) as Record<string, unknown>;
-  const response = (row.response ?? {}) as Record<string, unknown>;
-  let verdict: Verdict | null = null;
-  if (environment.kind === 'swe' && typeof verifier.modelPatch === 'string') {
-    verdict = await verifySwe(client, sweTaskFromRow(row), verifier.modelPatch);
-    verdict.details.modelPatch = verifier.modelPatch;
-  } else if (environment.kind === 'exact') {
-    verdict = verifyExact(
-      typeof response.submission === 'string' ? response.submission : null,
-      String(row.expected_answer ?? ''),
-    );
-  }
+  const verdict = (await environment.implementation.reverify?.(client, environment, row)) ?? null;
   if (verdict === null) return { ...row, reverified: false };
   return {
     ...row,

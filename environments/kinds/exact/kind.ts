@@ -1,0 +1,36 @@
+/**
+ * The `exact` kind: a question and its expected answer, no sandbox. The submission must match
+ * (the chosen option letter, or the whole string).
+ */
+import { z } from 'zod';
+import { verifyExact } from '../../verifiers/exact.ts';
+import { hasPrompt, nonEmpty } from '../fields.ts';
+import { type EnvironmentKind, rowInstruction } from '../kind.ts';
+
+export const ExactRowSchema = z
+  .looseObject({ id: z.union([nonEmpty, z.number()]).optional(), expected_answer: nonEmpty })
+  .refine((row) => hasPrompt(row) || row.responses_create_params !== undefined, {
+    message: 'needs a question, an instruction or responses_create_params.input',
+    path: ['instruction'],
+  });
+
+export const kind: EnvironmentKind = {
+  name: 'exact',
+  rowSchema: ExactRowSchema,
+  image: () => null,
+  task: (row, _environment, options) => ({
+    id: String(row.id ?? row.instance_id ?? ''),
+    instruction: rowInstruction(row),
+    workdir: '/',
+    ...(options.usesGoldPatch ? { goldAnswer: String(row.expected_answer) } : {}),
+  }),
+  verify: async ({ row, harnessResult }) =>
+    verifyExact(harnessResult.submission ?? null, String(row.expected_answer)),
+  async reverify(_client, _environment, row) {
+    const response = (row.response ?? {}) as Record<string, unknown>;
+    return verifyExact(
+      typeof response.submission === 'string' ? response.submission : null,
+      String(row.expected_answer ?? ''),
+    );
+  },
+};

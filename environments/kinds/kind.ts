@@ -1,0 +1,145 @@
+/**
+ * What an environment kind is to the eval runner: how its rows are checked, which sandbox a
+ * rollout's agent gets, what the harness is told, and how the final state is graded. The runner
+ * calls only this interface, so a new kind is a new folder `environments/kinds/<name>/kind.ts`
+ * exporting `kind` (or, for an environment kept outside this repository, a module named by a
+ * relative path in its `environment.json`), never an edit of the runner.
+ */
+import { access } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { z } from 'zod';
+import type { GymClient } from '../../client/client.ts';
+import { GymError } from '../../core/errors.ts';
+import type { Logger } from '../../core/logger.ts';
+import type { HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
+import type { LoadedEnvironment } from '../environment.ts';
+import type { Verdict } from '../verifiers/verifier.ts';
+
+/** A task row after its kind checked it: the row's own fields, kept as they came. */
+export type TaskRow = Record<string, unknown>;
+
+export interface TaskOptions {
+  /** The harness applies the reference solution (the oracle): give it the gold fields. */
+  usesGoldPatch: boolean;
+}
+
+/** What `verify` gets once the harness has finished with a graded outcome. */
+export interface VerifyContext {
+  client: GymClient;
+  environment: LoadedEnvironment;
+  row: TaskRow;
+  /** The agent's sandbox; refuses every use when the kind asked for none. */
+  sandbox: SandboxHandle;
+  harnessResult: HarnessResult;
+  /** Destroys the agent's sandbox now (idempotent), for kinds that grade in a fresh one. */
+  releaseSandbox(): Promise<void>;
+  logger: Logger;
+}
+
+export interface EnvironmentKind {
+  readonly name: string;
+  /**
+   * The fields a row must have, checked before any sandbox starts. The schema should pass unknown
+   * fields through (rows carry NeMo Gym's bookkeeping); a failure names the row and the field.
+   */
+  readonly rowSchema: z.ZodType<TaskRow>;
+  /** The image of the agent's sandbox, or null when the kind gives its harness no sandbox. */
+  image(row: TaskRow, environment: LoadedEnvironment): string | null;
+  /** What the harness is told. */
+  task(row: TaskRow, environment: LoadedEnvironment, options: TaskOptions): HarnessTask;
+  /** Grades the final state. Only faults from outside the sandbox may be `infra_error`. */
+  verify(context: VerifyContext): Promise<Verdict>;
+  /**
+   * Grades a stored rollout again without running an agent; null when the kind cannot (its final
+   * state is gone with the sandbox). Absent means never.
+   */
+  reverify?(client: GymClient, environment: LoadedEnvironment, row: TaskRow): Promise<Verdict | null>;
+}
+
+export const BUILT_IN_KINDS_DIR = dirname(fileURLToPath(import.meta.url));
+const KIND_NAME = /^[a-z][a-z0-9-]{0,62}$/;
+
+function isEnvironmentKind(value: unknown): value is EnvironmentKind {
+  const candidate = value as Partial<EnvironmentKind> | undefined;
+  return (
+    typeof candidate === 'object' &&
+    candidate !== null &&
+    typeof candidate.name === 'string' &&
+    typeof candidate.image === 'function' &&
+    typeof candidate.task === 'function' &&
+    typeof candidate.verify === 'function' &&
+    typeof candidate.rowSchema?.safeParse === 'function'
+  );
+}
+
+/** Names of the built-in kinds (folders beside this file with a kind.ts). */
+export async function builtInKinds(): Promise<string[]> {
+  const { readdir } = await import('node:fs/promises');
+  const entries = await readdir(BUILT_IN_KINDS_DIR, { withFileTypes: true });
+  const names: string[] = [];
+  for (const entry of entries) {
+    if (!entry.isDirectory()) continue;
+    const present = await access(join(BUILT_IN_KINDS_DIR, entry.name, 'kind.ts')).then(
+      () => true,
+      () => false,
+    );
+    if (present) names.push(entry.name);
+  }
+  return names.sort();
+}
+
+/**
+ * The kind an environment names: a built-in kind's name, or a module path relative to the
+ * environment's folder (`./kind.ts`) that exports `kind`.
+ */
+export async function loadKind(specifier: string, environmentDirectory: string): Promise<EnvironmentKind> {
+  const isModule = specifier.startsWith('./') || specifier.startsWith('../');
+  if (!isModule && !KIND_NAME.test(specifier))
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `environment kind "${specifier}" is not a kind name or a ./module path`,
+    );
+  const path = isModule
+    ? join(environmentDirectory, specifier)
+    : join(BUILT_IN_KINDS_DIR, specifier, 'kind.ts');
+  let loaded: Record<string, unknown>;
+  try {
+    loaded = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+  } catch (error) {
+    const known = isModule ? '' : `; built in: ${(await builtInKinds()).join(', ')}`;
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `cannot load environment kind "${specifier}": ${(error as Error).message}${known}`,
+      { cause: error },
+    );
+  }
+  const kind = loaded.kind ?? loaded.default;
+  if (!isEnvironmentKind(kind))
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `environment kind module "${specifier}" must export \`kind\` with name, rowSchema, image, task and verify`,
+    );
+  return kind;
+}
+
+/** Checks a row against its kind's schema; the error names the row (1-based) and the field. */
+export function parseRow(kind: EnvironmentKind, row: TaskRow, position: number): TaskRow {
+  const result = kind.rowSchema.safeParse(row);
+  if (result.success) return result.data;
+  const issues = result.error.issues
+    .map((issue) => `${issue.path.length === 0 ? '(row)' : issue.path.join('.')}: ${issue.message}`)
+    .join('; ');
+  const id = row.instance_id ?? row.id;
+  throw new GymError(
+    'VALIDATION_FAILED',
+    `row ${position + 1}${id === undefined ? '' : ` (${String(id)})`} is not a valid ${kind.name} task: ${issues}`,
+    { details: { row: position + 1, issues: result.error.issues } },
+  );
+}
+
+/** The text the agent is asked: the row's instruction or problem statement. */
+export function rowInstruction(row: TaskRow): string {
+  const text = row.problem_statement ?? row.instruction ?? row.question;
+  return typeof text === 'string' ? text : '';
+}

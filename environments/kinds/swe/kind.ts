@@ -1,0 +1,53 @@
+/**
+ * The `swe` kind: a repository at a base commit, a problem statement, and hidden tests. The
+ * agent's final state becomes a patch, graded in a fresh sandbox from the task image
+ * (environments/verifiers/swe.ts), as SWE-bench grades.
+ */
+import { z } from 'zod';
+import { extractPatch, sweTaskFromRow, verifySwe } from '../../verifiers/swe.ts';
+import { nonEmpty, sandboxPath, testNames } from '../fields.ts';
+import { type EnvironmentKind, rowInstruction } from '../kind.ts';
+
+export const SweRowSchema = z.looseObject({
+  instance_id: nonEmpty,
+  image: nonEmpty,
+  base_commit: nonEmpty,
+  problem_statement: nonEmpty,
+  test_command: nonEmpty,
+  test_patch: z.string().optional(),
+  FAIL_TO_PASS: testNames,
+  PASS_TO_PASS: testNames.optional(),
+  workdir: sandboxPath.optional(),
+  patch: z.string().optional(),
+  setup: z.string().optional(),
+});
+
+export const kind: EnvironmentKind = {
+  name: 'swe',
+  rowSchema: SweRowSchema,
+  image: (row) => String(row.image),
+  task: (row, _environment, options) => ({
+    id: String(row.instance_id),
+    instruction: rowInstruction(row),
+    workdir: String(row.workdir ?? '/testbed'),
+    ...(options.usesGoldPatch && typeof row.patch === 'string' ? { goldPatch: row.patch } : {}),
+  }),
+  async verify({ client, row, sandbox, releaseSandbox }) {
+    const task = sweTaskFromRow(row);
+    // Limits reached (steps, time, cost) still leave a final state worth grading, as SWE-bench
+    // does. A patch that cannot be read (the agent broke its repo or its git) is its verdict.
+    const extracted = await extractPatch(sandbox, task);
+    await releaseSandbox();
+    if ('verdict' in extracted) return extracted.verdict;
+    const verdict = await verifySwe(client, task, extracted.patch);
+    verdict.details.modelPatch = extracted.patch;
+    return verdict;
+  },
+  async reverify(client, _environment, row) {
+    const stored = (row.verifier ?? {}) as Record<string, unknown>;
+    if (typeof stored.modelPatch !== 'string') return null;
+    const verdict = await verifySwe(client, sweTaskFromRow(row), stored.modelPatch);
+    verdict.details.modelPatch = stored.modelPatch;
+    return verdict;
+  },
+};
