@@ -12,6 +12,7 @@ import {
   type HarnessTask,
   type ModelEndpoint,
 } from './harness.ts';
+import { CLAUDE_CODE_RECIPE } from './installed/claude-code.ts';
 import { CODEX_RECIPE } from './installed/codex.ts';
 import { ensureAgentOnHost, type NpmHostSource } from './installed/installed-agent.ts';
 import { OPENCODE_RECIPE } from './installed/opencode.ts';
@@ -88,6 +89,23 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
                 ],
               },
               { content: 'Fixed with opencode.' },
+            ],
+          },
+          {
+            match: 'task claude-fix',
+            // Side calls (a title, a summary) declare no tools.
+            rules: [{ hasTools: false, reply: { content: 'Fix add' } }],
+            replies: [
+              {
+                content: 'I will fix the operator.',
+                toolCalls: [
+                  {
+                    name: 'Bash',
+                    arguments: { command: "sed -i 's/a - b/a + b/' calc.py", description: 'Fix add' },
+                  },
+                ],
+              },
+              { content: 'Fixed with Claude Code.' },
             ],
           },
           {
@@ -240,5 +258,36 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     expect(calc).toContain('return a + b');
     expect(result.submission).toBe('Fixed with opencode.');
     expect(records.some((record) => record.api === 'chat.completions')).toBe(true);
+  }, 180_000);
+
+  it('Claude Code runs inside the sandbox through the gateway (Messages translated to Chat Completions) and edits the file', async () => {
+    const hostBinary = await ensureAgentOnHost(CLAUDE_CODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
+    const { result, calc, records } = await run(
+      await registry.create('claude-code'),
+      'claude-fix',
+      { wallTimeMs: 120_000 },
+      {
+        readOnlyBinds: [
+          { hostPath: dirname(hostBinary), path: dirname(CLAUDE_CODE_RECIPE.sandboxBinaryPath) },
+        ],
+      },
+    );
+    expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra).slice(0, 3000)}`).toBe(
+      'submitted',
+    );
+    expect(calc).toContain('return a + b');
+    expect(result.submission).toBe('Fixed with Claude Code.');
+    expect(result.trajectory.find((step) => step.action?.tool === 'Bash')).toMatchObject({
+      action: { arguments: { command: "sed -i 's/a - b/a + b/' calc.py" } },
+    });
+    const agentCalls = records.filter((record) =>
+      Array.isArray((record.request as { tools?: unknown }).tools),
+    );
+    expect(agentCalls.length).toBeGreaterThanOrEqual(2);
+    expect(records.every((record) => record.api === 'messages' && record.status === 'ok')).toBe(true);
+    expect(agentCalls.at(-1)).toMatchObject({
+      upstreamApi: 'chat.completions',
+      response: { content: [{ type: 'text', text: 'Fixed with Claude Code.' }] },
+    });
   }, 180_000);
 });

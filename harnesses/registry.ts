@@ -2,6 +2,7 @@
 import { GymError } from '../core/errors.ts';
 import { loadFactory } from '../core/modules.ts';
 import type { Harness, HarnessFactory } from './harness.ts';
+import { createClaudeCodeHarness } from './installed/claude-code.ts';
 import { createCodexHarness } from './installed/codex.ts';
 import { createOpencodeHarness } from './installed/opencode.ts';
 import { createMiniSweAgentHarness, createOpenHandsHarness } from './installed/python-agents.ts';
@@ -18,6 +19,7 @@ export const BUILT_IN_HARNESSES: Readonly<Record<string, HarnessFactory>> = Obje
   'mini-swe': () => createMiniSweHarness(),
   'tool-calling': () => createToolCallingHarness(),
   codex: (options: unknown) => createCodexHarness(options),
+  'claude-code': (options: unknown) => createClaudeCodeHarness(options),
   opencode: (options: unknown) => createOpencodeHarness(options),
   'mini-swe-agent': (options: unknown) => createMiniSweAgentHarness(options),
   openhands: (options: unknown) => createOpenHandsHarness(options),

@@ -1,7 +1,7 @@
 /**
  * Codex CLI (`@openai/codex`), headless: `codex exec --json`, configured with a custom model
  * provider pointing at the rollout's gateway. Codex speaks only the Responses API
- * (`wire_api = "responses"`); its musl binary runs in any Linux image.
+ * (`wire_api = "responses"`); its static musl binary (x64 or arm64) runs in any Linux image.
  */
 import type { TrajectoryStep } from '../harness.ts';
 import {
@@ -73,7 +73,9 @@ export const CODEX_RECIPE: InstalledAgentRecipe = {
     kind: 'npm-host',
     npmPackage: '@openai/codex',
     version: CODEX_VERSION,
-    binaryInPackage: 'node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex',
+    // A static musl binary: it runs on glibc and musl images alike.
+    binaryInPackage: ({ arch }) =>
+      `node_modules/@openai/codex-linux-${arch}/vendor/${arch === 'x64' ? 'x86_64' : 'aarch64'}-unknown-linux-musl/bin/codex`,
   },
   sandboxBinaryPath: '/opt/gym-agents/codex/codex',
   configure: (settings) => ({

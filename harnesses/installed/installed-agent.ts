@@ -62,13 +62,48 @@ export interface ParsedRun {
   events: unknown[];
 }
 
+/** A Linux sandbox's CPU (as npm names it) and C library: which native binary runs there. */
+export interface AgentPlatform {
+  arch: 'x64' | 'arm64';
+  libc: 'glibc' | 'musl';
+}
+
+/** The platform of this host (the default for a binary installed outside any sandbox). */
+export function hostPlatform(): AgentPlatform {
+  return { arch: process.arch === 'arm64' ? 'arm64' : 'x64', libc: 'glibc' };
+}
+
+/**
+ * Reads `uname -m` and whether the dynamic loader is musl's, as printed by
+ * {@link PLATFORM_PROBE}; an architecture no agent ships for is an error naming it.
+ */
+export function parsePlatformProbe(output: string): AgentPlatform {
+  const [machine = '', loader = ''] = output.split('\n').map((line) => line.trim());
+  const arch = ({ x86_64: 'x64', amd64: 'x64', aarch64: 'arm64', arm64: 'arm64' } as const)[
+    machine as 'x86_64'
+  ];
+  if (arch === undefined)
+    throw new GymError(
+      'CAPABILITY_UNSUPPORTED',
+      `no agent binaries for the sandbox's architecture "${machine}"`,
+      {
+        details: { machine },
+      },
+    );
+  return { arch, libc: loader === 'musl' ? 'musl' : 'glibc' };
+}
+
+/** Prints the machine, then `musl` when the sandbox's C library is musl (Alpine). */
+export const PLATFORM_PROBE =
+  'uname -m; if ls /lib/ld-musl-* >/dev/null 2>&1; then echo musl; else echo glibc; fi';
+
 /** An agent shipped as a native binary in an npm package: installed on the host, copied in. */
 export interface NpmHostSource {
   kind: 'npm-host';
   npmPackage: string;
   version: string;
-  /** The binary's path inside the installed npm prefix. */
-  binaryInPackage: string;
+  /** The binary's path inside the installed npm prefix, for the sandbox's platform. */
+  binaryInPackage: string | ((platform: AgentPlatform) => string);
 }
 
 /**
@@ -100,11 +135,24 @@ export interface InstalledAgentOptions {
   cacheDir?: string;
 }
 
-function runNpmInstall(prefix: string, spec: string): Promise<void> {
+function runNpmInstall(prefix: string, spec: string, platform: AgentPlatform): Promise<void> {
   return new Promise((resolve, reject) => {
+    // npm picks the optional platform packages for the platform named, not this host's.
     const child = spawn(
       'npm',
-      ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', spec],
+      [
+        'install',
+        '--prefix',
+        prefix,
+        '--no-save',
+        '--no-audit',
+        '--no-fund',
+        '--loglevel=error',
+        '--os=linux',
+        `--cpu=${platform.arch}`,
+        `--libc=${platform.libc}`,
+        spec,
+      ],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
     let errors = '';
@@ -120,17 +168,30 @@ function runNpmInstall(prefix: string, spec: string): Promise<void> {
   });
 }
 
-/** Installs the recipe's package into the host cache once; returns the binary's host path. */
-export async function ensureAgentOnHost(source: NpmHostSource, cacheDir: string): Promise<string> {
-  const prefix = join(cacheDir, `${source.npmPackage.replace(/[@/]/g, '_')}-${source.version}`);
-  const binary = join(prefix, source.binaryInPackage);
+/**
+ * Installs the recipe's package for `platform` into the host cache once; returns the binary's host
+ * path. (The x64 glibc install keeps the folder name it had before platforms were told apart.)
+ */
+export async function ensureAgentOnHost(
+  source: NpmHostSource,
+  cacheDir: string,
+  platform: AgentPlatform = hostPlatform(),
+): Promise<string> {
+  const suffix =
+    platform.arch === 'x64' && platform.libc === 'glibc'
+      ? ''
+      : `-linux-${platform.arch}${platform.libc === 'musl' ? '-musl' : ''}`;
+  const prefix = join(cacheDir, `${source.npmPackage.replace(/[@/]/g, '_')}-${source.version}${suffix}`);
+  const inPackage =
+    typeof source.binaryInPackage === 'string' ? source.binaryInPackage : source.binaryInPackage(platform);
+  const binary = join(prefix, inPackage);
   const isPresent = await access(binary).then(
     () => true,
     () => false,
   );
   if (!isPresent) {
     await mkdir(prefix, { recursive: true });
-    await runNpmInstall(prefix, `${source.npmPackage}@${source.version}`);
+    await runNpmInstall(prefix, `${source.npmPackage}@${source.version}`, platform);
   }
   return binary;
 }
@@ -172,7 +233,11 @@ export function createInstalledAgentHarness(
       if (isInstalled.status !== 'ok')
         return fail('infra_error', `checking for ${recipe.name} ended with status ${isInstalled.status}`);
       if (isInstalled.exitCode !== 0 && recipe.source.kind === 'npm-host') {
-        const hostBinary = await ensureAgentOnHost(recipe.source, cacheDir);
+        const probe = await sandbox.exec({ command: PLATFORM_PROBE, timeoutMs: 10_000 });
+        if (probe.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+        if (probe.status !== 'ok' || probe.exitCode !== 0)
+          return fail('infra_error', `reading the sandbox's platform failed: ${probe.stderr.slice(-500)}`);
+        const hostBinary = await ensureAgentOnHost(recipe.source, cacheDir, parsePlatformProbe(probe.stdout));
         const { size } = await stat(hostBinary);
         await sandbox.writeFile(
           recipe.sandboxBinaryPath,

@@ -1,7 +1,7 @@
 /**
  * OpenCode (`opencode-ai`), headless: `opencode run --format json`, with a custom
  * OpenAI-compatible provider (Chat Completions) pointing at the rollout's gateway. Its binary
- * needs glibc (Debian-based images).
+ * comes in glibc and musl builds; the harness picks the sandbox's.
  */
 import type { TrajectoryStep } from '../harness.ts';
 import {
@@ -79,7 +79,8 @@ export const OPENCODE_RECIPE: InstalledAgentRecipe = {
     kind: 'npm-host',
     npmPackage: 'opencode-ai',
     version: OPENCODE_VERSION,
-    binaryInPackage: 'node_modules/opencode-linux-x64/bin/opencode',
+    binaryInPackage: ({ arch, libc }) =>
+      `node_modules/opencode-linux-${arch}${libc === 'musl' ? '-musl' : ''}/bin/opencode`,
   },
   sandboxBinaryPath: '/opt/gym-agents/opencode/opencode',
   configure: (settings) => ({

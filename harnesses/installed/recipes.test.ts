@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { extractActions, submissionOf } from '../mini-swe/mini-swe.ts';
 import { HarnessRegistry } from '../registry.ts';
+import { CLAUDE_CODE_RECIPE, parseClaudeCodeEvents } from './claude-code.ts';
 import { CODEX_RECIPE, codexConfig, parseCodexEvents } from './codex.ts';
-import type { AgentRunSettings } from './installed-agent.ts';
+import { type AgentRunSettings, type NpmHostSource, parsePlatformProbe } from './installed-agent.ts';
 import { OPENCODE_RECIPE, opencodeConfig } from './opencode.ts';
 import { MINI_SWE_AGENT_RECIPE, OPENHANDS_RECIPE } from './python-agents.ts';
 
@@ -134,9 +135,75 @@ describe('agent CLI recipes', () => {
     });
   });
 
+  it('Claude Code: headless stream-json on the gateway, its tool calls and results a trajectory', () => {
+    expect(CLAUDE_CODE_RECIPE.configure(settings).env).toMatchObject({
+      // Claude Code appends /v1/messages itself.
+      ANTHROPIC_BASE_URL: 'http://127.0.0.1:4000/v1/gateway/ro-1',
+      ANTHROPIC_API_KEY: 'gym-ro-key',
+      ANTHROPIC_MODEL: settings.model,
+      ANTHROPIC_DEFAULT_HAIKU_MODEL: settings.model,
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+      IS_SANDBOX: '1',
+    });
+    expect(CLAUDE_CODE_RECIPE.command(settings)).toEqual([
+      '/opt/gym-agents/claude-code/claude',
+      '-p',
+      '--verbose',
+      '--output-format',
+      'stream-json',
+      '--permission-mode',
+      'bypassPermissions',
+      '--model',
+      settings.model,
+      'Fix the bug.',
+    ]);
+    const lines = [
+      '{"type":"system","subtype":"init","session_id":"s","tools":["Bash"]}',
+      '{"type":"assistant","message":{"content":[{"type":"text","text":"Looking."},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}',
+      '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"calc.py"}]}]}}',
+      '{"type":"result","subtype":"success","is_error":false,"result":"Done.","num_turns":2}',
+    ];
+    expect(parseClaudeCodeEvents(lines.join('\n'))).toMatchObject({
+      finalMessage: 'Done.',
+      error: null,
+      steps: [
+        { assistant: 'Looking.' },
+        { action: { tool: 'Bash', arguments: { command: 'ls' } }, observation: 'calc.py' },
+      ],
+    });
+    const stopped = parseClaudeCodeEvents(
+      '{"type":"result","subtype":"error_max_turns","is_error":true,"result":""}',
+    );
+    expect(stopped.error).toContain('error_max_turns');
+    expect(parseClaudeCodeEvents('Invalid API key').error).toBe('claude printed no result line');
+  });
+
+  it('agent binaries follow the sandbox platform (uname -m, musl or glibc)', () => {
+    expect(parsePlatformProbe('x86_64\nglibc\n')).toEqual({ arch: 'x64', libc: 'glibc' });
+    expect(parsePlatformProbe('aarch64\nmusl\n')).toEqual({ arch: 'arm64', libc: 'musl' });
+    expect(() => parsePlatformProbe('riscv64\nglibc\n')).toThrow(/riscv64/);
+    const binary = (recipe: { source: unknown }, arch: 'x64' | 'arm64', libc: 'glibc' | 'musl') => {
+      const source = recipe.source as NpmHostSource;
+      return typeof source.binaryInPackage === 'string'
+        ? source.binaryInPackage
+        : source.binaryInPackage({ arch, libc });
+    };
+    expect(binary(CLAUDE_CODE_RECIPE, 'arm64', 'musl')).toBe(
+      'node_modules/@anthropic-ai/claude-code-linux-arm64-musl/claude',
+    );
+    expect(binary(CLAUDE_CODE_RECIPE, 'x64', 'glibc')).toBe(
+      'node_modules/@anthropic-ai/claude-code-linux-x64/claude',
+    );
+    expect(binary(CODEX_RECIPE, 'arm64', 'glibc')).toBe(
+      'node_modules/@openai/codex-linux-arm64/vendor/aarch64-unknown-linux-musl/bin/codex',
+    );
+    expect(binary(OPENCODE_RECIPE, 'x64', 'musl')).toBe('node_modules/opencode-linux-x64-musl/bin/opencode');
+  });
+
   it('the registry names its harnesses and refuses an unknown one with the list', async () => {
     const registry = new HarnessRegistry();
     expect(registry.names).toEqual([
+      'claude-code',
       'codex',
       'mini-swe',
       'mini-swe-agent',
@@ -147,7 +214,7 @@ describe('agent CLI recipes', () => {
       'single-turn',
       'tool-calling',
     ]);
-    await expect(registry.create('claude')).rejects.toMatchObject({
+    await expect(registry.create('claude-cod')).rejects.toMatchObject({
       code: 'HARNESS_NOT_FOUND',
       details: { available: registry.names },
     });
