@@ -1,0 +1,174 @@
+/**
+ * SWE-bench's per-repository test-log parsers, written from the behaviour of its harness
+ * (`log_parsers/python.py`, with the fixes of its 5.x line): each turns a test run's output into
+ * test id -> status, and grading looks the FAIL_TO_PASS / PASS_TO_PASS ids up in that map, so an
+ * id must come out exactly as SWE-bench's would or a correct patch scores 0.
+ *
+ * - `pytest`: pytest `-rA` summary lines `STATUS id`; the id is the first token after the status.
+ * - `pytest_options`: as `pytest`, and a parametrised id whose parameter is an absolute path keeps
+ *   only `/` + the path's last part (the datasets were made on another machine).
+ * - `pytest_v2`: ANSI colour codes and control characters stripped; the id is every token after
+ *   the status (ids with spaces survive); also old-style lines that END with the status word.
+ * - `django`: Django's runner at verbosity 2: `name ... ok|skipped|FAIL|ERROR`, `FAIL: name`,
+ *   `ERROR: name`, and the multi-line quirks where output lands between `...` and `ok`.
+ * - `sympy`: sympy's `bin/test --verbose`: `test_name ok|F|E` lines and `___ path.py:test ___`
+ *   failure headers.
+ * - `seaborn`, `matplotlib`: pytest variants those repositories need.
+ */
+import type { TestLogParser, TestStatus } from '../../verifiers/pytest-log.ts';
+
+const STATUSES: readonly TestStatus[] = ['FAILED', 'PASSED', 'SKIPPED', 'ERROR', 'XFAIL'];
+const isStatus = (word: string | undefined): word is TestStatus =>
+  word !== undefined && (STATUSES as readonly string[]).includes(word);
+const words = (line: string) => line.split(/\s+/).filter((word) => word !== '');
+/** pytest's `SKIPPED [3] path:line: reason` summary: `[3]` is a count, not a test id. */
+const isSkipSummary = (status: string, id: string) => status === 'SKIPPED' && /^\[\d+\]$/.test(id);
+
+/** The `STATUS id` lines of pytest -rA, the id being the first token after the status. */
+function summaryLines(log: string, rewrite: (line: string) => string = (line) => line) {
+  const entries: Array<[string, TestStatus]> = [];
+  for (const raw of log.split('\n')) {
+    let line = rewrite(raw);
+    const first = line.split(/\s/, 1)[0];
+    if (!isStatus(first)) continue;
+    // A failure's message follows " - ": without the separator it cannot join the id.
+    if (first === 'FAILED') line = line.replaceAll(' - ', ' ');
+    const [status, id] = words(line);
+    if (id === undefined || isSkipSummary(status!, id)) continue;
+    entries.push([id, status as TestStatus]);
+  }
+  return entries;
+}
+
+export const parsePytest: TestLogParser = (log) => new Map(summaryLines(log));
+
+export const parsePytestOptions: TestLogParser = (log) => {
+  const results = new Map<string, TestStatus>();
+  for (const [id, status] of summaryLines(log)) {
+    const parametrised = /^(.*?)\[(.*)\]/.exec(id);
+    if (parametrised === null) {
+      results.set(id, status);
+      continue;
+    }
+    let option = parametrised[2]!;
+    if (option.startsWith('/') && !option.startsWith('//') && !option.includes('*'))
+      option = `/${option.split('/').at(-1)}`;
+    results.set(`${parametrised[1]}[${option}]`, status);
+  }
+  return results;
+};
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is removed.
+const CONTROL = /[\u0001-\u001f]/g;
+
+export const parsePytestV2: TestLogParser = (log) => {
+  const results = new Map<string, TestStatus>();
+  for (const raw of log.split('\n')) {
+    // The colour code's ESC goes with the other control characters; `[32m` is what is left.
+    const line = raw.replace(/\[(\d+)m/g, '').replace(CONTROL, '');
+    const first = line.split(/\s/, 1)[0];
+    if (isStatus(first)) {
+      const kept = first === 'FAILED' ? line.split(' - ', 1)[0]! : line;
+      const tokens = words(kept);
+      if (tokens.length >= 2 && !isSkipSummary(tokens[0]!, tokens[1]!))
+        results.set(tokens.slice(1).join(' '), first);
+      continue;
+    }
+    // Older pytest (-v without -rA) ends the line with the status: `path::test PASSED`.
+    const tokens = words(line);
+    const last = tokens.at(-1);
+    if (tokens.length >= 2 && isStatus(last)) results.set(tokens.slice(0, -1).join(' '), last);
+  }
+  return results;
+};
+
+export const parseMatplotlib: TestLogParser = (log) =>
+  new Map(
+    summaryLines(log, (line) =>
+      line.replaceAll('MouseButton.LEFT', '1').replaceAll('MouseButton.RIGHT', '3'),
+    ),
+  );
+
+export const parseSeaborn: TestLogParser = (log) => {
+  const results = new Map<string, TestStatus>();
+  for (const line of log.split('\n')) {
+    const parts = words(line);
+    if (parts.length < 2) continue;
+    if (line.startsWith('FAILED')) results.set(parts[1]!, 'FAILED');
+    else if (line.includes(' PASSED ')) {
+      // `path::test PASSED [ 10%]` from -v progress lines.
+      if (parts[1] === 'PASSED') results.set(parts[0]!, 'PASSED');
+    } else if (line.startsWith('PASSED')) results.set(parts[1]!, 'PASSED');
+  }
+  return results;
+};
+
+const DJANGO_PASS_SUFFIXES = [' ... ok', ' ... OK', ' ...  OK'];
+/** Output that Django's runner sometimes prints between a test's `...` and its `ok`. */
+const DJANGO_INTERRUPTED_PASSES = [
+  /^(.*?)\s\.\.\.\sTesting against Django installed in ([\s\S]*?) silenced\)\.\nok$/gm,
+  /^(.*?)\s\.\.\.\sInternal Server Error: \/(.*)\/\nok$/gm,
+  /^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$/gm,
+];
+
+export const parseDjango: TestLogParser = (log) => {
+  const results = new Map<string, TestStatus>();
+  let previous: string | undefined;
+  for (const raw of log.split('\n')) {
+    let line = raw.trim();
+    if (line.includes('--version is equivalent to version'))
+      results.set('--version is equivalent to version', 'PASSED');
+    if (line.includes(' ... ')) previous = line.split(' ... ')[0];
+    const suffix = DJANGO_PASS_SUFFIXES.find((candidate) => line.endsWith(candidate));
+    if (suffix !== undefined) {
+      // One instance (django-7188) prints a migration line before the test on the same line.
+      if (line.startsWith('Applying sites.0002_alter_domain_unique...test_no_migrations'))
+        line = line.slice(line.indexOf('...') + 3).trim();
+      results.set(line.slice(0, line.lastIndexOf(suffix)), 'PASSED');
+    }
+    if (line.includes(' ... skipped')) results.set(line.split(' ... skipped')[0]!, 'SKIPPED');
+    if (line.endsWith(' ... FAIL')) results.set(line.split(' ... FAIL')[0]!, 'FAILED');
+    if (line.startsWith('FAIL:')) {
+      const name = words(line)[1];
+      if (name !== undefined) results.set(name, 'FAILED');
+    }
+    if (line.endsWith(' ... ERROR')) results.set(line.split(' ... ERROR')[0]!, 'ERROR');
+    if (line.startsWith('ERROR:')) {
+      const name = words(line)[1];
+      if (name !== undefined) results.set(name, 'ERROR');
+    }
+    // The test passed, but printed something between its `...` and its `ok`.
+    if (line.startsWith('ok') && previous !== undefined) results.set(previous, 'PASSED');
+  }
+  for (const pattern of DJANGO_INTERRUPTED_PASSES)
+    for (const match of log.matchAll(pattern)) results.set(match[1]!, 'PASSED');
+  return results;
+};
+
+export const parseSympy: TestLogParser = (log) => {
+  const results = new Map<string, TestStatus>();
+  // Failure and error sections are headed `____ sympy/x/tests/test_y.py:test_z ____`.
+  for (const match of log.matchAll(/(_*) (.*)\.py:(.*) (_*)/g))
+    results.set(`${match[2]}.py:${match[3]}`, 'FAILED');
+  for (const raw of log.split('\n')) {
+    const line = raw.trim();
+    if (!line.startsWith('test_')) continue;
+    const name = words(line)[0]!;
+    if (line.endsWith(' E')) results.set(name, 'ERROR');
+    if (line.endsWith(' F')) results.set(name, 'FAILED');
+    if (line.endsWith(' ok')) results.set(name, 'PASSED');
+  }
+  return results;
+};
+
+/** Parsers by the names SWE-bench's 5.x datasets use in their `log_parser` field. */
+export const LOG_PARSERS: Readonly<Record<string, TestLogParser>> = {
+  pytest: parsePytest,
+  pytest_options: parsePytestOptions,
+  pytest_v2: parsePytestV2,
+  django: parseDjango,
+  sympy: parseSympy,
+  seaborn: parseSeaborn,
+  matplotlib: parseMatplotlib,
+};
+export type LogParserName = keyof typeof LOG_PARSERS;
