@@ -226,3 +226,37 @@ describe("extractPatch: the agent's changes", () => {
     await expect(extractPatch(handle(new GymError('DAEMON_UNAVAILABLE', 'down')), TASK)).rejects.toThrow();
   });
 });
+
+describe('SWE verifier: the test files go back to the base commit before the test patch', () => {
+  // The test patch changes a file that exists at the base commit (it adds a test to it).
+  const EDITING: SweTask = {
+    ...TASK,
+    test_patch:
+      'diff --git a/tests/test_basic.py b/tests/test_basic.py\nindex 1..2 100644\n--- a/tests/test_basic.py\n+++ b/tests/test_basic.py\n@@ -1 +1,2 @@\n x\n+y\n',
+  };
+
+  it('resets the changed files, then applies the test patch, then runs the tests', async () => {
+    const commands: string[] = [];
+    const client = fakeClient((command) => {
+      commands.push(command);
+      return null;
+    });
+    expect(await verifySwe(client, EDITING, PATCH)).toMatchObject({ outcome: 'reward', reward: 1 });
+    expect(commands.slice(1)).toEqual([
+      "git checkout abc123 -- 'tests/test_basic.py'",
+      'git apply --verbose /tmp/gym-test.patch',
+      TASK.test_command,
+    ]);
+  });
+
+  it('scores 0 with the reason when the reset fails in the agent repo, infra when the sandbox went away', async () => {
+    const failing = (answer: ExecResult) =>
+      fakeClient((command) => (command.startsWith('git checkout') ? answer : null));
+    const verdict = await verifySwe(failing(result('ok', 1, { stderr: 'hook said no' })), EDITING, PATCH);
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
+    expect(String(verdict.details.reason)).toContain('could not be reset');
+    expect((await verifySwe(failing(result('sandbox_gone', null)), EDITING, PATCH)).outcome).toBe(
+      'infra_error',
+    );
+  });
+});

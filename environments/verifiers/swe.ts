@@ -1,8 +1,9 @@
 /**
  * The SWE verifier: the agent's final state becomes a diff against the base commit (untracked
  * files included, binary-safe), and is graded in a fresh sandbox from the task image: apply the
- * patch (git apply, then with --reject, then patch with fuzz), apply the hidden test patch, run
- * the test command, parse the log, and judge FAIL_TO_PASS / PASS_TO_PASS as SWE-bench does.
+ * patch (git apply, then with --reject, then patch with fuzz), reset the files the hidden test
+ * patch changes to the base commit, apply it, run the test command, parse the log, and judge
+ * FAIL_TO_PASS / PASS_TO_PASS as SWE-bench does.
  *
  * Infra (retried, never a reward) is only what comes from outside the sandbox: the daemon or the
  * provider failing, the sandbox going away, and a kill of the model patch's apply (nothing of the
@@ -16,6 +17,7 @@ import { toLabelValue } from '../../core/schemas/common.ts';
 import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
+import { filesBeforePatch } from './patch-files.ts';
 import { gradeTests, parsePytestLog, type TestLogParser } from './pytest-log.ts';
 import { endedFromOutside, type Verdict } from './verifier.ts';
 
@@ -136,6 +138,48 @@ function infraStep(step: string, result: ExecResult): Verdict {
   };
 }
 
+/**
+ * Applies the model patch in the grading sandbox as SWE-bench does (git apply, then with
+ * --reject, then patch with fuzz): null when it applied, else the verdict.
+ */
+export async function applyModelPatch(
+  sandbox: SandboxHandle,
+  workdir: string,
+  modelPatch: string,
+  base: Record<string, unknown>,
+): Promise<Verdict | null> {
+  await sandbox.writeFile(MODEL_PATCH, Buffer.from(modelPatch));
+  const applied = await sandbox.exec({
+    command: `git apply --verbose ${MODEL_PATCH} || git apply --verbose --reject ${MODEL_PATCH} || patch --batch --fuzz=5 -p1 -i ${MODEL_PATCH}`,
+    cwd: workdir,
+    timeoutMs: 60_000,
+  });
+  // Nothing of the agent runs in this fresh sandbox yet, only git and patch reading its
+  // patch: the patch can make them run out of time or memory (it is the agent's: reward 0), but
+  // cannot signal them, so a kill came from outside (the host's OOM killer, the engine) and,
+  // like a lost sandbox, says nothing about the patch.
+  if (applied.status === 'sandbox_gone' || applied.status === 'killed')
+    return infraStep('applying the model patch', applied);
+  if (applied.status !== 'ok' || applied.exitCode !== 0) {
+    return {
+      outcome: 'reward',
+      reward: 0,
+      details: {
+        ...base,
+        resolved: false,
+        reason:
+          applied.status === 'ok'
+            ? 'the patch does not apply'
+            : `the patch does not apply: applying it ended with status ${applied.status}`,
+        applyLog: `${applied.stdout}${applied.stderr}`.slice(-4000),
+      },
+    };
+  }
+  return null;
+}
+
+const shellQuote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
+
 export async function verifySwe(
   client: GymClient,
   task: SweTask,
@@ -163,32 +207,30 @@ export async function verifySwe(
       })
     ).id;
     const sandbox = clientSandboxHandle(client, sandboxId);
-    await sandbox.writeFile(MODEL_PATCH, Buffer.from(modelPatch));
-    const applied = await sandbox.exec({
-      command: `git apply --verbose ${MODEL_PATCH} || git apply --verbose --reject ${MODEL_PATCH} || patch --batch --fuzz=5 -p1 -i ${MODEL_PATCH}`,
-      cwd: task.workdir,
-      timeoutMs: 60_000,
-    });
-    // Nothing of the agent runs in this fresh sandbox yet, only git and patch reading its
-    // patch: the patch can make them run out of time or memory (it is the agent's: reward 0), but
-    // cannot signal them, so a kill came from outside (the host's OOM killer, the engine) and,
-    // like a lost sandbox, says nothing about the patch.
-    if (applied.status === 'sandbox_gone' || applied.status === 'killed')
-      return infraStep('applying the model patch', applied);
-    if (applied.status !== 'ok' || applied.exitCode !== 0) {
-      return {
-        outcome: 'reward',
-        reward: 0,
-        details: {
-          ...base,
-          resolved: false,
-          reason:
-            applied.status === 'ok'
-              ? 'the patch does not apply'
-              : `the patch does not apply: applying it ended with status ${applied.status}`,
-          applyLog: `${applied.stdout}${applied.stderr}`.slice(-4000),
-        },
-      };
+    const notApplied = await applyModelPatch(sandbox, task.workdir, modelPatch, base);
+    if (notApplied !== null) return notApplied;
+    // SWE-bench puts the files the test patch changes back to the base commit first: an agent
+    // that edited a test file must not make the hidden tests fail to apply (or run its version).
+    const testFiles = filesBeforePatch(task.test_patch);
+    if (testFiles.length > 0) {
+      const reset = await sandbox.exec({
+        command: `git checkout ${task.base_commit} -- ${testFiles.map(shellQuote).join(' ')}`,
+        cwd: task.workdir,
+        timeoutMs: 60_000,
+      });
+      // The agent's files are in place: its git config (hooks, filters) can make this fail.
+      if (endedFromOutside(reset)) return infraStep('resetting the test files', reset);
+      if (reset.status !== 'ok' || reset.exitCode !== 0)
+        return {
+          outcome: 'reward',
+          reward: 0,
+          details: {
+            ...base,
+            resolved: false,
+            reason: `the test files could not be reset to the base commit (${reset.status}, exit ${reset.exitCode})`,
+            applyLog: reset.stderr.slice(-4000),
+          },
+        };
     }
     await sandbox.writeFile(TEST_PATCH, Buffer.from(task.test_patch));
     const tests = await sandbox.exec({

@@ -7,6 +7,7 @@
  * Not taken over: the per-version `install` step (a reinstall of the package in the image); the
  * images are built with the package installed, and our sandboxes have no network to reinstall.
  */
+import { patchTargets } from '../../verifiers/patch-files.ts';
 import type { LogParserName } from './log-parsers.ts';
 
 export interface RepositorySpec {
@@ -117,11 +118,6 @@ const NON_TEST_SUFFIXES = [
   '.toml',
 ];
 
-/** The paths a patch's `diff --git a/X b/Y` headers name (the Y side). */
-function patchTargets(patch: string): string[] {
-  return [...patch.matchAll(/^diff --git a\/.* b\/(.*)$/gm)].map((match) => match[1]!);
-}
-
 /**
  * What SWE-bench appends to the test command: the test patch's files minus data files; for
  * Django, as modules of its test runner (`tests/` and `.py` dropped, `/` made `.`).
@@ -136,20 +132,4 @@ export function testDirectives(repo: string, testPatch: string): string[] {
     if (module.startsWith('tests/')) module = module.slice('tests/'.length);
     return module.replaceAll('/', '.');
   });
-}
-
-/**
- * The files a patch changes that exist before it (its `--- a/X` sides, not `/dev/null`): the
- * test files reset to the base commit before the test patch is applied.
- */
-export function filesBeforePatch(patch: string): string[] {
-  const files: string[] = [];
-  for (const section of patch.split(/^(?=diff --git )/m)) {
-    if (!section.startsWith('diff --git ')) continue;
-    // Only the header counts: a hunk line can start with "--- " too (a removed "-- " line).
-    const header = section.split(/^@@ /m, 1)[0]!;
-    const source = /^--- (.*)$/m.exec(header)?.[1]?.split('\t', 1)[0];
-    if (source?.startsWith('a/')) files.push(source.slice(2));
-  }
-  return [...new Set(files)];
 }

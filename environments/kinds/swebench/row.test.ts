@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseOrThrow } from '../../../core/validate.ts';
-import { filesBeforePatch, repositorySpec, testDirectives } from './repositories.ts';
+import { filesBeforePatch } from '../../verifiers/patch-files.ts';
+import { repositorySpec, testDirectives } from './repositories.ts';
 import { checkImageTemplate, looksLikeSweBench, SweBenchRowSchema, sweBenchImage } from './row.ts';
 
 const TEST_PATCH = `diff --git a/tests/utils_tests/test_text.py b/tests/utils_tests/test_text.py
