@@ -65,6 +65,12 @@ export interface HarnessTask {
   solution?: string;
   /** The expected answer of a question (the oracle submits it). */
   goldAnswer?: string;
+  /**
+   * The conversation the row gives (NeMo Gym's `responses_create_params.input`, as Chat
+   * Completions messages). Harnesses that send a conversation send this one (with their own
+   * system prompt first when it has none); harnesses that take one prompt use `instruction`.
+   */
+  messages?: Array<{ role: 'system' | 'user' | 'assistant'; content: string }>;
   metadata?: Record<string, unknown>;
 }
 

@@ -1,5 +1,6 @@
 /** Row fields that several kinds check the same way. */
 import { z } from 'zod';
+import { ResponsesCreateParamsSchema } from './responses-input.ts';
 
 export const nonEmpty = z.string().trim().min(1, 'must be a non-empty string');
 
@@ -26,9 +27,11 @@ export const folderPath = nonEmpty.refine(
 /** An absolute path in the sandbox. */
 export const sandboxPath = nonEmpty.refine((path) => path.startsWith('/'), 'must be an absolute path');
 
-/** The prompt: at least one of the fields a kind reads it from. */
+/** The prompt: at least one of the fields a kind reads it from (NeMo Gym's `responses_create_params.input` too). */
 export function hasPrompt(row: Record<string, unknown>): boolean {
-  return ['problem_statement', 'instruction', 'question'].some(
-    (field) => typeof row[field] === 'string' && (row[field] as string).trim() !== '',
+  return (
+    ['problem_statement', 'instruction', 'question'].some(
+      (field) => typeof row[field] === 'string' && (row[field] as string).trim() !== '',
+    ) || ResponsesCreateParamsSchema.safeParse(row.responses_create_params).success
   );
 }

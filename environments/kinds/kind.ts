@@ -8,13 +8,14 @@
 import { access } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import type { z } from 'zod';
+import { z } from 'zod';
 import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
+import { promptText, ResponsesCreateParamsSchema, rowConversation } from './responses-input.ts';
 
 /** A task row after its kind checked it: the row's own fields, kept as they came. */
 export type TaskRow = Record<string, unknown>;
@@ -125,7 +126,14 @@ export async function loadKind(specifier: string, environmentDirectory: string):
 
 /** Checks a row against its kind's schema; the error names the row (1-based) and the field. */
 export function parseRow(kind: EnvironmentKind, row: TaskRow, position: number): TaskRow {
-  const result = kind.rowSchema.safeParse(row);
+  // Any kind's row may carry NeMo Gym's prompt: when it does, it must be one a model can be sent.
+  const result =
+    row.responses_create_params === undefined
+      ? kind.rowSchema.safeParse(row)
+      : z
+          .looseObject({ responses_create_params: ResponsesCreateParamsSchema })
+          .and(kind.rowSchema)
+          .safeParse(row);
   if (result.success) return result.data;
   const issues = result.error.issues
     .map((issue) => `${issue.path.length === 0 ? '(row)' : issue.path.join('.')}: ${issue.message}`)
@@ -138,8 +146,13 @@ export function parseRow(kind: EnvironmentKind, row: TaskRow, position: number):
   );
 }
 
-/** The text the agent is asked: the row's instruction or problem statement. */
+/**
+ * The text the agent is asked: the row's problem statement, instruction or question, else (a NeMo
+ * Gym row) the system and user text of `responses_create_params.input`.
+ */
 export function rowInstruction(row: TaskRow): string {
   const text = row.problem_statement ?? row.instruction ?? row.question;
-  return typeof text === 'string' ? text : '';
+  if (typeof text === 'string' && text.trim() !== '') return text;
+  const conversation = rowConversation(row);
+  return conversation === undefined ? '' : promptText(conversation);
 }

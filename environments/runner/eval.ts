@@ -15,11 +15,13 @@ import {
   type Harness,
   type HarnessLimits,
   type HarnessResult,
+  type HarnessTask,
   type SandboxHandle,
 } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
+import { promptText, rowConversation } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
@@ -290,6 +292,20 @@ const CONFIGURATION_ERRORS = new Set<string>([
   'POOL_NOT_FOUND',
 ]);
 
+/**
+ * The row's NeMo Gym conversation for the harnesses that send one, unless the kind gave its own;
+ * and, for a kind that found no prompt in its fields, the conversation's text as the instruction.
+ */
+function withConversation(task: HarnessTask, row: TaskRow): HarnessTask {
+  const messages = task.messages ?? rowConversation(row);
+  if (messages === undefined) return task;
+  return {
+    ...task,
+    messages,
+    instruction: task.instruction.trim() === '' ? promptText(messages) : task.instruction,
+  };
+}
+
 async function runRollout(
   pools: ReadonlyMap<string, string>,
   options: EvalOptions,
@@ -345,7 +361,10 @@ async function runRollout(
     const agentStarted = Date.now();
     harnessResult = await harness.run({
       sandbox,
-      task: kind.task(row, environment, { usesGoldPatch: harness.usesGoldPatch === true }),
+      task: withConversation(
+        kind.task(row, environment, { usesGoldPatch: harness.usesGoldPatch === true }),
+        row,
+      ),
       model: endpoint,
       limits,
       logger: options.logger,

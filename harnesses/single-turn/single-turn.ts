@@ -1,4 +1,4 @@
-/** One model call with the task's instruction; the answer is the submission. No sandbox needed. */
+/** One model call with the task's conversation (or instruction); the answer is the submission. No sandbox needed. */
 import { type Harness, RunClock } from '../harness.ts';
 import { CostMeter, createModelClient, describeModelError } from '../model-client.ts';
 import { isInfrastructureFailure } from '../model-loop.ts';
@@ -14,7 +14,8 @@ export function createSingleTurnHarness(): Harness {
       try {
         const completion = await createModelClient(model, clock.remainingMs).chat.completions.create({
           model: model.model,
-          messages: [{ role: 'user', content: task.instruction }],
+          // The row's own conversation when it has one (NeMo Gym's rows: a system prompt, few-shot turns).
+          messages: task.messages ?? [{ role: 'user', content: task.instruction }],
         });
         const content = completion.choices[0]?.message.content ?? '';
         const usage = cost.add(completion.usage);

@@ -9,7 +9,7 @@ import { type EnvironmentKind, rowInstruction } from '../kind.ts';
 
 export const ExactRowSchema = z
   .looseObject({ id: z.union([nonEmpty, z.number()]).optional(), expected_answer: nonEmpty })
-  .refine((row) => hasPrompt(row) || row.responses_create_params !== undefined, {
+  .refine(hasPrompt, {
     message: 'needs a question, an instruction or responses_create_params.input',
     path: ['instruction'],
   });
@@ -19,7 +19,7 @@ export const kind: EnvironmentKind = {
   rowSchema: ExactRowSchema,
   image: () => null,
   task: (row, _environment, options) => ({
-    id: String(row.id ?? row.instance_id ?? ''),
+    id: String(row.id ?? row.instance_id ?? row.uuid ?? ''),
     instruction: rowInstruction(row),
     workdir: '/',
     ...(options.usesGoldPatch ? { goldAnswer: String(row.expected_answer) } : {}),

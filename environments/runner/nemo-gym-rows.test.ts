@@ -1,0 +1,174 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../../client/client.ts';
+import { silentLogger } from '../../core/logger.ts';
+import { HarnessRegistry } from '../../harnesses/registry.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import type { ProviderContext } from '../../providers/sandbox-provider.ts';
+import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
+import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
+import { loadEnvironment, readRows } from '../environment.ts';
+import { parseRow, rowInstruction } from '../kinds/kind.ts';
+import { promptMessages, ResponsesCreateParamsSchema } from '../kinds/responses-input.ts';
+import { runEval } from './eval.ts';
+import { readJsonl } from './files.ts';
+
+const NEMO_GYM_ROWS = join(import.meta.dirname, '../mcqa/data/nemo-gym.jsonl');
+
+describe("NeMo Gym's responses_create_params as the prompt", () => {
+  it('reads a string input, text parts, instructions and developer turns as Chat Completions messages', () => {
+    const parse = (params: unknown) => promptMessages(ResponsesCreateParamsSchema.parse(params));
+    expect(parse({ input: 'What is 2+2?' })).toEqual([{ role: 'user', content: 'What is 2+2?' }]);
+    expect(
+      parse({
+        instructions: 'Be brief.',
+        input: [
+          { role: 'developer', content: 'Answer in \\boxed{}.' },
+          {
+            type: 'message',
+            role: 'user',
+            content: [
+              { type: 'input_text', text: 'Pick ' },
+              { type: 'input_text', text: 'one.' },
+            ],
+          },
+          { role: 'assistant', content: [{ type: 'output_text', text: '\\boxed{A}' }] },
+        ],
+        temperature: 0.2,
+      }),
+    ).toEqual([
+      { role: 'system', content: 'Be brief.' },
+      { role: 'system', content: 'Answer in \\boxed{}.' },
+      { role: 'user', content: 'Pick one.' },
+      { role: 'assistant', content: '\\boxed{A}' },
+    ]);
+    // The instruction of one-prompt harnesses: system and user text, never the few-shot answers.
+    expect(
+      rowInstruction({
+        responses_create_params: {
+          input: [
+            { role: 'system', content: 'S' },
+            { role: 'user', content: 'U' },
+            { role: 'assistant', content: 'A' },
+          ],
+        },
+      }),
+    ).toBe('S\n\nU');
+  });
+
+  it('refuses a row whose prompt cannot be sent, naming the field, whatever its kind', async () => {
+    const exact = (await loadEnvironment('mcqa')).implementation;
+    const terminal = await loadEnvironment('terminal');
+    const [terminalRow] = await readRows(terminal.dataPath);
+    const bad = (params: unknown) => ({ expected_answer: 'B', responses_create_params: params });
+    expect(() => parseRow(exact, bad({ input: [] }), 0)).toThrow(
+      /row 1 is not a valid exact task: .*responses_create_params\.input/,
+    );
+    expect(() => parseRow(exact, bad({}), 2)).toThrow(/row 3 .*responses_create_params\.input/);
+    expect(() =>
+      parseRow(
+        exact,
+        bad({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }),
+        0,
+      ),
+    ).toThrow(/responses_create_params\.input/);
+    expect(() => parseRow(exact, bad({ input: [{ type: 'function_call_output', output: 'x' }] }), 0)).toThrow(
+      /responses_create_params\.input/,
+    );
+    expect(() => parseRow(exact, { responses_create_params: { input: 'Q?' } }, 0)).toThrow(/expected_answer/);
+    expect(() =>
+      parseRow(terminal.implementation, { ...terminalRow!, responses_create_params: { input: 5 } }, 0),
+    ).toThrow(/not a valid script task: responses_create_params\.input/);
+  });
+});
+
+describe('NeMo Gym question rows through gym eval (scripted model)', () => {
+  let model: ScriptedModelServer;
+  let daemon: TestDaemon;
+  let directory: string;
+
+  beforeAll(async () => {
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          { match: 'first-in, first-out', replies: [{ content: 'A queue. \\boxed{B}' }] },
+          { match: 'records staged changes', replies: [{ content: '\\boxed{C}' }] },
+          { replies: [{ content: '\\boxed{B}' }] },
+        ],
+      }),
+    );
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }], gateway: { upstream: { baseUrl: model.baseUrl }, maxRetries: 0 } },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    directory = await mkdtemp(join(tmpdir(), 'gym-nemo-rows-'));
+  });
+
+  afterAll(async () => {
+    await daemon.cleanup();
+    await model.close();
+    await rm(directory, { recursive: true, force: true });
+  });
+
+  it('sends each row its own conversation and grades the answers', async () => {
+    const environment = await loadEnvironment('mcqa');
+    const rows = await readRows(NEMO_GYM_ROWS);
+    const output = join(directory, 'single-turn.jsonl');
+    const summary = await runEval({
+      client: new GymClient({ url: daemon.address.url!, token: daemon.token }),
+      environment,
+      rows,
+      harness: await new HarnessRegistry().create('single-turn'),
+      harnessName: 'single-turn',
+      modelName: 'm',
+      numRepeats: 1,
+      concurrency: 1,
+      output,
+      resume: false,
+      maxInfraAttempts: 1,
+      logger: silentLogger,
+    });
+    // What the model received is the rows' prompt, system message and all (once: an empty user message).
+    const received = model.requests.map((request) => (request.body as { messages: unknown }).messages);
+    expect(received).toEqual([
+      [
+        {
+          role: 'system',
+          content: 'You are a careful tutor. Put the letter of your final answer inside \\boxed{}.',
+        },
+        {
+          role: 'user',
+          content:
+            'Which data structure serves items in first-in, first-out order?\nA: Stack\nB: Queue\nC: Heap\nD: Trie',
+        },
+      ],
+      [
+        {
+          role: 'user',
+          content:
+            'Which git command records staged changes in the repository?\nA: git add\nB: git push\nC: git commit\nD: git fetch\nPut the letter of your final answer inside \\boxed{}.',
+        },
+      ],
+      [
+        {
+          role: 'user',
+          content:
+            'What is the default port of HTTPS?\nA: 21\nB: 80\nC: 443\nD: 8080\nPut the letter of your final answer inside \\boxed{}.',
+        },
+      ],
+    ]);
+    const rollouts = await readJsonl(output);
+    expect(rollouts.map((row) => [row.uuid, row.reward, row.outcome])).toEqual([
+      ['gym-nemo-row-1', 1, 'reward'],
+      ['gym-nemo-row-2', 1, 'reward'],
+      ['gym-nemo-row-3', 0, 'reward'],
+    ]);
+    expect(summary.metrics['mean/reward']).toBeCloseTo(2 / 3, 10);
+  });
+});
