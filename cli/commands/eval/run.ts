@@ -1,9 +1,7 @@
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { parse as parseYaml } from 'yaml';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/logger.ts';
@@ -15,6 +13,7 @@ import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { createDockerClient } from '../../../providers/docker/index.ts';
 import type { Command } from '../../command.ts';
 import { connect, numberFlag, resolveStateDir } from '../../connect.ts';
+import { readEnvYaml } from '../../env-yaml.ts';
 import { buildSweMiniImages } from '../../task-images.ts';
 
 interface PolicyConfig {
@@ -23,13 +22,14 @@ interface PolicyConfig {
   model?: string;
 }
 
-/** NeMo Gym's env.yaml keys (policy_base_url, policy_api_key, policy_model_name), then flags. */
-async function policyConfig(path: string | undefined, flags: PolicyConfig): Promise<PolicyConfig> {
+/** NeMo Gym's env.yaml keys (policy_base_url, policy_api_key, policy_model_name; `${oc.env:VAR}` resolved), then flags. */
+async function policyConfig(
+  path: string | undefined,
+  flags: PolicyConfig,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<PolicyConfig> {
   const candidate = path ?? (existsSync('env.yaml') ? 'env.yaml' : undefined);
-  let fromFile: Record<string, unknown> = {};
-  if (candidate !== undefined) {
-    fromFile = (parseYaml(await readFile(candidate, 'utf8')) as Record<string, unknown> | null) ?? {};
-  }
+  const fromFile = candidate === undefined ? {} : await readEnvYaml(candidate, env);
   const pick = (flag: string | undefined, key: string) =>
     flag ?? (typeof fromFile[key] === 'string' ? (fromFile[key] as string) : undefined);
   const config: PolicyConfig = {};
@@ -109,11 +109,15 @@ FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rol
     if (limit !== undefined) rows = rows.slice(0, limit);
     const harnessName = values.harness ?? environment.defaultHarness;
     const harness = await new HarnessRegistry().create(harnessName);
-    const policy = await policyConfig(values['env-yaml'], {
-      ...(values['policy-base-url'] === undefined ? {} : { baseUrl: values['policy-base-url'] }),
-      ...(values['policy-api-key'] === undefined ? {} : { apiKey: values['policy-api-key'] }),
-      ...(values.model === undefined ? {} : { model: values.model }),
-    });
+    const policy = await policyConfig(
+      values['env-yaml'],
+      {
+        ...(values['policy-base-url'] === undefined ? {} : { baseUrl: values['policy-base-url'] }),
+        ...(values['policy-api-key'] === undefined ? {} : { apiKey: values['policy-api-key'] }),
+        ...(values.model === undefined ? {} : { model: values.model }),
+      },
+      env,
+    );
     const logger = pino({ level: env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
       ReturnType<typeof pino>;
 
