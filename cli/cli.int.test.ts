@@ -40,7 +40,8 @@ describe('gym CLI without a daemon', () => {
   it('explains unknown commands and missing flags', async () => {
     const unknown = await gym(['sandbox', 'frobnicate']);
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain('unknown command "sandbox frobnicate"');
+    expect(unknown.stderr).toContain("unknown command 'frobnicate'");
+    expect(unknown.stderr).toContain('gym sandbox --help');
     const stateDir = await mkdtemp(join(tmpdir(), 'gym-cli-none-'));
     const noDaemon = await gym(['sandbox', 'ls'], { GYM_STATE_DIR: stateDir });
     expect(noDaemon.code).toBe(1);
@@ -81,9 +82,14 @@ describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', ()
     sandboxId = created.stdout.trim();
     expect(sandboxId).toMatch(/^sbx-[a-z0-9]+$/);
     const bad = await gym(['sandbox', 'create', '--image', busybox, '--memory=-4'], env);
-    expect(bad.code).toBe(1);
-    expect(bad.stderr).toContain('resources.memoryMiB');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("option '--memory <MIB>' argument '-4' is invalid. It must be at least 1.");
+    // What only the daemon knows is checked there: a failure (1), naming the field.
+    const tooLong = await gym(['sandbox', 'create', '--image', busybox, '--ttl', '999999999'], env);
+    expect(tooLong.code).toBe(1);
+    expect(tooLong.stderr).toContain('ttlSeconds');
     const noImage = await gym(['sandbox', 'create'], env);
+    expect(noImage.code).toBe(2);
     expect(noImage.stderr).toContain('--image or --pool is required');
   });
 
@@ -110,6 +116,12 @@ describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', ()
       env,
     );
     expect(session).toMatchObject({ code: 0, stdout: 'hello world\n' });
+    // After --, options are the command's: --help reaches sh's script, not gym.
+    const passed = await gym(
+      ['sandbox', 'exec', sandboxId, '--', 'sh', '-c', 'echo "$@"', 'sh', '--help', '-x'],
+      env,
+    );
+    expect(passed).toEqual({ code: 0, stdout: '--help -x\n', stderr: '' });
     const timeout = await gym(['sandbox', 'exec', sandboxId, '--timeout', '300', '--', 'sleep', '30'], env);
     expect(timeout.code).toBe(124);
     expect(timeout.stderr).toContain('timed out');

@@ -1,18 +1,38 @@
 import type { Logger } from '../core/logger.ts';
 
-/** What every command gets: parsed arguments, where to print, and a logger on stderr. */
-export interface CommandContext {
-  args: string[];
+/** Where a command prints, its logger (on stderr) and the environment it runs in. */
+export interface CommandIo {
   stdout: NodeJS.WritableStream;
   stderr: NodeJS.WritableStream;
   logger: Logger;
   env: Readonly<Record<string, string | undefined>>;
 }
 
-export interface Command {
-  /** One line for `gym --help`. */
-  summary: string;
-  usage: string;
+/** What a command body gets: its options and arguments, parsed and validated by program.ts. */
+export interface CommandContext<Options, Args extends unknown[]> extends CommandIo {
+  options: Options;
+  args: Args;
+}
+
+export interface Command<Options, Args extends unknown[] = []> {
   /** Resolves to the process exit code. */
-  run(context: CommandContext): Promise<number>;
+  run(context: CommandContext<Options, Args>): Promise<number>;
+}
+
+/**
+ * The body type of a command whose options and arguments a definition in program.ts declares:
+ * `CommandOf<typeof sandboxExec>` has exactly the option names and value types that the parser
+ * produces, so a flag renamed in one place fails the typecheck in the other.
+ */
+export type CommandOf<Define extends () => { opts(): unknown; processedArgs: unknown[] }> = Command<
+  ReturnType<ReturnType<Define>['opts']>,
+  ReturnType<Define>['processedArgs']
+>;
+
+/**
+ * A mistake in how the command was called that the parser cannot see (two options that exclude
+ * each other, one of two required): reported like the parser's own errors, with exit code 2.
+ */
+export class UsageError extends Error {
+  override name = 'UsageError';
 }

@@ -35,22 +35,3 @@ export async function connect(stateDir: string): Promise<GymClient> {
     ...(info.socket === undefined ? { url: info.url! } : { socket: info.socket }),
   });
 }
-
-/** Parses repeated `KEY=VALUE` flags into a record, naming the flag of a malformed one. */
-export function keyValues(flag: string, values: string[] | undefined): Record<string, string> {
-  const result: Record<string, string> = {};
-  for (const item of values ?? []) {
-    const separator = item.indexOf('=');
-    if (separator <= 0) throw new GymError('VALIDATION_FAILED', `--${flag} takes KEY=VALUE, got "${item}"`);
-    result[item.slice(0, separator)] = item.slice(separator + 1);
-  }
-  return result;
-}
-
-export function numberFlag(flag: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const parsed = Number(value);
-  if (!Number.isFinite(parsed))
-    throw new GymError('VALIDATION_FAILED', `--${flag} takes a number, got "${value}"`);
-  return parsed;
-}

@@ -4,8 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { daemonStopCommand } from '../cli/commands/daemon/stop.ts';
-import { silentLogger } from '../core/logger.ts';
+import { runCli } from '../cli/program.ts';
 import {
   DAEMON_INFO_FILE,
   ensureStateDir,
@@ -122,13 +121,7 @@ describe('gym daemon stop', () => {
         callback();
       },
     });
-    await daemonStopCommand.run({
-      args: ['--state-dir', stateDir],
-      stdout,
-      stderr: stdout,
-      logger: silentLogger,
-      env: {},
-    });
+    await runCli(['daemon', 'stop', '--state-dir', stateDir], { stdout, stderr: stdout, env: {} });
     return output;
   }
 

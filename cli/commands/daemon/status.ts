@@ -1,17 +1,11 @@
-import { parseArgs } from 'node:util';
 import { readDaemonInfo } from '../../../daemon/identity.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
+import type { daemonStatus } from '../../program.ts';
 
-export const daemonStatusCommand: Command = {
-  summary: "show whether the daemon runs, where, and its providers' health",
-  usage: 'gym daemon status [--state-dir DIR] [--json]',
-  async run({ args, env, stdout }) {
-    const { values } = parseArgs({
-      args,
-      options: { 'state-dir': { type: 'string' }, json: { type: 'boolean', default: false } },
-    });
-    const stateDir = resolveStateDir(values['state-dir'], env);
+export const daemonStatusCommand: CommandOf<typeof daemonStatus> = {
+  async run({ options: values, env, stdout }) {
+    const stateDir = resolveStateDir(values.stateDir, env);
     const client = await connect(stateDir);
     const [info, health, sandboxes] = await Promise.all([
       readDaemonInfo(stateDir),

@@ -1,18 +1,12 @@
-import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
 import { findRunningDaemon, isProcessAlive } from '../../../daemon/identity.ts';
-import type { Command } from '../../command.ts';
-import { numberFlag, resolveStateDir } from '../../connect.ts';
+import type { CommandOf } from '../../command.ts';
+import { resolveStateDir } from '../../connect.ts';
+import type { daemonStop } from '../../program.ts';
 
-export const daemonStopCommand: Command = {
-  summary: 'stop the daemon gracefully (it drains requests; sandboxes are kept)',
-  usage: 'gym daemon stop [--state-dir DIR] [--timeout SECONDS]',
-  async run({ args, env, stdout }) {
-    const { values } = parseArgs({
-      args,
-      options: { 'state-dir': { type: 'string' }, timeout: { type: 'string', default: '60' } },
-    });
-    const stateDir = resolveStateDir(values['state-dir'], env);
+export const daemonStopCommand: CommandOf<typeof daemonStop> = {
+  async run({ options: values, env, stdout }) {
+    const stateDir = resolveStateDir(values.stateDir, env);
     // Only a pid proven to be this state directory's daemon is signalled, never whatever pid a
     // stale daemon.json names (after a kill -9 or a reboot it may be anyone's process).
     const { info, staleInfo } = await findRunningDaemon(stateDir);
@@ -23,7 +17,7 @@ export const daemonStopCommand: Command = {
       return 0;
     }
     process.kill(info.pid, 'SIGTERM');
-    const deadline = Date.now() + (numberFlag('timeout', values.timeout) ?? 60) * 1000;
+    const deadline = Date.now() + values.timeout * 1000;
     while (isProcessAlive(info.pid)) {
       if (Date.now() > deadline)
         throw new GymError('PROVIDER_TIMEOUT', `daemon pid ${info.pid} did not stop in time`);

@@ -1,11 +1,11 @@
 import { access, constants } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { silentLogger } from '../../../core/logger.ts';
 import { ImageBuilder, imageReference } from '../../../images/build.ts';
 import { IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
 import { createDockerClient } from '../../../providers/docker/index.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
+import type { doctor } from '../../program.ts';
 
 interface Check {
   name: string;
@@ -21,15 +21,8 @@ async function isExecutable(path: string): Promise<boolean> {
   );
 }
 
-export const doctorCommand: Command = {
-  summary:
-    'check Node, the Docker engine, images, the daemon and its providers, and say how to fix what is missing',
-  usage: 'gym doctor [--state-dir DIR] [--json]',
-  async run({ args, env, stdout }) {
-    const { values } = parseArgs({
-      args,
-      options: { 'state-dir': { type: 'string' }, json: { type: 'boolean', default: false } },
-    });
+export const doctorCommand: CommandOf<typeof doctor> = {
+  async run({ options: values, env, stdout }) {
     const checks: Check[] = [];
     const major = Number(process.versions.node.split('.')[0]);
     checks.push({
@@ -68,7 +61,7 @@ export const doctorCommand: Command = {
     ] as const) {
       checks.push({ name: tool, ok: await isExecutable(path), detail: path, fix: `apt-get install ${tool}` });
     }
-    const stateDir = resolveStateDir(values['state-dir'], env);
+    const stateDir = resolveStateDir(values.stateDir, env);
     try {
       const health = await (await connect(stateDir)).health();
       checks.push({

@@ -1,13 +1,10 @@
-import { parseArgs } from 'node:util';
 import { listEnvironments, readRows } from '../../../environments/environment.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { formatTable } from '../../format.ts';
+import type { envLs } from '../../program.ts';
 
-export const envLsCommand: Command = {
-  summary: 'list the built-in environments',
-  usage: 'gym env ls [--json]',
-  async run({ args, stdout }) {
-    const { values } = parseArgs({ args, options: { json: { type: 'boolean', default: false } } });
+export const envLsCommand: CommandOf<typeof envLs> = {
+  async run({ options: values, stdout }) {
     const environments = await listEnvironments();
     const withCounts = await Promise.all(
       environments.map(async (environment) => ({

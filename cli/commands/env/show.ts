@@ -1,19 +1,9 @@
-import { parseArgs } from 'node:util';
-import { GymError } from '../../../core/errors.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
+import type { envShow } from '../../program.ts';
 
-export const envShowCommand: Command = {
-  summary: "show an environment's definition and tasks",
-  usage: 'gym env show NAME [--json]',
-  async run({ args, stdout }) {
-    const { values, positionals } = parseArgs({
-      args,
-      allowPositionals: true,
-      options: { json: { type: 'boolean', default: false } },
-    });
-    const [name] = positionals;
-    if (name === undefined) throw new GymError('VALIDATION_FAILED', 'usage: gym env show NAME');
+export const envShowCommand: CommandOf<typeof envShow> = {
+  async run({ options: values, args: [name], stdout }) {
     const environment = await loadEnvironment(name);
     const rows = await readRows(environment.dataPath);
     if (values.json) {

@@ -1,21 +1,12 @@
 import { writeFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
-import { GymError } from '../../../core/errors.ts';
 import { outputPaths, readJsonl } from '../../../environments/runner/files.ts';
 import { computeRewardMetrics } from '../../../environments/runner/metrics.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { formatTable } from '../../format.ts';
+import type { evalProfile } from '../../program.ts';
 
-export const evalProfileCommand: Command = {
-  summary: 'per-task pass rates of stored rollouts (FILE_reward_profiling.jsonl)',
-  usage: 'gym eval profile --input ROLLOUTS.jsonl [--json]',
-  async run({ args, stdout }) {
-    const { values } = parseArgs({
-      args,
-      options: { input: { type: 'string' }, json: { type: 'boolean', default: false } },
-    });
-    if (values.input === undefined)
-      throw new GymError('VALIDATION_FAILED', 'usage: gym eval profile --input ROLLOUTS.jsonl');
+export const evalProfileCommand: CommandOf<typeof evalProfile> = {
+  async run({ options: values, stdout }) {
     const rows = await readJsonl(values.input);
     const byTask = new Map<number, Array<Record<string, unknown>>>();
     for (const row of rows)

@@ -1,38 +1,19 @@
 import { writeFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
 import { loadEnvironment } from '../../../environments/environment.ts';
 import { writeMetrics } from '../../../environments/runner/eval.ts';
 import { outputPaths, readJsonl } from '../../../environments/runner/files.ts';
 import { reverifyRollout } from '../../../environments/runner/reverify.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
+import type { evalReverify } from '../../program.ts';
 
-export const evalReverifyCommand: Command = {
-  summary: 'recompute rewards from stored rollouts (their patches or answers), running no agent',
-  usage: `gym eval reverify --input ROLLOUTS.jsonl --output NEW.jsonl --env NAME
-
-Needs a running daemon for SWE environments (grading runs in fresh sandboxes).`,
-  async run({ args, env, stdout, stderr }) {
-    const { values } = parseArgs({
-      args,
-      options: {
-        input: { type: 'string' },
-        output: { type: 'string' },
-        env: { type: 'string' },
-        'state-dir': { type: 'string' },
-      },
-    });
-    if (values.input === undefined || values.output === undefined || values.env === undefined) {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        'usage: gym eval reverify --input ROLLOUTS.jsonl --output NEW.jsonl --env NAME',
-      );
-    }
+export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
+  async run({ options: values, env, stdout, stderr }) {
     const environment = await loadEnvironment(values.env);
     const rows = await readJsonl(values.input);
     if (rows.length === 0) throw new GymError('VALIDATION_FAILED', `${values.input} holds no rollouts`);
-    const client = await connect(resolveStateDir(values['state-dir'], env));
+    const client = await connect(resolveStateDir(values.stateDir, env));
     const results: Array<Record<string, unknown>> = [];
     let changed = 0;
     for (const [index, row] of rows.entries()) {

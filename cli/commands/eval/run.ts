@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
@@ -11,9 +10,10 @@ import { loadEnvironment, readRows } from '../../../environments/environment.ts'
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { createDockerClient } from '../../../providers/docker/index.ts';
-import type { Command } from '../../command.ts';
-import { connect, numberFlag, resolveStateDir } from '../../connect.ts';
+import { type CommandOf, UsageError } from '../../command.ts';
+import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
+import type { evalRun } from '../../program.ts';
 import { buildSweMiniImages } from '../../task-images.ts';
 
 interface PolicyConfig {
@@ -66,54 +66,20 @@ function progressPrinter(
   };
 }
 
-export const evalRunCommand: Command = {
-  summary:
-    'run an environment: every task (x repeats) through sandbox, harness and verifier; rollouts and metrics to files',
-  usage: `gym eval run (--env NAME | --input FILE.jsonl [--env NAME]) --output FILE.jsonl [--harness NAME]
-             [--limit N] [--num-repeats N] [--concurrency N] [--resume] [--max-infra-attempts N] [--pool]
-             [--model NAME] [--policy-base-url URL] [--policy-api-key KEY] [--env-yaml FILE]
-
-Uses the daemon of the state directory when one runs, else starts one in-process (and stops it
-after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl,
-FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts.
---pool serves each image several rollouts share from a warm pool sized to the concurrency
-(off by default: on a 2-core host it costs throughput; it pays where creates are slow).`,
-  async run({ args, env, stdout, stderr }) {
-    const { values } = parseArgs({
-      args,
-      options: {
-        env: { type: 'string' },
-        input: { type: 'string' },
-        output: { type: 'string' },
-        harness: { type: 'string' },
-        limit: { type: 'string' },
-        'num-repeats': { type: 'string', default: '1' },
-        concurrency: { type: 'string', default: '4' },
-        resume: { type: 'boolean', default: false },
-        'max-infra-attempts': { type: 'string', default: '3' },
-        pool: { type: 'boolean', default: false },
-        model: { type: 'string' },
-        'policy-base-url': { type: 'string' },
-        'policy-api-key': { type: 'string' },
-        'env-yaml': { type: 'string' },
-        'state-dir': { type: 'string' },
-      },
-    });
-    if (values.output === undefined)
-      throw new GymError('VALIDATION_FAILED', '--output FILE.jsonl is required');
+export const evalRunCommand: CommandOf<typeof evalRun> = {
+  async run({ options: values, env, stdout, stderr }) {
     if (values.env === undefined && values.input === undefined)
-      throw new GymError('VALIDATION_FAILED', '--env NAME or --input FILE is required (see `gym env ls`)');
+      throw new UsageError('--env NAME or --input FILE is required (see `gym env ls`)');
     const environment = await loadEnvironment(values.env ?? 'swe-mini');
     let rows = await readRows(values.input ?? environment.dataPath);
-    const limit = numberFlag('limit', values.limit);
-    if (limit !== undefined) rows = rows.slice(0, limit);
+    if (values.limit !== undefined) rows = rows.slice(0, values.limit);
     const harnessName = values.harness ?? environment.defaultHarness;
     const harness = await new HarnessRegistry().create(harnessName);
     const policy = await policyConfig(
-      values['env-yaml'],
+      values.envYaml,
       {
-        ...(values['policy-base-url'] === undefined ? {} : { baseUrl: values['policy-base-url'] }),
-        ...(values['policy-api-key'] === undefined ? {} : { apiKey: values['policy-api-key'] }),
+        ...(values.policyBaseUrl === undefined ? {} : { baseUrl: values.policyBaseUrl }),
+        ...(values.policyApiKey === undefined ? {} : { apiKey: values.policyApiKey }),
         ...(values.model === undefined ? {} : { model: values.model }),
       },
       env,
@@ -134,7 +100,7 @@ FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rol
     let inProcess: RunningDaemon | undefined;
     let inProcessStateDir: string | undefined;
     try {
-      client = await connect(resolveStateDir(values['state-dir'], env));
+      client = await connect(resolveStateDir(values.stateDir, env));
       await client.health();
       if (harness.needsModel && policy.baseUrl !== undefined) {
         stderr.write(
@@ -145,7 +111,7 @@ FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rol
       if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
       // A stable state directory and namespace: a run killed halfway leaves its sandboxes in a
       // store the next run (say, with --resume) reconciles and cleans up.
-      inProcessStateDir = join(resolveStateDir(values['state-dir'], env), 'eval-daemon');
+      inProcessStateDir = join(resolveStateDir(values.stateDir, env), 'eval-daemon');
       const overrides: Partial<DaemonConfigInput> = {
         stateDir: inProcessStateDir,
         namespace: 'gym-eval',
@@ -186,12 +152,12 @@ FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rol
         harness,
         harnessName,
         modelName: policy.model ?? values.model ?? 'policy',
-        numRepeats: numberFlag('num-repeats', values['num-repeats']) ?? 1,
-        concurrency: numberFlag('concurrency', values.concurrency) ?? 4,
+        numRepeats: values.numRepeats,
+        concurrency: values.concurrency,
         output: values.output,
-        resume: values.resume,
-        maxInfraAttempts: numberFlag('max-infra-attempts', values['max-infra-attempts']) ?? 3,
-        usePools: values.pool,
+        resume: values.resume === true,
+        maxInfraAttempts: values.maxInfraAttempts,
+        usePools: values.pool === true,
         logger,
         onProgress: progressPrinter(stderr as NodeJS.WritableStream & { isTTY?: boolean }),
       });

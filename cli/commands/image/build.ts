@@ -1,22 +1,12 @@
-import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
 import { ImageBuilder } from '../../../images/build.ts';
 import { findImageDefinition, IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
 import { createDockerClient } from '../../../providers/docker/index.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
+import type { imageBuild } from '../../program.ts';
 
-export const imageBuildCommand: Command = {
-  summary: 'build the local base images (no registry needed)',
-  usage: `gym image build [NAME...] [--force] [--json]
-
-Builds the named images (default: all of ${IMAGE_DEFINITIONS.map((definition) => definition.name).join(', ')}).
-An image whose recipe hash already exists is not rebuilt unless --force is given.`,
-  async run({ args, stdout, logger }) {
-    const { values, positionals } = parseArgs({
-      args,
-      allowPositionals: true,
-      options: { force: { type: 'boolean', default: false }, json: { type: 'boolean', default: false } },
-    });
+export const imageBuildCommand: CommandOf<typeof imageBuild> = {
+  async run({ options: values, args: [positionals], stdout, logger }) {
     const names =
       positionals.length > 0 ? positionals : IMAGE_DEFINITIONS.map((definition) => definition.name);
     const definitions = names.map((name) => {

@@ -1,14 +1,11 @@
-import { parseArgs } from 'node:util';
 import { ImageBuilder } from '../../../images/build.ts';
 import { createDockerClient } from '../../../providers/docker/index.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { formatTable } from '../../format.ts';
+import type { imageLs } from '../../program.ts';
 
-export const imageLsCommand: Command = {
-  summary: 'list the images gym built',
-  usage: 'gym image ls [--json]',
-  async run({ args, stdout, logger }) {
-    const { values } = parseArgs({ args, options: { json: { type: 'boolean', default: false } } });
+export const imageLsCommand: CommandOf<typeof imageLs> = {
+  async run({ options: values, stdout, logger }) {
     const images = await new ImageBuilder(createDockerClient(), logger).list();
     if (values.json) {
       stdout.write(`${JSON.stringify(images)}\n`);

@@ -1,17 +1,11 @@
-import { parseArgs } from 'node:util';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { formatTable } from '../../format.ts';
+import type { poolLs } from '../../program.ts';
 
-export const poolLsCommand: Command = {
-  summary: 'list pools with idle, leased and creating counts, hits, misses and acquire latency',
-  usage: 'gym pool ls [--json]',
-  async run({ args, env, stdout }) {
-    const { values } = parseArgs({
-      args,
-      options: { 'state-dir': { type: 'string' }, json: { type: 'boolean', default: false } },
-    });
-    const pools = await (await connect(resolveStateDir(values['state-dir'], env))).listPools();
+export const poolLsCommand: CommandOf<typeof poolLs> = {
+  async run({ options: values, env, stdout }) {
+    const pools = await (await connect(resolveStateDir(values.stateDir, env))).listPools();
     if (values.json) {
       stdout.write(`${JSON.stringify(pools)}\n`);
       return 0;

@@ -1,19 +1,10 @@
-import { parseArgs } from 'node:util';
-import { GymError } from '../../../core/errors.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
+import type { poolRm } from '../../program.ts';
 
-export const poolRmCommand: Command = {
-  summary: 'drain and delete pools (idle sandboxes destroyed; leased ones keep their leases)',
-  usage: 'gym pool rm NAME...',
-  async run({ args, env, stdout }) {
-    const { values, positionals } = parseArgs({
-      args,
-      allowPositionals: true,
-      options: { 'state-dir': { type: 'string' } },
-    });
-    if (positionals.length === 0) throw new GymError('VALIDATION_FAILED', 'name at least one pool');
-    const client = await connect(resolveStateDir(values['state-dir'], env));
+export const poolRmCommand: CommandOf<typeof poolRm> = {
+  async run({ options: values, args: [positionals], env, stdout }) {
+    const client = await connect(resolveStateDir(values.stateDir, env));
     for (const name of positionals) {
       await client.removePool(name);
       stdout.write(`${name}\n`);

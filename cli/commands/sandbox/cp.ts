@@ -4,11 +4,11 @@ import { mkdir, stat } from 'node:fs/promises';
 import { basename, posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { parseArgs } from 'node:util';
 import type { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
-import type { Command } from '../../command.ts';
+import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
+import type { sandboxCp } from '../../program.ts';
 
 interface Location {
   sandboxId?: string;
@@ -85,29 +85,12 @@ async function download(
   }
 }
 
-export const sandboxCpCommand: Command = {
-  summary: 'copy files or directories between this machine and a sandbox',
-  usage: `gym sandbox cp SRC DST
-
-One side is ID:/absolute/path. A directory is copied whole (as a tar stream); a file keeps its mode.
-  gym sandbox cp ./repo sbx-abc:/work/repo
-  gym sandbox cp sbx-abc:/work/repo/result.json .`,
-  async run({ args, env }) {
-    const { values, positionals } = parseArgs({
-      args,
-      allowPositionals: true,
-      options: { 'state-dir': { type: 'string' } },
-    });
-    if (positionals.length !== 2)
-      throw new GymError('VALIDATION_FAILED', 'usage: gym sandbox cp SRC DST (one side ID:/path)');
-    const [source, target] = positionals.map(parseLocation) as [Location, Location];
-    if ((source.sandboxId === undefined) === (target.sandboxId === undefined)) {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        'exactly one of SRC and DST must be a sandbox path (ID:/absolute/path)',
-      );
-    }
-    const client = await connect(resolveStateDir(values['state-dir'], env));
+export const sandboxCpCommand: CommandOf<typeof sandboxCp> = {
+  async run({ options: values, args, env }) {
+    const [source, target] = args.map(parseLocation) as [Location, Location];
+    if ((source.sandboxId === undefined) === (target.sandboxId === undefined))
+      throw new UsageError('exactly one of SRC and DST must be a sandbox path (ID:/absolute/path)');
+    const client = await connect(resolveStateDir(values.stateDir, env));
     if (target.sandboxId !== undefined)
       await upload(client, source.path, { ...target, sandboxId: target.sandboxId });
     else await download(client, { ...source, sandboxId: source.sandboxId! }, target.path);

@@ -1,42 +1,20 @@
-import { parseArgs } from 'node:util';
 import { GymError } from '../../../core/errors.ts';
-import type { Command } from '../../command.ts';
-import { connect, keyValues, numberFlag, resolveStateDir } from '../../connect.ts';
+import type { CommandOf } from '../../command.ts';
+import { connect, resolveStateDir } from '../../connect.ts';
+import type { sandboxExec } from '../../program.ts';
 
 /** Exit codes for what is not the command's own, as timeout(1) and shells use them. */
 export const TIMEOUT_EXIT_CODE = 124;
 export const SANDBOX_GONE_EXIT_CODE = 125;
 
-export const sandboxExecCommand: Command = {
-  summary: "run a command in a sandbox; its exit code becomes gym's",
-  usage: `gym sandbox exec ID [--session NAME] [--timeout MS] [--cwd DIR] [--env KEY=VALUE]... [--json] -- CMD [ARGS...]
-
-Output streams as it comes. Exit code: the command's; 124 on timeout; 125 if the sandbox went away.`,
-  async run({ args, env, stdout, stderr }) {
-    const separator = args.indexOf('--');
-    const own = separator === -1 ? args : args.slice(0, separator);
-    const argv = separator === -1 ? [] : args.slice(separator + 1);
-    const { values, positionals } = parseArgs({
-      args: own,
-      allowPositionals: true,
-      options: {
-        session: { type: 'string' },
-        timeout: { type: 'string' },
-        cwd: { type: 'string' },
-        env: { type: 'string', multiple: true },
-        'state-dir': { type: 'string' },
-        json: { type: 'boolean', default: false },
-      },
-    });
-    const [id] = positionals;
-    if (id === undefined || argv.length === 0)
-      throw new GymError('VALIDATION_FAILED', 'usage: gym sandbox exec ID [options] -- CMD [ARGS...]');
-    const client = await connect(resolveStateDir(values['state-dir'], env));
+export const sandboxExecCommand: CommandOf<typeof sandboxExec> = {
+  async run({ options: values, args: [id, argv], env, stdout, stderr }) {
+    const client = await connect(resolveStateDir(values.stateDir, env));
     const request = {
       argv,
-      env: keyValues('env', values.env),
+      env: values.env,
       ...(values.session === undefined ? {} : { session: values.session }),
-      ...(values.timeout === undefined ? {} : { timeoutMs: numberFlag('timeout', values.timeout)! }),
+      ...(values.timeout === undefined ? {} : { timeoutMs: values.timeout }),
       ...(values.cwd === undefined ? {} : { cwd: values.cwd }),
     };
     if (values.json) {

@@ -1,24 +1,13 @@
-import { parseArgs } from 'node:util';
-import type { Command } from '../../command.ts';
-import { connect, keyValues, resolveStateDir } from '../../connect.ts';
+import type { CommandOf } from '../../command.ts';
+import { connect, resolveStateDir } from '../../connect.ts';
 import { formatTable } from '../../format.ts';
+import type { sandboxLs } from '../../program.ts';
 
-export const sandboxLsCommand: Command = {
-  summary: 'list sandboxes',
-  usage: 'gym sandbox ls [--label KEY=VALUE]... [--provider NAME] [--json]',
-  async run({ args, env, stdout }) {
-    const { values } = parseArgs({
-      args,
-      options: {
-        label: { type: 'string', multiple: true },
-        provider: { type: 'string' },
-        'state-dir': { type: 'string' },
-        json: { type: 'boolean', default: false },
-      },
-    });
-    const client = await connect(resolveStateDir(values['state-dir'], env));
+export const sandboxLsCommand: CommandOf<typeof sandboxLs> = {
+  async run({ options: values, env, stdout }) {
+    const client = await connect(resolveStateDir(values.stateDir, env));
     const sandboxes = await client.listSandboxes({
-      labels: keyValues('label', values.label),
+      labels: values.label,
       ...(values.provider === undefined ? {} : { provider: values.provider }),
     });
     if (values.json) {

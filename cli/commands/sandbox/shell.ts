@@ -1,24 +1,11 @@
 import { createInterface } from 'node:readline';
-import { parseArgs } from 'node:util';
-import { GymError } from '../../../core/errors.ts';
-import type { Command } from '../../command.ts';
+import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
+import type { sandboxShell } from '../../program.ts';
 
-export const sandboxShellCommand: Command = {
-  summary: 'an interactive line shell in a sandbox',
-  usage: `gym sandbox shell ID
-
-Each line runs through a session (about a millisecond a command). Each line is its own command,
-as with exec; \`cd DIR\` is remembered by the shell for the lines that follow. Exit with Ctrl-D or \`exit\`.`,
-  async run({ args, env, stdout, stderr }) {
-    const { values, positionals } = parseArgs({
-      args,
-      allowPositionals: true,
-      options: { 'state-dir': { type: 'string' } },
-    });
-    const [id] = positionals;
-    if (id === undefined) throw new GymError('VALIDATION_FAILED', 'usage: gym sandbox shell ID');
-    const client = await connect(resolveStateDir(values['state-dir'], env));
+export const sandboxShellCommand: CommandOf<typeof sandboxShell> = {
+  async run({ options: values, args: [id], env, stdout, stderr }) {
+    const client = await connect(resolveStateDir(values.stateDir, env));
     let cwd = (await client.exec(id, { argv: ['pwd'], session: 'shell' })).stdout.trim() || '/';
     // Iterating (rather than question()) keeps lines that arrive before a prompt, as piped input does.
     const lines = createInterface({
