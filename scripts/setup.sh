@@ -33,6 +33,8 @@ dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
+# The second, minimal provider of the tests (test/fixtures/bwrap-provider.ts) runs commands under it.
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null

@@ -3,7 +3,7 @@ import { GymError } from '../../core/errors.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
 import { type SandboxInfo, type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
-import type { CreateOptions, SandboxProvider } from '../sandbox-provider.ts';
+import type { CreateOptions, ProviderCapabilities, SandboxProvider } from '../sandbox-provider.ts';
 
 export interface ContractOptions {
   /** Shown in the suite's title. */
@@ -24,6 +24,13 @@ export interface ContractOptions {
    * on, a host that is down), for the partial-listing case; the case is skipped without it.
    */
   createUnreachableProvider?: () => SandboxProvider | Promise<SandboxProvider>;
+  /**
+   * What the provider declares, known before it is built. Cases for what it lacks (sessions,
+   * snapshot, gateway reach, a confined timeout kill) are then not registered at all, since a
+   * skipped case fails a CI that forbids skips; a lifecycle case checks that the built provider
+   * declares the same. Without it such cases are registered and skip at run time.
+   */
+  capabilities?: Partial<ProviderCapabilities>;
   /** Skip the whole suite with this reason (for example "Docker is not running"). */
   skipReason?: string;
   /** Per-test timeout; raise it for slow backends. Default 60 s. */

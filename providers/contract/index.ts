@@ -38,7 +38,8 @@ export function describeSandboxProviderContract(options: ContractOptions): void 
       });
 
       // Exec and file cases share one sandbox per group: they do not change what the next one sees.
-      const modes: ExecMode[] = ['one-shot', 'session'];
+      const declared = options.capabilities ?? {};
+      const modes: ExecMode[] = declared.sessions === false ? ['one-shot'] : ['one-shot', 'session'];
       for (const mode of modes) {
         describe(`exec (${mode})`, () => {
           let sandboxId = '';
@@ -58,10 +59,11 @@ export function describeSandboxProviderContract(options: ContractOptions): void 
         defineFileCases(fixture, () => sandboxId);
       });
 
-      describe('gateway reach', () => {
-        afterEach(() => fixture.cleanup(), timeout);
-        defineGatewayCases(fixture);
-      });
+      if (declared.gatewayReach !== false)
+        describe('gateway reach', () => {
+          afterEach(() => fixture.cleanup(), timeout);
+          defineGatewayCases(fixture);
+        });
     },
   );
 }

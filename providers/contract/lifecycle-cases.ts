@@ -155,7 +155,8 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
 
   it('reports oom when a command passes the memory limit, and the sandbox survives', async () => {
     const info = await fixture.create({ resources: { memoryMiB: 48 } });
-    for (const session of [undefined, 'oom-session']) {
+    const sessions = fixture.provider.capabilities.sessions ? [undefined, 'oom-session'] : [undefined];
+    for (const session of sessions) {
       const result = await fixture.exec(info.id, {
         command: 'tail /dev/zero',
         timeoutMs: 60_000,
@@ -230,30 +231,36 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     }
   });
 
-  it('snapshots a sandbox into an image that a new sandbox starts from, with its own labels only', async (context) => {
-    const { provider } = fixture;
-    if (!provider.capabilities.snapshot || provider.snapshot === undefined) return context.skip();
-    const source = await fixture.create({ labels: { origin: 'snapshot-source' } });
-    await provider.writeFile(source.id, '/srv/contract/state.txt', Buffer.from('kept'));
-    const { image } = await provider.snapshot(source.id, {
-      image: `gym-snapshot/contract-${fixture.runId}:${source.id}`,
-    });
-    try {
-      const copy = await fixture.create({ image, labels: { role: 'snapshot-copy' } });
-      const read = await fixture.exec(copy.id, { argv: ['cat', '/srv/contract/state.txt'] });
-      expect(read).toMatchObject({ status: 'ok', stdout: 'kept' });
-      const listed = (await provider.get(copy.id)).labels;
-      expect(listed).toEqual({ role: 'snapshot-copy', 'contract-run': fixture.runId });
-      const bySourceLabel = await provider.list({
-        labels: { origin: 'snapshot-source', 'contract-run': fixture.runId },
-      });
-      expect(bySourceLabel.sandboxes.map((info) => info.id)).toEqual([source.id]);
-      // The source is left as it was, and keeps running.
-      expect((await fixture.exec(source.id, { argv: ['echo', 'alive'] })).stdout).toBe('alive\n');
-      expect((await provider.get(source.id)).state).toBe('ready');
-    } finally {
-      await fixture.cleanup();
-      await fixture.options.removeImage?.(image);
-    }
+  it('declares the capabilities its suite was registered for', () => {
+    expect(fixture.provider.capabilities).toMatchObject(fixture.options.capabilities ?? {});
   });
+
+  // Not registered when the author declares no snapshot: a skipped case fails a strict CI.
+  if (fixture.options.capabilities?.snapshot !== false)
+    it('snapshots a sandbox into an image that a new sandbox starts from, with its own labels only', async (context) => {
+      const { provider } = fixture;
+      if (!provider.capabilities.snapshot || provider.snapshot === undefined) return context.skip();
+      const source = await fixture.create({ labels: { origin: 'snapshot-source' } });
+      await provider.writeFile(source.id, '/srv/contract/state.txt', Buffer.from('kept'));
+      const { image } = await provider.snapshot(source.id, {
+        image: `gym-snapshot/contract-${fixture.runId}:${source.id}`,
+      });
+      try {
+        const copy = await fixture.create({ image, labels: { role: 'snapshot-copy' } });
+        const read = await fixture.exec(copy.id, { argv: ['cat', '/srv/contract/state.txt'] });
+        expect(read).toMatchObject({ status: 'ok', stdout: 'kept' });
+        const listed = (await provider.get(copy.id)).labels;
+        expect(listed).toEqual({ role: 'snapshot-copy', 'contract-run': fixture.runId });
+        const bySourceLabel = await provider.list({
+          labels: { origin: 'snapshot-source', 'contract-run': fixture.runId },
+        });
+        expect(bySourceLabel.sandboxes.map((info) => info.id)).toEqual([source.id]);
+        // The source is left as it was, and keeps running.
+        expect((await fixture.exec(source.id, { argv: ['echo', 'alive'] })).stdout).toBe('alive\n');
+        expect((await provider.get(source.id)).state).toBe('ready');
+      } finally {
+        await fixture.cleanup();
+        await fixture.options.removeImage?.(image);
+      }
+    });
 }
