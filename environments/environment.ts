@@ -25,6 +25,8 @@ export const EnvironmentDefinitionSchema = z
     /** A named image set the CLI can build (`gym image build <images>`). */
     images: z.string().optional(),
     sandbox: z.record(z.string(), z.unknown()).default({}),
+    /** The kind's own settings (e.g. `swebench`: imageTemplate, repositories, testTimeoutSec). */
+    options: z.record(z.string(), z.unknown()).default({}),
     limits: z.record(z.string(), z.number()).default({}),
   })
   .strict();

@@ -38,6 +38,17 @@ export interface VerifyContext {
   logger: Logger;
 }
 
+/** What `writeReports` gets once a run has finished. */
+export interface RunReportContext {
+  /** The run's rollouts file (`X.jsonl`); a kind's own files go beside it. */
+  output: string;
+  /** Every input row, valid or not. */
+  rows: ReadonlyArray<TaskRow>;
+  /** The finished rollouts, sorted by task and repeat. */
+  rollouts: ReadonlyArray<Record<string, unknown>>;
+  harnessName: string;
+}
+
 export interface EnvironmentKind {
   readonly name: string;
   /**
@@ -56,6 +67,15 @@ export interface EnvironmentKind {
    * state is gone with the sandbox). Absent means never.
    */
   reverify?(client: GymClient, environment: LoadedEnvironment, row: TaskRow): Promise<Verdict | null>;
+  /**
+   * Checks what the schema cannot, with the environment at hand (its options); throws a
+   * `VALIDATION_FAILED` naming the field. Runs with the schema, before any sandbox starts.
+   */
+  checkRow?(row: TaskRow, environment: LoadedEnvironment): void;
+  /** The message when a row's image is missing: how to build or load it (images are never pulled). */
+  describeMissingImage?(image: string, row: TaskRow): string;
+  /** Writes the kind's own report files beside the run's (SWE-bench's report.json). */
+  writeReports?(context: RunReportContext): Promise<void>;
 }
 
 export const BUILT_IN_KINDS_DIR = dirname(fileURLToPath(import.meta.url));

@@ -98,7 +98,7 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
     expect(await labelled(namespace)).toBe(0);
   }, 300_000);
 
-  it('gives the oracle reward 1 and a no-op harness reward 0 on every terminal task; a slow test.sh is verifier_timeout', async () => {
+  it('gives the oracle reward 1 and a no-op harness reward 0 on every terminal task; a slow test.sh is a verifier timeout, not a reward', async () => {
     const namespace = `termtest-${randomBytes(3).toString('hex')}`;
     const daemon = await startTestDaemon({ namespace }, { listen: true });
     try {
@@ -181,7 +181,10 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
         maxInfraAttempts: 1,
         logger: silentLogger,
       });
-      expect((await readJsonl(output))[0]).toMatchObject({ outcome: 'verifier_timeout', reward: 0 });
+      expect(await readJsonl(output)).toEqual([]);
+      expect(await readJsonl(join(outputDir, 'slow_failures.jsonl'))).toMatchObject([
+        { outcome: 'verifier_timeout', reward: null, _ng_failure_class: 'verifier_timeout' },
+      ]);
       await rm(slowDirectory, { recursive: true, force: true });
     } finally {
       await daemon.stop({ destroy: true });

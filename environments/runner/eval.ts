@@ -58,6 +58,8 @@ export interface EvalProgress {
   skipped: number;
   rewardSum: number;
   infraErrors: number;
+  /** Rollouts whose verifier ran out of time: in the failures file, never a reward. */
+  verifierTimeouts: number;
   last?: { task: unknown; rollout: unknown; outcome: RolloutOutcome; reward: number };
 }
 
@@ -119,6 +121,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   for (const [position, row] of options.rows.entries()) {
     try {
       parseRow(kind, row, position);
+      kind.checkRow?.(row, options.environment);
     } catch (error) {
       invalid.add(position);
       const reason = isGymError(error) ? error.message : String(error);
@@ -150,6 +153,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     skipped: materialized.length - pending.length,
     rewardSum: 0,
     infraErrors: 0,
+    verifierTimeouts: 0,
   };
   const limits: HarnessLimits = {
     ...DEFAULT_LIMITS,
@@ -194,6 +198,22 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
             await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
           continue;
         }
+        if (result.outcome === 'verifier_timeout') {
+          // Not a reward: the verifier never judged the final state (README, "verifier timeouts").
+          // Not retried either: a state that makes the tests hang would hang them again.
+          progress.verifierTimeouts += 1;
+          await appendJsonl(paths.failures, {
+            ...result,
+            reward: null,
+            _ng_failure_class: 'verifier_timeout',
+            _ng_failure_terminal: true,
+          });
+          options.logger.warn(
+            { task: row._ng_task_index, rollout: row._ng_rollout_index },
+            'verifier timeout: no reward, written to the failures file',
+          );
+          break;
+        }
         await appendJsonl(paths.rollouts, result);
         progress.rewardSum += Number(result.reward);
         progress.last = {
@@ -221,6 +241,12 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   );
   await writeFile(paths.rollouts, rollouts.map((row) => `${JSON.stringify(row)}\n`).join(''));
   const metrics = await writeMetrics(paths.metrics, rollouts, options.harnessName);
+  await kind.writeReports?.({
+    output: options.output,
+    rows: options.rows,
+    rollouts,
+    harnessName: options.harnessName,
+  });
   const failures = (await readJsonl(paths.failures)).filter(
     (row) => row._ng_failure_terminal === true,
   ).length;
@@ -408,6 +434,11 @@ async function runRollout(
   } catch (error) {
     // A mistake in the run's set-up (no such image, no model upstream) fails every rollout alike:
     // stop the run and say so, rather than retrying it as an outage.
+    if (isGymError(error, 'IMAGE_NOT_FOUND') && image !== null && kind.describeMissingImage !== undefined)
+      throw new GymError('IMAGE_NOT_FOUND', kind.describeMissingImage(image, row), {
+        details: { image },
+        cause: error,
+      });
     if (isGymError(error) && CONFIGURATION_ERRORS.has(error.code)) throw error;
     verdict = {
       outcome: 'infra_error',

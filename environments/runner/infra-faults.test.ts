@@ -127,6 +127,7 @@ const environment: LoadedEnvironment = {
   limits: {},
   directory: tmpdir(),
   dataPath: join(tmpdir(), 'unused.jsonl'),
+  options: {},
   implementation: sweKind,
 };
 
@@ -228,6 +229,33 @@ describe("what the agent's own files or code can cause is graded, never infra", 
     expect(failures).toEqual([]);
     expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 0]]);
     expect(String((rollouts[0]!.verifier as { reason?: unknown }).reason)).not.toBe('undefined');
+  });
+});
+
+describe('a verifier timeout is never a reward', () => {
+  it('goes to the failures file, not retried, and stays out of the rollouts and the metrics', async () => {
+    const output = join(directory, 'verifier-timeout.jsonl');
+    const summary = await runEval({
+      client: fakeClient({ at: `exec:${ROW.test_command}`, fault: 'timeout' }),
+      environment,
+      rows: [ROW],
+      harness: createOracleHarness(),
+      harnessName: 'oracle',
+      modelName: 'm',
+      numRepeats: 1,
+      concurrency: 1,
+      output,
+      resume: false,
+      maxInfraAttempts: 3,
+      logger: silentLogger,
+    });
+    expect(await readJsonl(output)).toEqual([]);
+    const failures = await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl'));
+    expect(
+      failures.map((row) => [row.outcome, row._ng_failure_class, row._ng_failure_terminal, row.reward]),
+    ).toEqual([['verifier_timeout', 'verifier_timeout', true, null]]);
+    expect(summary).toMatchObject({ rollouts: 0, failures: 1 });
+    expect(summary.metrics['mean/reward']).toBeUndefined();
   });
 });
 

@@ -14,6 +14,10 @@ export async function reverifyRollout(
 ): Promise<Record<string, unknown>> {
   const verdict = (await environment.implementation.reverify?.(client, environment, row)) ?? null;
   if (verdict === null) return { ...row, reverified: false };
+  // Grading that could not finish (an outage, a verifier timeout) judged nothing: the stored
+  // reward stands, and the row says why it was not reverified.
+  if (verdict.outcome === 'infra_error' || verdict.outcome === 'verifier_timeout')
+    return { ...row, reverified: false, reverify_failure: { outcome: verdict.outcome, ...verdict.details } };
   return {
     ...row,
     reward: verdict.reward,
