@@ -14,8 +14,14 @@ import {
 } from './harness.ts';
 import { CLAUDE_CODE_RECIPE } from './installed/claude-code.ts';
 import { CODEX_RECIPE } from './installed/codex.ts';
-import { ensureAgentOnHost, type NpmHostSource } from './installed/installed-agent.ts';
+import {
+  ensureAgentOnHost,
+  ensureNodeAgentOnHost,
+  type NpmHostSource,
+  type NpmNodeSource,
+} from './installed/installed-agent.ts';
 import { OPENCODE_RECIPE } from './installed/opencode.ts';
+import { QWEN_CODE_RECIPE } from './installed/qwen-code.ts';
 import { HarnessRegistry } from './registry.ts';
 import { clientSandboxHandle } from './sandbox-handle.ts';
 import { ModelScriptSchema } from './scripted-model/script.ts';
@@ -106,6 +112,20 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
                 ],
               },
               { content: 'Fixed with Claude Code.' },
+            ],
+          },
+          {
+            match: 'task qwen-fix',
+            rules: [{ hasTools: false, reply: { content: 'Fix add' } }],
+            replies: [
+              // Qwen Code refuses to change a file it has not read in the session.
+              { toolCalls: [{ name: 'read_file', arguments: { file_path: '/work/repo/calc.py' } }] },
+              {
+                toolCalls: [
+                  { name: 'run_shell_command', arguments: { command: "sed -i 's/a - b/a + b/' calc.py" } },
+                ],
+              },
+              { content: 'Fixed with Qwen Code.' },
             ],
           },
           {
@@ -290,4 +310,26 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
       response: { content: [{ type: 'text', text: 'Fixed with Claude Code.' }] },
     });
   }, 180_000);
+
+  it('Qwen Code, a Node program, runs with its own Node and fixes the file through the gateway', async () => {
+    // Packed from the npm registry with Node's official build and unpacked on the host (cached),
+    // bind-mounted read-only. (Without the bind the harness copies both tarballs in and unpacks
+    // them there: that passed too, 47 s against 13 s with the bind in one run on this machine.)
+    const onHost = await ensureNodeAgentOnHost(QWEN_CODE_RECIPE.source as NpmNodeSource, AGENT_CACHE_DIR);
+    const { result, calc, records } = await run(
+      await registry.create('qwen-code'),
+      'qwen-fix',
+      { wallTimeMs: 150_000 },
+      { readOnlyBinds: [{ hostPath: onHost.dir, path: dirname(QWEN_CODE_RECIPE.sandboxBinaryPath) }] },
+    );
+    expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra).slice(0, 3000)}`).toBe(
+      'submitted',
+    );
+    expect(calc).toContain('return a + b');
+    expect(result.submission).toBe('Fixed with Qwen Code.');
+    expect(result.trajectory.find((step) => step.action?.tool === 'run_shell_command')).toMatchObject({
+      observation: expect.stringContaining('Exit Code: 0'),
+    });
+    expect(records.filter((record) => record.api === 'chat.completions').length).toBeGreaterThanOrEqual(3);
+  }, 240_000);
 });

@@ -6,6 +6,7 @@ import { createClaudeCodeHarness } from './installed/claude-code.ts';
 import { createCodexHarness } from './installed/codex.ts';
 import { createOpencodeHarness } from './installed/opencode.ts';
 import { createMiniSweAgentHarness, createOpenHandsHarness } from './installed/python-agents.ts';
+import { createQwenCodeHarness } from './installed/qwen-code.ts';
 import { createMiniSweHarness } from './mini-swe/mini-swe.ts';
 import { createNoopHarness } from './noop.ts';
 import { createOracleHarness } from './oracle/oracle.ts';
@@ -20,6 +21,7 @@ export const BUILT_IN_HARNESSES: Readonly<Record<string, HarnessFactory>> = Obje
   'tool-calling': () => createToolCallingHarness(),
   codex: (options: unknown) => createCodexHarness(options),
   'claude-code': (options: unknown) => createClaudeCodeHarness(options),
+  'qwen-code': (options: unknown) => createQwenCodeHarness(options),
   opencode: (options: unknown) => createOpencodeHarness(options),
   'mini-swe-agent': (options: unknown) => createMiniSweAgentHarness(options),
   openhands: (options: unknown) => createOpenHandsHarness(options),

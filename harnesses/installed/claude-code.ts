@@ -45,8 +45,11 @@ export function claudeCodeEnv(settings: AgentRunSettings): Record<string, string
 
 type Json = Record<string, unknown>;
 
-/** Claude Code's stream-json lines as a trajectory: each tool_use a step, its tool_result the observation. */
-export function parseClaudeCodeEvents(stdout: string): ParsedRun {
+/**
+ * Claude Code's stream-json lines (Qwen Code prints the same shapes) as a trajectory: each
+ * tool_use a step, its tool_result the observation, the `result` line the final message.
+ */
+export function parseClaudeCodeEvents(stdout: string, agent = 'claude'): ParsedRun {
   const events = parseJsonLines(stdout);
   const steps: TrajectoryStep[] = [];
   const byToolUseId = new Map<string, TrajectoryStep>();
@@ -89,7 +92,7 @@ export function parseClaudeCodeEvents(stdout: string): ParsedRun {
           `claude ended with ${String(event.subtype ?? 'an error')}: ${String(event.result ?? '')}`.trim();
     }
   }
-  if (!sawResult && error === null) error = 'claude printed no result line';
+  if (!sawResult && error === null) error = `${agent} printed no result line`;
   return { finalMessage, steps, error, events };
 }
 

@@ -8,9 +8,9 @@
  */
 import { spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
-import { access, mkdir, stat } from 'node:fs/promises';
+import { access, copyFile, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { GymError, isGymError } from '../../core/errors.ts';
 import {
   type Harness,
@@ -107,6 +107,24 @@ export interface NpmHostSource {
 }
 
 /**
+ * An agent that is a Node program on the npm registry (Qwen Code): its package and a Node
+ * runtime (the `node-linux-<arch>` package, Node's official build, which needs glibc) are packed
+ * from the registry on the host and cached, then copied into the sandbox and unpacked with `tar`
+ * next to a launcher, the recipe's `sandboxBinaryPath`. Unpacked on the host too, the same folder
+ * can be bind-mounted read-only instead.
+ */
+export interface NpmNodeSource {
+  kind: 'npm-node';
+  npmPackage: string;
+  version: string;
+  /** The CLI's script inside the package. */
+  entry: string;
+}
+
+/** The Node runtime given to Node agents (Qwen Code needs Node 22 or later). */
+export const NODE_RUNTIME_VERSION = '24.22.1';
+
+/**
  * An agent installed inside the sandbox by its own package manager (pip): the sandbox needs a
  * route to the package index (network `bridge`), or an image that already has it.
  */
@@ -117,7 +135,7 @@ export interface InSandboxSource {
 
 export interface InstalledAgentRecipe {
   name: string;
-  source: NpmHostSource | InSandboxSource;
+  source: NpmHostSource | NpmNodeSource | InSandboxSource;
   /** The agent's executable inside sandboxes (checked before installing). */
   sandboxBinaryPath: string;
   configure(settings: AgentRunSettings): {
@@ -196,6 +214,96 @@ export async function ensureAgentOnHost(
   return binary;
 }
 
+function run(command: string, args: string[], what: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    let errors = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      errors = (errors + chunk.toString()).slice(-2000);
+    });
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 ? resolve(output) : reject(new GymError('INTERNAL', `${what} failed: ${errors.trim()}`)),
+    );
+  });
+}
+
+/** `npm pack`s a package into the host cache once; returns the tarball's path. */
+async function ensurePack(spec: string, packsDir: string): Promise<string> {
+  const marker = join(packsDir, `${spec.replace(/[@/]/g, '_')}.name`);
+  const known = await readFile(marker, 'utf8').catch(() => '');
+  if (known !== '' && (await exists(join(packsDir, known)))) return join(packsDir, known);
+  await mkdir(packsDir, { recursive: true });
+  const output = await run(
+    'npm',
+    ['pack', '--pack-destination', packsDir, '--loglevel=error', spec],
+    `npm pack ${spec}`,
+  );
+  const name = output.trim().split('\n').at(-1)!.trim();
+  await writeFile(marker, name);
+  return join(packsDir, name);
+}
+
+const exists = (path: string) =>
+  access(path).then(
+    () => true,
+    () => false,
+  );
+
+/** The launcher of a Node agent: the runtime and the package sit beside it. */
+export function nodeLauncher(source: NpmNodeSource): string {
+  return `#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")\nexec "$d/runtime/node" "$d/package/${source.entry}" "$@"\n`;
+}
+
+/** What `tar` runs in the sandbox (or on the host) to unpack the two tarballs in the current folder. */
+export const NODE_AGENT_UNPACK =
+  'mkdir -p runtime && tar -xzf node.tgz -C runtime --strip-components=2 package/bin/node && tar -xzf package.tgz && rm -f node.tgz package.tgz';
+
+export interface NodeAgentOnHost {
+  /** The unpacked folder (runtime/node, package/, run): bind it read-only at the launcher's folder. */
+  dir: string;
+  nodePack: string;
+  packagePack: string;
+}
+
+/** Packs (once) a Node agent and the Node runtime for `platform`, and unpacks them into a folder. */
+export async function ensureNodeAgentOnHost(
+  source: NpmNodeSource,
+  cacheDir: string,
+  platform: AgentPlatform = hostPlatform(),
+): Promise<NodeAgentOnHost> {
+  if (platform.libc === 'musl') {
+    throw new GymError(
+      'CAPABILITY_UNSUPPORTED',
+      `${source.npmPackage} needs Node, whose official Linux builds need glibc; this sandbox's C library is musl: use an image that has the agent installed`,
+      { details: { npmPackage: source.npmPackage, libc: platform.libc } },
+    );
+  }
+  const packsDir = join(cacheDir, 'packs');
+  const nodePack = await ensurePack(`node-linux-${platform.arch}@${NODE_RUNTIME_VERSION}`, packsDir);
+  const packagePack = await ensurePack(`${source.npmPackage}@${source.version}`, packsDir);
+  const dir = join(
+    cacheDir,
+    `${source.npmPackage.replace(/[@/]/g, '_')}-${source.version}-node${NODE_RUNTIME_VERSION}-linux-${platform.arch}`,
+  );
+  if (!(await exists(join(dir, 'run')))) {
+    const staging = `${dir}.staging-${process.pid}`;
+    await rm(staging, { recursive: true, force: true });
+    await mkdir(staging, { recursive: true });
+    await copyFile(nodePack, join(staging, 'node.tgz'));
+    await copyFile(packagePack, join(staging, 'package.tgz'));
+    await run('sh', ['-c', `cd '${staging}' && ${NODE_AGENT_UNPACK}`], `unpacking ${source.npmPackage}`);
+    await writeFile(join(staging, 'run'), nodeLauncher(source), { mode: 0o755 });
+    await rm(dir, { recursive: true, force: true });
+    await rename(staging, dir);
+  }
+  return { dir, nodePack, packagePack };
+}
+
 export function createInstalledAgentHarness(
   recipe: InstalledAgentRecipe,
   options: InstalledAgentOptions = {},
@@ -244,6 +352,36 @@ export function createInstalledAgentHarness(
           { stream: createReadStream(hostBinary), sizeBytes: size },
           0o755,
         );
+      } else if (isInstalled.exitCode !== 0 && recipe.source.kind === 'npm-node') {
+        const probe = await sandbox.exec({ command: PLATFORM_PROBE, timeoutMs: 10_000 });
+        if (probe.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+        if (probe.status !== 'ok' || probe.exitCode !== 0)
+          return fail('infra_error', `reading the sandbox's platform failed: ${probe.stderr.slice(-500)}`);
+        const onHost = await ensureNodeAgentOnHost(recipe.source, cacheDir, parsePlatformProbe(probe.stdout));
+        const dir = dirname(recipe.sandboxBinaryPath);
+        for (const [name, path] of [
+          ['node.tgz', onHost.nodePack],
+          ['package.tgz', onHost.packagePack],
+        ] as const) {
+          const { size } = await stat(path);
+          await sandbox.writeFile(
+            `${dir}/${name}`,
+            { stream: createReadStream(path), sizeBytes: size },
+            0o644,
+          );
+        }
+        const unpacked = await sandbox.exec({
+          command: `cd '${dir}' && ${NODE_AGENT_UNPACK}`,
+          timeoutMs: 120_000,
+        });
+        if (unpacked.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+        if (unpacked.status !== 'ok' || unpacked.exitCode !== 0)
+          return fail(
+            'infra_error',
+            `unpacking ${recipe.name} in the sandbox failed (it needs tar and gzip): ${unpacked.stderr.slice(-1000)}`,
+          );
+        // The launcher last: a sandbox that has it has the whole agent.
+        await sandbox.writeFile(recipe.sandboxBinaryPath, Buffer.from(nodeLauncher(recipe.source)), 0o755);
       } else if (isInstalled.exitCode !== 0 && recipe.source.kind === 'in-sandbox') {
         const installed = await sandbox.exec({
           command: recipe.source.installCommand,

@@ -3,9 +3,16 @@ import { extractActions, submissionOf } from '../mini-swe/mini-swe.ts';
 import { HarnessRegistry } from '../registry.ts';
 import { CLAUDE_CODE_RECIPE, parseClaudeCodeEvents } from './claude-code.ts';
 import { CODEX_RECIPE, codexConfig, parseCodexEvents } from './codex.ts';
-import { type AgentRunSettings, type NpmHostSource, parsePlatformProbe } from './installed-agent.ts';
+import {
+  type AgentRunSettings,
+  type NpmHostSource,
+  type NpmNodeSource,
+  nodeLauncher,
+  parsePlatformProbe,
+} from './installed-agent.ts';
 import { OPENCODE_RECIPE, opencodeConfig } from './opencode.ts';
 import { MINI_SWE_AGENT_RECIPE, OPENHANDS_RECIPE } from './python-agents.ts';
+import { QWEN_CODE_RECIPE } from './qwen-code.ts';
 
 const settings: AgentRunSettings = {
   baseUrl: 'http://127.0.0.1:4000/v1/gateway/ro-1/v1',
@@ -178,6 +185,36 @@ describe('agent CLI recipes', () => {
     expect(parseClaudeCodeEvents('Invalid API key').error).toBe('claude printed no result line');
   });
 
+  it('Qwen Code: Chat Completions on the gateway from the environment, launched with its own Node', () => {
+    const { files, env } = QWEN_CODE_RECIPE.configure(settings);
+    expect(env).toMatchObject({
+      OPENAI_BASE_URL: settings.baseUrl,
+      OPENAI_API_KEY: 'gym-ro-key',
+      OPENAI_MODEL: settings.model,
+    });
+    expect(files[0]?.path).toBe('/tmp/gym-agent-x/.qwen/settings.json');
+    expect(JSON.parse(files[0]!.content)).toMatchObject({ privacy: { usageStatisticsEnabled: false } });
+    expect(QWEN_CODE_RECIPE.command(settings)).toEqual([
+      '/opt/gym-agents/qwen-code/run',
+      '--auth-type',
+      'openai',
+      '--approval-mode',
+      'yolo',
+      '--output-format',
+      'stream-json',
+      '--model',
+      settings.model,
+      'Fix the bug.',
+    ]);
+    expect(nodeLauncher(QWEN_CODE_RECIPE.source as NpmNodeSource)).toBe(
+      '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")\nexec "$d/runtime/node" "$d/package/cli-entry.js" "$@"\n',
+    );
+    expect(QWEN_CODE_RECIPE.parse('{"type":"result","subtype":"success","result":"ok"}', {})).toMatchObject({
+      finalMessage: 'ok',
+      error: null,
+    });
+  });
+
   it('agent binaries follow the sandbox platform (uname -m, musl or glibc)', () => {
     expect(parsePlatformProbe('x86_64\nglibc\n')).toEqual({ arch: 'x64', libc: 'glibc' });
     expect(parsePlatformProbe('aarch64\nmusl\n')).toEqual({ arch: 'arm64', libc: 'musl' });
@@ -211,6 +248,7 @@ describe('agent CLI recipes', () => {
       'opencode',
       'openhands',
       'oracle',
+      'qwen-code',
       'single-turn',
       'tool-calling',
     ]);
