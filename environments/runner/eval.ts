@@ -47,6 +47,12 @@ export interface EvalOptions {
    * (large images, Kubernetes).
    */
   usePools?: boolean;
+  /**
+   * The model upstream of this run's rollouts (`gym eval run --policy-base-url`): each rollout is
+   * opened with it, so it applies on a daemon already running with another (or no) upstream.
+   * Default: the daemon's configured gateway upstream.
+   */
+  upstream?: { baseUrl: string; apiKey?: string; model?: string };
   limits?: Partial<HarnessLimits>;
   logger: Logger;
   onProgress?: (progress: EvalProgress) => void;
@@ -376,7 +382,10 @@ async function runRollout(
     timings.sandboxMs = Date.now() - started;
     let endpoint = { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
     if (harness.needsModel) {
-      const rollout = await client.openRollout({ rolloutId });
+      const rollout = await client.openRollout({
+        rolloutId,
+        ...(options.upstream === undefined ? {} : { upstream: options.upstream }),
+      });
       endpoint = {
         baseUrl: `${client.url}${rollout.basePath}`,
         basePath: rollout.basePath,

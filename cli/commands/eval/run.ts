@@ -102,11 +102,8 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
     try {
       client = await connect(resolveStateDir(values.stateDir, env));
       await client.health();
-      if (harness.needsModel && policy.baseUrl !== undefined) {
-        stderr.write(
-          'gym: using the running daemon; its gateway upstream applies (policy flags only configure an in-process daemon)\n',
-        );
-      }
+      if (harness.needsModel && policy.baseUrl !== undefined)
+        stderr.write(`gym: using the running daemon; this run's rollouts go to ${policy.baseUrl}\n`);
     } catch (error) {
       if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
       // A stable state directory and namespace: a run killed halfway leaves its sandboxes in a
@@ -158,6 +155,17 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         resume: values.resume === true,
         maxInfraAttempts: values.maxInfraAttempts,
         usePools: values.pool === true,
+        // Each rollout opens with this run's upstream, so --policy-* and env.yaml apply on a
+        // running daemon too (its configured upstream stays the default of other runs).
+        ...(policy.baseUrl === undefined
+          ? {}
+          : {
+              upstream: {
+                baseUrl: policy.baseUrl,
+                ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
+                ...(policy.model ? { model: policy.model } : {}),
+              },
+            }),
         logger,
         onProgress: progressPrinter(stderr as NodeJS.WritableStream & { isTTY?: boolean }),
       });

@@ -1,0 +1,77 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ModelScriptSchema } from '../../../harnesses/scripted-model/script.ts';
+import {
+  type ScriptedModelServer,
+  startScriptedModelServer,
+} from '../../../harnesses/scripted-model/server.ts';
+import type { ProviderContext } from '../../../providers/sandbox-provider.ts';
+import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
+import { MemoryProvider } from '../../../test/fixtures/memory-provider.ts';
+import { runCli } from '../../program.ts';
+
+let daemon: TestDaemon | undefined;
+let model: ScriptedModelServer | undefined;
+let outputDir: string | undefined;
+afterEach(async () => {
+  await daemon?.cleanup();
+  await model?.close();
+  if (outputDir !== undefined) await rm(outputDir, { recursive: true, force: true });
+  daemon = model = outputDir = undefined;
+});
+
+describe('gym eval run against a running daemon', () => {
+  it("sends the run's rollouts to --model-url with --model-api-key, though the daemon has no upstream", async () => {
+    // Seen: with a daemon running, --policy-* flags were ignored and its own upstream applied.
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        model: 'scripted',
+        conversations: [{ replies: [{ content: 'Answer: B' }] }],
+      }),
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-upstream-'));
+    const output = join(outputDir, 'rollouts.jsonl');
+    const stderr = new PassThrough();
+    const exitCode = await runCli(
+      [
+        'eval',
+        'run',
+        '--env',
+        'mcqa',
+        '--limit',
+        '1',
+        '-o',
+        output,
+        '--model-url',
+        model.baseUrl,
+        '--model-api-key',
+        'per-run-key',
+        '--model',
+        'scripted',
+        '--state-dir',
+        daemon.stateDir,
+        '--env-yaml',
+        '/dev/null',
+      ],
+      { stdout: new PassThrough(), stderr, env: {} },
+    );
+    expect(exitCode).toBe(0);
+    expect(model.requests.length).toBeGreaterThan(0);
+    expect(model.requests[0]?.headers.authorization).toBe('Bearer per-run-key');
+    const [rollout] = (await readFile(output, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { reward: number; outcome: string });
+    expect(rollout).toMatchObject({ outcome: 'reward', reward: 1 });
+  });
+});
