@@ -78,7 +78,11 @@ describe('gym eval on mcqa (no sandbox)', () => {
       });
       return { summary, rollouts: await readJsonl(output) };
     };
-    expect((await run('oracle')).summary.metrics['mean/reward']).toBe(1);
+    const oracle = await run('oracle');
+    expect(oracle.summary.metrics['mean/reward']).toBe(1);
+    // No model, no tokens to count: no usage and no token metrics (never a made-up 0).
+    expect(oracle.rollouts[0]!.usage).toBeUndefined();
+    expect(oracle.summary.metrics['mean/input_tokens']).toBeUndefined();
     expect((await run('noop')).summary.metrics['mean/reward']).toBe(0);
     const { summary, rollouts } = await run('single-turn', 2);
     // q1 answers B (right); every other question gets A, right for q4 and q10 only.
@@ -91,5 +95,18 @@ describe('gym eval on mcqa (no sandbox)', () => {
       verifier: { expected_answer: 'B', extracted_answer: 'B' },
     });
     expect((rollouts[0]!.model_calls as unknown[]).length).toBe(1);
+    // Tokens from the gateway's record (the scripted model reports 10 prompt tokens, 3 for "Answer: B").
+    expect(rollouts[0]!.usage).toEqual({
+      input_tokens: 10,
+      output_tokens: 3,
+      cached_tokens: 0,
+      calls: 1,
+      calls_without_usage: 0,
+    });
+    expect(summary.metrics).toMatchObject({
+      'mean/input_tokens': 10,
+      'mean/output_tokens': 3,
+      'mean/model_calls': 1,
+    });
   });
 });

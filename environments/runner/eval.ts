@@ -25,6 +25,7 @@ import { promptText, rowConversation } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
+import { sumUsage, usageMetrics } from './usage.ts';
 
 export interface EvalOptions {
   client: GymClient;
@@ -297,13 +298,17 @@ export async function writeMetrics(
     byTask.set(task, [...(byTask.get(task) ?? []), Number(row.reward)]);
   }
   const tasks = [...byTask.entries()].sort(([left], [right]) => left - right);
-  const agentMetrics = computeRewardMetrics(tasks.map(([, rewards]) => rewards));
+  const agentMetrics = {
+    ...computeRewardMetrics(tasks.map(([, rewards]) => rewards)),
+    ...usageMetrics(rollouts),
+  };
   const keyMetrics = Object.fromEntries(
     Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
   );
   const groupLevel = tasks.map(([task, rewards]) => ({
     _ng_task_index: task,
     ...computeRewardMetrics([rewards]),
+    ...usageMetrics(rollouts.filter((row) => Number(row._ng_task_index) === task)),
   }));
   await writeFile(
     path,
@@ -474,6 +479,8 @@ async function runRollout(
     trajectory: harnessResult?.trajectory ?? [],
     model_calls: modelCalls,
     ...(modelCallsError === undefined ? {} : { model_calls_error: modelCallsError }),
+    // Tokens summed from the gateway's records (a harness without a model has none to count).
+    ...(harness.needsModel ? { usage: sumUsage(modelCalls) } : {}),
     timings,
     sandbox: { image },
   };

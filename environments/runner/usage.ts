@@ -1,0 +1,128 @@
+/**
+ * Token accounting of a rollout, summed from the gateway's records of its model calls, and the
+ * aggregate metrics over rollouts (`mean/input_tokens` and friends, as NeMo Gym names the
+ * baseline stats of a numeric field). Pure: the runner passes the records it read.
+ *
+ * A record's `usage` is in the shape of the API the upstream was called with (`upstreamApi`,
+ * else `api`), and the three count prompt tokens differently; here `input_tokens` is always
+ * every prompt token and `cached_tokens` the part read from a cache:
+ * - Chat Completions: `prompt_tokens` (cached ones included, `prompt_tokens_details.cached_tokens`),
+ *   `completion_tokens`;
+ * - Responses: `input_tokens` (cached included, `input_tokens_details.cached_tokens`), `output_tokens`;
+ * - Anthropic Messages: `input_tokens` EXCLUDES cache reads and writes, so input =
+ *   `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`, cached = cache reads.
+ */
+
+export interface RolloutUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+  /** Model calls recorded (failed ones included). */
+  calls: number;
+  /** Calls whose record has no usage (failed calls, an upstream that sends none): their tokens are not counted. */
+  calls_without_usage: number;
+}
+
+type Json = Record<string, unknown>;
+
+const count = (value: unknown): number =>
+  typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : 0;
+
+/** One record's tokens, or null when it carries no usage. */
+export function usageOfRecord(
+  record: unknown,
+): { input_tokens: number; output_tokens: number; cached_tokens: number } | null {
+  if (typeof record !== 'object' || record === null) return null;
+  const { usage, api, upstreamApi } = record as Json;
+  if (typeof usage !== 'object' || usage === null) return null;
+  const fields = usage as Json;
+  const shape = upstreamApi ?? api;
+  if (shape === 'chat.completions' || (shape === undefined && 'prompt_tokens' in fields)) {
+    return {
+      input_tokens: count(fields.prompt_tokens),
+      output_tokens: count(fields.completion_tokens),
+      cached_tokens: count((fields.prompt_tokens_details as Json | undefined)?.cached_tokens),
+    };
+  }
+  const isAnthropic =
+    shape === 'messages' ||
+    (shape === undefined && ('cache_read_input_tokens' in fields || 'cache_creation_input_tokens' in fields));
+  if (isAnthropic) {
+    const cacheRead = count(fields.cache_read_input_tokens);
+    return {
+      input_tokens: count(fields.input_tokens) + cacheRead + count(fields.cache_creation_input_tokens),
+      output_tokens: count(fields.output_tokens),
+      cached_tokens: cacheRead,
+    };
+  }
+  return {
+    input_tokens: count(fields.input_tokens),
+    output_tokens: count(fields.output_tokens),
+    cached_tokens: count((fields.input_tokens_details as Json | undefined)?.cached_tokens),
+  };
+}
+
+/** The tokens of all of a rollout's model calls. */
+export function sumUsage(records: readonly unknown[]): RolloutUsage {
+  const total: RolloutUsage = {
+    input_tokens: 0,
+    output_tokens: 0,
+    cached_tokens: 0,
+    calls: records.length,
+    calls_without_usage: 0,
+  };
+  for (const record of records) {
+    const usage = usageOfRecord(record);
+    if (usage === null) {
+      total.calls_without_usage += 1;
+      continue;
+    }
+    total.input_tokens += usage.input_tokens;
+    total.output_tokens += usage.output_tokens;
+    total.cached_tokens += usage.cached_tokens;
+  }
+  return total;
+}
+
+/** `mean/`, `max/`, `min/`, `median/`, `std/` of `name` (population std, as NeMo Gym's). */
+export function baselineStats(name: string, values: readonly number[]): Record<string, number> {
+  if (values.length === 0) return {};
+  const sorted = [...values].sort((left, right) => left - right);
+  const mean = values.reduce((sum, value) => sum + value, 0) / values.length;
+  const middle = sorted.length / 2;
+  return {
+    [`mean/${name}`]: mean,
+    [`max/${name}`]: sorted.at(-1)!,
+    [`min/${name}`]: sorted[0]!,
+    [`median/${name}`]:
+      sorted.length % 2 === 1
+        ? sorted[(sorted.length - 1) / 2]!
+        : (sorted[middle - 1]! + sorted[middle]!) / 2,
+    [`std/${name}`]: Math.sqrt(values.reduce((sum, value) => sum + (value - mean) ** 2, 0) / values.length),
+  };
+}
+
+/** Token metrics over the rollouts that carry a `usage` (rollouts without one are not counted as zero). */
+export function usageMetrics(rollouts: ReadonlyArray<Record<string, unknown>>): Record<string, number> {
+  const usages = rollouts
+    .map((row) => row.usage)
+    .filter((usage): usage is RolloutUsage => typeof usage === 'object' && usage !== null);
+  return {
+    ...baselineStats(
+      'input_tokens',
+      usages.map((usage) => usage.input_tokens),
+    ),
+    ...baselineStats(
+      'output_tokens',
+      usages.map((usage) => usage.output_tokens),
+    ),
+    ...baselineStats(
+      'cached_tokens',
+      usages.map((usage) => usage.cached_tokens),
+    ),
+    ...baselineStats(
+      'model_calls',
+      usages.map((usage) => usage.calls),
+    ),
+  };
+}
