@@ -35,6 +35,9 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
 # The second, minimal provider of the tests (test/fixtures/bwrap-provider.ts) runs commands under it.
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# Real SSH servers stand for compute nodes in the SSH transport tests (providers/ssh/).
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null

@@ -1,0 +1,268 @@
+/**
+ * One SSH connection to one host, shared by every sandbox on it: key or agent authentication,
+ * the host key checked against a known_hosts file (an unknown, changed or revoked key is refused,
+ * never accepted silently), keepalives, reconnection with backoff, and at most `maxChannels`
+ * sessions open at once (OpenSSH's MaxSessions is 10 by default; an 11th exec fails to open).
+ *
+ * `exec` runs one command and ends when it ends: exit code or signal, stdout and stderr as they
+ * come, stdin fed and closed. A connection that drops mid-command rejects the command with
+ * `PROVIDER_UNAVAILABLE`, which the provider turns into `sandbox_gone` or `unreachable`.
+ */
+import { readFile } from 'node:fs/promises';
+import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
+import { GymError } from '../../core/errors.ts';
+import type { Logger } from '../../core/logger.ts';
+import { type HostKeyVerdict, hostName, parseKnownHosts, verifyHostKey } from './known-hosts.ts';
+
+export interface SshTarget {
+  host: string;
+  port: number;
+  username: string;
+  /** A private key file; or `agent` (an ssh-agent socket path). */
+  privateKeyPath?: string;
+  agent?: string;
+  /** The known_hosts file the host's key must be in. Required: there is no trust on first use. */
+  knownHostsPath: string;
+  /** Keepalive every this many ms; the connection counts as down after `keepaliveCountMax` misses. */
+  keepaliveIntervalMs: number;
+  keepaliveCountMax: number;
+  /** Sessions open at once on this connection; keep it below the server's MaxSessions. */
+  maxChannels: number;
+  readyTimeoutMs: number;
+}
+
+export const DEFAULT_TARGET = {
+  port: 22,
+  keepaliveIntervalMs: 5000,
+  keepaliveCountMax: 3,
+  maxChannels: 8,
+  readyTimeoutMs: 15_000,
+} as const;
+
+export interface RemoteExit {
+  /** Null when the command ended by a signal, or the server said nothing of its end. */
+  code: number | null;
+  /** `SIGKILL` and so on, when a signal ended it. */
+  signal: string | null;
+}
+
+export interface RemoteExecOptions {
+  stdin?: Buffer | NodeJS.ReadableStream;
+  onStdout?: (chunk: Buffer) => void;
+  onStderr?: (chunk: Buffer) => void;
+  /** Aborting closes the channel (OpenSSH also sends the command's process group a SIGHUP). */
+  signal?: AbortSignal;
+}
+
+/** Counts what is open and queues what waits, so no open ever meets the server's limit. */
+class ChannelSlots {
+  readonly #max: number;
+  #open = 0;
+  readonly #waiting: Array<() => void> = [];
+
+  constructor(max: number) {
+    this.#max = max;
+  }
+
+  async acquire(): Promise<() => void> {
+    if (this.#open >= this.#max) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    this.#open += 1;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#open -= 1;
+      this.#waiting.shift()?.();
+    };
+  }
+
+  get open(): number {
+    return this.#open;
+  }
+}
+
+export class SshConnection {
+  readonly target: SshTarget;
+  readonly #logger: Logger;
+  readonly #slots: ChannelSlots;
+  #client: Client | null = null;
+  #connecting: Promise<Client> | null = null;
+  #lastError: GymError | null = null;
+  #closed = false;
+  /** Consecutive failed connects, for the backoff. */
+  #failures = 0;
+  #retryAt = 0;
+
+  constructor(target: SshTarget, logger: Logger) {
+    this.target = target;
+    this.#logger = logger;
+    this.#slots = new ChannelSlots(target.maxChannels);
+  }
+
+  get name(): string {
+    return `${this.target.username}@${hostName(this.target.host, this.target.port)}`;
+  }
+
+  /** Whether the connection is up now (false after a drop until the next use reconnects). */
+  get isUp(): boolean {
+    return this.#client !== null;
+  }
+
+  get lastError(): GymError | null {
+    return this.#lastError;
+  }
+
+  get openChannels(): number {
+    return this.#slots.open;
+  }
+
+  #unavailable(reason: string, message: string, cause?: unknown): GymError {
+    return new GymError('PROVIDER_UNAVAILABLE', `ssh ${this.name}: ${message}`, {
+      details: { host: this.target.host, port: this.target.port, reason },
+      ...(cause === undefined ? {} : { cause }),
+    });
+  }
+
+  /** The live client, connecting (again) when there is none; fails fast while backing off. */
+  async client(): Promise<Client> {
+    if (this.#closed) throw this.#unavailable('closed', 'the connection is closed');
+    if (this.#client !== null) return this.#client;
+    if (this.#connecting !== null) return this.#connecting;
+    if (Date.now() < this.#retryAt && this.#lastError !== null) throw this.#lastError;
+    this.#connecting = this.#connect().finally(() => {
+      this.#connecting = null;
+    });
+    return this.#connecting;
+  }
+
+  async #connect(): Promise<Client> {
+    const known = parseKnownHosts(
+      await readFile(this.target.knownHostsPath, 'utf8').catch((error: Error) => {
+        throw this.#unavailable(
+          'known-hosts',
+          `cannot read known_hosts ${this.target.knownHostsPath}: ${error.message}`,
+        );
+      }),
+    );
+    let verdict = { kind: 'unknown' } as HostKeyVerdict;
+    const config: ConnectConfig = {
+      host: this.target.host,
+      port: this.target.port,
+      username: this.target.username,
+      readyTimeout: this.target.readyTimeoutMs,
+      keepaliveInterval: this.target.keepaliveIntervalMs,
+      keepaliveCountMax: this.target.keepaliveCountMax,
+      hostVerifier: (key: Buffer) => {
+        verdict = verifyHostKey(known, this.target.host, this.target.port, key);
+        return verdict.kind === 'match';
+      },
+    };
+    if (this.target.privateKeyPath !== undefined)
+      config.privateKey = await readFile(this.target.privateKeyPath);
+    if (this.target.agent !== undefined) config.agent = this.target.agent;
+    const client = new Client();
+    try {
+      await new Promise<void>((resolve, reject) => {
+        client.once('ready', resolve);
+        client.once('error', reject);
+        client.connect(config);
+      });
+    } catch (error) {
+      client.end();
+      const message = (error as Error).message;
+      const judged = verdict as HostKeyVerdict;
+      const failure =
+        judged.kind === 'unknown' && /verification failed/i.test(message)
+          ? this.#unavailable(
+              'host-key-unknown',
+              `the host key is not in ${this.target.knownHostsPath}; add it (ssh-keyscan) after checking it`,
+            )
+          : judged.kind === 'mismatch'
+            ? this.#unavailable(
+                'host-key-mismatch',
+                `the host key does not match ${this.target.knownHostsPath} (known: ${judged.knownTypes.join(', ')}): it changed, or someone is in the middle; refusing`,
+              )
+            : judged.kind === 'revoked'
+              ? this.#unavailable(
+                  'host-key-revoked',
+                  `the host key is marked @revoked in ${this.target.knownHostsPath}`,
+                )
+              : this.#unavailable('connect', `cannot connect: ${message}`, error);
+      this.#failed(failure);
+      throw failure;
+    }
+    this.#failures = 0;
+    this.#lastError = null;
+    client.on('error', (error: Error) => {
+      this.#logger.warn({ host: this.name, error: error.message }, 'ssh connection error');
+      this.#lastError = this.#unavailable('dropped', `the connection failed: ${error.message}`, error);
+    });
+    client.once('close', () => {
+      if (this.#client === client) this.#client = null;
+      this.#lastError ??= this.#unavailable('dropped', 'the connection closed');
+      this.#logger.info({ host: this.name }, 'ssh connection closed');
+    });
+    this.#client = client;
+    return client;
+  }
+
+  #failed(error: GymError): void {
+    this.#lastError = error;
+    this.#failures += 1;
+    // 0.5 s, 1 s, 2 s ... at most 30 s between attempts to a host that does not answer.
+    this.#retryAt = Date.now() + Math.min(30_000, 500 * 2 ** (this.#failures - 1));
+  }
+
+  /** Runs `command` (a shell command line the server's shell parses) to its end. */
+  async exec(command: string, options: RemoteExecOptions = {}): Promise<RemoteExit> {
+    const release = await this.#slots.acquire();
+    try {
+      const client = await this.client();
+      const channel = await new Promise<ClientChannel>((resolve, reject) => {
+        client.exec(command, (error, stream) => (error ? reject(error) : resolve(stream)));
+      }).catch((error: Error) => {
+        throw this.#unavailable('channel', `cannot open a session: ${error.message}`, error);
+      });
+      return await this.#run(channel, options);
+    } finally {
+      release();
+    }
+  }
+
+  #run(channel: ClientChannel, options: RemoteExecOptions): Promise<RemoteExit> {
+    return new Promise((resolve, reject) => {
+      let exit: RemoteExit | null = null;
+      // Both streams are always read: `close` comes only after they end.
+      channel.on('data', (chunk: Buffer) => options.onStdout?.(chunk));
+      channel.stderr.on('data', (chunk: Buffer) => options.onStderr?.(chunk));
+      channel.on('exit', (code: number | null, signal?: string) => {
+        exit = {
+          code: code ?? null,
+          signal: signal === undefined ? null : `SIG${signal.replace(/^SIG/, '')}`,
+        };
+      });
+      const abort = () => channel.close();
+      options.signal?.addEventListener('abort', abort, { once: true });
+      channel.on('close', () => {
+        options.signal?.removeEventListener('abort', abort);
+        if (exit !== null) resolve(exit);
+        else if (this.#client === null || options.signal?.aborted)
+          reject(this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command'));
+        // A server that never says how a command ended: unknown, never a success.
+        else resolve({ code: null, signal: null });
+      });
+      if (options.stdin === undefined) channel.end();
+      else if (Buffer.isBuffer(options.stdin)) channel.end(options.stdin);
+      else {
+        options.stdin.on('error', () => channel.close());
+        options.stdin.pipe(channel);
+      }
+    });
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#client?.end();
+    this.#client = null;
+  }
+}
