@@ -286,7 +286,12 @@ export const devModelServer = () =>
 export const doctor = () =>
   new Command('doctor')
     .summary(
-      'check Node, the Docker engine, images, the daemon and its providers, and say how to fix what is missing',
+      'check Node, Docker, images, the exec helper, the gateway relay, the daemon and its providers; say how to fix what fails',
+    )
+    .description(
+      `Check what gym needs on this host and say how to fix what fails: Node, the Docker engine, the base images and the environments' images, debootstrap and busybox (to build images), the exec helper (.tools/gym-exec), nsenter and root (or CAP_SYS_ADMIN and CAP_SYS_PTRACE) for the model gateway relay, the daemon and its providers.
+
+Exit code 1 when a required check fails; warnings (no daemon running yet, task images gym eval run builds on first use) do not count.`,
     )
     .addOption(stateDirOption())
     .addOption(jsonOption());
