@@ -1,0 +1,100 @@
+/**
+ * The apptainer stand-in keeps Apptainer's interface: documented flags, `instance list --json`'s
+ * shape, `FATAL:` with exit 255 for its own errors, and a loud refusal of anything else.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeBusyboxRoot } from '../fixtures/busybox-root.ts';
+
+const STAND_IN = new URL('./apptainer.ts', import.meta.url).pathname;
+let directory = '';
+let image = '';
+const apptainer = (...args: string[]) => {
+  const result = spawnSync(process.execPath, [STAND_IN, ...args], {
+    env: { ...process.env, APPTAINER_CONFIGDIR: join(directory, 'config') },
+    encoding: 'utf8',
+  });
+  return { code: result.status, stdout: result.stdout, stderr: result.stderr };
+};
+
+beforeAll(async () => {
+  directory = await mkdtemp(join(tmpdir(), 'gym-apptainer-standin-'));
+  await makeBusyboxRoot(join(directory, 'images'));
+  image = join(directory, 'images', 'local_busybox_rootfs');
+});
+afterAll(async () => {
+  apptainer('instance', 'stop', '--force', 'one');
+  await rm(directory, { recursive: true, force: true });
+});
+
+describe('apptainer stand-in', () => {
+  it('starts an instance, runs commands in it with state kept between them, lists and stops it', () => {
+    expect(
+      apptainer(
+        'instance',
+        'start',
+        '--containall',
+        '--cleanenv',
+        '--writable-tmpfs',
+        '--net',
+        '--network',
+        'none',
+        image,
+        'one',
+      ).code,
+    ).toBe(0);
+    expect(apptainer('instance', 'start', '--containall', '--writable-tmpfs', image, 'one')).toMatchObject({
+      code: 255,
+    });
+    const listed = JSON.parse(apptainer('instance', 'list', '--json').stdout) as {
+      instances: Array<Record<string, unknown>>;
+    };
+    expect(listed.instances).toEqual([
+      expect.objectContaining({ instance: 'one', img: image, pid: expect.any(Number) }),
+    ]);
+    const first = apptainer(
+      'exec',
+      '--cleanenv',
+      '--pwd',
+      '/tmp',
+      '--env',
+      'GREETING=hi there',
+      'instance://one',
+      '/bin/sh',
+      '-c',
+      'echo "$GREETING" > note; pwd; ls /sys/class/net 2>/dev/null; echo $$',
+    );
+    expect(first.code).toBe(0);
+    // A pid namespace of its own (the shell is not pid 1: the keeper is).
+    expect(first.stdout).toMatch(/^\/tmp\n(lo\n)?\d+\n$/);
+    expect(apptainer('exec', 'instance://one', 'cat', '/tmp/note')).toMatchObject({
+      code: 0,
+      stdout: 'hi there\n',
+    });
+    expect(apptainer('exec', 'instance://one', '/bin/sh', '-c', 'exit 7').code).toBe(7);
+    expect(apptainer('instance', 'stop', 'one').code).toBe(0);
+    expect(JSON.parse(apptainer('instance', 'list', '--json').stdout)).toEqual({ instances: [] });
+    expect(apptainer('exec', 'instance://one', 'true')).toMatchObject({
+      code: 255,
+      stderr: expect.stringContaining('no instance found'),
+    });
+  });
+
+  it('refuses what it does not reproduce, loudly', () => {
+    for (const args of [
+      ['exec', '--bogus', 'instance://one', 'true'],
+      ['instance', 'start', '--containall', '--writable-tmpfs', '--memory', '1G', image, 'two'],
+      ['instance', 'start', '--containall', '--writable-tmpfs', '--net', image, 'two'],
+      ['instance', 'start', '--containall', '--writable-tmpfs', join(directory, 'image.sif'), 'two'],
+      ['instance', 'start', '--containall', '--writable-tmpfs', image, 'bad/name'],
+      ['build', 'out.sif', 'docker-daemon:x:y'],
+    ]) {
+      const result = apptainer(...args);
+      expect(result.code, args.join(' ')).toBe(255);
+      expect(result.stderr).toMatch(/^FATAL: /);
+    }
+  });
+});

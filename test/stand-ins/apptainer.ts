@@ -1,0 +1,329 @@
+/**
+ * A STAND-IN for the `apptainer` command, for tests only: Apptainer cannot be installed on our
+ * machines (not in Debian, not on the npm registry). It accepts exactly the subcommands and flags
+ * the apptainer provider uses, with Apptainer's documented output formats and exit codes, and
+ * rejects every other flag loudly (`FATAL:`, exit 255), so a provider that calls something the
+ * real tool does not have fails its tests. Run as `node apptainer.ts ...` (test/stand-ins/bin
+ * holds an `apptainer` wrapper that does so).
+ *
+ * What it does: an instance is a keeper process under bubblewrap (its own mount, pid, IPC and
+ * UTS namespaces, and a network namespace with loopback only under `--net --network none`) over
+ * an overlay of a sandbox-directory image whose writes are discarded at stop (as
+ * `--writable-tmpfs`); `exec instance://NAME` enters the keeper's namespaces and root with
+ * nsenter. Instance records live where Apptainer keeps them:
+ * `$APPTAINER_CONFIGDIR or ~/.apptainer` + `/instances/app/<hostname>/<user>/<name>/<name>.json`.
+ *
+ * What it does not reproduce: SIF files (only sandbox directories are images), `--fakeroot`
+ * user namespaces, cgroup limits (`--memory`, `--cpus` are refused), bridge networking,
+ * `%startscript`, instance logs' content, the 64 MiB cap of `--writable-tmpfs` (writes go to
+ * disk), and running as a non-root user (the stand-in needs root for mount and nsenter).
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, userInfo } from 'node:os';
+import { join } from 'node:path';
+
+const INSTANCE_NAME = /^[a-zA-Z0-9._-]+$/;
+
+function fatal(message: string): never {
+  process.stderr.write(`FATAL:   ${message}\n`);
+  process.exit(255);
+}
+
+interface InstanceRecord {
+  name: string;
+  pid: number;
+  image: string;
+  root: string;
+  network: boolean;
+}
+
+function configDirectory(): string {
+  return process.env.APPTAINER_CONFIGDIR ?? join(userInfo().homedir, '.apptainer');
+}
+
+function instanceDirectory(name: string): string {
+  return join(configDirectory(), 'instances', 'app', hostname(), userInfo().username, name);
+}
+
+function logPaths(name: string) {
+  const base = join(configDirectory(), 'instances', 'logs', hostname(), userInfo().username);
+  return { out: join(base, `${name}.out`), err: join(base, `${name}.err`) };
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function readRecord(name: string): InstanceRecord | null {
+  try {
+    const record = JSON.parse(
+      readFileSync(join(instanceDirectory(name), `${name}.json`), 'utf8'),
+    ) as InstanceRecord;
+    return isAlive(record.pid) ? record : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Parses `args` against the flags a subcommand allows: `value` flags take the next word. */
+function parseFlags(
+  command: string,
+  args: string[],
+  allowed: Record<string, 'switch' | 'value' | 'repeat'>,
+): { flags: Map<string, string[]>; rest: string[] } {
+  const flags = new Map<string, string[]>();
+  let index = 0;
+  for (; index < args.length; index += 1) {
+    const arg = args[index]!;
+    if (!arg.startsWith('-')) break;
+    const [name, inline] = arg.includes('=')
+      ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
+      : [arg, undefined];
+    const kind = allowed[name];
+    if (kind === undefined)
+      fatal(
+        `stand-in: unknown flag ${name} for "apptainer ${command}" (not something the real tool's provider should call)`,
+      );
+    if (kind === 'switch') flags.set(name, ['true']);
+    else {
+      const value = inline ?? args[++index];
+      if (value === undefined) fatal(`flag ${name} needs a value`);
+      flags.set(name, kind === 'repeat' ? [...(flags.get(name) ?? []), value] : [value]);
+    }
+  }
+  return { flags, rest: args.slice(index) };
+}
+
+function alias(flags: Map<string, string[]>, short: string, long: string): boolean {
+  return flags.has(short) || flags.has(long);
+}
+
+async function instanceStart(args: string[]): Promise<void> {
+  const { flags, rest } = parseFlags('instance start', args, {
+    '-C': 'switch',
+    '--containall': 'switch',
+    '-e': 'switch',
+    '--cleanenv': 'switch',
+    '--writable-tmpfs': 'switch',
+    '--no-home': 'switch',
+    '-n': 'switch',
+    '--net': 'switch',
+    '--network': 'value',
+    '--pid-file': 'value',
+    '--env': 'repeat',
+    '--hostname': 'value',
+  });
+  const [image, name, ...extra] = rest;
+  if (image === undefined || name === undefined)
+    fatal('usage: apptainer instance start [options] <container path> <instance name>');
+  if (extra.length > 0) fatal('stand-in: instance arguments (%startscript) are not supported');
+  if (!INSTANCE_NAME.test(name)) fatal(`instance name ${name} is not valid: only [a-zA-Z0-9._-] are allowed`);
+  if (readRecord(name) !== null) fatal(`instance ${name} already exists`);
+  if (!alias(flags, '-C', '--containall')) fatal('stand-in: only --containall instances are supported');
+  if (!flags.has('--writable-tmpfs')) fatal('stand-in: only --writable-tmpfs instances are supported');
+  const wantsNet = alias(flags, '-n', '--net');
+  const network = flags.get('--network')?.[0];
+  if (network !== undefined && !wantsNet) fatal('--network requires --net');
+  if (wantsNet && network !== 'none')
+    fatal('stand-in: only --net --network none is supported (bridge networking needs privileges)');
+  if (!existsSync(join(image, 'bin')) && !existsSync(join(image, 'usr'))) {
+    if (image.endsWith('.sif'))
+      fatal(`stand-in: SIF files are not supported, only sandbox directories: ${image}`);
+    fatal(`could not open image ${image}: failed to retrieve path for ${image}: no such file or directory`);
+  }
+  const directory = instanceDirectory(name);
+  mkdirSync(directory, { recursive: true });
+  const root = join(directory, 'root');
+  for (const part of ['upper', 'work', 'root']) mkdirSync(join(directory, part), { recursive: true });
+  execFileSync('mount', [
+    '-t',
+    'overlay',
+    'overlay',
+    '-o',
+    `lowerdir=${image},upperdir=${join(directory, 'upper')},workdir=${join(directory, 'work')}`,
+    root,
+  ]);
+  const logs = logPaths(name);
+  mkdirSync(join(logs.out, '..'), { recursive: true });
+  const busybox = '/bin/busybox';
+  const bwrap = [
+    '--bind',
+    root,
+    '/',
+    '--dev',
+    '/dev',
+    '--proc',
+    '/proc',
+    '--tmpfs',
+    '/tmp',
+    '--ro-bind',
+    busybox,
+    '/.standin/busybox',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    ...(wantsNet ? ['--unshare-net'] : []),
+    '--hostname',
+    flags.get('--hostname')?.[0] ?? name.slice(0, 63),
+    '--new-session',
+    '--info-fd',
+    '3',
+    '--',
+    '/.standin/busybox',
+    'sleep',
+    '2147483647',
+  ];
+  const infoPath = join(directory, 'info.json');
+  const info = openSync(infoPath, 'w');
+  const keeper = spawn('bwrap', bwrap, {
+    detached: true,
+    stdio: ['ignore', openSync(logs.out, 'a'), openSync(logs.err, 'a'), info],
+  });
+  keeper.unref();
+  // bwrap writes {"child-pid": N} once the namespaces exist; N is the keeper inside them.
+  const deadline = Date.now() + 10_000;
+  let childPid = 0;
+  while (Date.now() < deadline && childPid === 0) {
+    try {
+      childPid = (JSON.parse(readFileSync(infoPath, 'utf8')) as { 'child-pid': number })['child-pid'];
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    if (keeper.exitCode !== null) break;
+  }
+  if (childPid === 0) {
+    execFileSync('umount', ['-l', root]);
+    rmSync(directory, { recursive: true, force: true });
+    fatal(`failed to start instance ${name}: ${readFileSync(logs.err, 'utf8').slice(-500)}`);
+  }
+  const record: InstanceRecord = { name, pid: childPid, image, root, network: wantsNet };
+  writeFileSync(join(directory, `${name}.json`), JSON.stringify(record));
+  const pidFile = flags.get('--pid-file')?.[0];
+  if (pidFile !== undefined) writeFileSync(pidFile, `${childPid}\n`);
+  process.stdout.write(`INFO:    instance started successfully\n`);
+}
+
+function instanceExec(args: string[]): void {
+  const { flags, rest } = parseFlags('exec', args, {
+    '-e': 'switch',
+    '--cleanenv': 'switch',
+    '--pwd': 'value',
+    '--cwd': 'value',
+    '--env': 'repeat',
+  });
+  const [target, ...command] = rest;
+  if (target === undefined || command.length === 0)
+    fatal('usage: apptainer exec [exec options...] <container> <command>');
+  if (!target.startsWith('instance://')) fatal('stand-in: exec runs only in instances (instance://NAME)');
+  const name = target.slice('instance://'.length);
+  const record = readRecord(name);
+  if (record === null) fatal(`no instance found with name ${name}`);
+  const env: Record<string, string> = alias(flags, '-e', '--cleanenv')
+    ? { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' }
+    : { ...(process.env as Record<string, string>) };
+  for (const pair of flags.get('--env') ?? []) {
+    const at = pair.indexOf('=');
+    if (at <= 0) fatal(`invalid --env ${pair}: expected NAME=VALUE`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  env.APPTAINER_INSTANCE = name;
+  env.APPTAINER_CONTAINER = record.image;
+  env.APPTAINER_NAME = name;
+  const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
+  const child = spawn(
+    'nsenter',
+    ['-t', String(record.pid), '-m', '-p', '-i', '-u', '-n', '-r', `--wdns=${cwd}`, '--', ...command],
+    { stdio: 'inherit', env },
+  );
+  child.on('error', (error) => fatal(`cannot run nsenter: ${error.message}`));
+  child.on('close', (code, signal) => {
+    if (signal !== null) process.kill(process.pid, signal);
+    else process.exit(code ?? 255);
+  });
+}
+
+function instanceStop(args: string[]): void {
+  const { flags, rest } = parseFlags('instance stop', args, {
+    '-F': 'switch',
+    '--force': 'switch',
+    '-t': 'value',
+    '--timeout': 'value',
+    '-s': 'value',
+    '--signal': 'value',
+  });
+  const [name] = rest;
+  if (name === undefined) fatal('usage: apptainer instance stop [stop options...] <instance name>');
+  const directory = instanceDirectory(name);
+  const record = (() => {
+    try {
+      return JSON.parse(readFileSync(join(directory, `${name}.json`), 'utf8')) as InstanceRecord;
+    } catch {
+      return null;
+    }
+  })();
+  if (record === null) fatal(`no instance found with name ${name}`);
+  // The keeper is the first process of its pid namespace: everything in the instance dies with it.
+  const signal = alias(flags, '-F', '--force')
+    ? 'SIGKILL'
+    : (flags.get('-s')?.[0] ?? flags.get('--signal')?.[0] ?? 'SIGKILL');
+  try {
+    process.kill(
+      record.pid,
+      signal.startsWith('SIG') ? (signal as NodeJS.Signals) : (`SIG${signal}` as NodeJS.Signals),
+    );
+  } catch {}
+  const deadline = Date.now() + 10_000;
+  while (isAlive(record.pid) && Date.now() < deadline) execFileSync('sleep', ['0.02']);
+  try {
+    execFileSync('umount', ['-l', record.root], { stdio: 'ignore' });
+  } catch {}
+  rmSync(directory, { recursive: true, force: true });
+  process.stdout.write(`INFO:    Stopping ${name} instance of ${record.image} (PID=${record.pid})\n`);
+}
+
+function instanceList(args: string[]): void {
+  const { flags, rest } = parseFlags('instance list', args, { '-j': 'switch', '--json': 'switch' });
+  if (rest.length > 0) fatal('stand-in: instance list takes no name pattern here');
+  const base = join(configDirectory(), 'instances', 'app', hostname(), userInfo().username);
+  const names = existsSync(base) ? readdirSync(base) : [];
+  const instances = names.flatMap((name) => {
+    const record = readRecord(name);
+    if (record === null) return [];
+    const logs = logPaths(name);
+    return [
+      {
+        instance: name,
+        pid: record.pid,
+        img: record.image,
+        ip: '',
+        logErrPath: logs.err,
+        logOutPath: logs.out,
+      },
+    ];
+  });
+  if (alias(flags, '-j', '--json')) {
+    process.stdout.write(`${JSON.stringify({ instances }, null, '\t')}\n`);
+    return;
+  }
+  process.stdout.write('INSTANCE NAME    PID      IP    IMAGE\n');
+  for (const entry of instances)
+    process.stdout.write(`${entry.instance}    ${entry.pid}        ${entry.img}\n`);
+}
+
+const [command, ...args] = process.argv.slice(2);
+if (command === '--version' || command === 'version')
+  process.stdout.write('apptainer version 1.3.6-standin\n');
+else if (command === 'exec') instanceExec(args);
+else if (command === 'instance') {
+  const [sub, ...subArgs] = args;
+  if (sub === 'start') await instanceStart(subArgs);
+  else if (sub === 'stop') instanceStop(subArgs);
+  else if (sub === 'list') instanceList(subArgs);
+  else fatal(`stand-in: unknown instance subcommand ${sub ?? '(none)'}`);
+} else fatal(`stand-in: unknown command ${command ?? '(none)'}`);
