@@ -77,3 +77,44 @@ describe('installed agent: its result files', () => {
     ).rejects.toMatchObject({ code: 'PROVIDER_ERROR' });
   });
 });
+
+describe('installed agent: preinstalled in the image (binaryPath)', () => {
+  /** A sandbox that records every exec; `test -x` passes only for `present`. */
+  function recording(present: string) {
+    const argvs: string[][] = [];
+    const handle: SandboxHandle = {
+      ...sandbox(async () => Buffer.from(TRAJECTORY)),
+      exec: async (request) => {
+        argvs.push(request.argv ?? [String(request.command)]);
+        if (request.argv?.[0] === 'test') return execResult('ok', request.argv[2] === present ? 0 : 1);
+        return OK;
+      },
+    };
+    return { handle, argvs };
+  }
+  const runWith = (handle: SandboxHandle, binaryPath: string) =>
+    createInstalledAgentHarness(MINI_SWE_AGENT_RECIPE, { binaryPath }).run({
+      sandbox: handle,
+      task: { id: 't', instruction: 'fix it', workdir: '/testbed' },
+      model: { baseUrl: 'http://127.0.0.1:9/v1', basePath: '/v1', apiKey: 'k', model: 'm' },
+      limits: DEFAULT_LIMITS,
+      logger: silentLogger,
+    });
+
+  it('runs the image’s binary and installs nothing', async () => {
+    const { handle, argvs } = recording('/usr/local/bin/mini');
+    const result = await runWith(handle, '/usr/local/bin/mini');
+    expect(result.outcome, result.message).toBe('submitted');
+    expect(argvs).toHaveLength(2);
+    expect(argvs[1]![0]).toBe('/usr/local/bin/mini');
+    expect(argvs.flat().join(' ')).not.toContain('venv');
+  });
+
+  it('is an agent_error naming the path when the image lacks it, without installing', async () => {
+    const { handle, argvs } = recording('/elsewhere');
+    const result = await runWith(handle, '/usr/local/bin/mini');
+    expect(result.outcome).toBe('agent_error');
+    expect(result.message).toContain('/usr/local/bin/mini');
+    expect(argvs).toHaveLength(1);
+  });
+});

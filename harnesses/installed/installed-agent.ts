@@ -142,6 +142,7 @@ export interface InstalledAgentRecipe {
     files: Array<{ path: string; content: string; mode?: number }>;
     env: Record<string, string>;
   };
+  /** The command line; its first element is the agent's executable (replaced by `binaryPath`). */
   command(settings: AgentRunSettings): string[];
   /** Files the agent writes that `parse` needs (a trajectory file), read after the run. */
   resultFiles?(settings: AgentRunSettings): string[];
@@ -151,6 +152,11 @@ export interface InstalledAgentRecipe {
 export interface InstalledAgentOptions {
   /** Host directory caching installed agents; default `~/.cache/gym/agents`. */
   cacheDir?: string;
+  /**
+   * The agent's executable in an image that has it preinstalled (say `/usr/local/bin/mini`):
+   * used instead of the recipe's path, and never installed; an image without it is an error.
+   */
+  binaryPath?: string;
 }
 
 function runNpmInstall(prefix: string, spec: string, platform: AgentPlatform): Promise<void> {
@@ -308,6 +314,11 @@ export function createInstalledAgentHarness(
   recipe: InstalledAgentRecipe,
   options: InstalledAgentOptions = {},
 ): Harness {
+  if (options.binaryPath !== undefined && !options.binaryPath.startsWith('/'))
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `binaryPath must be an absolute path, not "${options.binaryPath}"`,
+    );
   const cacheDir = options.cacheDir ?? join(homedir(), '.cache', 'gym', 'agents');
   return {
     name: recipe.name,
@@ -333,13 +344,19 @@ export function createInstalledAgentHarness(
 
       if (sandbox.exposeGateway === undefined)
         return fail('agent_error', 'this sandbox cannot reach the gateway (its handle cannot expose it)');
+      const preinstalled = options.binaryPath;
       const isInstalled = await sandbox.exec({
-        argv: ['test', '-x', recipe.sandboxBinaryPath],
+        argv: ['test', '-x', preinstalled ?? recipe.sandboxBinaryPath],
         timeoutMs: 10_000,
       });
       if (isInstalled.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
       if (isInstalled.status !== 'ok')
         return fail('infra_error', `checking for ${recipe.name} ended with status ${isInstalled.status}`);
+      if (preinstalled !== undefined && isInstalled.exitCode !== 0)
+        return fail(
+          'agent_error',
+          `the image has no executable ${preinstalled} (the harness option binaryPath says ${recipe.name} is preinstalled there)`,
+        );
       if (isInstalled.exitCode !== 0 && recipe.source.kind === 'npm-host') {
         const probe = await sandbox.exec({ command: PLATFORM_PROBE, timeoutMs: 10_000 });
         if (probe.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
@@ -407,8 +424,10 @@ export function createInstalledAgentHarness(
       const { files: configFiles, env } = recipe.configure(settings);
       for (const file of configFiles)
         await sandbox.writeFile(file.path, Buffer.from(file.content), file.mode ?? 0o600);
+      const argv = recipe.command(settings);
+      if (preinstalled !== undefined) argv[0] = preinstalled;
       const result = await sandbox.exec({
-        argv: recipe.command(settings),
+        argv,
         cwd: task.workdir,
         env: { HOME: settings.homeDir, ...env },
         timeoutMs: Math.max(1000, clock.remainingMs),
