@@ -3,7 +3,8 @@
 # every step checks first and does only what is missing, so running it again costs seconds.
 #
 #   1. Node >= 22 (installs Node 24 from the npm registry into .tools/node when the machine's is older)
-#   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec)
+#   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec),
+#      python3-toolz (a real project's own tests, for the swebench kind's test)
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
 #   4. npm ci
@@ -33,6 +34,8 @@ dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
+# toolz with its own tests: the real project the swebench kind's integration test is made from.
+dpkg -s python3-toolz >/dev/null 2>&1 || missing+=(python3-toolz)
 # The second, minimal provider of the tests (test/fixtures/bwrap-provider.ts) runs commands under it.
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # Real SSH servers stand for compute nodes in the SSH transport tests (providers/ssh/).

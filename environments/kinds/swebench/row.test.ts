@@ -69,12 +69,20 @@ describe('SWE-bench rows as published', () => {
 
 describe('image names', () => {
   it("follows SWE-bench's naming by default, a template or the row's own image otherwise", () => {
-    const row = { instance_id: 'django__django-11099', repo: 'django/django', version: '3.0' };
+    const row = {
+      instance_id: 'django__django-11099',
+      repo: 'django/django',
+      version: '3.0',
+      base_commit: 'd26b2424437dabeeca94d7900b37d2df4410da0c',
+    };
     expect(sweBenchImage(row, undefined, 'x86_64')).toBe('sweb.eval.x86_64.django__django-11099:latest');
     expect(sweBenchImage(row, 'swebench/sweb.eval.{arch}.{instance_id_1776}:latest', 'arm64')).toBe(
       'swebench/sweb.eval.arm64.django_1776_django-11099:latest',
     );
     expect(sweBenchImage(row, 'local/{repo_name}:{version}')).toBe('local/django:3.0');
+    expect(sweBenchImage(row, 'local/{repo_owner}:{base_commit}')).toBe(
+      'local/django:d26b2424437dabeeca94d7900b37d2df4410da0c',
+    );
     expect(sweBenchImage({ ...row, image: 'mine:1' })).toBe('mine:1');
     expect(() => checkImageTemplate('x/{instance}:latest')).toThrow('unknown placeholder {instance}');
   });

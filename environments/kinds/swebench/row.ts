@@ -76,6 +76,7 @@ const PLACEHOLDERS = [
   'repo_name',
   'version',
   'arch',
+  'base_commit',
 ] as const;
 
 /** Checks a template's placeholders at once, so a typo fails before any sandbox starts. */
@@ -91,7 +92,7 @@ export function checkImageTemplate(template: string): void {
 
 /** The image a row runs in: its own `image`, else the template filled in. */
 export function sweBenchImage(
-  row: Pick<SweBenchRow, 'instance_id' | 'repo' | 'version' | 'image'>,
+  row: Pick<SweBenchRow, 'instance_id' | 'repo' | 'version' | 'image' | 'base_commit'>,
   template: string = DEFAULT_IMAGE_TEMPLATE,
   arch: string = sweBenchArch(),
 ): string {
@@ -107,6 +108,7 @@ export function sweBenchImage(
     repo_name: name,
     version: row.version,
     arch,
+    base_commit: row.base_commit,
   };
   return template.replace(/\{([^}]*)\}/g, (_, key: string) => values[key as keyof typeof values]);
 }
@@ -117,6 +119,6 @@ export function missingImageHint(image: string, instanceId: string): string {
     `image "${image}" for ${instanceId} is not on the engine, and images are never pulled: build it ` +
     `with SWE-bench's harness (prepare_images for that instance id), or \`docker load\` a saved one, ` +
     'or point --image-template (placeholders {instance_id}, {instance_id_lower}, {instance_id_1776}, ' +
-    '{repo}, {repo_owner}, {repo_name}, {version}, {arch}) at the names your images have'
+    '{repo}, {repo_owner}, {repo_name}, {version}, {arch}, {base_commit}) at the names your images have'
   );
 }
