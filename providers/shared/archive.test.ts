@@ -1,3 +1,5 @@
+import { Readable } from 'node:stream';
+import * as tar from 'tar-stream';
 import { describe, expect, it } from 'vitest';
 import { GymError } from '../../core/errors.ts';
 import { type ContractEntry, entriesToTar, tarToEntries } from '../contract/tar-helpers.ts';
@@ -83,8 +85,40 @@ describe('spoolSafeArchive', () => {
     expect(error.message).toContain('nothing was written');
   });
 
+  it('re-packs no PAX record of the upload: the engine would read it after the checked name', async () => {
+    // Each record here was passed through as it came: `path` put /pax-escape.txt at the root of
+    // a real sandbox (the engine's reader takes the last `path`), GNU.sparse.name renames too.
+    const pack = tar.pack();
+    pack.entry({ name: 'a.txt', pax: { path: 'pax-escape.txt' } }, 'A');
+    pack.entry({ name: 'b.txt', pax: { 'GNU.sparse.name': 'sparse-escape.txt' } }, 'B');
+    pack.entry({ name: 'c.txt', pax: { 'SCHILY.xattr.security.capability': 'x' } }, 'C');
+    pack.entry({ name: `${'d'.repeat(150)}/${'e'.repeat(150)}/long.txt`, type: 'file' }, 'D');
+    pack.finalize();
+    const spooled = await spoolSafeArchive(Readable.from(pack as AsyncIterable<Buffer>), '/work/dst');
+    try {
+      const extract = tar.extract();
+      spooled.open().pipe(extract as unknown as NodeJS.WritableStream);
+      const seen: Array<[string, unknown]> = [];
+      for await (const entry of extract) {
+        entry.resume();
+        seen.push([entry.header.name, entry.header.pax ?? null]);
+      }
+      expect(seen).toEqual([
+        ['work/dst/pax-escape.txt', null],
+        ['work/dst/b.txt', null],
+        ['work/dst/c.txt', null],
+        // A name too long for the plain header travels in a PAX record tar-stream writes itself.
+        [
+          `work/dst/${'d'.repeat(150)}/${'e'.repeat(150)}/long.txt`,
+          { path: `work/dst/${'d'.repeat(150)}/${'e'.repeat(150)}/long.txt` },
+        ],
+      ]);
+    } finally {
+      await spooled.dispose();
+    }
+  });
+
   it('reports a stream that is not a tar as a validation error', async () => {
-    const { Readable } = await import('node:stream');
     const error = await spoolSafeArchive(Readable.from([Buffer.alloc(1024, 7)]), '/x').catch(
       (caught: unknown) => caught,
     );

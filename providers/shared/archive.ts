@@ -49,6 +49,29 @@ export interface SpooledArchive {
   dispose(): Promise<void>;
 }
 
+/**
+ * The header an accepted entry is re-packed with: the checked name and link target, and plain
+ * metadata. Nothing else passes through, above all not the upload's own PAX records: the engine
+ * reads them after our header (a `path` or `linkpath` record would replace the checked, re-rooted
+ * name with the unchecked one, `GNU.sparse.name` would rename the entry, `SCHILY.xattr.*` would
+ * set extended attributes such as file capabilities). tar-stream writes the PAX records that long
+ * names need itself.
+ */
+function repackedHeader(header: tar.Header, name: string, linkname: string | undefined): tar.Header {
+  return {
+    name,
+    type: header.type,
+    size: header.size,
+    mode: header.mode,
+    mtime: header.mtime,
+    uid: header.uid,
+    gid: header.gid,
+    uname: header.uname,
+    gname: header.gname,
+    ...(linkname === undefined ? {} : { linkname }),
+  } as tar.Header;
+}
+
 function unsafe(entryName: string, reason: string): GymError {
   return new GymError('ARCHIVE_UNSAFE', `archive entry "${entryName}" ${reason}; nothing was written`, {
     details: { entry: entryName, reason },
@@ -127,12 +150,14 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
         return;
       }
       const segments = name.split('/');
-      const outHeader: tar.Header = { ...header, name: prefix === '' ? name : `${prefix}/${name}` };
+      const outName = prefix === '' ? name : `${prefix}/${name}`;
+      let outLinkname: string | undefined;
       if (header.type === 'symlink') {
         const target = header.linkname ?? '';
         if (target === '' || target.startsWith('/'))
           throw unsafe(header.name, `is a link to "${target}", outside the target`);
         symlinks.set(name, target);
+        outLinkname = target;
         if (!staysInside(symlinks, segments.slice(0, -1), target)) {
           throw unsafe(header.name, `is a link to "${target}", outside the target`);
         }
@@ -140,10 +165,11 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
         const target = normalizeEntryName(header.linkname ?? '');
         if (!regularFiles.has(target))
           throw unsafe(header.name, `is a hard link to "${header.linkname}", not a file of this archive`);
-        outHeader.linkname = prefix === '' ? target : `${prefix}/${target}`;
+        outLinkname = prefix === '' ? target : `${prefix}/${target}`;
       } else if (header.type !== 'directory') {
         regularFiles.add(name);
       }
+      const outHeader = repackedHeader(header, outName, outLinkname);
       entryCount += 1;
       directories.add(
         posix.normalize(
