@@ -14,6 +14,9 @@ const FASTIFY_CODES: Record<string, ErrorCode> = {
   FST_ERR_CTP_INVALID_TYPE: 'VALIDATION_FAILED',
   FST_ERR_VALIDATION: 'VALIDATION_FAILED',
   FST_ERR_CTP_BODY_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
+  // The router's: a malformed escape in the path, a path parameter over its length limit.
+  FST_ERR_BAD_URL: 'VALIDATION_FAILED',
+  FST_ERR_MAX_PARAM_LENGTH: 'VALIDATION_FAILED',
 };
 
 export function toApiError(error: unknown): GymError {

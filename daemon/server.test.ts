@@ -333,6 +333,17 @@ describe('HTTP API', () => {
     expect(response.json().error.code).toBe('ROUTE_NOT_FOUND');
   });
 
+  // Found by the API fuzzer (test/fuzz): the router answered these in fastify's own shape.
+  it.each([
+    ['a path parameter over the router limit', `/v1/sandboxes/${'x'.repeat(101)}`, 'VALIDATION_FAILED'],
+    ['a malformed escape in a path parameter', '/v1/sandboxes/%E0%A4%A', 'VALIDATION_FAILED'],
+  ])('answers %s in our error shape', async (_what, url, code) => {
+    const test = await start();
+    const response = await test.app.inject({ method: 'GET', url, headers: test.auth });
+    expect(response.statusCode).toBe(400);
+    expect(response.json()).toMatchObject({ error: { code, message: expect.any(String) } });
+  });
+
   it('serves an OpenAPI document covering every route', async () => {
     const test = await start();
     const document = (

@@ -6,6 +6,7 @@
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
+  type FastifyReply,
   type FastifyRequest,
   LogController,
 } from 'fastify';
@@ -38,18 +39,34 @@ export interface ServerOptions {
   logger?: FastifyBaseLogger;
 }
 
+function sendApiError(
+  metrics: DaemonMetrics,
+  error: unknown,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): void {
+  const apiError = toApiError(error);
+  metrics.errors.inc({ code: apiError.code });
+  if (apiError.httpStatus >= 500)
+    request.log.error(
+      { code: apiError.code, error: String(apiError.cause ?? apiError), url: request.url },
+      apiError.message,
+    );
+  reply.status(apiError.httpStatus).type('application/json').send(apiError.toJSON());
+}
+
+/**
+ * Errors the router raises before any route or hook runs (a malformed escape in the path, a path
+ * parameter over the router's length limit) in our shape too, rather than fastify's own.
+ */
+function frameworkErrors(metrics: DaemonMetrics) {
+  return (error: unknown, request: FastifyRequest, reply: FastifyReply) =>
+    sendApiError(metrics, error, request, reply);
+}
+
 /** Our error shape for everything a route throws, and for unknown routes. */
 function installErrorHandlers(app: FastifyInstance, metrics: DaemonMetrics): void {
-  app.setErrorHandler((error, request, reply) => {
-    const apiError = toApiError(error);
-    metrics.errors.inc({ code: apiError.code });
-    if (apiError.httpStatus >= 500)
-      request.log.error(
-        { code: apiError.code, error: String(apiError.cause ?? apiError), url: request.url },
-        apiError.message,
-      );
-    reply.status(apiError.httpStatus).type('application/json').send(apiError.toJSON());
-  });
+  app.setErrorHandler((error, request, reply) => sendApiError(metrics, error, request, reply));
 
   app.setNotFoundHandler((request, reply) => {
     const error = new GymError(
@@ -76,6 +93,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // Keep-alive connections of idle clients must not hold a shutdown open.
     forceCloseConnections: 'idle',
     return503OnClosing: true,
+    frameworkErrors: frameworkErrors(options.metrics),
   });
   const openApi = openApiDocument(options.version);
 
@@ -164,6 +182,7 @@ export async function buildGatewayServer(options: GatewayServerOptions): Promise
     bodyLimit: options.maxModelRequestBytes,
     forceCloseConnections: true,
     return503OnClosing: true,
+    frameworkErrors: frameworkErrors(options.metrics),
   });
   installErrorHandlers(app, options.metrics);
   registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
