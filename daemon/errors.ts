@@ -24,6 +24,16 @@ export function toApiError(error: unknown): GymError {
   const code = (error as { code?: string })?.code;
   const mapped = code === undefined ? undefined : FASTIFY_CODES[code];
   if (mapped !== undefined) return new GymError(mapped, (error as Error).message, { cause: error });
+  // Any other request error of fastify's own (a method that needs a content type, ...) is the caller's.
+  const status = (error as { statusCode?: unknown })?.statusCode;
+  if (code?.startsWith('FST_ERR_') && typeof status === 'number' && status >= 400 && status < 500)
+    return new GymError(
+      status === 413 ? 'PAYLOAD_TOO_LARGE' : 'VALIDATION_FAILED',
+      (error as Error).message,
+      {
+        cause: error,
+      },
+    );
   // A body that is not JSON at all arrives as a SyntaxError from the parser.
   if (error instanceof SyntaxError)
     return new GymError('VALIDATION_FAILED', `the body is not valid JSON: ${error.message}`, {

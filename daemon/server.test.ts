@@ -337,9 +337,10 @@ describe('HTTP API', () => {
   it.each([
     ['a path parameter over the router limit', `/v1/sandboxes/${'x'.repeat(101)}`, 'VALIDATION_FAILED'],
     ['a malformed escape in a path parameter', '/v1/sandboxes/%E0%A4%A', 'VALIDATION_FAILED'],
-  ])('answers %s in our error shape', async (_what, url, code) => {
+    ['a QUERY request without a content type (was a 500)', '/v1/sandboxes', 'VALIDATION_FAILED', 'QUERY'],
+  ])('answers %s in our error shape', async (_what, url, code, method = 'GET') => {
     const test = await start();
-    const response = await test.app.inject({ method: 'GET', url, headers: test.auth });
+    const response = await test.app.inject({ method: method as 'GET', url, headers: test.auth });
     expect(response.statusCode).toBe(400);
     expect(response.json()).toMatchObject({ error: { code, message: expect.any(String) } });
   });

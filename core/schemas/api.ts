@@ -1,7 +1,7 @@
 /** Request and response bodies of the HTTP API (v1) that are not domain types of their own. */
 import { z } from 'zod';
 import { ERROR_CODES } from '../errors.ts';
-import { LabelsSchema } from './common.ts';
+import { AbsolutePathSchema, LabelsSchema } from './common.ts';
 import { SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
 
 /** A sandbox as the API shows it: the provider's facts plus the daemon's lease. */
@@ -75,7 +75,7 @@ export const StopProcessesResponseSchema = z.object({
 
 export const PathQuerySchema = z
   .object({
-    path: z.string().refine((path) => path.startsWith('/'), 'must be an absolute path'),
+    path: AbsolutePathSchema,
     /** For file uploads: permission bits as an octal string, e.g. "755". */
     mode: z
       .string()

@@ -1,12 +1,19 @@
 import { z } from 'zod';
 
+/** The longest name of one file or directory (Linux NAME_MAX). */
+export const NAME_MAX_BYTES = 255;
+
 /** An absolute POSIX path with no NUL byte. Paths inside sandboxes are always absolute. */
 export const AbsolutePathSchema = z
   .string()
   .min(1)
   .max(4096)
   .refine((path) => path.startsWith('/'), { message: 'must be an absolute path (start with /)' })
-  .refine((path) => !path.includes('\0'), { message: 'must not contain a NUL byte' });
+  .refine((path) => !path.includes('\0'), { message: 'must not contain a NUL byte' })
+  // The engine answers a longer name with a bare 500; no file system here holds one.
+  .refine((path) => path.split('/').every((name) => Buffer.byteLength(name) <= NAME_MAX_BYTES), {
+    message: `must not have a name longer than ${NAME_MAX_BYTES} bytes`,
+  });
 
 /** Environment variable names as POSIX shells accept them. */
 export const EnvNameSchema = z

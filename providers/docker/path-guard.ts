@@ -89,9 +89,13 @@ export async function refuseLinkedDirectories(
     for (const path of level) if (missing.has(posix.dirname(path))) missing.add(path);
     for (let start = 0; start < present.length; start += STAT_CONCURRENCY) {
       const batch = present.slice(start, start + STAT_CONCURRENCY);
-      const stats = await Promise.all(batch.map((path) => statPath(container, path, sandboxId)));
-      for (const [index, stat] of stats.entries()) {
+      // Settled, and read shallowest first: below a file the engine fails the stat (ENOTDIR, a
+      // bare 500), and the file above is what the caller must hear of, not the engine's error.
+      const stats = await Promise.allSettled(batch.map((path) => statPath(container, path, sandboxId)));
+      for (const [index, settled] of stats.entries()) {
         const path = batch[index]!;
+        if (settled.status === 'rejected') throw settled.reason;
+        const stat = settled.value;
         if (stat === null) missing.add(path);
         else if (hasBit(stat.mode, GO_MODE_SYMLINK)) {
           throw new GymError(

@@ -5,8 +5,12 @@ import { GymError } from '../../core/errors.ts';
 import { type ContractEntry, entriesToTar, tarToEntries } from '../contract/tar-helpers.ts';
 import { packSingleFile, rebaseArchive, spoolSafeArchive } from './archive.ts';
 
-async function spoolNames(entries: ContractEntry[], target = '/work/dst'): Promise<ContractEntry[]> {
-  const spooled = await spoolSafeArchive(entriesToTar(entries), target);
+async function spoolNames(
+  entries: ContractEntry[],
+  target = '/work/dst',
+  input: Readable = entriesToTar(entries),
+): Promise<ContractEntry[]> {
+  const spooled = await spoolSafeArchive(input, target);
   try {
     return await tarToEntries(spooled.open());
   } finally {
@@ -116,6 +120,15 @@ describe('spoolSafeArchive', () => {
     } finally {
       await spooled.dispose();
     }
+  });
+
+  // Found by the upload fuzzer: the engine answered "unhandled tar header type 55", a 502.
+  it('writes a contiguous file as a regular file', async () => {
+    const pack = tar.pack();
+    pack.entry({ name: 'c.bin', type: 'contiguous-file' }, 'C');
+    pack.finalize();
+    const out = await spoolNames([], '/work/dst', Readable.from(pack as AsyncIterable<Buffer>));
+    expect(out.map((entry) => [entry.name, entry.type])).toEqual([['work/dst/c.bin', 'file']]);
   });
 
   it('reports a stream that is not a tar as a validation error', async () => {

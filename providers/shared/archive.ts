@@ -12,6 +12,7 @@ import { PassThrough, Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { GymError } from '../../core/errors.ts';
+import { NAME_MAX_BYTES } from '../../core/schemas/common.ts';
 import type { FileContent } from '../sandbox-provider.ts';
 
 const ALLOWED_TYPES = new Set(['file', 'contiguous-file', 'directory', 'symlink', 'link']);
@@ -60,7 +61,8 @@ export interface SpooledArchive {
 function repackedHeader(header: tar.Header, name: string, linkname: string | undefined): tar.Header {
   return {
     name,
-    type: header.type,
+    // The engine refuses a contiguous file (type 7) outright; it is a regular file everywhere else.
+    type: header.type === 'contiguous-file' ? 'file' : header.type,
     size: header.size,
     mode: header.mode,
     mtime: header.mtime,
@@ -83,6 +85,15 @@ function normalizeEntryName(name: string): string {
   if (name.startsWith('/')) throw unsafe(name, 'has an absolute name');
   const segments = name.split('/').filter((segment) => segment !== '' && segment !== '.');
   if (segments.includes('..')) throw unsafe(name, 'climbs out with ".."');
+  // The engine answers these with a bare 500 half way through the write: refuse them up front.
+  if (segments.some((segment) => Buffer.byteLength(segment) > NAME_MAX_BYTES))
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `archive entry "${name}" has a name longer than ${NAME_MAX_BYTES} bytes`,
+      {
+        details: { entry: name },
+      },
+    );
   return segments.join('/');
 }
 
