@@ -50,6 +50,8 @@ console.log(JSON.stringify({ withMemory, withDocker: [...loaded] }));
 `;
 
 const isDockerModule = (url: string) => /\/node_modules\/dockerode\/|\/providers\/docker\//.test(url);
+const isKubernetesModule = (url: string) =>
+  /\/node_modules\/@kubernetes\/client-node\/|\/providers\/kubernetes\//.test(url);
 
 describe('lazy loading of built-in providers', () => {
   it('starts a daemon of another provider without loading dockerode; loads it for a Docker provider', async () => {
@@ -65,6 +67,8 @@ describe('lazy loading of built-in providers', () => {
     expect(withMemory.some((url) => url.endsWith('/daemon/daemon.ts'))).toBe(true);
     expect(withMemory.filter(isDockerModule)).toEqual([]);
     expect(withDocker.some((url) => url.includes('/node_modules/dockerode/'))).toBe(true);
+    // The Kubernetes client loads only for a Kubernetes provider, not for Docker or another.
+    expect(withDocker.filter(isKubernetesModule)).toEqual([]);
   }, 40_000);
 });
 

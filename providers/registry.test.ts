@@ -28,8 +28,8 @@ describe('ProviderRegistry', () => {
   it('names the available providers on a miss', async () => {
     const error = await failure(new ProviderRegistry().create({ name: 'dokcer' }, context));
     expect(error.code).toBe('PROVIDER_NOT_FOUND');
-    expect(error.message).toContain('available: docker');
-    expect(error.details.available).toEqual(['docker']);
+    expect(error.message).toContain('available: docker, kubernetes');
+    expect(error.details.available).toEqual(['docker', 'kubernetes']);
   });
 
   it('builds the Docker provider by name', async () => {
@@ -58,7 +58,7 @@ describe('ProviderRegistry', () => {
       new URL('../test', import.meta.url).pathname,
     )) as unknown as { name: string; options: unknown; namespace: string };
     expect(provider).toMatchObject({ name: 'fake', options: { region: 'here' }, namespace: 'unit' });
-    expect(registry.names).toEqual(['docker', 'fake']);
+    expect(registry.names).toEqual(['docker', 'fake', 'kubernetes']);
   });
 
   it('explains a module that cannot be loaded or exports no factory', async () => {

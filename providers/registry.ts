@@ -13,6 +13,8 @@ import type { ProviderContext, SandboxProvider, SandboxProviderFactory } from '.
 export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>> = Object.freeze({
   docker: async (options, context) =>
     (await import('./docker/index.ts')).createDockerProvider(options, context),
+  kubernetes: async (options, context) =>
+    (await import('./kubernetes/index.ts')).createKubernetesProvider(options, context),
 });
 
 /** The methods every provider must have; checked when a third-party module is loaded. */

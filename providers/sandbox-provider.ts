@@ -33,7 +33,7 @@
  *   in the session of one (`shared/kill-script.ts`; it uses only the shell's builtins). A process
  *   that clears its environment and leaves its session (`env -i setsid ...`), or an agent that
  *   replaced `/bin/sh`, survives it.
- * - Kubernetes, Apptainer and Enroot (planned): `tagged`, unless they kill the command's cgroup
+ * - Kubernetes (`providers/kubernetes/`), Apptainer and Enroot (planned): `tagged`, unless they kill the command's cgroup
  *   (a Pod's container, an instance's own cgroup) from the node.
  */
 import type { Readable } from 'node:stream';
@@ -52,6 +52,12 @@ export interface ProviderCapabilities {
   gpus: boolean;
   /** `resources.diskMiB`. */
   diskLimit: boolean;
+  /**
+   * `resources.pidsLimit` is enforced per sandbox (absent: true). Without it the provider takes
+   * the field but the backend's own limit applies instead: Kubernetes has no per-Pod pids field,
+   * only the kubelet's node-wide `podPidsLimit`.
+   */
+  pidsLimit?: boolean;
   /**
    * The `network` modes (our names) the backend has; the manager refuses any other with
    * `CAPABILITY_UNSUPPORTED`. A provider may allow fewer by its operator's settings and refuse

@@ -1,0 +1,181 @@
+/**
+ * The Kubernetes provider through the test-only API emulator (`test/k8s-emulator/`), with the
+ * unmodified client-node over real HTTP and WebSocket: the provider contract, and what is
+ * particular to Pods (their manifest, the NetworkPolicy that health() checks, a Pod deleted
+ * behind the daemon's back).
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CoreV1Api, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { testContext } from '../../test/fixtures/provider-context.ts';
+import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
+import { describeSandboxProviderContract } from '../contract/index.ts';
+import { createKubernetesProvider, KubernetesProvider } from './index.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+const NAMESPACE = 'gym-test';
+
+const emulator = skipReason === undefined ? await KubernetesEmulator.start(docker) : null;
+const directory = await mkdtemp(join(tmpdir(), 'gym-k8s-'));
+const kubeconfigPath = join(directory, 'kubeconfig');
+const unreachablePath = join(directory, 'unreachable');
+if (emulator !== null) {
+  await writeFile(kubeconfigPath, emulator.kubeconfig(NAMESPACE), { mode: 0o600 });
+  // The same cluster entry on a port nobody listens on.
+  await writeFile(
+    unreachablePath,
+    emulator.kubeconfig(NAMESPACE).replace(emulator.url, 'http://127.0.0.1:9'),
+  );
+}
+
+const makeProvider = async () =>
+  (await createKubernetesProvider({ kubeconfigPath }, testContext())) as KubernetesProvider;
+
+afterAll(async () => {
+  await emulator?.close();
+  await rm(directory, { recursive: true, force: true });
+});
+
+describeSandboxProviderContract({
+  name: 'kubernetes through the emulator (busybox)',
+  image: busybox,
+  capabilities: {
+    sessions: true,
+    snapshot: false,
+    gatewayReach: false,
+    timeoutKill: 'tagged',
+    pidsLimit: false,
+  },
+  createProvider: makeProvider,
+  createUnreachableProvider: () =>
+    createKubernetesProvider({ kubeconfigPath: unreachablePath }, testContext()),
+  ...(skipReason === undefined ? {} : { skipReason }),
+});
+
+describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () => {
+  const context = testContext({ namespace: 'specifics' });
+  const kubeConfig = new KubeConfig();
+  if (emulator !== null) kubeConfig.loadFromString(emulator.kubeconfig(NAMESPACE));
+  const core = kubeConfig.makeApiClient(CoreV1Api);
+  const networking = kubeConfig.makeApiClient(NetworkingV1Api);
+  const provider = new KubernetesProvider(kubeConfig, context);
+  const created: string[] = [];
+  const spec = (overrides: Record<string, unknown> = {}) =>
+    parseOrThrow(SandboxSpecSchema, { image: busybox, ...overrides }, 'spec');
+
+  afterAll(async () => {
+    await Promise.all(created.map((id) => provider.destroy(id)));
+    await provider.close();
+  });
+
+  it('makes a locked-down Pod: identity in labels, no token, seccomp, dropped capabilities, the deadline', async () => {
+    const info = await provider.create(
+      spec({ labels: { task: 't1' }, resources: { cpus: 0.5, memoryMiB: 96, diskMiB: 512 } }),
+      {
+        pool: 'p1',
+      },
+    );
+    created.push(info.id);
+    const pod = await core.readNamespacedPod({ name: provider.podName(info.id), namespace: NAMESPACE });
+    expect(pod.metadata?.labels).toMatchObject({
+      'gym.namespace': 'specifics',
+      'gym.daemon-id': context.daemonId,
+      'gym.sandbox-id': info.id,
+      'gym.pool': 'p1',
+      'gym.user.task': 't1',
+    });
+    expect(pod.spec).toMatchObject({
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      restartPolicy: 'Never',
+      activeDeadlineSeconds: context.maxLifetimeSeconds,
+      securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
+    });
+    const container = pod.spec?.containers[0];
+    expect(container?.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      privileged: false,
+      capabilities: { drop: ['ALL'] },
+    });
+    expect(container?.resources?.limits).toEqual({
+      cpu: '500m',
+      memory: '96Mi',
+      'ephemeral-storage': '512Mi',
+    });
+    expect(container?.resources?.requests).toEqual({ cpu: '500m', memory: '96Mi' });
+    // In the running sandbox: no privilege gain, only the default capabilities.
+    const status = await provider.exec(
+      info.id,
+      parseOrThrow(
+        ExecRequestSchema,
+        { command: 'grep -E "^(CapEff|NoNewPrivs)" /proc/self/status' },
+        'exec',
+      ),
+    );
+    expect(status.stdout).toMatch(/NoNewPrivs:\s*1/);
+    const capEff = BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(status.stdout)?.[1]}`);
+    const allowed = [0, 1, 3, 4, 5, 6, 7].reduce((mask, bit) => mask | (1n << BigInt(bit)), 0n);
+    expect(capEff & ~allowed).toBe(0n);
+  });
+
+  it('creates one deny-all NetworkPolicy for its Pods, and health() fails when it is gone', async () => {
+    expect((await provider.health()).ok).toBe(true);
+    const policy = await networking.readNamespacedNetworkPolicy({
+      name: provider.policyName,
+      namespace: NAMESPACE,
+    });
+    expect(policy.spec).toMatchObject({
+      podSelector: { matchLabels: { 'gym.namespace': 'specifics' } },
+      policyTypes: ['Ingress', 'Egress'],
+    });
+    expect(policy.spec?.ingress ?? []).toEqual([]);
+    expect(policy.spec?.egress ?? []).toEqual([]);
+    await networking.deleteNamespacedNetworkPolicy({ name: provider.policyName, namespace: NAMESPACE });
+    const health = await provider.health();
+    expect(health.ok).toBe(false);
+    expect(health.message).toMatch(/NetworkPolicy .* is missing/);
+  });
+
+  it('reports sandbox_gone for a command whose Pod is deleted behind its back', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    const running = provider.exec(
+      info.id,
+      parseOrThrow(ExecRequestSchema, { command: 'sleep 30', timeoutMs: 60_000 }, 'exec'),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await core.deleteNamespacedPod({
+      name: provider.podName(info.id),
+      namespace: NAMESPACE,
+      gracePeriodSeconds: 0,
+    });
+    expect((await running).status).toBe('sandbox_gone');
+    await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+  });
+
+  it('takes a numeric user only, and refuses spec options it does not know', async () => {
+    await expect(provider.create(spec({ user: 'nobody' }))).rejects.toMatchObject({
+      code: 'VALIDATION_FAILED',
+    });
+    await expect(provider.create(spec({ providerOptions: { hostPID: true } }))).rejects.toMatchObject({
+      code: 'VALIDATION_FAILED',
+    });
+    await expect(provider.create(spec({ resources: { gpus: 1 } }))).rejects.toMatchObject({
+      code: 'CAPABILITY_UNSUPPORTED',
+    });
+    const info = await provider.create(spec({ user: '65534:65534' }));
+    created.push(info.id);
+    const id = await provider.exec(
+      info.id,
+      parseOrThrow(ExecRequestSchema, { command: 'id -u; id -g' }, 'exec'),
+    );
+    expect(id.stdout).toBe('65534\n65534\n');
+  });
+});

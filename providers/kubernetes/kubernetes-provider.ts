@@ -1,0 +1,1060 @@
+/**
+ * The Kubernetes provider: one Pod per sandbox in a configured namespace, commands over pods/exec.
+ *
+ * - Identity (namespace, daemon, sandbox id, pool, times) lives in the Pod's labels, so a listing
+ *   by label selector finds every sandbox of a deployment without the daemon's state; what is not
+ *   identity (the spec's user, network mode) goes in annotations, the image in the Pod's spec.
+ * - The Pod idles under a shell loop with `restartPolicy: Never`, no service account token, all
+ *   capabilities dropped but the few a root shell needs, no privilege escalation, seccomp
+ *   `RuntimeDefault`, and `activeDeadlineSeconds` at the hard deadline (the kubelet ends the Pod
+ *   even if every daemon is gone). Resources: requests equal limits (cpu, memory), disk as
+ *   `ephemeral-storage`, GPUs as `nvidia.com/gpu` when the operator allows them.
+ * - Exec wraps each command in `sh -c` to apply env, cwd and user (`setpriv`) and to tag it with
+ *   `GYM_EXEC_ID`; a timeout runs the shared kill script in the Pod (`timeoutKill: tagged`).
+ * - Files and archives are tar streams over exec (`tar -x` / `tar -c`), each awaited to its exit
+ *   status, with the same archive checks as Docker before a byte reaches the Pod.
+ * - A NetworkPolicy that denies all ingress and egress to our Pods is created once per namespace
+ *   and checked by `health()`.
+ */
+import { posix } from 'node:path';
+import { PassThrough, type Readable } from 'node:stream';
+import {
+  ApiException,
+  CoreV1Api,
+  type KubeConfig,
+  NetworkingV1Api,
+  type V1NetworkPolicy,
+  type V1Pod,
+} from '@kubernetes/client-node';
+import { z } from 'zod';
+import { GymError } from '../../core/errors.ts';
+import { createId } from '../../core/ids.ts';
+import type { ExecRequest, ExecResult, ExecStatus } from '../../core/schemas/exec.ts';
+import type { SandboxInfo, SandboxSpec, SandboxState } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import type {
+  CreateOptions,
+  ExecOptions,
+  FileContent,
+  ListFilter,
+  ProviderCapabilities,
+  ProviderContext,
+  ProviderHealth,
+  SandboxListing,
+  SandboxProvider,
+  WriteFileOptions,
+} from '../sandbox-provider.ts';
+import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
+import {
+  ExecOutput,
+  OOM_COUNTER_COMMAND,
+  parseOomKillCount,
+  SIGKILL_EXIT_CODE,
+  stdinBytes,
+} from '../shared/exec-output.ts';
+import { EXEC_ID_ENV, KILL_SCRIPT } from '../shared/kill-script.ts';
+import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
+import { shellQuote } from '../shared/shell.ts';
+import { type PodExecEnd, PodExecRefused, type PodTarget, runPodCommand, startPodExec } from './pod-exec.ts';
+import { PodSession, type SessionHooks } from './pod-session.ts';
+
+/** Every label we write starts with this (as on Docker), so one selector finds all our Pods. */
+export const KUBERNETES_LABEL_PREFIX = 'gym.';
+/** Annotations hold what is not identity. */
+const SPEC_ANNOTATION = 'gym.sandbox/spec';
+/** The sandbox's container in its Pod. */
+export const SANDBOX_CONTAINER = 'sandbox';
+
+/** The capabilities a root shell, a package manager and a test suite need (as on Docker). */
+export const DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'SETGID', 'SETUID'];
+
+/** Keeps the container alive doing nothing; exits at once on the kubelet's TERM. */
+const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
+
+/** After a kill, how long to wait for the command's stream to end before dropping it. */
+const KILL_GRACE_MS = 5_000;
+
+/** The one scope of a Kubernetes backend: the API server. */
+const API_SCOPE = 'api-server';
+
+/** Waiting reasons that mean the image cannot be had. */
+const IMAGE_REASONS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
+/** Waiting reasons that will not resolve by themselves. */
+const FATAL_REASONS = new Set([
+  'CreateContainerConfigError',
+  'CreateContainerError',
+  'RunContainerError',
+  'CrashLoopBackOff',
+]);
+
+const TolerationSchema = z
+  .object({
+    key: z.string().optional(),
+    operator: z.enum(['Exists', 'Equal']).optional(),
+    value: z.string().optional(),
+    effect: z.enum(['NoSchedule', 'PreferNoSchedule', 'NoExecute']).optional(),
+    tolerationSeconds: z.number().int().optional(),
+  })
+  .strict();
+
+export const KubernetesProviderOptionsSchema = z
+  .object({
+    /** A kubeconfig file; default: `$KUBECONFIG`, `~/.kube/config`, then in-cluster configuration. */
+    kubeconfigPath: z.string().optional(),
+    /** A context of the kubeconfig other than its current one. */
+    context: z.string().optional(),
+    /** The namespace the Pods go in; default: the context's, else `default`. */
+    namespace: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/)
+      .max(63)
+      .optional(),
+    /** How long a create waits for its Pod to be Ready (scheduling and image pull included). */
+    createTimeoutMs: z.number().int().positive().max(3_600_000).default(120_000),
+    /** Grace period of a destroy, in seconds (the Pod's shell exits at once on TERM). */
+    deleteGracePeriodSeconds: z.number().int().min(0).max(300).default(1),
+    /** A RuntimeClass for stronger isolation (gVisor, Kata). */
+    runtimeClassName: z.string().optional(),
+    nodeSelector: z.record(z.string(), z.string()).default({}),
+    tolerations: z.array(TolerationSchema).default([]),
+    /** Secrets (by name, in the namespace) the kubelet uses to pull images. */
+    imagePullSecrets: z.array(z.string()).default([]),
+    imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never']).optional(),
+    /** The nodes have NVIDIA GPUs and the device plugin: allow `resources.gpus`. */
+    gpus: z.boolean().default(false),
+    /** Create (once per namespace) and check a NetworkPolicy that denies all traffic to our Pods. */
+    networkPolicy: z.boolean().default(true),
+  })
+  .strict();
+export type KubernetesProviderOptions = z.input<typeof KubernetesProviderOptionsSchema>;
+
+/** A spec's user as Kubernetes can take it: numbers only, since the image's names are not known before it runs. */
+function numericUser(user: string | undefined): { uid: number; gid?: number } | undefined {
+  if (user === undefined) return undefined;
+  const match = /^(\d+)(?::(\d+))?$/.exec(user);
+  if (match === null) {
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `the kubernetes provider takes the sandbox's user as uid or uid:gid (a Pod's securityContext has no user names): "${user}"`,
+      { details: { user } },
+    );
+  }
+  return { uid: Number(match[1]), ...(match[2] === undefined ? {} : { gid: Number(match[2]) }) };
+}
+
+/**
+ * Runs `"$@"` as a command would run under `docker exec`: tagged for the kill script, with its
+ * env and cwd, as the user asked for (by uid[:gid] or by name, through util-linux `setpriv` or
+ * busybox `start-stop-daemon`).
+ * Arguments: exec id, cwd (or empty), user (or empty), then the command.
+ */
+function wrapperScript(env: Record<string, string>): string {
+  const exports = Object.entries(env)
+    .map(([name, value]) => `export ${name}=${shellQuote(value)}`)
+    .join('; ');
+  return [
+    `${EXEC_ID_ENV}=$1; export ${EXEC_ID_ENV}; cwd=$2; user=$3; shift 3`,
+    exports,
+    'if [ -n "$cwd" ]; then cd -- "$cwd" || exit 126; fi',
+    'if [ -n "$user" ]; then',
+    '  case "$user" in *:*) uid=${user%%:*}; gid=${user#*:};; *) uid=$user; gid=;; esac',
+    '  case "$uid" in ""|*[!0-9]*) name=$uid; uid=$(id -u -- "$name") || exit 126; [ -n "$gid" ] || gid=$(id -g -- "$name") || exit 126;; esac',
+    '  [ -n "$gid" ] || gid=$(id -g -- "$uid" 2>/dev/null) || gid=$uid',
+    // util-linux setpriv (Debian); busybox's lacks --reuid but has start-stop-daemon -c.
+    '  if setpriv --help 2>&1 | grep -q -e --reuid; then exec setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"; fi',
+    '  program=$(command -v -- "$1") || { echo "$1: not found" >&2; exit 127; }; shift',
+    '  exec start-stop-daemon -S -p /nonexistent/gym.pid -c "$uid:$gid" -x "$program" -- "$@"',
+    'fi',
+    'exec "$@"',
+  ]
+    .filter((line) => line !== '')
+    .join('\n');
+}
+
+function podState(pod: V1Pod): SandboxState {
+  if (pod.metadata?.deletionTimestamp !== undefined && pod.metadata.deletionTimestamp !== null)
+    return 'destroying';
+  switch (pod.status?.phase) {
+    case 'Pending':
+      return 'creating';
+    case 'Running':
+      return isReady(pod) ? 'ready' : 'creating';
+    default:
+      return 'failed';
+  }
+}
+
+function isReady(pod: V1Pod): boolean {
+  return (
+    pod.status?.phase === 'Running' &&
+    pod.status.conditions?.some((condition) => condition.type === 'Ready' && condition.status === 'True') ===
+      true
+  );
+}
+
+/** What a refused API call said: its HTTP code and the Status message. */
+function apiFailure(error: unknown): { code: number | null; message: string } {
+  if (error instanceof ApiException) {
+    let message = String(error.message);
+    const body = error.body as unknown;
+    try {
+      const status = (typeof body === 'string' ? JSON.parse(body) : body) as { message?: string };
+      if (typeof status?.message === 'string') message = status.message;
+    } catch {
+      // not JSON: keep the exception's own message
+    }
+    return { code: error.code, message };
+  }
+  return { code: null, message: (error as Error)?.message ?? String(error) };
+}
+
+function wrapApiError(error: unknown, what: string, sandboxId?: string): GymError {
+  if (error instanceof GymError) return error;
+  const { code, message } = apiFailure(error);
+  const details = { ...(sandboxId === undefined ? {} : { sandboxId }), httpStatus: code };
+  if (code === null) {
+    return new GymError(
+      'PROVIDER_UNAVAILABLE',
+      `the Kubernetes API server cannot be reached (${what}): ${message}`,
+      {
+        details,
+        cause: error,
+      },
+    );
+  }
+  if (code === 404 && sandboxId !== undefined) {
+    return new GymError('SANDBOX_NOT_FOUND', `sandbox ${sandboxId} does not exist`, { details });
+  }
+  if (code === 400 || code === 422) {
+    return new GymError('VALIDATION_FAILED', `the API server refused the ${what}: ${message}`, {
+      details,
+      cause: error,
+    });
+  }
+  return new GymError('PROVIDER_ERROR', `the API server failed the ${what} (HTTP ${code}): ${message}`, {
+    details,
+    cause: error,
+  });
+}
+
+function emptyResult(status: ExecStatus): ExecResult {
+  return {
+    status,
+    exitCode: null,
+    stdout: '',
+    stderr: '',
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    stdoutBytes: 0,
+    stderrBytes: 0,
+    durationMs: 0,
+  };
+}
+
+export class KubernetesProvider implements SandboxProvider {
+  readonly name = 'kubernetes';
+  readonly capabilities: ProviderCapabilities;
+  readonly #kubeConfig: KubeConfig;
+  readonly #core: CoreV1Api;
+  readonly #networking: NetworkingV1Api;
+  readonly #context: ProviderContext;
+  readonly #options: z.output<typeof KubernetesProviderOptionsSchema>;
+  readonly #namespace: string;
+  /** The deny-all policy's creation, once per provider. */
+  #policy: Promise<void> | null = null;
+  /** Last OOM-kill count seen per sandbox; a fresh Pod starts at 0. */
+  readonly #oomCounts = new Map<string, number>();
+  /** Sessions by sandbox id, then by session name and user. */
+  readonly #sessions = new Map<string, Map<string, Promise<PodSession>>>();
+
+  constructor(kubeConfig: KubeConfig, context: ProviderContext, options: KubernetesProviderOptions = {}) {
+    this.#kubeConfig = kubeConfig;
+    this.#context = context;
+    this.#options = parseOrThrow(KubernetesProviderOptionsSchema, options, 'kubernetes provider options');
+    if (!/^[a-z0-9][a-z0-9-]{0,30}$/.test(context.namespace)) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `namespace "${context.namespace}" must be 1-31 characters of a-z, 0-9 or "-"`,
+      );
+    }
+    this.#namespace =
+      this.#options.namespace ??
+      kubeConfig.getContextObject(kubeConfig.getCurrentContext())?.namespace ??
+      'default';
+    this.#core = kubeConfig.makeApiClient(CoreV1Api);
+    this.#networking = kubeConfig.makeApiClient(NetworkingV1Api);
+    this.capabilities = {
+      sessions: true,
+      snapshot: false,
+      gpus: this.#options.gpus,
+      diskLimit: true,
+      // Taken, recorded in the Pod's annotation, not enforced: the node's podPidsLimit applies.
+      pidsLimit: false,
+      networkModes: ['none'],
+      gatewayReach: false,
+      timeoutKill: 'tagged',
+      stopProcesses: false,
+    };
+  }
+
+  /** The Kubernetes namespace the Pods go in. */
+  get kubernetesNamespace(): string {
+    return this.#namespace;
+  }
+
+  /** Pod names embed our namespace, so a lookup by name never crosses deployments. */
+  podName(id: string): string {
+    return `gym-${this.#context.namespace}-${id}`;
+  }
+
+  /** The NetworkPolicy that cuts our Pods off (one per deployment namespace). */
+  get policyName(): string {
+    return `gym-${this.#context.namespace}-deny-all`;
+  }
+
+  #target(id: string): PodTarget {
+    return { namespace: this.#namespace, pod: this.podName(id), container: SANDBOX_CONTAINER };
+  }
+
+  async health(): Promise<ProviderHealth> {
+    try {
+      await this.#core.listNamespacedPod({
+        namespace: this.#namespace,
+        labelSelector: `${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${this.#context.namespace}`,
+        limit: 1,
+      });
+    } catch (error) {
+      return { ok: false, message: wrapApiError(error, 'pod listing').message };
+    }
+    if (this.#options.networkPolicy) {
+      try {
+        const policy = await this.#networking.readNamespacedNetworkPolicy({
+          name: this.policyName,
+          namespace: this.#namespace,
+        });
+        const types = policy.spec?.policyTypes ?? [];
+        if (
+          !types.includes('Ingress') ||
+          !types.includes('Egress') ||
+          (policy.spec?.ingress?.length ?? 0) > 0 ||
+          (policy.spec?.egress?.length ?? 0) > 0
+        ) {
+          return {
+            ok: false,
+            message: `NetworkPolicy ${this.#namespace}/${this.policyName} no longer denies all traffic; delete it and the next create restores it`,
+          };
+        }
+      } catch (error) {
+        const { code } = apiFailure(error);
+        if (code !== 404) return { ok: false, message: wrapApiError(error, 'NetworkPolicy read').message };
+        // Created with the first sandbox; before that there is nothing to isolate.
+        if (this.#policy !== null) {
+          return { ok: false, message: `NetworkPolicy ${this.#namespace}/${this.policyName} is missing` };
+        }
+      }
+    }
+    return {
+      ok: true,
+      message: `Kubernetes API server answers for namespace ${this.#namespace}; timed-out commands are killed from inside the Pod only (tagged)`,
+      details: { namespace: this.#namespace, timeoutKill: this.capabilities.timeoutKill },
+    };
+  }
+
+  /** Creates the deny-all NetworkPolicy for our Pods unless it exists. */
+  #ensurePolicy(): Promise<void> {
+    if (!this.#options.networkPolicy) return Promise.resolve();
+    this.#policy ??= (async () => {
+      const body: V1NetworkPolicy = {
+        apiVersion: 'networking.k8s.io/v1',
+        kind: 'NetworkPolicy',
+        metadata: {
+          name: this.policyName,
+          labels: { [`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.namespace}`]: this.#context.namespace },
+        },
+        spec: {
+          podSelector: {
+            matchLabels: {
+              [`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.namespace}`]: this.#context.namespace,
+            },
+          },
+          policyTypes: ['Ingress', 'Egress'],
+        },
+      };
+      try {
+        await this.#networking.createNamespacedNetworkPolicy({ namespace: this.#namespace, body });
+      } catch (error) {
+        if (apiFailure(error).code !== 409) throw wrapApiError(error, 'NetworkPolicy create');
+      }
+    })();
+    this.#policy.catch(() => {
+      this.#policy = null;
+    });
+    return this.#policy;
+  }
+
+  #checkCapabilities(spec: SandboxSpec): void {
+    if (spec.resources.gpus !== undefined && spec.resources.gpus > 0 && !this.capabilities.gpus) {
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        'the kubernetes provider is not configured for gpus: set `gpus: true` in its options on a cluster with the NVIDIA device plugin',
+        { details: { provider: this.name, capability: 'gpus' } },
+      );
+    }
+    if (spec.network !== 'none') {
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `the kubernetes provider has only network "none", not "${spec.network}"`,
+        {
+          details: { provider: this.name, capability: 'network' },
+        },
+      );
+    }
+    if (Object.keys(spec.providerOptions).length > 0) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `providerOptions for kubernetes: none are accepted per spec (got ${Object.keys(spec.providerOptions).join(', ')})`,
+      );
+    }
+  }
+
+  #podManifest(spec: SandboxSpec, id: string, labels: Record<string, string>): V1Pod {
+    const { resources } = spec;
+    const user = numericUser(spec.user);
+    const limits: Record<string, string> = {};
+    if (resources.cpus !== undefined) limits.cpu = `${Math.round(resources.cpus * 1000)}m`;
+    if (resources.memoryMiB !== undefined) limits.memory = `${resources.memoryMiB}Mi`;
+    if (resources.diskMiB !== undefined) limits['ephemeral-storage'] = `${resources.diskMiB}Mi`;
+    if (resources.gpus !== undefined && resources.gpus > 0) limits['nvidia.com/gpu'] = String(resources.gpus);
+    const requests = Object.fromEntries(
+      Object.entries(limits).filter(([key]) => key === 'cpu' || key === 'memory'),
+    );
+    const options = this.#options;
+    return {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name: this.podName(id),
+        labels,
+        annotations: {
+          [SPEC_ANNOTATION]: JSON.stringify({
+            user: spec.user ?? null,
+            network: spec.network,
+            workdir: spec.workdir ?? null,
+            pidsLimit: resources.pidsLimit ?? null,
+          }),
+        },
+      },
+      spec: {
+        restartPolicy: 'Never',
+        automountServiceAccountToken: false,
+        enableServiceLinks: false,
+        terminationGracePeriodSeconds: Math.max(1, options.deleteGracePeriodSeconds),
+        activeDeadlineSeconds: this.#context.maxLifetimeSeconds,
+        securityContext: {
+          seccompProfile: { type: 'RuntimeDefault' },
+          ...(user === undefined
+            ? {}
+            : {
+                runAsUser: user.uid,
+                ...(user.gid === undefined ? {} : { runAsGroup: user.gid }),
+                runAsNonRoot: user.uid !== 0,
+              }),
+        },
+        containers: [
+          {
+            name: SANDBOX_CONTAINER,
+            image: spec.image,
+            ...(options.imagePullPolicy === undefined ? {} : { imagePullPolicy: options.imagePullPolicy }),
+            command: ['sh', '-c', IDLE_SCRIPT],
+            env: Object.entries(spec.env).map(([name, value]) => ({ name, value })),
+            ...(spec.workdir === undefined ? {} : { workingDir: spec.workdir }),
+            resources: { limits, requests },
+            securityContext: {
+              allowPrivilegeEscalation: false,
+              privileged: false,
+              capabilities: { drop: ['ALL'], add: DEFAULT_CAPABILITIES },
+            },
+          },
+        ],
+        ...(options.runtimeClassName === undefined ? {} : { runtimeClassName: options.runtimeClassName }),
+        ...(Object.keys(options.nodeSelector).length === 0 ? {} : { nodeSelector: options.nodeSelector }),
+        ...(options.tolerations.length === 0 ? {} : { tolerations: options.tolerations }),
+        ...(options.imagePullSecrets.length === 0
+          ? {}
+          : { imagePullSecrets: options.imagePullSecrets.map((name) => ({ name })) }),
+      },
+    };
+  }
+
+  async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
+    this.#checkCapabilities(spec);
+    const id = options.id ?? createId('sbx');
+    const createdAtMs = this.#context.clock.now();
+    const deadlineAtMs = createdAtMs + this.#context.maxLifetimeSeconds * 1000;
+    const leaseExpiresAtMs = Math.min(createdAtMs + spec.ttlSeconds * 1000, deadlineAtMs);
+    const pool = options.pool ?? null;
+    const labels = encodeLabels(
+      KUBERNETES_LABEL_PREFIX,
+      {
+        namespace: this.#context.namespace,
+        daemonId: this.#context.daemonId,
+        sandboxId: id,
+        pool,
+        createdAtMs,
+        leaseExpiresAtMs,
+        deadlineAtMs,
+      },
+      spec.labels,
+    );
+    const manifest = this.#podManifest(spec, id, labels);
+    await this.#ensurePolicy();
+    let created: V1Pod;
+    try {
+      // Strict: a field the server does not know is an error, not silently dropped.
+      created = await this.#core.createNamespacedPod({
+        namespace: this.#namespace,
+        body: manifest,
+        fieldValidation: 'Strict',
+      });
+    } catch (error) {
+      throw wrapApiError(error, 'Pod create');
+    }
+    try {
+      await this.#waitRunning(id, spec.image);
+      this.#oomCounts.set(id, 0);
+      for (const file of spec.files) {
+        const content = Buffer.from(file.content, file.encoding === 'base64' ? 'base64' : 'utf8');
+        await this.writeFile(id, file.path, content, { mode: file.mode });
+      }
+      if (spec.readiness !== undefined) await this.#waitReadinessProbe(id, spec);
+    } catch (error) {
+      await this.#deletePod(id, 0).catch((deleteError: unknown) =>
+        this.#context.logger.warn(
+          { sandboxId: id, error: String(deleteError) },
+          'could not delete a Pod whose create failed',
+        ),
+      );
+      this.#oomCounts.delete(id);
+      if (
+        error instanceof GymError &&
+        (error.code === 'IMAGE_NOT_FOUND' || error.code === 'SANDBOX_START_FAILED')
+      )
+        throw error;
+      const cause = error instanceof GymError ? error : wrapApiError(error, 'Pod start', id);
+      throw new GymError(
+        'SANDBOX_START_FAILED',
+        `sandbox ${id} failed to start and was removed: ${cause.message}`,
+        {
+          details: { sandboxId: id, image: spec.image, reason: cause.message },
+          cause,
+        },
+      );
+    }
+    this.#context.logger.debug({ sandboxId: id, image: spec.image }, 'sandbox created');
+    return {
+      id,
+      provider: this.name,
+      state: 'ready',
+      image: spec.image,
+      labels: { ...spec.labels },
+      namespace: this.#context.namespace,
+      daemonId: this.#context.daemonId,
+      pool,
+      createdAt: new Date(createdAtMs).toISOString(),
+      leaseExpiresAt: new Date(leaseExpiresAtMs).toISOString(),
+      deadlineAt: new Date(deadlineAtMs).toISOString(),
+      providerRef: `${this.#namespace}/${created.metadata?.name ?? this.podName(id)}`,
+    };
+  }
+
+  /** Polls the Pod until Ready, failing fast on what will not resolve (image, scheduling, runtime). */
+  async #waitRunning(id: string, image: string): Promise<void> {
+    const deadline = performance.now() + this.#options.createTimeoutMs;
+    let last = 'no status yet';
+    for (let attempt = 0; performance.now() < deadline; attempt++) {
+      let pod: V1Pod;
+      try {
+        pod = await this.#core.readNamespacedPod({ name: this.podName(id), namespace: this.#namespace });
+      } catch (error) {
+        throw wrapApiError(error, 'Pod read', id);
+      }
+      if (isReady(pod)) return;
+      const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
+      const terminated = pod.status?.containerStatuses?.[0]?.state?.terminated;
+      const unschedulable = pod.status?.conditions?.find(
+        (condition) =>
+          condition.type === 'PodScheduled' &&
+          condition.status === 'False' &&
+          condition.reason === 'Unschedulable',
+      );
+      if (waiting?.reason !== undefined && IMAGE_REASONS.has(waiting.reason)) {
+        throw new GymError(
+          'IMAGE_NOT_FOUND',
+          `image ${image} cannot be pulled (${waiting.reason}): ${waiting.message ?? ''}`,
+          {
+            details: { image, reason: waiting.reason },
+          },
+        );
+      }
+      if (waiting?.reason !== undefined && FATAL_REASONS.has(waiting.reason)) {
+        throw new GymError(
+          'SANDBOX_START_FAILED',
+          `the Pod's container cannot start (${waiting.reason}): ${waiting.message ?? ''}`,
+          {
+            details: { sandboxId: id, reason: waiting.reason },
+          },
+        );
+      }
+      if (terminated !== undefined || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded') {
+        throw new GymError(
+          'SANDBOX_START_FAILED',
+          `the Pod ended before it was ready (${terminated?.reason ?? pod.status?.reason ?? pod.status?.phase}, exit ${terminated?.exitCode ?? '?'})`,
+          { details: { sandboxId: id, reason: terminated?.reason ?? pod.status?.reason ?? null } },
+        );
+      }
+      if (unschedulable !== undefined) {
+        throw new GymError(
+          'SANDBOX_START_FAILED',
+          `the Pod cannot be scheduled: ${unschedulable.message ?? ''}`,
+          {
+            details: { sandboxId: id, reason: 'Unschedulable' },
+          },
+        );
+      }
+      last = `${pod.status?.phase ?? 'unknown'}${waiting?.reason === undefined ? '' : ` (${waiting.reason})`}`;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(50 * 2 ** attempt, 500)));
+    }
+    throw new GymError(
+      'SANDBOX_START_FAILED',
+      `the Pod was not ready within ${this.#options.createTimeoutMs} ms (last: ${last})`,
+      {
+        details: { sandboxId: id },
+      },
+    );
+  }
+
+  async #waitReadinessProbe(id: string, spec: SandboxSpec): Promise<void> {
+    const probe = spec.readiness!;
+    const deadline = performance.now() + probe.timeoutMs;
+    let last = '';
+    while (performance.now() < deadline) {
+      const result = await this.exec(id, {
+        ...(probe.argv === undefined ? { command: probe.command! } : { argv: probe.argv }),
+        env: {},
+        stdinEncoding: 'utf8',
+        timeoutMs: Math.max(1, Math.min(10_000, Math.ceil(deadline - performance.now()))),
+        maxOutputBytes: 4096,
+      });
+      if (result.status === 'ok' && result.exitCode === 0) return;
+      if (result.status === 'sandbox_gone')
+        throw new GymError('SANDBOX_START_FAILED', 'the Pod ended during its readiness probe');
+      last = `status ${result.status}, exit ${result.exitCode}: ${result.stderr.slice(-500)}`;
+      await new Promise((resolve) => setTimeout(resolve, probe.intervalMs));
+    }
+    throw new GymError(
+      'SANDBOX_START_FAILED',
+      `readiness probe did not pass within ${probe.timeoutMs} ms (last: ${last})`,
+    );
+  }
+
+  #toInfo(pod: V1Pod): SandboxInfo | null {
+    const decoded = decodeLabels(KUBERNETES_LABEL_PREFIX, pod.metadata?.labels ?? {});
+    if (decoded === null || decoded.namespace !== this.#context.namespace) return null;
+    return {
+      ...decoded,
+      provider: this.name,
+      state: podState(pod),
+      image: pod.spec?.containers.find((container) => container.name === SANDBOX_CONTAINER)?.image ?? '',
+      providerRef: `${pod.metadata?.namespace ?? this.#namespace}/${pod.metadata?.name ?? ''}`,
+    };
+  }
+
+  async get(id: string): Promise<SandboxInfo> {
+    let pod: V1Pod;
+    try {
+      pod = await this.#core.readNamespacedPod({ name: this.podName(id), namespace: this.#namespace });
+    } catch (error) {
+      throw wrapApiError(error, 'Pod read', id);
+    }
+    const info = this.#toInfo(pod);
+    if (info === null || info.id !== id)
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    return info;
+  }
+
+  async list(filter: ListFilter = {}): Promise<SandboxListing> {
+    const selector = [`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${this.#context.namespace}`];
+    if (filter.daemonId !== undefined)
+      selector.push(`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.daemonId}=${filter.daemonId}`);
+    if (filter.pool !== undefined)
+      selector.push(`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.pool}=${filter.pool ?? ''}`);
+    for (const [key, value] of Object.entries(filter.labels ?? {})) {
+      selector.push(`${userLabelKey(KUBERNETES_LABEL_PREFIX, key)}=${value}`);
+    }
+    const sandboxes: SandboxInfo[] = [];
+    try {
+      let continueToken: string | undefined;
+      do {
+        const page = await this.#core.listNamespacedPod({
+          namespace: this.#namespace,
+          labelSelector: selector.join(','),
+          limit: 500,
+          ...(continueToken === undefined ? {} : { _continue: continueToken }),
+        });
+        for (const pod of page.items) {
+          const info = this.#toInfo(pod);
+          if (info !== null) sandboxes.push(info);
+        }
+        continueToken = page.metadata?._continue || undefined;
+      } while (continueToken !== undefined);
+    } catch (error) {
+      return {
+        sandboxes: [],
+        unreachable: [{ scope: API_SCOPE, reason: wrapApiError(error, 'Pod listing').message }],
+      };
+    }
+    return { sandboxes, unreachable: [] };
+  }
+
+  /**
+   * Says why a command ended without a normal exit: the Pod is gone (deleted, evicted, ended),
+   * the OOM killer struck (its counter in the Pod's own cgroup went up), or something else.
+   */
+  async #classifyAbnormalEnd(id: string): Promise<'sandbox_gone' | 'oom' | 'killed'> {
+    let pod: V1Pod;
+    try {
+      pod = await this.#core.readNamespacedPod({ name: this.podName(id), namespace: this.#namespace });
+    } catch {
+      return 'sandbox_gone';
+    }
+    if (podState(pod) !== 'ready') return 'sandbox_gone';
+    const probe = await runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', OOM_COUNTER_COMMAND], {
+      maxBytes: 4096,
+      timeoutMs: 10_000,
+    }).catch(() => null);
+    if (probe === null || probe.end.kind !== 'exited' || probe.end.exitCode !== 0) return 'sandbox_gone';
+    const count = parseOomKillCount(probe.stdout.toString('utf8'));
+    if (count === null) return 'killed';
+    const previous = this.#oomCounts.get(id) ?? 0;
+    this.#oomCounts.set(id, count);
+    return count > previous ? 'oom' : 'killed';
+  }
+
+  /** Runs the kill script for one exec id in the Pod, bounded. */
+  async #killTagged(id: string, execId: string, mode: 'session' | 'process'): Promise<void> {
+    await runPodCommand(
+      this.#kubeConfig,
+      this.#target(id),
+      ['sh', '-c', KILL_SCRIPT, 'gym-kill', execId, mode],
+      {
+        maxBytes: 1024,
+        timeoutMs: KILL_GRACE_MS,
+      },
+    ).catch(() => {});
+  }
+
+  #sessionHooks(id: string): SessionHooks {
+    return {
+      classifyAbnormalEnd: () => this.#classifyAbnormalEnd(id),
+      // Only the command's processes: the session's shell shares the exec's session.
+      killTagged: (execId) => this.#killTagged(id, execId, 'process'),
+    };
+  }
+
+  async #session(id: string, name: string, user: string | undefined): Promise<PodSession> {
+    let byName = this.#sessions.get(id);
+    if (byName === undefined) {
+      byName = new Map();
+      this.#sessions.set(id, byName);
+    }
+    const key = `${name}\0${user ?? ''}`;
+    const existing = byName.get(key);
+    if (existing !== undefined) {
+      const session = await existing.catch(() => null);
+      if (session?.isAlive) return session;
+    }
+    const wrapper = ['sh', '-c', wrapperScript({}), 'gym-session', createId('exec'), '', user ?? ''];
+    const opening = PodSession.open(this.#kubeConfig, this.#target(id), wrapper);
+    byName.set(key, opening);
+    opening.catch(() => byName.delete(key));
+    return opening;
+  }
+
+  #closeSessions(id: string): void {
+    const byName = this.#sessions.get(id);
+    this.#sessions.delete(id);
+    for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
+  }
+
+  async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    try {
+      if (request.session !== undefined) {
+        const session = await this.#session(id, request.session, request.user);
+        return await session.run(request, options, this.#sessionHooks(id));
+      }
+      return await this.#execOnce(id, request, options);
+    } catch (error) {
+      if (error instanceof PodExecRefused) {
+        // 404: no such Pod; 400: the Pod exists but does not run (ended, or being deleted).
+        if (error.httpStatus === 404 || error.httpStatus === 400) {
+          await this.get(id); // throws SANDBOX_NOT_FOUND when the Pod is not there at all
+          return emptyResult('sandbox_gone');
+        }
+        throw new GymError(
+          error.httpStatus === null ? 'PROVIDER_UNAVAILABLE' : 'PROVIDER_ERROR',
+          `exec in sandbox ${id} failed: ${error.message}`,
+          { details: { sandboxId: id, httpStatus: error.httpStatus }, cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
+  async #execOnce(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
+    const execId = createId('exec');
+    const argv = request.argv ?? ['sh', '-c', request.command!];
+    const output = new ExecOutput(request, options);
+    const command = [
+      'sh',
+      '-c',
+      wrapperScript(request.env),
+      'gym-exec',
+      execId,
+      request.cwd ?? '',
+      request.user ?? '',
+      ...argv,
+    ];
+    const running = await startPodExec(this.#kubeConfig, this.#target(id), command, {
+      stdin: stdinBytes(request),
+      onStdout: (chunk) => output.push('stdout', chunk),
+      onStderr: (chunk) => output.push('stderr', chunk),
+    });
+
+    let killing: Promise<void> | null = null;
+    let isCancelled = false;
+    const kill = () => {
+      if (killing !== null) return;
+      killing = this.#killTagged(id, execId, 'session');
+      killing
+        .then(() => new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref()))
+        .then(() => running.abandon());
+    };
+    const timer = setTimeout(kill, request.timeoutMs);
+    const cancel = () => {
+      isCancelled = true;
+      kill();
+    };
+    if (options.signal?.aborted) cancel();
+    else options.signal?.addEventListener('abort', cancel, { once: true });
+    let end: PodExecEnd;
+    try {
+      end = await running.done;
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', cancel);
+    }
+    if (killing !== null) {
+      // The result says "timeout" only once the kill has finished: nothing it started runs on.
+      await killing;
+      return output.result(isCancelled ? 'killed' : 'timeout', null);
+    }
+    if (end.kind === 'exited' && end.exitCode !== SIGKILL_EXIT_CODE) return output.result('ok', end.exitCode);
+    const cause = await this.#classifyAbnormalEnd(id);
+    if (cause === 'sandbox_gone') return output.result('sandbox_gone', null);
+    return output.result(cause, end.kind === 'exited' ? end.exitCode : null);
+  }
+
+  /** Runs a tar (or other helper) command in the Pod as root, to its end; throws on a refused exec. */
+  async #runHelper(
+    id: string,
+    argv: string[],
+    stdin: Buffer | Readable | null,
+    onStdout?: (chunk: Buffer) => void,
+  ): Promise<{ exitCode: number; stderr: string }> {
+    const errors: Buffer[] = [];
+    let running: Awaited<ReturnType<typeof startPodExec>>;
+    try {
+      running = await startPodExec(this.#kubeConfig, this.#target(id), argv, {
+        stdin,
+        ...(onStdout === undefined ? {} : { onStdout }),
+        onStderr: (chunk) => {
+          if (errors.length < 64) errors.push(chunk);
+        },
+      });
+    } catch (error) {
+      if (error instanceof PodExecRefused && (error.httpStatus === 404 || error.httpStatus === 400)) {
+        await this.get(id);
+        throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`, {
+          details: { sandboxId: id },
+        });
+      }
+      throw error instanceof GymError ? error : wrapApiError(error, 'exec', id);
+    }
+    const end = await running.done;
+    if (end.kind === 'broken') {
+      throw new GymError('PROVIDER_ERROR', `a file transfer in sandbox ${id} broke off: ${end.reason}`, {
+        details: { sandboxId: id },
+      });
+    }
+    return { exitCode: end.exitCode, stderr: Buffer.concat(errors).toString('utf8') };
+  }
+
+  /**
+   * Extracts a tar at `/` after checking, in the same shell, that none of `directories` that
+   * exists is a symbolic link or not a directory: tar would follow such a link out of the target.
+   */
+  async #extractAt(id: string, directories: string[], archive: Buffer | Readable): Promise<void> {
+    const script = [
+      'for d in "$@"; do',
+      '  if [ -L "$d" ]; then echo "gym-link $d" >&2; exit 90; fi',
+      '  if [ -e "$d" ] && [ ! -d "$d" ]; then echo "gym-notdir $d" >&2; exit 91; fi',
+      'done',
+      // -o: files belong to the user extracting them, not to ids from the archive.
+      'exec tar -x -o -f - -C /',
+    ].join('\n');
+    const { exitCode, stderr } = await this.#runHelper(
+      id,
+      ['sh', '-c', script, 'gym-extract', ...directories],
+      archive,
+    );
+    if (exitCode === 90 || exitCode === 91) {
+      const path = stderr.split(' ').slice(1).join(' ').trim();
+      throw new GymError(
+        'PATH_KIND_MISMATCH',
+        exitCode === 90
+          ? `${path} is a symbolic link in sandbox ${id}; uploads never pass through links, write to the real path instead`
+          : `${path} is not a directory in sandbox ${id}`,
+        { details: { sandboxId: id, path } },
+      );
+    }
+    if (exitCode !== 0) {
+      if (/directory|not a dir|cannot (create|open)|exists/i.test(stderr)) {
+        throw new GymError('PATH_KIND_MISMATCH', `cannot write in sandbox ${id}: ${stderr.trim()}`, {
+          details: { sandboxId: id },
+        });
+      }
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `tar failed in sandbox ${id} (exit ${exitCode}): ${stderr.trim()}`,
+        {
+          details: { sandboxId: id },
+        },
+      );
+    }
+  }
+
+  async writeFile(
+    id: string,
+    path: string,
+    content: FileContent,
+    options: WriteFileOptions = {},
+  ): Promise<void> {
+    const normalized = posix.normalize(path);
+    if (normalized === '/') throw new GymError('PATH_KIND_MISMATCH', 'cannot write a file at /');
+    const parents: string[] = [];
+    for (let dir = posix.dirname(normalized); dir !== '/'; dir = posix.dirname(dir)) parents.unshift(dir);
+    // The file itself must not be a directory (tar would fail) nor a link (tar would replace it, which is fine).
+    const archive = packSingleFile(normalized.slice(1), content, options.mode ?? 0o644);
+    const script = `if [ -d ${shellQuote(normalized)} ] && [ ! -L ${shellQuote(normalized)} ]; then echo "gym-notfile" >&2; exit 92; fi`;
+    const check = await this.#runHelper(id, ['sh', '-c', script], null);
+    if (check.exitCode === 92)
+      throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory in sandbox ${id}`);
+    await this.#extractAt(id, parents, archive);
+  }
+
+  /** A tar of `path` as `tar -c` in the Pod makes it, streamed; FILE_NOT_FOUND when it is not there. */
+  async #tarOf(id: string, path: string, follow: boolean): Promise<Readable> {
+    const normalized = posix.normalize(path);
+    const parent = posix.dirname(normalized);
+    const base = normalized === '/' ? '.' : posix.basename(normalized);
+    const script = [
+      `[ -e ${shellQuote(normalized)} ] || [ -L ${shellQuote(normalized)} ] || { echo gym-missing >&2; exit 93; }`,
+      `exec tar -c ${follow ? '-h ' : ''}-f - -C ${shellQuote(normalized === '/' ? '/' : parent)} ${shellQuote(base)}`,
+    ].join('\n');
+    const stream = new PassThrough();
+    const ended = this.#runHelper(id, ['sh', '-c', script], null, (chunk) => stream.write(chunk));
+    // Wait for the first bytes or the end, so a missing file is an error, not an empty stream.
+    const first = await Promise.race([
+      new Promise<'data'>((resolve) => stream.once('readable', () => resolve('data'))),
+      ended.then((result) => result),
+    ]);
+    if (first !== 'data' && first.exitCode === 93) {
+      throw new GymError('FILE_NOT_FOUND', `${path} does not exist in sandbox ${id}`, {
+        details: { sandboxId: id, path },
+      });
+    }
+    ended.then(
+      (result) => {
+        if (result.exitCode === 0) stream.end();
+        else
+          stream.destroy(
+            new GymError('PROVIDER_ERROR', `tar failed in sandbox ${id}: ${result.stderr.trim()}`),
+          );
+      },
+      (error: unknown) => stream.destroy(error as Error),
+    );
+    return stream;
+  }
+
+  async readFile(id: string, path: string): Promise<Readable> {
+    // tar -h follows symbolic links, the file's own and those on its path.
+    const { header, content } = await firstEntry(await this.#tarOf(id, path, true));
+    if (content !== null) return content;
+    if (header.type === 'directory')
+      throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory, not a file`);
+    throw new GymError('PATH_KIND_MISMATCH', `${path} is a ${header.type}, not a regular file`);
+  }
+
+  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    // Check the sandbox first, so an upload to a missing one does not spool for nothing.
+    await this.get(id);
+    const spooled = await spoolSafeArchive(archive, directory);
+    try {
+      await this.#extractAt(id, [...spooled.directories], spooled.open());
+    } finally {
+      await spooled.dispose();
+    }
+  }
+
+  async readArchive(id: string, directory: string): Promise<Readable> {
+    return rebaseArchive(await this.#tarOf(id, directory, false));
+  }
+
+  async #deletePod(id: string, gracePeriodSeconds: number): Promise<void> {
+    try {
+      await this.#core.deleteNamespacedPod({
+        name: this.podName(id),
+        namespace: this.#namespace,
+        gracePeriodSeconds,
+      });
+    } catch (error) {
+      if (apiFailure(error).code === 404) return;
+      throw wrapApiError(error, 'Pod delete', id);
+    }
+  }
+
+  /** Deletes the Pod and waits (bounded) until the API no longer shows it. Idempotent. */
+  async destroy(id: string): Promise<void> {
+    this.#closeSessions(id);
+    this.#oomCounts.delete(id);
+    const grace = this.#options.deleteGracePeriodSeconds;
+    await this.#deletePod(id, grace);
+    const deadline = performance.now() + (grace + 10) * 1000;
+    for (let attempt = 0; performance.now() < deadline; attempt++) {
+      try {
+        await this.#core.readNamespacedPod({ name: this.podName(id), namespace: this.#namespace });
+      } catch (error) {
+        if (apiFailure(error).code === 404) return;
+        throw wrapApiError(error, 'Pod read', id);
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.min(50 * 2 ** attempt, 500)));
+    }
+    // Still terminating (a node that does not answer): force it out of the API.
+    await this.#deletePod(id, 0);
+  }
+
+  async close(): Promise<void> {
+    for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
+    this.#oomCounts.clear();
+  }
+}

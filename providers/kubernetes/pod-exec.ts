@@ -1,0 +1,167 @@
+/**
+ * One command in a Pod over pods/exec (the WebSocket channel protocol), through client-node's
+ * `Exec`, wrapped so that the call ends when the command ends.
+ *
+ * client-node's `exec()` resolves when the socket opens, reports the exit status only through a
+ * callback (channel 3, a `Status`), and says nothing when the socket closes without one (a Pod
+ * deleted mid-command, a dropped connection). Here the socket's own close settles the call too,
+ * as "ended without a status". stdin is only safe on `v5.channel.k8s.io`, where its end is a
+ * CLOSE signal; on v4 ending stdin closes the whole socket and loses the status, so a command
+ * with stdin refuses to run on a server that negotiates v4 (Kubernetes before 1.30).
+ */
+import { PassThrough, Readable, Writable } from 'node:stream';
+import { Exec, type KubeConfig, type V1Status } from '@kubernetes/client-node';
+import { GymError } from '../../core/errors.ts';
+
+/** The target of an exec. */
+export interface PodTarget {
+  namespace: string;
+  pod: string;
+  container: string;
+}
+
+/** How a command ended. */
+export type PodExecEnd =
+  /** The server sent a status: the command ran and exited with this code. */
+  | { kind: 'exited'; exitCode: number }
+  /** The server sent a failure without an exit code (the runtime could not run it), or none at all. */
+  | { kind: 'broken'; reason: string };
+
+export interface PodExecIo {
+  onStdout?: (chunk: Buffer) => void;
+  onStderr?: (chunk: Buffer) => void;
+  /** Bytes for stdin, ended after them; null: no stdin (the command reads end-of-file). */
+  stdin?: Buffer | Readable | null;
+}
+
+export interface RunningPodExec {
+  /** Settles when the command ended, or its stream did. Never rejects. */
+  done: Promise<PodExecEnd>;
+  /** The negotiated subprotocol. */
+  protocol: string;
+  /** Drops the stream (the command may live on in the Pod: kill it first). */
+  abandon(): void;
+}
+
+/** The exec could not even open: the HTTP status the server answered the upgrade with, if any. */
+export class PodExecRefused extends Error {
+  readonly httpStatus: number | null;
+
+  constructor(message: string, httpStatus: number | null) {
+    super(message);
+    this.httpStatus = httpStatus;
+  }
+}
+
+/** The exit code in a v4+ status: 0 on Success, the `ExitCode` cause on NonZeroExitCode. */
+export function exitCodeOf(status: V1Status): number | null {
+  if (status.status === 'Success') return 0;
+  const cause = status.details?.causes?.find((each) => each.reason === 'ExitCode');
+  const code = cause?.message === undefined ? Number.NaN : Number.parseInt(cause.message, 10);
+  return Number.isInteger(code) ? code : null;
+}
+
+function sink(onChunk: ((chunk: Buffer) => void) | undefined): Writable {
+  return new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      onChunk?.(chunk);
+      callback();
+    },
+  });
+}
+
+/** Opens the exec; resolves once the stream is open, with a promise of its end. */
+export async function startPodExec(
+  kubeConfig: KubeConfig,
+  target: PodTarget,
+  argv: string[],
+  io: PodExecIo = {},
+): Promise<RunningPodExec> {
+  let settle!: (end: PodExecEnd) => void;
+  const done = new Promise<PodExecEnd>((resolve) => {
+    settle = resolve;
+  });
+  // client-node sends stdin as it reads it and closes it (under v5) at its end: hold the bytes
+  // back until the protocol is known, so nothing is sent on a v4 socket.
+  const stdin = io.stdin === undefined || io.stdin === null ? null : new PassThrough();
+  let socket: Awaited<ReturnType<Exec['exec']>>;
+  try {
+    socket = await new Exec(kubeConfig).exec(
+      target.namespace,
+      target.pod,
+      target.container,
+      argv,
+      sink(io.onStdout),
+      sink(io.onStderr),
+      stdin,
+      false,
+      (status: V1Status) => {
+        const exitCode = exitCodeOf(status);
+        settle(
+          exitCode === null
+            ? { kind: 'broken', reason: status.message ?? status.reason ?? 'a failure without an exit code' }
+            : { kind: 'exited', exitCode },
+        );
+      },
+    );
+  } catch (error) {
+    const message = (error as { message?: string }).message ?? String(error);
+    const status = /Unexpected server response: (\d{3})/.exec(message);
+    throw new PodExecRefused(message, status === null ? null : Number(status[1]));
+  }
+  // The status frame is handled before the close that follows it; a close alone means no status.
+  socket.on('close', () =>
+    setImmediate(() => settle({ kind: 'broken', reason: 'the exec stream closed without a status' })),
+  );
+  socket.on('error', () => {});
+  const protocol = socket.protocol;
+  if (stdin !== null) {
+    if (protocol !== 'v5.channel.k8s.io') {
+      socket.terminate();
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `the API server negotiated ${protocol || 'an old protocol'}, which cannot close stdin without losing the exit status; stdin needs v5.channel.k8s.io (Kubernetes 1.30 or later)`,
+      );
+    }
+    const source = io.stdin instanceof Readable ? io.stdin : Readable.from([io.stdin as Buffer]);
+    source.pipe(stdin);
+  }
+  return {
+    done,
+    protocol,
+    abandon: () => socket.terminate(),
+  };
+}
+
+/** Runs a command to its end and collects its stdout (bounded by `maxBytes`). */
+export async function runPodCommand(
+  kubeConfig: KubeConfig,
+  target: PodTarget,
+  argv: string[],
+  options: { stdin?: Buffer | Readable | null; maxBytes?: number; timeoutMs?: number } = {},
+): Promise<{ end: PodExecEnd; stdout: Buffer; stderr: string }> {
+  const maxBytes = options.maxBytes ?? 1024 * 1024;
+  const out: Buffer[] = [];
+  let outBytes = 0;
+  const err: Buffer[] = [];
+  const running = await startPodExec(kubeConfig, target, argv, {
+    stdin: options.stdin ?? null,
+    onStdout: (chunk) => {
+      if (outBytes < maxBytes) out.push(chunk);
+      outBytes += chunk.length;
+    },
+    onStderr: (chunk) => {
+      if (err.length < 64) err.push(chunk);
+    },
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const end = await Promise.race([
+    running.done,
+    new Promise<PodExecEnd>((resolve) => {
+      timer = setTimeout(() => resolve({ kind: 'broken', reason: 'timed out' }), options.timeoutMs ?? 60_000);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (end.kind === 'broken') running.abandon();
+  return { end, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString('utf8') };
+}
