@@ -2,8 +2,9 @@ import type { Logger } from '../core/logger.ts';
 
 /** Where a command prints, its logger (on stderr) and the environment it runs in. */
 export interface CommandIo {
-  stdout: NodeJS.WritableStream;
-  stderr: NodeJS.WritableStream;
+  stdout: NodeJS.WritableStream & { isTTY?: boolean };
+  /** A terminal (isTTY) gets progress redrawn in place; anything else gets plain lines. */
+  stderr: NodeJS.WritableStream & { isTTY?: boolean };
   logger: Logger;
   env: Readonly<Record<string, string | undefined>>;
 }

@@ -304,8 +304,8 @@ interface Body<Options, Args extends unknown[]> {
 }
 
 export interface Streams {
-  stdout: NodeJS.WritableStream;
-  stderr: NodeJS.WritableStream;
+  stdout: NodeJS.WritableStream & { isTTY?: boolean };
+  stderr: NodeJS.WritableStream & { isTTY?: boolean };
   env: Readonly<Record<string, string | undefined>>;
 }
 

@@ -14,6 +14,7 @@ import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
 import type { evalRun } from '../../program.ts';
+import { formatDuration, remainingAtRate, startTicker } from '../../progress.ts';
 import { buildSweMiniImages } from '../../task-images.ts';
 
 interface PolicyConfig {
@@ -42,27 +43,54 @@ async function policyConfig(
   return config;
 }
 
-function progressPrinter(
-  stderr: NodeJS.WritableStream & { isTTY?: boolean },
-): (progress: EvalProgress) => void {
+/**
+ * Prints an eval's progress on stderr: on a terminal a bar redrawn every second with the time
+ * elapsed and left (at the rate so far), elsewhere a line per finished rollout.
+ */
+function progressPrinter(stderr: NodeJS.WritableStream & { isTTY?: boolean }): {
+  onProgress: (progress: EvalProgress) => void;
+  stop: () => void;
+} {
   const started = Date.now();
-  return (progress) => {
-    const minutes = (Date.now() - started) / 60_000;
+  let latest: EvalProgress | undefined;
+  const timing = (elapsedMs: number, progress: EvalProgress) => {
+    const left = remainingAtRate(elapsedMs, progress.done, progress.total);
+    return `${formatDuration(elapsedMs)} elapsed${left === undefined || progress.done === progress.total ? '' : `, about ${formatDuration(left)} left`}`;
+  };
+  const bar = (elapsedMs: number) => {
+    if (latest === undefined) return `starting rollouts, ${formatDuration(elapsedMs)} elapsed`;
+    const progress = latest;
+    const minutes = elapsedMs / 60_000;
     const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
     const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
-    if (stderr.isTTY) {
-      const width = 30;
-      const filled = Math.round((progress.done / Math.max(1, progress.total)) * width);
-      stderr.write(
-        `\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${progress.done}/${progress.total} rollouts  mean reward ${mean}  ${rate}/min  infra errors ${progress.infraErrors}   `,
-      );
-      if (progress.done === progress.total) stderr.write('\n');
-    } else {
+    const width = 30;
+    const filled = Math.round((progress.done / Math.max(1, progress.total)) * width);
+    return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${progress.done}/${progress.total} rollouts  mean reward ${mean}  ${rate}/min  infra errors ${progress.infraErrors}  ${timing(elapsedMs, progress)}`;
+  };
+  const ticker = stderr.isTTY ? startTicker(stderr, bar, { now: Date.now }) : undefined;
+  let isStopped = false;
+  const stop = () => {
+    if (isStopped) return;
+    isStopped = true;
+    ticker?.stop(latest === undefined ? undefined : bar(Date.now() - started));
+  };
+  return {
+    onProgress(progress) {
+      latest = progress;
+      if (ticker !== undefined) {
+        if (progress.done === progress.total) stop();
+        return;
+      }
+      const elapsedMs = Date.now() - started;
+      const minutes = elapsedMs / 60_000;
+      const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
+      const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
       const last = progress.last;
       stderr.write(
-        `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome === 'reward' ? `reward ${last.reward}` : last.outcome}` : ''} (mean ${mean}, ${rate}/min)\n`,
+        `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome === 'reward' ? `reward ${last.reward}` : last.outcome}` : ''} (mean ${mean}, ${rate}/min, ${timing(elapsedMs, progress)})\n`,
       );
-    }
+    },
+    stop,
   };
 }
 
@@ -89,11 +117,20 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
 
     if (environment.images === 'swe-mini') {
       // Task images are built here, where the Docker engine is (a remote daemon needs them pre-built).
-      await buildSweMiniImages(createDockerClient(), logger, (reference, built) => {
-        if (built) stderr.write(`built ${reference}\n`);
-      }).catch((error: unknown) =>
-        stderr.write(`gym: could not build the task images (${String(error)}); using what exists\n`),
+      // The first time this builds the Debian base (debootstrap, about a minute): say so as it goes.
+      let ready = 0;
+      const ticker = startTicker(
+        stderr,
+        (elapsedMs) => `preparing the task images (${ready} ready), ${formatDuration(elapsedMs)} elapsed`,
       );
+      await buildSweMiniImages(createDockerClient(), logger, (reference, built) => {
+        ready += 1;
+        if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
+      })
+        .catch((error: unknown) =>
+          stderr.write(`gym: could not build the task images (${String(error)}); using what exists\n`),
+        )
+        .finally(() => ticker.stop());
     }
 
     let client: GymClient;
@@ -141,6 +178,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       void inProcess?.stop({ destroy: true });
     };
     process.once('SIGINT', stop);
+    const progress = progressPrinter(stderr);
     try {
       const summary = await runEval({
         client,
@@ -167,8 +205,9 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
               },
             }),
         logger,
-        onProgress: progressPrinter(stderr as NodeJS.WritableStream & { isTTY?: boolean }),
+        onProgress: progress.onProgress,
       });
+      progress.stop();
       const key = (name: string) =>
         summary.metrics[name] === undefined ? '-' : summary.metrics[name]!.toFixed(2);
       stdout.write(
@@ -182,6 +221,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       );
       return summary.failures > 0 ? 1 : 0;
     } finally {
+      progress.stop();
       process.removeListener('SIGINT', stop);
       await inProcess?.stop({ destroy: true });
     }
