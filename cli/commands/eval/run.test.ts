@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -73,5 +73,67 @@ describe('gym eval run against a running daemon', () => {
       .split('\n')
       .map((line) => JSON.parse(line) as { reward: number; outcome: string });
     expect(rollout).toMatchObject({ outcome: 'reward', reward: 1 });
+  });
+});
+
+describe('gym eval run --input without --env', () => {
+  it('tells the environment from the rows, says so, and runs them', async () => {
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-infer-'));
+    const input = join(outputDir, 'questions.jsonl');
+    await writeFile(
+      input,
+      `${JSON.stringify({ id: 'q', question: 'Two plus two?', expected_answer: 'B' })}\n`,
+    );
+    const output = join(outputDir, 'rollouts.jsonl');
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const args = [
+      'eval',
+      'run',
+      '-i',
+      input,
+      '-o',
+      output,
+      '--harness',
+      'oracle',
+      '--state-dir',
+      daemon.stateDir,
+    ];
+    const exitCode = await runCli(args, { stdout: new PassThrough(), stderr, env: {} });
+    expect(said).toContain('holds questions with expected answers: running them as --env mcqa');
+    expect(exitCode).toBe(0);
+    expect(JSON.parse((await readFile(output, 'utf8')).trim())).toMatchObject({
+      outcome: 'reward',
+      reward: 1,
+    });
+  });
+
+  it('asks for --env when the rows fit no environment (it once ran them as swe-mini)', async () => {
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-infer-'));
+    const input = join(outputDir, 'unknown.jsonl');
+    await writeFile(input, `${JSON.stringify({ prompt: 'hello' })}\n`);
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const exitCode = await runCli(['eval', 'run', '-i', input, '-o', join(outputDir, 'out.jsonl')], {
+      stdout: new PassThrough(),
+      stderr,
+      env: {},
+    });
+    expect(exitCode).not.toBe(0);
+    expect(said).toContain('cannot tell which environment row 1');
+    expect(said).toContain('give --env NAME');
   });
 });

@@ -7,6 +7,7 @@ import type { Logger } from '../../../core/logger.ts';
 import { type DaemonConfigInput, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
+import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { createDockerClient } from '../../../providers/docker/index.ts';
@@ -98,8 +99,27 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
   async run({ options: values, env, stdout, stderr }) {
     if (values.env === undefined && values.input === undefined)
       throw new UsageError('--env NAME or --input FILE is required (see `gym env ls`)');
-    const environment = await loadEnvironment(values.env ?? 'swe-mini');
-    let rows = await readRows(values.input ?? environment.dataPath);
+    let rows = values.input === undefined ? undefined : await readRows(values.input);
+    let environmentName = values.env;
+    if (environmentName === undefined) {
+      // No --env: the rows say what they are, or the run asks for --env (never a silent default).
+      const inferred = inferEnvironment(rows!, values.input!);
+      environmentName = inferred.environment;
+      stderr.write(
+        `gym: ${values.input} holds ${inferred.format}: running them as --env ${environmentName}\n`,
+      );
+    }
+    let environment = await loadEnvironment(environmentName);
+    if (values.imageTemplate !== undefined)
+      environment = {
+        ...environment,
+        options: { ...environment.options, imageTemplate: values.imageTemplate },
+      };
+    rows ??= await readRows(environment.dataPath);
+    if (rows.length === 0)
+      throw new UsageError(
+        `environment ${environment.name} has no tasks of its own: give them with --input FILE`,
+      );
     if (values.limit !== undefined) rows = rows.slice(0, values.limit);
     const harnessName = values.harness ?? environment.defaultHarness;
     const harness = await new HarnessRegistry().create(harnessName);
