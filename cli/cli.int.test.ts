@@ -146,6 +146,22 @@ describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', ()
     await rm(local, { recursive: true, force: true });
   });
 
+  it("builds an environment's task images by the set's name, and names what exists for an unknown one", async () => {
+    const built = await gym(['image', 'build', 'swe-mini', '--json'], env);
+    expect(built.code).toBe(0);
+    const lines = built.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { name: string; reference: string });
+    expect(lines).toHaveLength(12);
+    expect(
+      lines.every((line) => line.name === 'swe-mini' && line.reference.startsWith('gym/swe-mini-')),
+    ).toBe(true);
+    const unknown = await gym(['image', 'build', 'nope'], env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('available: busybox, debian-base, swe-mini');
+  }, 600_000);
+
   it('runs a line shell through a session, remembering cd', async () => {
     const result = await gym(['sandbox', 'shell', sandboxId], env, 'cd /work/src\nls\nexit\n');
     expect(result.code).toBe(0);

@@ -199,9 +199,12 @@ export const imageBuild = () =>
   new Command('build')
     .summary('build the local base images (no registry needed)')
     .description(
-      `Build the named local base images (default: all). An image whose recipe hash already exists is not rebuilt unless --force is given. \`gym image ls\` lists what exists.`,
+      `Build the named local base images (default: all base images), or an environment's task images (swe-mini). An image whose recipe hash already exists is not rebuilt unless --force is given (base images only). \`gym image ls\` lists what exists.`,
     )
-    .argument('[names...]', 'image definitions to build (default: all)')
+    .argument(
+      '[names...]',
+      'base images (busybox, debian-base) or image sets (swe-mini) to build (default: all base images)',
+    )
     .option('--force', 'rebuild even when the recipe hash exists')
     .addOption(jsonOption());
 

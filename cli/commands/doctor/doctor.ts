@@ -76,7 +76,7 @@ export const doctorCommand: CommandOf<typeof doctor> = {
         name: 'images of environment swe-mini',
         ok: built === SWE_MINI_TASKS.length,
         detail: `${built} of ${SWE_MINI_TASKS.length} task images built`,
-        fix: 'the first `bin/gym eval run --env swe-mini` builds them (about a minute)',
+        fix: '`bin/gym image build swe-mini` (or the first `bin/gym eval run --env swe-mini`) builds them',
         required: false,
       });
     }
