@@ -1,0 +1,580 @@
+/**
+ * Scale and soak through the HTTP API of a daemon in its own process (so its RSS and descriptors
+ * are its own), on the Docker engine, with busybox sandboxes:
+ *
+ * 1. ramp: create `--target` sandboxes, `--concurrency` at a time;
+ * 2. load: `--clients` clients for `--load-seconds`, each on a random sandbox: session execs,
+ *    one-shot execs, small file writes and reads back, keepalives;
+ * 3. teardown: delete them all; count what is left (containers of the daemon's namespace);
+ * 4. the raw engine (dockerode directly) doing the same creates, one-shot execs and removes, so
+ *    the daemon's cost is a ratio (`--raw N` creates, 0 skips it).
+ *
+ * `--soak MINUTES` instead keeps `--target` sandboxes live under the same load with churn (each
+ * client now and then destroys its sandbox and creates a new one), samples the daemon's RSS and
+ * open descriptors every `--sample-seconds`, and fails (exit 1) when either keeps growing: the
+ * least-squares slope over the samples (the first, warm-up, dropped) times the run's length must
+ * stay under 10% of the first sample and over an absolute floor (16 MiB, 32 descriptors).
+ *
+ * Everything it creates carries its own namespace (daemon) or the `gym-bench=scale-raw` label and
+ * a run id (engine); both are removed at the end, also after a failure or Ctrl-C.
+ * Progress on stderr, one JSON line on stdout.
+ *
+ *   npm run bench:scale -- --target 50 --load-seconds 20
+ *   npm run bench:scale -- --target 50 --soak 1 --sample-seconds 10
+ */
+import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
+import { parseArgs } from 'node:util';
+import type Docker from 'dockerode';
+import type { GymClient } from '../client/client.ts';
+import { isGymError } from '../core/errors.ts';
+import { imageReference } from '../images/build.ts';
+import { findImageDefinition } from '../images/definitions.ts';
+import { createDockerClient } from '../providers/docker/index.ts';
+import { procStatField } from '../providers/shared/proc-stat.ts';
+import { spawnDaemonProcess } from '../test/daemon-harness.ts';
+import { percentile, round } from './stats.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    target: { type: 'string', default: '1000' },
+    concurrency: { type: 'string', default: '16' },
+    clients: { type: 'string', default: '64' },
+    'load-seconds': { type: 'string', default: '30' },
+    raw: { type: 'string' },
+    soak: { type: 'string' },
+    'sample-seconds': { type: 'string', default: '60' },
+  },
+});
+const target = Number(args.target);
+const concurrency = Number(args.concurrency);
+const clients = Number(args.clients);
+const loadSeconds = Number(args['load-seconds']);
+const rawCount = Number(args.raw ?? target);
+const soakMinutes = args.soak === undefined ? undefined : Number(args.soak);
+const sampleSeconds = Number(args['sample-seconds']);
+
+const runId = randomBytes(4).toString('hex');
+const namespace = `bench-scale-${runId}`;
+const RAW_LABEL = 'gym-bench';
+const docker = createDockerClient();
+const image = await imageReference(findImageDefinition('busybox')!);
+const log = (message: string) => process.stderr.write(`bench:scale: ${message}\n`);
+
+// ---- measuring ----
+
+const errors = new Map<string, number>();
+function countError(error: unknown): void {
+  const code = isGymError(error) ? error.code : `non-api: ${(error as Error)?.message ?? String(error)}`;
+  errors.set(code, (errors.get(code) ?? 0) + 1);
+}
+
+interface ProcessSample {
+  rssMiB: number;
+  fds: number;
+  /** User and system CPU seconds since the process started. */
+  cpuSeconds: number;
+}
+
+const CLOCK_TICKS = 100;
+async function sampleProcess(pid: number): Promise<ProcessSample> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  const rssKiB = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? Number.NaN);
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const ticks = Number(procStatField(stat, 14)) + Number(procStatField(stat, 15));
+  return {
+    rssMiB: round(rssKiB / 1024, 1),
+    fds: (await readdir(`/proc/${pid}/fd`)).length,
+    cpuSeconds: round(ticks / CLOCK_TICKS, 2),
+  };
+}
+
+function latencySummary(samples: number[], seconds: number) {
+  return {
+    count: samples.length,
+    perSecond: round(samples.length / seconds, 1),
+    p50Ms: round(percentile(samples, 0.5), 2),
+    p99Ms: round(percentile(samples, 0.99), 2),
+  };
+}
+
+/** Runs `count` tasks, `width` at a time. */
+async function bounded(count: number, width: number, task: (index: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, count) }, async () => {
+      while (next < count) {
+        const index = next;
+        next += 1;
+        await task(index);
+      }
+    }),
+  );
+}
+
+/** Least-squares slope of `values` against `times`. */
+function slope(times: number[], values: number[]): number {
+  const meanT = times.reduce((sum, value) => sum + value, 0) / times.length;
+  const meanV = values.reduce((sum, value) => sum + value, 0) / values.length;
+  let numerator = 0;
+  let denominator = 0;
+  for (const [index, time] of times.entries()) {
+    numerator += (time - meanT) * (values[index]! - meanV);
+    denominator += (time - meanT) ** 2;
+  }
+  return denominator === 0 ? 0 : numerator / denominator;
+}
+
+// ---- the daemon side ----
+
+type Kind = 'sessionExec' | 'oneShotExec' | 'fileWriteRead' | 'keepalive';
+/** Of 100 operations: mostly what agents do (session execs), then one-shot execs, files, keepalives. */
+const MIX: Array<[Kind, number]> = [
+  ['sessionExec', 60],
+  ['oneShotExec', 15],
+  ['fileWriteRead', 15],
+  ['keepalive', 10],
+];
+
+function pickKind(): Kind {
+  let draw = Math.random() * 100;
+  for (const [kind, weight] of MIX) {
+    draw -= weight;
+    if (draw < 0) return kind;
+  }
+  return 'sessionExec';
+}
+
+async function runOperation(client: GymClient, id: string, kind: Kind, clientIndex: number): Promise<void> {
+  switch (kind) {
+    case 'sessionExec':
+      await client.exec(id, { argv: ['true'], session: 'bench' });
+      return;
+    case 'oneShotExec':
+      await client.exec(id, { argv: ['true'] });
+      return;
+    case 'fileWriteRead': {
+      const content = randomBytes(256);
+      // A file of this client's own: another client may use the same sandbox at the same time.
+      const path = `/tmp/bench-${clientIndex}.bin`;
+      await client.writeFile(id, path, content);
+      const back = await client.readFileBytes(id, path, { maxBytes: 4096 });
+      if (!back.equals(content)) throw new Error('a file read back differs from what was written');
+      return;
+    }
+    case 'keepalive':
+      await client.keepalive(id);
+      return;
+  }
+}
+
+async function createOne(client: GymClient, live: string[], createMs: number[]): Promise<void> {
+  const started = performance.now();
+  try {
+    const sandbox = await client.createSandbox({ image, ttlSeconds: 3600, labels: { 'gym-bench': 'scale' } });
+    createMs.push(performance.now() - started);
+    live.push(sandbox.id);
+  } catch (error) {
+    countError(error);
+  }
+}
+
+interface LoadResult {
+  seconds: number;
+  byKind: Record<Kind, number[]>;
+  churned: number;
+}
+
+/**
+ * `clients` loops for `seconds`, each on a random live sandbox. With `churnEvery` set, a client
+ * replaces a random sandbox (destroy, then create) once in that many operations.
+ */
+async function mixedLoad(
+  client: GymClient,
+  live: string[],
+  seconds: number,
+  churnEvery: number | null,
+  onTick?: () => Promise<void>,
+): Promise<LoadResult> {
+  const byKind: Record<Kind, number[]> = {
+    sessionExec: [],
+    oneShotExec: [],
+    fileWriteRead: [],
+    keepalive: [],
+  };
+  const createMs: number[] = [];
+  let churned = 0;
+  const started = performance.now();
+  const deadline = started + seconds * 1000;
+  const busy = new Set<string>();
+  let ticking = false;
+  const ticker =
+    onTick === undefined
+      ? undefined
+      : setInterval(() => {
+          if (ticking) return;
+          ticking = true;
+          onTick().finally(() => {
+            ticking = false;
+          });
+        }, 1000);
+  await Promise.all(
+    Array.from({ length: clients }, async (_, clientIndex) => {
+      while (performance.now() < deadline && live.length > 0) {
+        if (churnEvery !== null && Math.random() < 1 / churnEvery) {
+          const index = Math.floor(Math.random() * live.length);
+          const id = live[index]!;
+          if (busy.has(id)) continue;
+          live.splice(index, 1);
+          try {
+            await client.destroySandbox(id);
+          } catch (error) {
+            countError(error);
+          }
+          await createOne(client, live, createMs);
+          churned += 1;
+          continue;
+        }
+        const id = live[Math.floor(Math.random() * live.length)]!;
+        const kind = pickKind();
+        busy.add(id);
+        const opStarted = performance.now();
+        try {
+          await runOperation(client, id, kind, clientIndex);
+          byKind[kind].push(performance.now() - opStarted);
+        } catch (error) {
+          countError(error);
+        } finally {
+          busy.delete(id);
+        }
+      }
+    }),
+  );
+  if (ticker !== undefined) clearInterval(ticker);
+  return { seconds: (performance.now() - started) / 1000, byKind, churned };
+}
+
+function loadSummary(load: LoadResult) {
+  const all = Object.values(load.byKind).flat();
+  const byKind = Object.fromEntries(
+    Object.entries(load.byKind).map(([kind, samples]) => [kind, latencySummary(samples, load.seconds)]),
+  ) as Record<Kind, ReturnType<typeof latencySummary>>;
+  return {
+    seconds: round(load.seconds, 1),
+    opsPerSecond: round(all.length / load.seconds, 1),
+    ...byKind,
+    ...(load.churned > 0 ? { churned: load.churned } : {}),
+  };
+}
+
+/** `clients` clients doing nothing but `exec` for `seconds`: the same work the raw engine phase does. */
+async function execOnly(seconds: number, exec: () => Promise<unknown>) {
+  const samples: number[] = [];
+  const started = performance.now();
+  const deadline = started + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (performance.now() < deadline) {
+        const begin = performance.now();
+        try {
+          await exec();
+          samples.push(performance.now() - begin);
+        } catch (error) {
+          countError(error);
+        }
+      }
+    }),
+  );
+  return latencySummary(samples, (performance.now() - started) / 1000);
+}
+
+/** One-shot execs need at most this long a phase to settle; the raw engine does the same. */
+const execPhaseSeconds = Math.min(loadSeconds, 20);
+
+async function destroyAll(client: GymClient, live: string[]): Promise<number> {
+  const started = performance.now();
+  const ids = live.splice(0);
+  await bounded(ids.length, concurrency, async (index) => {
+    try {
+      await client.destroySandbox(ids[index]!);
+    } catch (error) {
+      countError(error);
+    }
+  });
+  return (performance.now() - started) / 1000;
+}
+
+async function containersLabelled(label: string): Promise<Docker.ContainerInfo[]> {
+  return docker.listContainers({ all: true, filters: { label: [label] } });
+}
+
+// ---- the raw engine ----
+
+async function rawEngine(count: number) {
+  const label = `${RAW_LABEL}=scale-raw-${runId}`;
+  const names: string[] = [];
+  const createMs: number[] = [];
+  const started = performance.now();
+  await bounded(count, concurrency, async (index) => {
+    const begin = performance.now();
+    try {
+      const container = await docker.createContainer({
+        name: `gym-bench-raw-${runId}-${index}`,
+        Image: image,
+        Entrypoint: ['sleep', '2147483647'],
+        Cmd: [],
+        Labels: { [RAW_LABEL]: `scale-raw-${runId}` },
+        HostConfig: {
+          NetworkMode: 'none',
+          CapDrop: ['ALL'],
+          SecurityOpt: ['no-new-privileges'],
+          LogConfig: { Type: 'none', Config: {} },
+          Memory: 4096 * 1024 * 1024,
+          NanoCpus: 2e9,
+          PidsLimit: 1024,
+        },
+      });
+      await container.start();
+      createMs.push(performance.now() - begin);
+      names.push(container.id);
+    } catch (error) {
+      countError(error);
+    }
+  });
+  const createSeconds = (performance.now() - started) / 1000;
+  log(`raw engine: ${names.length} containers in ${round(createSeconds, 1)} s; one-shot execs`);
+
+  // What a caller of dockerode does for one command: create, start attached, read to the end, inspect.
+  const oneShotExec =
+    names.length === 0
+      ? null
+      : await execOnly(execPhaseSeconds, async () => {
+          const container = docker.getContainer(names[Math.floor(Math.random() * names.length)]!);
+          const exec = await container.exec({ Cmd: ['true'], AttachStdout: true, AttachStderr: true });
+          const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
+          await new Promise<void>((resolve) => {
+            stream.on('data', () => {});
+            stream.once('end', resolve);
+            stream.once('close', resolve);
+          });
+          await exec.inspect();
+        });
+
+  const removeStarted = performance.now();
+  await bounded(names.length, concurrency, async (index) => {
+    try {
+      await docker.getContainer(names[index]!).remove({ force: true });
+    } catch (error) {
+      countError(error);
+    }
+  });
+  const removeSeconds = (performance.now() - removeStarted) / 1000;
+  return {
+    created: names.length,
+    createsPerSecond: round(names.length / createSeconds, 2),
+    createP50Ms: round(percentile(createMs, 0.5), 1),
+    oneShotExec,
+    removeSeconds: round(removeSeconds, 1),
+    leftovers: (await containersLabelled(label)).length,
+  };
+}
+
+// ---- the run ----
+
+const stateDir = await mkdtemp(join(tmpdir(), 'gym-bench-scale-'));
+const configPath = join(stateDir, 'config.yaml');
+await writeFile(
+  configPath,
+  JSON.stringify({
+    stateDir,
+    namespace,
+    listen: { host: '127.0.0.1', port: 0 },
+    logLevel: 'warn',
+    providers: [
+      {
+        name: 'docker',
+        maxConcurrentCreates: concurrency,
+        maxLiveSandboxes: target + clients,
+        queueSize: target + clients,
+        queueTimeoutMs: 600_000,
+      },
+    ],
+  }),
+);
+let child: ChildProcess | undefined;
+let client: GymClient | undefined;
+const live: string[] = [];
+
+/** Removes whatever of ours is left: the daemon's sandboxes, then any container with our labels. */
+async function cleanUp(): Promise<number> {
+  if (client !== undefined && live.length > 0) await destroyAll(client, live).catch(() => {});
+  child?.kill('SIGTERM');
+  if (child !== undefined && child.exitCode === null)
+    await new Promise((resolve) => child!.once('exit', resolve));
+  const ours = [
+    ...(await containersLabelled(`gym.namespace=${namespace}`)),
+    ...(await containersLabelled(`${RAW_LABEL}=scale-raw-${runId}`)),
+  ];
+  await Promise.all(
+    ours.map((info) =>
+      docker
+        .getContainer(info.Id)
+        .remove({ force: true })
+        .catch(() => {}),
+    ),
+  );
+  await rm(stateDir, { recursive: true, force: true });
+  return ours.length;
+}
+
+process.once('SIGINT', () => {
+  log('interrupted: removing what this run created');
+  cleanUp().finally(() => process.exit(130));
+});
+
+let exitCode = 0;
+try {
+  const started = await spawnDaemonProcess(configPath, stateDir);
+  child = started.child;
+  client = started.client;
+  const pid = child.pid!;
+  const idle = await sampleProcess(pid);
+  const hostLoad = (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).map(Number);
+
+  log(`ramp to ${target} sandboxes, ${concurrency} creates at a time`);
+  const createMs: number[] = [];
+  const rampStarted = performance.now();
+  await bounded(target, concurrency, () => createOne(client!, live, createMs));
+  const rampSeconds = (performance.now() - rampStarted) / 1000;
+  const afterRamp = await sampleProcess(pid);
+  log(
+    `${live.length} live after ${round(rampSeconds, 1)} s; RSS ${afterRamp.rssMiB} MiB, ${afterRamp.fds} fds`,
+  );
+  const ramp = {
+    liveReached: live.length,
+    seconds: round(rampSeconds, 1),
+    createsPerSecond: round(live.length / rampSeconds, 2),
+    createP50Ms: round(percentile(createMs, 0.5), 1),
+    createP99Ms: round(percentile(createMs, 0.99), 1),
+  };
+
+  if (soakMinutes === undefined) {
+    log(`mixed load: ${clients} clients for ${loadSeconds} s`);
+    const load = await mixedLoad(client, live, loadSeconds, null);
+    const afterLoad = await sampleProcess(pid);
+    log(`load done: RSS ${afterLoad.rssMiB} MiB, ${afterLoad.fds} fds; one-shot execs alone`);
+    const oneShotOnly = await execOnly(execPhaseSeconds, () =>
+      client!.exec(live[Math.floor(Math.random() * live.length)]!, { argv: ['true'] }),
+    );
+    log('teardown');
+    const teardownSeconds = await destroyAll(client, live);
+    const afterTeardown = await sampleProcess(pid);
+    const leftovers = (await containersLabelled(`gym.namespace=${namespace}`)).length;
+    const raw = rawCount > 0 ? await rawEngine(rawCount) : null;
+    const summary = loadSummary(load);
+    console.log(
+      JSON.stringify({
+        bench: 'scale',
+        target,
+        concurrency,
+        clients,
+        hostLoadAverage: hostLoad,
+        ...ramp,
+        daemon: {
+          idle,
+          afterRamp,
+          afterLoad,
+          afterTeardown,
+          rssPerSandboxKiB: round(
+            ((afterRamp.rssMiB - idle.rssMiB) * 1024) / Math.max(1, ramp.liveReached),
+            1,
+          ),
+        },
+        load: summary,
+        oneShotOnly,
+        errors: Object.fromEntries(errors),
+        teardownSeconds: round(teardownSeconds, 1),
+        leftovers,
+        raw,
+        ...(raw === null
+          ? {}
+          : {
+              createRatio: round(raw.createsPerSecond / ramp.createsPerSecond, 2),
+              oneShotExecThroughputRatio:
+                raw.oneShotExec === null ? null : round(raw.oneShotExec.perSecond / oneShotOnly.perSecond, 2),
+            }),
+      }),
+    );
+    if (leftovers > 0 || (raw !== null && raw.leftovers > 0)) exitCode = 1;
+  } else {
+    const samples: Array<{ minute: number } & ProcessSample> = [];
+    const soakStarted = performance.now();
+    let nextSample = soakStarted + sampleSeconds * 1000;
+    const tick = async () => {
+      if (performance.now() < nextSample) return;
+      nextSample += sampleSeconds * 1000;
+      const sample = {
+        minute: round((performance.now() - soakStarted) / 60_000, 2),
+        ...(await sampleProcess(pid)),
+      };
+      samples.push(sample);
+      log(`soak ${sample.minute} min: RSS ${sample.rssMiB} MiB, ${sample.fds} fds, ${live.length} live`);
+    };
+    log(`soak: ${soakMinutes} min, ${clients} clients, churn, a sample every ${sampleSeconds} s`);
+    // About one sandbox in fifty operations replaced: a steady stream of creates and destroys.
+    const load = await mixedLoad(client, live, soakMinutes * 60, 50, tick);
+    const used = samples.slice(1);
+    const minutes = used.map((sample) => sample.minute);
+    const span = minutes.length > 1 ? minutes.at(-1)! - minutes[0]! : 0;
+    const rssGrowth =
+      slope(
+        minutes,
+        used.map((sample) => sample.rssMiB),
+      ) * span;
+    const fdGrowth =
+      slope(
+        minutes,
+        used.map((sample) => sample.fds),
+      ) * span;
+    const rssLimit = Math.max(16, (used[0]?.rssMiB ?? 0) * 0.1);
+    const fdLimit = Math.max(32, (used[0]?.fds ?? 0) * 0.1);
+    const isGrowing = used.length >= 3 && (rssGrowth > rssLimit || fdGrowth > fdLimit);
+    const teardownSeconds = await destroyAll(client, live);
+    const leftovers = (await containersLabelled(`gym.namespace=${namespace}`)).length;
+    console.log(
+      JSON.stringify({
+        bench: 'scale-soak',
+        target,
+        minutes: soakMinutes,
+        clients,
+        hostLoadAverage: hostLoad,
+        ramp,
+        load: loadSummary(load),
+        samples,
+        rssGrowthMiB: round(rssGrowth, 1),
+        rssGrowthLimitMiB: round(rssLimit, 1),
+        fdGrowth: round(fdGrowth, 1),
+        fdGrowthLimit: round(fdLimit, 1),
+        verdict: used.length < 3 ? 'too-few-samples' : isGrowing ? 'growing' : 'flat',
+        errors: Object.fromEntries(errors),
+        teardownSeconds: round(teardownSeconds, 1),
+        leftovers,
+      }),
+    );
+    if (isGrowing || used.length < 3 || leftovers > 0) exitCode = 1;
+  }
+} catch (error) {
+  log(`failed: ${(error as Error).stack ?? String(error)}`);
+  exitCode = 1;
+} finally {
+  const removed = await cleanUp();
+  if (removed > 0) {
+    log(`removed ${removed} containers left behind`);
+    exitCode = 1;
+  }
+}
+process.exit(exitCode);
