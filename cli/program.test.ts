@@ -57,6 +57,13 @@ describe('gym --help', () => {
     expect(exec.stdout).toContain('Usage: gym sandbox exec [options] <id> <command...>');
   });
 
+  it('takes `gym help NOUN VERB` as `gym NOUN VERB --help`', async () => {
+    const help = await gym(['help', 'eval', 'run']);
+    expect(help.code).toBe(EXIT_OK);
+    expect(help.stdout).toContain('Usage: gym eval run [options]');
+    expect((await gym(['help'])).stdout).toContain('sandbox exec');
+  });
+
   it('answers a group named without a verb with its help, as a usage error', async () => {
     const result = await gym(['sandbox']);
     expect(result.code).toBe(EXIT_USAGE);

@@ -481,8 +481,10 @@ export async function runCli(argv: string[], streams: Streams): Promise<number> 
     program.outputHelp({ error: true });
     return EXIT_USAGE;
   }
+  // `gym help eval run` is `gym eval run --help` (commander's own help command stops at one level).
+  const words = argv[0] === 'help' ? [...argv.slice(1), '--help'] : argv;
   try {
-    await program.parseAsync(argv, { from: 'user' });
+    await program.parseAsync(words, { from: 'user' });
     return outcome.exitCode;
   } catch (error) {
     if (error instanceof CommanderError) {
