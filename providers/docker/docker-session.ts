@@ -201,7 +201,7 @@ export class DockerSession {
       await cgroup.confinement.cgroup.remove(cgroup.path);
       return;
     }
-    await killTagged(this.#container, execId, 'process', user).catch(() => {});
+    await killTagged(this.#container, execId, 'tagged-only', user).catch(() => {});
     await new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref());
     // The markers never came: the shell is wedged. Drop it; the next call opens a new one.
     if (this.#running === running) this.close();

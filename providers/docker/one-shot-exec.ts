@@ -17,7 +17,7 @@ import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output.ts';
-import { EXEC_ID_ENV, KILL_SCRIPT } from '../shared/kill-script.ts';
+import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-script.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 import type { ContainerCgroup } from './exec-cgroups.ts';
 
@@ -83,11 +83,11 @@ function sleep(ms: number): Promise<'timeout'> {
 export async function killTagged(
   container: Docker.Container,
   execId: string,
-  mode: 'session' | 'process',
+  reach: KillReach,
   user: string | undefined,
 ): Promise<void> {
   const exec = await container.exec({
-    Cmd: ['sh', '-c', KILL_SCRIPT, 'gym-kill', execId, mode === 'session' ? 'session' : 'process'],
+    Cmd: killScriptArgv(execId, reach),
     AttachStdout: true,
     AttachStderr: true,
     ...(user === undefined ? {} : { User: user }),
@@ -196,7 +196,7 @@ export async function runOneShotExec(
     if (killing !== null) return;
     killing = (
       confined === null || confinement === null
-        ? killTagged(container, execId, 'session', request.user)
+        ? killTagged(container, execId, 'tagged-and-their-sessions', request.user)
         : confinement.cgroup.kill(confined.cgroup)
     ).catch(() => {});
     killing.then(() => sleep(KILL_GRACE_MS)).then(() => stream.destroy());

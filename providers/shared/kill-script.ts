@@ -1,6 +1,6 @@
 /**
  * A POSIX shell script that kills every process carrying `GYM_EXEC_ID=<id>` in its environment,
- * and, in `session` mode, every process in the same session as one of them.
+ * and, when asked (`tagged-and-their-sessions`), every process in the same session as one of them.
  *
  * Why the environment and not only the process group: a command can leave its group (`setsid`,
  * job control in a nested shell) but it and its children keep the environment they were started
@@ -19,7 +19,11 @@
  * environment and left its session (`env -i setsid ...`), or an agent that replaced `/bin/sh`,
  * escapes it.
  *
- * Arguments: `$1` the exec id, `$2` `session` to kill whole sessions too.
+ * A process group is killed as `kill -9 "-$session"`, never with `--` before it: dash (the `sh`
+ * of Debian and Ubuntu images) takes `--` there for a pid and fails, killing no session at all.
+ *
+ * Arguments: `$1` the exec id, `$2` `with-sessions` to kill whole sessions too. Build them with
+ * `killScriptArgv`.
  */
 export const KILL_SCRIPT = `
 id="$1"; mode="$2"; pass=0
@@ -34,7 +38,7 @@ while [ "$pass" -lt 50 ]; do
     case "$environment" in
       *"GYM_EXEC_ID=$id"*)
         kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
-        if [ "$mode" = session ]; then
+        if [ "$mode" = with-sessions ]; then
           read -r stat < "$dir/stat" 2>/dev/null || stat=""
           rest="\${stat##*) }"
           set -- $rest
@@ -44,7 +48,7 @@ while [ "$pass" -lt 50 ]; do
     esac
   done
   [ -z "$matches" ] && exit 0
-  for session in $sessions; do kill -9 -- "-$session" 2>/dev/null; done
+  for session in $sessions; do kill -9 "-$session" 2>/dev/null; done
   for pid in $matches; do kill -9 "$pid" 2>/dev/null; done
   pass=$((pass + 1))
 done
@@ -52,3 +56,21 @@ exit 1
 `;
 
 export const EXEC_ID_ENV = 'GYM_EXEC_ID';
+
+/**
+ * What a timeout kill reaches: the processes tagged with the exec id only (a command of a session
+ * shell), or those and every process of their sessions (a one-shot command, its own session leader).
+ */
+export type KillReach = 'tagged-only' | 'tagged-and-their-sessions';
+
+/** The command that runs the kill script for one exec inside a sandbox (through any exec channel). */
+export function killScriptArgv(execId: string, reach: KillReach): string[] {
+  return [
+    'sh',
+    '-c',
+    KILL_SCRIPT,
+    'gym-kill',
+    execId,
+    reach === 'tagged-and-their-sessions' ? 'with-sessions' : 'tagged-only',
+  ];
+}

@@ -1,10 +1,11 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { KILL_SCRIPT } from './kill-script.ts';
+import { killScriptArgv } from './kill-script.ts';
+import { parseProcessState } from './proc-stat.ts';
 import { printfFormatFor, shellJoin } from './shell.ts';
 
 /** These run the generated shell text in the machine's own /bin/sh: the same POSIX sh the sandboxes have. */
@@ -35,7 +36,7 @@ describe('KILL_SCRIPT', () => {
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
     const exited = new Promise((resolve) => child.once('exit', resolve));
-    execFileSync('sh', ['-c', KILL_SCRIPT, 'gym-kill', execId, 'process']);
+    execFileSync('sh', killScriptArgv(execId, 'tagged-only').slice(1));
     await exited;
     const tagged = execFileSync('sh', [
       '-c',
@@ -58,10 +59,48 @@ describe('KILL_SCRIPT', () => {
       });
       await new Promise((resolve) => setTimeout(resolve, 50));
       const exited = new Promise((resolve) => child.once('exit', resolve));
-      execFileSync('sh', ['-c', KILL_SCRIPT, 'gym-kill', execId, 'process']);
+      execFileSync('sh', killScriptArgv(execId, 'tagged-only').slice(1));
       await exited;
       expect(existsSync(marker), `attempt ${attempt}`).toBe(false);
     }
     rmSync(directory, { recursive: true, force: true });
+  });
+});
+
+describe('killScriptArgv reach', () => {
+  /** A tagged session leader with an untagged child in its session; resolves the child's pid. */
+  async function leaderWithUntaggedChild(execId: string) {
+    const leader = spawn('sh', ['-c', 'env -i sleep 1008 & echo $!; wait'], {
+      env: { ...process.env, GYM_EXEC_ID: execId },
+      stdio: ['ignore', 'pipe', 'ignore'],
+      detached: true,
+    });
+    const childPid = await new Promise<number>((resolve) =>
+      leader.stdout.once('data', (chunk: Buffer) => resolve(Number(chunk.toString().trim()))),
+    );
+    return { leader, childPid };
+  }
+  /** Alive and not a zombie (whose reaping is up to whatever adopted it). */
+  const isRunning = (pid: number) => {
+    const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
+    const state = stat === '' ? null : parseProcessState(stat);
+    return state !== null && state !== 'Z' && state !== 'X';
+  };
+
+  it('reaches an untagged process of the same session only with tagged-and-their-sessions', async () => {
+    const onlyId = `exec-only${Math.random().toString(36).slice(2, 10)}`;
+    const only = await leaderWithUntaggedChild(onlyId);
+    execFileSync('sh', killScriptArgv(onlyId, 'tagged-only').slice(1));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(isRunning(only.childPid)).toBe(true);
+    process.kill(only.childPid, 'SIGKILL');
+
+    const widerId = `exec-wide${Math.random().toString(36).slice(2, 10)}`;
+    const wider = await leaderWithUntaggedChild(widerId);
+    execFileSync('sh', killScriptArgv(widerId, 'tagged-and-their-sessions').slice(1));
+    const deadline = performance.now() + 2_000;
+    while (isRunning(wider.childPid) && performance.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(isRunning(wider.childPid)).toBe(false);
   });
 });
