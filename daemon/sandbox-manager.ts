@@ -42,8 +42,6 @@ const REAPER_CONCURRENCY = 8;
  */
 const LEASE_PERSIST_SHARE = 0.1;
 const LEASE_PERSIST_MAX_MS = 60_000;
-/** Exit codes a container runtime gives when it could not start a command (126) or SIGKILLed it (137). */
-const RUNTIME_EXIT_CODES = new Set([126, 137]);
 
 export interface SandboxManagerOptions {
   config: DaemonConfig;
@@ -496,7 +494,7 @@ export class SandboxManager implements SandboxCounts {
         Object.keys(record.execEnv).length === 0
           ? runnable
           : { ...runnable, env: { ...record.execEnv, ...runnable.env } };
-      const ran = await this.#confirmAlive(provider, id, await provider.exec(id, withEnv, options));
+      const ran = await provider.exec(id, withEnv, options);
       // Only a session asked for and not had is worth saying: the caller may rely on its speed.
       const result = request.session !== undefined && !isSession ? { ...ran, session: false as const } : ran;
       this.#metrics?.execSeconds.observe(
@@ -513,21 +511,6 @@ export class SandboxManager implements SandboxCounts {
       }
       return result;
     });
-  }
-
-  /**
-   * An exit code that a runtime also gives when it could not start the command or killed it
-   * (126, 137) is checked against the sandbox itself: when the sandbox is gone, the result is
-   * `sandbox_gone`, never output a harness or verifier would take for the command's own.
-   * (Seen on Docker: a container removed as an exec starts answers "OCI runtime exec failed", 126.)
-   */
-  async #confirmAlive(provider: SandboxProvider, id: string, result: ExecResult): Promise<ExecResult> {
-    if (result.status !== 'ok' || !RUNTIME_EXIT_CODES.has(result.exitCode ?? 0)) return result;
-    const isAlive = await provider.get(id).then(
-      (info) => info.state === 'ready',
-      (error: unknown) => !(error instanceof GymError && error.code === 'SANDBOX_NOT_FOUND'),
-    );
-    return isAlive ? result : { ...result, status: 'sandbox_gone', exitCode: null };
   }
 
   writeFile(id: string, path: string, content: FileContent, mode?: number): Promise<void> {

@@ -25,14 +25,23 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
+import { classifyAbnormalEnd, type ExecHooks, OomKillCounts } from '../shared/abnormal-end.ts';
 import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { OOM_COUNTER_COMMAND, parseOomKillCount } from '../shared/exec-output.ts';
-import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
+import { OOM_COUNTER_COMMAND } from '../shared/exec-output.ts';
+import {
+  decodeLabels,
+  encodeLabels,
+  hasUserLabels,
+  SYSTEM_LABELS,
+  selectorLabels,
+} from '../shared/labels.ts';
+import { waitUntilReady } from '../shared/readiness.ts';
+import type { ShellSession } from '../shared/shell-session.ts';
 import { wrapDockerError } from './docker-errors.ts';
-import { DockerSession } from './docker-session.ts';
+import { openDockerSession } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
-import { EXEC_HELPER_MOUNT, type OneShotHooks, runOneShotExec } from './one-shot-exec.ts';
+import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
 
@@ -54,6 +63,9 @@ export const DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID'
 
 /** Keeps the container alive doing nothing; the init process (tini) reaps zombies under it. */
 const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
+
+/** Exit codes the runtime gives when it could not start a command (126) or SIGKILLed it (137). */
+const RUNTIME_EXIT_CODES = new Set([126, 137]);
 
 /** How many files one `readFile` follows through symlinks before giving up (like the kernel's ELOOP). */
 const MAX_LINK_FOLLOWS = 40;
@@ -184,11 +196,11 @@ export class DockerProvider implements SandboxProvider {
   readonly #context: ProviderContext;
   readonly #options: z.output<typeof DockerProviderOptionsSchema>;
   /** Sessions by sandbox id, then by session name and user. */
-  readonly #sessions = new Map<string, Map<string, Promise<DockerSession>>>();
+  readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
   /** The gateway relays started by exposeGateway. */
   readonly #relays: GatewayRelays;
   /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
-  readonly #oomCounts = new Map<string, number>();
+  readonly #oomCounts = new OomKillCounts();
   /** What specs may take from the host (binds, capabilities, network, snapshot tags). */
   readonly #hostAccess: HostAccessPolicy;
   /** Per-exec cgroups for timeouts, and stopping a sandbox's processes, from the host. */
@@ -360,9 +372,10 @@ export class DockerProvider implements SandboxProvider {
 
     try {
       await container.start();
-      this.#oomCounts.set(id, 0);
+      this.#oomCounts.start(id);
       if (spec.files.length > 0) await this.#writeSeedFiles(container, spec);
-      if (spec.readiness !== undefined) await this.#waitReady(id, spec);
+      if (spec.readiness !== undefined)
+        await waitUntilReady(spec.readiness, (request) => this.exec(id, request));
     } catch (error) {
       await this.#removeContainer(container).catch((removeError: unknown) =>
         this.#context.logger.warn(
@@ -370,7 +383,7 @@ export class DockerProvider implements SandboxProvider {
           'could not remove a sandbox whose create failed',
         ),
       );
-      this.#oomCounts.delete(id);
+      this.#oomCounts.forget(id);
       const cause = wrapDockerError(error, { operation: 'start', sandboxId: id });
       throw new GymError(
         'SANDBOX_START_FAILED',
@@ -403,30 +416,6 @@ export class DockerProvider implements SandboxProvider {
       const content = Buffer.from(file.content, file.encoding === 'base64' ? 'base64' : 'utf8');
       await container.putArchive(packSingleFile(file.path.slice(1), content, file.mode), { path: '/' });
     }
-  }
-
-  async #waitReady(id: string, spec: SandboxSpec): Promise<void> {
-    const probe = spec.readiness!;
-    const deadline = performance.now() + probe.timeoutMs;
-    let last = '';
-    while (performance.now() < deadline) {
-      const result = await this.exec(id, {
-        ...(probe.argv === undefined ? { command: probe.command! } : { argv: probe.argv }),
-        env: {},
-        stdinEncoding: 'utf8',
-        timeoutMs: Math.max(1, Math.min(10_000, Math.ceil(deadline - performance.now()))),
-        maxOutputBytes: 4096,
-      });
-      if (result.status === 'ok' && result.exitCode === 0) return;
-      if (result.status === 'sandbox_gone')
-        throw new GymError('SANDBOX_START_FAILED', 'the sandbox exited during its readiness probe');
-      last = `status ${result.status}, exit ${result.exitCode}: ${result.stderr.slice(-500)}`;
-      await new Promise((resolve) => setTimeout(resolve, probe.intervalMs));
-    }
-    throw new GymError(
-      'SANDBOX_START_FAILED',
-      `readiness probe did not pass within ${probe.timeoutMs} ms (last: ${last})`,
-    );
   }
 
   /**
@@ -477,13 +466,9 @@ export class DockerProvider implements SandboxProvider {
 
   /** One listing call: the engine answers whole or not at all, and then it is the one unreachable scope. */
   async list(filter: ListFilter = {}): Promise<SandboxListing> {
-    const labelFilters = [`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${this.#context.namespace}`];
-    if (filter.daemonId !== undefined)
-      labelFilters.push(`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.daemonId}=${filter.daemonId}`);
-    if (filter.pool !== undefined)
-      labelFilters.push(`${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.pool}=${filter.pool ?? ''}`);
-    for (const [key, value] of Object.entries(filter.labels ?? {}))
-      labelFilters.push(`${userLabelKey(DOCKER_LABEL_PREFIX, key)}=${value}`);
+    const labelFilters = Object.entries(
+      selectorLabels(DOCKER_LABEL_PREFIX, this.#context.namespace, filter),
+    ).map(([key, value]) => `${key}=${value}`);
     let containers: Docker.ContainerInfo[];
     try {
       containers = await this.#docker.listContainers({ all: true, filters: { label: labelFilters } });
@@ -496,9 +481,7 @@ export class DockerProvider implements SandboxProvider {
       .flatMap(
         (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
       )
-      .filter((info) =>
-        Object.entries(filter.labels ?? {}).every(([key, value]) => info.labels[key] === value),
-      );
+      .filter((info) => hasUserLabels(info.labels, filter.labels));
     return { sandboxes, unreachable: [] };
   }
 
@@ -507,49 +490,30 @@ export class DockerProvider implements SandboxProvider {
    * dying container fails) and reads its OOM-kill counter. Inspecting the container instead races
    * with a destroy: the engine reports "running" until its kill has finished.
    */
-  #hooks(id: string, container: Docker.Container): OneShotHooks {
-    const noHooks: OneShotHooks = { classifyAbnormalEnd: async () => 'sandbox_gone' };
+  #hooks(id: string, container: Docker.Container): ExecHooks {
+    const noHooks: ExecHooks = { classifyAbnormalEnd: async () => 'sandbox_gone' };
     return {
-      classifyAbnormalEnd: async () => {
-        // From the host when it can: the probe below runs the sandbox's own `sh`, and an agent
-        // that deleted it would make every kill look like a sandbox gone (an infra error).
-        let view = await this.#processes.hostView(container).catch(() => null);
-        // A destroy in progress kills the commands a moment before the keeper is seen dead:
-        // look again briefly before calling it a kill from inside (abnormal ends are rare).
-        for (const waitMs of [100, 250]) {
-          if (view === null || !view.isAlive) break;
-          await new Promise((resolve) => setTimeout(resolve, waitMs));
-          view = await this.#processes.hostView(container).catch(() => null);
-        }
-        if (view !== null) {
-          if (!view.isAlive) return 'sandbox_gone';
-          if (view.oomKills === null) return 'killed';
-          const previous = this.#oomCounts.get(id) ?? 0;
-          this.#oomCounts.set(id, view.oomKills);
-          return view.oomKills > previous ? 'oom' : 'killed';
-        }
-        const probe = await runOneShotExec(
-          container,
-          {
-            command: OOM_COUNTER_COMMAND,
-            env: {},
-            stdinEncoding: 'utf8',
-            timeoutMs: 10_000,
-            maxOutputBytes: 4096,
-            user: '0',
-          },
-          {},
-          noHooks,
-        ).catch(() => null);
-        // The probe command always exits 0 when it runs; anything else (the engine's "cannot exec
-        // in a stopped state", exit 126) means the sandbox is gone.
-        if (probe === null || probe.status !== 'ok' || probe.exitCode !== 0) return 'sandbox_gone';
-        const count = parseOomKillCount(probe.stdout);
-        if (count === null) return 'killed';
-        const previous = this.#oomCounts.get(id) ?? 0;
-        this.#oomCounts.set(id, count);
-        return count > previous ? 'oom' : 'killed';
-      },
+      classifyAbnormalEnd: () =>
+        classifyAbnormalEnd(id, this.#oomCounts, {
+          // From the host when it can: the probe runs the sandbox's own `sh`, and an agent that
+          // deleted it would make every kill look like a sandbox gone (an infra error).
+          outsideView: () => this.#processes.hostView(container),
+          // The engine answers "cannot exec in a stopped state" (or exit 126) for a sandbox gone.
+          probe: () =>
+            runOneShotExec(
+              container,
+              {
+                command: OOM_COUNTER_COMMAND,
+                env: {},
+                stdinEncoding: 'utf8',
+                timeoutMs: 10_000,
+                maxOutputBytes: 4096,
+                user: '0',
+              },
+              {},
+              noHooks,
+            ),
+        }),
     };
   }
 
@@ -559,10 +523,13 @@ export class DockerProvider implements SandboxProvider {
     try {
       if (request.session !== undefined) {
         const session = await this.#session(id, container, request.session, request.user);
-        return await session.run(request, options, hooks);
+        return await this.#confirmAlive(id, await session.run(request, options, hooks));
       }
       const confinement = await this.#processes.confinement(id, container);
-      return await runOneShotExec(container, request, options, hooks, confinement);
+      return await this.#confirmAlive(
+        id,
+        await runOneShotExec(container, request, options, hooks, confinement),
+      );
     } catch (error) {
       const wrapped = wrapDockerError(error, { operation: 'exec', sandboxId: id });
       // A container that exists but is not running (it died) is a result, not an error.
@@ -583,12 +550,27 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
+  /**
+   * An exit code that the runtime also gives when it could not start the command or killed it
+   * (126, 137) is checked against the container itself: when it is gone, the result is
+   * `sandbox_gone`, never output a harness or verifier would take for the command's own. (A
+   * container removed as an exec starts answers "OCI runtime exec failed", 126.)
+   */
+  async #confirmAlive(id: string, result: ExecResult): Promise<ExecResult> {
+    if (result.status !== 'ok' || !RUNTIME_EXIT_CODES.has(result.exitCode ?? 0)) return result;
+    const isAlive = await this.get(id).then(
+      (info) => info.state === 'ready',
+      (error: unknown) => !(error instanceof GymError && error.code === 'SANDBOX_NOT_FOUND'),
+    );
+    return isAlive ? result : { ...result, status: 'sandbox_gone', exitCode: null };
+  }
+
   async #session(
     id: string,
     container: Docker.Container,
     name: string,
     user: string | undefined,
-  ): Promise<DockerSession> {
+  ): Promise<ShellSession> {
     let byName = this.#sessions.get(id);
     if (byName === undefined) {
       byName = new Map();
@@ -603,7 +585,7 @@ export class DockerProvider implements SandboxProvider {
     // Only opening a session looks up the confinement: the per-command path stays as fast as it was.
     const opening = this.#processes
       .confinement(id, container)
-      .then((confinement) => DockerSession.open(container, user, confinement));
+      .then((confinement) => openDockerSession(container, user, confinement));
     byName.set(key, opening);
     opening.catch(() => byName.delete(key));
     return opening;
@@ -729,7 +711,7 @@ export class DockerProvider implements SandboxProvider {
   async destroy(id: string): Promise<void> {
     this.#closeSessions(id);
     this.#relays.close(id);
-    this.#oomCounts.delete(id);
+    this.#oomCounts.forget(id);
     this.#processes.forget(id);
     try {
       await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));

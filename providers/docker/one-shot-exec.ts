@@ -16,6 +16,7 @@ import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
+import type { ExecHooks } from '../shared/abnormal-end.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output.ts';
 import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-script.ts';
 import { DockerStreamDemuxer } from './demux.ts';
@@ -48,14 +49,6 @@ export interface ExecConfinement {
   helperPath: string;
   /** The container's cgroup v2 directory on the host. */
   cgroup: ContainerCgroup;
-}
-
-export interface OneShotHooks {
-  /**
-   * Says why a command ended abnormally (killed by SIGKILL, or its stream broke): the sandbox is
-   * gone, the kernel's OOM killer struck, or something else killed it.
-   */
-  classifyAbnormalEnd(): Promise<'sandbox_gone' | 'oom' | 'killed'>;
 }
 
 export function envList(env: Record<string, string>): string[] {
@@ -138,7 +131,7 @@ export async function runOneShotExec(
   container: Docker.Container,
   request: ExecRequest,
   options: ExecOptions,
-  hooks: OneShotHooks,
+  hooks: ExecHooks,
   confinement: ExecConfinement | null = null,
 ): Promise<ExecResult> {
   const execId = createId('exec');

@@ -11,8 +11,9 @@ import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import type { Logger } from '../../core/logger.ts';
-import { parseOomKillCount } from '../shared/exec-output.ts';
-import { parseParentPid, parseProcessState, parseStartTime } from '../shared/proc-stat.ts';
+import type { OutsideView } from '../shared/abnormal-end.ts';
+import { viewThroughHostPid } from '../shared/host-process.ts';
+import { parseParentPid, parseStartTime } from '../shared/proc-stat.ts';
 import { ContainerCgroup, hostCgroup2Mount } from './exec-cgroups.ts';
 import { EXEC_HELPER_MOUNT, type ExecConfinement } from './one-shot-exec.ts';
 
@@ -23,9 +24,6 @@ import { EXEC_HELPER_MOUNT, type ExecConfinement } from './one-shot-exec.ts';
 export const DEFAULT_EXEC_HELPER_PATH = ['../../.tools/gym-exec', '../../../.tools/gym-exec']
   .map((relative) => fileURLToPath(new URL(relative, import.meta.url)))
   .reduce((found, candidate) => (existsSync(found) ? found : existsSync(candidate) ? candidate : found));
-
-/** Where cgroup v1's memory controller is mounted on hosts that still use it (hybrid hosts). */
-const CGROUP1_MEMORY_MOUNT = '/sys/fs/cgroup/memory';
 
 /** How long `stopProcesses` waits for the processes it killed to be gone. */
 const STOP_WAIT_MS = 5_000;
@@ -51,26 +49,6 @@ export function detectHostControl(options: { helperPath: string; isEngineLocal: 
     };
   }
   return { mode: 'cgroup', cgroupMount, helperPath: options.helperPath };
-}
-
-/**
- * The OOM-kill counter of a process's memory cgroup, from `/proc/PID/cgroup`: cgroup v2's
- * `memory.events` under the unified mount, else cgroup v1's `memory.oom_control`.
- */
-export function memoryCounterPaths(
-  procCgroup: string,
-  cgroup2Mount: string,
-  cgroup1MemoryMount: string,
-): string[] {
-  const paths: string[] = [];
-  for (const line of procCgroup.split('\n')) {
-    const [, controllers, path] = /^\d+:([^:]*):(.*)$/.exec(line) ?? [];
-    if (path === undefined || !path.startsWith('/') || path.split('/').includes('..')) continue;
-    if (controllers === '') paths.push(`${cgroup2Mount}${path}/memory.events`);
-    else if (controllers!.split(',').includes('memory'))
-      paths.push(`${cgroup1MemoryMount}${path}/memory.oom_control`);
-  }
-  return paths;
 }
 
 export class ProcessControl {
@@ -137,7 +115,7 @@ export class ProcessControl {
    * while its PID 1 lives (the keeper cannot be killed from inside); null when this host has no
    * such view (no cgroup control).
    */
-  async hostView(container: Docker.Container): Promise<{ isAlive: boolean; oomKills: number | null } | null> {
+  async hostView(container: Docker.Container): Promise<OutsideView | null> {
     if (this.host.mode !== 'cgroup') return null;
     let pid: number;
     try {
@@ -148,19 +126,7 @@ export class ProcessControl {
       if ((error as { statusCode?: number }).statusCode === 404) return { isAlive: false, oomKills: null };
       throw error;
     }
-    const [stat, procCgroup] = await Promise.all([
-      readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null),
-      readFile(`/proc/${pid}/cgroup`, 'utf8').catch(() => null),
-    ]);
-    const state = stat === null ? null : parseProcessState(stat);
-    if (state === null || state === 'Z' || state === 'X' || procCgroup === null)
-      return { isAlive: false, oomKills: null };
-    for (const path of memoryCounterPaths(procCgroup, this.host.cgroupMount, CGROUP1_MEMORY_MOUNT)) {
-      const text = await readFile(path, 'utf8').catch(() => null);
-      const count = text === null ? null : parseOomKillCount(text);
-      if (count !== null) return { isAlive: true, oomKills: count };
-    }
-    return { isAlive: true, oomKills: null };
+    return viewThroughHostPid(pid, this.host.cgroupMount);
   }
 
   /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeLabels, encodeLabels } from './labels.ts';
+import { decodeLabels, encodeLabels, hasUserLabels, selectorLabels } from './labels.ts';
 
 describe('labels', () => {
   it('round-trip, keeping user labels apart from ours', () => {
@@ -32,5 +32,18 @@ describe('labels', () => {
 
   it('recognise a resource that is not ours', () => {
     expect(decodeLabels('gym.', { 'com.example': 'x' })).toBeNull();
+  });
+
+  it('select a listing by namespace and what the filter asks, user labels under their own prefix', () => {
+    expect(selectorLabels('gym.', 'ns', {})).toEqual({ 'gym.namespace': 'ns' });
+    expect(selectorLabels('gym.', 'ns', { daemonId: 'd1', pool: null, labels: { pool: 'p' } })).toEqual({
+      'gym.namespace': 'ns',
+      'gym.daemon-id': 'd1',
+      'gym.pool': '',
+      'gym.user.pool': 'p',
+    });
+    expect(hasUserLabels({ a: '1', b: '2' }, { a: '1' })).toBe(true);
+    expect(hasUserLabels({ a: '1' }, { a: '1', b: '2' })).toBe(false);
+    expect(hasUserLabels({ a: '1' })).toBe(true);
   });
 });

@@ -6,6 +6,7 @@
  * spec) stay in the resource's own configuration, or where a backend has none, in a state file.
  */
 import type { SandboxInfo } from '../../core/schemas/sandbox.ts';
+import type { ListFilter } from '../sandbox-provider.ts';
 
 export const SYSTEM_LABELS = {
   namespace: 'namespace',
@@ -50,6 +51,28 @@ export function encodeLabels(
 
 export function userLabelKey(prefix: string, key: string): string {
   return prefix + USER_LABEL_INFIX + key;
+}
+
+/**
+ * The labels a listing selects by (each `key=value` must match): this namespace, and what the
+ * filter asks for. A backend turns them into its own query (Docker's label filters, a Kubernetes
+ * label selector). A pool of `null` selects the sandboxes of no pool.
+ */
+export function selectorLabels(
+  prefix: string,
+  namespace: string,
+  filter: ListFilter,
+): Record<string, string> {
+  const selector: Record<string, string> = { [prefix + SYSTEM_LABELS.namespace]: namespace };
+  if (filter.daemonId !== undefined) selector[prefix + SYSTEM_LABELS.daemonId] = filter.daemonId;
+  if (filter.pool !== undefined) selector[prefix + SYSTEM_LABELS.pool] = filter.pool ?? '';
+  for (const [key, value] of Object.entries(filter.labels ?? {})) selector[userLabelKey(prefix, key)] = value;
+  return selector;
+}
+
+/** Whether decoded user labels carry every label the filter asks for. */
+export function hasUserLabels(labels: Record<string, string>, wanted: Record<string, string> = {}): boolean {
+  return Object.entries(wanted).every(([key, value]) => labels[key] === value);
 }
 
 function isoFromMs(value: string | undefined): string {

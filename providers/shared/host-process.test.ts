@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseProcessState } from '../shared/proc-stat.ts';
-import { memoryCounterPaths } from './process-control.ts';
+import { memoryCounterPaths } from './host-process.ts';
+import { parseProcessState } from './proc-stat.ts';
 
 describe('reading a container from the host', () => {
   it('finds the OOM counter of a hybrid host (v1 memory) and of a pure v2 host', () => {

@@ -1,0 +1,90 @@
+/**
+ * Why a command ended abnormally (killed by SIGKILL, or its channel broke): the sandbox is gone,
+ * the kernel's OOM killer struck, or something else killed it. The decision is the same on every
+ * backend; only how the facts are read differs (Docker reads the host's /proc and cgroups, or
+ * runs a probe in the sandbox; another backend asks its own API).
+ */
+import type { ExecResult } from '../../core/schemas/exec.ts';
+import { parseOomKillCount } from './exec-output.ts';
+
+export type AbnormalEnd = 'sandbox_gone' | 'oom' | 'killed';
+
+/** What a backend's exec path calls after an abnormal end. */
+export interface ExecHooks {
+  classifyAbnormalEnd(): Promise<AbnormalEnd>;
+}
+
+/** A sandbox seen from outside it: whether its keeper still runs, and its OOM-kill count when known. */
+export interface OutsideView {
+  isAlive: boolean;
+  oomKills: number | null;
+}
+
+/** How long to look again at a sandbox that still seems alive, in turn (see `classifyAbnormalEnd`). */
+export const ALIVE_RECHECK_MS = [100, 250] as const;
+
+/**
+ * Each sandbox's last OOM-kill count: a kill is an OOM kill when the count went up since the
+ * last look. A sandbox starts at 0 (`start`); one never seen counts from 0 too.
+ */
+export class OomKillCounts {
+  readonly #counts = new Map<string, number>();
+
+  start(id: string): void {
+    this.#counts.set(id, 0);
+  }
+
+  forget(id: string): void {
+    this.#counts.delete(id);
+  }
+
+  /** `oom` when `count` is above the last one seen (and remembers it); `killed` when unknown or not. */
+  classify(id: string, count: number | null): 'oom' | 'killed' {
+    if (count === null) return 'killed';
+    const previous = this.#counts.get(id) ?? 0;
+    this.#counts.set(id, count);
+    return count > previous ? 'oom' : 'killed';
+  }
+}
+
+export interface ClassifySources {
+  /**
+   * The sandbox seen from outside (nothing of the sandbox's own, which an agent may have
+   * replaced, is trusted for it); null when this backend has no such view, or it failed.
+   */
+  outsideView?: () => Promise<OutsideView | null>;
+  /**
+   * Runs `OOM_COUNTER_COMMAND` in the sandbox, used when there is no outside view: null when it
+   * could not run. The command always exits 0 when it runs, so anything else means the sandbox
+   * is gone.
+   */
+  probe: () => Promise<ExecResult | null>;
+  /** Waits between looks (a test passes an instant one). */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+const realSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Classifies an abnormal end of a command in sandbox `id`. A destroy in progress kills the
+ * commands a moment before the sandbox is seen dead, so a sandbox that still looks alive from
+ * outside is looked at again briefly before the end is called a kill (abnormal ends are rare).
+ */
+export async function classifyAbnormalEnd(
+  id: string,
+  counts: OomKillCounts,
+  sources: ClassifySources,
+): Promise<AbnormalEnd> {
+  const sleep = sources.sleep ?? realSleep;
+  const look = async () => (await sources.outsideView?.().catch(() => null)) ?? null;
+  let view = await look();
+  for (const waitMs of ALIVE_RECHECK_MS) {
+    if (view === null || !view.isAlive) break;
+    await sleep(waitMs);
+    view = await look();
+  }
+  if (view !== null) return view.isAlive ? counts.classify(id, view.oomKills) : 'sandbox_gone';
+  const probe = await sources.probe().catch(() => null);
+  if (probe === null || probe.status !== 'ok' || probe.exitCode !== 0) return 'sandbox_gone';
+  return counts.classify(id, parseOomKillCount(probe.stdout));
+}

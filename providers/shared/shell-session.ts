@@ -1,0 +1,237 @@
+/**
+ * The session shell protocol: one long-lived `sh` in a sandbox runs command after command, so a
+ * command skips the cost of a new exec channel (about 50 ms on Docker) and costs well under a
+ * millisecond. It needs only a channel that carries the shell's stdin, stdout and stderr apart
+ * (`docker exec`, `kubectl exec`, an SSH channel): each backend brings the channel and how a
+ * timed-out command is killed; framing, markers, parsing and the rules below are here.
+ *
+ * Each command runs in a subshell (`( ... )`), so it sees exactly what a one-shot exec would:
+ * its own env and cwd, stdin from the request (or /dev/null, never the session's own input), and
+ * nothing it does (`exit`, `cd`, `export`) changes the session. After it the shell prints a
+ * random end marker with the exit code on stdout, and the marker on stderr; output is everything
+ * before the markers, so it is exact to the byte, trailing newline or not.
+ */
+
+import { randomBytes } from 'node:crypto';
+import { createId } from '../../core/ids.ts';
+import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
+import type { ExecOptions } from '../sandbox-provider.ts';
+import type { ExecHooks } from './abnormal-end.ts';
+import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from './exec-output.ts';
+import { EXEC_ID_ENV } from './kill-script.ts';
+import { printfFormatFor, shellJoin, shellQuote } from './shell.ts';
+
+/** After a kill of tagged processes, how long the session may take to print its markers before it is dropped. */
+export const SESSION_KILL_GRACE_MS = 5_000;
+
+/** Finds a marker in a byte stream split into arbitrary chunks, passing through what comes before it. */
+export class MarkerScanner {
+  readonly #marker: Buffer;
+  readonly #onData: (chunk: Buffer) => void;
+  #pending: Buffer = Buffer.alloc(0);
+  #after: Buffer | null = null;
+
+  constructor(marker: Buffer, onData: (chunk: Buffer) => void) {
+    this.#marker = marker;
+    this.#onData = onData;
+  }
+
+  /** The bytes after the marker up to (not including) a newline, once they have all arrived. */
+  get trailer(): string | null {
+    if (this.#after === null) return null;
+    const newline = this.#after.indexOf(0x0a);
+    return newline === -1 ? null : this.#after.subarray(0, newline).toString('utf8');
+  }
+
+  push(chunk: Buffer): void {
+    if (this.#after !== null) {
+      this.#after = Buffer.concat([this.#after, chunk]);
+      return;
+    }
+    const buffer = this.#pending.length === 0 ? chunk : Buffer.concat([this.#pending, chunk]);
+    const index = buffer.indexOf(this.#marker);
+    if (index !== -1) {
+      this.#onData(buffer.subarray(0, index));
+      this.#after = Buffer.from(buffer.subarray(index + this.#marker.length));
+      this.#pending = Buffer.alloc(0);
+      return;
+    }
+    // Keep just enough of the end to complete a marker split across chunks.
+    const keep = Math.min(buffer.length, this.#marker.length - 1);
+    this.#onData(buffer.subarray(0, buffer.length - keep));
+    this.#pending = Buffer.from(buffer.subarray(buffer.length - keep));
+  }
+}
+
+/** The text the session shell reads for one command: the subshell, then the two end markers. */
+export function sessionScript(
+  request: ExecRequest,
+  execId: string,
+  marker: string,
+  input: Buffer | null,
+): string {
+  const assignments = [
+    `${EXEC_ID_ENV}=${execId}`,
+    ...Object.entries(request.env).map(([k, v]) => `${k}=${shellQuote(v)}`),
+  ];
+  const changeDirectory = request.cwd === undefined ? '' : `cd ${shellQuote(request.cwd)} || exit 126; `;
+  const target = request.argv ? shellJoin(request.argv) : `sh -c ${shellQuote(request.command!)}`;
+  const body = `( export ${assignments.join(' ')}; ${changeDirectory}exec ${target} )`;
+  const withInput = input === null ? `${body} </dev/null` : `printf ${printfFormatFor(input)} | ${body}`;
+  return `${withInput}\n__gym_rc=$?; printf '%s%s\\n' '${marker}' "$__gym_rc"; printf '%s\\n' '${marker}' >&2\n`;
+}
+
+/** The shell's stdin, as the backend's channel carries it. */
+export interface ShellChannel {
+  write(text: string): void;
+  /** Tears the channel down; the shell goes with it (or is killed by the backend). */
+  close(): void;
+}
+
+/**
+ * How a timed-out (or cancelled) command is killed.
+ *
+ * - `whole-session`: the backend kills the shell and all it ever started (Docker: the session's
+ *   own cgroup), then calls `drop` to close the channel; the result waits for the kill, so
+ *   nothing the command started runs on after it. After a command that ended normally,
+ *   `releaseBackground` lets go of what it left running, so a later kill spares it, as it would
+ *   a one-shot exec's jobs.
+ * - `tagged`: the backend kills the processes tagged with the command's exec id (the kill script,
+ *   `tagged-only`: the shell shares their session and must live); when the markers do not come
+ *   within `SESSION_KILL_GRACE_MS` after it, the shell is wedged and the session is dropped.
+ */
+export type SessionKill =
+  | {
+      kind: 'whole-session';
+      kill(drop: () => void): Promise<void>;
+      releaseBackground(): Promise<void>;
+    }
+  | { kind: 'tagged'; kill(execId: string, user: string | undefined): Promise<void> };
+
+interface RunningCommand {
+  stdout: MarkerScanner;
+  stderr: MarkerScanner;
+  settle: (outcome: 'done' | 'lost') => void;
+}
+
+/** One session shell over one channel. The backend feeds it the shell's output with `receive`. */
+export class ShellSession {
+  readonly #channel: ShellChannel;
+  readonly #user: string | undefined;
+  readonly #kill: SessionKill;
+  readonly #graceMs: number;
+  #running: RunningCommand | null = null;
+  #queue: Promise<unknown> = Promise.resolve();
+  #isAlive = true;
+
+  constructor(
+    channel: ShellChannel,
+    options: { user: string | undefined; kill: SessionKill; killGraceMs?: number },
+  ) {
+    this.#channel = channel;
+    this.#user = options.user;
+    this.#kill = options.kill;
+    this.#graceMs = options.killGraceMs ?? SESSION_KILL_GRACE_MS;
+  }
+
+  /** Output of the shell; output with no command running (a straggling background job) belongs to no one. */
+  receive(stream: 'stdout' | 'stderr', payload: Buffer): void {
+    const running = this.#running;
+    if (running === null) return;
+    running[stream].push(payload);
+    if (running.stdout.trailer !== null && running.stderr.trailer !== null) running.settle('done');
+  }
+
+  /** The channel ended or broke: the running command, and every later one, is lost. */
+  channelLost(): void {
+    this.#isAlive = false;
+    this.#running?.settle('lost');
+  }
+
+  get isAlive(): boolean {
+    return this.#isAlive;
+  }
+
+  /** Runs one command; commands on one session run one after another. */
+  run(request: ExecRequest, options: ExecOptions, hooks: ExecHooks): Promise<ExecResult> {
+    const result = this.#queue.then(() => this.#runNow(request, options, hooks));
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+
+  close(): void {
+    this.#isAlive = false;
+    this.#channel.close();
+  }
+
+  /** Kills the command (with `whole-session`, every process of the session, the shell too). */
+  async #killCommand(execId: string, user: string | undefined, running: RunningCommand): Promise<void> {
+    const kill = this.#kill;
+    if (kill.kind === 'whole-session') {
+      await kill.kill(() => this.close());
+      return;
+    }
+    await kill.kill(execId, user).catch(() => {});
+    await new Promise((resolve) => setTimeout(resolve, this.#graceMs).unref());
+    // The markers never came: the shell is wedged. Drop it; the next call opens a new one.
+    if (this.#running === running) this.close();
+  }
+
+  /** A lost session is `sandbox_gone` when the sandbox is, else `killed` (the shell itself died). */
+  async #lostCause(hooks: ExecHooks): Promise<'sandbox_gone' | 'killed'> {
+    return (await hooks.classifyAbnormalEnd()) === 'sandbox_gone' ? 'sandbox_gone' : 'killed';
+  }
+
+  async #runNow(request: ExecRequest, options: ExecOptions, hooks: ExecHooks): Promise<ExecResult> {
+    const output = new ExecOutput(request, options);
+    // Cancelled while it waited its turn: it never starts.
+    if (options.signal?.aborted) return output.result('killed', null);
+    if (!this.#isAlive) return output.result(await this.#lostCause(hooks), null);
+    const execId = createId('exec');
+    const marker = `__gym_end_${randomBytes(12).toString('hex')}__`;
+    const markerBytes = Buffer.from(marker);
+    let settle!: (outcome: 'done' | 'lost') => void;
+    const finished = new Promise<'done' | 'lost'>((resolve) => {
+      settle = resolve;
+    });
+    const running: RunningCommand = {
+      stdout: new MarkerScanner(markerBytes, (chunk) => output.push('stdout', chunk)),
+      stderr: new MarkerScanner(markerBytes, (chunk) => output.push('stderr', chunk)),
+      settle,
+    };
+    this.#running = running;
+    this.#channel.write(sessionScript(request, execId, marker, stdinBytes(request)));
+
+    let killing: Promise<void> | undefined;
+    let isCancelled = false;
+    const kill = () => {
+      killing ??= this.#killCommand(execId, request.user ?? this.#user, running);
+    };
+    const timer = setTimeout(kill, request.timeoutMs);
+    // A caller that gives up (a streaming client that went away) cancels exactly as a timeout would.
+    const cancel = () => {
+      isCancelled = true;
+      kill();
+    };
+    options.signal?.addEventListener('abort', cancel, { once: true });
+    const outcome = await finished;
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', cancel);
+    this.#running = null;
+
+    if (killing !== undefined) {
+      // A whole-session kill is waited for: nothing the command started runs on after the result.
+      if (this.#kill.kind === 'whole-session') await killing;
+      return output.result(isCancelled ? 'killed' : 'timeout', null);
+    }
+    if (this.#kill.kind === 'whole-session' && outcome === 'done') await this.#kill.releaseBackground();
+    if (outcome === 'lost') return output.result(await this.#lostCause(hooks), null);
+    const exitCode = Number.parseInt(running.stdout.trailer ?? '', 10);
+    if (!Number.isInteger(exitCode)) return output.result('killed', null);
+    if (exitCode === SIGKILL_EXIT_CODE) {
+      const cause = await hooks.classifyAbnormalEnd();
+      return output.result(cause, cause === 'sandbox_gone' ? null : exitCode);
+    }
+    return output.result('ok', exitCode);
+  }
+}
