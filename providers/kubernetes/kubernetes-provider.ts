@@ -44,6 +44,7 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
+import type { ExecHooks } from '../shared/abnormal-end.ts';
 import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import {
   ExecOutput,
@@ -52,11 +53,12 @@ import {
   SIGKILL_EXIT_CODE,
   stdinBytes,
 } from '../shared/exec-output.ts';
-import { EXEC_ID_ENV, KILL_SCRIPT } from '../shared/kill-script.ts';
+import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-script.ts';
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
 import { shellQuote } from '../shared/shell.ts';
+import type { ShellSession } from '../shared/shell-session.ts';
 import { type PodExecEnd, PodExecRefused, type PodTarget, runPodCommand, startPodExec } from './pod-exec.ts';
-import { PodSession, type SessionHooks } from './pod-session.ts';
+import { openPodSession } from './pod-session.ts';
 
 /** Every label we write starts with this (as on Docker), so one selector finds all our Pods. */
 export const KUBERNETES_LABEL_PREFIX = 'gym.';
@@ -265,7 +267,7 @@ export class KubernetesProvider implements SandboxProvider {
   /** Last OOM-kill count seen per sandbox; a fresh Pod starts at 0. */
   readonly #oomCounts = new Map<string, number>();
   /** Sessions by sandbox id, then by session name and user. */
-  readonly #sessions = new Map<string, Map<string, Promise<PodSession>>>();
+  readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
 
   constructor(kubeConfig: KubeConfig, context: ProviderContext, options: KubernetesProviderOptions = {}) {
     this.#kubeConfig = kubeConfig;
@@ -741,27 +743,18 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   /** Runs the kill script for one exec id in the Pod, bounded. */
-  async #killTagged(id: string, execId: string, mode: 'session' | 'process'): Promise<void> {
-    await runPodCommand(
-      this.#kubeConfig,
-      this.#target(id),
-      ['sh', '-c', KILL_SCRIPT, 'gym-kill', execId, mode],
-      {
-        maxBytes: 1024,
-        timeoutMs: KILL_GRACE_MS,
-      },
-    ).catch(() => {});
+  async #killTagged(id: string, execId: string, reach: KillReach): Promise<void> {
+    await runPodCommand(this.#kubeConfig, this.#target(id), killScriptArgv(execId, reach), {
+      maxBytes: 1024,
+      timeoutMs: KILL_GRACE_MS,
+    }).catch(() => {});
   }
 
-  #sessionHooks(id: string): SessionHooks {
-    return {
-      classifyAbnormalEnd: () => this.#classifyAbnormalEnd(id),
-      // Only the command's processes: the session's shell shares the exec's session.
-      killTagged: (execId) => this.#killTagged(id, execId, 'process'),
-    };
+  #execHooks(id: string): ExecHooks {
+    return { classifyAbnormalEnd: () => this.#classifyAbnormalEnd(id) };
   }
 
-  async #session(id: string, name: string, user: string | undefined): Promise<PodSession> {
+  async #session(id: string, name: string, user: string | undefined): Promise<ShellSession> {
     let byName = this.#sessions.get(id);
     if (byName === undefined) {
       byName = new Map();
@@ -774,7 +767,10 @@ export class KubernetesProvider implements SandboxProvider {
       if (session?.isAlive) return session;
     }
     const wrapper = ['sh', '-c', wrapperScript({}), 'gym-session', createId('exec'), '', user ?? ''];
-    const opening = PodSession.open(this.#kubeConfig, this.#target(id), wrapper);
+    // Only the command's processes: the session's shell shares the exec's session.
+    const opening = openPodSession(this.#kubeConfig, this.#target(id), wrapper, (execId) =>
+      this.#killTagged(id, execId, 'tagged-only'),
+    );
     byName.set(key, opening);
     opening.catch(() => byName.delete(key));
     return opening;
@@ -790,7 +786,7 @@ export class KubernetesProvider implements SandboxProvider {
     try {
       if (request.session !== undefined) {
         const session = await this.#session(id, request.session, request.user);
-        return await session.run(request, options, this.#sessionHooks(id));
+        return await session.run(request, options, this.#execHooks(id));
       }
       return await this.#execOnce(id, request, options);
     } catch (error) {
@@ -834,7 +830,7 @@ export class KubernetesProvider implements SandboxProvider {
     let isCancelled = false;
     const kill = () => {
       if (killing !== null) return;
-      killing = this.#killTagged(id, execId, 'session');
+      killing = this.#killTagged(id, execId, 'tagged-and-their-sessions');
       killing
         .then(() => new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref()))
         .then(() => running.abandon());

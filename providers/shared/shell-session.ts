@@ -97,8 +97,9 @@ export interface ShellChannel {
  *   `releaseBackground` lets go of what it left running, so a later kill spares it, as it would
  *   a one-shot exec's jobs.
  * - `tagged`: the backend kills the processes tagged with the command's exec id (the kill script,
- *   `tagged-only`: the shell shares their session and must live); when the markers do not come
- *   within `SESSION_KILL_GRACE_MS` after it, the shell is wedged and the session is dropped.
+ *   `tagged-only`: the shell shares their session and must live); the result waits for the
+ *   script. When the markers do not come within `SESSION_KILL_GRACE_MS` after it, the shell is
+ *   wedged (or taken over) and the session is dropped.
  */
 export type SessionKill =
   | {
@@ -164,17 +165,25 @@ export class ShellSession {
     this.#channel.close();
   }
 
-  /** Kills the command (with `whole-session`, every process of the session, the shell too). */
-  async #killCommand(execId: string, user: string | undefined, running: RunningCommand): Promise<void> {
+  /**
+   * Kills the command (with `whole-session`, every process of the session, the shell too).
+   * Resolves when the kill itself has finished; the result waits for that.
+   */
+  #killCommand(execId: string, user: string | undefined, running: RunningCommand): Promise<void> {
     const kill = this.#kill;
-    if (kill.kind === 'whole-session') {
-      await kill.kill(() => this.close());
-      return;
-    }
-    await kill.kill(execId, user).catch(() => {});
-    await new Promise((resolve) => setTimeout(resolve, this.#graceMs).unref());
-    // The markers never came: the shell is wedged. Drop it; the next call opens a new one.
-    if (this.#running === running) this.close();
+    if (kill.kind === 'whole-session') return kill.kill(() => this.close());
+    const killing = kill.kill(execId, user).catch(() => {});
+    killing
+      .then(() => new Promise((resolve) => setTimeout(resolve, this.#graceMs).unref()))
+      .then(() => {
+        // The markers never came: the shell is wedged (or taken over). Drop it; the next call
+        // opens a new one.
+        if (this.#running === running) {
+          this.close();
+          running.settle('lost');
+        }
+      });
+    return killing;
   }
 
   /** A lost session is `sandbox_gone` when the sandbox is, else `killed` (the shell itself died). */
@@ -220,8 +229,8 @@ export class ShellSession {
     this.#running = null;
 
     if (killing !== undefined) {
-      // A whole-session kill is waited for: nothing the command started runs on after the result.
-      if (this.#kill.kind === 'whole-session') await killing;
+      // The result says "timeout" only once the kill has finished: nothing it reached runs on.
+      await killing;
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (this.#kill.kind === 'whole-session' && outcome === 'done') await this.#kill.releaseBackground();
