@@ -42,22 +42,42 @@ function bystander(): ChildProcess {
 
 const identityModule = new URL('./identity.ts', import.meta.url).pathname;
 
-/** Runs lockStateDir in a separate process, starting at `startAt` (ms since epoch); resolves "won" or the error code. */
-function lockInChild(stateDir: string, startAt: number): Promise<string> {
+/**
+ * Runs lockStateDir in a separate process, starting at `startAt` (ms since epoch). `result`
+ * resolves "won" or the error code; the process holds what it won until `release()`, so a slow
+ * second starter (a loaded machine) never finds the winner already gone.
+ */
+function lockInChild(
+  stateDir: string,
+  startAt: number,
+): { result: Promise<string>; release: () => Promise<void> } {
   const script = `
     const { lockStateDir } = await import(${JSON.stringify(identityModule)});
     while (Date.now() < ${startAt}) {}
     try { await lockStateDir(${JSON.stringify(stateDir)}); console.log('won'); }
     catch (error) { console.log(error.code ?? String(error)); }
-    setTimeout(() => {}, 300);`;
+    process.stdin.resume();
+    process.stdin.on('end', () => process.exit(0));`;
   const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['pipe', 'pipe', 'inherit'],
   });
+  cleanups.push(() => child.kill('SIGKILL'));
   let output = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const result = new Promise<string>((resolve) => {
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+      if (output.includes('\n')) resolve(output.trim());
+    });
+    void exited.then(() => resolve(output.trim()));
   });
-  return new Promise((resolve) => child.once('exit', () => resolve(output.trim())));
+  return {
+    result,
+    release: async () => {
+      child.stdin.end();
+      await exited;
+    },
+  };
 }
 
 describe('state directory lock', () => {
@@ -67,7 +87,9 @@ describe('state directory lock', () => {
       const stateDir = await stateDirectory();
       await writeFile(join(stateDir, LOCK_FILE), `${await deadPid()}\n`);
       const startAt = Date.now() + 700;
-      const results = await Promise.all([lockInChild(stateDir, startAt), lockInChild(stateDir, startAt)]);
+      const starters = [lockInChild(stateDir, startAt), lockInChild(stateDir, startAt)];
+      const results = await Promise.all(starters.map((starter) => starter.result));
+      await Promise.all(starters.map((starter) => starter.release()));
       expect(
         results.filter((result) => result === 'won'),
         `round ${round}: ${results.join(', ')}`,
