@@ -7,6 +7,7 @@ import { reverifyRollout } from '../../../environments/runner/reverify.ts';
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import type { evalReverify } from '../../program.ts';
+import { formatDuration, remainingAtRate } from '../../progress.ts';
 
 export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
   async run({ options: values, env, stdout, stderr }) {
@@ -16,11 +17,16 @@ export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
     const client = await connect(resolveStateDir(values.stateDir, env));
     const results: Array<Record<string, unknown>> = [];
     let changed = 0;
+    const started = Date.now();
     for (const [index, row] of rows.entries()) {
       const result = await reverifyRollout(client, environment, row);
       if (result.reverified === true && result.reward !== row.reward) changed += 1;
       results.push(result);
-      stderr.write(`reverified ${index + 1}/${rows.length}\n`);
+      const elapsedMs = Date.now() - started;
+      const leftMs = remainingAtRate(elapsedMs, index + 1, rows.length);
+      stderr.write(
+        `reverified ${index + 1}/${rows.length}, ${formatDuration(elapsedMs)} elapsed${index + 1 < rows.length && leftMs !== undefined ? `, about ${formatDuration(leftMs)} left` : ''}\n`,
+      );
     }
     await writeFile(values.output, results.map((row) => `${JSON.stringify(row)}\n`).join(''));
     const harnessName = String((rows[0]?.agent_ref as { name?: string } | undefined)?.name ?? 'unknown');
