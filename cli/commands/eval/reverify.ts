@@ -31,6 +31,13 @@ export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
     await writeFile(values.output, results.map((row) => `${JSON.stringify(row)}\n`).join(''));
     const harnessName = String((rows[0]?.agent_ref as { name?: string } | undefined)?.name ?? 'unknown');
     const metrics = await writeMetrics(outputPaths(values.output).metrics, results, harnessName);
+    // The kind's own reports (SWE-bench's report.json) for the regraded rollouts, beside NEW.jsonl.
+    await environment.implementation.writeReports?.({
+      output: values.output,
+      rows: results,
+      rollouts: results,
+      harnessName,
+    });
     stdout.write(
       `${results.length} rollouts reverified, ${changed} rewards changed; mean/reward ${metrics['mean/reward']?.toFixed(3)}\n`,
     );

@@ -9,7 +9,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../../../cli/program.ts';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
@@ -124,6 +126,26 @@ describe.skipIf(skipReason !== undefined)('SWE-bench rows as published, against 
       model_name_or_path: 'oracle',
       model_patch: row.patch,
     });
+
+    // `gym eval reverify` grades the stored patch again and writes the report beside its output.
+    const reverified = join(directory, 'reverified.jsonl');
+    const reverifyArgs = [
+      'eval',
+      'reverify',
+      '--input',
+      oracle,
+      '--output',
+      reverified,
+      '--env',
+      environmentDirectory,
+    ];
+    const quiet = { stdout: new PassThrough(), stderr: new PassThrough(), env: {} };
+    expect(await runCli([...reverifyArgs, '--state-dir', daemon.stateDir], quiet)).toBe(0);
+    expect(await readJsonl(reverified)).toMatchObject([{ reverified: true, reward: 1 }]);
+    const again = JSON.parse(
+      await readFile(join(directory, `reverified_swebench/${TOOLZ_INSTANCE_ID}/report.json`), 'utf8'),
+    );
+    expect(again).toEqual(report);
 
     const noop = join(directory, 'noop.jsonl');
     await run(environmentDirectory, 'noop', noop);
