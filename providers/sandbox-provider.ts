@@ -11,6 +11,7 @@
  * | destroy | force-remove the container (idempotent: a missing one is success) | delete the Pod | `apptainer instance stop -F NAME` | kill the start channel, `enroot remove -f NAME` |
  * | list | containers filtered by our labels | Pods filtered by label selector | `apptainer instance list --json` per host, joined with our state files | `enroot list` per host, joined with our state files |
  * | gateway reach (`exposeGateway`) | a daemon-held listener in the container's network namespace, relayed to the gateway socket | a relay over the exec channel, or a Service plus a NetworkPolicy that admits only the Pod | a reverse forward (`forwardIn`) relayed into the instance's own network namespace (a port on the host's shared network would be open to every sandbox there) | likewise |
+ * | images (`prepareImage`) | `docker import` of the root filesystem; a derived image: a container of the base, files written, command run, committed | an image pushed to a registry the nodes pull from, or preloaded on them | a SIF built from the root filesystem, copied to the hosts | a squashfs of the root filesystem (`mksquashfs`), copied to the hosts |
  *
  * A backend that cannot store labels on the resource itself (Apptainer, Enroot) keeps the same
  * facts in a small file next to it, so a reaper that lost the daemon's state can still find
@@ -74,6 +75,92 @@ export interface ProviderCapabilities {
   timeoutKill: 'cgroup' | 'tagged';
   /** `stopProcesses()`: stop every process in a sandbox but its keeper, before a verifier runs. */
   stopProcesses: boolean;
+  /**
+   * The image sources `prepareImage()` accepts (see `ImageSource`); absent or empty: the provider
+   * has no image part, and preparing an image on it is `CAPABILITY_UNSUPPORTED` (its images are
+   * made by other means, and specs name them as they are).
+   */
+  imageFormats?: ReadonlyArray<ImageFormat>;
+}
+
+/**
+ * The kinds of image source a provider can turn into what it runs:
+ * - `rootfs`: a root filesystem as a tar stream plus its config, what the registry-free builder
+ *   (`images/build.ts`) produces. Docker imports it (`docker import`); Enroot would make a
+ *   squashfs of it, Apptainer a SIF, Kubernetes an image pushed to (or preloaded on) its nodes.
+ * - `derived`: an image the provider already has, with files written into a directory and one
+ *   command run there (a repository at its base commit: the swe-mini task images). Docker runs a
+ *   container of the base and commits it; a provider with `snapshot` can do the same with its own
+ *   sandbox operations (create from the base, `writeArchive`, `exec`, `snapshot`). It is an image
+ *   operation rather than something the daemon composes from sandboxes because what it yields is
+ *   the backend's own artifact, stored under the content-addressed reference it is given, which a
+ *   snapshot (whose reference is opaque) does not promise.
+ */
+export type ImageFormat = 'rootfs' | 'derived';
+
+/** How a sandbox of the image starts, whatever the backend's image format. */
+export interface ImageConfig {
+  /** Environment every process of the sandbox gets (a spec's `env` is added on top). */
+  env: Record<string, string>;
+  /** The working directory of commands; default `/`. */
+  workdir?: string;
+  /** The image's default command (providers that run their own keeper ignore it). */
+  cmd?: string[];
+  /** Facts about the image (`gym.image-definition`), shown by `listImages` and filtered on there. */
+  labels: Record<string, string>;
+}
+
+interface ImageSourceBase {
+  /**
+   * The reference specs will name, content-addressed: `gym/<name>:<hash of everything that
+   * shapes the image>`. The same reference always means the same image, so a caller that finds
+   * it with `inspectImage` skips the work (the daemon does; a provider need not check again).
+   */
+  reference: string;
+}
+
+/** A root filesystem (see `ImageFormat`). */
+export interface RootfsImageSource extends ImageSourceBase {
+  format: 'rootfs';
+  /** The filesystem as a tar stream with numeric owners; read once, to its end. */
+  rootfs: Readable;
+  config: ImageConfig;
+  /** Further references made to point at the same image (`gym/busybox:latest`). */
+  aliases?: string[];
+}
+
+/** A base image plus files and a command (see `ImageFormat`). */
+export interface DerivedImageSource extends ImageSourceBase {
+  format: 'derived';
+  /** An image the provider has; `IMAGE_NOT_FOUND` otherwise. */
+  base: string;
+  /** Absolute; created if missing, and the new image's working directory. */
+  workdir: string;
+  /** Files to write, by path relative to `workdir` (mode 0644). */
+  files: Record<string, string>;
+  /** Run with `sh -c` in `workdir` after the files are written; no network. */
+  command: string;
+  /** Environment of `command` only (not kept in the image). */
+  env: Record<string, string>;
+  /** Added to the base image's labels. */
+  labels: Record<string, string>;
+}
+
+export type ImageSource = RootfsImageSource | DerivedImageSource;
+
+/** An image as `inspectImage` and `listImages` show it. */
+export interface ImageInfo {
+  reference: string;
+  labels: Record<string, string>;
+  /** What the image takes in the backend's store, when it can tell. */
+  sizeBytes?: number;
+  /** ISO 8601, when the backend can tell. */
+  createdAt?: string;
+}
+
+export interface ImageFilter {
+  /** Only images carrying every one of these label keys (any value). */
+  labelKeys?: string[];
 }
 
 /** What a provider's gateway relays (its means of `exposeGateway`) hold right now. */
@@ -243,11 +330,32 @@ export interface SandboxProvider {
   destroy(id: string): Promise<void>;
 
   /**
-   * Commits the sandbox's filesystem to an image usable in later specs.
+   * Commits the sandbox's filesystem to an image usable in later specs. The returned `image` is
+   * opaque: a spec names it exactly as returned, and it need not equal the name asked for (a
+   * backend may store a snapshot as a file of its own naming, say).
    * Optional: present only with the `snapshot` capability.
    * @throws GymError `FORBIDDEN_BY_CONFIG` when the image name is outside what the operator allows.
    */
   snapshot?(id: string, options: { image: string }): Promise<{ image: string }>;
+
+  /**
+   * The image part (optional, all three together, with a non-empty `capabilities.imageFormats`).
+   * What a provider implements to run the images the project builds itself:
+   *
+   * `prepareImage` turns a source of one of its `imageFormats` into what the backend runs,
+   * stored so that a spec naming `source.reference` (or an alias) starts from it. It replaces an
+   * image of that reference. A failure leaves no half-made image under the reference.
+   * @throws GymError `CAPABILITY_UNSUPPORTED` (a format it lacks), `IMAGE_NOT_FOUND` (a derived
+   *   source's base), `VALIDATION_FAILED` (a derived source's command failed; the message ends
+   *   with its output), `PROVIDER_UNAVAILABLE`, `PROVIDER_ERROR`.
+   */
+  prepareImage?(source: ImageSource): Promise<void>;
+
+  /** The image a spec naming `reference` would start from, or null when the backend has none. */
+  inspectImage?(reference: string): Promise<ImageInfo | null>;
+
+  /** Images of the backend matching the filter, one entry per reference, newest first. */
+  listImages?(filter?: ImageFilter): Promise<ImageInfo[]>;
 
   /**
    * Makes the daemon's model gateway reachable from inside one sandbox, and returns the URL an

@@ -16,6 +16,9 @@ import type {
   CreateOptions,
   ExecOptions,
   FileContent,
+  ImageFilter,
+  ImageInfo,
+  ImageSource,
   ListFilter,
   ProviderCapabilities,
   ProviderContext,
@@ -38,6 +41,7 @@ import {
 import { waitUntilReady } from '../shared/readiness.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { wrapDockerError } from './docker-errors.ts';
+import { DockerImages } from './docker-images.ts';
 import { openDockerSession } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
@@ -205,11 +209,14 @@ export class DockerProvider implements SandboxProvider {
   readonly #hostAccess: HostAccessPolicy;
   /** Per-exec cgroups for timeouts, and stopping a sandbox's processes, from the host. */
   readonly #processes: ProcessControl;
+  /** Images from root filesystems and derived images (`prepareImage` and its kin). */
+  readonly #images: DockerImages;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
     this.#context = context;
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
+    this.#images = new DockerImages(docker, context.logger);
     this.#relays = new GatewayRelays({
       maxConnections: this.#options.relayMaxConnections,
       idleTimeoutMs: this.#options.relayIdleTimeoutMs,
@@ -246,6 +253,7 @@ export class DockerProvider implements SandboxProvider {
       gatewayReach: this.#options.gatewayReach,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
       stopProcesses: hasHostControl,
+      imageFormats: ['rootfs', 'derived'],
     };
   }
 
@@ -790,6 +798,18 @@ export class DockerProvider implements SandboxProvider {
       throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
     }
     return { image: `${repo}:${tag}` };
+  }
+
+  prepareImage(source: ImageSource): Promise<void> {
+    return this.#images.prepare(source);
+  }
+
+  inspectImage(reference: string): Promise<ImageInfo | null> {
+    return this.#images.inspect(reference);
+  }
+
+  listImages(filter?: ImageFilter): Promise<ImageInfo[]> {
+    return this.#images.list(filter);
   }
 
   async close(): Promise<void> {
