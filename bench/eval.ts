@@ -16,11 +16,9 @@ import { startDaemon } from '../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../environments/environment.ts';
 import { runEval } from '../environments/runner/eval.ts';
 import { HarnessRegistry } from '../harnesses/registry.ts';
-import { createDockerClient } from '../providers/docker/index.ts';
 import { round } from './stats.ts';
 
 const logger = pino({ level: 'warn' }, pino.destination(2)) as unknown as Logger & ReturnType<typeof pino>;
-await buildSweMiniImages(createDockerClient(), logger);
 const stateDir = await mkdtemp(join(tmpdir(), 'gym-bench-eval-'));
 const daemon = await startDaemon({
   config: await loadConfig({
@@ -32,6 +30,8 @@ const daemon = await startDaemon({
   logger,
 });
 const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+// The task images, built by the daemon's provider when missing (content-addressed: a no-op after).
+await buildSweMiniImages(client);
 const environment = await loadEnvironment('swe-mini');
 const rows = await readRows(environment.dataPath);
 const harness = await new HarnessRegistry().create('oracle');

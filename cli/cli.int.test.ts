@@ -181,12 +181,46 @@ describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', ()
     const doctor = await gym(['doctor', '--json'], env);
     const checks = JSON.parse(doctor.stdout) as Array<{ name: string; ok: boolean }>;
     expect(checks.find((check) => check.name === 'daemon')?.ok).toBe(true);
-    expect(checks.find((check) => check.name === 'docker engine')?.ok).toBe(true);
+    expect(checks.find((check) => check.name === 'provider docker')?.ok).toBe(true);
+    expect(checks.find((check) => check.name === 'image busybox')?.ok).toBe(true);
     expect((await gym(['sandbox', 'rm', sandboxId], env)).stdout.trim()).toBe(sandboxId);
     const after = await gym(['sandbox', 'exec', sandboxId, '--', 'true'], env);
     expect(after.code).toBe(1);
     expect(after.stderr).toContain('SANDBOX_NOT_FOUND');
   });
+});
+
+describe.skipIf(skipReason !== undefined)('gym image, through the daemon', () => {
+  it('builds and lists on the running daemon provider, and on an in-process one when none runs', async () => {
+    const daemon = await startTestDaemon(
+      { namespace: `cli-img-${Math.random().toString(36).slice(2, 8)}` },
+      { listen: true },
+    );
+    const lonely = await mkdtemp(join(tmpdir(), 'gym-cli-img-'));
+    try {
+      const env = { GYM_STATE_DIR: daemon.stateDir };
+      const built = await gym(['image', 'build', 'busybox', '--json'], env);
+      expect(built.code, built.stderr).toBe(0);
+      expect(JSON.parse(built.stdout)).toMatchObject({ name: 'busybox', reference: busybox, built: false });
+      const listed = await gym(['image', 'ls', '--json'], env);
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(JSON.parse(listed.stdout)).toEqual(
+        expect.arrayContaining([expect.objectContaining({ reference: busybox, definition: 'busybox' })]),
+      );
+      // No daemon for this state directory: the command starts one in-process and stops it.
+      const alone = await gym(['image', 'ls', '--json'], { GYM_STATE_DIR: lonely });
+      expect(alone.code, alone.stderr).toBe(0);
+      expect(JSON.parse(alone.stdout).map((image: { reference: string }) => image.reference)).toContain(
+        busybox,
+      );
+      const unknown = await gym(['image', 'build', 'no-such-image'], env);
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toContain('no image definition or set named "no-such-image"');
+    } finally {
+      await daemon.stop({ destroy: true });
+      await rm(lonely, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
 
 describe.skipIf(skipReason !== undefined)('daemon on a unix socket', () => {

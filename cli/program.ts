@@ -197,18 +197,25 @@ export const poolRm = () =>
 
 export const imageBuild = () =>
   new Command('build')
-    .summary('build the local base images (no registry needed)')
+    .summary('build the local base images, or an image set, on the daemon provider (no registry needed)')
     .description(
-      `Build the named local base images (default: all base images), or an environment's task images (swe-mini). An image whose recipe hash already exists is not rebuilt unless --force is given (base images only). \`gym image ls\` lists what exists.`,
+      `Build the named local base images (default: all) or image sets (swe-mini: every task image) on the daemon's provider; without a running daemon, on one started in-process. An image whose recipe hash the provider has is not rebuilt unless --force is given (definitions only). \`gym image ls\` lists what exists.`,
     )
     .argument(
       '[names...]',
       'base images (busybox, debian-base) or image sets (swe-mini) to build (default: all base images)',
     )
     .option('--force', 'rebuild even when the recipe hash exists')
+    .option('--provider <NAME>', "the daemon's provider to build on (default: its default)")
+    .addOption(stateDirOption())
     .addOption(jsonOption());
 
-export const imageLs = () => new Command('ls').summary('list the images gym built').addOption(jsonOption());
+export const imageLs = () =>
+  new Command('ls')
+    .summary('list the images gym built on the daemon provider')
+    .option('--provider <NAME>', "the daemon's provider (default: its default)")
+    .addOption(stateDirOption())
+    .addOption(jsonOption());
 
 // ---- env ------------------------------------------------------------------------------------
 
@@ -293,10 +300,10 @@ export const devModelServer = () =>
 export const doctor = () =>
   new Command('doctor')
     .summary(
-      'check Node, Docker, images, the exec helper, the gateway relay, the daemon and its providers; say how to fix what fails',
+      'check Node, the exec helper, the gateway relay, the daemon, its providers and their images; say how to fix what fails',
     )
     .description(
-      `Check what gym needs on this host and say how to fix what fails: Node, the Docker engine, the base images and the environments' images, debootstrap and busybox (to build images), the exec helper (.tools/gym-exec), nsenter and root (or CAP_SYS_ADMIN and CAP_SYS_PTRACE) for the model gateway relay, the daemon and its providers.
+      `Check what gym needs on this host and say how to fix what fails: Node, debootstrap and busybox (to build images), the exec helper (.tools/gym-exec), nsenter and root (or CAP_SYS_ADMIN and CAP_SYS_PTRACE) for the model gateway relay, then, through the daemon (one started in-process when none runs), its providers, the base images and the environments' images on the default provider.
 
 Exit code 1 when a required check fails; warnings (no daemon running yet, task images gym eval run builds on first use) do not count.`,
     )

@@ -1,6 +1,8 @@
-/** Image sets that environments need (`gym image build swe-mini`): the CLI composes environments and images. */
-import type Docker from 'dockerode';
-import type { Logger } from '../core/logger.ts';
+/**
+ * Image sets that environments need (`gym image build swe-mini`, `gym eval run`): the CLI
+ * composes environments and images, and asks the daemon to build them on its provider.
+ */
+import type { PrepareImageRequest, PrepareImageResponse } from '../core/schemas/image.ts';
 import {
   BASE_COMMIT_COMMAND,
   DETERMINISTIC_GIT_ENV,
@@ -8,30 +10,34 @@ import {
   taskImage,
 } from '../environments/swe-mini/repository.ts';
 import { SWE_MINI_TASKS } from '../environments/swe-mini/tasks.ts';
-import { ImageBuilder, imageReference } from '../images/build.ts';
-import { findImageDefinition } from '../images/definitions.ts';
-import { buildRepositoryImage } from '../images/repository-image.ts';
 
 export const IMAGE_SETS = ['swe-mini'] as const;
 
-/** Builds every swe-mini task image that is missing (and the Debian base under them). */
+/** Who builds images: the daemon's client (`GymClient`), or its image service in-process. */
+export interface ImagePreparer {
+  prepareImage(request: PrepareImageRequest): Promise<PrepareImageResponse>;
+}
+
+/**
+ * Builds every swe-mini task image that is missing (and the Debian base under them): each task's
+ * files at its base commit, derived from `debian-base` by the daemon's provider.
+ */
 export async function buildSweMiniImages(
-  docker: Docker,
-  logger: Logger,
+  images: ImagePreparer,
   onImage?: (reference: string, built: boolean) => void,
 ): Promise<void> {
-  const baseDefinition = findImageDefinition('debian-base')!;
-  await new ImageBuilder(docker, logger).build(baseDefinition);
-  const baseImage = await imageReference(baseDefinition);
   for (const task of SWE_MINI_TASKS) {
-    const result = await buildRepositoryImage(docker, {
-      baseImage,
+    const result = await images.prepareImage({
+      kind: 'derived',
       reference: taskImage(task),
+      base: 'debian-base',
       workdir: SWE_MINI_WORKDIR,
       files: task.files,
       command: BASE_COMMIT_COMMAND,
       env: DETERMINISTIC_GIT_ENV,
     });
-    onImage?.(result.reference, result.built);
+    // The task image is the last; the Debian base comes first when it had to be built.
+    const image = result.images.at(-1)!;
+    onImage?.(image.reference, image.built);
   }
 }

@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
+import type { ImageList, PrepareImageRequest, PrepareImageResponse } from '../core/schemas/image.ts';
 import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
 import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
 
@@ -146,6 +147,19 @@ export class GymClient {
 
   definePool(name: string, definition: PoolDefinitionInput): Promise<PoolStats> {
     return this.#json('PUT', `/v1/pools/${encodeURIComponent(name)}`, { json: definition });
+  }
+
+  /** The images the project built on a provider (default: the daemon's default), and each definition's state. */
+  listImages(options: { provider?: string } = {}): Promise<ImageList> {
+    return this.#json('GET', '/v1/images', { query: { provider: options.provider } });
+  }
+
+  /**
+   * Builds a built-in definition or derives an image, on the provider that will run it; answers
+   * when done (a Debian base takes about a minute the first time, nothing once it exists).
+   */
+  prepareImage(request: PrepareImageRequest): Promise<PrepareImageResponse> {
+    return this.#json('POST', '/v1/images', { json: request });
   }
 
   async listPools(): Promise<PoolStats[]> {

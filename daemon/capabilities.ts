@@ -11,6 +11,7 @@
 import { GymError } from '../core/errors.ts';
 import type { ExecRequest } from '../core/schemas/exec.ts';
 import type { SandboxSpec } from '../core/schemas/sandbox.ts';
+import type { ImageStore } from '../images/build.ts';
 import type { ProviderCapabilities, SandboxProvider } from '../providers/sandbox-provider.ts';
 
 function unsupported(
@@ -127,4 +128,33 @@ export function requireGatewayReach(
     'gatewayReach',
     'cannot make the gateway reachable from a sandbox',
   );
+}
+
+/**
+ * The provider's image part (`prepareImage`, `inspectImage`, `listImages`), bound to it, with the
+ * formats it accepts.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` when it declares no `imageFormats` or lacks one of the
+ *   three operations.
+ */
+export function requireImages(providerName: string, provider: SandboxProvider): ImageStore {
+  const formats = provider.capabilities.imageFormats ?? [];
+  const { prepareImage, inspectImage, listImages } = provider;
+  if (
+    formats.length === 0 ||
+    prepareImage === undefined ||
+    inspectImage === undefined ||
+    listImages === undefined
+  ) {
+    throw unsupported(
+      providerName,
+      'imageFormats',
+      'prepares no images: name images in specs as its backend has them',
+    );
+  }
+  return {
+    formats,
+    prepareImage: prepareImage.bind(provider),
+    inspectImage: inspectImage.bind(provider),
+    listImages: listImages.bind(provider),
+  };
 }

@@ -21,6 +21,7 @@ import {
   removeDaemonInfo,
   writeDaemonInfo,
 } from './identity.ts';
+import { ImageService } from './images.ts';
 import { DaemonMetrics } from './metrics.ts';
 import { defaultOwnersDirectory, ensureOwnersDirectory, OwnerRegistry } from './owners.ts';
 import { PoolManager } from './pools/pool-manager.ts';
@@ -146,10 +147,16 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     maxRecordBytesPerRollout: config.gateway.maxRecordBytesPerRollout,
     ...(config.gateway.upstream === undefined ? {} : { upstream: config.gateway.upstream }),
   });
+  const images = new ImageService({
+    providers,
+    defaultProvider: () => manager.defaultProvider,
+    logger: logger.child({ component: 'images' }),
+  });
   const app = await buildServer({
     manager,
     pools,
     gateway,
+    images,
     metrics,
     token,
     daemonId,

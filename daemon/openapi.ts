@@ -18,6 +18,11 @@ import {
   StopProcessesResponseSchema,
 } from '../core/schemas/api.ts';
 import { ExecRequestSchema, ExecResultSchema } from '../core/schemas/exec.ts';
+import {
+  ImageListSchema,
+  PrepareImageRequestSchema,
+  PrepareImageResponseSchema,
+} from '../core/schemas/image.ts';
 import { PoolDefinitionSchema, PoolStatsSchema } from '../core/schemas/pool.ts';
 import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 
@@ -265,6 +270,35 @@ export function openApiDocument(version: string): Record<string, unknown> {
           summary: 'the model the rollout talks to',
           security: [{ rolloutKey: [] }],
           responses: { 200: { description: 'an OpenAI model list' } },
+        },
+      },
+      '/v1/images': {
+        get: {
+          summary:
+            "the images the project built on a provider, and whether it has each built-in definition's current image",
+          parameters: [
+            {
+              name: 'provider',
+              in: 'query',
+              schema: { type: 'string' },
+              description: 'default: the default provider',
+            },
+          ],
+          responses: {
+            200: { description: 'images and definitions', ...json(ImageListSchema) },
+            501: errorResponse,
+          },
+        },
+        post: {
+          summary:
+            'build a built-in definition, or derive an image (a base with files and a command); the provider turns it into what it runs. Content-addressed: an image the provider has is not built again',
+          requestBody: { required: true, ...json(PrepareImageRequestSchema, 'input') },
+          responses: {
+            200: { description: 'what was built or found', ...json(PrepareImageResponseSchema) },
+            400: errorResponse,
+            404: errorResponse,
+            501: errorResponse,
+          },
         },
       },
       '/v1/pools': {

@@ -372,6 +372,7 @@ describe('HTTP API', () => {
       '/v1/gateway/{rolloutId}/v1/chat/completions',
       '/v1/gateway/{rolloutId}/v1/responses',
       '/v1/gateway/{rolloutId}/v1/models',
+      '/v1/images',
     ];
     expect(Object.keys(document.paths).sort()).toEqual(expected.sort());
     for (const [path, operations] of Object.entries(

@@ -14,10 +14,12 @@ import { GymError } from '../core/errors.ts';
 import { toApiError } from './errors.ts';
 import type { ModelGateway } from './gateway/gateway.ts';
 import { tokenMatches } from './identity.ts';
+import type { ImageService } from './images.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import type { PoolManager } from './pools/pool-manager.ts';
 import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes/gateway.ts';
+import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
@@ -29,6 +31,7 @@ export interface ServerOptions {
   manager: SandboxManager;
   pools: PoolManager;
   gateway: ModelGateway;
+  images: ImageService;
   metrics: DaemonMetrics;
   token: string;
   daemonId: string;
@@ -159,6 +162,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.get('/openapi.json', async () => openApi);
   registerSandboxRoutes(app, options.manager, options.pools);
   registerPoolRoutes(app, options.pools);
+  registerImageRoutes(app, options.images);
   registerGatewayAdminRoutes(app, options.gateway);
   registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
   return app;

@@ -1,7 +1,8 @@
 /**
  * Builds the project's images without a registry: a root filesystem made on this machine
  * (busybox copied in, or `debootstrap` from the machine's configured Debian mirror), streamed
- * as a tar into the engine's import endpoint.
+ * as a tar to the provider, which turns it into what it runs (`prepareImage`, see
+ * `providers/sandbox-provider.ts`; Docker imports it). Nothing here knows the backend.
  */
 
 import { spawn } from 'node:child_process';
@@ -10,10 +11,16 @@ import { createReadStream } from 'node:fs';
 import { chmod, copyFile, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
-import type Docker from 'dockerode';
+import { PassThrough } from 'node:stream';
 import { GymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import type {
+  ImageConfig,
+  ImageFilter,
+  ImageFormat,
+  ImageInfo,
+  ImageSource,
+} from '../providers/sandbox-provider.ts';
 import {
   BUILDER_VERSION,
   type BusyboxImageDefinition,
@@ -24,6 +31,26 @@ import {
 
 /** Label on every image we build, naming its definition; `gym image ls` filters on it. */
 export const IMAGE_DEFINITION_LABEL = 'gym.image-definition';
+
+/**
+ * A provider's image part, checked present (`requireImages` in daemon/capabilities.ts makes one
+ * from a provider): all the builder needs of a backend.
+ */
+export interface ImageStore {
+  /** The sources the provider accepts. */
+  readonly formats: ReadonlyArray<ImageFormat>;
+  prepareImage(source: ImageSource): Promise<void>;
+  inspectImage(reference: string): Promise<ImageInfo | null>;
+  listImages(filter?: ImageFilter): Promise<ImageInfo[]>;
+}
+
+/** An image we built, as `gym image ls` shows it. */
+export interface ListedImage {
+  reference: string;
+  definition: string;
+  sizeBytes?: number;
+  createdAt?: string;
+}
 
 export interface BuiltImage {
   name: string;
@@ -98,44 +125,77 @@ export async function configuredDebianMirror(): Promise<string> {
   throw new GymError('VALIDATION_FAILED', 'no Debian mirror is configured in /etc/apt/sources.list(.d)');
 }
 
-export class ImageBuilder {
-  readonly #docker: Docker;
-  readonly #logger: Logger;
+/**
+ * A definition's Dockerfile-style `changes` (only `ENV K=V`, `WORKDIR DIR` and `CMD [json]`, the
+ * forms the definitions use) as a provider-neutral image config. The definition keeps its own
+ * form because its recipe hash, and so every image's tag, is computed over it.
+ */
+export function imageConfig(definition: ImageDefinition): ImageConfig {
+  const config: ImageConfig = { env: {}, labels: { [IMAGE_DEFINITION_LABEL]: definition.name } };
+  if (definition.kind === 'busybox') return { ...config, cmd: ['/bin/sh'] };
+  for (const change of definition.changes) {
+    const env = /^ENV ([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(change);
+    const workdir = /^WORKDIR (\/\S*)$/.exec(change);
+    const cmd = /^CMD (\[.*\])$/.exec(change);
+    if (env) config.env[env[1]!] = env[2]!;
+    else if (workdir) config.workdir = workdir[1]!;
+    else if (cmd) config.cmd = JSON.parse(cmd[1]!) as string[];
+    else throw new GymError('INTERNAL', `image ${definition.name}: unsupported change "${change}"`);
+  }
+  return config;
+}
 
-  constructor(docker: Docker, logger: Logger) {
-    this.#docker = docker;
+export class ImageBuilder {
+  readonly #store: ImageStore;
+  readonly #logger: Logger;
+  /** Builds under way by reference: a second request for one joins the first. */
+  readonly #building = new Map<string, Promise<BuiltImage>>();
+
+  constructor(store: ImageStore, logger: Logger) {
+    this.#store = store;
     this.#logger = logger;
   }
 
   async exists(reference: string): Promise<boolean> {
-    try {
-      await this.#docker.getImage(reference).inspect();
-      return true;
-    } catch {
-      return false;
-    }
+    return (await this.#store.inspectImage(reference)) !== null;
   }
 
   /** Builds the image unless one with the same recipe hash exists (or `force`). */
   async build(definition: ImageDefinition, options: { force?: boolean } = {}): Promise<BuiltImage> {
-    const started = performance.now();
     const reference = await imageReference(definition);
-    if (!options.force && (await this.exists(reference))) {
+    const running = this.#building.get(reference);
+    if (running !== undefined) return running;
+    const build = this.#build(definition, reference, options.force ?? false).finally(() =>
+      this.#building.delete(reference),
+    );
+    this.#building.set(reference, build);
+    return build;
+  }
+
+  async #build(definition: ImageDefinition, reference: string, force: boolean): Promise<BuiltImage> {
+    const started = performance.now();
+    if (!force && (await this.exists(reference))) {
       return { name: definition.name, reference, built: false, durationMs: 0 };
+    }
+    if (!this.#store.formats.includes('rootfs')) {
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `the provider cannot prepare an image from a root filesystem (it takes: ${this.#store.formats.join(', ') || 'none'})`,
+        { details: { capability: 'imageFormats', format: 'rootfs' } },
+      );
     }
     const workDirectory = await mkdtemp(join(tmpdir(), `gym-image-${definition.name}-`));
     const root = join(workDirectory, 'rootfs');
     try {
-      if (definition.kind === 'busybox') await this.#busyboxRoot(definition, root);
+      if (definition.kind === 'busybox') await busyboxRoot(definition, root);
       else await this.#debootstrapRoot(definition, root);
-      const changes = [
-        ...(definition.kind === 'debootstrap' ? definition.changes : ['CMD ["/bin/sh"]']),
-        `LABEL ${IMAGE_DEFINITION_LABEL}=${definition.name}`,
-      ];
-      await this.#import(root, reference, changes);
-      await this.#docker
-        .getImage(reference)
-        .tag({ repo: `${IMAGE_REPOSITORY_PREFIX}${definition.name}`, tag: 'latest' });
+      await this.#store.prepareImage({
+        format: 'rootfs',
+        reference,
+        rootfs: rootfsTar(root),
+        config: imageConfig(definition),
+        aliases: [`${IMAGE_REPOSITORY_PREFIX}${definition.name}:latest`],
+      });
     } finally {
       await rm(workDirectory, { recursive: true, force: true });
     }
@@ -145,33 +205,6 @@ export class ImageBuilder {
       built: true,
       durationMs: Math.round(performance.now() - started),
     };
-  }
-
-  async #busyboxRoot(definition: BusyboxImageDefinition, root: string): Promise<void> {
-    for (const directory of ['bin', 'tmp', 'etc', 'root', 'proc', 'sys', 'dev', 'usr/bin', 'var/tmp']) {
-      await mkdir(join(root, directory), { recursive: true });
-    }
-    await chmod(join(root, 'tmp'), 0o1777);
-    await chmod(join(root, 'var/tmp'), 0o1777);
-    await copyFile(definition.busyboxPath, join(root, 'bin/busybox'));
-    await chmod(join(root, 'bin/busybox'), 0o755);
-    const applets = await new Promise<string[]>((resolve, reject) => {
-      const child = spawn(definition.busyboxPath, ['--list'], { stdio: ['ignore', 'pipe', 'inherit'] });
-      let text = '';
-      child.stdout.on('data', (chunk: Buffer) => {
-        text += chunk.toString();
-      });
-      child.on('error', reject);
-      child.on('close', () => resolve(text.split('\n').filter((name) => /^[\w.[-]+$/.test(name))));
-    });
-    for (const applet of applets) {
-      if (applet !== 'busybox') await symlink('busybox', join(root, 'bin', applet));
-    }
-    await writeFile(
-      join(root, 'etc/passwd'),
-      'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n',
-    );
-    await writeFile(join(root, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
   }
 
   async #debootstrapRoot(definition: DebootstrapImageDefinition, root: string): Promise<void> {
@@ -199,61 +232,66 @@ export class ImageBuilder {
     );
   }
 
-  async #import(root: string, reference: string, changes: string[]): Promise<void> {
-    const [repo, tag] = [
-      reference.slice(0, reference.lastIndexOf(':')),
-      reference.slice(reference.lastIndexOf(':') + 1),
-    ];
-    const tarProcess = spawn('tar', ['--numeric-owner', '-C', root, '-c', '.'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let tarErrors = '';
-    tarProcess.stderr.on('data', (chunk: Buffer) => {
-      tarErrors = (tarErrors + chunk.toString()).slice(-2000);
-    });
-    const tarExit = new Promise<number | null>((resolve) => tarProcess.on('close', resolve));
-    const response = (await this.#docker.importImage(
-      tarProcess.stdout as unknown as Readable as never,
-      {
-        repo,
-        tag,
-        changes,
-      } as never,
-    )) as unknown as Readable;
-    await new Promise<void>((resolve, reject) => {
-      this.#docker.modem.followProgress(
-        response,
-        (error: Error | null, events: Array<{ error?: string }>) => {
-          const failed = events?.find((event) => event.error);
-          if (error || failed)
-            reject(new GymError('PROVIDER_ERROR', `image import failed: ${error?.message ?? failed?.error}`));
-          else resolve();
-        },
-      );
-    });
-    const code = await tarExit;
-    if (code !== 0) throw new GymError('INTERNAL', `tar exited with ${code}: ${tarErrors}`);
-  }
-
   /** Images we built, newest first. */
-  async list(): Promise<
-    Array<{ reference: string; definition: string; sizeBytes: number; createdAt: string }>
-  > {
-    const images = await this.#docker.listImages({ filters: { label: [IMAGE_DEFINITION_LABEL] } });
-    return images
-      .flatMap((image) =>
-        (image.RepoTags ?? [])
-          .filter((reference) => reference !== '<none>:<none>')
-          .map((reference) => ({
-            reference,
-            definition: image.Labels?.[IMAGE_DEFINITION_LABEL] ?? '',
-            sizeBytes: image.Size,
-            createdAt: new Date(image.Created * 1000).toISOString(),
-          })),
-      )
-      .sort(
-        (left, right) =>
-          right.createdAt.localeCompare(left.createdAt) || left.reference.localeCompare(right.reference),
-      );
+  async list(): Promise<ListedImage[]> {
+    const images = await this.#store.listImages({ labelKeys: [IMAGE_DEFINITION_LABEL] });
+    return images.map((image) => ({
+      reference: image.reference,
+      definition: image.labels[IMAGE_DEFINITION_LABEL] ?? '',
+      ...(image.sizeBytes === undefined ? {} : { sizeBytes: image.sizeBytes }),
+      ...(image.createdAt === undefined ? {} : { createdAt: image.createdAt }),
+    }));
   }
+}
+
+/** A root filesystem with static busybox, its applets as links, and a root user. */
+export async function busyboxRoot(definition: BusyboxImageDefinition, root: string): Promise<void> {
+  for (const directory of ['bin', 'tmp', 'etc', 'root', 'proc', 'sys', 'dev', 'usr/bin', 'var/tmp']) {
+    await mkdir(join(root, directory), { recursive: true });
+  }
+  await chmod(join(root, 'tmp'), 0o1777);
+  await chmod(join(root, 'var/tmp'), 0o1777);
+  await copyFile(definition.busyboxPath, join(root, 'bin/busybox'));
+  await chmod(join(root, 'bin/busybox'), 0o755);
+  const applets = await new Promise<string[]>((resolve, reject) => {
+    const child = spawn(definition.busyboxPath, ['--list'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let text = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      text += chunk.toString();
+    });
+    child.on('error', reject);
+    child.on('close', () => resolve(text.split('\n').filter((name) => /^[\w.[-]+$/.test(name))));
+  });
+  for (const applet of applets) {
+    if (applet !== 'busybox') await symlink('busybox', join(root, 'bin', applet));
+  }
+  await writeFile(
+    join(root, 'etc/passwd'),
+    'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n',
+  );
+  await writeFile(join(root, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
+}
+
+/**
+ * A directory as a tar stream (numeric owners). The stream ends only when tar succeeded; when
+ * tar fails it errors instead, so a provider never stores a truncated filesystem as complete.
+ */
+export function rootfsTar(root: string): PassThrough {
+  const output = new PassThrough();
+  const tarProcess = spawn('tar', ['--numeric-owner', '-C', root, '-c', '.'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let tarErrors = '';
+  tarProcess.stderr.on('data', (chunk: Buffer) => {
+    tarErrors = (tarErrors + chunk.toString()).slice(-2000);
+  });
+  tarProcess.stdout.pipe(output, { end: false });
+  tarProcess.on('error', (error) =>
+    output.destroy(new GymError('INTERNAL', `cannot run tar: ${error.message}`)),
+  );
+  tarProcess.on('close', (code) => {
+    if (code === 0) output.end();
+    else output.destroy(new GymError('INTERNAL', `tar exited with ${code}: ${tarErrors}`));
+  });
+  return output;
 }

@@ -1,92 +1,47 @@
 /**
- * Bakes a repository into an image: a container from a base image, the files written in, a
- * command run (the base commit), and the container committed. Used for task images (one per
- * swe-mini task); an image that already exists under its content-hash tag is not rebuilt.
+ * Bakes a repository into an image: a base image, the files written into a directory, a command
+ * run there (the base commit). Used for task images (one per swe-mini task). The provider makes
+ * it (a `derived` image source, see `providers/sandbox-provider.ts`); an image that already
+ * exists under its content-hash reference is not made again.
  */
-
-import { PassThrough, type Readable } from 'node:stream';
-import type Docker from 'dockerode';
-import * as tar from 'tar-stream';
 import { GymError } from '../core/errors.ts';
+import type { ImageStore } from './build.ts';
 
 export interface RepositoryImageSpec {
   baseImage: string;
+  /** Content-addressed: the same reference always means the same files and command. */
   reference: string;
   workdir: string;
   files: Record<string, string>;
   /** Run in `workdir` after the files are written (e.g. `git init && git commit`). */
   command: string;
   env: Record<string, string>;
-}
-
-function filesTar(files: Record<string, string>): Readable {
-  const pack = tar.pack();
-  for (const [path, content] of Object.entries(files)) pack.entry({ name: path, mode: 0o644 }, content);
-  pack.finalize();
-  return pack as unknown as Readable;
-}
-
-async function run(
-  docker: Docker,
-  container: Docker.Container,
-  command: string,
-  workdir: string,
-  env: Record<string, string>,
-): Promise<string> {
-  const exec = await container.exec({
-    Cmd: ['sh', '-c', command],
-    WorkingDir: workdir,
-    Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
-    AttachStdout: true,
-    AttachStderr: true,
-  });
-  const stream = (await exec.start({ hijack: true, stdin: false })) as unknown as Readable;
-  const output = new PassThrough();
-  const chunks: Buffer[] = [];
-  output.on('data', (chunk: Buffer) => chunks.push(chunk));
-  docker.modem.demuxStream(stream, output, output);
-  await new Promise<void>((resolve) => {
-    stream.once('end', resolve);
-    stream.once('close', resolve);
-  });
-  const { ExitCode } = await exec.inspect();
-  const text = Buffer.concat(chunks).toString('utf8');
-  if (ExitCode !== 0)
-    throw new GymError('INTERNAL', `building the repository image failed (${command}): ${text.slice(-2000)}`);
-  return text;
+  labels?: Record<string, string>;
 }
 
 export async function buildRepositoryImage(
-  docker: Docker,
+  store: ImageStore,
   spec: RepositoryImageSpec,
-): Promise<{ reference: string; built: boolean }> {
-  const exists = await docker
-    .getImage(spec.reference)
-    .inspect()
-    .then(
-      () => true,
-      () => false,
+): Promise<{ reference: string; built: boolean; durationMs: number }> {
+  const started = performance.now();
+  if ((await store.inspectImage(spec.reference)) !== null)
+    return { reference: spec.reference, built: false, durationMs: 0 };
+  if (!store.formats.includes('derived')) {
+    throw new GymError(
+      'CAPABILITY_UNSUPPORTED',
+      `the provider cannot derive an image from a base (it takes: ${store.formats.join(', ') || 'none'})`,
+      { details: { capability: 'imageFormats', format: 'derived' } },
     );
-  if (exists) return { reference: spec.reference, built: false };
-  const container = await docker.createContainer({
-    Image: spec.baseImage,
-    Entrypoint: ['sh', '-c', 'sleep 600'],
-    Cmd: [],
-    WorkingDir: spec.workdir,
-    HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
-  });
-  try {
-    await container.start();
-    await run(docker, container, `mkdir -p ${spec.workdir}`, '/', {});
-    await container.putArchive(filesTar(spec.files), { path: spec.workdir });
-    await run(docker, container, spec.command, spec.workdir, spec.env);
-    const separator = spec.reference.lastIndexOf(':');
-    await container.commit({
-      repo: spec.reference.slice(0, separator),
-      tag: spec.reference.slice(separator + 1),
-    });
-  } finally {
-    await container.remove({ force: true }).catch(() => {});
   }
-  return { reference: spec.reference, built: true };
+  await store.prepareImage({
+    format: 'derived',
+    reference: spec.reference,
+    base: spec.baseImage,
+    workdir: spec.workdir,
+    files: spec.files,
+    command: spec.command,
+    env: spec.env,
+    labels: spec.labels ?? {},
+  });
+  return { reference: spec.reference, built: true, durationMs: Math.round(performance.now() - started) };
 }

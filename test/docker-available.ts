@@ -3,10 +3,14 @@
  * GYM_REQUIRE_DOCKER=1 (CI sets it): then a missing engine fails the run instead of hiding a hole.
  */
 import type Docker from 'dockerode';
+import type { ImagePreparer } from '../cli/task-images.ts';
 import { silentLogger } from '../core/logger.ts';
+import { requireImages } from '../daemon/capabilities.ts';
+import { ImageService } from '../daemon/images.ts';
 import { ImageBuilder, imageReference } from '../images/build.ts';
 import { findImageDefinition } from '../images/definitions.ts';
-import { createDockerClient } from '../providers/docker/index.ts';
+import { createDockerClient, DockerProvider } from '../providers/docker/index.ts';
+import { testContext } from './fixtures/provider-context.ts';
 
 export const isDockerRequired = process.env.GYM_REQUIRE_DOCKER === '1';
 
@@ -32,10 +36,26 @@ export async function dockerTestEnvironment(): Promise<DockerTestEnvironment> {
 export async function testImage(docker: Docker, name: 'busybox' | 'debian-base'): Promise<string> {
   const definition = findImageDefinition(name)!;
   const reference = await imageReference(definition);
-  const builder = new ImageBuilder(docker, silentLogger);
+  const builder = new ImageBuilder(
+    requireImages('docker', new DockerProvider(docker, testContext())),
+    silentLogger,
+  );
   if (!(await builder.exists(reference))) {
     if (name !== 'busybox' && !isDockerRequired) return reference;
     await builder.build(definition);
   }
   return reference;
+}
+
+/**
+ * The daemon's image service over a Docker provider of its own, for tests that need task images
+ * before any daemon runs (`buildSweMiniImages(localImages(docker))`).
+ */
+export function localImages(docker: Docker): ImagePreparer {
+  const service = new ImageService({
+    providers: new Map([['docker', new DockerProvider(docker, testContext())]]),
+    defaultProvider: () => 'docker',
+    logger: silentLogger,
+  });
+  return { prepareImage: (request) => service.prepare(request) };
 }

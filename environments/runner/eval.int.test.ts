@@ -10,7 +10,7 @@ import { GymClient } from '../../client/client.ts';
 import { silentLogger } from '../../core/logger.ts';
 import { HarnessRegistry } from '../../harnesses/registry.ts';
 import { startTestDaemon } from '../../test/daemon-harness.ts';
-import { dockerTestEnvironment } from '../../test/docker-available.ts';
+import { dockerTestEnvironment, localImages } from '../../test/docker-available.ts';
 import { SwitchableEngine } from '../../test/switchable-engine.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
 import { runEval } from './eval.ts';
@@ -29,7 +29,7 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
   let outputDir = '';
   beforeAll(async () => {
     outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-test-'));
-    await buildSweMiniImages(docker, silentLogger);
+    await buildSweMiniImages(localImages(docker));
   }, 300_000);
   afterAll(async () => {
     await rm(outputDir, { recursive: true, force: true });

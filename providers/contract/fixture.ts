@@ -36,8 +36,8 @@ export interface ContractOptions {
   /** Per-test timeout; raise it for slow backends. Default 60 s. */
   testTimeoutMs?: number;
   /**
-   * Removes an image that `snapshot` made (the snapshot case names it under `gym-snapshot/`);
-   * without it the case leaves its image behind.
+   * Removes an image that `snapshot` or `prepareImage` made (the cases name them under
+   * `gym-snapshot/` and `gym-contract/`); without it the cases leave their images behind.
    */
   removeImage?: (image: string) => Promise<void>;
 }

@@ -12,6 +12,7 @@ import { defineExecCases, type ExecMode } from './exec-cases.ts';
 import { defineFileCases } from './files-cases.ts';
 import { type ContractOptions, SandboxFixture } from './fixture.ts';
 import { defineGatewayCases } from './gateway-cases.ts';
+import { defineImageCases } from './image-cases.ts';
 import { defineLifecycleCases } from './lifecycle-cases.ts';
 
 export type { ContractOptions } from './fixture.ts';
@@ -64,6 +65,10 @@ export function describeSandboxProviderContract(options: ContractOptions): void 
           afterEach(() => fixture.cleanup(), timeout);
           defineGatewayCases(fixture);
         });
+
+      describe('images', () => {
+        defineImageCases(fixture);
+      });
     },
   );
 }

@@ -7,12 +7,11 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
-import { silentLogger } from '../../core/logger.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { extractPatch, type SweTask, sweTaskFromRow, verifySwe } from '../../environments/verifiers/swe.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
-import { dockerTestEnvironment } from '../docker-available.ts';
+import { dockerTestEnvironment, localImages } from '../docker-available.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 
@@ -35,7 +34,7 @@ describe.skipIf(skipReason !== undefined)("faults the agent's code causes are gr
   let goldPatch = '';
 
   beforeAll(async () => {
-    await buildSweMiniImages(docker, silentLogger);
+    await buildSweMiniImages(localImages(docker));
     daemon = await startTestDaemon(
       { namespace: `graded-${randomBytes(3).toString('hex')}` },
       { listen: true },

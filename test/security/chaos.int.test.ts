@@ -23,7 +23,7 @@ import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { createDockerProvider } from '../../providers/docker/index.ts';
 import type { ProviderContext, SandboxProvider } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
-import { dockerTestEnvironment } from '../docker-available.ts';
+import { dockerTestEnvironment, localImages } from '../docker-available.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 
@@ -156,7 +156,7 @@ class RestartableDaemon {
 describe.skipIf(skipReason !== undefined)('chaos: gym eval under injected faults', () => {
   const directories: string[] = [];
   beforeAll(async () => {
-    await buildSweMiniImages(docker, silentLogger);
+    await buildSweMiniImages(localImages(docker));
   }, 300_000);
   afterAll(async () => {
     for (const directory of directories) await rm(directory, { recursive: true, force: true });

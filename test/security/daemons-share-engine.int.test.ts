@@ -18,7 +18,7 @@ import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { dockerTestEnvironment, localImages, testImage } from '../docker-available.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -120,7 +120,7 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
   }, 60_000);
 
   it('runs two evaluations at once on one namespace with only fault-free rewards and no infra errors', async () => {
-    await buildSweMiniImages(docker, silentLogger);
+    await buildSweMiniImages(localImages(docker));
     const namespace = `evals-${randomBytes(3).toString('hex')}`;
     const environment = await loadEnvironment('swe-mini');
     const rows = (await readRows(environment.dataPath)).slice(0, 4);

@@ -60,9 +60,9 @@ describe('gym doctor', () => {
       }>;
       expect(code).toBe(1);
       expect(checks.find((check) => check.name === 'nsenter (gateway relay)')).toMatchObject({ ok: false });
-      for (const name of ['exec helper', 'privileges (gateway relay)', 'docker engine', 'daemon'])
+      for (const name of ['exec helper', 'privileges (gateway relay)', 'provider docker', 'daemon'])
         expect(checks.map((check) => check.name)).toContain(name);
-      // No daemon runs for this state directory: a warning, not a failure.
+      // No daemon runs for this state directory: a warning, not a failure (one in-process stands in).
       expect(checks.find((check) => check.name === 'daemon')).toMatchObject({ ok: false, required: false });
     } finally {
       await rm(stateDir, { recursive: true, force: true });

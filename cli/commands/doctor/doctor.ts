@@ -1,14 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { access, constants } from 'node:fs/promises';
-import { silentLogger } from '../../../core/logger.ts';
+import type { GymClient } from '../../../client/client.ts';
+import { isGymError } from '../../../core/errors.ts';
 import { taskImage } from '../../../environments/swe-mini/repository.ts';
 import { SWE_MINI_TASKS } from '../../../environments/swe-mini/tasks.ts';
-import { ImageBuilder, imageReference } from '../../../images/build.ts';
-import { IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
-import { createDockerClient } from '../../../providers/docker/index.ts';
 import { DEFAULT_EXEC_HELPER_PATH } from '../../../providers/docker/process-control.ts';
 import type { CommandOf } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { resolveStateDir } from '../../connect.ts';
+import { connectOrStartInProcess, type DaemonConnection } from '../../in-process-daemon.ts';
 import type { doctor } from '../../program.ts';
 import { findOnPath, relayPrivilege } from './host-checks.ts';
 
@@ -36,6 +35,37 @@ async function isExecutable(path: string): Promise<boolean> {
   );
 }
 
+/**
+ * Whether the default provider has each built-in image and the swe-mini task images; a provider
+ * that prepares no images is fine (its specs name images as its backend has them).
+ */
+async function imageChecks(client: GymClient): Promise<Check[]> {
+  try {
+    const { provider, images, definitions } = await client.listImages();
+    const present = new Set(images.map((image) => image.reference));
+    const built = SWE_MINI_TASKS.filter((task) => present.has(taskImage(task))).length;
+    return [
+      ...definitions.map((definition) => ({
+        name: `image ${definition.name}`,
+        ok: definition.present,
+        detail: `${definition.reference} on provider ${provider}`,
+        fix: `bin/gym image build ${definition.name}`,
+      })),
+      {
+        // `gym eval run --env swe-mini` builds what is missing.
+        name: 'images of environment swe-mini',
+        ok: built === SWE_MINI_TASKS.length,
+        detail: `${built} of ${SWE_MINI_TASKS.length} task images built on provider ${provider}`,
+        fix: '`bin/gym image build swe-mini` (or the first `bin/gym eval run --env swe-mini`) builds them',
+        required: false,
+      },
+    ];
+  } catch (error) {
+    if (!isGymError(error, 'CAPABILITY_UNSUPPORTED')) throw error;
+    return [{ name: 'images', ok: true, detail: error.message }];
+  }
+}
+
 export const doctorCommand: CommandOf<typeof doctor> = {
   async run({ options: values, env, stdout }) {
     const checks: Check[] = [];
@@ -46,40 +76,6 @@ export const doctorCommand: CommandOf<typeof doctor> = {
       detail: `Node ${process.versions.node}`,
       fix: 'run `bash scripts/setup.sh` (installs Node 24 into .tools/node) and use bin/gym',
     });
-    const docker = createDockerClient();
-    const version = await docker.version().catch((error: Error) => error);
-    const isDockerUp = !(version instanceof Error);
-    checks.push({
-      name: 'docker engine',
-      ok: isDockerUp,
-      detail: isDockerUp ? `Docker ${version.Version} (API ${version.ApiVersion})` : version.message,
-      fix: 'start it: `dockerd --bridge=none --iptables=false &` (scripts/setup.sh does this)',
-    });
-    if (isDockerUp) {
-      const builder = new ImageBuilder(docker, silentLogger);
-      for (const definition of IMAGE_DEFINITIONS) {
-        const reference = await imageReference(definition).catch(
-          () => `${definition.name} (cannot hash its recipe)`,
-        );
-        const exists = await builder.exists(reference);
-        checks.push({
-          name: `image ${definition.name}`,
-          ok: exists,
-          detail: reference,
-          fix: `bin/gym image build ${definition.name}`,
-        });
-      }
-      // The swe-mini environment's task images: `gym eval run --env swe-mini` builds what is missing.
-      let built = 0;
-      for (const task of SWE_MINI_TASKS) if (await builder.exists(taskImage(task))) built += 1;
-      checks.push({
-        name: 'images of environment swe-mini',
-        ok: built === SWE_MINI_TASKS.length,
-        detail: `${built} of ${SWE_MINI_TASKS.length} task images built`,
-        fix: '`bin/gym image build swe-mini` (or the first `bin/gym eval run --env swe-mini`) builds them',
-        required: false,
-      });
-    }
     for (const [tool, path] of [
       ['debootstrap', '/usr/sbin/debootstrap'],
       ['busybox-static', '/bin/busybox'],
@@ -108,30 +104,44 @@ export const doctorCommand: CommandOf<typeof doctor> = {
       fix: 'run gym as root (or with CAP_SYS_ADMIN and CAP_SYS_PTRACE); without them sandboxes get no model gateway',
     });
     const stateDir = resolveStateDir(values.stateDir, env);
+    // The providers and their images are the daemon's: asked through its API (one started
+    // in-process when none runs), whatever the backend.
+    let daemon: DaemonConnection | undefined;
     try {
-      const health = await (await connect(stateDir)).health();
+      daemon = await connectOrStartInProcess({ stateDir, env });
+      const health = await daemon.client.health();
       checks.push({
         name: 'daemon',
-        ok: true,
-        detail: `daemon ${health.daemonId} answers (state ${stateDir})`,
+        ok: !daemon.inProcess,
+        detail: daemon.inProcess
+          ? `no daemon runs for state ${stateDir}; providers and images checked through one started in-process`
+          : `daemon ${health.daemonId} answers (state ${stateDir})`,
+        fix: 'gym daemon start (in another terminal, or in the background)',
+        // Normal before `gym daemon start` (gym eval run starts one of its own).
+        required: false,
       });
       for (const [name, provider] of Object.entries(health.providers)) {
         checks.push({
           name: `provider ${name}`,
           ok: provider.ok,
           detail: provider.message,
-          fix: 'see the daemon log; check the provider options in the config',
+          fix:
+            name === 'docker'
+              ? 'start the engine: `dockerd --bridge=none --iptables=false &` (scripts/setup.sh does this)'
+              : 'see the daemon log; check the provider options in the config',
         });
       }
+      if (Object.values(health.providers).every((provider) => provider.ok))
+        checks.push(...(await imageChecks(daemon.client)));
     } catch (error) {
-      // Normal before `gym daemon start` (gym eval run starts one of its own).
       checks.push({
-        name: 'daemon',
+        name: 'providers',
         ok: false,
-        detail: (error as Error).message,
-        fix: 'gym daemon start (in another terminal, or in the background)',
-        required: false,
+        detail: `no daemon answers, and none could start in-process: ${(error as Error).message}`,
+        fix: 'check the config (GYM_CONFIG) and the provider it names, then `gym daemon start`',
       });
+    } finally {
+      await daemon?.close();
     }
     if (values.json) stdout.write(`${JSON.stringify(checks)}\n`);
     else {

@@ -10,7 +10,6 @@ import { loadEnvironment, readRows } from '../../../environments/environment.ts'
 import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
-import { createDockerClient } from '../../../providers/docker/index.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
@@ -135,24 +134,6 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
     const logger = pino({ level: env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
       ReturnType<typeof pino>;
 
-    if (environment.images === 'swe-mini') {
-      // Task images are built here, where the Docker engine is (a remote daemon needs them pre-built).
-      // The first time this builds the Debian base (debootstrap, about a minute): say so as it goes.
-      let ready = 0;
-      const ticker = startTicker(
-        stderr,
-        (elapsedMs) => `preparing the task images (${ready} ready), ${formatDuration(elapsedMs)} elapsed`,
-      );
-      await buildSweMiniImages(createDockerClient(), logger, (reference, built) => {
-        ready += 1;
-        if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
-      })
-        .catch((error: unknown) =>
-          stderr.write(`gym: could not build the task images (${String(error)}); using what exists\n`),
-        )
-        .finally(() => ticker.stop());
-    }
-
     let client: GymClient;
     let inProcess: RunningDaemon | undefined;
     let inProcessStateDir: string | undefined;
@@ -194,6 +175,24 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url`,
       );
     }
+    if (environment.images === 'swe-mini') {
+      // Task images are built by the daemon's provider (a no-op for those it has already).
+      // The first time this builds the Debian base (debootstrap, about a minute): say so as it goes.
+      let ready = 0;
+      const ticker = startTicker(
+        stderr,
+        (elapsedMs) => `preparing the task images (${ready} ready), ${formatDuration(elapsedMs)} elapsed`,
+      );
+      await buildSweMiniImages(client, (reference, built) => {
+        ready += 1;
+        if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
+      })
+        .catch((error: unknown) =>
+          stderr.write(`gym: could not build the task images (${String(error)}); using what exists\n`),
+        )
+        .finally(() => ticker.stop());
+    }
+
     const stop = () => {
       void inProcess?.stop({ destroy: true });
     };

@@ -1,0 +1,238 @@
+/**
+ * The image routes and service over providers that cannot run anything: one without the image
+ * part (refused as a capability it lacks), and one whose image part keeps what it is given in
+ * memory (what the daemon asks of a provider, and when it does not ask at all). The real
+ * preparation is tested against Docker by the contract's image cases.
+ */
+import type { Readable } from 'node:stream';
+import * as tar from 'tar-stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { imageReference } from '../images/build.ts';
+import { findImageDefinition } from '../images/definitions.ts';
+import type {
+  ImageFilter,
+  ImageFormat,
+  ImageInfo,
+  ImageSource,
+  ProviderContext,
+} from '../providers/sandbox-provider.ts';
+import { startTestDaemon, type TestDaemon } from '../test/daemon-harness.ts';
+import { MemoryProvider } from '../test/fixtures/memory-provider.ts';
+import { waitFor } from '../test/wait-for.ts';
+
+/** The names of a tar stream's entries, read to its end. */
+async function tarEntries(stream: Readable): Promise<string[]> {
+  const extract = tar.extract();
+  const names: string[] = [];
+  const done = new Promise<void>((resolve, reject) => {
+    extract.on('entry', (header, entry, next) => {
+      names.push(header.name);
+      entry.on('end', next);
+      entry.resume();
+    });
+    extract.on('finish', resolve);
+    extract.on('error', reject);
+    stream.on('error', reject);
+  });
+  stream.pipe(extract);
+  await done;
+  return names;
+}
+
+/** A memory provider with an image part that records each source and keeps the images. */
+class ImagingProvider extends MemoryProvider {
+  readonly images = new Map<string, ImageInfo>();
+  readonly prepared: Array<{ format: ImageFormat; reference: string; base?: string; entries?: string[] }> =
+    [];
+  /** Lets a test hold a preparation open. */
+  gate: Promise<void> = Promise.resolve();
+  /** Preparations begun (counted before the gate). */
+  entered = 0;
+
+  constructor(context: ProviderContext) {
+    super(context, { capabilities: { imageFormats: ['rootfs', 'derived'] } });
+  }
+
+  async prepareImage(source: ImageSource): Promise<void> {
+    this.entered += 1;
+    await this.gate;
+    if (source.format === 'rootfs') {
+      this.prepared.push({
+        format: 'rootfs',
+        reference: source.reference,
+        entries: await tarEntries(source.rootfs),
+      });
+      for (const reference of [source.reference, ...(source.aliases ?? [])])
+        this.images.set(reference, { reference, labels: source.config.labels });
+    } else {
+      this.prepared.push({ format: 'derived', reference: source.reference, base: source.base });
+      const base = this.images.get(source.base);
+      this.images.set(source.reference, {
+        reference: source.reference,
+        labels: { ...base?.labels, ...source.labels },
+      });
+    }
+  }
+
+  async inspectImage(reference: string): Promise<ImageInfo | null> {
+    return this.images.get(reference) ?? null;
+  }
+
+  async listImages(filter: ImageFilter = {}): Promise<ImageInfo[]> {
+    return [...this.images.values()].filter((image) =>
+      (filter.labelKeys ?? []).every((key) => key in image.labels),
+    );
+  }
+}
+
+let daemon: TestDaemon | undefined;
+let imaging: ImagingProvider;
+
+async function start(kind: 'memory' | 'imaging'): Promise<TestDaemon> {
+  daemon = await startTestDaemon(
+    { providers: [{ name: kind }] },
+    {
+      factories: {
+        [kind]: (_options: unknown, context: ProviderContext) => {
+          if (kind === 'memory') return new MemoryProvider(context);
+          imaging = new ImagingProvider(context);
+          return imaging;
+        },
+      },
+    },
+  );
+  return daemon;
+}
+
+afterEach(async () => {
+  await daemon?.cleanup();
+  daemon = undefined;
+});
+
+const busyboxReference = () => imageReference(findImageDefinition('busybox')!);
+
+describe('image routes', () => {
+  it('refuses images on a provider without the image part, naming the capability', async () => {
+    const test = await start('memory');
+    for (const [method, payload] of [
+      ['GET', undefined],
+      ['POST', { kind: 'definition', name: 'busybox' }],
+    ] as const) {
+      const response = await test.app.inject({ method, url: '/v1/images', headers: test.auth, payload });
+      expect(response.statusCode, response.body).toBe(501);
+      expect(response.json().error).toMatchObject({
+        code: 'CAPABILITY_UNSUPPORTED',
+        details: { provider: 'memory', capability: 'imageFormats' },
+      });
+    }
+  });
+
+  it('needs the token', async () => {
+    const test = await start('memory');
+    const response = await test.app.inject({ method: 'POST', url: '/v1/images', payload: {} });
+    expect(response.statusCode).toBe(401);
+  });
+
+  it('builds a definition once: its reference is content-addressed, so the next request finds it', async () => {
+    const test = await start('imaging');
+    const reference = await busyboxReference();
+    const first = await test.app.inject({
+      method: 'POST',
+      url: '/v1/images',
+      headers: test.auth,
+      payload: { kind: 'definition', name: 'busybox' },
+    });
+    expect(first.statusCode, first.body).toBe(200);
+    expect(first.json()).toMatchObject({
+      provider: 'imaging',
+      images: [{ name: 'busybox', reference, built: true }],
+    });
+    expect(imaging.prepared).toHaveLength(1);
+    // The provider got the builder's root filesystem as a tar stream.
+    expect(imaging.prepared[0]!.entries).toEqual(expect.arrayContaining(['./bin/busybox', './etc/passwd']));
+    expect(imaging.images.has('gym/busybox:latest')).toBe(true);
+
+    const again = await test.app.inject({
+      method: 'POST',
+      url: '/v1/images',
+      headers: test.auth,
+      payload: { kind: 'definition', name: 'busybox' },
+    });
+    expect(again.json().images).toEqual([{ name: 'busybox', reference, built: false, durationMs: 0 }]);
+    expect(imaging.prepared).toHaveLength(1);
+
+    const listed = await test.app.inject({ method: 'GET', url: '/v1/images', headers: test.auth });
+    expect(listed.statusCode).toBe(200);
+    expect(listed.json().definitions).toEqual(
+      expect.arrayContaining([expect.objectContaining({ name: 'busybox', reference, present: true })]),
+    );
+    expect(
+      listed
+        .json()
+        .images.map((image: { reference: string }) => image.reference)
+        .sort(),
+    ).toEqual(['gym/busybox:latest', reference].sort());
+  });
+
+  it('derives an image from a definition, building the base first, and shares one build between callers', async () => {
+    const test = await start('imaging');
+    let open = () => {};
+    imaging.gate = new Promise((resolve) => {
+      open = resolve;
+    });
+    const request = {
+      kind: 'derived',
+      reference: 'gym/derived-test:abc123',
+      base: 'busybox',
+      workdir: '/testbed',
+      files: { 'src/a.py': 'print(1)\n' },
+      command: 'true',
+    };
+    const both = Promise.all(
+      [1, 2].map(() =>
+        test.app.inject({ method: 'POST', url: '/v1/images', headers: test.auth, payload: request }),
+      ),
+    );
+    // Both requests are in before the first preparation ends.
+    await waitFor('the first preparation', async () => (imaging.entered > 0 ? true : undefined), 5000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    open();
+    const [first, second] = await both;
+    expect(first!.statusCode, first!.body).toBe(200);
+    expect(second!.statusCode, second!.body).toBe(200);
+    expect(imaging.prepared.map(({ format, reference, base }) => ({ format, reference, base }))).toEqual([
+      { format: 'rootfs', reference: await busyboxReference(), base: undefined },
+      { format: 'derived', reference: 'gym/derived-test:abc123', base: await busyboxReference() },
+    ]);
+  });
+
+  it('refuses derived images that would take a definition name or write outside their directory', async () => {
+    const test = await start('imaging');
+    const derived = (overrides: Record<string, unknown>) =>
+      test.app.inject({
+        method: 'POST',
+        url: '/v1/images',
+        headers: test.auth,
+        payload: {
+          kind: 'derived',
+          reference: 'gym/ok:1',
+          base: 'busybox',
+          workdir: '/w',
+          files: {},
+          command: 'true',
+          ...overrides,
+        },
+      });
+    const named = await derived({ reference: 'gym/busybox:latest' });
+    expect(named.statusCode).toBe(403);
+    expect(named.json().error.code).toBe('FORBIDDEN_BY_CONFIG');
+    for (const files of [{ '../escape': 'x' }, { '/etc/passwd': 'x' }, { 'a/../../b': 'x' }]) {
+      const response = await derived({ files });
+      expect(response.statusCode, JSON.stringify(files)).toBe(400);
+      expect(response.json().error.code).toBe('VALIDATION_FAILED');
+    }
+    const elsewhere = await derived({ reference: 'library/ubuntu:latest' });
+    expect(elsewhere.statusCode).toBe(400);
+    expect(imaging.prepared.filter((item) => item.format === 'derived')).toEqual([]);
+  });
+});
