@@ -98,6 +98,7 @@ describe('usage errors exit 2 and say what is wrong', () => {
     [['sandbox', 'exec', 'sbx-1'], "missing required argument 'command'"],
     [['sandbox', 'exec', 'sbx-1', 'ls', '-la'], 'the command goes after --'],
     [['env', 'show', 'a', 'b'], 'too many arguments'],
+    [['sandbox', 'exec', 'sbx-1', 'ls', '--version'], "unknown option '--version'"],
   ])('gym %j', async (args, message) => {
     const result = await gym(args);
     expect(result.code).toBe(EXIT_USAGE);

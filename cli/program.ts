@@ -383,6 +383,8 @@ export function buildProgram(streams: Streams, outcome: Outcome): CommandUnknown
     )
     .usage('<command> [options]')
     .version(VERSION, '--version', 'print the version')
+    // --version is gym's only before a command: `gym sandbox exec ID ls --version` is not gym's.
+    .enablePositionalOptions()
     .configureHelp(rootHelp);
   program.addCommand(
     noun('daemon', 'run, inspect and stop the daemon', [
