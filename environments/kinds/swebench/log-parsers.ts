@@ -161,7 +161,7 @@ export const parseSympy: TestLogParser = (log) => {
   return results;
 };
 
-/** Parsers by the names SWE-bench's 5.x datasets use in their `log_parser` field. */
+/** Parsers by name (SWE-bench's registry calls them `parse_log_<name>`, plus per-repository aliases). */
 export const LOG_PARSERS: Readonly<Record<string, TestLogParser>> = {
   pytest: parsePytest,
   pytest_options: parsePytestOptions,
