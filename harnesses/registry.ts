@@ -5,6 +5,7 @@ import type { Harness, HarnessFactory } from './harness.ts';
 import { createClaudeCodeHarness } from './installed/claude-code.ts';
 import { createCodexHarness } from './installed/codex.ts';
 import { createOpencodeHarness } from './installed/opencode.ts';
+import { createPiHarness } from './installed/pi.ts';
 import { createMiniSweAgentHarness, createOpenHandsHarness } from './installed/python-agents.ts';
 import { createQwenCodeHarness } from './installed/qwen-code.ts';
 import { createMiniSweHarness } from './mini-swe/mini-swe.ts';
@@ -22,6 +23,7 @@ export const BUILT_IN_HARNESSES: Readonly<Record<string, HarnessFactory>> = Obje
   codex: (options: unknown) => createCodexHarness(options),
   'claude-code': (options: unknown) => createClaudeCodeHarness(options),
   'qwen-code': (options: unknown) => createQwenCodeHarness(options),
+  pi: (options: unknown) => createPiHarness(options),
   opencode: (options: unknown) => createOpencodeHarness(options),
   'mini-swe-agent': (options: unknown) => createMiniSweAgentHarness(options),
   openhands: (options: unknown) => createOpenHandsHarness(options),

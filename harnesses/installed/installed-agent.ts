@@ -7,8 +7,9 @@
  * runs it, and collects what it did.
  */
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { access, copyFile, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { access, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { GymError, isGymError } from '../../core/errors.ts';
@@ -107,11 +108,11 @@ export interface NpmHostSource {
 }
 
 /**
- * An agent that is a Node program on the npm registry (Qwen Code): its package and a Node
- * runtime (the `node-linux-<arch>` package, Node's official build, which needs glibc) are packed
- * from the registry on the host and cached, then copied into the sandbox and unpacked with `tar`
- * next to a launcher, the recipe's `sandboxBinaryPath`. Unpacked on the host too, the same folder
- * can be bind-mounted read-only instead.
+ * An agent that is a Node program on the npm registry (Qwen Code, Pi): it is installed with its
+ * dependencies on the host (`npm install` for the sandbox's platform) beside a Node runtime (the
+ * `node-linux-<arch>` package, Node's official build, which needs glibc), cached; that folder is
+ * packed once, copied into the sandbox and unpacked with `tar` next to a launcher, the recipe's
+ * `sandboxBinaryPath`. The folder itself can be bind-mounted read-only instead.
  */
 export interface NpmNodeSource {
   kind: 'npm-node';
@@ -260,24 +261,40 @@ const exists = (path: string) =>
     () => false,
   );
 
-/** The launcher of a Node agent: the runtime and the package sit beside it. */
+/** The launcher of a Node agent: the runtime and the installed package sit beside it. */
 export function nodeLauncher(source: NpmNodeSource): string {
-  return `#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")\nexec "$d/runtime/node" "$d/package/${source.entry}" "$@"\n`;
+  return `#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")\nexec "$d/runtime/node" "$d/lib/node_modules/${source.npmPackage}/${source.entry}" "$@"\n`;
 }
 
-/** What `tar` runs in the sandbox (or on the host) to unpack the two tarballs in the current folder. */
-export const NODE_AGENT_UNPACK =
-  'mkdir -p runtime && tar -xzf node.tgz -C runtime --strip-components=2 package/bin/node && tar -xzf package.tgz && rm -f node.tgz package.tgz';
+/** What the sandbox runs, in the agent's folder, to unpack the bundle copied there. */
+export const NODE_AGENT_UNPACK = 'tar -xzf bundle.tgz && rm -f bundle.tgz';
 
 export interface NodeAgentOnHost {
-  /** The unpacked folder (runtime/node, package/, run): bind it read-only at the launcher's folder. */
+  /** The folder (runtime/node, lib/node_modules, run): bind it read-only at the launcher's folder. */
   dir: string;
-  nodePack: string;
-  packagePack: string;
+  /** The folder but the launcher, packed (`tar -czf`), for copying into a sandbox. */
+  bundle: string;
 }
 
-/** Packs (once) a Node agent and the Node runtime for `platform`, and unpacks them into a folder. */
-export async function ensureNodeAgentOnHost(
+/** Folders being built by this process: concurrent rollouts wait for the one build. */
+const nodeAgentBuilds = new Map<string, Promise<NodeAgentOnHost>>();
+
+/** Installs (once) a Node agent and the Node runtime for `platform` into a folder, and packs it. */
+export function ensureNodeAgentOnHost(
+  source: NpmNodeSource,
+  cacheDir: string,
+  platform: AgentPlatform = hostPlatform(),
+): Promise<NodeAgentOnHost> {
+  const key = JSON.stringify([source, cacheDir, platform]);
+  let build = nodeAgentBuilds.get(key);
+  if (build === undefined) {
+    build = buildNodeAgentOnHost(source, cacheDir, platform).finally(() => nodeAgentBuilds.delete(key));
+    nodeAgentBuilds.set(key, build);
+  }
+  return build;
+}
+
+async function buildNodeAgentOnHost(
   source: NpmNodeSource,
   cacheDir: string,
   platform: AgentPlatform = hostPlatform(),
@@ -289,25 +306,38 @@ export async function ensureNodeAgentOnHost(
       { details: { npmPackage: source.npmPackage, libc: platform.libc } },
     );
   }
-  const packsDir = join(cacheDir, 'packs');
-  const nodePack = await ensurePack(`node-linux-${platform.arch}@${NODE_RUNTIME_VERSION}`, packsDir);
-  const packagePack = await ensurePack(`${source.npmPackage}@${source.version}`, packsDir);
   const dir = join(
     cacheDir,
     `${source.npmPackage.replace(/[@/]/g, '_')}-${source.version}-node${NODE_RUNTIME_VERSION}-linux-${platform.arch}`,
   );
-  if (!(await exists(join(dir, 'run')))) {
-    const staging = `${dir}.staging-${process.pid}`;
+  const bundle = `${dir}.tgz`;
+  if (!(await exists(join(dir, 'run'))) || !(await exists(bundle))) {
+    const nodePack = await ensurePack(
+      `node-linux-${platform.arch}@${NODE_RUNTIME_VERSION}`,
+      join(cacheDir, 'packs'),
+    );
+    // Another process may build the same folder: each stages apart, the last rename wins.
+    const staging = `${dir}.staging-${process.pid}-${randomBytes(4).toString('hex')}`;
     await rm(staging, { recursive: true, force: true });
-    await mkdir(staging, { recursive: true });
-    await copyFile(nodePack, join(staging, 'node.tgz'));
-    await copyFile(packagePack, join(staging, 'package.tgz'));
-    await run('sh', ['-c', `cd '${staging}' && ${NODE_AGENT_UNPACK}`], `unpacking ${source.npmPackage}`);
+    await mkdir(join(staging, 'runtime'), { recursive: true });
+    await run(
+      'tar',
+      ['-xzf', nodePack, '-C', join(staging, 'runtime'), '--strip-components=2', 'package/bin/node'],
+      'unpacking Node',
+    );
+    await mkdir(join(staging, 'lib'), { recursive: true });
+    await runNpmInstall(join(staging, 'lib'), `${source.npmPackage}@${source.version}`, platform);
+    await run(
+      'tar',
+      ['-czf', `${staging}.tgz`, '-C', staging, 'runtime', 'lib'],
+      `packing ${source.npmPackage}`,
+    );
     await writeFile(join(staging, 'run'), nodeLauncher(source), { mode: 0o755 });
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir);
+    await rename(`${staging}.tgz`, bundle);
   }
-  return { dir, nodePack, packagePack };
+  return { dir, bundle };
 }
 
 export function createInstalledAgentHarness(
@@ -376,17 +406,12 @@ export function createInstalledAgentHarness(
           return fail('infra_error', `reading the sandbox's platform failed: ${probe.stderr.slice(-500)}`);
         const onHost = await ensureNodeAgentOnHost(recipe.source, cacheDir, parsePlatformProbe(probe.stdout));
         const dir = dirname(recipe.sandboxBinaryPath);
-        for (const [name, path] of [
-          ['node.tgz', onHost.nodePack],
-          ['package.tgz', onHost.packagePack],
-        ] as const) {
-          const { size } = await stat(path);
-          await sandbox.writeFile(
-            `${dir}/${name}`,
-            { stream: createReadStream(path), sizeBytes: size },
-            0o644,
-          );
-        }
+        const { size } = await stat(onHost.bundle);
+        await sandbox.writeFile(
+          `${dir}/bundle.tgz`,
+          { stream: createReadStream(onHost.bundle), sizeBytes: size },
+          0o644,
+        );
         const unpacked = await sandbox.exec({
           command: `cd '${dir}' && ${NODE_AGENT_UNPACK}`,
           timeoutMs: 120_000,

@@ -11,6 +11,7 @@ import {
   parsePlatformProbe,
 } from './installed-agent.ts';
 import { OPENCODE_RECIPE, opencodeConfig } from './opencode.ts';
+import { PI_RECIPE, parsePiEvents } from './pi.ts';
 import {
   MINI_SWE_AGENT_RECIPE,
   OPENHANDS_RECIPE,
@@ -212,12 +213,51 @@ describe('agent CLI recipes', () => {
       'Fix the bug.',
     ]);
     expect(nodeLauncher(QWEN_CODE_RECIPE.source as NpmNodeSource)).toBe(
-      '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")\nexec "$d/runtime/node" "$d/package/cli-entry.js" "$@"\n',
+      '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")\nexec "$d/runtime/node" "$d/lib/node_modules/@qwen-code/qwen-code/cli-entry.js" "$@"\n',
     );
     expect(QWEN_CODE_RECIPE.parse('{"type":"result","subtype":"success","result":"ok"}', {})).toMatchObject({
       finalMessage: 'ok',
       error: null,
     });
+  });
+
+  it('Pi: a Chat Completions provider on the gateway, its JSON events a trajectory', () => {
+    const { files, env } = PI_RECIPE.configure(settings);
+    expect(files[0]?.path).toBe('/tmp/gym-agent-x/pi-agent/models.json');
+    expect(JSON.parse(files[0]!.content).providers.gym).toEqual({
+      baseUrl: settings.baseUrl,
+      api: 'openai-completions',
+      apiKey: '$GYM_MODEL_API_KEY',
+      models: [{ id: settings.model }],
+    });
+    expect(env).toMatchObject({
+      PI_CODING_AGENT_DIR: '/tmp/gym-agent-x/pi-agent',
+      GYM_MODEL_API_KEY: 'gym-ro-key',
+    });
+    const lines = [
+      '{"type":"session","version":3,"id":"s"}',
+      '{"type":"message_update","message":{"role":"assistant","content":[]}}',
+      '{"type":"message_end","message":{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"bash","arguments":{"command":"ls"}}],"stopReason":"toolUse"}}',
+      '{"type":"tool_execution_end","toolCallId":"c1","toolName":"bash","result":{"content":[{"type":"text","text":"calc.py"}],"structuredContent":{"exit_code":0}},"isError":false}',
+      '{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Done."}],"stopReason":"stop"}}',
+      '{"type":"agent_end","messages":[]}',
+    ];
+    const parsed = parsePiEvents(lines.join('\n'));
+    expect(parsed).toMatchObject({
+      finalMessage: 'Done.',
+      error: null,
+      steps: [
+        { action: { tool: 'bash', arguments: { command: 'ls' } }, observation: 'calc.py', exitCode: 0 },
+        { assistant: 'Done.' },
+      ],
+    });
+    expect(parsed.events).toHaveLength(5);
+    expect(
+      parsePiEvents(
+        '{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"502"}}',
+      ).error,
+    ).toBe('pi stopped with error: 502');
+    expect(parsePiEvents('').error).toBe('pi printed no agent_end');
   });
 
   it('agent binaries follow the sandbox platform (uname -m, musl or glibc)', () => {
@@ -359,6 +399,7 @@ describe('agent CLI recipes', () => {
       'opencode',
       'openhands',
       'oracle',
+      'pi',
       'qwen-code',
       'single-turn',
       'tool-calling',
