@@ -21,12 +21,15 @@
  *
  *   npm run bench:scale -- --target 50 --load-seconds 20
  *   npm run bench:scale -- --target 50 --soak 1 --sample-seconds 10
+ *
+ * `--profile DIR` runs the daemon with a CPU profile (written to DIR when it exits) and takes a
+ * heap snapshot of it into DIR before and after the ramp and after the load (scripts/heap-diff.ts compares them).
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { parseArgs } from 'node:util';
 import type Docker from 'dockerode';
@@ -48,6 +51,7 @@ const { values: args } = parseArgs({
     raw: { type: 'string' },
     soak: { type: 'string' },
     'sample-seconds': { type: 'string', default: '60' },
+    profile: { type: 'string' },
   },
 });
 const target = Number(args.target);
@@ -210,7 +214,8 @@ async function mixedLoad(
   let churned = 0;
   const started = performance.now();
   const deadline = started + seconds * 1000;
-  const busy = new Set<string>();
+  /** Operations in flight per sandbox: churn never destroys a sandbox another client is using. */
+  const busy = new Map<string, number>();
   let ticking = false;
   const ticker =
     onTick === undefined
@@ -228,7 +233,7 @@ async function mixedLoad(
         if (churnEvery !== null && Math.random() < 1 / churnEvery) {
           const index = Math.floor(Math.random() * live.length);
           const id = live[index]!;
-          if (busy.has(id)) continue;
+          if ((busy.get(id) ?? 0) > 0) continue;
           live.splice(index, 1);
           try {
             await client.destroySandbox(id);
@@ -241,7 +246,7 @@ async function mixedLoad(
         }
         const id = live[Math.floor(Math.random() * live.length)]!;
         const kind = pickKind();
-        busy.add(id);
+        busy.set(id, (busy.get(id) ?? 0) + 1);
         const opStarted = performance.now();
         try {
           await runOperation(client, id, kind, clientIndex);
@@ -249,7 +254,8 @@ async function mixedLoad(
         } catch (error) {
           countError(error);
         } finally {
-          busy.delete(id);
+          if (busy.get(id) === 1) busy.delete(id);
+          else busy.set(id, busy.get(id)! - 1);
         }
       }
     }),
@@ -385,6 +391,42 @@ async function rawEngine(count: number) {
 
 // ---- the run ----
 
+const profileDirectory = args.profile === undefined ? undefined : resolve(args.profile);
+if (profileDirectory !== undefined) {
+  // Read by the daemon process only: this one started long before.
+  process.env.NODE_OPTIONS = [
+    process.env.NODE_OPTIONS ?? '',
+    `--cpu-prof --cpu-prof-dir=${profileDirectory}`,
+    `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=${profileDirectory}`,
+  ].join(' ');
+}
+
+/** With --profile: a heap snapshot of the daemon, named after the phase. */
+async function heapSnapshot(pid: number, phase: string): Promise<void> {
+  if (profileDirectory === undefined) return;
+  const before = new Set(await readdir(profileDirectory));
+  process.kill(pid, 'SIGUSR2');
+  for (let waited = 0; waited < 120_000; waited += 500) {
+    await new Promise((done) => setTimeout(done, 500));
+    const written = (await readdir(profileDirectory)).find(
+      (name) => !before.has(name) && name.endsWith('.heapsnapshot'),
+    );
+    if (written === undefined) continue;
+    // The file appears at once and grows; its size settles when the snapshot is done.
+    let size = -1;
+    for (;;) {
+      const now = (await stat(join(profileDirectory, written))).size;
+      if (now === size && now > 0) break;
+      size = now;
+      await new Promise((done) => setTimeout(done, 1000));
+    }
+    await rename(join(profileDirectory, written), join(profileDirectory, `${phase}.heapsnapshot`));
+    log(`heap snapshot ${phase}.heapsnapshot written`);
+    return;
+  }
+  log(`no heap snapshot after ${phase}`);
+}
+
 const stateDir = await mkdtemp(join(tmpdir(), 'gym-bench-scale-'));
 const configPath = join(stateDir, 'config.yaml');
 await writeFile(
@@ -442,6 +484,7 @@ try {
   child = started.child;
   client = started.client;
   const pid = child.pid!;
+  await heapSnapshot(pid, 'idle');
   const idle = await sampleProcess(pid);
   const hostLoad = (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).map(Number);
 
@@ -454,6 +497,7 @@ try {
   log(
     `${live.length} live after ${round(rampSeconds, 1)} s; RSS ${afterRamp.rssMiB} MiB, ${afterRamp.fds} fds`,
   );
+  await heapSnapshot(pid, 'after-ramp');
   const ramp = {
     liveReached: live.length,
     seconds: round(rampSeconds, 1),
@@ -467,6 +511,7 @@ try {
     const load = await mixedLoad(client, live, loadSeconds, null);
     const afterLoad = await sampleProcess(pid);
     log(`load done: RSS ${afterLoad.rssMiB} MiB, ${afterLoad.fds} fds; one-shot execs alone`);
+    await heapSnapshot(pid, 'after-load');
     const oneShotOnly = await execOnly(execPhaseSeconds, () =>
       client!.exec(live[Math.floor(Math.random() * live.length)]!, { argv: ['true'] }),
     );
@@ -492,6 +537,16 @@ try {
           rssPerSandboxKiB: round(
             ((afterRamp.rssMiB - idle.rssMiB) * 1024) / Math.max(1, ramp.liveReached),
             1,
+          ),
+          // The daemon's own CPU (user + system) per create and per operation of the mixed load.
+          cpuMsPerCreate: round(
+            ((afterRamp.cpuSeconds - idle.cpuSeconds) * 1000) / Math.max(1, ramp.liveReached),
+            2,
+          ),
+          cpuMsPerOperation: round(
+            ((afterLoad.cpuSeconds - afterRamp.cpuSeconds) * 1000) /
+              Math.max(1, summary.seconds * summary.opsPerSecond),
+            2,
           ),
         },
         load: summary,
