@@ -45,7 +45,7 @@ export function inferEnvironment(
 ): InferredFormat {
   if (rows.length === 0) throw new GymError('VALIDATION_FAILED', `${source} holds no rows`);
   const formats = rows.map(rowFormat);
-  const unknown = formats.findIndex((format) => format === null);
+  const unknown = formats.indexOf(null);
   if (unknown !== -1)
     throw new GymError(
       'VALIDATION_FAILED',
