@@ -188,7 +188,9 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
       })
         .catch((error: unknown) =>
-          stderr.write(`gym: could not build the task images (${String(error)}); using what exists\n`),
+          stderr.write(
+            `${stderr.isTTY ? '\r\x1b[2K' : ''}gym: could not build the task images (${String(error)}); using what exists\n`,
+          ),
         )
         .finally(() => ticker.stop());
     }

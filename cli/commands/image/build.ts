@@ -23,6 +23,8 @@ export const imageBuildCommand: CommandOf<typeof imageBuild> = {
       }
     }
     const print = (result: PreparedImage) => {
+      // On a terminal the progress line is on screen: clear it first (the ticker redraws it).
+      if (stderr.isTTY) stderr.write('\r\x1b[2K');
       if (values.json) stdout.write(`${JSON.stringify(result)}\n`);
       else
         stdout.write(
