@@ -56,6 +56,15 @@ if [ ! -x .tools/gym-exec ] || [ "$helper_source" -nt .tools/gym-exec ]; then
   mv .tools/gym-exec.tmp .tools/gym-exec
 fi
 
+# 2b. The relay the Kubernetes provider copies into a Pod for gateway reach (without it, none).
+relay_source="providers/kubernetes/relay-helper/gym-relay.c"
+if [ ! -x .tools/gym-relay ] || [ "$relay_source" -nt .tools/gym-relay ]; then
+  log "compiling .tools/gym-relay (static)"
+  mkdir -p .tools
+  cc -static -Os -Wall -o .tools/gym-relay.tmp "$relay_source" && strip .tools/gym-relay.tmp
+  mv .tools/gym-relay.tmp .tools/gym-relay
+fi
+
 # 3. Docker engine
 engine_answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 if ! engine_answers; then

@@ -49,7 +49,7 @@ describeSandboxProviderContract({
   capabilities: {
     sessions: true,
     snapshot: false,
-    gatewayReach: false,
+    gatewayReach: true,
     timeoutKill: 'tagged',
     pidsLimit: false,
   },

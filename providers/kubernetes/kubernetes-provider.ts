@@ -16,6 +16,7 @@
  * - A NetworkPolicy that denies all ingress and egress to our Pods is created once per namespace
  *   and checked by `health()`.
  */
+import { existsSync } from 'node:fs';
 import { posix } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import {
@@ -40,6 +41,7 @@ import type {
   ProviderCapabilities,
   ProviderContext,
   ProviderHealth,
+  RelayStats,
   SandboxListing,
   SandboxProvider,
   WriteFileOptions,
@@ -57,6 +59,13 @@ import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-scri
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
 import { shellQuote } from '../shared/shell.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
+import {
+  DEFAULT_RELAY_HELPER_PATH,
+  loadRelayBinary,
+  PodRelay,
+  RELAY_PATH_IN_POD,
+  relayStatsOf,
+} from './gateway-relay.ts';
 import { type PodExecEnd, PodExecRefused, type PodTarget, runPodCommand, startPodExec } from './pod-exec.ts';
 import { openPodSession } from './pod-session.ts';
 
@@ -126,6 +135,15 @@ export const KubernetesProviderOptionsSchema = z
     gpus: z.boolean().default(false),
     /** Create (once per namespace) and check a NetworkPolicy that denies all traffic to our Pods. */
     networkPolicy: z.boolean().default(true),
+    /**
+     * Gateway reach (`exposeGateway`) through a relay over an exec stream (`gateway-relay.ts`),
+     * for a daemon outside the cluster. Off without the relay binary.
+     */
+    gatewayReach: z.boolean().default(true),
+    /** The static relay copied into Pods (built by scripts/setup.sh). */
+    relayHelperPath: z.string().startsWith('/').default(DEFAULT_RELAY_HELPER_PATH),
+    /** Open relay connections per sandbox at most; one more is closed at once. */
+    relayMaxConnections: z.number().int().positive().max(4096).default(32),
   })
   .strict();
 export type KubernetesProviderOptions = z.input<typeof KubernetesProviderOptionsSchema>;
@@ -266,6 +284,11 @@ export class KubernetesProvider implements SandboxProvider {
   #policy: Promise<void> | null = null;
   /** Last OOM-kill count seen per sandbox; a fresh Pod starts at 0. */
   readonly #oomCounts = new Map<string, number>();
+  /** Gateway relays by sandbox id, with the exec id that tags each for the kill script. */
+  readonly #relays = new Map<string, Promise<{ relay: PodRelay; execId: string }>>();
+  readonly #relayCounters = { refusedTotal: 0 };
+  /** The relays started and not released, for `relayStats`. */
+  readonly #relayList = new Set<PodRelay>();
   /** Sessions by sandbox id, then by session name and user. */
   readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
 
@@ -293,7 +316,7 @@ export class KubernetesProvider implements SandboxProvider {
       // Taken, recorded in the Pod's annotation, not enforced: the node's podPidsLimit applies.
       pidsLimit: false,
       networkModes: ['none'],
-      gatewayReach: false,
+      gatewayReach: this.#options.gatewayReach && existsSync(this.#options.relayHelperPath),
       timeoutKill: 'tagged',
       stopProcesses: false,
     };
@@ -1029,8 +1052,84 @@ export class KubernetesProvider implements SandboxProvider {
     }
   }
 
+  /**
+   * Relays `http://127.0.0.1:<port>` inside the Pod to the gateway socket over an exec stream
+   * (see `gateway-relay.ts`): any free port the first time, the recorded URL's port after a
+   * restart. Each Pod has its own loopback, so ports never collide.
+   */
+  async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
+    if (!this.capabilities.gatewayReach) {
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `gateway reach is off for this kubernetes provider (option gatewayReach, or no relay at ${this.#options.relayHelperPath}: run scripts/setup.sh)`,
+        { details: { provider: this.name, capability: 'gatewayReach' } },
+      );
+    }
+    const open = await this.#relays.get(id)?.catch(() => null);
+    if (open?.relay.isOpen) return { url: `http://127.0.0.1:${open.relay.port}` };
+    let port = 0;
+    if (options.url !== undefined) {
+      const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(options.url);
+      port = Number(match?.[1]);
+      if (match === null || port < 1 || port > 65535) {
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `cannot restore gateway reach at ${options.url}: not a URL this provider gives`,
+          {
+            details: { url: options.url },
+          },
+        );
+      }
+    }
+    const starting = (async () => {
+      if ((await this.get(id)).state !== 'ready') {
+        throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`, {
+          details: { sandboxId: id },
+        });
+      }
+      const binary = await loadRelayBinary(this.#options.relayHelperPath);
+      if (binary === null)
+        throw new GymError('PROVIDER_ERROR', `the relay ${this.#options.relayHelperPath} cannot be read`);
+      await this.writeFile(id, RELAY_PATH_IN_POD, binary, { mode: 0o755 });
+      const execId = createId('exec');
+      const wrapper = ['sh', '-c', wrapperScript({}), 'gym-relay', execId, '', ''];
+      const relay = await PodRelay.start(
+        this.#kubeConfig,
+        this.#target(id),
+        wrapper,
+        port,
+        options.socketPath,
+        this.#options.relayMaxConnections,
+        this.#relayCounters,
+      );
+      this.#relayList.add(relay);
+      return { relay, execId };
+    })();
+    this.#relays.set(id, starting);
+    starting.catch(() => {
+      if (this.#relays.get(id) === starting) this.#relays.delete(id);
+    });
+    return { url: `http://127.0.0.1:${(await starting).relay.port}` };
+  }
+
+  relayStats(): RelayStats {
+    return relayStatsOf(this.#relayList, this.#relayCounters.refusedTotal);
+  }
+
+  /** Drops a sandbox's relay; with `kill`, also kills the relay process in the Pod (by its tag). */
+  async #releaseRelay(id: string, kill: boolean): Promise<void> {
+    const starting = this.#relays.get(id);
+    this.#relays.delete(id);
+    const started = await starting?.catch(() => null);
+    if (started === null || started === undefined) return;
+    started.relay.close();
+    this.#relayList.delete(started.relay);
+    if (kill) await this.#killTagged(id, started.execId, 'tagged-only');
+  }
+
   /** Deletes the Pod and waits (bounded) until the API no longer shows it. Idempotent. */
   async destroy(id: string): Promise<void> {
+    await this.#releaseRelay(id, false);
     this.#closeSessions(id);
     this.#oomCounts.delete(id);
     const grace = this.#options.deleteGracePeriodSeconds;
@@ -1050,6 +1149,8 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   async close(): Promise<void> {
+    // The sandboxes live on without reach until a daemon restores it at the same URL.
+    await Promise.all([...this.#relays.keys()].map((id) => this.#releaseRelay(id, true)));
     for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
     this.#oomCounts.clear();
   }
