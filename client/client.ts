@@ -279,7 +279,10 @@ export class GymClient {
 
   /** Opens a gateway rollout; its key is the API key an agent uses. */
   openRollout(
-    options: { rolloutId?: string; upstream?: { baseUrl: string; apiKey?: string; model?: string } } = {},
+    options: {
+      rolloutId?: string;
+      upstream?: { baseUrl: string; apiKey?: string; model?: string; api?: 'openai' | 'anthropic' };
+    } = {},
   ): Promise<{
     rolloutId: string;
     key: string;

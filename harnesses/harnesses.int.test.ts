@@ -171,11 +171,12 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     taskId: string,
     limits: Partial<HarnessLimits> = {},
     providerOptions: Record<string, unknown> = {},
+    rolloutOptions: Parameters<GymClient['openRollout']>[0] = {},
   ) {
     const sandbox = await client.createSandbox({ image: debian, providerOptions });
     const setup = await client.exec(sandbox.id, { command: SETUP_REPO });
     expect(setup.exitCode, setup.stderr).toBe(0);
-    const rollout = await client.openRollout();
+    const rollout = await client.openRollout(rolloutOptions);
     const endpoint: ModelEndpoint = {
       baseUrl: `${client.url}${rollout.basePath}`,
       basePath: rollout.basePath,
@@ -317,6 +318,34 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     expect(agentCalls.at(-1)).toMatchObject({
       upstreamApi: 'chat.completions',
       response: { content: [{ type: 'text', text: 'Fixed with Claude Code.' }] },
+    });
+  }, 180_000);
+
+  it('Claude Code through the gateway to an Anthropic upstream: Messages forwarded as they are', async () => {
+    const hostBinary = await ensureAgentOnHost(CLAUDE_CODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
+    const { result, calc, records } = await run(
+      await registry.create('claude-code'),
+      'claude-fix',
+      { wallTimeMs: 120_000 },
+      {
+        readOnlyBinds: [
+          { hostPath: dirname(hostBinary), path: dirname(CLAUDE_CODE_RECIPE.sandboxBinaryPath) },
+        ],
+      },
+      { upstream: { baseUrl: model.baseUrl, apiKey: 'anthropic-key', model: 'scripted', api: 'anthropic' } },
+    );
+    expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra).slice(0, 3000)}`).toBe(
+      'submitted',
+    );
+    expect(calc).toContain('return a + b');
+    expect(result.submission).toBe('Fixed with Claude Code.');
+    expect(records.length).toBeGreaterThanOrEqual(2);
+    expect(records.every((record) => record.api === 'messages' && record.upstreamApi === undefined)).toBe(
+      true,
+    );
+    expect(model.requests.at(-1)).toMatchObject({
+      path: '/v1/messages',
+      headers: { 'x-api-key': 'anthropic-key' },
     });
   }, 180_000);
 
