@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll } from 'vitest';
 import { describeSandboxProviderContract } from '../../providers/contract/index.ts';
 import { BUSYBOX_REFERENCE, makeBusyboxRoot } from '../fixtures/busybox-root.ts';
-import { BwrapProvider } from '../fixtures/bwrap-provider.ts';
+import { BwrapProvider, imageFolderName } from '../fixtures/bwrap-provider.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 
 const imageDirectory = await mkdtemp(join(tmpdir(), 'gym-bwrap-images-'));
@@ -23,6 +23,18 @@ afterAll(async () => {
 describeSandboxProviderContract({
   name: 'bwrap (second provider, no Docker)',
   image: BUSYBOX_REFERENCE,
-  capabilities: { sessions: false, snapshot: false, gatewayReach: false, timeoutKill: 'cgroup' },
+  capabilities: {
+    sessions: false,
+    snapshot: false,
+    gatewayReach: false,
+    timeoutKill: 'cgroup',
+    imageFormats: ['rootfs'],
+  },
   createProvider: () => new BwrapProvider({ imageDirectory }, { ...testContext(), stateDirectory }),
+  // An image prepared here is a folder (or an alias's link to one) and its config beside it.
+  removeImage: async (image) => {
+    const path = join(imageDirectory, imageFolderName(image));
+    await rm(path, { recursive: true, force: true });
+    await rm(`${path}.image.json`, { force: true });
+  },
 });
