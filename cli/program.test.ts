@@ -114,6 +114,31 @@ describe('usage errors exit 2 and say what is wrong', () => {
       stderr: expect.stringContaining('--env NAME or --input FILE'),
     });
   });
+
+  it.each([
+    ['{binaryPath', '--harness-options is not JSON'],
+    ['["/usr/local/bin/mini"]', '--harness-options must be a JSON object'],
+  ])('refuses --harness-options %s before any rollout', async (value, message) => {
+    const result = await gym(['eval', 'run', '--env', 'mcqa', '-o', 'out.jsonl', '--harness-options', value]);
+    expect(result).toMatchObject({ code: EXIT_USAGE, stderr: expect.stringContaining(message) });
+  });
+
+  it('hands --harness-options to the harness (which checks them before any rollout)', async () => {
+    const result = await gym([
+      'eval',
+      'run',
+      '--env',
+      'mcqa',
+      '-o',
+      'out.jsonl',
+      '--harness',
+      'mini-swe-agent',
+      '--harness-options',
+      '{"binaryPath": "mini"}',
+    ]);
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toContain('binaryPath must be an absolute path, not "mini"');
+  });
 });
 
 describe("NeMo Gym's flag names for gym eval run", () => {

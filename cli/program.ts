@@ -244,6 +244,10 @@ Uses the daemon of the state directory when one runs, else starts one in-process
     .option('-i, --input <FILE>', "task rows (JSONL) instead of the environment's own")
     .requiredOption('-o, --output <FILE>', 'rollouts file (FILE.jsonl); the other files go next to it')
     .option('--harness <NAME>', "agent harness (default: the environment's)")
+    .option(
+      '--harness-options <JSON>',
+      'the harness\'s options as a JSON object, e.g. {"binaryPath": "/usr/local/bin/mini"} for an agent the image has',
+    )
     .addOption(new Option('--limit <N>', 'run only the first N tasks').argParser(integer(1)))
     .addOption(new Option('--num-repeats <N>', 'rollouts per task').argParser(integer(1)).default(1))
     .addOption(new Option('--concurrency <N>', 'rollouts at once').argParser(integer(1)).default(4))

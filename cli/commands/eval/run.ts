@@ -121,7 +121,17 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       );
     if (values.limit !== undefined) rows = rows.slice(0, values.limit);
     const harnessName = values.harness ?? environment.defaultHarness;
-    const harness = await new HarnessRegistry().create(harnessName);
+    let harnessOptions: unknown = {};
+    if (values.harnessOptions !== undefined) {
+      try {
+        harnessOptions = JSON.parse(values.harnessOptions);
+      } catch (error) {
+        throw new UsageError(`--harness-options is not JSON: ${(error as Error).message}`);
+      }
+      if (typeof harnessOptions !== 'object' || harnessOptions === null || Array.isArray(harnessOptions))
+        throw new UsageError('--harness-options must be a JSON object');
+    }
+    const harness = await new HarnessRegistry().create(harnessName, harnessOptions);
     const policy = await policyConfig(
       values.envYaml,
       {
