@@ -10,10 +10,11 @@
  *    the daemon's cost is a ratio (`--raw N` creates, 0 skips it).
  *
  * `--soak MINUTES` instead keeps `--target` sandboxes live under the same load with churn (each
- * client now and then destroys its sandbox and creates a new one), samples the daemon's RSS and
- * open descriptors every `--sample-seconds`, and fails (exit 1) when either keeps growing: the
+ * client now and then destroys its sandbox and creates a new one), reads the daemon's RSS and
+ * open descriptors every second, keeps each `--sample-seconds` window's lowest (the floor under
+ * garbage collection and requests in flight), and fails (exit 1) when either keeps growing: the
  * least-squares slope over the samples (the first, warm-up, dropped) times the run's length must
- * stay under 10% of the first sample and over an absolute floor (16 MiB, 32 descriptors).
+ * stay under the larger of 10% of the first sample and a floor (16 MiB, 32 descriptors).
  *
  * Everything it creates carries its own namespace (daemon) or the `gym-bench=scale-raw` label and
  * a run id (engine); both are removed at the end, also after a failure or Ctrl-C.
@@ -569,15 +570,28 @@ try {
     const samples: Array<{ minute: number } & ProcessSample> = [];
     const soakStarted = performance.now();
     let nextSample = soakStarted + sampleSeconds * 1000;
+    // Read every second; a window's sample is its lowest RSS and descriptor count. RSS saws up
+    // and down with garbage collection and descriptors with requests in flight: a leak is what
+    // raises the floor.
+    let window: ProcessSample | null = null;
     const tick = async () => {
+      const now = await sampleProcess(pid);
+      window =
+        window === null
+          ? now
+          : {
+              rssMiB: Math.min(window.rssMiB, now.rssMiB),
+              fds: Math.min(window.fds, now.fds),
+              cpuSeconds: now.cpuSeconds,
+            };
       if (performance.now() < nextSample) return;
       nextSample += sampleSeconds * 1000;
-      const sample = {
-        minute: round((performance.now() - soakStarted) / 60_000, 2),
-        ...(await sampleProcess(pid)),
-      };
+      const sample = { minute: round((performance.now() - soakStarted) / 60_000, 2), ...window };
+      window = null;
       samples.push(sample);
-      log(`soak ${sample.minute} min: RSS ${sample.rssMiB} MiB, ${sample.fds} fds, ${live.length} live`);
+      log(
+        `soak ${sample.minute} min: RSS floor ${sample.rssMiB} MiB, ${sample.fds} fds, ${live.length} live`,
+      );
     };
     log(`soak: ${soakMinutes} min, ${clients} clients, churn, a sample every ${sampleSeconds} s`);
     // About one sandbox in fifty operations replaced: a steady stream of creates and destroys.
