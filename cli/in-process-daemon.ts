@@ -4,6 +4,8 @@
  * sandboxes kept). Either way the command asks the daemon's API, so it works whatever provider
  * the configuration names and never reaches a backend itself.
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { GymClient } from '../client/client.ts';
@@ -32,14 +34,16 @@ export async function connectOrStartInProcess(options: {
   } catch (error) {
     if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
   }
+  // A state directory of its own, removed after: commands that run at once never contend for
+  // one, and a daemon started later for the user's state directory finds nothing of this one.
+  const stateDir = await mkdtemp(join(tmpdir(), 'gym-cli-daemon-'));
+  const removeState = () => rm(stateDir, { recursive: true, force: true });
   const daemon = await startDaemon({
     config: await loadConfig({
       env: options.env,
       overrides: [
         {
-          // Its own state and namespace: a daemon started later for the user's state directory
-          // finds nothing of this one.
-          stateDir: join(options.stateDir, 'cli-daemon'),
+          stateDir,
           namespace: 'gym-cli',
           listen: { host: '127.0.0.1', port: 0 },
           destroyOnShutdown: true,
@@ -50,10 +54,16 @@ export async function connectOrStartInProcess(options: {
     // Warnings only: the command prints its own progress, the daemon's start and stop are noise.
     logger: pino({ level: options.env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
       ReturnType<typeof pino>,
+  }).catch(async (error: unknown) => {
+    await removeState();
+    throw error;
   });
   return {
     client: new GymClient({ url: daemon.address.url!, token: daemon.token }),
     inProcess: true,
-    close: () => daemon.stop({ destroy: true }),
+    close: async () => {
+      await daemon.stop({ destroy: true });
+      await removeState();
+    },
   };
 }

@@ -55,6 +55,7 @@ export const KeepaliveRequestSchema = z
   .strict();
 
 export const SnapshotRequestSchema = z.object({ image: z.string().min(1).max(512) }).strict();
+/** `image` is opaque: later specs name it exactly as returned (a provider may store it its own way). */
 export const SnapshotResponseSchema = z.object({ image: z.string() });
 
 /** What `POST /v1/sandboxes/{id}/gateway` answers. */
