@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
@@ -360,6 +362,38 @@ describe('model gateway', () => {
         body: JSON.stringify({ model: 'm', messages: [] }),
       });
       expect(chat.status).toBe(400);
+    });
+
+    it('records an Anthropic stream cut before message_stop as an error, and tells the agent so', async () => {
+      // An upstream that starts a message and hangs up: what a crashed or overloaded server does.
+      const cut = createServer((_request, response) => {
+        response.writeHead(200, { 'content-type': 'text/event-stream' });
+        response.end(
+          `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'm', content: [], usage: { input_tokens: 3 } } })}\n\n`,
+        );
+      });
+      await new Promise<void>((resolve) => cut.listen(0, '127.0.0.1', resolve));
+      try {
+        const port = (cut.address() as AddressInfo).port;
+        const opened = await openAnthropicRollout({
+          baseUrl: `http://127.0.0.1:${port}/v1`,
+          api: 'anthropic',
+        });
+        const received = await events(await postMessages(opened, { ...firstTurn, stream: true }));
+        expect(received.map((event) => event.type)).toEqual(['message_start', 'error']);
+        expect(received[1]).toMatchObject({
+          error: { message: expect.stringContaining('before message_stop') },
+        });
+        const [record] = await records(opened.rolloutId);
+        expect(record).toMatchObject({
+          api: 'messages',
+          status: 'error',
+          error: { code: 'MODEL_UPSTREAM_ERROR' },
+        });
+      } finally {
+        cut.closeAllConnections();
+        await new Promise((resolve) => cut.close(resolve));
+      }
     });
 
     it('refuses a Messages call with a wrong x-api-key before reading it', async () => {

@@ -424,13 +424,14 @@ export class ModelGateway {
     send(translator.finish());
     sink?.end();
     const completion = assembleChat(chunks);
+    const response = assembleMessages(sent);
     return {
-      response: assembleMessages(sent),
+      response,
       record: {
         upstreamApi: 'chat.completions',
         upstreamRequest,
         upstreamResponse: completion,
-        response: assembleMessages(sent),
+        response,
         events: chunks,
         usage: completion.usage,
       },
@@ -465,6 +466,9 @@ export class ModelGateway {
         );
       }
     }
+    // A stream cut before message_stop is not an answer (the agent gets an error event instead).
+    if (events.at(-1)?.type !== 'message_stop')
+      throw new GymError('MODEL_UPSTREAM_ERROR', 'the model upstream ended its stream before message_stop');
     sink?.end();
     const message = assembleMessages(events);
     return {
