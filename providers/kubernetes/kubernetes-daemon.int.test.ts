@@ -1,0 +1,165 @@
+/**
+ * The daemon with only the Kubernetes provider, through the test-only API emulator: swe-mini
+ * scores as on Docker, and a daemon killed with -9 leaves no relay in its Pods and its successor
+ * adopts them, restoring gateway reach at the same URL.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildSweMiniImages } from '../../cli/task-images.ts';
+import { GymClient } from '../../client/client.ts';
+import { silentLogger } from '../../core/logger.ts';
+import { loadEnvironment, readRows } from '../../environments/environment.ts';
+import { runEval } from '../../environments/runner/eval.ts';
+import { readJsonl } from '../../environments/runner/files.ts';
+import { HarnessRegistry } from '../../harnesses/registry.ts';
+import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
+import { dockerTestEnvironment, localImages, testImage } from '../../test/docker-available.ts';
+import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
+import { DockerStreamDemuxer } from '../docker/demux.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const NAMESPACE = 'gym-daemon-test';
+
+describe.skipIf(skipReason !== undefined)(
+  'the daemon on the kubernetes provider (through the emulator)',
+  () => {
+    let emulator: KubernetesEmulator;
+    let directory = '';
+    let kubeconfigPath = '';
+    beforeAll(async () => {
+      emulator = await KubernetesEmulator.start(docker);
+      directory = await mkdtemp(join(tmpdir(), 'gym-k8s-daemon-'));
+      kubeconfigPath = join(directory, 'kubeconfig');
+      await writeFile(kubeconfigPath, emulator.kubeconfig(NAMESPACE), { mode: 0o600 });
+    });
+    afterAll(async () => {
+      await emulator?.close();
+      if (directory !== '') await rm(directory, { recursive: true, force: true });
+    });
+
+    it('scores swe-mini as on Docker: oracle 1, no-op 0, nothing left', async () => {
+      await buildSweMiniImages(localImages(docker));
+      const namespace = `k8seval-${randomBytes(3).toString('hex')}`;
+      const daemon = await startTestDaemon(
+        { namespace, providers: [{ name: 'kubernetes', options: { kubeconfigPath } }] },
+        { listen: true },
+      );
+      try {
+        const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+        const environment = await loadEnvironment('swe-mini');
+        // A few tasks keep the suite short; the Docker test runs them all.
+        const rows = (await readRows(environment.dataPath)).slice(0, 3);
+        for (const [harnessName, expected] of [
+          ['oracle', 1],
+          ['noop', 0],
+        ] as const) {
+          const output = join(directory, `${harnessName}.jsonl`);
+          await runEval({
+            client,
+            environment,
+            rows,
+            harness: await new HarnessRegistry().create(harnessName),
+            harnessName,
+            modelName: 'none',
+            numRepeats: 1,
+            concurrency: 2,
+            output,
+            resume: false,
+            maxInfraAttempts: 1,
+            logger: silentLogger,
+          });
+          expect((await readJsonl(output)).map((row) => [row.instance_id, row.reward, row.outcome])).toEqual(
+            rows.map((row) => [row.instance_id, expected, 'reward']),
+          );
+        }
+      } finally {
+        await daemon.stop({ destroy: true });
+      }
+      const left = await fetch(
+        `${emulator.url}/api/v1/namespaces/${NAMESPACE}/pods?labelSelector=gym.namespace%3D${namespace}`,
+        { headers: { authorization: `Bearer ${emulator.token}` } },
+      );
+      expect(((await left.json()) as { items: unknown[] }).items).toEqual([]);
+    }, 300_000);
+
+    it('leaves no relay running after kill -9; its successor adopts the Pod and restores the same URL', async () => {
+      const busybox = await testImage(docker, 'busybox');
+      const namespace = `k8scrash-${randomBytes(3).toString('hex')}`;
+      const stateDir = await mkdtemp(join(tmpdir(), 'gym-k8s-crash-'));
+      const configPath = join(stateDir, 'gym.yaml');
+      await writeFile(
+        configPath,
+        [
+          `stateDir: ${stateDir}`,
+          `namespace: ${namespace}`,
+          'listen: { host: 127.0.0.1, port: 0 }',
+          'logLevel: warn',
+          'providers:',
+          '  - name: kubernetes',
+          `    options: { kubeconfigPath: ${kubeconfigPath} }`,
+          '',
+        ].join('\n'),
+      );
+      let child: ChildProcess | undefined;
+      try {
+        const started = await spawnDaemonProcess(configPath, stateDir);
+        child = started.child;
+        const sandbox = await started.client.createSandbox({ image: busybox, ttlSeconds: 600 });
+        const { url } = await started.client.exposeGateway(sandbox.id);
+        // What the agent inside does, straight through the engine, so it works with no daemon at all.
+        const container = docker.getContainer(
+          emulator.containerOf(NAMESPACE, `gym-${namespace}-${sandbox.id}`)!,
+        );
+        const inPod = async (command: string): Promise<string> => {
+          // No TTY: busybox wget's progress meter crashes on a terminal of no size.
+          const exec = await container.exec({
+            Cmd: ['sh', '-c', command],
+            AttachStdout: true,
+            AttachStderr: true,
+          });
+          const stream = await exec.start({ hijack: true, stdin: false });
+          const chunks: Buffer[] = [];
+          const demuxer = new DockerStreamDemuxer((_name, payload) => chunks.push(payload));
+          stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
+          await new Promise((resolve) => stream.on('end', resolve));
+          return Buffer.concat(chunks).toString().trim();
+        };
+        // The gateway answers (any HTTP status: the route needs a rollout) through the relay.
+        const ask = () =>
+          inPod(
+            `printf 'GET /v1/models HTTP/1.0\\r\\n\\r\\n' | nc 127.0.0.1 ${new URL(url).port} 2>&1 | head -1; echo " exit $?"`,
+          );
+        // The gateway's status line (any status: the route needs a rollout).
+        const answered = /^HTTP\/1\.1 \d{3}/;
+        const first = await ask();
+        expect(first, first).toMatch(answered);
+        const relays = () =>
+          inPod(
+            'for p in /proc/[0-9]*; do case "$(tr "\\0" " " < $p/cmdline 2>/dev/null)" in /tmp/.gym-relay*) echo $p;; esac; done | wc -l',
+          );
+        expect(Number(await relays())).toBeGreaterThan(0);
+
+        child.kill('SIGKILL');
+        await new Promise((resolve) => child!.once('exit', resolve));
+        // The stream dropped with the daemon: the relay's stdin ended and it exited.
+        await expect.poll(async () => Number(await relays()), { timeout: 5000 }).toBe(0);
+        expect(await ask()).not.toMatch(answered);
+
+        const restarted = await spawnDaemonProcess(configPath, stateDir);
+        child = restarted.child;
+        expect((await restarted.client.getSandbox(sandbox.id)).state).toBe('ready');
+        expect(await restarted.client.exposeGateway(sandbox.id)).toEqual({ url });
+        const last = await ask();
+        expect(last, last).toMatch(answered);
+        await restarted.client.destroySandbox(sandbox.id);
+      } finally {
+        child?.kill('SIGKILL');
+        await rm(stateDir, { recursive: true, force: true });
+      }
+    }, 180_000);
+  },
+);
