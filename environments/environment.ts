@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
 import { parseOrThrow } from '../core/validate.ts';
+import { isHarborPath, readHarborTasks } from './kinds/harbor/task-directory.ts';
 import { type EnvironmentKind, loadKind } from './kinds/kind.ts';
 
 export const EnvironmentDefinitionSchema = z
@@ -78,8 +79,12 @@ export async function loadEnvironment(nameOrPath: string): Promise<LoadedEnviron
   return { ...definition, directory, dataPath: join(directory, definition.data), implementation };
 }
 
-/** Reads a JSONL file of task rows, naming the line of a malformed one. */
+/**
+ * Reads a JSONL file of task rows, naming the line of a malformed one; a Harbor task directory
+ * (or a folder of them) gives one row per task.
+ */
 export async function readRows(path: string): Promise<Array<Record<string, unknown>>> {
+  if (await isHarborPath(path)) return readHarborTasks(path);
   let text: string;
   try {
     text = await readFile(path, 'utf8');

@@ -63,6 +63,10 @@ export interface HarnessTask {
   goldPatch?: string;
   /** The reference solution as a shell script (the oracle runs it), for tasks without a patch. */
   solution?: string;
+  /** Files the oracle writes into the sandbox before it runs `solution` (a Harbor task's /solution). */
+  solutionFiles?: Array<{ path: string; content: Buffer; mode: number }>;
+  /** Environment of the reference solution (a Harbor task's [solution] env). */
+  solutionEnv?: Record<string, string>;
   /** The expected answer of a question (the oracle submits it). */
   goldAnswer?: string;
   /**

@@ -12,7 +12,7 @@ import { z } from 'zod';
 import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
-import type { HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
+import type { HarnessLimits, HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import { promptText, ResponsesCreateParamsSchema, rowConversation } from './responses-input.ts';
@@ -60,6 +60,13 @@ export interface EnvironmentKind {
   image(row: TaskRow, environment: LoadedEnvironment): string | null;
   /** What the harness is told. */
   task(row: TaskRow, environment: LoadedEnvironment, options: TaskOptions): HarnessTask;
+  /**
+   * Sandbox settings of this row's agent sandbox over the environment's (resources a task asks
+   * for, say). Optional; the image is always `image()`'s.
+   */
+  sandbox?(row: TaskRow, environment: LoadedEnvironment): Record<string, unknown>;
+  /** Harness limits of this row over the environment's and the run's (a task's own time limit). Optional. */
+  limits?(row: TaskRow): Partial<HarnessLimits>;
   /** Grades the final state. Only faults from outside the sandbox may be `infra_error`. */
   verify(context: VerifyContext): Promise<Verdict>;
   /**

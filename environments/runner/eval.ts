@@ -221,6 +221,25 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           );
           break;
         }
+        if (result.outcome === 'verifier_error') {
+          // The verifier gave no reward (a Harbor test wrote no reward file): never a 0 among the
+          // rewards, and not retried (the same tests would do the same).
+          await appendJsonl(paths.failures, {
+            ...result,
+            reward: null,
+            _ng_failure_class: 'verifier_error',
+            _ng_failure_terminal: true,
+          });
+          options.logger.warn(
+            {
+              task: row._ng_task_index,
+              rollout: row._ng_rollout_index,
+              reason: (result.verifier as { reason?: string }).reason,
+            },
+            'verifier error: no reward',
+          );
+          break;
+        }
         await appendJsonl(paths.rollouts, result);
         progress.rewardSum += Number(result.reward);
         progress.last = {
@@ -370,7 +389,12 @@ async function runRollout(
   try {
     // A kind without an image (questions) gives its harness no sandbox: the handle refuses any use.
     if (image !== null) {
-      const spec = { ...(environment.sandbox as object), image, labels: { role: 'agent' } };
+      const spec = {
+        ...(environment.sandbox as object),
+        ...kind.sandbox?.(row, environment),
+        image,
+        labels: { role: 'agent' },
+      };
       const pool = pools.get(image);
       sandboxId = (
         await client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } })
@@ -406,7 +430,7 @@ async function runRollout(
         row,
       ),
       model: endpoint,
-      limits,
+      limits: { ...limits, ...kind.limits?.(row) },
       logger: options.logger,
     });
     timings.agentMs = Date.now() - agentStarted;

@@ -59,10 +59,25 @@ async function stopAgentProcesses(sandbox: SandboxHandle, when: string): Promise
   }
 }
 
+/**
+ * Harbor's way of running tests: `/tests/test.sh` executed (its own shebang) from the image's
+ * working directory with task.toml's verifier env, and the reward read from
+ * /logs/verifier/reward.json (wins) or reward.txt. A test that writes neither, an empty file or
+ * one that is not a reward is a `verifier_error`: no reward at all, never a 0.
+ */
+export interface HarborTestRun {
+  workdir: string;
+  env: Record<string, string>;
+  user?: string;
+}
+
+export const REWARD_JSON_FILE = '/logs/verifier/reward.json';
+
 export async function verifyScript(
   sandbox: SandboxHandle,
   testsDirectory: string,
   timeoutMs: number,
+  harbor?: HarborTestRun,
 ): Promise<Verdict> {
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
@@ -96,8 +111,10 @@ export async function verifyScript(
       `${prepared.stdout}${prepared.stderr}`,
     );
   for (const path of await filesBelow(testsDirectory)) {
-    const mode = (await stat(path)).mode & 0o777;
     const target = `/tests/${relative(testsDirectory, path)}`;
+    // Harbor makes test.sh executable before it runs it.
+    const mode =
+      ((await stat(path)).mode & 0o777) | (harbor !== undefined && target === '/tests/test.sh' ? 0o111 : 0);
     try {
       await sandbox.writeFile(target, await readFile(path), mode);
     } catch (error) {
@@ -108,11 +125,17 @@ export async function verifyScript(
       throw error;
     }
   }
-  const run = await sandbox.exec({
-    command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh',
-    cwd: '/tests',
-    timeoutMs,
-  });
+  const run = await sandbox.exec(
+    harbor === undefined
+      ? { command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh', cwd: '/tests', timeoutMs }
+      : {
+          argv: ['/tests/test.sh'],
+          cwd: harbor.workdir,
+          env: harbor.env,
+          ...(harbor.user === undefined ? {} : { user: harbor.user }),
+          timeoutMs,
+        },
+  );
   if (run.status === 'timeout')
     return {
       outcome: 'verifier_timeout',
@@ -140,6 +163,7 @@ export async function verifyScript(
     ...(run.status === 'ok' ? {} : { testStatus: run.status }),
     testLogTail: `${run.stdout}${run.stderr}`.slice(-4000),
   };
+  if (harbor !== undefined) return harborReward(sandbox, details, run.status);
   // A reward is a number: a bigger file is not read into memory (and is no reward). Only a file
   // that is really missing or too big is the test's verdict; failing to read it is an infra error.
   let rewardText: string;
@@ -179,5 +203,68 @@ export async function verifyScript(
       reward: 0,
       details: { ...details, reason: `the reward file holds "${rewardText.slice(0, 100)}", not a number` },
     };
+  return { outcome: 'reward', reward, details };
+}
+
+/** Reads a reward file: its trimmed text, null when it does not exist; a verdict when it cannot be one. */
+async function readRewardFile(
+  sandbox: SandboxHandle,
+  path: string,
+  details: Record<string, unknown>,
+): Promise<string | null | Verdict> {
+  try {
+    return (await sandbox.readFile(path, { maxBytes: 65_536 })).toString('utf8').trim();
+  } catch (error) {
+    if (isGymError(error, 'FILE_NOT_FOUND')) return null;
+    const reason = `${path} cannot be read: ${isGymError(error) ? `${error.code}: ` : ''}${(error as Error).message}`;
+    if (isGymError(error, 'FILE_TOO_LARGE') || isGymError(error, 'PATH_KIND_MISMATCH'))
+      return { outcome: 'verifier_error', reward: 0, details: { ...details, reason } };
+    return { outcome: 'infra_error', reward: 0, details: { reason } };
+  }
+}
+
+/** The reward as Harbor reads it: reward.json (an object of numbers) first, else reward.txt. */
+async function harborReward(
+  sandbox: SandboxHandle,
+  details: Record<string, unknown>,
+  status: string,
+): Promise<Verdict> {
+  const error = (reason: string): Verdict => ({
+    outcome: 'verifier_error',
+    reward: 0,
+    details: { ...details, reason },
+  });
+  const json = await readRewardFile(sandbox, REWARD_JSON_FILE, details);
+  if (json !== null && typeof json === 'object') return json;
+  if (typeof json === 'string') {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(json);
+    } catch {
+      return error(`${REWARD_JSON_FILE} is not JSON: "${json.slice(0, 100)}"`);
+    }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+      return error(`${REWARD_JSON_FILE} is not an object of rewards`);
+    const rewards = Object.fromEntries(
+      Object.entries(parsed).filter((entry): entry is [string, number] => typeof entry[1] === 'number'),
+    );
+    const values = Object.values(rewards);
+    // The rollout's reward is the `reward` entry, or the only one there is.
+    const reward = rewards.reward ?? (values.length === 1 ? values[0] : undefined);
+    if (reward === undefined || !Number.isFinite(reward))
+      return error(
+        `${REWARD_JSON_FILE} has no numeric "reward" (it holds ${Object.keys(parsed).join(', ') || 'nothing'})`,
+      );
+    return { outcome: 'reward', reward, details: { ...details, rewards } };
+  }
+  const text = await readRewardFile(sandbox, REWARD_FILE, details);
+  if (text !== null && typeof text === 'object') return text;
+  if (text === null)
+    return error(
+      `test.sh wrote no ${REWARD_JSON_FILE} or ${REWARD_FILE}${status === 'ok' ? '' : ` (it ended with status ${status})`}`,
+    );
+  if (text === '') return error(`${REWARD_FILE} is empty`);
+  const reward = Number(text);
+  if (!Number.isFinite(reward)) return error(`${REWARD_FILE} holds "${text.slice(0, 100)}", not a number`);
   return { outcome: 'reward', reward, details };
 }

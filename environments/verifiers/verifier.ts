@@ -1,7 +1,11 @@
 import type { ExecResult } from '../../core/schemas/exec.ts';
 
 /** What a verifier returns: the reward, or why there is none. */
-export type RolloutOutcome = 'reward' | 'agent_error' | 'infra_error' | 'verifier_timeout';
+/**
+ * `verifier_error`: the verifier ran to its end but gave no reward (a Harbor test that wrote no
+ * reward file): the rollout goes to the failures file, never into the rewards.
+ */
+export type RolloutOutcome = 'reward' | 'agent_error' | 'infra_error' | 'verifier_timeout' | 'verifier_error';
 
 export interface Verdict {
   outcome: RolloutOutcome;

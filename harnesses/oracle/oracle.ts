@@ -33,9 +33,12 @@ export function createOracleHarness(): Harness {
       if (task.goldAnswer !== undefined)
         return clock.finish({ ...base, outcome: 'submitted', submission: task.goldAnswer });
       if (task.solution !== undefined && task.solution.trim() !== '') {
+        for (const file of task.solutionFiles ?? [])
+          await sandbox.writeFile(file.path, file.content, file.mode);
         const ran = await sandbox.exec({
           command: task.solution,
           cwd: task.workdir,
+          ...(task.solutionEnv === undefined ? {} : { env: task.solutionEnv }),
           timeoutMs: Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs)),
         });
         const step = {

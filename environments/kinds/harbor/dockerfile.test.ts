@@ -145,9 +145,14 @@ describe('commitChanges', () => {
     expect(commitChanges(settings, { entrypoint: null, cmd: ['/bin/bash'] })).toEqual([
       'ENV A="two words"',
       'WORKDIR /app',
-      'ENTRYPOINT []',
       'CMD ["/bin/bash"]',
       'LABEL "org.example.task"="hello"',
+    ]);
+    const own = plan('FROM x\nENTRYPOINT ["/init"]\nCMD serve\n').settings;
+    expect(commitChanges(own, { entrypoint: ['/base-init'], cmd: ['/bin/sh'] })).toEqual([
+      'WORKDIR /',
+      'ENTRYPOINT ["/init"]',
+      'CMD ["/bin/sh","-c","serve"]',
     ]);
   });
 });

@@ -244,13 +244,15 @@ const ARCHIVE_SUFFIX = /\.(tar|tar\.gz|tgz|tar\.bz2|tbz2|tar\.xz|txz)$/i;
 export function planDockerfile(
   instructions: readonly DockerfileInstruction[],
   buildArgs: Readonly<Record<string, string>> = {},
+  /** The base image's working directory: where RUN starts before any WORKDIR. */
+  baseWorkdir = '/',
 ): DockerfilePlan {
   const globalArgs: Record<string, string> = {};
   let base: string | undefined;
   const args: Record<string, string> = {};
   const env: Record<string, string> = {};
   const labels: Record<string, string> = {};
-  let workdir = '/';
+  let workdir = baseWorkdir === '' ? '/' : baseWorkdir;
   let user: string | undefined;
   let shell = ['/bin/sh', '-c'];
   let cmd: string[] | undefined;
@@ -388,9 +390,10 @@ export function planDockerfile(
 }
 
 /**
- * The `docker commit` changes that give the built image its settings. The build container's
- * keep-alive entrypoint must not stay in the image: ENTRYPOINT and CMD are always written, the
- * Dockerfile's when it has them, else the base image's.
+ * The `docker commit` changes that give the built image its settings. A change cannot clear an
+ * ENTRYPOINT or CMD (the engine keeps the container's for an empty one), so the builder keeps
+ * its keep-alive out of the entrypoint unless the base has one; here ENTRYPOINT and CMD are
+ * written when there is one to write: the Dockerfile's, else the base image's.
  */
 export function commitChanges(
   settings: ImageSettings,
@@ -399,8 +402,10 @@ export function commitChanges(
   const changes = Object.entries(settings.env).map(([key, value]) => `ENV ${key}=${JSON.stringify(value)}`);
   changes.push(`WORKDIR ${settings.workdir}`);
   if (settings.user !== undefined) changes.push(`USER ${settings.user}`);
-  changes.push(`ENTRYPOINT ${JSON.stringify(settings.entrypoint ?? baseConfig.entrypoint ?? [])}`);
-  changes.push(`CMD ${JSON.stringify(settings.cmd ?? baseConfig.cmd ?? [])}`);
+  const entrypoint = settings.entrypoint ?? baseConfig.entrypoint ?? [];
+  if (entrypoint.length > 0) changes.push(`ENTRYPOINT ${JSON.stringify(entrypoint)}`);
+  const cmd = settings.cmd ?? baseConfig.cmd ?? [];
+  if (cmd.length > 0) changes.push(`CMD ${JSON.stringify(cmd)}`);
   for (const [key, value] of Object.entries(settings.labels))
     changes.push(`LABEL ${JSON.stringify(key)}=${JSON.stringify(value)}`);
   return changes;
