@@ -241,7 +241,10 @@ export const evalRun = () =>
 Uses the daemon of the state directory when one runs, else starts one in-process (and stops it after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl, FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts. --pool serves each image several rollouts share from a warm pool sized to the concurrency (off by default: on a 2-core host it costs throughput; it pays where creates are slow). NeMo Gym's flag names work too: -i/--input, -o/--output, --model-url, --model-api-key.`,
     )
     .option('--env <NAME>', 'environment (see gym env ls); without it, told from the --input rows')
-    .option('-i, --input <FILE>', "task rows (JSONL) instead of the environment's own")
+    .option(
+      '-i, --input <FILE>',
+      "task rows (JSONL), or a Harbor task directory or folder of them, instead of the environment's own",
+    )
     .requiredOption('-o, --output <FILE>', 'rollouts file (FILE.jsonl); the other files go next to it')
     .option('--harness <NAME>', "agent harness (default: the environment's)")
     .option(

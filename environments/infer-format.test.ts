@@ -24,6 +24,13 @@ describe('telling the format of --input rows without --env', () => {
       environment: 'mcqa',
       format: 'NeMo Gym question rows',
     });
+    // A Harbor task directory, or a folder of them, is read into rows of its own.
+    const harbor = new URL('./harbor/tasks', import.meta.url).pathname;
+    for (const path of [harbor, `${harbor}/hello-file`])
+      expect(inferEnvironment(await readRows(path), path)).toEqual({
+        environment: 'harbor',
+        format: 'Harbor task directories',
+      });
   });
 
   it('takes published SWE-bench rows (no image, no test command) for swebench', () => {

@@ -22,6 +22,9 @@ function nemoGymInput(row: Record<string, unknown>): boolean {
 
 /** The format of one row, or null when it fits none. */
 export function rowFormat(row: Record<string, unknown>): InferredFormat | null {
+  // Rows read from a Harbor task directory (environments/kinds/harbor/task-directory.ts).
+  if (has(row, 'task_dir') && typeof row.build === 'boolean' && has(row, 'verifier_timeout_sec'))
+    return { environment: 'harbor', format: 'Harbor task directories' };
   if (looksLikeSweBench(row)) {
     // Our own SWE rows carry their image and test command; published SWE-bench rows carry neither.
     if (has(row, 'image') && has(row, 'test_command'))

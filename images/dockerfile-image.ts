@@ -21,7 +21,6 @@ import {
   parseDockerfile,
   planDockerfile,
 } from '../environments/kinds/harbor/dockerfile.ts';
-import { ImageBuilder } from './build.ts';
 import { IMAGE_DEFINITIONS, IMAGE_REPOSITORY_PREFIX } from './definitions.ts';
 
 export interface DockerfileBuildRequest {
@@ -34,6 +33,12 @@ export interface DockerfileBuildRequest {
   buildArgs?: Record<string, string>;
   /** The whole build, after which it is stopped and nothing is tagged. */
   timeoutMs: number;
+  /**
+   * Makes a built-in definition's image (`busybox`, `debian-base`) when the Dockerfile starts FROM
+   * it and the engine lacks it (the CLI asks the daemon's image service). Without it, a missing
+   * one is an error saying how to build it.
+   */
+  prepareBase?: (definition: string) => Promise<void>;
 }
 
 /** The base images this machine can make itself, for the error that names a missing one. */
@@ -50,7 +55,7 @@ async function imageConfig(docker: Docker, reference: string) {
 }
 
 /** The base image's config, building it first when it is one of our own definitions. */
-async function baseConfig(docker: Docker, base: string, logger: Logger) {
+async function baseConfig(docker: Docker, base: string, prepareBase: DockerfileBuildRequest['prepareBase']) {
   const present = await imageConfig(docker, base);
   if (present !== undefined) return present;
   const [repository, tag = 'latest'] = base.split(/:(?=[^/]*$)/);
@@ -58,7 +63,13 @@ async function baseConfig(docker: Docker, base: string, logger: Logger) {
     (candidate) => `${IMAGE_REPOSITORY_PREFIX}${candidate.name}` === repository && tag === 'latest',
   );
   if (definition !== undefined) {
-    await new ImageBuilder(docker, logger).build(definition);
+    if (prepareBase === undefined)
+      throw new GymError(
+        'IMAGE_NOT_FOUND',
+        `the base image "${base}" (FROM) is not built yet: run gym image build ${definition.name}`,
+        { details: { image: base } },
+      );
+    await prepareBase(definition.name);
     const built = await imageConfig(docker, base);
     if (built !== undefined) return built;
   }
@@ -225,7 +236,7 @@ export async function buildDockerfileImage(
   const firstPlan = planDockerfile(instructions, request.buildArgs);
   if ((await imageConfig(docker, request.reference)) !== undefined)
     return { reference: request.reference, built: false, plan: firstPlan };
-  const base = await baseConfig(docker, firstPlan.base, logger);
+  const base = await baseConfig(docker, firstPlan.base, request.prepareBase);
   const plan = planDockerfile(instructions, request.buildArgs, base.WorkingDir ?? '/');
   for (const { keyword, line } of plan.ignored)
     logger.debug({ keyword, line }, 'Dockerfile instruction without effect on a sandbox');

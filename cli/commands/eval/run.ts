@@ -8,8 +8,10 @@ import { type DaemonConfigInput, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
 import { inferEnvironment } from '../../../environments/infer-format.ts';
+import { buildHarborImages } from '../../../environments/kinds/harbor/images.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
+import { createDockerClient } from '../../../providers/docker/index.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
@@ -184,6 +186,19 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         'VALIDATION_FAILED',
         `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url`,
       );
+    }
+    if (environment.kind === 'harbor') {
+      // Each task's image from its environment/Dockerfile, built on this machine's Docker engine
+      // (not yet through the daemon's image service: providers cannot commit image settings); a
+      // built-in base it starts FROM is made by the daemon's provider first.
+      await buildHarborImages(createDockerClient(), rows, logger, {
+        prepareBase: async (name) => {
+          await client.prepareImage({ kind: 'definition', name });
+        },
+        onImage: (reference, built, durationMs) => {
+          if (built) stderr.write(`built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
+        },
+      });
     }
     if (environment.images === 'swe-mini') {
       // Task images are built by the daemon's provider (a no-op for those it has already).

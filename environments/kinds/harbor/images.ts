@@ -14,8 +14,13 @@ export async function buildHarborImages(
   docker: Docker,
   rows: ReadonlyArray<Record<string, unknown>>,
   logger: Logger,
-  onImage?: (reference: string, built: boolean, durationMs: number) => void,
+  options: {
+    /** Makes a built-in base (`debian-base`) a Dockerfile starts FROM when it is missing. */
+    prepareBase?: (definition: string) => Promise<void>;
+    onImage?: (reference: string, built: boolean, durationMs: number) => void;
+  } = {},
 ): Promise<void> {
+  const { onImage } = options;
   const seen = new Set<string>();
   for (const row of rows) {
     const reference = String(row.image);
@@ -47,6 +52,7 @@ export async function buildHarborImages(
         contextDirectory: join(taskDir, 'environment'),
         reference,
         timeoutMs: Number(row.build_timeout_sec ?? 600) * 1000,
+        ...(options.prepareBase === undefined ? {} : { prepareBase: options.prepareBase }),
       },
       logger,
     ).catch((error: unknown) => {
