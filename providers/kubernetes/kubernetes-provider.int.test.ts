@@ -179,3 +179,32 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     expect(id.stdout).toBe('65534\n65534\n');
   });
 });
+
+describe.skipIf(skipReason !== undefined)('kubernetes provider on a server without v5 (before 1.30)', () => {
+  it('runs commands without stdin with their exit codes, and refuses stdin rather than lose the status', async () => {
+    const old = await KubernetesEmulator.start(docker, { protocols: ['v4.channel.k8s.io'] });
+    const kubeConfig = new KubeConfig();
+    kubeConfig.loadFromString(old.kubeconfig(NAMESPACE));
+    const provider = new KubernetesProvider(kubeConfig, testContext({ namespace: 'old-server' }));
+    try {
+      const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec'));
+      const run = (request: Record<string, unknown>) =>
+        provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
+      expect(await run({ command: 'echo out; exit 3' })).toMatchObject({
+        status: 'ok',
+        exitCode: 3,
+        stdout: 'out\n',
+      });
+      await expect(run({ argv: ['cat'], stdin: 'lost?' })).rejects.toMatchObject({
+        code: 'PROVIDER_ERROR',
+        message: expect.stringContaining('v5.channel.k8s.io'),
+      });
+      expect(old.stats.execs['v4.channel.k8s.io']).toBeGreaterThan(0);
+      expect(old.stats.execs['v5.channel.k8s.io']).toBeUndefined();
+      await provider.destroy(info.id);
+    } finally {
+      await provider.close();
+      await old.close();
+    }
+  });
+});

@@ -201,16 +201,15 @@ export class KubernetesEmulator {
   #poller: NodeJS.Timeout | null = null;
   #port = 0;
 
-  private constructor(docker: Docker) {
+  readonly #protocols: readonly string[];
+
+  private constructor(docker: Docker, protocols: readonly string[]) {
     this.#docker = docker;
+    this.#protocols = protocols;
     this.#wss = new WebSocketServer({
       noServer: true,
-      handleProtocols: (offered) =>
-        offered.has('v5.channel.k8s.io')
-          ? 'v5.channel.k8s.io'
-          : offered.has('v4.channel.k8s.io')
-            ? 'v4.channel.k8s.io'
-            : false,
+      // The newest protocol both sides speak, as the apiserver chooses.
+      handleProtocols: (offered) => protocols.find((protocol) => offered.has(protocol)) ?? false,
     });
     this.#server = createServer((request, response) => {
       this.#handle(request, response).catch((error: unknown) => {
@@ -242,8 +241,18 @@ export class KubernetesEmulator {
     });
   }
 
-  static async start(docker: Docker): Promise<KubernetesEmulator> {
-    const emulator = new KubernetesEmulator(docker);
+  /**
+   * `protocols`: the exec subprotocols served, newest first; `['v4.channel.k8s.io']` stands for
+   * a server before Kubernetes 1.30 (no v5, so no stdin CLOSE signal).
+   */
+  static async start(
+    docker: Docker,
+    options: { protocols?: readonly string[] } = {},
+  ): Promise<KubernetesEmulator> {
+    const emulator = new KubernetesEmulator(
+      docker,
+      options.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'],
+    );
     await new Promise<void>((resolve) => emulator.#server.listen(0, '127.0.0.1', resolve));
     emulator.#port = (emulator.#server.address() as AddressInfo).port;
     emulator.#poller = setInterval(() => void emulator.#refreshAll(), 300);
@@ -790,12 +799,8 @@ export class KubernetesEmulator {
       throw new ApiError(400, 'BadRequest', 'you must specify at least 1 of stdin, stdout, stderr');
     }
     const offered = (request.headers['sec-websocket-protocol'] ?? '').split(',').map((each) => each.trim());
-    if (!offered.includes('v5.channel.k8s.io') && !offered.includes('v4.channel.k8s.io')) {
-      throw new ApiError(
-        400,
-        'BadRequest',
-        'the emulator speaks only v4.channel.k8s.io and v5.channel.k8s.io',
-      );
+    if (!this.#protocols.some((protocol) => offered.includes(protocol))) {
+      throw new ApiError(400, 'BadRequest', `the emulator speaks only ${this.#protocols.join(' and ')}`);
     }
     const engineContainer = this.#docker.getContainer(pod.containerId);
     const exec = await engineContainer.exec({
