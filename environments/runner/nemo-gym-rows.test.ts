@@ -13,6 +13,7 @@ import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
 import { parseRow, rowInstruction } from '../kinds/kind.ts';
 import { promptMessages, ResponsesCreateParamsSchema } from '../kinds/responses-input.ts';
+import { extractBoxedChoice, optionLetters, verifyExact } from '../verifiers/exact.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
 
@@ -82,6 +83,31 @@ describe("NeMo Gym's responses_create_params as the prompt", () => {
     expect(() =>
       parseRow(terminal.implementation, { ...terminalRow!, responses_create_params: { input: 5 } }, 0),
     ).toThrow(/not a valid script task: responses_create_params\.input/);
+  });
+});
+
+describe("grading NeMo Gym's MCQA rows", () => {
+  const letters = optionLetters([{ A: 'a' }, { B: 'b' }, { E: 'e' }, { G: 'g' }, { J: 'j' }])!;
+
+  it('takes the option letters of the row, beyond A-D, and the letter in the last \\boxed{}', () => {
+    expect(letters).toEqual(['A', 'B', 'E', 'G', 'J']);
+    expect(optionLetters({ A: 'x', B: 'y' })).toEqual(['A', 'B']);
+    expect(extractBoxedChoice('first \\boxed{A}, then on reflection \\boxed{\\text{G}}', letters)).toBe('G');
+    expect(extractBoxedChoice('\\boxed{E: the fifth}', letters)).toBe('E');
+    expect(extractBoxedChoice('\\boxed{(J)}', letters)).toBe('J');
+    expect(extractBoxedChoice('\\boxed{Z}', letters)).toBeNull();
+    // Before, an expected answer past D was compared with the whole reply: a right answer scored 0.
+    expect(verifyExact('Thinking... \\boxed{G}', 'G', { letters }).reward).toBe(1);
+  });
+
+  it('reads only \\boxed{} in strict_single_letter_boxed, NeMo Gym default', () => {
+    const strict = { letters, gradingMode: 'strict_single_letter_boxed' };
+    expect(verifyExact('Answer: G', 'G', strict)).toMatchObject({
+      reward: 0,
+      details: { extracted_answer: null, grading_mode: 'strict_single_letter_boxed' },
+    });
+    expect(verifyExact('Answer: G', 'G', { letters }).reward).toBe(1);
+    expect(verifyExact('so \\boxed{G}', 'G', strict).reward).toBe(1);
   });
 });
 

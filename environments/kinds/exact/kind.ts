@@ -3,7 +3,7 @@
  * (the chosen option letter, or the whole string).
  */
 import { z } from 'zod';
-import { verifyExact } from '../../verifiers/exact.ts';
+import { type ChoiceGrading, optionLetters, verifyExact } from '../../verifiers/exact.ts';
 import { hasPrompt, nonEmpty } from '../fields.ts';
 import { type EnvironmentKind, rowInstruction } from '../kind.ts';
 
@@ -13,6 +13,15 @@ export const ExactRowSchema = z
     message: 'needs a question, an instruction or responses_create_params.input',
     path: ['instruction'],
   });
+
+/** The row's option letters and NeMo Gym grading mode, when it gives them. */
+function grading(row: Record<string, unknown>): ChoiceGrading {
+  const letters = optionLetters(row.options);
+  return {
+    ...(letters === undefined ? {} : { letters }),
+    ...(typeof row.grading_mode === 'string' ? { gradingMode: row.grading_mode } : {}),
+  };
+}
 
 export const kind: EnvironmentKind = {
   name: 'exact',
@@ -25,12 +34,13 @@ export const kind: EnvironmentKind = {
     ...(options.usesGoldPatch ? { goldAnswer: String(row.expected_answer) } : {}),
   }),
   verify: async ({ row, harnessResult }) =>
-    verifyExact(harnessResult.submission ?? null, String(row.expected_answer)),
+    verifyExact(harnessResult.submission ?? null, String(row.expected_answer), grading(row)),
   async reverify(_client, _environment, row) {
     const response = (row.response ?? {}) as Record<string, unknown>;
     return verifyExact(
       typeof response.submission === 'string' ? response.submission : null,
       String(row.expected_answer ?? ''),
+      grading(row),
     );
   },
 };
