@@ -9,7 +9,13 @@ import type { Readable } from 'node:stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
-import type { ImageList, PrepareImageRequest, PrepareImageResponse } from '../core/schemas/image.ts';
+import type {
+  ImageList,
+  ImageProgress,
+  ImageStreamEvent,
+  PrepareImageRequest,
+  PrepareImageResponse,
+} from '../core/schemas/image.ts';
 import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
 import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
 
@@ -158,8 +164,23 @@ export class GymClient {
    * Builds a built-in definition or derives an image, on the provider that will run it; answers
    * when done (a Debian base takes about a minute the first time, nothing once it exists).
    */
-  prepareImage(request: PrepareImageRequest): Promise<PrepareImageResponse> {
-    return this.#json('POST', '/v1/images', { json: request });
+  async prepareImage(
+    request: PrepareImageRequest,
+    options: { onProgress?: (progress: ImageProgress) => void } = {},
+  ): Promise<PrepareImageResponse> {
+    if (options.onProgress === undefined) return this.#json('POST', '/v1/images', { json: request });
+    // Streamed: each step as the daemon takes it, then the result.
+    const response = await this.raw('POST', '/v1/images', { json: request, query: { stream: 'ndjson' } });
+    for await (const line of createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY })) {
+      if (line.trim() === '') continue;
+      const event = JSON.parse(line) as ImageStreamEvent;
+      if (event.type === 'progress') {
+        const { type: _type, ...progress } = event;
+        options.onProgress(progress);
+      } else if (event.type === 'result') return event.result;
+      else throw new GymError(event.error.code, event.error.message, { details: event.error.details });
+    }
+    throw new GymError('DAEMON_UNAVAILABLE', 'the daemon ended the image build without a result');
   }
 
   async listPools(): Promise<PoolStats[]> {

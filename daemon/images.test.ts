@@ -7,6 +7,7 @@
 import type { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { GymError } from '../core/errors.ts';
 import { imageReference } from '../images/build.ts';
 import { findImageDefinition } from '../images/definitions.ts';
 import type {
@@ -48,6 +49,8 @@ class ImagingProvider extends MemoryProvider {
   gate: Promise<void> = Promise.resolve();
   /** Preparations begun (counted before the gate). */
   entered = 0;
+  /** Thrown by the next derived preparation, as a failed recipe would. */
+  failDerived: Error | undefined;
 
   constructor(context: ProviderContext) {
     super(context, { capabilities: { imageFormats: ['rootfs', 'derived'] } });
@@ -65,6 +68,9 @@ class ImagingProvider extends MemoryProvider {
       for (const reference of [source.reference, ...(source.aliases ?? [])])
         this.images.set(reference, { reference, labels: source.config.labels });
     } else {
+      const failure = this.failDerived;
+      this.failDerived = undefined;
+      if (failure !== undefined) throw failure;
       this.prepared.push({ format: 'derived', reference: source.reference, base: source.base });
       const base = this.images.get(source.base);
       this.images.set(source.reference, {
@@ -204,6 +210,59 @@ describe('image routes', () => {
       { format: 'rootfs', reference: await busyboxReference(), base: undefined },
       { format: 'derived', reference: 'gym/derived-test:abc123', base: await busyboxReference() },
     ]);
+  });
+
+  it('streams each step of a build as NDJSON, then the result; refuses before streaming what it cannot do', async () => {
+    const test = await start('imaging');
+    const response = await test.app.inject({
+      method: 'POST',
+      url: '/v1/images?stream=ndjson',
+      headers: test.auth,
+      payload: { kind: 'definition', name: 'busybox' },
+    });
+    expect(response.statusCode, response.body).toBe(200);
+    expect(response.headers['content-type']).toContain('application/x-ndjson');
+    const events = response.body
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { type: string; stage?: string; image?: string });
+    expect(events.map((event) => [event.type, event.stage])).toEqual([
+      ['progress', 'rootfs'],
+      ['progress', 'prepare'],
+      ['result', undefined],
+    ]);
+    expect(events[0]!.image).toBe('busybox');
+    expect(events[2]).toMatchObject({
+      result: { provider: 'imaging', images: [{ name: 'busybox', built: true }] },
+    });
+
+    const unknown = await test.app.inject({
+      method: 'POST',
+      url: '/v1/images?stream=ndjson',
+      headers: test.auth,
+      payload: { kind: 'definition', name: 'busybox', provider: 'nowhere' },
+    });
+    expect(unknown.statusCode).toBe(400);
+    expect(unknown.json().error.code).toBe('PROVIDER_NOT_FOUND');
+
+    // A failure once streaming is the last event, with its code.
+    imaging.failDerived = new GymError('VALIDATION_FAILED', "the image's command failed with exit 3");
+    const failed = await test.app.inject({
+      method: 'POST',
+      url: '/v1/images?stream=ndjson',
+      headers: test.auth,
+      payload: {
+        kind: 'derived',
+        reference: 'gym/fails:1',
+        base: 'busybox',
+        workdir: '/w',
+        files: {},
+        command: 'exit 3',
+      },
+    });
+    const last = JSON.parse(failed.body.trim().split('\n').pop()!);
+    expect(last).toMatchObject({ type: 'error', error: { code: 'VALIDATION_FAILED' } });
+    expect(last.error.message).toContain('exit 3');
   });
 
   it('refuses derived images that would take a definition name or write outside their directory', async () => {

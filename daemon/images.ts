@@ -7,6 +7,7 @@ import { GymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import {
   type ImageList,
+  type ImageProgress,
   type PreparedImage,
   type PrepareImageRequest,
   PrepareImageRequestSchema,
@@ -70,6 +71,15 @@ export class ImageService {
     return builder;
   }
 
+  /**
+   * Refuses now what `prepare` would refuse first (an unknown provider, one without the image
+   * part), so a streamed build answers those as ordinary errors.
+   */
+  check(providerName?: string): void {
+    const { name, provider } = this.#provider(providerName);
+    this.#builder(name, provider);
+  }
+
   /** The images we built on a provider, and whether it has each built-in definition's current image. */
   async list(providerName?: string): Promise<ImageList> {
     const { name, provider } = this.#provider(providerName);
@@ -90,20 +100,32 @@ export class ImageService {
    * Builds a definition (unless the provider has its current image, or `force`), or derives an
    * image from a base (whose definition is built first when it names one that is missing).
    */
-  async prepare(input: PrepareImageRequest | unknown): Promise<PrepareImageResponse> {
+  async prepare(
+    input: PrepareImageRequest | unknown,
+    options: { onProgress?: (progress: ImageProgress) => void } = {},
+  ): Promise<PrepareImageResponse> {
     const request = parseOrThrow(PrepareImageRequestSchema, input, 'image request');
+    const progressOf =
+      (image: string) =>
+      (stage: ImageProgress['stage'], message: string): void =>
+        options.onProgress?.({ image, stage, message });
     const { name: providerName, provider } = this.#provider(request.provider);
     const builder = this.#builder(providerName, provider);
     if (request.kind === 'definition') {
       const definition = findImageDefinition(request.name);
       if (definition === undefined) throw unknownDefinition(request.name);
-      return { provider: providerName, images: [await builder.build(definition, { force: request.force })] };
+      return {
+        provider: providerName,
+        images: [
+          await builder.build(definition, { force: request.force, onProgress: progressOf(definition.name) }),
+        ],
+      };
     }
     const images: PreparedImage[] = [];
     let base = request.base;
     const baseDefinition = findImageDefinition(request.base);
     if (baseDefinition !== undefined) {
-      const built = await builder.build(baseDefinition);
+      const built = await builder.build(baseDefinition, { onProgress: progressOf(baseDefinition.name) });
       if (built.built) images.push(built);
       base = built.reference;
     }
@@ -120,6 +142,7 @@ export class ImageService {
     const key = `${providerName}\0${request.reference}`;
     let derived = this.#deriving.get(key);
     if (derived === undefined) {
+      progressOf(request.reference)('derive', `deriving ${request.reference} from ${base}`);
       derived = buildRepositoryImage(requireImages(providerName, provider), {
         baseImage: base,
         reference: request.reference,

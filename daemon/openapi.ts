@@ -20,6 +20,7 @@ import {
 import { ExecRequestSchema, ExecResultSchema } from '../core/schemas/exec.ts';
 import {
   ImageListSchema,
+  ImageStreamEventSchema,
   PrepareImageRequestSchema,
   PrepareImageResponseSchema,
 } from '../core/schemas/image.ts';
@@ -292,9 +293,23 @@ export function openApiDocument(version: string): Record<string, unknown> {
         post: {
           summary:
             'build a built-in definition, or derive an image (a base with files and a command); the provider turns it into what it runs. Content-addressed: an image the provider has is not built again',
+          parameters: [
+            {
+              name: 'stream',
+              in: 'query',
+              schema: { type: 'string', enum: ['ndjson'] },
+              description: 'stream each step as NDJSON events, the result (or an error) last',
+            },
+          ],
           requestBody: { required: true, ...json(PrepareImageRequestSchema, 'input') },
           responses: {
-            200: { description: 'what was built or found', ...json(PrepareImageResponseSchema) },
+            200: {
+              description: 'what was built or found (or, with stream=ndjson, one event per line)',
+              content: {
+                'application/json': { schema: schema(PrepareImageResponseSchema) },
+                'application/x-ndjson': { schema: schema(ImageStreamEventSchema) },
+              },
+            },
             400: errorResponse,
             404: errorResponse,
             501: errorResponse,

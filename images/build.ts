@@ -160,19 +160,30 @@ export class ImageBuilder {
     return (await this.#store.inspectImage(reference)) !== null;
   }
 
-  /** Builds the image unless one with the same recipe hash exists (or `force`). */
-  async build(definition: ImageDefinition, options: { force?: boolean } = {}): Promise<BuiltImage> {
+  /**
+   * Builds the image unless one with the same recipe hash exists (or `force`), telling
+   * `onProgress` each step (a caller that joins a build under way hears nothing more).
+   */
+  async build(
+    definition: ImageDefinition,
+    options: { force?: boolean; onProgress?: (stage: 'rootfs' | 'prepare', message: string) => void } = {},
+  ): Promise<BuiltImage> {
     const reference = await imageReference(definition);
     const running = this.#building.get(reference);
     if (running !== undefined) return running;
-    const build = this.#build(definition, reference, options.force ?? false).finally(() =>
+    const build = this.#build(definition, reference, options.force ?? false, options.onProgress).finally(() =>
       this.#building.delete(reference),
     );
     this.#building.set(reference, build);
     return build;
   }
 
-  async #build(definition: ImageDefinition, reference: string, force: boolean): Promise<BuiltImage> {
+  async #build(
+    definition: ImageDefinition,
+    reference: string,
+    force: boolean,
+    onProgress: ((stage: 'rootfs' | 'prepare', message: string) => void) | undefined,
+  ): Promise<BuiltImage> {
     const started = performance.now();
     if (!force && (await this.exists(reference))) {
       return { name: definition.name, reference, built: false, durationMs: 0 };
@@ -187,8 +198,15 @@ export class ImageBuilder {
     const workDirectory = await mkdtemp(join(tmpdir(), `gym-image-${definition.name}-`));
     const root = join(workDirectory, 'rootfs');
     try {
+      onProgress?.(
+        'rootfs',
+        definition.kind === 'busybox'
+          ? 'making the root filesystem from busybox'
+          : `making the root filesystem with debootstrap ${definition.suite} (about a minute)`,
+      );
       if (definition.kind === 'busybox') await busyboxRoot(definition, root);
       else await this.#debootstrapRoot(definition, root);
+      onProgress?.('prepare', `handing the root filesystem to the provider as ${reference}`);
       await this.#store.prepareImage({
         format: 'rootfs',
         reference,

@@ -3,6 +3,7 @@
  * project builds itself, prepared by the provider that will run them.
  */
 import { z } from 'zod';
+import { ErrorBodySchema } from './api.ts';
 import { AbsolutePathSchema, EnvSchema } from './common.ts';
 
 /** A built-in image definition's name (`busybox`, `debian-base`; see images/definitions.ts). */
@@ -81,6 +82,30 @@ export const PrepareImageResponseSchema = z.object({
   images: z.array(PreparedImageSchema),
 });
 export type PrepareImageResponse = z.infer<typeof PrepareImageResponseSchema>;
+
+export const PrepareImageQuerySchema = z
+  .object({
+    /** `ndjson`: progress events as the build goes, then one result (or error) event. */
+    stream: z.enum(['ndjson']).optional(),
+  })
+  .strict();
+
+/** A step of a build: the root filesystem made, handed to the provider, or an image derived. */
+export const ImageProgressSchema = z.object({
+  /** The definition's name or the derived image's reference. */
+  image: z.string(),
+  stage: z.enum(['rootfs', 'prepare', 'derive']),
+  message: z.string(),
+});
+export type ImageProgress = z.infer<typeof ImageProgressSchema>;
+
+/** One line of `POST /v1/images?stream=ndjson`: progress, then exactly one result or error. */
+export const ImageStreamEventSchema = z.discriminatedUnion('type', [
+  ImageProgressSchema.extend({ type: z.literal('progress') }),
+  z.object({ type: z.literal('result'), result: PrepareImageResponseSchema }),
+  z.object({ type: z.literal('error'), error: ErrorBodySchema.shape.error }),
+]);
+export type ImageStreamEvent = z.infer<typeof ImageStreamEventSchema>;
 
 export const ListImagesQuerySchema = z.object({ provider: z.string().optional() }).strict();
 

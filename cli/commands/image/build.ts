@@ -1,5 +1,5 @@
 import { GymError } from '../../../core/errors.ts';
-import type { PreparedImage } from '../../../core/schemas/image.ts';
+import type { ImageProgress, PreparedImage } from '../../../core/schemas/image.ts';
 import { IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
@@ -41,8 +41,16 @@ export const imageBuildCommand: CommandOf<typeof imageBuild> = {
         if (!values.json) stdout.write(`building ${name} ...\n`);
         const key = `image ${name}`;
         const estimateMs = await timings.get(key);
+        // The daemon streams each step (the root filesystem made, handed to the provider, ...).
+        let step = '';
+        const onProgress = (progress: ImageProgress) => {
+          step = progress.message;
+        };
         const ticker = startTicker(stderr, (elapsedMs) =>
-          [`building ${name}: ${formatDuration(elapsedMs)}`, leftText(elapsedMs, estimateMs)]
+          [
+            `building ${name}${step === '' ? '' : ` (${step})`}: ${formatDuration(elapsedMs)}`,
+            leftText(elapsedMs, estimateMs),
+          ]
             .filter(Boolean)
             .join(', '),
         );
@@ -51,19 +59,25 @@ export const imageBuildCommand: CommandOf<typeof imageBuild> = {
         try {
           if (name === 'swe-mini') {
             await buildSweMiniImages(
-              { prepareImage: (request) => daemon.client.prepareImage({ ...request, ...provider }) },
+              {
+                prepareImage: (request) =>
+                  daemon.client.prepareImage({ ...request, ...provider }, { onProgress }),
+              },
               (reference, isBuilt) => {
                 built ||= isBuilt;
                 print({ name, reference, built: isBuilt, durationMs: 0 });
               },
             );
           } else {
-            const response = await daemon.client.prepareImage({
-              kind: 'definition',
-              name,
-              force: values.force === true,
-              ...provider,
-            });
+            const response = await daemon.client.prepareImage(
+              {
+                kind: 'definition',
+                name,
+                force: values.force === true,
+                ...provider,
+              },
+              { onProgress },
+            );
             for (const result of response.images) {
               built ||= result.built;
               print(result);
