@@ -16,6 +16,7 @@ import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
+import { type ContractEntry, entriesToTar } from '../contract/tar-helpers.ts';
 import { createKubernetesProvider, KubernetesProvider } from './index.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -177,6 +178,32 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
       parseOrThrow(ExecRequestSchema, { command: 'id -u; id -g' }, 'exec'),
     );
     expect(id.stdout).toBe('65534\n65534\n');
+  });
+});
+
+describe.skipIf(skipReason !== undefined)('kubernetes provider: an archive of many directories', () => {
+  it('checks every directory for planted links, over several execs, before it extracts', async () => {
+    const provider = await makeProvider();
+    const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec'));
+    try {
+      const entries: ContractEntry[] = [];
+      for (let index = 0; index < 450; index++) entries.push({ name: `d${index}`, type: 'directory' });
+      entries.push({ name: 'd449/last.txt', type: 'file', content: Buffer.from('last') });
+      await provider.writeArchive(info.id, '/srv/many', entriesToTar(entries));
+      const run = (command: string) =>
+        provider.exec(info.id, parseOrThrow(ExecRequestSchema, { command }, 'exec'));
+      expect((await run('ls /srv/many | wc -l; cat /srv/many/d449/last.txt')).stdout).toBe('450\nlast');
+      // A link planted where the first batch looks: refused, and nothing of the archive written.
+      await run('rm -r /srv/many/d3 && ln -s /etc /srv/many/d3');
+      const planted = [...entries, { name: 'd3/evil', type: 'file' as const, content: Buffer.from('x') }];
+      await expect(provider.writeArchive(info.id, '/srv/many', entriesToTar(planted))).rejects.toMatchObject({
+        code: 'PATH_KIND_MISMATCH',
+      });
+      expect((await run('ls /etc/evil 2>&1')).stdout).toMatch(/No such file/);
+    } finally {
+      await provider.destroy(info.id);
+      await provider.close();
+    }
   });
 });
 

@@ -85,6 +85,9 @@ const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; 
 /** After a kill, how long to wait for the command's stream to end before dropping it. */
 const KILL_GRACE_MS = 5_000;
 
+/** Directories checked per exec before an extraction (their paths travel in the exec's URL). */
+const EXTRACT_CHECK_BATCH = 200;
+
 /** The one scope of a Kubernetes backend: the API server. */
 const API_SCOPE = 'api-server';
 
@@ -923,19 +926,31 @@ export class KubernetesProvider implements SandboxProvider {
    * exists is a symbolic link or not a directory: tar would follow such a link out of the target.
    */
   async #extractAt(id: string, directories: string[], archive: Buffer | Readable): Promise<void> {
-    const script = [
+    const check = [
       'for d in "$@"; do',
       '  if [ -L "$d" ]; then echo "gym-link $d" >&2; exit 90; fi',
       '  if [ -e "$d" ] && [ ! -d "$d" ]; then echo "gym-notdir $d" >&2; exit 91; fi',
       'done',
+    ];
+    // The command travels in the exec's URL: many directories are checked in batches first,
+    // the last batch in the same shell that extracts.
+    const batches: string[][] = [];
+    for (let start = 0; start < directories.length || batches.length === 0; start += EXTRACT_CHECK_BATCH) {
+      batches.push(directories.slice(start, start + EXTRACT_CHECK_BATCH));
+    }
+    let result: { exitCode: number; stderr: string } = { exitCode: 0, stderr: '' };
+    for (const [index, batch] of batches.entries()) {
+      const isLast = index === batches.length - 1;
       // -o: files belong to the user extracting them, not to ids from the archive.
-      'exec tar -x -o -f - -C /',
-    ].join('\n');
-    const { exitCode, stderr } = await this.#runHelper(
-      id,
-      ['sh', '-c', script, 'gym-extract', ...directories],
-      archive,
-    );
+      const script = [...check, ...(isLast ? ['exec tar -x -o -f - -C /'] : [])].join('\n');
+      result = await this.#runHelper(
+        id,
+        ['sh', '-c', script, 'gym-extract', ...batch],
+        isLast ? archive : null,
+      );
+      if (result.exitCode !== 0) break;
+    }
+    const { exitCode, stderr } = result;
     if (exitCode === 90 || exitCode === 91) {
       const path = stderr.split(' ').slice(1).join(' ').trim();
       throw new GymError(
