@@ -75,6 +75,8 @@ export interface HarnessTask {
    * system prompt first when it has none); harnesses that take one prompt use `instruction`.
    */
   messages?: Array<{ role: 'system' | 'user' | 'assistant'; content: string }>;
+  /** Sampling settings the row asks for (NeMo Gym's `temperature`, `top_p`, `max_output_tokens`). */
+  sampling?: { temperature?: number; top_p?: number; max_tokens?: number };
   metadata?: Record<string, unknown>;
 }
 

@@ -29,6 +29,9 @@ export const ResponsesCreateParamsSchema = z.looseObject({
     z.array(InputMessageSchema).min(1, 'must hold at least one message'),
   ]),
   instructions: z.string().optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  top_p: z.number().min(0).max(1).optional(),
+  max_output_tokens: z.number().int().positive().optional(),
 });
 export type ResponsesCreateParams = z.output<typeof ResponsesCreateParamsSchema>;
 
@@ -64,4 +67,19 @@ export function promptText(messages: readonly PromptMessage[]): string {
     .filter((message) => message.role !== 'assistant')
     .map((message) => message.content)
     .join('\n\n');
+}
+
+/** The sampling settings a row asks for, as Chat Completions names them (NeMo Gym sends them with the input). */
+export function rowSampling(
+  row: Record<string, unknown>,
+): { temperature?: number; top_p?: number; max_tokens?: number } | undefined {
+  const parsed = ResponsesCreateParamsSchema.safeParse(row.responses_create_params);
+  if (!parsed.success) return undefined;
+  const { temperature, top_p, max_output_tokens } = parsed.data;
+  const sampling = {
+    ...(temperature === undefined ? {} : { temperature }),
+    ...(top_p === undefined ? {} : { top_p }),
+    ...(max_output_tokens === undefined ? {} : { max_tokens: max_output_tokens }),
+  };
+  return Object.keys(sampling).length === 0 ? undefined : sampling;
 }

@@ -21,7 +21,7 @@ import {
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
-import { promptText, rowConversation } from '../kinds/responses-input.ts';
+import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
@@ -349,16 +349,18 @@ const CONFIGURATION_ERRORS = new Set<string>([
 ]);
 
 /**
- * The row's NeMo Gym conversation for the harnesses that send one, unless the kind gave its own;
+ * The row's NeMo Gym conversation (and sampling settings) for the harnesses that send one, unless the kind gave its own;
  * and, for a kind that found no prompt in its fields, the conversation's text as the instruction.
  */
 function withConversation(task: HarnessTask, row: TaskRow): HarnessTask {
   const messages = task.messages ?? rowConversation(row);
   if (messages === undefined) return task;
+  const sampling = task.sampling ?? rowSampling(row);
   return {
     ...task,
     messages,
     instruction: task.instruction.trim() === '' ? promptText(messages) : task.instruction,
+    ...(sampling === undefined ? {} : { sampling }),
   };
 }
 

@@ -80,6 +80,9 @@ describe("NeMo Gym's responses_create_params as the prompt", () => {
       /responses_create_params\.input/,
     );
     expect(() => parseRow(exact, { responses_create_params: { input: 'Q?' } }, 0)).toThrow(/expected_answer/);
+    expect(() => parseRow(exact, bad({ input: 'Q?', temperature: 7 }), 0)).toThrow(
+      /responses_create_params\.temperature/,
+    );
     expect(() =>
       parseRow(terminal.implementation, { ...terminalRow!, responses_create_params: { input: 5 } }, 0),
     ).toThrow(/not a valid script task: responses_create_params\.input/);
@@ -188,6 +191,12 @@ describe('NeMo Gym question rows through gym eval (scripted model)', () => {
             'What is the default port of HTTPS?\nA: 21\nB: 80\nC: 443\nD: 8080\nPut the letter of your final answer inside \\boxed{}.',
         },
       ],
+    ]);
+    // Its sampling settings too, as Chat Completions names them.
+    expect(model.requests.map((request) => request.body as Record<string, unknown>)).toEqual([
+      expect.not.objectContaining({ temperature: expect.anything() }),
+      expect.objectContaining({ temperature: 0.3, max_tokens: 64 }),
+      expect.not.objectContaining({ max_tokens: expect.anything() }),
     ]);
     const rollouts = await readJsonl(output);
     expect(rollouts.map((row) => [row.uuid, row.reward, row.outcome])).toEqual([

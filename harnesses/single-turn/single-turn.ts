@@ -13,6 +13,7 @@ export function createSingleTurnHarness(): Harness {
       const startedAt = new Date().toISOString();
       try {
         const completion = await createModelClient(model, clock.remainingMs).chat.completions.create({
+          ...task.sampling,
           model: model.model,
           // The row's own conversation when it has one (NeMo Gym's rows: a system prompt, few-shot turns).
           messages: task.messages ?? [{ role: 'user', content: task.instruction }],
