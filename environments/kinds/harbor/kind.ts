@@ -26,6 +26,7 @@ export const HarborRowSchema = z.looseObject({
   workdir: sandboxPath,
   verifier_timeout_sec: Seconds,
   agent_timeout_sec: Seconds.optional(),
+  environment_env: Env.default({}),
   verifier_env: Env.default({}),
   solution_env: Env.default({}),
   verifier_user: nonEmpty.optional(),
@@ -58,9 +59,13 @@ export const kind: EnvironmentKind = {
   name: 'harbor',
   rowSchema: HarborRowSchema,
   image: (row) => String(row.image),
-  // task.toml's cpus and memory_mb over the environment's resources (which keep their pids limit).
+  // task.toml's env, cpus and memory_mb over the environment's (whose pids limit stays).
   sandbox: (row, environment) => ({
     workdir: String(row.workdir),
+    env: {
+      ...((environment.sandbox as { env?: object }).env ?? {}),
+      ...resolveTaskEnv(envOf(row, 'environment_env'), process.env, 'task.toml [environment] env'),
+    },
     resources: {
       ...((environment.sandbox as { resources?: object }).resources ?? {}),
       ...(typeof row.cpus === 'number' ? { cpus: row.cpus } : {}),
@@ -96,6 +101,9 @@ export const kind: EnvironmentKind = {
   // The final state is gone with the sandbox: a Harbor rollout keeps its reward.
 };
 
-function envOf(row: TaskRow, key: 'solution_env' | 'verifier_env'): Record<string, string> {
+function envOf(
+  row: TaskRow,
+  key: 'environment_env' | 'solution_env' | 'verifier_env',
+): Record<string, string> {
   return (row[key] ?? {}) as Record<string, string>;
 }

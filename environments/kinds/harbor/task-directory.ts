@@ -46,13 +46,14 @@ export const TaskTomlSchema = z.looseObject({
   environment: z
     .looseObject({
       build_timeout_sec: Seconds.default(600),
+      env: EnvTableSchema.default({}),
       docker_image: z.string().min(1).optional(),
       os: z.enum(['linux'], { message: 'only linux tasks run here' }).optional(),
       cpus: z.number().positive().optional(),
       memory_mb: z.number().int().positive().optional(),
       gpus: z.number().int().max(0, 'no GPUs here: a task that needs one cannot run').optional(),
     })
-    .default({ build_timeout_sec: 600 }),
+    .default({ build_timeout_sec: 600, env: {} }),
   steps: z.undefined({ message: 'multi-step tasks are not supported' }).optional(),
 });
 
@@ -72,7 +73,8 @@ export interface HarborRow {
   verifier_timeout_sec: number;
   agent_timeout_sec?: number;
   build_timeout_sec: number;
-  /** task.toml's [verifier] env and [solution] env, `${VAR}` unresolved. */
+  /** task.toml's [environment] env (the sandbox's), [verifier] env and [solution] env, `${VAR}` unresolved. */
+  environment_env: Record<string, string>;
   verifier_env: Record<string, string>;
   solution_env: Record<string, string>;
   verifier_user?: string;
@@ -165,6 +167,7 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     verifier_timeout_sec: config.verifier.timeout_sec,
     ...(config.agent.timeout_sec === undefined ? {} : { agent_timeout_sec: config.agent.timeout_sec }),
     build_timeout_sec: config.environment.build_timeout_sec,
+    environment_env: config.environment.env,
     verifier_env: config.verifier.env,
     solution_env: config.solution.env,
     ...(config.verifier.user === undefined ? {} : { verifier_user: config.verifier.user }),

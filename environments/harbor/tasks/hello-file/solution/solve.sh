@@ -1,2 +1,3 @@
 #!/bin/sh
-echo 'Hello, world!' > hello.txt
+# GREETING comes from task.toml's [environment.env].
+echo "$GREETING" > hello.txt
