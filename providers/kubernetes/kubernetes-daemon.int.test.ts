@@ -3,9 +3,9 @@
  * scores as on Docker, and a daemon killed with -9 leaves no relay in its Pods and its successor
  * adopts them, restoring gateway reach at the same URL.
  */
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,6 +16,8 @@ import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { HarnessRegistry } from '../../harnesses/registry.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, localImages, testImage } from '../../test/docker-available.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
@@ -23,6 +25,7 @@ import { DockerStreamDemuxer } from '../docker/demux.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const NAMESPACE = 'gym-daemon-test';
+const CLI = new URL('../../cli/main.ts', import.meta.url).pathname;
 
 describe.skipIf(skipReason !== undefined)(
   'the daemon on the kubernetes provider (through the emulator)',
@@ -161,5 +164,89 @@ describe.skipIf(skipReason !== undefined)(
         await rm(stateDir, { recursive: true, force: true });
       }
     }, 180_000);
+
+    it('runs the mini-swe harness with the scripted model through the gateway relay: reward 1', async () => {
+      await testImage(docker, 'debian-base');
+      const model = await startScriptedModelServer(
+        ModelScriptSchema.parse({
+          conversations: [
+            {
+              match: 'ERROR',
+              replies: [
+                {
+                  content: 'Count them.\n```bash\ngrep -c ERROR /app/server.log > /app/error_count.txt\n```',
+                },
+                { content: 'Done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```' },
+              ],
+            },
+          ],
+        }),
+      );
+      const stateDir = await mkdtemp(join(tmpdir(), 'gym-k8s-miniswe-'));
+      const configPath = join(stateDir, 'gym.yaml');
+      await writeFile(
+        configPath,
+        [
+          `stateDir: ${stateDir}`,
+          `namespace: k8sswe-${randomBytes(3).toString('hex')}`,
+          'listen: { host: 127.0.0.1, port: 0 }',
+          'logLevel: warn',
+          'providers:',
+          '  - name: kubernetes',
+          `    options: { kubeconfigPath: ${kubeconfigPath} }`,
+          `gateway: { upstream: { baseUrl: ${model.baseUrl} }, maxRetries: 0 }`,
+          '',
+        ].join('\n'),
+      );
+      let child: ChildProcess | undefined;
+      try {
+        child = (await spawnDaemonProcess(configPath, stateDir)).child;
+        const input = join(stateDir, 'one-task.jsonl');
+        const rows = (
+          await readFile(new URL('../../environments/terminal/data/example.jsonl', import.meta.url), 'utf8')
+        )
+          .split('\n')
+          .filter((line) => line.includes('"count-errors"'));
+        await writeFile(input, `${rows.join('\n')}\n`);
+        const output = join(stateDir, 'mini-swe.jsonl');
+        const run = await gym(
+          ['eval', 'run', '--env', 'terminal', '--input', input, '--harness', 'mini-swe', '--output', output],
+          stateDir,
+        );
+        expect(run.code, run.stderr).toBe(0);
+        const [rollout] = await readJsonl(output);
+        expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
+        expect((rollout!.model_calls as unknown[]).length).toBe(2);
+      } finally {
+        child?.kill('SIGTERM');
+        await new Promise((resolve) =>
+          child?.exitCode === null ? child.once('exit', resolve) : resolve(null),
+        );
+        await model.close();
+        await rm(stateDir, { recursive: true, force: true });
+      }
+    }, 180_000);
   },
 );
+
+/** Runs the `gym` CLI against the daemon of `stateDir`. */
+function gym(
+  args: string[],
+  stateDir: string,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}

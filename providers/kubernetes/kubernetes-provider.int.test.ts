@@ -161,6 +161,28 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
   });
 
+  it('stops every process but the keeper, whatever it does, and the sandbox stays usable', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    const run = (command: string, timeoutMs = 10_000) =>
+      provider.exec(info.id, parseOrThrow(ExecRequestSchema, { command, timeoutMs }, 'exec'));
+    // Background processes that left their group, one that respawns, one that cleared its environment.
+    await run(
+      'setsid sleep 1001 >/dev/null 2>&1 & (while :; do sleep 1002; done) >/dev/null 2>&1 & env -i sleep 1003 >/dev/null 2>&1 & true',
+    );
+    const before = await run(
+      'for p in /proc/[0-9]*; do tr "\\0" " " < $p/cmdline; echo; done | grep -c "^sleep 100"',
+    );
+    expect(Number(before.stdout)).toBeGreaterThanOrEqual(3);
+    const { killed } = await provider.stopProcesses(info.id);
+    expect(killed).toBeGreaterThanOrEqual(4);
+    const after = await run(
+      'for p in /proc/[0-9]*; do tr "\\0" " " < $p/cmdline; echo; done | grep -c "^sleep 100"',
+    );
+    expect(after.stdout.trim()).toBe('0');
+    expect((await run('echo alive')).stdout).toBe('alive\n');
+  });
+
   it('takes a numeric user only, and refuses spec options it does not know', async () => {
     await expect(provider.create(spec({ user: 'nobody' }))).rejects.toMatchObject({
       code: 'VALIDATION_FAILED',

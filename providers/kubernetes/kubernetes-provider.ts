@@ -82,6 +82,33 @@ export const DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID'
 /** Keeps the container alive doing nothing; exits at once on the kubelet's TERM. */
 const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
 
+/**
+ * Stops every process of the Pod but PID 1 (the idle keeper) and itself: each pass first stops
+ * all (SIGSTOP, so none can fork or reap meanwhile), then kills them, until a pass finds none
+ * (zombies, already dead, are left to their parent or PID 1).
+ * Shell builtins only; prints how many it killed. An agent that replaced `/bin/sh` defeats it,
+ * as it does the kill script.
+ */
+const STOP_SCRIPT = `
+self=$$; pass=0; total=0
+while [ "$pass" -lt 50 ]; do
+  found=""
+  for dir in /proc/[0-9]*; do
+    pid="\${dir#/proc/}"
+    [ "$pid" = 1 ] && continue
+    [ "$pid" = "$self" ] && continue
+    stat=""; read -r stat < "$dir/stat" 2>/dev/null || continue
+    set -- \${stat##*) }
+    [ "$1" = Z ] && continue
+    kill -STOP "$pid" 2>/dev/null && found="$found $pid"
+  done
+  if [ -z "$found" ]; then echo "$total"; exit 0; fi
+  for pid in $found; do kill -9 "$pid" 2>/dev/null && total=$((total + 1)); done
+  pass=$((pass + 1))
+done
+echo "$total"; exit 1
+`;
+
 /** After a kill, how long to wait for the command's stream to end before dropping it. */
 const KILL_GRACE_MS = 5_000;
 
@@ -321,7 +348,8 @@ export class KubernetesProvider implements SandboxProvider {
       networkModes: ['none'],
       gatewayReach: this.#options.gatewayReach && existsSync(this.#options.relayHelperPath),
       timeoutKill: 'tagged',
-      stopProcesses: false,
+      // From inside the Pod, by a script of shell builtins (see STOP_SCRIPT): the tagged guarantee.
+      stopProcesses: true,
     };
   }
 
@@ -1140,6 +1168,33 @@ export class KubernetesProvider implements SandboxProvider {
     started.relay.close();
     this.#relayList.delete(started.relay);
     if (kill) await this.#killTagged(id, started.execId, 'tagged-only');
+  }
+
+  /**
+   * Kills every process of the Pod but its keeper, from inside (`STOP_SCRIPT`), and drops its
+   * sessions and gateway relay (a later `exposeGateway` starts the relay again).
+   */
+  async stopProcesses(id: string): Promise<{ killed: number }> {
+    this.#closeSessions(id);
+    await this.#releaseRelay(id, false);
+    if ((await this.get(id)).state !== 'ready') {
+      throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`, { details: { sandboxId: id } });
+    }
+    const result = await runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
+      maxBytes: 1024,
+      timeoutMs: 30_000,
+    });
+    const killed = Number.parseInt(result.stdout.toString('utf8').trim(), 10);
+    if (result.end.kind !== 'exited' || result.end.exitCode !== 0 || !Number.isInteger(killed)) {
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `could not stop the processes of sandbox ${id}: ${JSON.stringify(result.end)} ${result.stderr}`,
+        {
+          details: { sandboxId: id },
+        },
+      );
+    }
+    return { killed };
   }
 
   /** Deletes the Pod and waits (bounded) until the API no longer shows it. Idempotent. */
