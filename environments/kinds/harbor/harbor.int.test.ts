@@ -120,6 +120,33 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
     expect(summary.metrics['mean/reward']).toBeUndefined();
   }, 300_000);
 
+  it("runs a task on a prebuilt docker_image, from that image's working directory", async () => {
+    const reference = `gym/harbor-prebuilt:${randomBytes(4).toString('hex')}`;
+    madeImages.push(reference);
+    const empty = join(directory, 'empty-context');
+    await mkdir(empty, { recursive: true });
+    await buildDockerfileImage(
+      docker,
+      {
+        dockerfile: 'FROM gym/busybox:latest\nWORKDIR /work\n',
+        contextDirectory: empty,
+        reference,
+        timeoutMs: 60_000,
+      },
+      silentLogger,
+    );
+    const task = join(directory, 'prebuilt');
+    await mkdir(join(task, 'tests'), { recursive: true });
+    await writeFile(join(task, 'task.toml'), `[environment]\ndocker_image = "${reference}"\n`);
+    await writeFile(join(task, 'instruction.md'), 'Nothing to do.\n');
+    await writeFile(
+      join(task, 'tests/test.sh'),
+      '#!/bin/sh\nif [ "$(pwd)" = /work ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
+    );
+    const { rollouts } = await run(task, 'noop');
+    expect(rollouts.map((row) => [row.id, row.workdir, row.reward])).toEqual([['prebuilt', '/work', 1]]);
+  }, 300_000);
+
   it('builds the Dockerfile subset into an image with its settings, and names what it cannot build', async () => {
     const context = join(directory, 'context');
     await mkdir(join(context, 'conf'), { recursive: true });
