@@ -22,7 +22,7 @@ import {
   writeDaemonInfo,
 } from './identity.ts';
 import { ImageService } from './images.ts';
-import { DaemonMetrics } from './metrics.ts';
+import { DaemonMetrics, registerCountGauges } from './metrics.ts';
 import { defaultOwnersDirectory, ensureOwnersDirectory, OwnerRegistry } from './owners.ts';
 import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
@@ -122,21 +122,23 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   // address of the host would. It serves the model routes only, never the daemon's API. The
   // manager needs it before it starts: reconcile restores the reach of adopted sandboxes.
   const gatewaySocket = options.listen === false ? undefined : join(config.stateDir, 'gateway.sock');
+  // Built in one direction: metrics, then the manager recording into them, then the pools on the
+  // manager (which tells them of removals through onRemoved), then the gauges reading both.
+  const metrics = new DaemonMetrics();
   const manager = new SandboxManager({
     config,
     providers,
     store,
     daemonId,
     owners,
+    metrics,
     logger,
     clock,
     ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
   });
-  const metrics = new DaemonMetrics(manager);
-  manager.metrics = metrics;
   await manager.start();
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
-  metrics.pools = pools;
+  registerCountGauges(metrics, { sandboxes: manager, pools });
   await pools.start(config.pools);
   const gateway = new ModelGateway({
     stateDir: config.stateDir,

@@ -29,9 +29,12 @@ export class DaemonMetrics {
   readonly errors: Counter<'code'>;
   readonly reaped: Counter<'reason'>;
   readonly poolAcquireSeconds: Histogram<'pool' | 'outcome'>;
-  #pools: PoolCounts | undefined;
 
-  constructor(counts: SandboxCounts) {
+  /**
+   * The instruments the manager and the pools record into. The gauges of what they hold are
+   * added once both exist (`registerCountGauges`), so nothing here depends on them.
+   */
+  constructor() {
     const registers = [this.registry];
     this.createSeconds = new Histogram({
       name: 'gym_sandbox_create_seconds',
@@ -73,79 +76,83 @@ export class DaemonMetrics {
       buckets: LATENCY_BUCKETS_SECONDS,
       registers,
     });
-    const metrics = this;
-    new Gauge({
-      name: 'gym_pool_sandboxes',
-      help: 'Pool members by pool and state (idle, leased, creating).',
-      labelNames: ['pool', 'state'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { pool, ...counts } of metrics.#pools?.poolCounts() ?? []) {
-          for (const [state, count] of Object.entries(counts)) this.set({ pool, state }, count);
-        }
-      },
-    });
-    new Gauge({
-      name: 'gym_sandboxes',
-      help: 'Sandboxes the daemon manages, by provider and state.',
-      labelNames: ['provider', 'state'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { provider, state, count } of counts.byProviderAndState())
-          this.set({ provider, state }, count);
-      },
-    });
-    new Gauge({
-      name: 'gym_gateway_relay_connections',
-      help: 'Connections open through the gateway relays into sandboxes, by provider (each costs two sockets in the daemon, no process).',
-      labelNames: ['provider'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { provider, connections } of counts.relays?.() ?? []) this.set({ provider }, connections);
-      },
-    });
-    new Gauge({
-      name: 'gym_gateway_relay_listeners',
-      help: 'Ports listening for the gateway relay inside sandboxes, by provider (one descriptor each).',
-      labelNames: ['provider'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { provider, listeners } of counts.relays?.() ?? []) this.set({ provider }, listeners);
-      },
-    });
-    new Counter({
-      name: 'gym_gateway_relay_refused_total',
-      help: 'Relay connections closed at once because their sandbox had its maximum open, by provider.',
-      labelNames: ['provider'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { provider, refusedTotal } of counts.relays?.() ?? [])
-          this.inc({ provider }, refusedTotal);
-      },
-    });
-    new Gauge({
-      name: 'gym_create_queue_length',
-      help: 'Creates waiting for admission, by provider.',
-      labelNames: ['provider'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { provider, count } of counts.queued()) this.set({ provider }, count);
-      },
-    });
-  }
-
-  /** Pools report their gauges once the pool manager exists (it is built after the metrics). */
-  set pools(pools: PoolCounts) {
-    this.#pools = pools;
   }
 
   text(): Promise<string> {
     return this.registry.metrics();
   }
+}
+
+/** Gauges of what the sandboxes and the pools hold, read at each scrape. */
+export function registerCountGauges(
+  metrics: DaemonMetrics,
+  sources: { sandboxes: SandboxCounts; pools: PoolCounts },
+): void {
+  const registers = [metrics.registry];
+  new Gauge({
+    name: 'gym_pool_sandboxes',
+    help: 'Pool members by pool and state (idle, leased, creating).',
+    labelNames: ['pool', 'state'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { pool, ...counts } of sources.pools.poolCounts()) {
+        for (const [state, count] of Object.entries(counts)) this.set({ pool, state }, count);
+      }
+    },
+  });
+  new Gauge({
+    name: 'gym_sandboxes',
+    help: 'Sandboxes the daemon manages, by provider and state.',
+    labelNames: ['provider', 'state'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { provider, state, count } of sources.sandboxes.byProviderAndState())
+        this.set({ provider, state }, count);
+    },
+  });
+  new Gauge({
+    name: 'gym_gateway_relay_connections',
+    help: 'Connections open through the gateway relays into sandboxes, by provider (each costs two sockets in the daemon, no process).',
+    labelNames: ['provider'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { provider, connections } of sources.sandboxes.relays?.() ?? [])
+        this.set({ provider }, connections);
+    },
+  });
+  new Gauge({
+    name: 'gym_gateway_relay_listeners',
+    help: 'Ports listening for the gateway relay inside sandboxes, by provider (one descriptor each).',
+    labelNames: ['provider'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { provider, listeners } of sources.sandboxes.relays?.() ?? [])
+        this.set({ provider }, listeners);
+    },
+  });
+  new Counter({
+    name: 'gym_gateway_relay_refused_total',
+    help: 'Relay connections closed at once because their sandbox had its maximum open, by provider.',
+    labelNames: ['provider'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { provider, refusedTotal } of sources.sandboxes.relays?.() ?? [])
+        this.inc({ provider }, refusedTotal);
+    },
+  });
+  new Gauge({
+    name: 'gym_create_queue_length',
+    help: 'Creates waiting for admission, by provider.',
+    labelNames: ['provider'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { provider, count } of sources.sandboxes.queued()) this.set({ provider }, count);
+    },
+  });
 }

@@ -18,20 +18,20 @@ import {
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { DaemonMetrics, PoolCounts } from '../metrics.ts';
-import type { SandboxManager } from '../sandbox-manager.ts';
 import { Pool } from './pool.ts';
+import type { PoolSandboxes } from './pool-sandboxes.ts';
 
 const POOLS_FILE = 'pools.json';
 
 export interface PoolManagerOptions {
-  manager: SandboxManager;
+  manager: PoolSandboxes;
   stateDir: string;
   logger: Logger;
   metrics?: DaemonMetrics;
 }
 
 export class PoolManager implements PoolCounts {
-  readonly #manager: SandboxManager;
+  readonly #manager: PoolSandboxes;
   readonly #stateDir: string;
   readonly #logger: Logger;
   readonly #metrics: DaemonMetrics | undefined;

@@ -11,8 +11,8 @@ import type { PoolDefinition, PoolStats } from '../../core/schemas/pool.ts';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
 import { percentile } from '../../core/stats.ts';
 import type { DaemonMetrics } from '../metrics.ts';
-import type { SandboxManager } from '../sandbox-manager.ts';
 import type { SandboxRecord } from '../state-store.ts';
+import type { PoolSandboxes } from './pool-sandboxes.ts';
 
 /** Acquire latencies kept for the percentiles in the stats. */
 const LATENCY_WINDOW = 1024;
@@ -31,7 +31,7 @@ export interface AcquireOverrides {
 export class Pool {
   readonly name: string;
   #definition: PoolDefinition;
-  readonly #manager: SandboxManager;
+  readonly #manager: PoolSandboxes;
   readonly #logger: Logger;
   readonly #metrics: DaemonMetrics | undefined;
   /** Ready and health-checked, oldest first (handed out first, so none idles until it rotates). */
@@ -54,7 +54,7 @@ export class Pool {
   constructor(
     name: string,
     definition: PoolDefinition,
-    manager: SandboxManager,
+    manager: PoolSandboxes,
     logger: Logger,
     metrics?: DaemonMetrics,
   ) {

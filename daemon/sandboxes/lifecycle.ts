@@ -1,0 +1,383 @@
+/**
+ * The sandbox lifecycle: admission, create (for a request, or idle for a pool), pool claims,
+ * the daemon's view of a sandbox, destroy and forget, and the removal events pools listen to.
+ * Providers hold the resources; the state store holds the records; this keeps the two in
+ * agreement for every create and destroy.
+ */
+import { GymError } from '../../core/errors.ts';
+import { createId } from '../../core/ids.ts';
+import type { Logger } from '../../core/logger.ts';
+import type { Sandbox } from '../../core/schemas/api.ts';
+import { type SandboxSpec, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
+import { Admission, type CreateSlot } from '../admission.ts';
+import { requireSpecCapabilities } from '../capabilities.ts';
+import type { DaemonConfig } from '../config.ts';
+import type { DaemonMetrics } from '../metrics.ts';
+import { applyResourceLimits } from '../resource-limits.ts';
+import type { SandboxRecord, StateStore } from '../state-store.ts';
+import { forEachLimited, REAPER_CONCURRENCY } from './concurrency.ts';
+import type { Leases } from './leases.ts';
+import type { SandboxRuntime } from './runtime.ts';
+
+export interface ListOptions {
+  labels?: Record<string, string>;
+  provider?: string;
+}
+
+/** Called after any sandbox record is removed (destroyed, reaped, found gone), with why. */
+export type RemovalListener = (record: SandboxRecord, reason: string) => void;
+
+export interface SandboxLifecycleOptions {
+  config: DaemonConfig;
+  providers: ReadonlyMap<string, SandboxProvider>;
+  store: StateStore;
+  runtime: SandboxRuntime;
+  leases: Leases;
+  metrics: DaemonMetrics | undefined;
+  logger: Logger;
+}
+
+export class SandboxLifecycle {
+  readonly #config: DaemonConfig;
+  readonly #providers: ReadonlyMap<string, SandboxProvider>;
+  readonly #store: StateStore;
+  readonly #runtime: SandboxRuntime;
+  readonly #leases: Leases;
+  readonly #metrics: DaemonMetrics | undefined;
+  readonly #logger: Logger;
+  readonly #admissions = new Map<string, Admission>();
+  readonly #removalListeners: RemovalListener[] = [];
+  #isShuttingDown = false;
+
+  constructor(options: SandboxLifecycleOptions) {
+    this.#config = options.config;
+    this.#providers = options.providers;
+    this.#store = options.store;
+    this.#runtime = options.runtime;
+    this.#leases = options.leases;
+    this.#metrics = options.metrics;
+    this.#logger = options.logger;
+    for (const provider of options.config.providers) {
+      this.#admissions.set(provider.name, new Admission(provider.name, provider));
+    }
+  }
+
+  get defaultProvider(): string {
+    return this.#config.defaultProvider ?? this.#config.providers[0]!.name;
+  }
+
+  get isShuttingDown(): boolean {
+    return this.#isShuttingDown;
+  }
+
+  /** From now on no sandbox is created (and the reaper stops). */
+  beginShutdown(): void {
+    this.#isShuttingDown = true;
+  }
+
+  /** Admission counts what the store holds (after reconcile). */
+  syncLiveCounts(): void {
+    for (const [name, admission] of this.#admissions) {
+      admission.setLive(this.#store.all().filter((record) => record.provider === name).length);
+    }
+  }
+
+  provider(name: string): SandboxProvider {
+    const provider = this.#providers.get(name);
+    if (provider === undefined) {
+      throw new GymError(
+        'PROVIDER_NOT_FOUND',
+        `no provider named "${name}" is configured; configured: ${[...this.#providers.keys()].join(', ')}`,
+        {
+          details: { provider: name, available: [...this.#providers.keys()] },
+        },
+      );
+    }
+    return provider;
+  }
+
+  view(record: SandboxRecord): Sandbox {
+    return {
+      id: record.id,
+      provider: record.provider,
+      state: this.#runtime.stateOf(record),
+      image: record.spec.image,
+      labels: record.spec.labels,
+      pool: record.pool,
+      createdAt: record.createdAt,
+      leaseExpiresAt: new Date(this.#leases.expiresAtMs(record)).toISOString(),
+      deadlineAt: record.deadlineAt,
+      fromPool: record.fromPool,
+      spec: record.spec,
+    };
+  }
+
+  /** The record of a sandbox the API may use. @throws GymError `SANDBOX_NOT_FOUND`. */
+  record(id: string): SandboxRecord {
+    const record = this.#store.get(id);
+    if (record === undefined || this.#runtime.destroying.has(id)) {
+      throw new GymError(
+        'SANDBOX_NOT_FOUND',
+        `sandbox ${id} does not exist (destroyed, expired, or never created)`,
+        {
+          details: { sandboxId: id },
+        },
+      );
+    }
+    return record;
+  }
+
+  get(id: string): Sandbox {
+    return this.view(this.record(id));
+  }
+
+  list(options: ListOptions = {}): Sandbox[] {
+    return this.#store
+      .all()
+      .filter((record) => record.poolState !== 'idle')
+      .filter((record) => options.provider === undefined || record.provider === options.provider)
+      .filter((record) =>
+        Object.entries(options.labels ?? {}).every(([key, value]) => record.spec.labels[key] === value),
+      )
+      .sort((left, right) => left.createdAt.localeCompare(right.createdAt) || left.id.localeCompare(right.id))
+      .map((record) => this.view(record));
+  }
+
+  /**
+   * Parses a spec as the API received it: the daemon's default TTL and resource limits apply
+   * where it names none, and its limits must be within the configured maximum.
+   */
+  parseSpec(input: unknown): SandboxSpec {
+    const withDefaults =
+      typeof input === 'object' && input !== null && !('ttlSeconds' in input)
+        ? { ...input, ttlSeconds: this.#config.defaultTtlSeconds }
+        : input;
+    return applyResourceLimits(parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec'), this.#config);
+  }
+
+  /** Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback. */
+  async create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
+    const spec = this.parseSpec(input);
+    const providerName = this.#providerFor(spec);
+    const slot = await this.#admissions.get(providerName)!.acquire();
+    const record = await this.#createRecord(spec, providerName, slot, {
+      pool: options.pool ?? null,
+      poolState: options.pool ? 'leased' : null,
+    });
+    return this.view(record);
+  }
+
+  /**
+   * Creates an idle pool member if there is room right now, without waiting and leaving room for
+   * requests (refill must never starve them). Resolves null when there is no room.
+   */
+  async createIdle(spec: SandboxSpec, pool: string, idleTtlSeconds: number): Promise<SandboxRecord | null> {
+    const providerName = this.#providerFor(spec);
+    const slot = this.#admissions.get(providerName)!.tryAcquire();
+    if (slot === null) return null;
+    const limited = applyResourceLimits({ ...spec, ttlSeconds: idleTtlSeconds }, this.#config);
+    return this.#createRecord(limited, providerName, slot, {
+      pool,
+      poolState: 'idle',
+    });
+  }
+
+  /**
+   * Whether the spec's provider exists and can make what it asks for (before a pool is defined on it).
+   * @throws GymError `PROVIDER_NOT_FOUND`, `CAPABILITY_UNSUPPORTED`.
+   */
+  checkSpec(spec: SandboxSpec): void {
+    const providerName = spec.provider ?? this.defaultProvider;
+    requireSpecCapabilities(providerName, this.provider(providerName), spec);
+  }
+
+  #providerFor(spec: SandboxSpec): string {
+    if (this.#isShuttingDown)
+      throw new GymError('SHUTTING_DOWN', 'the daemon is shutting down and creates no sandboxes');
+    this.checkSpec(spec);
+    return spec.provider ?? this.defaultProvider;
+  }
+
+  async #createRecord(
+    spec: SandboxSpec,
+    providerName: string,
+    slot: CreateSlot,
+    membership: { pool: string | null; poolState: SandboxRecord['poolState'] },
+  ): Promise<SandboxRecord> {
+    const provider = this.provider(providerName);
+    const id = createId('sbx');
+    this.#runtime.creating.set(id, providerName);
+    const started = performance.now();
+    try {
+      const info = await provider.create({ ...spec, provider: providerName }, { id, pool: membership.pool });
+      const record: SandboxRecord = {
+        id,
+        provider: providerName,
+        // Seed files can be large and were written already: the record keeps only the spec's shape.
+        spec: { ...spec, provider: providerName, files: [] },
+        pool: info.pool,
+        createdAt: info.createdAt,
+        leaseExpiresAt: info.leaseExpiresAt,
+        deadlineAt: info.deadlineAt,
+        providerRef: info.providerRef,
+        ...(info.scope === undefined ? {} : { scope: info.scope }),
+        poolState: membership.poolState,
+        fromPool: false,
+        execEnv: {},
+        gatewayUrl: null,
+      };
+      try {
+        await this.#store.put(record);
+      } catch (error) {
+        await provider.destroy(id).catch(() => {});
+        throw new GymError(
+          'INTERNAL',
+          `could not record sandbox ${id}; it was destroyed: ${(error as Error).message}`,
+          {
+            cause: error,
+          },
+        );
+      }
+      slot.succeeded();
+      this.#metrics?.createSeconds.observe(
+        { provider: providerName, outcome: 'ok' },
+        (performance.now() - started) / 1000,
+      );
+      this.#logger.info(
+        { sandboxId: id, provider: providerName, image: spec.image, pool: membership.pool },
+        'sandbox created',
+      );
+      return record;
+    } catch (error) {
+      slot.failed();
+      const code = error instanceof GymError ? error.code : 'INTERNAL';
+      this.#metrics?.createSeconds.observe(
+        { provider: providerName, outcome: code },
+        (performance.now() - started) / 1000,
+      );
+      throw error;
+    } finally {
+      this.#runtime.creating.delete(id);
+    }
+  }
+
+  /**
+   * Hands an idle pool member out: it becomes leased with a fresh lease, the request's labels and
+   * an env applied to its execs. Returns null when the id is no longer idle (raced, or gone).
+   */
+  async claim(
+    id: string,
+    overrides: { ttlSeconds: number; labels: Record<string, string>; env: Record<string, string> },
+  ): Promise<Sandbox | null> {
+    const record = this.#store.get(id);
+    if (record === undefined || record.poolState !== 'idle' || this.#runtime.destroying.has(id)) return null;
+    const claimed: SandboxRecord = {
+      ...record,
+      poolState: 'leased',
+      fromPool: true,
+      spec: {
+        ...record.spec,
+        ttlSeconds: overrides.ttlSeconds,
+        labels: { ...record.spec.labels, ...overrides.labels },
+      },
+      execEnv: overrides.env,
+    };
+    const leaseMs = this.#leases.renewed(claimed);
+    claimed.leaseExpiresAt = new Date(leaseMs).toISOString();
+    this.#leases.set(id, leaseMs);
+    await this.#store.put(claimed);
+    return this.view(claimed);
+  }
+
+  /** Records of pool members, for a pool to (re)adopt. */
+  poolRecords(pool?: string): SandboxRecord[] {
+    return this.#store
+      .all()
+      .filter((record) => record.pool !== null && (pool === undefined || record.pool === pool));
+  }
+
+  onRemoved(listener: RemovalListener): void {
+    this.#removalListeners.push(listener);
+  }
+
+  #notifyRemoved(record: SandboxRecord, reason: string): void {
+    for (const listener of this.#removalListeners) {
+      try {
+        listener(record, reason);
+      } catch (error) {
+        this.#logger.error({ error: String(error) }, 'a removal listener failed');
+      }
+    }
+  }
+
+  /** Destroys a sandbox. Idempotent: an unknown or already destroyed id is success. */
+  async destroy(id: string, reason = 'request'): Promise<void> {
+    const pending = this.#runtime.destroying.get(id);
+    if (pending !== undefined) return pending;
+    const record = this.#store.get(id);
+    if (record === undefined) return;
+    const destroying = this.#destroyRecord(record, reason).finally(() => this.#runtime.destroying.delete(id));
+    this.#runtime.destroying.set(id, destroying);
+    return destroying;
+  }
+
+  async #destroyRecord(record: SandboxRecord, reason: string): Promise<void> {
+    const started = performance.now();
+    await this.provider(record.provider).destroy(record.id);
+    await this.#store.delete(record.id);
+    this.#leases.forget(record.id);
+    this.#runtime.unreachable.delete(record.id);
+    this.#admissions.get(record.provider)?.released();
+    this.#metrics?.destroySeconds.observe(
+      { provider: record.provider },
+      (performance.now() - started) / 1000,
+    );
+    if (reason !== 'request') this.#metrics?.reaped.inc({ reason });
+    this.#logger.info({ sandboxId: record.id, provider: record.provider, reason }, 'sandbox destroyed');
+    this.#notifyRemoved(record, reason);
+  }
+
+  /** Drops a record whose resource is gone (or past its deadline and out of reach), without the provider. */
+  async forget(record: SandboxRecord, reason: string): Promise<void> {
+    await this.#store.delete(record.id);
+    this.#leases.forget(record.id);
+    this.#runtime.unreachable.delete(record.id);
+    this.#admissions.get(record.provider)?.released();
+    this.#notifyRemoved(record, reason);
+  }
+
+  /** Waits for destroys in flight; with `destroy`, destroys every sandbox left (at shutdown). */
+  async settle(options: { destroy: boolean }): Promise<void> {
+    await Promise.allSettled(this.#runtime.destroying.values());
+    if (!options.destroy) return;
+    await forEachLimited(this.#store.all(), REAPER_CONCURRENCY, (record) =>
+      this.#destroyRecord(record, 'shutdown').catch((error: unknown) =>
+        this.#logger.warn(
+          { sandboxId: record.id, error: String(error) },
+          'could not destroy a sandbox at shutdown',
+        ),
+      ),
+    );
+  }
+
+  byProviderAndState(): Array<{ provider: string; state: string; count: number }> {
+    const counts = new Map<string, number>();
+    const add = (provider: string, state: string) =>
+      counts.set(`${provider}\0${state}`, (counts.get(`${provider}\0${state}`) ?? 0) + 1);
+    for (const record of this.#store.all()) {
+      const state = this.#runtime.stateOf(record);
+      add(record.provider, state === 'ready' && record.poolState === 'idle' ? 'idle' : state);
+    }
+    for (const provider of this.#runtime.creating.values()) add(provider, 'creating');
+    return [...counts].map(([key, count]) => {
+      const [provider, state] = key.split('\0') as [string, string];
+      return { provider, state, count };
+    });
+  }
+
+  queued(): Array<{ provider: string; count: number }> {
+    return [...this.#admissions].map(([provider, admission]) => ({ provider, count: admission.queued }));
+  }
+}

@@ -1,0 +1,130 @@
+/**
+ * What the API does with a sandbox once it exists: keepalive, exec, files, gateway reach,
+ * stopping processes, snapshots, and the health probe pools use. Any use renews the lease, its
+ * write overlapping the operation. Capability checks go through `../capabilities.ts`.
+ */
+import type { Readable } from 'node:stream';
+import type { Sandbox } from '../../core/schemas/api.ts';
+import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import type { ExecOptions, FileContent, SandboxProvider } from '../../providers/sandbox-provider.ts';
+import { requireSnapshot, requireStopProcesses, sessionOrOneShot } from '../capabilities.ts';
+import type { DaemonMetrics } from '../metrics.ts';
+import type { SandboxRecord, StateStore } from '../state-store.ts';
+import type { GatewayReach } from './gateway-reach.ts';
+import type { Leases } from './leases.ts';
+import type { SandboxLifecycle } from './lifecycle.ts';
+
+export class SandboxOperations {
+  readonly #lifecycle: SandboxLifecycle;
+  readonly #leases: Leases;
+  readonly #store: StateStore;
+  readonly #gateway: GatewayReach;
+  readonly #metrics: DaemonMetrics | undefined;
+
+  constructor(options: {
+    lifecycle: SandboxLifecycle;
+    leases: Leases;
+    store: StateStore;
+    gateway: GatewayReach;
+    metrics: DaemonMetrics | undefined;
+  }) {
+    this.#lifecycle = options.lifecycle;
+    this.#leases = options.leases;
+    this.#store = options.store;
+    this.#gateway = options.gateway;
+    this.#metrics = options.metrics;
+  }
+
+  /** Renews the lease by `ttlSeconds` from now (default: the sandbox's own TTL), never past its deadline. */
+  async keepalive(id: string, ttlSeconds?: number): Promise<Sandbox> {
+    await this.#leases.renew(this.#lifecycle.record(id), ttlSeconds);
+    return this.#lifecycle.get(id);
+  }
+
+  /** Runs the request, with the lease renewal's write overlapping the command. */
+  async #use<T>(
+    id: string,
+    body: (provider: SandboxProvider, record: SandboxRecord) => Promise<T>,
+  ): Promise<T> {
+    const record = this.#lifecycle.record(id);
+    const provider = this.#lifecycle.provider(record.provider);
+    const [result] = await Promise.all([body(provider, record), this.#leases.touch(record)]);
+    return result;
+  }
+
+  async exec(id: string, input: ExecRequestInput | unknown, options: ExecOptions = {}): Promise<ExecResult> {
+    const request = parseOrThrow(ExecRequestSchema, input, 'exec request');
+    return this.#use(id, async (provider, record) => {
+      const { request: runnable, isSession } = sessionOrOneShot(provider, request);
+      const started = performance.now();
+      const withEnv =
+        Object.keys(record.execEnv).length === 0
+          ? runnable
+          : { ...runnable, env: { ...record.execEnv, ...runnable.env } };
+      const ran = await provider.exec(id, withEnv, options);
+      // Only a session asked for and not had is worth saying: the caller may rely on its speed.
+      const result = request.session !== undefined && !isSession ? { ...ran, session: false as const } : ran;
+      this.#metrics?.execSeconds.observe(
+        {
+          provider: record.provider,
+          mode: isSession ? 'session' : 'one-shot',
+          status: result.status,
+        },
+        (performance.now() - started) / 1000,
+      );
+      if (result.status === 'sandbox_gone') {
+        // The resource died under us: forget it now rather than at the next scan.
+        void this.#lifecycle.destroy(id, 'gone').catch(() => {});
+      }
+      return result;
+    });
+  }
+
+  writeFile(id: string, path: string, content: FileContent, mode?: number): Promise<void> {
+    return this.#use(id, (provider) =>
+      provider.writeFile(id, path, content, mode === undefined ? {} : { mode }),
+    );
+  }
+
+  readFile(id: string, path: string): Promise<Readable> {
+    return this.#use(id, (provider) => provider.readFile(id, path));
+  }
+
+  writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    return this.#use(id, (provider) => provider.writeArchive(id, directory, archive));
+  }
+
+  readArchive(id: string, directory: string): Promise<Readable> {
+    return this.#use(id, (provider) => provider.readArchive(id, directory));
+  }
+
+  exposeGateway(id: string): Promise<{ url: string }> {
+    return this.#use(id, (provider, record) => this.#gateway.expose(provider, record));
+  }
+
+  stopProcesses(id: string): Promise<{ killed: number }> {
+    return this.#use(id, (provider, record) => requireStopProcesses(record.provider, provider)(id));
+  }
+
+  snapshot(id: string, image: string): Promise<{ image: string }> {
+    return this.#use(id, (provider, record) => requireSnapshot(record.provider, provider)(id, { image }));
+  }
+
+  /** Whether a sandbox still answers: a trivial command through a session (well under a millisecond). */
+  async isHealthy(id: string): Promise<boolean> {
+    const record = this.#store.get(id);
+    if (record === undefined) return false;
+    const provider = this.#lifecycle.provider(record.provider);
+    const { request } = sessionOrOneShot(
+      provider,
+      parseOrThrow(
+        ExecRequestSchema,
+        { argv: ['true'], timeoutMs: 5_000, session: 'gym-health' },
+        'health check',
+      ),
+    );
+    const result = await provider.exec(id, request).catch(() => null);
+    return result?.status === 'ok' && result.exitCode === 0;
+  }
+}
