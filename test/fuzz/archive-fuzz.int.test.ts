@@ -411,9 +411,13 @@ describe.skipIf(skipReason !== undefined)('upload fuzzing against a real sandbox
 
   it('leaves the daemon answering, the sandbox usable and no spooled upload behind', async () => {
     console.log(`[fuzz] upload outcomes: ${JSON.stringify(Object.fromEntries([...outcomes].sort()))}`);
-    // Both kinds of answer were reached: some archives were written, some refused.
-    expect([...outcomes.keys()].some((key) => key.startsWith('204'))).toBe(true);
-    expect([...outcomes.keys()].some((key) => key.endsWith('ARCHIVE_UNSAFE'))).toBe(true);
+    // Both kinds of answer were reached: some archives were written, some refused (a budget
+    // that the fixed examples fill alone, GYM_FUZZ_RUNS=4 say, proves nothing either way).
+    const total = [...outcomes.values()].reduce((sum, count) => sum + count, 0);
+    if (total >= 20) {
+      expect([...outcomes.keys()].some((key) => key.startsWith('204'))).toBe(true);
+      expect([...outcomes.keys()].some((key) => key.endsWith('ARCHIVE_UNSAFE'))).toBe(true);
+    }
     const health = await daemon.app.inject({ method: 'GET', url: '/healthz' });
     expect(health.json()).toEqual({ ok: true });
     expect(await sh('cat /tmp/seen')).toBe('seen\n');
