@@ -46,7 +46,7 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
-import type { ExecHooks } from '../shared/abnormal-end.ts';
+import { type ExecHooks, OomKillCounts } from '../shared/abnormal-end.ts';
 import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import {
   ExecOutput,
@@ -56,7 +56,8 @@ import {
   stdinBytes,
 } from '../shared/exec-output.ts';
 import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-script.ts';
-import { decodeLabels, encodeLabels, SYSTEM_LABELS, userLabelKey } from '../shared/labels.ts';
+import { decodeLabels, encodeLabels, SYSTEM_LABELS, selectorLabels } from '../shared/labels.ts';
+import { waitUntilReady } from '../shared/readiness.ts';
 import { shellQuote } from '../shared/shell.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import {
@@ -313,7 +314,7 @@ export class KubernetesProvider implements SandboxProvider {
   /** The deny-all policy's creation, once per provider. */
   #policy: Promise<void> | null = null;
   /** Last OOM-kill count seen per sandbox; a fresh Pod starts at 0. */
-  readonly #oomCounts = new Map<string, number>();
+  readonly #oomCounts = new OomKillCounts();
   /** Gateway relays by sandbox id, with the exec id that tags each for the kill script. */
   readonly #relays = new Map<string, Promise<{ relay: PodRelay; execId: string }>>();
   readonly #relayCounters = { refusedTotal: 0 };
@@ -577,12 +578,13 @@ export class KubernetesProvider implements SandboxProvider {
     }
     try {
       await this.#waitRunning(id, spec.image);
-      this.#oomCounts.set(id, 0);
+      this.#oomCounts.start(id);
       for (const file of spec.files) {
         const content = Buffer.from(file.content, file.encoding === 'base64' ? 'base64' : 'utf8');
         await this.writeFile(id, file.path, content, { mode: file.mode });
       }
-      if (spec.readiness !== undefined) await this.#waitReadinessProbe(id, spec);
+      if (spec.readiness !== undefined)
+        await waitUntilReady(spec.readiness, (request) => this.exec(id, request));
     } catch (error) {
       await this.#deletePod(id, 0).catch((deleteError: unknown) =>
         this.#context.logger.warn(
@@ -590,7 +592,7 @@ export class KubernetesProvider implements SandboxProvider {
           'could not delete a Pod whose create failed',
         ),
       );
-      this.#oomCounts.delete(id);
+      this.#oomCounts.forget(id);
       if (
         error instanceof GymError &&
         (error.code === 'IMAGE_NOT_FOUND' || error.code === 'SANDBOX_START_FAILED')
@@ -689,30 +691,6 @@ export class KubernetesProvider implements SandboxProvider {
     );
   }
 
-  async #waitReadinessProbe(id: string, spec: SandboxSpec): Promise<void> {
-    const probe = spec.readiness!;
-    const deadline = performance.now() + probe.timeoutMs;
-    let last = '';
-    while (performance.now() < deadline) {
-      const result = await this.exec(id, {
-        ...(probe.argv === undefined ? { command: probe.command! } : { argv: probe.argv }),
-        env: {},
-        stdinEncoding: 'utf8',
-        timeoutMs: Math.max(1, Math.min(10_000, Math.ceil(deadline - performance.now()))),
-        maxOutputBytes: 4096,
-      });
-      if (result.status === 'ok' && result.exitCode === 0) return;
-      if (result.status === 'sandbox_gone')
-        throw new GymError('SANDBOX_START_FAILED', 'the Pod ended during its readiness probe');
-      last = `status ${result.status}, exit ${result.exitCode}: ${result.stderr.slice(-500)}`;
-      await new Promise((resolve) => setTimeout(resolve, probe.intervalMs));
-    }
-    throw new GymError(
-      'SANDBOX_START_FAILED',
-      `readiness probe did not pass within ${probe.timeoutMs} ms (last: ${last})`,
-    );
-  }
-
   #toInfo(pod: V1Pod): SandboxInfo | null {
     const decoded = decodeLabels(KUBERNETES_LABEL_PREFIX, pod.metadata?.labels ?? {});
     if (decoded === null || decoded.namespace !== this.#context.namespace) return null;
@@ -739,14 +717,9 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   async list(filter: ListFilter = {}): Promise<SandboxListing> {
-    const selector = [`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${this.#context.namespace}`];
-    if (filter.daemonId !== undefined)
-      selector.push(`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.daemonId}=${filter.daemonId}`);
-    if (filter.pool !== undefined)
-      selector.push(`${KUBERNETES_LABEL_PREFIX}${SYSTEM_LABELS.pool}=${filter.pool ?? ''}`);
-    for (const [key, value] of Object.entries(filter.labels ?? {})) {
-      selector.push(`${userLabelKey(KUBERNETES_LABEL_PREFIX, key)}=${value}`);
-    }
+    const selector = Object.entries(
+      selectorLabels(KUBERNETES_LABEL_PREFIX, this.#context.namespace, filter),
+    ).map(([key, value]) => `${key}=${value}`);
     const sandboxes: SandboxInfo[] = [];
     try {
       let continueToken: string | undefined;
@@ -789,11 +762,7 @@ export class KubernetesProvider implements SandboxProvider {
       timeoutMs: 10_000,
     }).catch(() => null);
     if (probe === null || probe.end.kind !== 'exited' || probe.end.exitCode !== 0) return 'sandbox_gone';
-    const count = parseOomKillCount(probe.stdout.toString('utf8'));
-    if (count === null) return 'killed';
-    const previous = this.#oomCounts.get(id) ?? 0;
-    this.#oomCounts.set(id, count);
-    return count > previous ? 'oom' : 'killed';
+    return this.#oomCounts.classify(id, parseOomKillCount(probe.stdout.toString('utf8')));
   }
 
   /** Runs the kill script for one exec id in the Pod, bounded. */
@@ -1201,7 +1170,7 @@ export class KubernetesProvider implements SandboxProvider {
   async destroy(id: string): Promise<void> {
     await this.#releaseRelay(id, false);
     this.#closeSessions(id);
-    this.#oomCounts.delete(id);
+    this.#oomCounts.forget(id);
     const grace = this.#options.deleteGracePeriodSeconds;
     await this.#deletePod(id, grace);
     const deadline = performance.now() + (grace + 10) * 1000;

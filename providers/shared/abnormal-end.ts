@@ -38,6 +38,10 @@ export class OomKillCounts {
     this.#counts.delete(id);
   }
 
+  clear(): void {
+    this.#counts.clear();
+  }
+
   /** `oom` when `count` is above the last one seen (and remembers it); `killed` when unknown or not. */
   classify(id: string, count: number | null): 'oom' | 'killed' {
     if (count === null) return 'killed';
