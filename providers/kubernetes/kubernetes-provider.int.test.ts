@@ -161,6 +161,24 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
   });
 
+  it('reports sandbox_gone for a command whose Pod is evicted, and the sandbox as failed', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    const running = provider.exec(
+      info.id,
+      parseOrThrow(ExecRequestSchema, { command: 'sleep 30', timeoutMs: 60_000 }, 'exec'),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await emulator!.evict(NAMESPACE, provider.podName(info.id));
+    expect((await running).status).toBe('sandbox_gone');
+    expect((await provider.get(info.id)).state).toBe('failed');
+    expect(
+      await provider.exec(info.id, parseOrThrow(ExecRequestSchema, { argv: ['true'] }, 'exec')),
+    ).toMatchObject({
+      status: 'sandbox_gone',
+    });
+  });
+
   it('stops every process but the keeper, whatever it does, and the sandbox stays usable', async () => {
     const info = await provider.create(spec());
     created.push(info.id);

@@ -39,6 +39,8 @@ interface StoredPod {
   waiting: { reason: string; message: string } | null;
   /** The last status written, without timestamps, to tell a change from a re-read. */
   fingerprint: string;
+  /** Set by `evict`: the kubelet's message. */
+  evicted?: string;
 }
 
 interface Watcher {
@@ -298,6 +300,21 @@ export class KubernetesEmulator {
   /** The engine's container behind a Pod, for tests that act behind the API's back. */
   containerOf(namespace: string, name: string): string | null {
     return this.#pods.get(`${namespace}/${name}`)?.containerId ?? null;
+  }
+
+  /**
+   * Does what a kubelet under node pressure does: kills the Pod's container and marks the Pod
+   * Failed with reason Evicted (the object stays until someone deletes it).
+   */
+  async evict(namespace: string, name: string): Promise<void> {
+    const pod = this.#pod(namespace, name);
+    pod.evicted = 'The node was low on resource: memory.';
+    if (pod.containerId !== null)
+      await this.#docker
+        .getContainer(pod.containerId)
+        .kill()
+        .catch(() => {});
+    await this.#refresh(pod);
   }
 
   async close(): Promise<void> {
@@ -614,7 +631,13 @@ export class KubernetesEmulator {
     if (pod.waiting?.reason !== 'Unschedulable') conditions.push({ type: 'PodScheduled', status: 'True' });
     const ready = phase === 'Running' ? 'True' : 'False';
     conditions.push({ type: 'ContainersReady', status: ready }, { type: 'Ready', status: ready });
-    const status: Json = { phase, conditions, qosClass: 'BestEffort' };
+    if (pod.evicted !== undefined) phase = 'Failed';
+    const status: Json = {
+      phase,
+      conditions,
+      qosClass: 'BestEffort',
+      ...(pod.evicted === undefined ? {} : { reason: 'Evicted', message: pod.evicted }),
+    };
     if (containerStatus !== null) status.containerStatuses = [containerStatus];
     if (phase === 'Running') status.podIP = '127.0.0.1';
     const fingerprint = JSON.stringify(status);
