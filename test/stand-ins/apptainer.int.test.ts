@@ -86,7 +86,7 @@ describe('apptainer stand-in', () => {
   it('refuses what it does not reproduce, loudly', () => {
     for (const args of [
       ['exec', '--bogus', 'instance://one', 'true'],
-      ['instance', 'start', '--containall', '--writable-tmpfs', '--memory', '1G', image, 'two'],
+      ['instance', 'start', '--containall', '--writable-tmpfs', '--fakeroot', image, 'two'],
       ['instance', 'start', '--containall', '--writable-tmpfs', '--net', image, 'two'],
       ['instance', 'start', '--containall', '--writable-tmpfs', join(directory, 'image.sif'), 'two'],
       ['instance', 'start', '--containall', '--writable-tmpfs', image, 'bad/name'],

@@ -14,12 +14,22 @@
  * `$APPTAINER_CONFIGDIR or ~/.apptainer` + `/instances/app/<hostname>/<user>/<name>/<name>.json`.
  *
  * What it does not reproduce: SIF files (only sandbox directories are images), `--fakeroot`
- * user namespaces, cgroup limits (`--memory`, `--cpus` are refused), bridge networking,
+ * user namespaces, cgroups v2 (`--memory`, `--memory-swap`, `--cpus` and `--pids-limit` are
+ * applied through cgroups v1, as root), bridge networking,
  * `%startscript`, instance logs' content, the 64 MiB cap of `--writable-tmpfs` (writes go to
  * disk), and running as a non-root user (the stand-in needs root for mount and nsenter).
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { join } from 'node:path';
 
@@ -36,6 +46,69 @@ interface InstanceRecord {
   image: string;
   root: string;
   network: boolean;
+  /** The instance's cgroups, when it was started with limits. */
+  cgroups: string[];
+}
+
+/** Apptainer's size syntax: bytes, or a number with k, m, g (case-insensitive, optional b). */
+function parseSize(text: string): number {
+  const match = /^(\d+)([kmg]?)b?$/i.exec(text);
+  if (match === null) fatal(`invalid size ${text}`);
+  const scale = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[
+    match[2]!.toLowerCase() as '' | 'k' | 'm' | 'g'
+  ];
+  return Number(match[1]) * scale;
+}
+
+/**
+ * The instance's cgroups (v1 here: memory, pids, cpu), made when it asks for limits; every
+ * process of the instance (the keeper, each exec) enters them before it starts.
+ */
+function cgroupPaths(name: string): string[] {
+  const leaf = `apptainer-standin-${hostname()}-${name}`;
+  return ['memory', 'pids', 'cpu'].map((controller) => join('/sys/fs/cgroup', controller, leaf));
+}
+
+function makeCgroups(
+  name: string,
+  limits: { memory?: number; memorySwap?: number; cpus?: number; pids?: number },
+): string[] {
+  if (existsSync('/sys/fs/cgroup/cgroup.controllers'))
+    fatal('stand-in: cgroup limits are reproduced on cgroups v1 only');
+  const [memory, pids, cpu] = cgroupPaths(name) as [string, string, string];
+  for (const path of [memory, pids, cpu]) mkdirSync(path, { recursive: true });
+  if (limits.memory !== undefined) {
+    writeFileSync(join(memory, 'memory.limit_in_bytes'), String(limits.memory));
+    try {
+      writeFileSync(join(memory, 'memory.memsw.limit_in_bytes'), String(limits.memorySwap ?? limits.memory));
+    } catch {}
+  }
+  if (limits.pids !== undefined) writeFileSync(join(pids, 'pids.max'), String(limits.pids));
+  if (limits.cpus !== undefined) {
+    writeFileSync(join(cpu, 'cpu.cfs_period_us'), '100000');
+    writeFileSync(join(cpu, 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100000)));
+  }
+  return [memory, pids, cpu];
+}
+
+function removeCgroups(name: string): void {
+  for (const path of cgroupPaths(name)) {
+    for (let attempt = 0; attempt < 50 && existsSync(path); attempt += 1) {
+      try {
+        rmdirSync(path);
+      } catch {
+        execFileSync('sleep', ['0.02']);
+      }
+    }
+  }
+}
+
+/** A shell line that enters the cgroups, then runs argv in their place. */
+function inCgroups(paths: string[], argv: string[]): string[] {
+  if (paths.length === 0) return argv;
+  const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+  const enter = paths.map((path) => `echo $$ > ${quote(join(path, 'cgroup.procs'))}`).join(' && ');
+  return ['/bin/sh', '-c', `${enter} && exec ${argv.map(quote).join(' ')}`];
 }
 
 function configDirectory(): string {
@@ -118,6 +191,12 @@ async function instanceStart(args: string[]): Promise<void> {
     '--pid-file': 'value',
     '--env': 'repeat',
     '--hostname': 'value',
+    '-B': 'repeat',
+    '--bind': 'repeat',
+    '--memory': 'value',
+    '--memory-swap': 'value',
+    '--cpus': 'value',
+    '--pids-limit': 'value',
   });
   const [image, name, ...extra] = rest;
   if (image === undefined || name === undefined)
@@ -152,6 +231,19 @@ async function instanceStart(args: string[]): Promise<void> {
   const logs = logPaths(name);
   mkdirSync(join(logs.out, '..'), { recursive: true });
   const busybox = '/bin/busybox';
+  // -B/--bind src[:dst[:ro|rw]], repeatable and comma-separated, as Apptainer takes them.
+  const binds = [...(flags.get('-B') ?? []), ...(flags.get('--bind') ?? [])].flatMap((list) =>
+    list.split(','),
+  );
+  const bindArgs = binds.flatMap((bind) => {
+    const [source = '', target, mode = 'rw'] = bind.split(':');
+    const destination = target ?? source;
+    if (source === '' || !destination.startsWith('/')) fatal(`invalid bind ${bind}`);
+    if (mode !== 'ro' && mode !== 'rw') fatal(`invalid bind option ${mode} in ${bind}: only ro and rw`);
+    if (!existsSync(source))
+      fatal(`mount hook function failure: mount ${source}->${destination} error: no such file or directory`);
+    return [mode === 'ro' ? '--ro-bind' : '--bind', source, destination];
+  });
   const bwrap = [
     '--bind',
     root,
@@ -160,15 +252,21 @@ async function instanceStart(args: string[]): Promise<void> {
     '/dev',
     '--proc',
     '/proc',
+    // A private /tmp, writable by every user as on a host (Apptainer's --contain).
+    '--perms',
+    '1777',
     '--tmpfs',
     '/tmp',
     '--ro-bind',
     busybox,
     '/.standin/busybox',
+    ...bindArgs,
+    // With --net the instance's network namespace (made below) has its own sysfs; without, the
+    // host's network and /sys are shared, as Apptainer shares them.
+    ...(wantsNet ? [] : ['--ro-bind', '/sys', '/sys']),
     '--unshare-pid',
     '--unshare-ipc',
     '--unshare-uts',
-    ...(wantsNet ? ['--unshare-net'] : []),
     '--hostname',
     flags.get('--hostname')?.[0] ?? name.slice(0, 63),
     '--new-session',
@@ -179,9 +277,39 @@ async function instanceStart(args: string[]): Promise<void> {
     'sleep',
     '2147483647',
   ];
+  const memory = flags.get('--memory')?.[0];
+  const memorySwap = flags.get('--memory-swap')?.[0];
+  const cpus = flags.get('--cpus')?.[0];
+  const pids = flags.get('--pids-limit')?.[0];
+  if (cpus !== undefined && !(Number(cpus) > 0)) fatal(`invalid --cpus ${cpus}`);
+  if (pids !== undefined && !/^\d+$/.test(pids)) fatal(`invalid --pids-limit ${pids}`);
+  const limited = [memory, memorySwap, cpus, pids].some((value) => value !== undefined);
+  const cgroups = limited
+    ? makeCgroups(name, {
+        ...(memory === undefined ? {} : { memory: parseSize(memory) }),
+        ...(memorySwap === undefined ? {} : { memorySwap: parseSize(memorySwap) }),
+        ...(cpus === undefined ? {} : { cpus: Number(cpus) }),
+        ...(pids === undefined ? {} : { pids: Number(pids) }),
+      })
+    : [];
   const infoPath = join(directory, 'info.json');
   const info = openSync(infoPath, 'w');
-  const keeper = spawn('bwrap', bwrap, {
+  mkdirSync(join(root, 'sys'), { recursive: true });
+  const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+  const launcher = wantsNet
+    ? [
+        'unshare',
+        '--mount',
+        '--net',
+        '--propagation',
+        'private',
+        '/bin/sh',
+        '-c',
+        `mount -t sysfs -o ro,nosuid,nodev,noexec sysfs ${quote(join(root, 'sys'))} && exec ${['bwrap', ...bwrap].map(quote).join(' ')}`,
+      ]
+    : ['bwrap', ...bwrap];
+  const [keeperCommand, ...keeperArgs] = inCgroups(cgroups, launcher);
+  const keeper = spawn(keeperCommand!, keeperArgs, {
     detached: true,
     stdio: ['ignore', openSync(logs.out, 'a'), openSync(logs.err, 'a'), info],
   });
@@ -200,9 +328,10 @@ async function instanceStart(args: string[]): Promise<void> {
   if (childPid === 0) {
     execFileSync('umount', ['-l', root]);
     rmSync(directory, { recursive: true, force: true });
+    removeCgroups(name);
     fatal(`failed to start instance ${name}: ${readFileSync(logs.err, 'utf8').slice(-500)}`);
   }
-  const record: InstanceRecord = { name, pid: childPid, image, root, network: wantsNet };
+  const record: InstanceRecord = { name, pid: childPid, image, root, network: wantsNet, cgroups };
   writeFileSync(join(directory, `${name}.json`), JSON.stringify(record));
   const pidFile = flags.get('--pid-file')?.[0];
   if (pidFile !== undefined) writeFileSync(pidFile, `${childPid}\n`);
@@ -236,11 +365,29 @@ function instanceExec(args: string[]): void {
   env.APPTAINER_CONTAINER = record.image;
   env.APPTAINER_NAME = name;
   const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
-  const child = spawn(
+  // Busybox's nsenter, not util-linux's: the latter stops itself when its child is stopped (job
+  // control), and a kill that stops then kills the child would leave it stopped for good. The
+  // working directory is set inside the instance's root (nsenter's -w resolves it outside).
+  const [program, ...programArgs] = inCgroups(record.cgroups ?? [], [
+    '/bin/busybox',
     'nsenter',
-    ['-t', String(record.pid), '-m', '-p', '-i', '-u', '-n', '-r', `--wdns=${cwd}`, '--', ...command],
-    { stdio: 'inherit', env },
-  );
+    '-t',
+    String(record.pid),
+    '-m',
+    '-p',
+    '-i',
+    '-u',
+    '-n',
+    '-r',
+    '/.standin/busybox',
+    'sh',
+    '-c',
+    'cd "$1" || { echo "FATAL:   could not set the working directory $1" >&2; exit 255; }; shift; exec "$@"',
+    'pwd',
+    cwd,
+    ...command,
+  ]);
+  const child = spawn(program!, programArgs, { stdio: 'inherit', env });
   child.on('error', (error) => fatal(`cannot run nsenter: ${error.message}`));
   child.on('close', (code, signal) => {
     if (signal !== null) process.kill(process.pid, signal);
@@ -284,6 +431,7 @@ function instanceStop(args: string[]): void {
     execFileSync('umount', ['-l', record.root], { stdio: 'ignore' });
   } catch {}
   rmSync(directory, { recursive: true, force: true });
+  removeCgroups(name);
   process.stdout.write(`INFO:    Stopping ${name} instance of ${record.image} (PID=${record.pid})\n`);
 }
 
