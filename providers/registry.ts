@@ -15,6 +15,8 @@ export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>
     (await import('./docker/index.ts')).createDockerProvider(options, context),
   kubernetes: async (options, context) =>
     (await import('./kubernetes/index.ts')).createKubernetesProvider(options, context),
+  apptainer: async (options, context) =>
+    (await import('./apptainer/index.ts')).createApptainerProvider(options, context),
 });
 
 /** The methods every provider must have; checked when a third-party module is loaded. */

@@ -1,0 +1,750 @@
+/**
+ * Apptainer over SSH: sandboxes are Apptainer instances on the hosts of an inventory (compute
+ * nodes, or the nodes of a Slurm allocation), reached through one SSH connection per host
+ * (providers/ssh/). A daemon on a login node runs sandboxes on many compute nodes this way.
+ *
+ * - Placement: the reachable host with the most free slots (`maxSandboxes` minus its sandboxes).
+ * - A sandbox is an instance `gym-<namespace>-<id>` started with `--containall --cleanenv
+ *   --writable-tmpfs --no-home --net --network none` from a sandbox-directory image under the
+ *   host's `<workDirectory>/images/`, with the host's static busybox bound read-only at
+ *   `/.gym-tools/busybox` for file transfers and kills that use none of the sandbox's programs.
+ * - Identity lives in a small state file per sandbox on the host
+ *   (`<workDirectory>/sandboxes/<id>.json`: the SandboxInfo with labels and deadline), joined
+ *   with `apptainer instance list --json`, so a reaper without the daemon's state still finds
+ *   orphans; an instance without a state file is not ours.
+ * - Exec is `apptainer exec instance://NAME` over a fresh SSH channel. A timeout kills every
+ *   process that carries the command's tag (`timeoutKill: tagged`: a process that clears its
+ *   environment and leaves its session escapes it; Apptainer gives no cgroup of our own per
+ *   command). A host that stops answering makes its commands `sandbox_gone` and its sandboxes
+ *   `unreachable` in listings.
+ * - Limits are Apptainer's `--memory`, `--memory-swap`, `--cpus` and `--pids-limit` (cgroups: root,
+ *   or cgroups v2 delegated to the user); an OOM kill is told apart from another SIGKILL by the
+ *   instance's cgroup counter, read on the host.
+ * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), images made
+ *   by the provider, exec as another user, and Slurm allocations.
+ */
+import { randomBytes } from 'node:crypto';
+import { posix } from 'node:path';
+import { PassThrough, type Readable } from 'node:stream';
+import { z } from 'zod';
+import { GymError, isGymError } from '../../core/errors.ts';
+import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
+import type { SandboxInfo, SandboxSpec } from '../../core/schemas/sandbox.ts';
+import type {
+  CreateOptions,
+  ExecOptions,
+  FileContent,
+  ListFilter,
+  ProviderCapabilities,
+  ProviderContext,
+  ProviderHealth,
+  SandboxListing,
+  SandboxProvider,
+  WriteFileOptions,
+} from '../sandbox-provider.ts';
+import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from '../shared/abnormal-end.ts';
+import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
+import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
+import { guardedExtractArgs } from '../shared/guarded-extract.ts';
+import { killScriptArgv } from '../shared/kill-script.ts';
+import { OutputCapture } from '../shared/output-capture.ts';
+import { shellJoin } from '../shared/shell.ts';
+import { DEFAULT_TARGET, SshConnection } from '../ssh/connection.ts';
+
+const HostSchema = z
+  .object({
+    /** How the host is named in listings (`scope`) and messages. */
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/),
+    host: z.string().min(1),
+    port: z.number().int().min(1).max(65_535).default(22),
+    username: z.string().min(1),
+    privateKeyPath: z.string().optional(),
+    agent: z.string().optional(),
+    knownHostsPath: z.string().min(1),
+    /** Sandboxes this host takes at most. */
+    maxSandboxes: z.number().int().positive().default(16),
+    /** The host's folder for images (sandbox directories) and sandbox state files. */
+    workDirectory: z.string().regex(/^\//, 'must be an absolute path'),
+    /** The apptainer command on the host. */
+    apptainer: z.string().default('apptainer'),
+    /** A static busybox on the host, bound into every instance for file transfers and kills. */
+    busyboxPath: z.string().default('/bin/busybox'),
+    /** Environment for apptainer on the host (e.g. APPTAINER_CONFIGDIR, PATH). */
+    env: z.record(z.string(), z.string()).default({}),
+  })
+  .strict();
+
+export const ApptainerOptionsSchema = z
+  .object({
+    hosts: z.array(HostSchema).min(1),
+    keepaliveIntervalMs: z.number().int().positive().default(DEFAULT_TARGET.keepaliveIntervalMs),
+    keepaliveCountMax: z.number().int().positive().default(DEFAULT_TARGET.keepaliveCountMax),
+    /** SSH sessions open at once per host; keep below the server's MaxSessions (default 10). */
+    maxChannels: z.number().int().positive().max(64).default(DEFAULT_TARGET.maxChannels),
+  })
+  .strict();
+export type ApptainerOptions = z.input<typeof ApptainerOptionsSchema>;
+
+type Host = z.output<typeof HostSchema> & { connection: SshConnection };
+
+const TOOLS = '/.gym-tools/busybox';
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+const MAX_LINK_FOLLOWS = 8;
+/** What a remote helper command (listing, state files) may print at most. */
+const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
+
+export const imageFolderName = (reference: string) => reference.replace(/[/:@]/g, '_');
+
+const goneResult = (durationMs: number): ExecResult => ({
+  status: 'sandbox_gone',
+  exitCode: null,
+  stdout: '',
+  stderr: '',
+  stdoutTruncated: false,
+  stderrTruncated: false,
+  stdoutBytes: 0,
+  stderrBytes: 0,
+  durationMs,
+});
+
+/** Apptainer's cgroup flags for the spec's limits (swap capped at the memory limit). */
+function resourceFlags(spec: SandboxSpec): string[] {
+  const resources = spec.resources ?? {};
+  return [
+    ...(resources.memoryMiB === undefined
+      ? []
+      : ['--memory', `${resources.memoryMiB}M`, '--memory-swap', `${resources.memoryMiB}M`]),
+    ...(resources.cpus === undefined ? [] : ['--cpus', String(resources.cpus)]),
+    ...(resources.pidsLimit === undefined ? [] : ['--pids-limit', String(resources.pidsLimit)]),
+  ];
+}
+
+/**
+ * Prints the OOM-kill counter of the cgroup that process $1 is in, read on the host (not from the
+ * sandbox, whose files an agent may have replaced): cgroup v1's memory.oom_control or v2's
+ * memory.events. Prints nothing when the process has no memory cgroup.
+ */
+const HOST_OOM_COUNTER = `
+line=$(grep -E '(^0::|:memory:)' /proc/$1/cgroup 2>/dev/null | grep -E ':memory:' | head -1)
+[ -n "$line" ] || line=$(grep -E '^0::' /proc/$1/cgroup 2>/dev/null | head -1)
+path=\${line#*:*:}
+if [ -f "/sys/fs/cgroup/memory$path/memory.oom_control" ]; then cat "/sys/fs/cgroup/memory$path/memory.oom_control"
+elif [ -f "/sys/fs/cgroup$path/memory.events" ]; then cat "/sys/fs/cgroup$path/memory.events"; fi
+true`;
+
+interface RemoteResult {
+  code: number | null;
+  signal: string | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+export class ApptainerProvider implements SandboxProvider {
+  readonly name: string = 'apptainer';
+  readonly capabilities: ProviderCapabilities = {
+    sessions: false,
+    snapshot: false,
+    gpus: false,
+    diskLimit: false,
+    networkModes: ['none'],
+    gatewayReach: false,
+    timeoutKill: 'tagged',
+    stopProcesses: true,
+  };
+  readonly #context: ProviderContext;
+  readonly #hosts: Host[];
+  /** Which host holds a sandbox, as last seen (create, get, list). */
+  readonly #placement = new Map<string, Host>();
+  readonly #oomKills = new OomKillCounts();
+
+  constructor(options: unknown, context: ProviderContext) {
+    const parsed = ApptainerOptionsSchema.parse(options);
+    this.#context = context;
+    this.#hosts = parsed.hosts.map((host) => ({
+      ...host,
+      connection: new SshConnection(
+        {
+          host: host.host,
+          port: host.port,
+          username: host.username,
+          knownHostsPath: host.knownHostsPath,
+          keepaliveIntervalMs: parsed.keepaliveIntervalMs,
+          keepaliveCountMax: parsed.keepaliveCountMax,
+          maxChannels: parsed.maxChannels,
+          readyTimeoutMs: DEFAULT_TARGET.readyTimeoutMs,
+          ...(host.privateKeyPath === undefined ? {} : { privateKeyPath: host.privateKeyPath }),
+          ...(host.agent === undefined ? {} : { agent: host.agent }),
+        },
+        context.logger,
+      ),
+    }));
+  }
+
+  #instanceName(id: string): string {
+    return `gym-${this.#context.namespace}-${id}`;
+  }
+
+  #statePath(host: Host, id: string): string {
+    return posix.join(host.workDirectory, 'sandboxes', `${this.#context.namespace}.${id}.json`);
+  }
+
+  /** `env K=V ... apptainer ARGS` as one shell line for the host. */
+  #apptainer(host: Host, args: string[]): string {
+    const env = Object.entries(host.env).map(([key, value]) => `${key}=${value}`);
+    return shellJoin(['env', ...env, host.apptainer, ...args]);
+  }
+
+  /** Runs a shell line on a host, collecting stdout (bounded) and the end of stderr. */
+  async #run(host: Host, command: string, stdin?: Buffer | Readable): Promise<RemoteResult> {
+    const stdout = new OutputCapture(CONTROL_OUTPUT_BYTES);
+    let stderr = '';
+    const exit = await host.connection.exec(command, {
+      ...(stdin === undefined ? {} : { stdin }),
+      onStdout: (chunk) => stdout.push(chunk),
+      onStderr: (chunk) => {
+        stderr = (stderr + chunk.toString()).slice(-4000);
+      },
+    });
+    if (stdout.isTruncated)
+      throw new GymError('PROVIDER_ERROR', `host ${host.name}: a control command printed more than expected`);
+    return { ...exit, stdout: stdout.toBuffer(), stderr };
+  }
+
+  async health(): Promise<ProviderHealth> {
+    const hosts = await Promise.all(
+      this.#hosts.map(async (host) => {
+        try {
+          const version = await this.#run(host, this.#apptainer(host, ['--version']));
+          return {
+            host: host.name,
+            ok: version.code === 0,
+            message: version.stdout.toString().trim() || version.stderr.trim(),
+          };
+        } catch (error) {
+          return { host: host.name, ok: false, message: (error as Error).message };
+        }
+      }),
+    );
+    const up = hosts.filter((host) => host.ok).length;
+    return {
+      ok: up > 0,
+      message: `${up} of ${hosts.length} hosts answer`,
+      details: { hosts },
+    };
+  }
+
+  async #hostFor(): Promise<Host> {
+    const counts = await Promise.all(
+      this.#hosts.map(async (host) => {
+        try {
+          return { host, used: (await this.#listHost(host)).length };
+        } catch {
+          return { host, used: Number.POSITIVE_INFINITY };
+        }
+      }),
+    );
+    const free = counts
+      .filter(({ host, used }) => used < host.maxSandboxes)
+      .sort((left, right) => right.host.maxSandboxes - right.used - (left.host.maxSandboxes - left.used));
+    const chosen = free[0];
+    if (chosen === undefined) {
+      const down = counts.filter(({ used }) => used === Number.POSITIVE_INFINITY).length;
+      throw new GymError(
+        down === counts.length ? 'PROVIDER_UNAVAILABLE' : 'CAPACITY_EXCEEDED',
+        down === counts.length
+          ? 'no apptainer host answers'
+          : `every reachable apptainer host is full (${counts.length - down} up, ${down} down)`,
+      );
+    }
+    return chosen.host;
+  }
+
+  async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
+    if (spec.resources?.gpus)
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'the apptainer provider has no gpus yet');
+    if (spec.resources?.diskMiB !== undefined)
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'the apptainer provider cannot limit disk use');
+    if (spec.network !== 'none')
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `the apptainer provider has no network mode ${spec.network}`,
+      );
+    const host = await this.#hostFor();
+    const image = posix.join(host.workDirectory, 'images', imageFolderName(spec.image));
+    const probe = await this.#run(host, shellJoin(['test', '-d', image]));
+    if (probe.code !== 0)
+      throw new GymError('IMAGE_NOT_FOUND', `image ${spec.image} is not on host ${host.name} (no ${image})`, {
+        details: { image: spec.image, host: host.name },
+      });
+    const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
+    const now = this.#context.clock.now();
+    const info: SandboxInfo = {
+      id,
+      provider: this.name,
+      state: 'ready',
+      image: spec.image,
+      labels: spec.labels,
+      namespace: this.#context.namespace,
+      daemonId: this.#context.daemonId,
+      pool: options.pool ?? null,
+      createdAt: new Date(now).toISOString(),
+      leaseExpiresAt: new Date(now + spec.ttlSeconds * 1000).toISOString(),
+      deadlineAt: new Date(now + this.#context.maxLifetimeSeconds * 1000).toISOString(),
+      providerRef: `${host.name}/${this.#instanceName(id)}`,
+      scope: host.name,
+    };
+    this.#placement.set(id, host);
+    this.#oomKills.start(id);
+    const statePath = this.#statePath(host, id);
+    try {
+      // The state file first: a crash after it leaves a record a reaper can act on.
+      const saved = await this.#run(
+        host,
+        `mkdir -p ${shellJoin([posix.dirname(statePath)])} && cat > ${shellJoin([statePath])}`,
+        Buffer.from(JSON.stringify({ info, spec })),
+      );
+      if (saved.code !== 0)
+        throw new GymError('SANDBOX_START_FAILED', `cannot write ${statePath}: ${saved.stderr}`);
+      // Start's own stdio goes to /dev/null: the instance inherits it and would hold the channel open.
+      const started = await this.#run(
+        host,
+        `cd / && ${this.#apptainer(host, [
+          'instance',
+          'start',
+          '--containall',
+          '--cleanenv',
+          '--writable-tmpfs',
+          '--no-home',
+          '--net',
+          '--network',
+          'none',
+          '--bind',
+          `${host.busyboxPath}:${TOOLS}:ro`,
+          ...resourceFlags(spec),
+          image,
+          this.#instanceName(id),
+        ])} </dev/null >/dev/null 2>${shellJoin([`${statePath}.start-error`])}; code=$?; cat ${shellJoin([`${statePath}.start-error`])} >&2; rm -f ${shellJoin([`${statePath}.start-error`])}; exit $code`,
+      );
+      if (started.code !== 0)
+        throw new GymError(
+          'SANDBOX_START_FAILED',
+          `apptainer instance start failed on ${host.name}: ${started.stderr.trim()}`,
+        );
+      if (spec.user !== undefined) await this.#resolveUser(id, spec.user);
+      for (const file of spec.files)
+        await this.writeFile(id, file.path, Buffer.from(file.content, file.encoding), { mode: file.mode });
+      if (spec.readiness !== undefined) await this.#awaitReady(id, spec.readiness);
+      return info;
+    } catch (error) {
+      await this.destroy(id).catch(() => {});
+      throw error;
+    }
+  }
+
+  async #awaitReady(id: string, probe: NonNullable<SandboxSpec['readiness']>): Promise<void> {
+    const deadline = Date.now() + probe.timeoutMs;
+    let last = '';
+    while (Date.now() < deadline) {
+      const result = await this.exec(id, {
+        ...(probe.argv === undefined ? { command: probe.command! } : { argv: probe.argv }),
+        env: {},
+        stdinEncoding: 'utf8',
+        timeoutMs: Math.max(100, deadline - Date.now()),
+        maxOutputBytes: 4096,
+      });
+      if (result.status === 'ok' && result.exitCode === 0) return;
+      last = `${result.status}, exit ${result.exitCode}: ${result.stderr.slice(-200)}`;
+      await new Promise((resolve) => setTimeout(resolve, probe.intervalMs));
+    }
+    throw new GymError(
+      'SANDBOX_START_FAILED',
+      `the readiness probe did not pass within ${probe.timeoutMs} ms (${last})`,
+    );
+  }
+
+  /** Our sandboxes on one host: state files joined with the live instances. Throws when the host does not answer. */
+  async #listHost(host: Host): Promise<SandboxInfo[]> {
+    const directory = posix.join(host.workDirectory, 'sandboxes');
+    const prefix = `${this.#context.namespace}.`;
+    const states = await this.#run(
+      host,
+      `for f in ${shellJoin([directory])}/${shellJoin([prefix])}*.json; do [ -f "$f" ] && cat "$f" && echo; done; true`,
+    );
+    const instances = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
+    if (instances.code !== 0)
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `apptainer instance list failed on ${host.name}: ${instances.stderr.trim()}`,
+      );
+    const live = new Set(
+      (
+        (JSON.parse(instances.stdout.toString()) as { instances: Array<{ instance: string }> }).instances ??
+        []
+      ).map((entry) => entry.instance),
+    );
+    const sandboxes: SandboxInfo[] = [];
+    for (const line of states.stdout.toString().split('\n')) {
+      if (line.trim() === '') continue;
+      const { info } = JSON.parse(line) as { info: SandboxInfo };
+      if (!live.has(this.#instanceName(info.id))) continue;
+      this.#placement.set(info.id, host);
+      sandboxes.push(info);
+    }
+    return sandboxes;
+  }
+
+  async list(filter: ListFilter = {}): Promise<SandboxListing> {
+    const results = await Promise.all(
+      this.#hosts.map(async (host) => {
+        try {
+          return { host, sandboxes: await this.#listHost(host) };
+        } catch (error) {
+          return { host, error: error as Error };
+        }
+      }),
+    );
+    const sandboxes: SandboxInfo[] = [];
+    const unreachable: SandboxListing['unreachable'] = [];
+    for (const result of results) {
+      if ('error' in result && result.error !== undefined) {
+        unreachable.push({ scope: result.host.name, reason: result.error.message });
+        continue;
+      }
+      for (const info of result.sandboxes ?? []) {
+        if (filter.pool !== undefined && info.pool !== filter.pool) continue;
+        if (filter.daemonId !== undefined && info.daemonId !== filter.daemonId) continue;
+        if (Object.entries(filter.labels ?? {}).some(([key, value]) => info.labels[key] !== value)) continue;
+        sandboxes.push(info);
+      }
+    }
+    return { sandboxes, unreachable };
+  }
+
+  /** The host of a sandbox we know of; else found by listing every host. */
+  async #locate(id: string): Promise<Host> {
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(id))
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    const known = this.#placement.get(id);
+    if (known !== undefined) return known;
+    await this.list();
+    const found = this.#placement.get(id);
+    if (found === undefined) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    return found;
+  }
+
+  async get(id: string): Promise<SandboxInfo> {
+    const host = await this.#locate(id);
+    const found = (await this.#listHost(host)).find((info) => info.id === id);
+    if (found === undefined) {
+      this.#placement.delete(id);
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    }
+    return found;
+  }
+
+  /** `apptainer exec` of argv in the sandbox, through the bound busybox's `env` so values pass exactly. */
+  #execLine(host: Host, id: string, argv: string[], env: Record<string, string>, cwd: string): string {
+    return this.#apptainer(host, [
+      'exec',
+      '--cleanenv',
+      '--pwd',
+      cwd,
+      `instance://${this.#instanceName(id)}`,
+      TOOLS,
+      'env',
+      '-i',
+      ...Object.entries(env).map(([key, value]) => `${key}=${value}`),
+      ...argv,
+    ]);
+  }
+
+  async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    if (request.session !== undefined)
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'the apptainer provider has no sessions');
+    const host = await this.#locate(id);
+    const started = Date.now();
+    let spec: SandboxSpec;
+    try {
+      spec = (await this.#record(host, id)).spec;
+    } catch (error) {
+      // The host does not answer: its sandboxes are out of reach, as good as gone for a command.
+      if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return goneResult(Date.now() - started);
+      throw error;
+    }
+    const user = request.user ?? spec.user;
+    const drop = user === undefined ? [] : await this.#dropTo(id, user);
+    const tag = randomBytes(12).toString('hex');
+    const env = { PATH: DEFAULT_PATH, HOME: '/root', ...spec.env, ...request.env, GYM_EXEC_ID: tag };
+    const argv = [...drop, ...(request.argv ?? ['/bin/sh', '-c', request.command!])];
+    const line = this.#execLine(host, id, argv, env, request.cwd ?? spec.workdir ?? '/');
+    const stdout = new OutputCapture(request.maxOutputBytes);
+    const stderr = new OutputCapture(request.maxOutputBytes);
+    const abort = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      void this.#killTagged(host, id, tag).finally(() => abort.abort());
+    }, request.timeoutMs);
+    const stop = () => void this.#killTagged(host, id, tag).finally(() => abort.abort());
+    options.signal?.addEventListener('abort', stop, { once: true });
+    const input = stdinBytes(request);
+    let exit: { code: number | null; signal: string | null } | null = null;
+    let lost: GymError | null = null;
+    try {
+      exit = await host.connection.exec(line, {
+        stdin: input ?? Buffer.alloc(0),
+        signal: abort.signal,
+        onStdout: (chunk) => {
+          stdout.push(chunk);
+          options.onOutput?.('stdout', chunk);
+        },
+        onStderr: (chunk) => {
+          stderr.push(chunk);
+          options.onOutput?.('stderr', chunk);
+        },
+      });
+    } catch (error) {
+      if (!isGymError(error, 'PROVIDER_UNAVAILABLE') || timedOut) {
+        if (!timedOut) throw error;
+      } else lost = error;
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', stop);
+    }
+    const stderrText = stderr.toBuffer().toString('utf8');
+    const gone =
+      lost !== null ||
+      (exit?.code === 255 && /no instance found/.test(stderrText) && !(await this.#exists(host, id)));
+    let status: ExecResult['status'] = timedOut ? 'timeout' : gone ? 'sandbox_gone' : 'ok';
+    const sigkilled = exit !== null && (exit.signal === 'SIGKILL' || exit.code === 137);
+    if (status === 'ok' && sigkilled)
+      status = await classifyAbnormalEnd(id, this.#oomKills, {
+        outsideView: () => this.#outsideView(host, id),
+        probe: async () => null,
+      });
+    else if (status === 'ok' && (exit?.signal != null || exit?.code === null)) status = 'killed';
+    return {
+      status,
+      exitCode:
+        status === 'ok'
+          ? (exit?.code ?? null)
+          : status === 'killed' || status === 'oom'
+            ? sigkilled
+              ? 137
+              : null
+            : null,
+      stdout: stdout.toBuffer().toString('utf8'),
+      stderr: stderrText,
+      stdoutTruncated: stdout.isTruncated,
+      stderrTruncated: stderr.isTruncated,
+      stdoutBytes: stdout.totalBytes,
+      stderrBytes: stderr.totalBytes,
+      durationMs: Date.now() - started,
+    };
+  }
+
+  /** The instance seen from its host: whether its keeper runs, and its cgroup's OOM kills. */
+  async #outsideView(host: Host, id: string): Promise<OutsideView | null> {
+    const listed = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
+    if (listed.code !== 0) return null;
+    const entry = (
+      JSON.parse(listed.stdout.toString()) as { instances: Array<{ instance: string; pid: number }> }
+    ).instances.find((instance) => instance.instance === this.#instanceName(id));
+    if (entry === undefined) return { isAlive: false, oomKills: null };
+    const counter = await this.#run(host, `sh -c ${shellJoin([HOST_OOM_COUNTER])} oom ${entry.pid}`);
+    return { isAlive: true, oomKills: parseOomKillCount(counter.stdout.toString()) };
+  }
+
+  /** The uid and gid a `user` names: numbers, `uid:gid`, or a name in the sandbox's /etc/passwd. */
+  async #resolveUser(id: string, user: string): Promise<{ uid: number; gid: number }> {
+    const [name = '', group] = user.split(':');
+    let uid = /^\d+$/.test(name) ? Number(name) : Number.NaN;
+    let gid = group !== undefined && /^\d+$/.test(group) ? Number(group) : Number.NaN;
+    if (Number.isNaN(uid)) {
+      const passwd = await this.#tools(id, ['cat', '/etc/passwd']);
+      const entry = passwd.stdout
+        .toString()
+        .split('\n')
+        .map((line) => line.split(':'))
+        .find((fields) => fields[0] === name);
+      if (entry === undefined)
+        throw new GymError('VALIDATION_FAILED', `no user ${name} in the sandbox's /etc/passwd`);
+      uid = Number(entry[2]);
+      if (group === undefined) gid = Number(entry[3]);
+    }
+    if (Number.isNaN(gid)) gid = uid;
+    return { uid, gid };
+  }
+
+  /**
+   * Argv that becomes `user` before running the rest: the bound busybox's nsenter, which sets the
+   * ids (and drops supplementary groups) without entering any namespace. Empty for root.
+   */
+  async #dropTo(id: string, user: string): Promise<string[]> {
+    const { uid, gid } = await this.#resolveUser(id, user);
+    return uid === 0 && gid === 0 ? [] : [TOOLS, 'nsenter', '-S', String(uid), '-G', String(gid), '--'];
+  }
+
+  async #exists(host: Host, id: string): Promise<boolean> {
+    try {
+      return (await this.#listHost(host)).some((info) => info.id === id);
+    } catch {
+      return false;
+    }
+  }
+
+  async #record(host: Host, id: string): Promise<{ info: SandboxInfo; spec: SandboxSpec }> {
+    const read = await this.#run(host, shellJoin(['cat', this.#statePath(host, id)]));
+    if (read.code !== 0) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    return JSON.parse(read.stdout.toString()) as { info: SandboxInfo; spec: SandboxSpec };
+  }
+
+  /** Kills every process of the sandbox carrying the tag, with the bound busybox's shell. */
+  async #killTagged(host: Host, id: string, tag: string): Promise<void> {
+    await this.#run(
+      host,
+      this.#apptainer(host, [
+        'exec',
+        '--cleanenv',
+        `instance://${this.#instanceName(id)}`,
+        TOOLS,
+        ...killScriptArgv(tag, 'tagged-and-their-sessions'),
+      ]),
+    ).catch(() => {});
+  }
+
+  async stopProcesses(id: string): Promise<{ killed: number }> {
+    const host = await this.#locate(id);
+    // Every process of the instance but its first (the keeper) and the killer itself.
+    const result = await this.#run(
+      host,
+      this.#apptainer(host, [
+        'exec',
+        '--cleanenv',
+        `instance://${this.#instanceName(id)}`,
+        TOOLS,
+        'sh',
+        '-c',
+        `n=0; for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || { kill -9 "$p" 2>/dev/null && n=$((n+1)); }; done; echo $n`,
+      ]),
+    );
+    if (result.code !== 0)
+      throw new GymError('PROVIDER_ERROR', `stopping processes of ${id}: ${result.stderr.trim()}`);
+    return { killed: Number(result.stdout.toString().trim()) || 0 };
+  }
+
+  async #tools(id: string, args: string[], stdin?: Readable): Promise<RemoteResult> {
+    const host = await this.#locate(id);
+    return this.#run(
+      host,
+      this.#apptainer(host, ['exec', '--cleanenv', `instance://${this.#instanceName(id)}`, TOOLS, ...args]),
+      stdin,
+    );
+  }
+
+  async #extract(
+    id: string,
+    directories: Iterable<string>,
+    archive: Readable,
+    target: string,
+  ): Promise<void> {
+    const result = await this.#tools(id, guardedExtractArgs(TOOLS, directories), archive);
+    if (result.code === 255 && /no instance found/.test(result.stderr))
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    if (result.code !== 0)
+      throw new GymError('PATH_KIND_MISMATCH', `cannot write ${target}: ${result.stderr.trim()}`);
+  }
+
+  async writeFile(
+    id: string,
+    path: string,
+    content: FileContent,
+    options: WriteFileOptions = {},
+  ): Promise<void> {
+    const normalized = posix.normalize(path);
+    if (normalized === '/') throw new GymError('PATH_KIND_MISMATCH', 'cannot write a file at /');
+    await this.#extract(
+      id,
+      [posix.dirname(normalized)],
+      packSingleFile(normalized.slice(1), content, options.mode ?? 0o644),
+      path,
+    );
+  }
+
+  async #archive(id: string, path: string): Promise<Readable> {
+    const result = await this.#tools(id, [
+      'tar',
+      '-c',
+      '-f',
+      '-',
+      '-C',
+      posix.dirname(path),
+      posix.basename(path) || '.',
+    ]);
+    if (result.code === 255 && /no instance found/.test(result.stderr))
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    if (result.code !== 0) {
+      if (/no such file|not found/i.test(result.stderr))
+        throw new GymError('FILE_NOT_FOUND', `${path} does not exist in sandbox ${id}`, {
+          details: { sandboxId: id, path },
+        });
+      throw new GymError('PROVIDER_ERROR', `reading ${path}: ${result.stderr.trim()}`);
+    }
+    const stream = new PassThrough();
+    stream.end(result.stdout);
+    return stream;
+  }
+
+  async readFile(id: string, path: string): Promise<Readable> {
+    let current = posix.normalize(path);
+    for (let follows = 0; follows <= MAX_LINK_FOLLOWS; follows += 1) {
+      const { header, content } = await firstEntry(await this.#archive(id, current));
+      if (content !== null) return content;
+      if (header.type === 'directory')
+        throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory, not a file`);
+      if (header.type !== 'symlink')
+        throw new GymError('PATH_KIND_MISMATCH', `${path} is a ${header.type}, not a regular file`);
+      current = posix.resolve(posix.dirname(current), header.linkname);
+    }
+    throw new GymError('PATH_KIND_MISMATCH', `${path}: too many levels of symbolic links`);
+  }
+
+  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    await this.#locate(id);
+    const spooled = await spoolSafeArchive(archive, directory);
+    try {
+      await this.#extract(id, [directory, ...spooled.directories], spooled.open(), directory);
+    } finally {
+      await spooled.dispose();
+    }
+  }
+
+  async readArchive(id: string, directory: string): Promise<Readable> {
+    return rebaseArchive(await this.#archive(id, posix.normalize(directory)));
+  }
+
+  async destroy(id: string): Promise<void> {
+    let host: Host;
+    try {
+      host = await this.#locate(id);
+    } catch (error) {
+      if (isGymError(error, 'SANDBOX_NOT_FOUND')) return;
+      throw error;
+    }
+    const statePath = this.#statePath(host, id);
+    await this.#run(
+      host,
+      `${this.#apptainer(host, ['instance', 'stop', '--force', this.#instanceName(id)])} >/dev/null 2>&1; rm -f ${shellJoin([statePath])}`,
+    );
+    this.#placement.delete(id);
+    this.#oomKills.forget(id);
+  }
+
+  async close(): Promise<void> {
+    for (const host of this.#hosts) host.connection.close();
+  }
+}
+
+export function createApptainerProvider(options: unknown, context: ProviderContext): SandboxProvider {
+  return new ApptainerProvider(options, context);
+}

@@ -1,0 +1,85 @@
+/**
+ * The apptainer provider over three SSH hosts: placement by free capacity, a host that stops
+ * answering (its sandboxes out of reach, new creates elsewhere), and a host whose key is not
+ * the one known.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { ApptainerProvider } from '../../providers/apptainer/apptainer-provider.ts';
+import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
+import { testContext } from '../fixtures/provider-context.ts';
+import { computeNode } from './node.ts';
+
+type Node = Awaited<ReturnType<typeof computeNode>>;
+const nodes: Node[] = [];
+let provider: ApptainerProvider;
+const spec = () => SandboxSpecSchema.parse({ image: BUSYBOX_REFERENCE, labels: { test: 'hosts' } });
+
+beforeAll(async () => {
+  const base = 25000 + (process.pid % 1000);
+  for (const [index, address] of ['127.0.0.5', '127.0.0.6', '127.0.0.7'].entries())
+    nodes.push(await computeNode(address, base + index));
+  provider = new ApptainerProvider(
+    {
+      hosts: nodes.map((node) => ({ ...node.host, maxSandboxes: 2 })),
+      keepaliveIntervalMs: 300,
+      keepaliveCountMax: 2,
+    },
+    testContext(),
+  );
+}, 120_000);
+
+afterAll(async () => {
+  for (const node of nodes) node.sshd.thaw();
+  const { sandboxes } = await provider.list();
+  await Promise.all(sandboxes.map((info) => provider.destroy(info.id).catch(() => {})));
+  await provider.close();
+  for (const node of nodes) await node.cleanup();
+});
+
+describe('apptainer over several ssh hosts', () => {
+  it('spreads sandboxes by free capacity, and moves on when a host stops answering', async () => {
+    const first = [];
+    for (let index = 0; index < 3; index += 1) first.push(await provider.create(spec()));
+    expect(new Set(first.map((info) => info.scope)).size).toBe(3);
+
+    const down = nodes[0]!;
+    const onDown = first.find((info) => info.scope === down.host.name)!;
+    await down.sshd.stop();
+    const listed = await provider.list({ labels: { test: 'hosts' } });
+    expect(listed.unreachable.map((part) => part.scope)).toEqual([down.host.name]);
+    expect(listed.sandboxes.map((info) => info.scope).sort()).toEqual(
+      [nodes[1]!.host.name, nodes[2]!.host.name].sort(),
+    );
+    const result = await provider.exec(onDown.id, ExecRequestSchema.parse({ argv: ['true'] }));
+    expect(result.status).toBe('sandbox_gone');
+
+    // Two hosts left with one free slot each: the next two creates take them; a third is refused.
+    const more = [await provider.create(spec()), await provider.create(spec())];
+    expect(more.map((info) => info.scope).sort()).toEqual([nodes[1]!.host.name, nodes[2]!.host.name].sort());
+    await expect(provider.create(spec())).rejects.toMatchObject({ code: 'CAPACITY_EXCEEDED' });
+
+    await down.sshd.start();
+  }, 240_000);
+
+  it('names a host whose key is not the known one as unreachable, and never uses it', async () => {
+    const node = nodes[1]!;
+    const wrong = join(node.workDirectory, 'known_hosts.other');
+    await writeFile(wrong, `[${node.host.host}]:${node.host.port} ${nodes[2]!.sshd.hostPublicKey}\n`);
+    const suspicious = new ApptainerProvider(
+      { hosts: [{ ...node.host, knownHostsPath: wrong }] },
+      testContext(),
+    );
+    try {
+      const listed = await suspicious.list();
+      expect(listed.sandboxes).toEqual([]);
+      expect(listed.unreachable[0]?.reason).toMatch(/host key does not match/);
+      await expect(suspicious.create(spec())).rejects.toMatchObject({ code: 'PROVIDER_UNAVAILABLE' });
+    } finally {
+      await suspicious.close();
+    }
+  });
+});

@@ -1,0 +1,39 @@
+/** A compute node for the HPC providers' tests: a real sshd, a work directory with the busybox image, the apptainer stand-in. */
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeBusyboxRoot } from '../fixtures/busybox-root.ts';
+import { startSshd } from '../fixtures/sshd.ts';
+
+const STAND_IN = new URL('../stand-ins/apptainer.ts', import.meta.url).pathname;
+
+/** A compute node: an sshd, a work directory with the busybox image, the stand-in on its PATH. */
+export async function computeNode(host: string, port: number) {
+  const sshd = await startSshd({ host, port });
+  const workDirectory = await mkdtemp(join(tmpdir(), `gym-node-${host}-`));
+  await makeBusyboxRoot(join(workDirectory, 'images'));
+  const bin = join(workDirectory, 'bin');
+  await mkdir(bin);
+  const apptainer = join(bin, 'apptainer');
+  await writeFile(apptainer, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
+  await chmod(apptainer, 0o755);
+  return {
+    sshd,
+    workDirectory,
+    host: {
+      name: `node-${host.split('.').pop()}`,
+      host,
+      port,
+      username: 'root',
+      privateKeyPath: sshd.clientKeyPath,
+      knownHostsPath: sshd.knownHostsPath,
+      workDirectory,
+      apptainer,
+      env: { APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') },
+    },
+    async cleanup() {
+      await sshd.cleanup();
+      await rm(workDirectory, { recursive: true, force: true });
+    },
+  };
+}
