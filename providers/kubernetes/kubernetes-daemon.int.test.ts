@@ -72,7 +72,7 @@ describe.skipIf(skipReason !== undefined)(
             concurrency: 2,
             output,
             resume: false,
-            maxInfraAttempts: 1,
+            maxInfraAttempts: 2,
             logger: silentLogger,
           });
           expect((await readJsonl(output)).map((row) => [row.instance_id, row.reward, row.outcome])).toEqual(

@@ -864,9 +864,9 @@ export class KubernetesEmulator {
     const finish = async () => {
       if (finished) return;
       finished = true;
-      // The engine may show the exec running for a moment after its stream ended.
+      // The engine may show the exec running for a moment after its stream ended (seconds, under load).
       let inspected = await exec.inspect().catch(() => null);
-      for (let tries = 0; inspected?.Running === true && tries < 50; tries++) {
+      for (let tries = 0; inspected?.Running === true && tries < 500; tries++) {
         await new Promise((resolve) => setTimeout(resolve, 10));
         inspected = await exec.inspect().catch(() => null);
       }
