@@ -89,6 +89,34 @@ describe.skipIf(skipReason !== undefined)(
       expect(((await left.json()) as { items: unknown[] }).items).toEqual([]);
     }, 300_000);
 
+    it('keeps a warm pool of Pods, labelled with the pool, and hands one out warm', async () => {
+      const busybox = await testImage(docker, 'busybox');
+      const namespace = `k8spool-${randomBytes(3).toString('hex')}`;
+      const daemon = await startTestDaemon(
+        { namespace, providers: [{ name: 'kubernetes', options: { kubeconfigPath } }] },
+        { listen: true },
+      );
+      try {
+        const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+        await client.definePool('warm', { spec: { image: busybox, ttlSeconds: 600 }, minIdle: 2 });
+        await expect.poll(async () => (await client.getPool('warm')).idle, { timeout: 60_000 }).toBe(2);
+        const pods = async () => {
+          const response = await fetch(
+            `${emulator.url}/api/v1/namespaces/${NAMESPACE}/pods?labelSelector=gym.namespace%3D${namespace},gym.pool%3Dwarm`,
+            { headers: { authorization: `Bearer ${emulator.token}` } },
+          );
+          return ((await response.json()) as { items: unknown[] }).items.length;
+        };
+        expect(await pods()).toBe(2);
+        const sandbox = await client.createSandbox({ pool: 'warm' });
+        expect((await client.exec(sandbox.id, { argv: ['echo', 'warm'] })).stdout).toBe('warm\n');
+        expect((await client.getPool('warm')).hits).toBe(1);
+        await client.destroySandbox(sandbox.id);
+      } finally {
+        await daemon.stop({ destroy: true });
+      }
+    }, 120_000);
+
     it('leaves no relay running after kill -9; its successor adopts the Pod and restores the same URL', async () => {
       const busybox = await testImage(docker, 'busybox');
       const namespace = `k8scrash-${randomBytes(3).toString('hex')}`;
