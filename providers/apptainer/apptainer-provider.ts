@@ -8,6 +8,11 @@
  *   --writable-tmpfs --no-home --net --network none` from a sandbox-directory image under the
  *   host's `<workDirectory>/images/`, with the host's static busybox bound read-only at
  *   `/.gym-tools/busybox` for file transfers and kills that use none of the sandbox's programs.
+ * - Images: `prepareImage` takes the builder's root filesystem (`rootfs`), keeps it in the
+ *   daemon's state directory and unpacks it into a sandbox directory on every host that answers
+ *   (`<workDirectory>/images/<reference>/`, with its config beside it); a host that lacks it gets
+ *   it at its first create. The folder is named by the content-addressed reference, so it is
+ *   copied to a host once, whichever daemon asks.
  * - Identity lives in a small state file per sandbox on the host
  *   (`<workDirectory>/sandboxes/<id>.json`: the SandboxInfo with labels and deadline), joined
  *   with `apptainer instance list --json`, so a reaper without the daemon's state still finds
@@ -20,12 +25,15 @@
  * - Limits are Apptainer's `--memory`, `--memory-swap`, `--cpus` and `--pids-limit` (cgroups: root,
  *   or cgroups v2 delegated to the user); an OOM kill is told apart from another SIGKILL by the
  *   instance's cgroup counter, read on the host.
- * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), images made
- *   by the provider, exec as another user, and Slurm allocations.
+ * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), derived
+ *   images (swe-mini task images), SIF files, and Slurm allocations.
  */
 import { randomBytes } from 'node:crypto';
-import { posix } from 'node:path';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join, posix } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { GymError, isGymError } from '../../core/errors.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
@@ -34,6 +42,10 @@ import type {
   CreateOptions,
   ExecOptions,
   FileContent,
+  ImageConfig,
+  ImageFilter,
+  ImageInfo,
+  ImageSource,
   ListFilter,
   ProviderCapabilities,
   ProviderContext,
@@ -132,6 +144,20 @@ if [ -f "/sys/fs/cgroup/memory$path/memory.oom_control" ]; then cat "/sys/fs/cgr
 elif [ -f "/sys/fs/cgroup$path/memory.events" ]; then cat "/sys/fs/cgroup$path/memory.events"; fi
 true`;
 
+interface SandboxRecord {
+  info: SandboxInfo;
+  spec: SandboxSpec;
+  /** The image's env and working directory, read when the sandbox was made. */
+  imageConfig?: ImageConfig;
+}
+
+/** What is kept beside an image's root filesystem, here and on each host. */
+interface ImageRecord {
+  reference: string;
+  config: ImageConfig;
+  createdAt: string;
+}
+
 interface RemoteResult {
   code: number | null;
   signal: string | null;
@@ -150,6 +176,7 @@ export class ApptainerProvider implements SandboxProvider {
     gatewayReach: false,
     timeoutKill: 'tagged',
     stopProcesses: true,
+    imageFormats: ['rootfs'],
   };
   readonly #context: ProviderContext;
   readonly #hosts: Host[];
@@ -270,12 +297,8 @@ export class ApptainerProvider implements SandboxProvider {
         `the apptainer provider has no network mode ${spec.network}`,
       );
     const host = await this.#hostFor();
-    const image = posix.join(host.workDirectory, 'images', imageFolderName(spec.image));
-    const probe = await this.#run(host, shellJoin(['test', '-d', image]));
-    if (probe.code !== 0)
-      throw new GymError('IMAGE_NOT_FOUND', `image ${spec.image} is not on host ${host.name} (no ${image})`, {
-        details: { image: spec.image, host: host.name },
-      });
+    const image = this.#imagePath(host, spec.image);
+    const imageConfig = await this.#ensureImage(host, spec.image);
     const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
     const now = this.#context.clock.now();
     const info: SandboxInfo = {
@@ -301,7 +324,7 @@ export class ApptainerProvider implements SandboxProvider {
       const saved = await this.#run(
         host,
         `mkdir -p ${shellJoin([posix.dirname(statePath)])} && cat > ${shellJoin([statePath])}`,
-        Buffer.from(JSON.stringify({ info, spec })),
+        Buffer.from(JSON.stringify({ info, spec, imageConfig })),
       );
       if (saved.code !== 0)
         throw new GymError('SANDBOX_START_FAILED', `cannot write ${statePath}: ${saved.stderr}`);
@@ -464,8 +487,9 @@ export class ApptainerProvider implements SandboxProvider {
     const host = await this.#locate(id);
     const started = Date.now();
     let spec: SandboxSpec;
+    let imageConfig: ImageConfig | undefined;
     try {
-      spec = (await this.#record(host, id)).spec;
+      ({ spec, imageConfig } = await this.#record(host, id));
     } catch (error) {
       // The host does not answer: its sandboxes are out of reach, as good as gone for a command.
       if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return goneResult(Date.now() - started);
@@ -474,9 +498,22 @@ export class ApptainerProvider implements SandboxProvider {
     const user = request.user ?? spec.user;
     const drop = user === undefined ? [] : await this.#dropTo(id, user);
     const tag = randomBytes(12).toString('hex');
-    const env = { PATH: DEFAULT_PATH, HOME: '/root', ...spec.env, ...request.env, GYM_EXEC_ID: tag };
+    const env = {
+      PATH: DEFAULT_PATH,
+      HOME: '/root',
+      ...imageConfig?.env,
+      ...spec.env,
+      ...request.env,
+      GYM_EXEC_ID: tag,
+    };
     const argv = [...drop, ...(request.argv ?? ['/bin/sh', '-c', request.command!])];
-    const line = this.#execLine(host, id, argv, env, request.cwd ?? spec.workdir ?? '/');
+    const line = this.#execLine(
+      host,
+      id,
+      argv,
+      env,
+      request.cwd ?? spec.workdir ?? imageConfig?.workdir ?? '/',
+    );
     const stdout = new OutputCapture(request.maxOutputBytes);
     const stderr = new OutputCapture(request.maxOutputBytes);
     const abort = new AbortController();
@@ -593,10 +630,140 @@ export class ApptainerProvider implements SandboxProvider {
     }
   }
 
-  async #record(host: Host, id: string): Promise<{ info: SandboxInfo; spec: SandboxSpec }> {
+  async #record(host: Host, id: string): Promise<SandboxRecord> {
     const read = await this.#run(host, shellJoin(['cat', this.#statePath(host, id)]));
     if (read.code !== 0) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    return JSON.parse(read.stdout.toString()) as { info: SandboxInfo; spec: SandboxSpec };
+    return JSON.parse(read.stdout.toString()) as SandboxRecord;
+  }
+
+  #imagePath(host: Host, reference: string): string {
+    return posix.join(host.workDirectory, 'images', imageFolderName(reference));
+  }
+
+  /** Where this daemon keeps the root filesystems it prepared, to copy them to a host that lacks one. */
+  #cachePath(reference: string): string {
+    return join(this.#context.stateDirectory, 'images', imageFolderName(reference));
+  }
+
+  /**
+   * Makes sure `reference` is on the host, copying it there from this daemon's cache when it is
+   * not (once per host: the folder is named by the content-addressed reference, so a second
+   * create or a second daemon finds it); returns its config. IMAGE_NOT_FOUND when neither has it.
+   */
+  async #ensureImage(host: Host, reference: string): Promise<ImageConfig> {
+    const target = this.#imagePath(host, reference);
+    const present = await this.#run(
+      host,
+      `test -d ${shellJoin([target])} && { cat ${shellJoin([`${target}.image.json`])} 2>/dev/null; true; }`,
+    );
+    if (present.code !== 0) {
+      const cached = await readFile(`${this.#cachePath(reference)}.image.json`, 'utf8').catch(() => null);
+      if (cached === null)
+        throw new GymError(
+          'IMAGE_NOT_FOUND',
+          `image ${reference} is not on host ${host.name} (no ${target}) and this daemon has not prepared it (gym image build)`,
+          { details: { image: reference, host: host.name } },
+        );
+      await this.#upload(host, reference, JSON.parse(cached) as ImageRecord);
+      return (JSON.parse(cached) as ImageRecord).config;
+    }
+    const text = present.stdout.toString().trim();
+    return text === '' ? { env: {}, labels: {} } : (JSON.parse(text) as ImageRecord).config;
+  }
+
+  /** Copies a cached root filesystem to a host: unpacked beside, then renamed into place. */
+  async #upload(host: Host, reference: string, record: ImageRecord): Promise<void> {
+    const target = this.#imagePath(host, reference);
+    const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
+    const unpacked = await this.#run(
+      host,
+      `mkdir -p ${shellJoin([partial])} && tar -x --numeric-owner -C ${shellJoin([partial])} && { [ -d ${shellJoin([target])} ] && rm -rf ${shellJoin([partial])} || mv ${shellJoin([partial])} ${shellJoin([target])}; }`,
+      createReadStream(`${this.#cachePath(reference)}.tar`),
+    );
+    if (unpacked.code !== 0) {
+      await this.#run(host, `rm -rf ${shellJoin([partial])}`).catch(() => {});
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `copying image ${reference} to ${host.name} failed: ${unpacked.stderr.trim()}`,
+      );
+    }
+    const saved = await this.#run(
+      host,
+      `cat > ${shellJoin([`${target}.image.json`])}`,
+      Buffer.from(JSON.stringify(record)),
+    );
+    if (saved.code !== 0)
+      throw new GymError('PROVIDER_ERROR', `writing ${target}.image.json failed: ${saved.stderr.trim()}`);
+    this.imageCopies += 1;
+  }
+
+  /** How many times a root filesystem was copied to a host (tests count it). */
+  imageCopies = 0;
+
+  async prepareImage(source: ImageSource): Promise<void> {
+    if (source.format !== 'rootfs')
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `the apptainer provider prepares no ${source.format} images`,
+        {
+          details: { provider: this.name, capability: 'imageFormats' },
+        },
+      );
+    // Kept here, so a host that is down now, or added later, gets the image at its first create.
+    const cache = this.#cachePath(source.reference);
+    await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
+    const partial = `${cache}.tar.partial-${randomBytes(4).toString('hex')}`;
+    try {
+      await pipeline(source.rootfs, createWriteStream(partial, { mode: 0o600 }));
+      await rename(partial, `${cache}.tar`);
+    } catch (error) {
+      await rm(partial, { force: true });
+      throw error;
+    }
+    const createdAt = new Date(this.#context.clock.now()).toISOString();
+    const references = [source.reference, ...(source.aliases ?? [])];
+    for (const reference of references) {
+      const record: ImageRecord = { reference, config: source.config, createdAt };
+      if (reference !== source.reference) await copyFile(`${cache}.tar`, `${this.#cachePath(reference)}.tar`);
+      await writeFile(`${this.#cachePath(reference)}.image.json`, JSON.stringify(record), { mode: 0o600 });
+    }
+    // Copied to every host that answers now; a host that does not gets it at its first create.
+    await Promise.all(
+      this.#hosts.map(async (host) => {
+        for (const reference of references) {
+          const has = await this.#run(host, `test -d ${shellJoin([this.#imagePath(host, reference)])}`).catch(
+            () => null,
+          );
+          if (has === null || has.code === 0) continue;
+          await this.#upload(host, reference, { reference, config: source.config, createdAt });
+        }
+      }),
+    );
+  }
+
+  async inspectImage(reference: string): Promise<ImageInfo | null> {
+    const cached = await readFile(`${this.#cachePath(reference)}.image.json`, 'utf8').catch(() => null);
+    if (cached !== null) {
+      const record = JSON.parse(cached) as ImageRecord;
+      return { reference, labels: record.config.labels, createdAt: record.createdAt };
+    }
+    return null;
+  }
+
+  async listImages(filter: ImageFilter = {}): Promise<ImageInfo[]> {
+    const directory = join(this.#context.stateDirectory, 'images');
+    const names = await readdir(directory).catch(() => [] as string[]);
+    const images: ImageInfo[] = [];
+    for (const name of names.filter((item) => item.endsWith('.image.json'))) {
+      const record = JSON.parse(await readFile(join(directory, name), 'utf8')) as ImageRecord;
+      if ((filter.labelKeys ?? []).every((key) => key in record.config.labels))
+        images.push({
+          reference: record.reference,
+          labels: record.config.labels,
+          createdAt: record.createdAt,
+        });
+    }
+    return images.sort((left, right) => right.createdAt!.localeCompare(left.createdAt!));
   }
 
   /** Kills every process of the sandbox carrying the tag, with the bound busybox's shell. */

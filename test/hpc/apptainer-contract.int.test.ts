@@ -17,7 +17,13 @@ afterAll(() => node.cleanup());
 describeSandboxProviderContract({
   name: 'apptainer over ssh (stand-in)',
   image: BUSYBOX_REFERENCE,
-  capabilities: { sessions: false, snapshot: false, gatewayReach: false, timeoutKill: 'tagged' },
+  capabilities: {
+    sessions: false,
+    snapshot: false,
+    gatewayReach: false,
+    timeoutKill: 'tagged',
+    imageFormats: ['rootfs'],
+  },
   testTimeoutMs: 120_000,
   createProvider: () =>
     new ApptainerProvider(

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { rootfsTar } from '../../images/build.ts';
 import { ApptainerProvider } from '../../providers/apptainer/apptainer-provider.ts';
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
@@ -63,6 +64,51 @@ describe('apptainer over several ssh hosts', () => {
     await expect(provider.create(spec())).rejects.toMatchObject({ code: 'CAPACITY_EXCEEDED' });
 
     await down.sshd.start();
+  }, 240_000);
+
+  it('copies an image to each host once, and to a host that was down at its first create there', async () => {
+    const root = join(nodes[0]!.workDirectory, 'images', 'local_busybox_rootfs');
+    const prepare = () =>
+      provider.prepareImage({
+        format: 'rootfs',
+        reference: 'gym/hosts-test:0123456789ab',
+        rootfs: rootfsTar(root),
+        config: {
+          env: { FROM_IMAGE: 'yes' },
+          workdir: '/tmp',
+          labels: { 'gym.image-definition': 'hosts-test' },
+        },
+      });
+    // The host stopped in the case before answers again once its connection's backoff has passed.
+    for (let attempt = 0; attempt < 60 && (await provider.list()).unreachable.length > 0; attempt += 1)
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    const down = nodes[2]!;
+    await down.sshd.stop();
+    try {
+      await prepare();
+      expect(provider.imageCopies).toBe(2);
+      // Prepared again (a second eval run, say): nothing is copied.
+      await prepare();
+      expect(provider.imageCopies).toBe(2);
+    } finally {
+      await down.sshd.start();
+    }
+    for (let attempt = 0; attempt < 60 && (await provider.list()).unreachable.length > 0; attempt += 1)
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    const { sandboxes } = await provider.list();
+    await Promise.all(sandboxes.map((info) => provider.destroy(info.id)));
+    // Three creates on three empty hosts: one lands on the host that was down, which gets the image then.
+    const placed = [];
+    for (let index = 0; index < 3; index += 1)
+      placed.push(await provider.create(SandboxSpecSchema.parse({ image: 'gym/hosts-test:0123456789ab' })));
+    expect(placed.filter((info) => info.scope === down.host.name)).toHaveLength(1);
+    expect(provider.imageCopies).toBe(3);
+    const seen = await provider.exec(
+      placed[0]!.id,
+      ExecRequestSchema.parse({ command: 'echo $FROM_IMAGE; pwd' }),
+    );
+    expect(seen.stdout).toBe('yes\n/tmp\n');
+    await Promise.all(placed.map((info) => provider.destroy(info.id)));
   }, 240_000);
 
   it('names a host whose key is not the known one as unreachable, and never uses it', async () => {
