@@ -3,14 +3,20 @@
  * Types come from the same zod schemas the server validates with; errors come back as GymErrors
  * with the server's code.
  */
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { createInterface } from 'node:readline';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar-stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 import type {
+  ImageInfoResponse,
   ImageList,
+  ImagePlanRequest,
   ImageProgress,
   ImageStreamEvent,
   PrepareImageRequest,
@@ -168,9 +174,62 @@ export class GymClient {
     request: PrepareImageRequest,
     options: { onProgress?: (progress: ImageProgress) => void } = {},
   ): Promise<PrepareImageResponse> {
-    if (options.onProgress === undefined) return this.#json('POST', '/v1/images', { json: request });
+    return this.#prepare({ json: request }, options);
+  }
+
+  /**
+   * Carries out a build plan on the daemon's provider (a Harbor task's Dockerfile): uploads
+   * plan.json, then for each `files` step (by index in `archives`) its tar, a file on disk
+   * (streamed) or bytes.
+   */
+  async buildImagePlan(
+    request: ImagePlanRequest,
+    archives: ReadonlyMap<number, { path: string } | Buffer>,
+    options: { onProgress?: (progress: ImageProgress) => void } = {},
+  ): Promise<PrepareImageResponse> {
+    const pack = tar.pack();
+    const packed = (async () => {
+      pack.entry({ name: 'plan.json', mode: 0o644 }, JSON.stringify(request));
+      for (const [index, step] of request.steps.entries()) {
+        if (step.kind !== 'files') continue;
+        const archive = archives.get(index);
+        if (archive === undefined) throw new GymError('VALIDATION_FAILED', `no tar for files step ${index}`);
+        const name = `step-${index}.tar`;
+        if (Buffer.isBuffer(archive)) {
+          pack.entry({ name, mode: 0o644 }, archive);
+          continue;
+        }
+        const { size } = await stat(archive.path);
+        await pipeline(
+          createReadStream(archive.path),
+          pack.entry({ name, mode: 0o644, size }) as unknown as NodeJS.WritableStream,
+        );
+      }
+      pack.finalize();
+    })().catch((error: unknown) => {
+      pack.destroy(error as Error);
+      throw error;
+    });
+    const [response] = await Promise.all([
+      this.#prepare(
+        {
+          body: Readable.from(pack as AsyncIterable<Buffer>, { objectMode: false }),
+          contentType: 'application/x-tar',
+        },
+        options,
+      ),
+      packed,
+    ]);
+    return response;
+  }
+
+  async #prepare(
+    body: RequestOptions,
+    options: { onProgress?: (progress: ImageProgress) => void },
+  ): Promise<PrepareImageResponse> {
+    if (options.onProgress === undefined) return this.#json('POST', '/v1/images', body);
     // Streamed: each step as the daemon takes it, then the result.
-    const response = await this.raw('POST', '/v1/images', { json: request, query: { stream: 'ndjson' } });
+    const response = await this.raw('POST', '/v1/images', { ...body, query: { stream: 'ndjson' } });
     for await (const line of createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY })) {
       if (line.trim() === '') continue;
       const event = JSON.parse(line) as ImageStreamEvent;
@@ -181,6 +240,21 @@ export class GymClient {
       else throw new GymError(event.error.code, event.error.message, { details: event.error.details });
     }
     throw new GymError('DAEMON_UNAVAILABLE', 'the daemon ended the image build without a result');
+  }
+
+  /** An image the provider has (its working directory included), or null. */
+  async inspectImage(
+    reference: string,
+    options: { provider?: string } = {},
+  ): Promise<ImageInfoResponse | null> {
+    try {
+      return await this.#json('GET', '/v1/images/inspect', {
+        query: { reference, provider: options.provider },
+      });
+    } catch (error) {
+      if (error instanceof GymError && error.code === 'IMAGE_NOT_FOUND') return null;
+      throw error;
+    }
   }
 
   async listPools(): Promise<PoolStats[]> {

@@ -53,7 +53,7 @@ class ImagingProvider extends MemoryProvider {
   failDerived: Error | undefined;
 
   constructor(context: ProviderContext) {
-    super(context, { capabilities: { imageFormats: ['rootfs', 'derived'] } });
+    super(context, { capabilities: { imageFormats: ['rootfs', 'derived', 'plan'] } });
   }
 
   async prepareImage(source: ImageSource): Promise<void> {
@@ -67,7 +67,14 @@ class ImagingProvider extends MemoryProvider {
       });
       for (const reference of [source.reference, ...(source.aliases ?? [])])
         this.images.set(reference, { reference, labels: source.config.labels });
-    } else {
+    } else if (source.format === 'plan') {
+      const entries: string[] = [];
+      for (const step of source.steps)
+        if (step.kind === 'files')
+          entries.push(...(await tarEntries(step.archive())).map((name) => `${step.path}:${name}`));
+      this.prepared.push({ format: 'plan', reference: source.reference, base: source.base, entries });
+      this.images.set(source.reference, { reference: source.reference, labels: source.settings.labels });
+    } else if (source.format === 'derived') {
       const failure = this.failDerived;
       this.failDerived = undefined;
       if (failure !== undefined) throw failure;
@@ -293,5 +300,91 @@ describe('image routes', () => {
     const elsewhere = await derived({ reference: 'library/ubuntu:latest' });
     expect(elsewhere.statusCode).toBe(400);
     expect(imaging.prepared.filter((item) => item.format === 'derived')).toEqual([]);
+  });
+});
+
+/** A build plan's upload: plan.json, then each files step's tar (as `entries` name them). */
+async function planUpload(
+  plan: Record<string, unknown>,
+  steps: Record<string, Array<Partial<tar.Header> & { name: string }>>,
+): Promise<Buffer> {
+  const bytes = async (fill: (pack: tar.Pack) => void) => {
+    const pack = tar.pack();
+    fill(pack);
+    pack.finalize();
+    const chunks: Buffer[] = [];
+    for await (const chunk of pack as AsyncIterable<Buffer>) chunks.push(chunk);
+    return Buffer.concat(chunks);
+  };
+  const inner = new Map<string, Buffer>();
+  for (const [name, headers] of Object.entries(steps))
+    inner.set(
+      name,
+      await bytes((pack) => {
+        for (const header of headers)
+          if (header.type === 'file') pack.entry(header, 'content');
+          else pack.entry(header);
+      }),
+    );
+  return bytes((pack) => {
+    pack.entry({ name: 'plan.json' }, JSON.stringify(plan));
+    for (const [name, content] of inner) pack.entry({ name }, content);
+  });
+}
+
+describe('build plan uploads', () => {
+  const plan = {
+    kind: 'plan',
+    reference: 'gym/plan-test:abc',
+    base: 'some/base:1',
+    steps: [
+      { kind: 'run', argv: ['true'] },
+      { kind: 'files', path: '/app', chown: '1000' },
+    ],
+    settings: { workdir: '/app' },
+  };
+  const upload = (payload: Buffer, test: TestDaemon) =>
+    test.app.inject({
+      method: 'POST',
+      url: '/v1/images',
+      headers: { ...test.auth, 'content-type': 'application/x-tar' },
+      payload,
+    });
+
+  it('hands the provider each files step as a checked tar relative to its path', async () => {
+    const test = await start('imaging');
+    const response = await upload(
+      await planUpload(plan, {
+        'step-1.tar': [
+          { name: 'src/', type: 'directory' },
+          { name: 'src/main.py', type: 'file', size: 7 },
+        ],
+      }),
+      test,
+    );
+    expect(response.statusCode, response.body).toBe(200);
+    expect(imaging.prepared).toEqual([
+      {
+        format: 'plan',
+        reference: 'gym/plan-test:abc',
+        base: 'some/base:1',
+        entries: ['/app:src', '/app:src/main.py'],
+      },
+    ]);
+  });
+
+  it("refuses an entry or a link that climbs out of its step's path, preparing nothing", async () => {
+    const test = await start('imaging');
+    for (const header of [
+      { name: '../escape.txt', type: 'file', size: 7 },
+      { name: 'link', type: 'symlink', linkname: '../../etc' },
+    ] as Array<Partial<tar.Header> & { name: string }>) {
+      const response = await upload(await planUpload(plan, { 'step-1.tar': [header] }), test);
+      expect(response.statusCode, response.body).toBe(400);
+      expect(response.json().error.code).toBe('ARCHIVE_UNSAFE');
+    }
+    const missing = await upload(await planUpload(plan, {}), test);
+    expect(missing.json().error.message).toContain('missing step-1.tar');
+    expect(imaging.prepared).toEqual([]);
   });
 });

@@ -6,6 +6,7 @@
 import { GymError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import {
+  type ImageInfoResponse,
   type ImageList,
   type ImageProgress,
   type PreparedImage,
@@ -17,8 +18,9 @@ import { parseOrThrow } from '../core/validate.ts';
 import { IMAGE_DEFINITION_LABEL, ImageBuilder, imageReference } from '../images/build.ts';
 import { findImageDefinition, IMAGE_DEFINITIONS, IMAGE_REPOSITORY_PREFIX } from '../images/definitions.ts';
 import { buildRepositoryImage } from '../images/repository-image.ts';
-import type { SandboxProvider } from '../providers/sandbox-provider.ts';
+import type { ImageBuildStep, SandboxProvider } from '../providers/sandbox-provider.ts';
 import { requireImages } from './capabilities.ts';
+import type { PlanUpload } from './image-upload.ts';
 
 export interface ImageServiceOptions {
   providers: ReadonlyMap<string, SandboxProvider>;
@@ -96,6 +98,17 @@ export class ImageService {
     return { provider: name, images: await builder.list(), definitions };
   }
 
+  /** An image the provider has, with the directory its sandboxes start in. */
+  async inspect(reference: string, providerName?: string): Promise<ImageInfoResponse> {
+    const { name, provider } = this.#provider(providerName);
+    const info = await requireImages(name, provider).inspectImage(reference);
+    if (info === null)
+      throw new GymError('IMAGE_NOT_FOUND', `provider ${name} has no image "${reference}"`, {
+        details: { image: reference, provider: name },
+      });
+    return { provider: name, ...info };
+  }
+
   /**
    * Builds a definition (unless the provider has its current image, or `force`), or derives an
    * image from a base (whose definition is built first when it names one that is missing).
@@ -121,6 +134,11 @@ export class ImageService {
         ],
       };
     }
+    if (request.kind === 'plan')
+      throw new GymError(
+        'VALIDATION_FAILED',
+        'a build plan is sent as an application/x-tar upload: plan.json, then one tar per files step',
+      );
     const images: PreparedImage[] = [];
     let base = request.base;
     const baseDefinition = findImageDefinition(request.base);
@@ -161,5 +179,93 @@ export class ImageService {
     }
     images.push(await derived);
     return { provider: providerName, images };
+  }
+
+  /**
+   * Carries out a build plan on the provider (its base built first when it names a missing
+   * built-in definition), unless the provider has the reference already. The upload's spooled
+   * archives are disposed of by the caller.
+   */
+  async preparePlan(
+    upload: PlanUpload,
+    options: { onProgress?: (progress: ImageProgress) => void } = {},
+  ): Promise<PrepareImageResponse> {
+    const { request } = upload;
+    const { name: providerName, provider } = this.#provider(request.provider);
+    const builder = this.#builder(providerName, provider);
+    const images = requireImages(providerName, provider);
+    if (!(provider.capabilities.imageFormats ?? []).includes('plan'))
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `provider ${providerName} cannot build images from a plan`,
+        {
+          details: { provider: providerName, capability: 'imageFormats', format: 'plan' },
+        },
+      );
+    const prepared: PreparedImage[] = [];
+    let base = request.base;
+    const baseDefinition = findImageDefinition(request.base);
+    if (baseDefinition !== undefined) {
+      const built = await builder.build(baseDefinition, {
+        onProgress: (stage, message) => options.onProgress?.({ image: baseDefinition.name, stage, message }),
+      });
+      if (built.built) prepared.push(built);
+      base = built.reference;
+    }
+    const started = Date.now();
+    const key = `${providerName}\0${request.reference}`;
+    // Content-addressed: one that exists, or is being built, is that image.
+    const running = this.#deriving.get(key);
+    if (running !== undefined) {
+      prepared.push(await running);
+      return { provider: providerName, images: prepared };
+    }
+    if ((await images.inspectImage(request.reference)) !== null) {
+      prepared.push({ name: request.reference, reference: request.reference, built: false, durationMs: 0 });
+      return { provider: providerName, images: prepared };
+    }
+    options.onProgress?.({
+      image: request.reference,
+      stage: 'derive',
+      message: `building ${request.reference} from ${base}`,
+    });
+    const steps: ImageBuildStep[] = request.steps.map((step, index) => {
+      if (step.kind === 'run') return { ...step, env: step.env ?? {} };
+      const archive = upload.archives.get(index)!;
+      return {
+        kind: 'files',
+        path: step.path,
+        archive: archive.open,
+        entries: [...archive.topLevel],
+        ...(step.chown === undefined ? {} : { chown: step.chown }),
+        ...(step.chmod === undefined ? {} : { chmod: step.chmod }),
+      };
+    });
+    const settings = request.settings ?? {};
+    const build = images
+      .prepareImage({
+        format: 'plan',
+        reference: request.reference,
+        base,
+        steps,
+        settings: {
+          ...settings,
+          env: settings.env ?? {},
+          labels: {
+            ...(settings.labels ?? {}),
+            ...(baseDefinition === undefined ? {} : { [IMAGE_DEFINITION_LABEL]: baseDefinition.name }),
+          },
+        },
+      })
+      .then(() => ({
+        name: request.reference,
+        reference: request.reference,
+        built: true,
+        durationMs: Date.now() - started,
+      }))
+      .finally(() => this.#deriving.delete(key));
+    this.#deriving.set(key, build);
+    prepared.push(await build);
+    return { provider: providerName, images: prepared };
   }
 }

@@ -95,8 +95,13 @@ export interface ProviderCapabilities {
  *   operation rather than something the daemon composes from sandboxes because what it yields is
  *   the backend's own artifact, stored under the content-addressed reference it is given, which a
  *   snapshot (whose reference is opaque) does not promise.
+ * - `plan`: a build plan (what a Dockerfile's subset becomes, environments/kinds/harbor/dockerfile.ts):
+ *   a base image, ordered steps (`run` a command as a user in a directory with an environment;
+ *   `files`: a checked tar unpacked at a path) and the settings the image ends with (env,
+ *   workdir, user, cmd, entrypoint, labels). Docker runs the steps in a container of the base
+ *   with no network and commits it with the settings.
  */
-export type ImageFormat = 'rootfs' | 'derived';
+export type ImageFormat = 'rootfs' | 'derived' | 'plan';
 
 /** How a sandbox of the image starts, whatever the backend's image format. */
 export interface ImageConfig {
@@ -146,7 +151,57 @@ export interface DerivedImageSource extends ImageSourceBase {
   labels: Record<string, string>;
 }
 
-export type ImageSource = RootfsImageSource | DerivedImageSource;
+/** One step of a `plan` source, carried out in order. */
+export type ImageBuildStep =
+  | {
+      kind: 'run';
+      /** The program and its arguments (no shell unless argv names one). */
+      argv: string[];
+      /** Default: the base image's working directory. */
+      workdir?: string;
+      env: Record<string, string>;
+      /** Default: the base image's user. */
+      user?: string;
+    }
+  | {
+      kind: 'files';
+      /** Absolute; created (as root) when missing. */
+      path: string;
+      /**
+       * A tar whose entry names are relative to `path`, already checked by the daemon (no entry
+       * or link climbs out of `path`; see providers/shared/archive.ts). Opened once.
+       */
+      archive: () => Readable;
+      /** The top-level entries of the tar (what `chown` and `chmod` apply to, recursively). */
+      entries: string[];
+      /** `user[:group]` to own what the tar put there (root otherwise). */
+      chown?: string;
+      /** Octal mode for what the tar put there (its own modes otherwise). */
+      chmod?: string;
+    };
+
+/** The settings a `plan` image ends with; an absent one is the base image's. */
+export interface ImagePlanSettings {
+  /** Added to the base image's environment. */
+  env: Record<string, string>;
+  workdir?: string;
+  user?: string;
+  cmd?: string[];
+  entrypoint?: string[];
+  /** Added to the base image's labels. */
+  labels: Record<string, string>;
+}
+
+/** A base image, steps, and final settings (see `ImageFormat`). */
+export interface PlanImageSource extends ImageSourceBase {
+  format: 'plan';
+  /** An image the provider has; `IMAGE_NOT_FOUND` otherwise. */
+  base: string;
+  steps: ImageBuildStep[];
+  settings: ImagePlanSettings;
+}
+
+export type ImageSource = RootfsImageSource | DerivedImageSource | PlanImageSource;
 
 /** An image as `inspectImage` and `listImages` show it. */
 export interface ImageInfo {
@@ -156,6 +211,8 @@ export interface ImageInfo {
   sizeBytes?: number;
   /** ISO 8601, when the backend can tell. */
   createdAt?: string;
+  /** The working directory a sandbox of the image starts in, when the image sets one. */
+  workdir?: string;
 }
 
 export interface ImageFilter {
@@ -346,8 +403,8 @@ export interface SandboxProvider {
    * stored so that a spec naming `source.reference` (or an alias) starts from it. It replaces an
    * image of that reference. A failure leaves no half-made image under the reference.
    * @throws GymError `CAPABILITY_UNSUPPORTED` (a format it lacks), `IMAGE_NOT_FOUND` (a derived
-   *   source's base), `VALIDATION_FAILED` (a derived source's command failed; the message ends
-   *   with its output), `PROVIDER_UNAVAILABLE`, `PROVIDER_ERROR`.
+   *   or plan source's base), `VALIDATION_FAILED` (a derived source's command or a plan's step
+   *   failed; the message ends with its output; neither image nor build container is left), `PROVIDER_UNAVAILABLE`, `PROVIDER_ERROR`.
    */
   prepareImage?(source: ImageSource): Promise<void>;
 

@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { ErrorBodySchema } from './api.ts';
-import { AbsolutePathSchema, EnvSchema } from './common.ts';
+import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema } from './common.ts';
 
 /** A built-in image definition's name (`busybox`, `debian-base`; see images/definitions.ts). */
 const DefinitionNameSchema = z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/);
@@ -32,6 +32,66 @@ const RelativeFilePathSchema = z
       path.split('/').every((part) => part !== '..' && part !== '' && part !== '.'),
     { message: 'must be a relative path without "..", "." or empty parts' },
   );
+
+/** At most this many steps in a build plan (a Dockerfile's RUN, COPY and WORKDIR). */
+export const MAX_PLAN_STEPS = 256;
+
+/**
+ * The most a build plan's upload (`POST /v1/images` as `application/x-tar`: the plan, then one
+ * tar per `files` step) may carry; it is spooled to disk as it arrives, never held in memory.
+ */
+export const MAX_PLAN_UPLOAD_BYTES = 1024 * 1024 * 1024;
+
+/** The plan itself, the first entry of the upload. */
+export const MAX_PLAN_JSON_BYTES = 4 * 1024 * 1024;
+
+/** `user`, `uid`, `user:group` or `uid:gid`, nothing a shell or a flag could make more of. */
+const OwnerSchema = z
+  .string()
+  .regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$/, {
+    message: 'must be user[:group] (names or numeric ids)',
+  });
+
+const ArgvSchema = z.array(ExecArgumentSchema).min(1).max(4096);
+
+/** One step of a build plan; a `files` step's tar is the upload's entry `step-<index>.tar`. */
+export const ImagePlanStepSchema = z.discriminatedUnion('kind', [
+  z
+    .object({
+      kind: z.literal('run'),
+      argv: ArgvSchema,
+      /** Default: the base image's working directory. */
+      workdir: AbsolutePathSchema.optional(),
+      env: EnvSchema.default({}),
+      /** Default: the base image's user. */
+      user: OwnerSchema.optional(),
+    })
+    .strict(),
+  z
+    .object({
+      kind: z.literal('files'),
+      /** Where the tar is unpacked; nothing in it may climb out of here. */
+      path: AbsolutePathSchema,
+      chown: OwnerSchema.optional(),
+      chmod: z
+        .string()
+        .regex(/^[0-7]{3,4}$/, { message: 'must be an octal mode' })
+        .optional(),
+    })
+    .strict(),
+]);
+
+/** What the image ends with; an absent setting is the base image's. */
+export const ImagePlanSettingsSchema = z
+  .object({
+    env: EnvSchema.default({}),
+    workdir: AbsolutePathSchema.optional(),
+    user: OwnerSchema.optional(),
+    cmd: z.array(ExecArgumentSchema).max(4096).optional(),
+    entrypoint: z.array(ExecArgumentSchema).max(4096).optional(),
+    labels: z.record(z.string().min(1).max(256), z.string().max(4096)).default({}),
+  })
+  .strict();
 
 export const PrepareImageRequestSchema = z.discriminatedUnion('kind', [
   z
@@ -62,8 +122,27 @@ export const PrepareImageRequestSchema = z.discriminatedUnion('kind', [
       provider: z.string().optional(),
     })
     .strict(),
+  z
+    .object({
+      /**
+       * A build plan (a Harbor task's Dockerfile): sent only as the first entry (`plan.json`) of
+       * an `application/x-tar` upload whose further entries are the `files` steps' tars.
+       */
+      kind: z.literal('plan'),
+      reference: DerivedImageReferenceSchema,
+      /** A built-in definition's name (built first when missing) or a reference the provider has. */
+      base: z.string().min(1).max(512),
+      steps: z.array(ImagePlanStepSchema).max(MAX_PLAN_STEPS),
+      settings: ImagePlanSettingsSchema.default({ env: {}, labels: {} }),
+      provider: z.string().optional(),
+    })
+    .strict(),
 ]);
 export type PrepareImageRequest = z.input<typeof PrepareImageRequestSchema>;
+/** A build plan as a client writes it. */
+export type ImagePlanRequest = Extract<PrepareImageRequest, { kind: 'plan' }>;
+/** A build plan as the daemon has it, checked and with defaults. */
+export type CheckedImagePlan = Extract<z.infer<typeof PrepareImageRequestSchema>, { kind: 'plan' }>;
 
 /** One image a request made or found. */
 export const PreparedImageSchema = z.object({
@@ -108,6 +187,22 @@ export const ImageStreamEventSchema = z.discriminatedUnion('type', [
 export type ImageStreamEvent = z.infer<typeof ImageStreamEventSchema>;
 
 export const ListImagesQuerySchema = z.object({ provider: z.string().optional() }).strict();
+
+export const InspectImageQuerySchema = z
+  .object({ reference: z.string().min(1).max(512), provider: z.string().optional() })
+  .strict();
+
+/** `GET /v1/images/inspect`: an image the provider has (404 `IMAGE_NOT_FOUND` otherwise). */
+export const ImageInfoSchema = z.object({
+  provider: z.string(),
+  reference: z.string(),
+  labels: z.record(z.string(), z.string()),
+  sizeBytes: z.number().optional(),
+  createdAt: z.string().optional(),
+  /** The working directory a sandbox of it starts in, when the image sets one. */
+  workdir: z.string().optional(),
+});
+export type ImageInfoResponse = z.infer<typeof ImageInfoSchema>;
 
 export const ImageListSchema = z.object({
   provider: z.string(),

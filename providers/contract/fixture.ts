@@ -40,6 +40,11 @@ export interface ContractOptions {
    * `gym-snapshot/` and `gym-contract/`); without it the cases leave their images behind.
    */
   removeImage?: (image: string) => Promise<void>;
+  /**
+   * How many build containers (or the backend's like) of the image `reference` still exist, for
+   * a backend whose image builds run in one; without it the failed-plan case checks the image only.
+   */
+  buildLeftovers?: (reference: string) => Promise<number>;
 }
 
 /** Tracks every sandbox a test makes and destroys them all, whatever the test's outcome. */

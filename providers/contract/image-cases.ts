@@ -8,6 +8,8 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import * as tar from 'tar-stream';
 import { expect, it } from 'vitest';
 import { busyboxRoot, rootfsTar } from '../../images/build.ts';
 import type { BusyboxImageDefinition } from '../../images/definitions.ts';
@@ -45,7 +47,7 @@ export function defineImageCases(fixture: SandboxFixture): void {
     expect(typeof provider.prepareImage).toBe('function');
     expect(typeof provider.inspectImage).toBe('function');
     expect(typeof provider.listImages).toBe('function');
-    for (const format of formats) expect(['rootfs', 'derived']).toContain(format);
+    for (const format of formats) expect(['rootfs', 'derived', 'plan']).toContain(format);
   });
 
   if (mayHave(fixture, 'rootfs'))
@@ -167,4 +169,107 @@ export function defineImageCases(fixture: SandboxFixture): void {
         await removeMade();
       }
     });
+
+  if (mayHave(fixture, 'plan'))
+    it('builds a plan: files unpacked with owner and mode, steps run, a sandbox starts in its workdir with its env', async (context) => {
+      const { provider } = fixture;
+      if (!hasFormat(provider, 'plan')) return context.skip();
+      const reference = `gym-contract/plan-${fixture.runId}:${fixture.runId}`;
+      const files = await tarOf({ 'hello.txt': 'hello from the context\n', 'sub/deep.txt': 'deep\n' });
+      try {
+        made.push(reference);
+        await provider.prepareImage!({
+          format: 'plan',
+          reference,
+          base: fixture.options.image,
+          steps: [
+            { kind: 'run', argv: ['mkdir', '-p', '/contract/app'], env: {}, user: '0' },
+            {
+              kind: 'files',
+              path: '/contract/app',
+              archive: () => Readable.from(files),
+              entries: ['hello.txt', 'sub'],
+              chown: '1234:1234',
+              chmod: '640',
+            },
+            {
+              kind: 'run',
+              argv: ['sh', '-c', 'cat hello.txt sub/deep.txt > made.txt && echo "$STEP_ENV" >> made.txt'],
+              workdir: '/contract/app',
+              env: { STEP_ENV: 'only while building' },
+            },
+          ],
+          settings: {
+            env: { PLAN_ENV: 'from the plan' },
+            workdir: '/contract/app',
+            labels: { [RUN_LABEL]: fixture.runId },
+          },
+        });
+        const inspected = await provider.inspectImage!(reference);
+        expect(inspected?.labels[RUN_LABEL]).toBe(fixture.runId);
+        expect(inspected?.workdir).toBe('/contract/app');
+        const sandbox = await fixture.create({ image: reference });
+        const result = await fixture.exec(sandbox.id, {
+          command:
+            'pwd; echo "$PLAN_ENV ${STEP_ENV:-unset}"; cat made.txt; stat -c %u:%g:%a hello.txt sub/deep.txt',
+        });
+        expect(result).toMatchObject({
+          status: 'ok',
+          stdout:
+            '/contract/app\nfrom the plan unset\nhello from the context\ndeep\nonly while building\n1234:1234:640\n1234:1234:640\n',
+        });
+      } finally {
+        await fixture.cleanup();
+        await removeMade();
+      }
+    });
+
+  if (mayHave(fixture, 'plan'))
+    it('leaves neither image nor build container when a plan step fails, and says what failed', async (context) => {
+      const { provider } = fixture;
+      if (!hasFormat(provider, 'plan')) return context.skip();
+      const failing = `gym-contract/plan-failing-${fixture.runId}:${fixture.runId}`;
+      made.push(failing);
+      try {
+        const error = await expectGymError(
+          provider.prepareImage!({
+            format: 'plan',
+            reference: failing,
+            base: fixture.options.image,
+            steps: [
+              { kind: 'run', argv: ['sh', '-c', 'touch /made-before'], env: {} },
+              { kind: 'run', argv: ['sh', '-c', 'echo the step is wrong >&2; exit 4'], env: {} },
+            ],
+            settings: { env: {}, labels: {} },
+          }),
+          'VALIDATION_FAILED',
+        );
+        expect(error.message).toContain('the step is wrong');
+        expect(await provider.inspectImage!(failing)).toBeNull();
+        if (fixture.options.buildLeftovers !== undefined)
+          expect(await fixture.options.buildLeftovers(failing)).toBe(0);
+      } finally {
+        await removeMade();
+      }
+    });
+}
+
+/** A tar of the given files (directories made for them), as bytes. */
+async function tarOf(files: Record<string, string>): Promise<Buffer> {
+  const pack = tar.pack();
+  const directories = new Set<string>();
+  for (const [name, content] of Object.entries(files)) {
+    const parts = name.split('/').slice(0, -1);
+    for (let index = 1; index <= parts.length; index += 1) {
+      const directory = parts.slice(0, index).join('/');
+      if (directories.has(directory)) continue;
+      directories.add(directory);
+      pack.entry({ name: `${directory}/`, type: 'directory', mode: 0o755 });
+    }
+    pack.entry({ name, mode: 0o644 }, content);
+  }
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const chunk of pack as AsyncIterable<Buffer>) chunks.push(chunk);
+  return Buffer.concat(chunks);
 }

@@ -1,7 +1,8 @@
 /**
  * The Docker provider's image part (`prepareImage`, `inspectImage`, `listImages`): a root
  * filesystem becomes an image through the engine's import endpoint (`docker import`), a derived
- * image through a container of its base that gets the files and the command and is committed.
+ * image through a container of its base that gets the files and the command and is committed,
+ * a build plan likewise with its steps in order and committed with its settings.
  * Nothing here needs a registry.
  */
 import { PassThrough, type Readable } from 'node:stream';
@@ -11,10 +12,11 @@ import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type {
   DerivedImageSource,
-  ImageConfig,
   ImageFilter,
   ImageInfo,
+  ImagePlanSettings,
   ImageSource,
+  PlanImageSource,
   RootfsImageSource,
 } from '../sandbox-provider.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
@@ -29,13 +31,25 @@ export function splitReference(reference: string): { repo: string; tag: string }
 }
 
 /** An image config as the Dockerfile instructions the import and commit endpoints take. */
-export function dockerfileChanges(config: Partial<ImageConfig>): string[] {
+export function dockerfileChanges(config: Partial<ImagePlanSettings>): string[] {
   return [
     ...Object.entries(config.env ?? {}).map(([name, value]) => `ENV ${name}=${JSON.stringify(value)}`),
     ...(config.workdir === undefined ? [] : [`WORKDIR ${config.workdir}`]),
-    ...(config.cmd === undefined ? [] : [`CMD ${JSON.stringify(config.cmd)}`]),
-    ...Object.entries(config.labels ?? {}).map(([name, value]) => `LABEL ${name}=${JSON.stringify(value)}`),
+    ...(config.user === undefined ? [] : [`USER ${config.user}`]),
+    ...(config.entrypoint === undefined || config.entrypoint.length === 0
+      ? []
+      : [`ENTRYPOINT ${JSON.stringify(config.entrypoint)}`]),
+    ...(config.cmd === undefined || config.cmd.length === 0 ? [] : [`CMD ${JSON.stringify(config.cmd)}`]),
+    ...Object.entries(config.labels ?? {}).map(
+      ([name, value]) => `LABEL ${JSON.stringify(name)}=${JSON.stringify(value)}`,
+    ),
   ];
+}
+
+/** An image config's ENTRYPOINT or CMD as a list (the engine may give a string or null). */
+function asList(value: string | string[] | null | undefined): string[] | undefined {
+  if (value === undefined || value === null) return undefined;
+  return typeof value === 'string' ? [value] : value;
 }
 
 function filesTar(files: Record<string, string>): Readable {
@@ -50,6 +64,12 @@ function filesTar(files: Record<string, string>): Readable {
  * ends, so a daemon killed mid-build leaves nothing behind for longer than this.
  */
 const DERIVE_KEEPER_SECONDS = 600;
+
+/** On a plan's build container: the reference it builds. */
+export const BUILD_LABEL = 'gym.image-build';
+
+/** Likewise for a plan's container; a plan whose steps take longer fails (its container is gone). */
+const PLAN_KEEPER_SECONDS = 3600;
 
 export class DockerImages {
   readonly #docker: Docker;
@@ -68,6 +88,7 @@ export class DockerImages {
         labels: image.Config?.Labels ?? {},
         sizeBytes: image.Size,
         createdAt: new Date(image.Created).toISOString(),
+        ...(image.Config?.WorkingDir ? { workdir: image.Config.WorkingDir } : {}),
       };
     } catch (error) {
       if (engineStatus(error) === 404) return null;
@@ -106,6 +127,7 @@ export class DockerImages {
   async prepare(source: ImageSource): Promise<void> {
     if (source.format === 'rootfs') await this.#import(source);
     else if (source.format === 'derived') await this.#derive(source);
+    else if (source.format === 'plan') await this.#plan(source);
     else {
       throw new GymError(
         'CAPABILITY_UNSUPPORTED',
@@ -178,16 +200,90 @@ export class DockerImages {
     }
   }
 
+  /**
+   * A container of the base (no network, no log, removed when its keeper ends), each step run
+   * or unpacked in order, the container committed under the reference with the settings. The
+   * keeper takes the command, unless the base has an entrypoint (which would run it), and then
+   * the entrypoint; the commit writes back whichever it replaced.
+   */
+  async #plan(source: PlanImageSource): Promise<void> {
+    let base: Docker.ImageInspectInfo;
+    try {
+      base = await this.#docker.getImage(source.base).inspect();
+    } catch (error) {
+      if (engineStatus(error) === 404)
+        throw new GymError('IMAGE_NOT_FOUND', `the base image "${source.base}" is not on this machine`, {
+          details: { image: source.base },
+        });
+      throw wrapDockerError(error, { operation: 'build image', image: source.base });
+    }
+    const baseEntrypoint = asList(base.Config?.Entrypoint as string | string[] | null) ?? [];
+    const baseCmd = asList(base.Config?.Cmd as string | string[] | null) ?? [];
+    const baseWorkdir = base.Config?.WorkingDir || '/';
+    const baseUser = base.Config?.User || '0';
+    const keeper = ['sh', '-c', `sleep ${PLAN_KEEPER_SECONDS}`];
+    let container: Docker.Container;
+    try {
+      container = await this.#docker.createContainer({
+        Image: source.base,
+        ...(baseEntrypoint.length > 0 ? { Entrypoint: keeper, Cmd: [] } : { Cmd: keeper }),
+        User: '0',
+        HostConfig: { NetworkMode: 'none', AutoRemove: true, LogConfig: { Type: 'none', Config: {} } },
+        Labels: { 'gym.role': 'image-build', [BUILD_LABEL]: source.reference },
+      });
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'build image', image: source.base });
+    }
+    try {
+      await container.start();
+      for (const step of source.steps) {
+        if (step.kind === 'run') {
+          await this.#run(container, step.argv, step.workdir ?? baseWorkdir, step.env, step.user ?? baseUser);
+          continue;
+        }
+        await this.#run(container, ['mkdir', '-p', '--', step.path], '/', {}, '0');
+        await container.putArchive(step.archive() as never, { path: step.path });
+        const top = step.entries.map((entry) => `${step.path.replace(/\/+$/, '')}/${entry}`);
+        if (top.length === 0) continue;
+        if (step.chmod !== undefined)
+          await this.#run(container, ['chmod', '-R', step.chmod, '--', ...top], '/', {}, '0');
+        if (step.chown !== undefined)
+          await this.#run(container, ['chown', '-R', step.chown, '--', ...top], '/', {}, '0');
+      }
+      const { repo, tag } = splitReference(source.reference);
+      const { settings } = source;
+      await container.commit({
+        repo,
+        tag,
+        changes: dockerfileChanges({
+          ...settings,
+          entrypoint: settings.entrypoint ?? baseEntrypoint,
+          cmd: settings.cmd ?? baseCmd,
+        }),
+      } as never);
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'build image', image: source.reference });
+    } finally {
+      await container.remove({ force: true }).catch((error: unknown) => {
+        if (engineStatus(error) !== 404 && engineStatus(error) !== 409)
+          this.#logger.warn({ error: String(error) }, 'could not remove the container of an image build');
+      });
+    }
+  }
+
   async #run(
     container: Docker.Container,
-    command: string,
+    command: string | string[],
     workdir: string,
     env: Record<string, string>,
+    user?: string,
   ): Promise<void> {
+    const argv = typeof command === 'string' ? ['sh', '-c', command] : command;
     const exec = await container.exec({
-      Cmd: ['sh', '-c', command],
+      Cmd: argv,
       WorkingDir: workdir,
       Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
+      ...(user === undefined ? {} : { User: user }),
       AttachStdout: true,
       AttachStderr: true,
     });
@@ -195,7 +291,7 @@ export class DockerImages {
     const output = new PassThrough();
     let tail = '';
     output.on('data', (chunk: Buffer) => {
-      tail = (tail + chunk.toString('utf8')).slice(-2000);
+      tail = (tail + chunk.toString('utf8')).slice(-4000);
     });
     this.#docker.modem.demuxStream(stream, output, output);
     await new Promise<void>((resolve) => {
@@ -204,10 +300,11 @@ export class DockerImages {
     });
     const { ExitCode } = await exec.inspect();
     if (ExitCode !== 0) {
+      const shown = typeof command === 'string' ? command : JSON.stringify(command);
       throw new GymError(
         'VALIDATION_FAILED',
-        `the image's command failed with exit ${ExitCode} (${command}): ${tail}`,
-        { details: { command, exitCode: ExitCode } },
+        `the image's command failed with exit ${ExitCode} (${shown.slice(0, 1000)}); builds here have no network: ${tail}`,
+        { details: { command: shown.slice(0, 1000), exitCode: ExitCode } },
       );
     }
   }

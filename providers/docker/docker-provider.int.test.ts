@@ -6,6 +6,7 @@ import { parseOrThrow } from '../../core/validate.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
+import { BUILD_LABEL } from './docker-images.ts';
 import { DockerProvider } from './docker-provider.ts';
 import { createDockerClient } from './index.ts';
 
@@ -29,11 +30,16 @@ const removeImage = async (image: string) => {
   await docker.getImage(image).remove({ force: true });
 };
 
+/** The build containers of a plan image still there (none once its build ended, however). */
+const buildLeftovers = async (reference: string) =>
+  (await docker.listContainers({ all: true, filters: { label: [`${BUILD_LABEL}=${reference}`] } })).length;
+
 describeSandboxProviderContract({
   name: 'docker (busybox)',
   image: busybox,
   createProvider: () => new DockerProvider(docker, testContext()),
   removeImage,
+  buildLeftovers,
   createUnreachableProvider: () =>
     new DockerProvider(createDockerClient({ socketPath: '/nonexistent/docker.sock' }), testContext()),
   ...(skipReason === undefined ? {} : { skipReason }),

@@ -253,7 +253,7 @@ export class DockerProvider implements SandboxProvider {
       gatewayReach: this.#options.gatewayReach,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
       stopProcesses: hasHostControl,
-      imageFormats: ['rootfs', 'derived'],
+      imageFormats: ['rootfs', 'derived', 'plan'],
     };
   }
 

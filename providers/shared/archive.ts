@@ -47,6 +47,8 @@ export interface SpooledArchive {
    * its ancestors included): what a provider checks for symlinks planted in the sandbox.
    */
   directories: ReadonlySet<string>;
+  /** The first name segment of every entry (what the archive puts directly in the target). */
+  topLevel: ReadonlySet<string>;
   dispose(): Promise<void>;
 }
 
@@ -139,6 +141,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
   const symlinks = new Map<string, string>();
   const regularFiles = new Set<string>();
   const directories = new Set<string>([posix.join('/', prefix)]);
+  const topLevel = new Set<string>();
   let entryCount = 0;
 
   const extract = tar.extract();
@@ -161,6 +164,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
         return;
       }
       const segments = name.split('/');
+      topLevel.add(segments[0]!);
       const outName = prefix === '' ? name : `${prefix}/${name}`;
       let outLinkname: string | undefined;
       if (header.type === 'symlink') {
@@ -218,7 +222,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
       },
     );
   }
-  return { open: () => createReadStream(spoolPath), entryCount, directories, dispose };
+  return { open: () => createReadStream(spoolPath), entryCount, directories, topLevel, dispose };
 }
 
 /**
