@@ -19,6 +19,7 @@ import {
 } from '../core/schemas/api.ts';
 import { ExecRequestSchema, ExecResultSchema } from '../core/schemas/exec.ts';
 import {
+  ImageInfoSchema,
   ImageListSchema,
   ImageStreamEventSchema,
   PrepareImageRequestSchema,
@@ -292,7 +293,7 @@ export function openApiDocument(version: string): Record<string, unknown> {
         },
         post: {
           summary:
-            'build a built-in definition, or derive an image (a base with files and a command); the provider turns it into what it runs. Content-addressed: an image the provider has is not built again',
+            'build a built-in definition, or derive an image (a base with files and a command), or (as application/x-tar: plan.json, then step-<index>.tar per files step) carry out a build plan; the provider turns it into what it runs. Content-addressed: an image the provider has is not built again',
           parameters: [
             {
               name: 'stream',
@@ -301,7 +302,13 @@ export function openApiDocument(version: string): Record<string, unknown> {
               description: 'stream each step as NDJSON events, the result (or an error) last',
             },
           ],
-          requestBody: { required: true, ...json(PrepareImageRequestSchema, 'input') },
+          requestBody: {
+            required: true,
+            content: {
+              ...json(PrepareImageRequestSchema, 'input').content,
+              'application/x-tar': {},
+            },
+          },
           responses: {
             200: {
               description: 'what was built or found (or, with stream=ndjson, one event per line)',
@@ -311,6 +318,25 @@ export function openApiDocument(version: string): Record<string, unknown> {
               },
             },
             400: errorResponse,
+            404: errorResponse,
+            501: errorResponse,
+          },
+        },
+      },
+      '/v1/images/inspect': {
+        get: {
+          summary: 'one image the provider has, with the directory its sandboxes start in',
+          parameters: [
+            { name: 'reference', in: 'query', required: true, schema: { type: 'string' } },
+            {
+              name: 'provider',
+              in: 'query',
+              schema: { type: 'string' },
+              description: 'default: the default provider',
+            },
+          ],
+          responses: {
+            200: { description: 'the image', ...json(ImageInfoSchema) },
             404: errorResponse,
             501: errorResponse,
           },

@@ -373,6 +373,7 @@ describe('HTTP API', () => {
       '/v1/gateway/{rolloutId}/v1/responses',
       '/v1/gateway/{rolloutId}/v1/models',
       '/v1/images',
+      '/v1/images/inspect',
     ];
     expect(Object.keys(document.paths).sort()).toEqual(expected.sort());
     for (const [path, operations] of Object.entries(
