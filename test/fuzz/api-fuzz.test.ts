@@ -404,7 +404,7 @@ function checkResponse(options: InjectOptions, response: LightMyRequestResponse)
   if (response.statusCode < 400) return;
   if (options.method === 'HEAD') {
     // No body to read the code from: the status must be one a documented failure has.
-    const documented = [...DOCUMENTED_5XX].map((code) => ERROR_CODES[code].httpStatus);
+    const documented: number[] = [...DOCUMENTED_5XX].map((code) => ERROR_CODES[code].httpStatus);
     expect(response.statusCode < 500 || documented.includes(response.statusCode), where).toBe(true);
     return;
   }
