@@ -2,7 +2,7 @@
  * The `gym` command line: every command, its arguments and options, their help, and how a call
  * reaches a command body. Commands are nouns and verbs (`gym image build`); each body lives in
  * `commands/<noun>/<verb>.ts` and is loaded only when it runs, so `gym daemon start` does not
- * load what other commands need (dockerode for images, say) and `--help` loads no body at all.
+ * load what other commands need (a provider SDK, say) and `--help` loads no body at all.
  *
  * Exit codes: 0 ok, 1 the command failed (an error prints its code and message, never a stack),
  * 2 a usage error (unknown command or option, a missing or malformed argument, a number out of

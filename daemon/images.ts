@@ -248,6 +248,7 @@ export class ImageService {
         reference: request.reference,
         base,
         steps,
+        ...(request.timeoutSeconds === undefined ? {} : { timeoutSeconds: request.timeoutSeconds }),
         settings: {
           ...settings,
           env: settings.env ?? {},

@@ -11,7 +11,7 @@
  * | destroy | force-remove the container (idempotent: a missing one is success) | delete the Pod | `apptainer instance stop -F NAME` | kill the start channel, `enroot remove -f NAME` |
  * | list | containers filtered by our labels | Pods filtered by label selector | `apptainer instance list --json` per host, joined with our state files | `enroot list` per host, joined with our state files |
  * | gateway reach (`exposeGateway`) | a daemon-held listener in the container's network namespace, relayed to the gateway socket | a relay over the exec channel, or a Service plus a NetworkPolicy that admits only the Pod | a reverse forward (`forwardIn`) relayed into the instance's own network namespace (a port on the host's shared network would be open to every sandbox there) | likewise |
- * | images (`prepareImage`) | `docker import` of the root filesystem; a derived image: a container of the base, files written, command run, committed | an image pushed to a registry the nodes pull from, or preloaded on them | a SIF built from the root filesystem, copied to the hosts | a squashfs of the root filesystem (`mksquashfs`), copied to the hosts |
+ * | images (`prepareImage`) | `docker import` of the root filesystem; a derived image or a build plan: a container of the base (no network), files written, commands run, committed with the settings | an image pushed to a registry the nodes pull from, or preloaded on them | a SIF built from the root filesystem, copied to the hosts | a squashfs of the root filesystem (`mksquashfs`), copied to the hosts |
  *
  * A backend that cannot store labels on the resource itself (Apptainer, Enroot) keeps the same
  * facts in a small file next to it, so a reaper that lost the daemon's state can still find
@@ -199,6 +199,8 @@ export interface PlanImageSource extends ImageSourceBase {
   base: string;
   steps: ImageBuildStep[];
   settings: ImagePlanSettings;
+  /** The whole build, after which it fails (`VALIDATION_FAILED`) and leaves nothing; default the provider's. */
+  timeoutSeconds?: number;
 }
 
 export type ImageSource = RootfsImageSource | DerivedImageSource | PlanImageSource;

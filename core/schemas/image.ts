@@ -134,6 +134,13 @@ export const PrepareImageRequestSchema = z.discriminatedUnion('kind', [
       base: z.string().min(1).max(512),
       steps: z.array(ImagePlanStepSchema).max(MAX_PLAN_STEPS),
       settings: ImagePlanSettingsSchema.default({ env: {}, labels: {} }),
+      /** The whole build (Harbor's build_timeout_sec); default: the provider's. */
+      timeoutSeconds: z
+        .number()
+        .int()
+        .min(1)
+        .max(24 * 3600)
+        .optional(),
       provider: z.string().optional(),
     })
     .strict(),

@@ -225,7 +225,7 @@ export function defineImageCases(fixture: SandboxFixture): void {
     });
 
   if (mayHave(fixture, 'plan'))
-    it('leaves neither image nor build container when a plan step fails, and says what failed', async (context) => {
+    it('leaves neither image nor build container when a plan step fails or runs past its time, and says which step', async (context) => {
       const { provider } = fixture;
       if (!hasFormat(provider, 'plan')) return context.skip();
       const failing = `gym-contract/plan-failing-${fixture.runId}:${fixture.runId}`;
@@ -245,6 +245,22 @@ export function defineImageCases(fixture: SandboxFixture): void {
           'VALIDATION_FAILED',
         );
         expect(error.message).toContain('the step is wrong');
+        expect(error.details).toMatchObject({ step: 1 });
+        expect(await provider.inspectImage!(failing)).toBeNull();
+        if (fixture.options.buildLeftovers !== undefined)
+          expect(await fixture.options.buildLeftovers(failing)).toBe(0);
+        const slow = await expectGymError(
+          provider.prepareImage!({
+            format: 'plan',
+            reference: failing,
+            base: fixture.options.image,
+            steps: [{ kind: 'run', argv: ['sleep', '60'], env: {} }],
+            settings: { env: {}, labels: {} },
+            timeoutSeconds: 1,
+          }),
+          'VALIDATION_FAILED',
+        );
+        expect(slow.message).toContain('ran past 1 s');
         expect(await provider.inspectImage!(failing)).toBeNull();
         if (fixture.options.buildLeftovers !== undefined)
           expect(await fixture.options.buildLeftovers(failing)).toBe(0);

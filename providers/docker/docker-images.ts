@@ -12,6 +12,7 @@ import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type {
   DerivedImageSource,
+  ImageBuildStep,
   ImageFilter,
   ImageInfo,
   ImagePlanSettings,
@@ -68,7 +69,7 @@ const DERIVE_KEEPER_SECONDS = 600;
 /** On a plan's build container: the reference it builds. */
 export const BUILD_LABEL = 'gym.image-build';
 
-/** Likewise for a plan's container; a plan whose steps take longer fails (its container is gone). */
+/** A plan's default time limit; its container's keeper lives a minute longer. */
 const PLAN_KEEPER_SECONDS = 3600;
 
 export class DockerImages {
@@ -221,7 +222,8 @@ export class DockerImages {
     const baseCmd = asList(base.Config?.Cmd as string | string[] | null) ?? [];
     const baseWorkdir = base.Config?.WorkingDir || '/';
     const baseUser = base.Config?.User || '0';
-    const keeper = ['sh', '-c', `sleep ${PLAN_KEEPER_SECONDS}`];
+    const timeoutSeconds = source.timeoutSeconds ?? PLAN_KEEPER_SECONDS;
+    const keeper = ['sh', '-c', `sleep ${timeoutSeconds + 60}`];
     let container: Docker.Container;
     try {
       container = await this.#docker.createContainer({
@@ -234,22 +236,32 @@ export class DockerImages {
     } catch (error) {
       throw wrapDockerError(error, { operation: 'build image', image: source.base });
     }
-    try {
+    let timer: NodeJS.Timeout | undefined;
+    let timedOut = false;
+    const deadline = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        reject(
+          new GymError('VALIDATION_FAILED', `building ${source.reference} ran past ${timeoutSeconds} s`, {
+            details: { timeoutSeconds },
+          }),
+        );
+        // Removing the container ends whatever step was running in it.
+        void container.remove({ force: true }).catch(() => {});
+      }, timeoutSeconds * 1000);
+    });
+    const build = async () => {
       await container.start();
-      for (const step of source.steps) {
-        if (step.kind === 'run') {
-          await this.#run(container, step.argv, step.workdir ?? baseWorkdir, step.env, step.user ?? baseUser);
-          continue;
-        }
-        await this.#run(container, ['mkdir', '-p', '--', step.path], '/', {}, '0');
-        await container.putArchive(step.archive() as never, { path: step.path });
-        const top = step.entries.map((entry) => `${step.path.replace(/\/+$/, '')}/${entry}`);
-        if (top.length === 0) continue;
-        if (step.chmod !== undefined)
-          await this.#run(container, ['chmod', '-R', step.chmod, '--', ...top], '/', {}, '0');
-        if (step.chown !== undefined)
-          await this.#run(container, ['chown', '-R', step.chown, '--', ...top], '/', {}, '0');
+      for (const [index, step] of source.steps.entries()) {
+        await this.#step(container, step, baseWorkdir, baseUser).catch((error: unknown) => {
+          if (!(error instanceof GymError) || error.code !== 'VALIDATION_FAILED') throw error;
+          // Which step failed, for a caller that maps steps back to its recipe (a Dockerfile line).
+          throw new GymError(error.code, `(step ${index + 1} of ${source.steps.length}) ${error.message}`, {
+            details: { ...error.details, step: index },
+          });
+        });
       }
+      if (timedOut) return;
       const { repo, tag } = splitReference(source.reference);
       const { settings } = source;
       await container.commit({
@@ -261,14 +273,40 @@ export class DockerImages {
           cmd: settings.cmd ?? baseCmd,
         }),
       } as never);
+    };
+    try {
+      const steps = build();
+      steps.catch(() => {});
+      await Promise.race([steps, deadline]);
     } catch (error) {
       throw wrapDockerError(error, { operation: 'build image', image: source.reference });
     } finally {
+      clearTimeout(timer);
       await container.remove({ force: true }).catch((error: unknown) => {
         if (engineStatus(error) !== 404 && engineStatus(error) !== 409)
           this.#logger.warn({ error: String(error) }, 'could not remove the container of an image build');
       });
     }
+  }
+
+  async #step(
+    container: Docker.Container,
+    step: ImageBuildStep,
+    baseWorkdir: string,
+    baseUser: string,
+  ): Promise<void> {
+    if (step.kind === 'run') {
+      await this.#run(container, step.argv, step.workdir ?? baseWorkdir, step.env, step.user ?? baseUser);
+      return;
+    }
+    await this.#run(container, ['mkdir', '-p', '--', step.path], '/', {}, '0');
+    await container.putArchive(step.archive() as never, { path: step.path });
+    const top = step.entries.map((entry) => `${step.path.replace(/\/+$/, '')}/${entry}`);
+    if (top.length === 0) return;
+    if (step.chmod !== undefined)
+      await this.#run(container, ['chmod', '-R', step.chmod, '--', ...top], '/', {}, '0');
+    if (step.chown !== undefined)
+      await this.#run(container, ['chown', '-R', step.chown, '--', ...top], '/', {}, '0');
   }
 
   async #run(

@@ -11,7 +11,6 @@ import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { buildHarborImages } from '../../../environments/kinds/harbor/images.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
-import { createDockerClient } from '../../../providers/docker/index.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
@@ -188,13 +187,9 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       );
     }
     if (environment.kind === 'harbor') {
-      // Each task's image from its environment/Dockerfile, built on this machine's Docker engine
-      // (not yet through the daemon's image service: providers cannot commit image settings); a
-      // built-in base it starts FROM is made by the daemon's provider first.
-      await buildHarborImages(createDockerClient(), rows, logger, {
-        prepareBase: async (name) => {
-          await client.prepareImage({ kind: 'definition', name });
-        },
+      // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
+      // built-in base it starts FROM first); nothing again for those it has already.
+      await buildHarborImages(client, rows, logger, {
         onImage: (reference, built, durationMs) => {
           if (built) stderr.write(`built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
         },

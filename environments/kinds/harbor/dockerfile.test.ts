@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { isGymError } from '../../../core/errors.ts';
-import { commitChanges, parseDockerfile, planDockerfile, processWords } from './dockerfile.ts';
+import { parseDockerfile, planDockerfile, processWords } from './dockerfile.ts';
 
 const plan = (text: string, buildArgs: Record<string, string> = {}) =>
   planDockerfile(parseDockerfile(text), buildArgs);
@@ -136,23 +136,5 @@ describe('planDockerfile', () => {
     expect(refusal('FROM --platform=linux/arm64 a\n')).toMatch(/line 1: FROM --platform/);
     expect(refusal('FROM a\nFROBNICATE x\n')).toMatch(/line 2: unknown instruction FROBNICATE/);
     expect(refusal('# nothing\n')).toMatch(/no FROM/);
-  });
-});
-
-describe('commitChanges', () => {
-  it("writes the Dockerfile's settings and puts back the base image's entrypoint and command", () => {
-    const { settings } = plan('FROM x\nENV A="two words"\nWORKDIR /app\nLABEL org.example.task=hello\n');
-    expect(commitChanges(settings, { entrypoint: null, cmd: ['/bin/bash'] })).toEqual([
-      'ENV A="two words"',
-      'WORKDIR /app',
-      'CMD ["/bin/bash"]',
-      'LABEL "org.example.task"="hello"',
-    ]);
-    const own = plan('FROM x\nENTRYPOINT ["/init"]\nCMD serve\n').settings;
-    expect(commitChanges(own, { entrypoint: ['/base-init'], cmd: ['/bin/sh'] })).toEqual([
-      'WORKDIR /',
-      'ENTRYPOINT ["/init"]',
-      'CMD ["/bin/sh","-c","serve"]',
-    ]);
   });
 });

@@ -388,25 +388,3 @@ export function planDockerfile(
     ignored,
   };
 }
-
-/**
- * The `docker commit` changes that give the built image its settings. A change cannot clear an
- * ENTRYPOINT or CMD (the engine keeps the container's for an empty one), so the builder keeps
- * its keep-alive out of the entrypoint unless the base has one; here ENTRYPOINT and CMD are
- * written when there is one to write: the Dockerfile's, else the base image's.
- */
-export function commitChanges(
-  settings: ImageSettings,
-  baseConfig: { entrypoint?: string[] | null; cmd?: string[] | null },
-): string[] {
-  const changes = Object.entries(settings.env).map(([key, value]) => `ENV ${key}=${JSON.stringify(value)}`);
-  changes.push(`WORKDIR ${settings.workdir}`);
-  if (settings.user !== undefined) changes.push(`USER ${settings.user}`);
-  const entrypoint = settings.entrypoint ?? baseConfig.entrypoint ?? [];
-  if (entrypoint.length > 0) changes.push(`ENTRYPOINT ${JSON.stringify(entrypoint)}`);
-  const cmd = settings.cmd ?? baseConfig.cmd ?? [];
-  if (cmd.length > 0) changes.push(`CMD ${JSON.stringify(cmd)}`);
-  for (const [key, value] of Object.entries(settings.labels))
-    changes.push(`LABEL ${JSON.stringify(key)}=${JSON.stringify(value)}`);
-  return changes;
-}

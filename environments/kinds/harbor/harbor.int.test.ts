@@ -6,13 +6,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
-import { buildDockerfileImage } from '../../../images/dockerfile-image.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
 import { loadEnvironment, readRows } from '../../environment.ts';
 import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
-import { buildHarborImages } from './images.ts';
+import { buildDockerfileImage, buildHarborImages } from './images.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const EXAMPLES = join(import.meta.dirname, '../../harbor/tasks');
@@ -47,7 +46,7 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
   async function run(path: string, harnessName: string) {
     const environment = await loadEnvironment('harbor');
     const rows = await readRows(path);
-    await buildHarborImages(docker, rows, silentLogger);
+    await buildHarborImages(client, rows, silentLogger);
     const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
     const summary = await runEval({
       client,
@@ -126,13 +125,8 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
     const empty = join(directory, 'empty-context');
     await mkdir(empty, { recursive: true });
     await buildDockerfileImage(
-      docker,
-      {
-        dockerfile: 'FROM gym/busybox:latest\nWORKDIR /work\n',
-        contextDirectory: empty,
-        reference,
-        timeoutMs: 60_000,
-      },
+      client,
+      { dockerfile: 'FROM gym/busybox:latest\nWORKDIR /work\n', contextDirectory: empty, reference },
       silentLogger,
     );
     const task = join(directory, 'prebuilt');
@@ -155,11 +149,7 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
     const reference = `gym/harbor-buildtest:${randomBytes(4).toString('hex')}`;
     madeImages.push(reference);
     const build = (dockerfile: string, tag = reference) =>
-      buildDockerfileImage(
-        docker,
-        { dockerfile, contextDirectory: context, reference: tag, timeoutMs: 60_000 },
-        silentLogger,
-      );
+      buildDockerfileImage(client, { dockerfile, contextDirectory: context, reference: tag }, silentLogger);
     const result = await build(
       [
         'FROM gym/busybox:latest',
@@ -204,7 +194,7 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
       /the base image "ubuntu:24.04" .* not on this machine, and no registry is reachable.*gym\/debian-base:latest/,
     );
     await expect(build('FROM gym/busybox:latest\nRUN exit 3\n', `${reference}-failing`)).rejects.toThrow(
-      /Dockerfile line 2: RUN exited with 3/,
+      /Dockerfile line 2: RUN .*failed with exit 3/,
     );
     await expect(
       build('FROM gym/busybox:latest\nCOPY absent.txt /x\n', `${reference}-absent`),

@@ -1,85 +1,244 @@
 /**
- * The images Harbor rows run in: each built from its task's environment/Dockerfile where the
- * Docker engine is (images/dockerfile-image.ts), once per distinct image, before any rollout; a
- * prebuilt `docker_image` must exist already (nothing is pulled).
+ * The images Harbor rows run in, made by the daemon's provider (whatever its backend): each task's
+ * environment/Dockerfile translated into a build plan (dockerfile.ts) and sent with its build
+ * context to `POST /v1/images`, once per distinct image, before any rollout; a prebuilt
+ * `docker_image` must exist already (nothing is pulled). No registry and no BuildKit: the
+ * provider runs each RUN in a container of the base with no network, unpacks each COPY, and
+ * commits the Dockerfile's settings.
  */
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import type Docker from 'dockerode';
+import { createWriteStream } from 'node:fs';
+import { lstat, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, posix } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar-stream';
+import type { GymClient } from '../../../client/client.ts';
 import { GymError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/logger.ts';
-import { buildDockerfileImage } from '../../../images/dockerfile-image.ts';
+import type { ImagePlanRequest } from '../../../core/schemas/image.ts';
+import { IMAGE_DEFINITIONS, IMAGE_REPOSITORY_PREFIX } from '../../../images/definitions.ts';
+import { type BuildStep, type DockerfilePlan, parseDockerfile, planDockerfile } from './dockerfile.ts';
+
+/** What building needs of the daemon's client. */
+export type ImageClient = Pick<GymClient, 'inspectImage' | 'prepareImage' | 'buildImagePlan'>;
+
+/** The base images this machine can make itself, for the error that names a missing one. */
+export const LOCAL_BASES = IMAGE_DEFINITIONS.map(
+  (definition) => `${IMAGE_REPOSITORY_PREFIX}${definition.name}:latest (${definition.description})`,
+);
+
+export interface DockerfileBuildRequest {
+  /** The Dockerfile's text. */
+  dockerfile: string;
+  /** The build context (a Harbor task's environment/ folder). */
+  contextDirectory: string;
+  /** The reference to give the image (`gym/<name>:<tag>`); a build is skipped when it exists. */
+  reference: string;
+  buildArgs?: Record<string, string>;
+  /** The whole build (task.toml's build_timeout_sec); default: the provider's. */
+  timeoutSeconds?: number;
+}
 
 export async function buildHarborImages(
-  docker: Docker,
+  client: ImageClient,
   /** Their `workdir` is set to the image's working directory. */
   rows: ReadonlyArray<Record<string, unknown>>,
   logger: Logger,
-  options: {
-    /** Makes a built-in base (`debian-base`) a Dockerfile starts FROM when it is missing. */
-    prepareBase?: (definition: string) => Promise<void>;
-    onImage?: (reference: string, built: boolean, durationMs: number) => void;
-  } = {},
+  options: { onImage?: (reference: string, built: boolean, durationMs: number) => void } = {},
 ): Promise<void> {
-  const { onImage } = options;
-  const seen = new Set<string>();
+  const workdirs = new Map<string, string | undefined>();
   for (const row of rows) {
     const reference = String(row.image);
-    if (seen.has(reference)) continue;
-    seen.add(reference);
-    await prepare(docker, row, reference, logger, options, onImage);
+    if (workdirs.has(reference)) continue;
+    const started = Date.now();
+    if (row.build === true) {
+      const taskDir = String(row.task_dir);
+      const result = await buildDockerfileImage(
+        client,
+        {
+          dockerfile: await readFile(join(taskDir, 'environment', 'Dockerfile'), 'utf8'),
+          contextDirectory: join(taskDir, 'environment'),
+          reference,
+          timeoutSeconds: Number(row.build_timeout_sec ?? 600),
+        },
+        logger,
+      ).catch((error: unknown) => {
+        if (error instanceof GymError)
+          throw new GymError(error.code, `task ${String(row.id)} (${taskDir}): ${error.message}`, {
+            details: error.details,
+            cause: error,
+          });
+        throw error;
+      });
+      options.onImage?.(reference, result.built, Date.now() - started);
+    }
+    const info = await client.inspectImage(reference);
+    if (info === null)
+      throw new GymError(
+        'IMAGE_NOT_FOUND',
+        `task ${String(row.id)} names the image "${reference}" (task.toml docker_image), which the provider does not have; nothing is pulled here: load it (docker load -i FILE.tar), or remove docker_image to build environment/Dockerfile`,
+        { details: { image: reference } },
+      );
+    if (row.build !== true) options.onImage?.(reference, false, 0);
+    workdirs.set(reference, info.workdir);
   }
   // The agent and test.sh start where the image says (a prebuilt image's WORKDIR is known only now).
   for (const row of rows) {
-    const workdir = (await docker.getImage(String(row.image)).inspect()).Config.WorkingDir;
+    const workdir = workdirs.get(String(row.image));
     if (typeof workdir === 'string' && workdir.startsWith('/')) row.workdir = workdir;
   }
 }
 
-async function prepare(
-  docker: Docker,
-  row: Record<string, unknown>,
-  reference: string,
-  logger: Logger,
-  options: { prepareBase?: (definition: string) => Promise<void> },
-  onImage: ((reference: string, built: boolean, durationMs: number) => void) | undefined,
-): Promise<void> {
-  const started = Date.now();
-  if (row.build !== true) {
-    const present = await docker
-      .getImage(reference)
-      .inspect()
-      .then(
-        () => true,
-        () => false,
-      );
-    if (!present)
-      throw new GymError(
-        'IMAGE_NOT_FOUND',
-        `task ${String(row.id)} names the image "${reference}" (task.toml docker_image), which is not on this machine; nothing is pulled here: load it (docker load -i FILE.tar), or remove docker_image to build environment/Dockerfile`,
-        { details: { image: reference } },
-      );
-    onImage?.(reference, false, 0);
-    return;
+/**
+ * The base's working directory (where RUN starts before any WORKDIR), building it first when it
+ * is one of our own definitions; and the base as the daemon names it (a definition's name).
+ */
+async function resolveBase(client: ImageClient, base: string): Promise<{ base: string; workdir: string }> {
+  const [repository, tag = 'latest'] = base.split(/:(?=[^/]*$)/);
+  const definition = IMAGE_DEFINITIONS.find(
+    (candidate) => `${IMAGE_REPOSITORY_PREFIX}${candidate.name}` === repository && tag === 'latest',
+  );
+  if (definition !== undefined) {
+    const built = await client.prepareImage({ kind: 'definition', name: definition.name });
+    const info = await client.inspectImage(built.images.at(-1)?.reference ?? base);
+    return { base: definition.name, workdir: info?.workdir || '/' };
   }
-  const taskDir = String(row.task_dir);
-  const result = await buildDockerfileImage(
-    docker,
-    {
-      dockerfile: await readFile(join(taskDir, 'environment', 'Dockerfile'), 'utf8'),
-      contextDirectory: join(taskDir, 'environment'),
-      reference,
-      timeoutMs: Number(row.build_timeout_sec ?? 600) * 1000,
-      ...(options.prepareBase === undefined ? {} : { prepareBase: options.prepareBase }),
-    },
-    logger,
-  ).catch((error: unknown) => {
-    if (error instanceof GymError)
-      throw new GymError(error.code, `task ${String(row.id)} (${taskDir}): ${error.message}`, {
-        details: error.details,
-        cause: error,
-      });
+  const info = await client.inspectImage(base);
+  if (info === null)
+    throw new GymError(
+      'IMAGE_NOT_FOUND',
+      `the base image "${base}" (FROM) is not on this machine, and no registry is reachable to pull it: load it (docker load -i FILE.tar) or start FROM a base this machine has or builds: ${LOCAL_BASES.join('; ')}`,
+      { details: { image: base } },
+    );
+  return { base, workdir: info.workdir || '/' };
+}
+
+/** Adds a context file or folder to the tar at `name` (relative to the step's path), as root. */
+async function addToTar(pack: tar.Pack, source: string, name: string): Promise<void> {
+  const info = await lstat(source);
+  const header = { name, uid: 0, gid: 0, mtime: info.mtime, mode: info.mode & 0o7777 };
+  if (info.isSymbolicLink()) {
+    pack.entry({ ...header, type: 'symlink', linkname: await readlink(source) });
+  } else if (info.isDirectory()) {
+    pack.entry({ ...header, type: 'directory' });
+    for (const child of (await readdir(source)).sort())
+      await addToTar(pack, join(source, child), posix.join(name, child));
+  } else {
+    pack.entry(header, await readFile(source));
+  }
+}
+
+/**
+ * One COPY as a files step: its tar (the sources; a folder's contents, not the folder itself, as
+ * Docker copies) written to `tarPath`, unpacked at the destination folder.
+ */
+async function copyStep(
+  step: Extract<BuildStep, { kind: 'copy' }>,
+  contextDirectory: string,
+  tarPath: string,
+): Promise<Extract<ImagePlanRequest['steps'][number], { kind: 'files' }>> {
+  const isDirectory = step.destination.endsWith('/');
+  const destination = isDirectory ? step.destination.slice(0, -1) || '/' : step.destination;
+  const sources: Array<{ source: string; path: string; isDirectory: boolean }> = [];
+  for (const source of step.sources) {
+    const path = join(contextDirectory, source);
+    const info = await lstat(path).catch(() => {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `Dockerfile line ${step.line}: COPY ${source}: no such file in the build context`,
+      );
+    });
+    sources.push({ source, path, isDirectory: info.isDirectory() });
+  }
+  const pack = tar.pack();
+  const written = pipeline(Readable.from(pack as AsyncIterable<Buffer>), createWriteStream(tarPath));
+  try {
+    for (const { source, path, isDirectory: isFolder } of sources) {
+      if (isFolder) {
+        for (const child of (await readdir(path)).sort()) await addToTar(pack, join(path, child), child);
+      } else {
+        await addToTar(pack, path, isDirectory ? posix.basename(source) : posix.basename(destination));
+      }
+    }
+    pack.finalize();
+  } catch (error) {
+    pack.destroy(error as Error);
+    await written.catch(() => {});
     throw error;
-  });
-  onImage?.(reference, result.built, Date.now() - started);
+  }
+  await written;
+  return {
+    kind: 'files',
+    path: isDirectory ? destination : posix.dirname(destination),
+    ...(step.chown === undefined ? {} : { chown: step.chown }),
+    ...(step.chmod === undefined ? {} : { chmod: step.chmod }),
+  };
+}
+
+/**
+ * Builds the image unless the provider has `reference`. Errors: IMAGE_NOT_FOUND for a base the
+ * provider lacks; VALIDATION_FAILED for a Dockerfile outside the subset, a missing COPY source,
+ * or a step that fails (named by its Dockerfile line).
+ */
+export async function buildDockerfileImage(
+  client: ImageClient,
+  request: DockerfileBuildRequest,
+  logger: Logger,
+): Promise<{ reference: string; built: boolean; plan: DockerfilePlan }> {
+  const instructions = parseDockerfile(request.dockerfile);
+  const firstPlan = planDockerfile(instructions, request.buildArgs);
+  if ((await client.inspectImage(request.reference)) !== null)
+    return { reference: request.reference, built: false, plan: firstPlan };
+  const base = await resolveBase(client, firstPlan.base);
+  const plan = planDockerfile(instructions, request.buildArgs, base.workdir);
+  for (const { keyword, line } of plan.ignored)
+    logger.debug({ keyword, line }, 'Dockerfile instruction without effect on a sandbox');
+  const directory = await mkdtemp(join(tmpdir(), 'gym-harbor-context-'));
+  try {
+    const archives = new Map<number, { path: string }>();
+    const steps: ImagePlanRequest['steps'] = [];
+    for (const step of plan.steps) {
+      if (step.kind === 'workdir') steps.push({ kind: 'run', argv: ['mkdir', '-p', step.path], user: '0' });
+      else if (step.kind === 'run')
+        steps.push({
+          kind: 'run',
+          argv: step.argv,
+          workdir: step.workdir,
+          env: step.env,
+          ...(step.user === undefined ? {} : { user: step.user }),
+        });
+      else {
+        const path = join(directory, `step-${steps.length}.tar`);
+        archives.set(steps.length, { path });
+        steps.push(await copyStep(step, request.contextDirectory, path));
+      }
+    }
+    await client
+      .buildImagePlan(
+        {
+          kind: 'plan',
+          reference: request.reference,
+          base: base.base,
+          steps,
+          settings: plan.settings,
+          ...(request.timeoutSeconds === undefined ? {} : { timeoutSeconds: request.timeoutSeconds }),
+        },
+        archives,
+      )
+      .catch((error: unknown) => {
+        const index = error instanceof GymError ? error.details?.step : undefined;
+        const step = typeof index === 'number' ? plan.steps[index] : undefined;
+        if (step === undefined || !(error instanceof GymError)) throw error;
+        const what = step.kind === 'run' ? 'RUN' : step.kind === 'copy' ? 'COPY' : 'WORKDIR';
+        throw new GymError(error.code, `Dockerfile line ${step.line}: ${what} ${error.message}`, {
+          details: { ...error.details, line: step.line },
+          cause: error,
+        });
+      });
+  } finally {
+    await rm(directory, { recursive: true, force: true });
+  }
+  logger.info({ image: request.reference }, 'built');
+  return { reference: request.reference, built: true, plan };
 }
