@@ -74,9 +74,18 @@ const log = (message: string) => process.stderr.write(`bench:scale: ${message}\n
 // ---- measuring ----
 
 const errors = new Map<string, number>();
+/** The first message (and reason, when the error gives one) of each code, to say what failed. */
+const errorExamples = new Map<string, string>();
 function countError(error: unknown): void {
   const code = isGymError(error) ? error.code : `non-api: ${(error as Error)?.message ?? String(error)}`;
   errors.set(code, (errors.get(code) ?? 0) + 1);
+  if (isGymError(error) && !errorExamples.has(code)) {
+    const reason = error.details.reason;
+    errorExamples.set(
+      code,
+      `${error.message}${typeof reason === 'string' ? ` (${reason})` : ''}`.slice(0, 300),
+    );
+  }
 }
 
 interface ProcessSample {
@@ -573,6 +582,7 @@ try {
         load: summary,
         oneShotOnly,
         errors: Object.fromEntries(errors),
+        errorExamples: Object.fromEntries(errorExamples),
         teardownSeconds: round(teardownSeconds, 1),
         leftovers,
         raw,
@@ -650,6 +660,7 @@ try {
         fdGrowthLimit: round(fdLimit, 1),
         verdict: used.length < 3 ? 'too-few-samples' : isGrowing ? 'growing' : 'flat',
         errors: Object.fromEntries(errors),
+        errorExamples: Object.fromEntries(errorExamples),
         teardownSeconds: round(teardownSeconds, 1),
         leftovers,
       }),

@@ -42,7 +42,7 @@ export async function openDockerSession(
   };
   if (confinement !== null) {
     const confined = await confineExec(exec, confinement, `gym-${sessionId}`);
-    if (confined === null) {
+    if ('failure' in confined) {
       // Fail closed: an unconfined shell's commands could outlive their timeouts. Closing its
       // stdin before the go byte makes the helper exit (125) without running anything.
       stream.end();
@@ -50,6 +50,7 @@ export async function openDockerSession(
       throw new GymError(
         'PROVIDER_ERROR',
         'could not move the session shell into its own cgroup; it was not started',
+        { details: { reason: confined.failure } },
       );
     }
     const { cgroup } = confinement;

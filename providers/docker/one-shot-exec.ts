@@ -103,15 +103,15 @@ export async function execHostPid(exec: Docker.Exec): Promise<number> {
 }
 
 /**
- * Moves a started, waiting exec helper into a new child cgroup `name`; null when that fails (the
- * caller then falls back to the kill script).
+ * Moves a started, waiting exec helper into a new child cgroup `name`; when that fails, why (the
+ * caller fails closed and reports it).
  */
 export async function confineExec(
   exec: Docker.Exec,
   confinement: ExecConfinement,
   name: string,
   ready: { seen: Promise<unknown>; nsPid: number | null } | null = null,
-): Promise<{ cgroup: string; pid: number } | null> {
+): Promise<{ cgroup: string; pid: number } | { failure: string }> {
   try {
     // Once the helper said it runs (and its pid in the sandbox), its host pid is read on the host;
     // without that, the engine is asked.
@@ -122,8 +122,8 @@ export async function confineExec(
     const cgroup = await confinement.cgroup.createChild(name);
     await confinement.cgroup.move(pid, cgroup);
     return { cgroup, pid };
-  } catch {
-    return null;
+  } catch (error) {
+    return { failure: (error as Error)?.message ?? String(error) };
   }
 }
 
@@ -161,7 +161,7 @@ export async function runOneShotExec(
   const demuxer = new DockerStreamDemuxer((name, payload) => ready.push(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
-  const confined =
+  const attempt =
     confinement === null
       ? null
       : await confineExec(exec, confinement, `gym-${execId}`, {
@@ -170,14 +170,17 @@ export async function runOneShotExec(
             return ready.nsPid;
           },
         });
-  if (confinement !== null && confined === null) {
+  const confined = attempt !== null && 'cgroup' in attempt ? attempt : null;
+  if (attempt !== null && 'failure' in attempt) {
     // Fail closed: an unconfined command could outlive its timeout. Closing the helper's stdin
     // before the go byte makes it exit (125) without running anything.
     stream.end();
     stream.destroy();
     // Most often the sandbox went away under the exec: that is a result, not an error.
     if ((await hooks.classifyAbnormalEnd()) === 'sandbox_gone') return output.result('sandbox_gone', null);
-    throw new GymError('PROVIDER_ERROR', 'could not move the command into its own cgroup; it was not run');
+    throw new GymError('PROVIDER_ERROR', 'could not move the command into its own cgroup; it was not run', {
+      details: { reason: attempt.failure },
+    });
   }
   if (confinement !== null) stream.write(GO_BYTE);
   if (input !== null) stream.end(input);
