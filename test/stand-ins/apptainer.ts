@@ -32,8 +32,11 @@ import {
 } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const INSTANCE_NAME = /^[a-zA-Z0-9._-]+$/;
+/** The project's static init (scripts/setup.sh builds it): the instance's PID 1. */
+const KEEPER = fileURLToPath(new URL('../../.tools/gym-exec', import.meta.url));
 
 function fatal(message: string): never {
   process.stderr.write(`FATAL:   ${message}\n`);
@@ -211,6 +214,7 @@ async function instanceStart(args: string[]): Promise<void> {
   if (network !== undefined && !wantsNet) fatal('--network requires --net');
   if (wantsNet && network !== 'none')
     fatal('stand-in: only --net --network none is supported (bridge networking needs privileges)');
+  if (!existsSync(KEEPER)) fatal(`stand-in: ${KEEPER} is missing (scripts/setup.sh builds it)`);
   if (!existsSync(join(image, 'bin')) && !existsSync(join(image, 'usr'))) {
     if (image.endsWith('.sif'))
       fatal(`stand-in: SIF files are not supported, only sandbox directories: ${image}`);
@@ -260,6 +264,9 @@ async function instanceStart(args: string[]): Promise<void> {
     '--ro-bind',
     busybox,
     '/.standin/busybox',
+    '--ro-bind',
+    KEEPER,
+    '/.standin/keeper',
     ...bindArgs,
     // With --net the instance's network namespace (made below) has its own sysfs; without, the
     // host's network and /sys are shared, as Apptainer shares them.
@@ -270,12 +277,14 @@ async function instanceStart(args: string[]): Promise<void> {
     '--hostname',
     flags.get('--hostname')?.[0] ?? name.slice(0, 63),
     '--new-session',
+    // The keeper is the instance's first process, as Apptainer's own init is: it reaps orphans,
+    // and nothing in the instance can signal it.
+    '--as-pid-1',
     '--info-fd',
     '3',
     '--',
-    '/.standin/busybox',
-    'sleep',
-    '2147483647',
+    '/.standin/keeper',
+    '--keeper',
   ];
   const memory = flags.get('--memory')?.[0];
   const memorySwap = flags.get('--memory-swap')?.[0];
@@ -338,6 +347,69 @@ async function instanceStart(args: string[]): Promise<void> {
   process.stdout.write(`INFO:    instance started successfully\n`);
 }
 
+/**
+ * `exec --writable DIR cmd`: a command in a writable sandbox directory (how an image is changed
+ * before it is used), contained (`--containall`), no network unless asked, binds as at start.
+ */
+function writableExec(flags: Map<string, string[]>, directory: string, command: string[]): void {
+  if (!alias(flags, '-C', '--containall')) fatal('stand-in: only --containall is supported with --writable');
+  if (!(alias(flags, '-n', '--net') && flags.get('--network')?.[0] === 'none'))
+    fatal('stand-in: only --net --network none is supported with --writable');
+  if (!existsSync(join(directory, 'bin')) && !existsSync(join(directory, 'usr')))
+    fatal(`could not open image ${directory}: not a sandbox directory`);
+  const env: Record<string, string> = {
+    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  };
+  for (const pair of flags.get('--env') ?? []) {
+    const at = pair.indexOf('=');
+    if (at <= 0) fatal(`invalid --env ${pair}: expected NAME=VALUE`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  const binds = [...(flags.get('-B') ?? []), ...(flags.get('--bind') ?? [])].flatMap((list) =>
+    list.split(','),
+  );
+  const bindArgs = binds.flatMap((bind) => {
+    const [source = '', target, mode = 'rw'] = bind.split(':');
+    const destination = target ?? source;
+    if (source === '' || !destination.startsWith('/') || (mode !== 'ro' && mode !== 'rw'))
+      fatal(`invalid bind ${bind}`);
+    return [mode === 'ro' ? '--ro-bind' : '--bind', source, destination];
+  });
+  const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
+  const child = spawn(
+    'bwrap',
+    [
+      '--bind',
+      directory,
+      '/',
+      '--dev',
+      '/dev',
+      '--proc',
+      '/proc',
+      '--perms',
+      '1777',
+      '--tmpfs',
+      '/tmp',
+      ...bindArgs,
+      '--unshare-all',
+      '--die-with-parent',
+      '--new-session',
+      '--chdir',
+      cwd,
+      '--clearenv',
+      ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
+      '--',
+      ...command,
+    ],
+    { stdio: 'inherit' },
+  );
+  child.on('error', (error) => fatal(`cannot run bwrap: ${error.message}`));
+  child.on('close', (code, signal) => {
+    if (signal !== null) process.kill(process.pid, signal);
+    else process.exit(code ?? 255);
+  });
+}
+
 function instanceExec(args: string[]): void {
   const { flags, rest } = parseFlags('exec', args, {
     '-e': 'switch',
@@ -345,11 +417,29 @@ function instanceExec(args: string[]): void {
     '--pwd': 'value',
     '--cwd': 'value',
     '--env': 'repeat',
+    '-w': 'switch',
+    '--writable': 'switch',
+    '-C': 'switch',
+    '--containall': 'switch',
+    '--no-home': 'switch',
+    '-n': 'switch',
+    '--net': 'switch',
+    '--network': 'value',
+    '-B': 'repeat',
+    '--bind': 'repeat',
   });
   const [target, ...command] = rest;
   if (target === undefined || command.length === 0)
     fatal('usage: apptainer exec [exec options...] <container> <command>');
-  if (!target.startsWith('instance://')) fatal('stand-in: exec runs only in instances (instance://NAME)');
+  if (alias(flags, '-w', '--writable')) {
+    if (target.startsWith('instance://')) fatal('--writable cannot be used with an instance');
+    writableExec(flags, target, command);
+    return;
+  }
+  for (const flag of ['-C', '--containall', '--no-home', '-n', '--net', '--network', '-B', '--bind'])
+    if (flags.has(flag)) fatal(`stand-in: ${flag} applies to an instance at its start, not to exec into it`);
+  if (!target.startsWith('instance://'))
+    fatal('stand-in: exec runs only in instances (instance://NAME) or --writable directories');
   const name = target.slice('instance://'.length);
   const record = readRecord(name);
   if (record === null) fatal(`no instance found with name ${name}`);
