@@ -25,21 +25,26 @@
  * - Limits are Apptainer's `--memory`, `--memory-swap`, `--cpus` and `--pids-limit` (cgroups: root,
  *   or cgroups v2 delegated to the user); an OOM kill is told apart from another SIGKILL by the
  *   instance's cgroup counter, read on the host.
- * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), derived
- *   images (swe-mini task images), SIF files, and Slurm allocations.
+ * - Derived images (a base, files, a command: the swe-mini task images) are made on each host
+ *   from the base's sandbox directory with `apptainer exec --writable`; the recipe is kept here
+ *   for hosts that were down.
+ * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), SIF files,
+ *   and Slurm allocations.
  */
 import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join, posix } from 'node:path';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import * as tar from 'tar-stream';
 import { z } from 'zod';
-import { GymError, isGymError } from '../../core/errors.ts';
+import { type ErrorCode, GymError, isGymError } from '../../core/errors.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type {
   CreateOptions,
+  DerivedImageSource,
   ExecOptions,
   FileContent,
   ImageConfig,
@@ -106,6 +111,14 @@ const MAX_LINK_FOLLOWS = 8;
 const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
 
 export const imageFolderName = (reference: string) => reference.replace(/[/:@]/g, '_');
+
+/** The files of a derived image as a tar, by their paths relative to its working directory. */
+function packFiles(files: Record<string, string>): Readable {
+  const pack = tar.pack();
+  for (const [path, content] of Object.entries(files)) pack.entry({ name: path, mode: 0o644 }, content);
+  pack.finalize();
+  return Readable.from(pack as AsyncIterable<Buffer>);
+}
 
 const goneResult = (durationMs: number): ExecResult => ({
   status: 'sandbox_gone',
@@ -176,7 +189,7 @@ export class ApptainerProvider implements SandboxProvider {
     gatewayReach: false,
     timeoutKill: 'tagged',
     stopProcesses: true,
-    imageFormats: ['rootfs'],
+    imageFormats: ['rootfs', 'derived'],
   };
   readonly #context: ProviderContext;
   readonly #hosts: Host[];
@@ -657,6 +670,8 @@ export class ApptainerProvider implements SandboxProvider {
       `test -d ${shellJoin([target])} && { cat ${shellJoin([`${target}.image.json`])} 2>/dev/null; true; }`,
     );
     if (present.code !== 0) {
+      const recipe = await readFile(`${this.#cachePath(reference)}.derived.json`, 'utf8').catch(() => null);
+      if (recipe !== null) return this.#buildDerived(host, JSON.parse(recipe) as DerivedImageSource);
       const cached = await readFile(`${this.#cachePath(reference)}.image.json`, 'utf8').catch(() => null);
       if (cached === null)
         throw new GymError(
@@ -700,15 +715,113 @@ export class ApptainerProvider implements SandboxProvider {
   /** How many times a root filesystem was copied to a host (tests count it). */
   imageCopies = 0;
 
+  /**
+   * Makes a derived image on a host: a copy of the base's sandbox directory, the files written
+   * into the working directory, the command run there (contained, no network) with `apptainer
+   * exec --writable`, then renamed into place with its config. Returns that config.
+   */
+  async #buildDerived(host: Host, source: DerivedImageSource): Promise<ImageConfig> {
+    const baseConfig = await this.#ensureImage(host, source.base);
+    const config: ImageConfig = {
+      env: baseConfig.env,
+      workdir: source.workdir,
+      ...(baseConfig.cmd === undefined ? {} : { cmd: baseConfig.cmd }),
+      labels: { ...baseConfig.labels, ...source.labels },
+    };
+    const target = this.#imagePath(host, source.reference);
+    const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
+    const inside = posix.join(partial, source.workdir);
+    const fail = async (why: string, code: ErrorCode = 'PROVIDER_ERROR'): Promise<never> => {
+      await this.#run(host, `rm -rf ${shellJoin([partial])}`).catch(() => {});
+      throw new GymError(code, `making image ${source.reference} on ${host.name}: ${why}`);
+    };
+    const copied = await this.#run(
+      host,
+      `cp -a ${shellJoin([this.#imagePath(host, source.base)])} ${shellJoin([partial])} && mkdir -p ${shellJoin([inside])} && tar -x --no-same-owner -C ${shellJoin([inside])}`,
+      packFiles(source.files),
+    );
+    if (copied.code !== 0)
+      await fail(`copying the base or writing the files failed: ${copied.stderr.trim()}`);
+    let output = '';
+    const keep = (chunk: Buffer) => {
+      output = (output + chunk.toString()).slice(-4000);
+    };
+    const ran = await host.connection.exec(
+      this.#apptainer(host, [
+        'exec',
+        '--writable',
+        '--containall',
+        '--net',
+        '--network',
+        'none',
+        '--pwd',
+        source.workdir,
+        '--bind',
+        `${host.busyboxPath}:${TOOLS}:ro`,
+        partial,
+        TOOLS,
+        'env',
+        '-i',
+        `PATH=${DEFAULT_PATH}`,
+        'HOME=/root',
+        ...Object.entries({ ...baseConfig.env, ...source.env }).map(([key, value]) => `${key}=${value}`),
+        '/bin/sh',
+        '-c',
+        source.command,
+      ]),
+      { onStdout: keep, onStderr: keep },
+    );
+    if (ran.code !== 0)
+      await fail(`the command failed (exit ${ran.code ?? ran.signal}): ${output}`, 'VALIDATION_FAILED');
+    const record: ImageRecord = {
+      reference: source.reference,
+      config,
+      createdAt: new Date(this.#context.clock.now()).toISOString(),
+    };
+    const [from, to] = [`${partial}.image.json`, `${target}.image.json`];
+    const placed = await this.#run(
+      host,
+      `cat > ${shellJoin([from])} && if [ -d ${shellJoin([target])} ]; then rm -rf ${shellJoin([partial, from])}; else mv ${shellJoin([partial, target])} && mv ${shellJoin([from, to])}; fi`,
+      Buffer.from(JSON.stringify(record)),
+    );
+    if (placed.code !== 0) await fail(`putting it in place failed: ${placed.stderr.trim()}`);
+    this.imageBuilds += 1;
+    return config;
+  }
+
+  /** How many derived images were made on a host (tests count it). */
+  imageBuilds = 0;
+
+  async #prepareDerived(source: DerivedImageSource): Promise<void> {
+    await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
+    const built = await Promise.all(
+      this.#hosts.map(async (host) => {
+        const has = await this.#run(
+          host,
+          `test -d ${shellJoin([this.#imagePath(host, source.reference)])}`,
+        ).catch(() => null);
+        if (has === null) return null;
+        return has.code === 0 ? this.#ensureImage(host, source.reference) : this.#buildDerived(host, source);
+      }),
+    );
+    const config = built.find((entry) => entry !== null);
+    if (config === undefined) throw new GymError('PROVIDER_UNAVAILABLE', 'no apptainer host answers');
+    // The recipe is kept here, so a host that is down now makes the image at its first create.
+    await writeFile(`${this.#cachePath(source.reference)}.derived.json`, JSON.stringify(source), {
+      mode: 0o600,
+    });
+    const record: ImageRecord = {
+      reference: source.reference,
+      config,
+      createdAt: new Date(this.#context.clock.now()).toISOString(),
+    };
+    await writeFile(`${this.#cachePath(source.reference)}.image.json`, JSON.stringify(record), {
+      mode: 0o600,
+    });
+  }
+
   async prepareImage(source: ImageSource): Promise<void> {
-    if (source.format !== 'rootfs')
-      throw new GymError(
-        'CAPABILITY_UNSUPPORTED',
-        `the apptainer provider prepares no ${source.format} images`,
-        {
-          details: { provider: this.name, capability: 'imageFormats' },
-        },
-      );
+    if (source.format === 'derived') return this.#prepareDerived(source);
     // Kept here, so a host that is down now, or added later, gets the image at its first create.
     const cache = this.#cachePath(source.reference);
     await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
@@ -746,6 +859,22 @@ export class ApptainerProvider implements SandboxProvider {
     if (cached !== null) {
       const record = JSON.parse(cached) as ImageRecord;
       return { reference, labels: record.config.labels, createdAt: record.createdAt };
+    }
+    // An image an operator (or another daemon) put on a host is one too.
+    for (const host of this.#hosts) {
+      const target = this.#imagePath(host, reference);
+      const found = await this.#run(
+        host,
+        `test -d ${shellJoin([target])} && { cat ${shellJoin([`${target}.image.json`])} 2>/dev/null; true; }`,
+      ).catch(() => null);
+      if (found === null || found.code !== 0) continue;
+      const text = found.stdout.toString().trim();
+      const record = text === '' ? null : (JSON.parse(text) as ImageRecord);
+      return {
+        reference,
+        labels: record?.config.labels ?? {},
+        ...(record ? { createdAt: record.createdAt } : {}),
+      };
     }
     return null;
   }

@@ -22,7 +22,7 @@ describeSandboxProviderContract({
     snapshot: false,
     gatewayReach: false,
     timeoutKill: 'tagged',
-    imageFormats: ['rootfs'],
+    imageFormats: ['rootfs', 'derived'],
   },
   testTimeoutMs: 120_000,
   createProvider: () =>

@@ -7,7 +7,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
@@ -15,6 +14,7 @@ import { type ScriptedModelServer, startScriptedModelServer } from '../../harnes
 import { spawnDaemonProcess } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 import { imageFolderName } from '../fixtures/bwrap-provider.ts';
+import { exportRootfs as exportImage } from '../fixtures/export-rootfs.ts';
 
 const CLI = new URL('../../cli/main.ts', import.meta.url).pathname;
 const PROVIDER = new URL('../fixtures/bwrap-provider.ts', import.meta.url).pathname;
@@ -23,19 +23,8 @@ const TERMINAL_IMAGE = 'gym/debian-base:latest';
 const { docker, skipReason } = await dockerTestEnvironment();
 
 /** Unpacks an engine image's root filesystem into `<imageDirectory>/<reference>/`. */
-async function exportRootfs(imageDirectory: string, source: string, reference: string): Promise<void> {
-  const target = join(imageDirectory, imageFolderName(reference));
-  await mkdir(target, { recursive: true });
-  const container = await docker.createContainer({ Image: source, Cmd: ['true'] });
-  try {
-    const tar = spawn('tar', ['-x', '-C', target], { stdio: ['pipe', 'ignore', 'inherit'] });
-    const closed = new Promise((resolve) => tar.on('close', resolve));
-    await pipeline((await container.export()) as NodeJS.ReadableStream, tar.stdin);
-    await closed;
-  } finally {
-    await container.remove({ force: true });
-  }
-}
+const exportRootfs = (imageDirectory: string, source: string, reference: string) =>
+  exportImage(docker, source, join(imageDirectory, imageFolderName(reference)));
 
 function gym(
   args: string[],
