@@ -363,6 +363,21 @@ describe('build plan uploads', () => {
       test,
     );
     expect(response.statusCode, response.body).toBe(200);
+    const streamed = await test.app.inject({
+      method: 'POST',
+      url: '/v1/images?stream=ndjson',
+      headers: { ...test.auth, 'content-type': 'application/x-tar' },
+      payload: await planUpload({ ...plan, reference: 'gym/plan-test:def' }, { 'step-1.tar': [] }),
+    });
+    const events = streamed.body
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(events.at(-1)).toMatchObject({
+      type: 'result',
+      result: { images: [{ reference: 'gym/plan-test:def', built: true }] },
+    });
+    imaging.prepared.pop();
     expect(imaging.prepared).toEqual([
       {
         format: 'plan',

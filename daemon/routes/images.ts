@@ -41,8 +41,9 @@ export function registerImageRoutes(app: FastifyInstance, images: ImageService):
     // A bad request is an ordinary error response; from here on, errors are events.
     try {
       const provider =
-        upload?.request.provider ??
-        parseOrThrow(PrepareImageRequestSchema, request.body ?? {}, 'image request').provider;
+        upload !== undefined
+          ? upload.request.provider
+          : parseOrThrow(PrepareImageRequestSchema, request.body ?? {}, 'image request').provider;
       images.check(provider);
     } catch (error) {
       await upload?.dispose();
