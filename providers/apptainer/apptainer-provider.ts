@@ -822,6 +822,14 @@ export class ApptainerProvider implements SandboxProvider {
 
   async prepareImage(source: ImageSource): Promise<void> {
     if (source.format === 'derived') return this.#prepareDerived(source);
+    if (source.format !== 'rootfs')
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `the apptainer provider prepares no ${source.format} images`,
+        {
+          details: { provider: 'apptainer', capability: 'imageFormats' },
+        },
+      );
     // Kept here, so a host that is down now, or added later, gets the image at its first create.
     const cache = this.#cachePath(source.reference);
     await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
