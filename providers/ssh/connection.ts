@@ -217,15 +217,31 @@ export class SshConnection {
   async exec(command: string, options: RemoteExecOptions = {}): Promise<RemoteExit> {
     const release = await this.#slots.acquire();
     try {
-      const client = await this.client();
-      const channel = await new Promise<ClientChannel>((resolve, reject) => {
-        client.exec(command, (error, stream) => (error ? reject(error) : resolve(stream)));
-      }).catch((error: Error) => {
-        throw this.#unavailable('channel', `cannot open a session: ${error.message}`, error);
-      });
+      const channel = await this.#openChannel(command);
       return await this.#run(channel, options);
     } finally {
       release();
+    }
+  }
+
+  /**
+   * Opens a session for `command`. The server may still count a session we saw close a moment
+   * ago (it frees the slot after its own bookkeeping), so a refused open ("open failed") is
+   * tried again a few times, shortly, before it is an error.
+   */
+  async #openChannel(command: string): Promise<ClientChannel> {
+    for (let attempt = 0; ; attempt += 1) {
+      const client = await this.client();
+      try {
+        return await new Promise<ClientChannel>((resolve, reject) => {
+          client.exec(command, (error, stream) => (error ? reject(error) : resolve(stream)));
+        });
+      } catch (error) {
+        const refused = /open failed|channel open failure/i.test((error as Error).message);
+        if (!refused || attempt >= 5)
+          throw this.#unavailable('channel', `cannot open a session: ${(error as Error).message}`, error);
+        await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** attempt));
+      }
     }
   }
 
