@@ -1,6 +1,9 @@
 /**
- * swe-mini with the oracle harness at concurrency 1 and at concurrency 8, in one run, against
- * one in-process daemon: how much sandbox set-up, agent and verification overlap.
+ * swe-mini with the oracle harness against one in-process daemon, in one run: the CPU-seconds
+ * one rollout costs (the pipeline at concurrency 1), next to the floor (the same tasks' least
+ * work done with dockerode directly, bench/eval-cost.ts), and their ratio; then the throughput at
+ * concurrency 1 and 8. On a 2-core machine eval is CPU-bound, so CPU per rollout is the figure
+ * that matters; the speedup is capped by the cores.
  *
  *   npm run bench:eval
  */
@@ -16,6 +19,8 @@ import { startDaemon } from '../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../environments/environment.ts';
 import { runEval } from '../environments/runner/eval.ts';
 import { HarnessRegistry } from '../harnesses/registry.ts';
+import { createDockerClient } from '../providers/docker/index.ts';
+import { CpuMeter, type CpuReading, runFloor } from './eval-cost.ts';
 import { round } from './stats.ts';
 
 const logger = pino({ level: 'warn' }, pino.destination(2)) as unknown as Logger & ReturnType<typeof pino>;
@@ -36,18 +41,63 @@ const environment = await loadEnvironment('swe-mini');
 const rows = await readRows(environment.dataPath);
 const harness = await new HarnessRegistry().create('oracle');
 
-async function measure(concurrency: number): Promise<number> {
+const docker = createDockerClient();
+const FLOOR_PREFIX = 'gym-bench-evalfloor';
+
+/** CPU-seconds per rollout, by where they were spent. */
+function perRollout(reading: CpuReading, rollouts: number) {
+  const each = (value: number) => round(value / rollouts, 3);
+  return {
+    total: each(reading.total),
+    own: each(reading.self + reading.shims + reading.containers),
+    self: each(reading.self),
+    dockerd: each(reading.dockerd),
+    containerd: each(reading.containerd),
+    shims: each(reading.shims),
+    containers: each(reading.containers),
+    machine: each(reading.machine),
+  };
+}
+
+async function measureFloor(): Promise<CpuReading> {
+  const meter = new CpuMeter(docker, (name) => name.startsWith(FLOOR_PREFIX));
+  await meter.start();
+  const started = performance.now();
+  for (const [index, row] of rows.entries()) {
+    const log = await runFloor(docker, FLOOR_PREFIX, row as never, index);
+    for (const test of row.FAIL_TO_PASS as string[])
+      if (!log.includes(`PASSED ${test}`))
+        throw new Error(`floor: ${test} did not pass for ${row.instance_id}`);
+  }
+  const reading = await meter.stop();
+  process.stderr.write(
+    `bench:eval: floor: ${rows.length} rollouts in ${round((performance.now() - started) / 1000, 1)} s\n`,
+  );
+  return reading;
+}
+
+async function measurePipelineCpu(): Promise<CpuReading> {
+  const meter = new CpuMeter(
+    docker,
+    (name, labels) => name.startsWith('gym-bench-eval-') || labels['gym.namespace'] === 'bench-eval',
+  );
+  await meter.start();
+  await measure(1, 'cpu');
+  return meter.stop();
+}
+
+async function measure(concurrency: number, tag = '', taskRows = rows): Promise<number> {
   const started = performance.now();
   const summary = await runEval({
     client,
     environment,
-    rows,
+    rows: taskRows,
     harness,
     harnessName: 'oracle',
     modelName: 'none',
     numRepeats: 1,
     concurrency,
-    output: join(stateDir, `c${concurrency}.jsonl`),
+    output: join(stateDir, `c${concurrency}${tag}.jsonl`),
     resume: false,
     maxInfraAttempts: 2,
     logger,
@@ -61,19 +111,41 @@ async function measure(concurrency: number): Promise<number> {
   return summary.rollouts / minutes;
 }
 
+let stopped = false;
 try {
+  // One untimed rollout of each first, so neither pays for a cold page cache or a first JIT.
+  await runFloor(docker, FLOOR_PREFIX, rows[0] as never, 999);
+  await measure(1, 'warm', rows.slice(0, 1));
+  const pipelineCpu = await measurePipelineCpu();
   const sequential = await measure(1);
   const parallel = await measure(8);
+  // The floor runs with the daemon stopped, so this process's CPU is the floor's own.
+  await daemon.stop({ destroy: true });
+  stopped = true;
+  const floor = await measureFloor();
+  const pipelinePer = perRollout(pipelineCpu, rows.length);
+  const floorPer = perRollout(floor, rows.length);
   console.log(
     JSON.stringify({
       bench: 'eval',
       rollouts: rows.length,
+      cpuSecondsPerRollout: pipelinePer.total,
+      floorCpuSecondsPerRollout: floorPer.total,
+      cpuRatio: round(pipelinePer.total / floorPer.total, 2),
+      // Without dockerd and containerd, which other users of the engine load too.
+      ownCpuSecondsPerRollout: pipelinePer.own,
+      floorOwnCpuSecondsPerRollout: floorPer.own,
+      ownCpuRatio: round(pipelinePer.own / floorPer.own, 2),
+      machineCpuSecondsPerRollout: pipelinePer.machine,
+      floorMachineCpuSecondsPerRollout: floorPer.machine,
+      pipelineCpu: pipelinePer,
+      floorCpu: floorPer,
       seqRolloutsPerMin: round(sequential, 1),
       parRolloutsPerMin: round(parallel, 1),
       speedup: round(parallel / sequential, 2),
     }),
   );
 } finally {
-  await daemon.stop({ destroy: true });
+  if (!stopped) await daemon.stop({ destroy: true });
   await rm(stateDir, { recursive: true, force: true });
 }
