@@ -23,7 +23,7 @@ import type { LoadedEnvironment } from '../environment.ts';
 import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
 import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
-import { appendJsonl, outputPaths, readJsonl, rolloutKey } from './files.ts';
+import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
 import { sumUsage, usageMetrics } from './usage.ts';
 
@@ -265,18 +265,24 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
       Number(left._ng_task_index) - Number(right._ng_task_index) ||
       Number(left._ng_rollout_index) - Number(right._ng_rollout_index),
   );
-  await writeFile(paths.rollouts, rollouts.map((row) => `${JSON.stringify(row)}\n`).join(''));
-  const metrics = await writeMetrics(paths.metrics, rollouts, options.harnessName);
+  await writeJsonlAtomic(paths.rollouts, rollouts);
+  const terminalFailures = (await readJsonl(paths.failures)).filter(
+    (row) => row._ng_failure_terminal === true,
+  );
+  const metrics = await writeMetrics(paths.metrics, rollouts, options.harnessName, terminalFailures);
   await kind.writeReports?.({
     output: options.output,
     rows: options.rows,
     rollouts,
     harnessName: options.harnessName,
   });
-  const failures = (await readJsonl(paths.failures)).filter(
-    (row) => row._ng_failure_terminal === true,
-  ).length;
-  return { rollouts: rollouts.length, failures, metrics, paths, durationMs: Date.now() - started };
+  return {
+    rollouts: rollouts.length,
+    failures: terminalFailures.length,
+    metrics,
+    paths,
+    durationMs: Date.now() - started,
+  };
 }
 
 /**
@@ -306,10 +312,21 @@ async function definePools(
   return pools;
 }
 
+/** Rollouts the verifier never judged (no reward), by failure class. */
+const UNJUDGED_CLASSES = ['verifier_timeout', 'verifier_error'] as const;
+
+/**
+ * The metrics file. `failures` are the run's terminal failures: verifier timeouts and verifier
+ * errors are not rewards (the verifier never judged the final state), but an agent can cause
+ * them (a test hung by its code, an interpreter it removed), and a policy trained only on the
+ * judged rollouts would learn to cause them when it is unsure. So their rates are reported, and
+ * `mean/reward_unjudged_as_0` counts them as 0: watch it next to `mean/reward`.
+ */
 export async function writeMetrics(
   path: string,
   rollouts: Array<Record<string, unknown>>,
   harnessName: string,
+  failures: Array<Record<string, unknown>> = [],
 ): Promise<Record<string, number>> {
   const byTask = new Map<number, number[]>();
   for (const row of rollouts) {
@@ -317,9 +334,21 @@ export async function writeMetrics(
     byTask.set(task, [...(byTask.get(task) ?? []), Number(row.reward)]);
   }
   const tasks = [...byTask.entries()].sort(([left], [right]) => left - right);
+  const unjudged = Object.fromEntries(
+    UNJUDGED_CLASSES.map((name) => [name, failures.filter((row) => row._ng_failure_class === name).length]),
+  ) as Record<(typeof UNJUDGED_CLASSES)[number], number>;
+  const attempted = rollouts.length + unjudged.verifier_timeout + unjudged.verifier_error;
+  const rewardSum = rollouts.reduce((sum, row) => sum + Number(row.reward), 0);
   const agentMetrics = {
     ...computeRewardMetrics(tasks.map(([, rewards]) => rewards)),
     ...usageMetrics(rollouts),
+    ...(attempted === 0
+      ? {}
+      : {
+          'mean/reward_unjudged_as_0': rewardSum / attempted,
+          'rate/verifier_timeout': unjudged.verifier_timeout / attempted,
+          'rate/verifier_error': unjudged.verifier_error / attempted,
+        }),
   };
   const keyMetrics = Object.fromEntries(
     Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),

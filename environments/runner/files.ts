@@ -1,5 +1,9 @@
 /** The files `gym eval run --output X.jsonl` writes, named as NeMo Gym names them. */
-import { appendFile, readFile } from 'node:fs/promises';
+import { once } from 'node:events';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { appendFile, rename, rm } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import { finished } from 'node:stream/promises';
 
 export function outputPaths(output: string) {
   const stem = output.endsWith('.jsonl') ? output.slice(0, -'.jsonl'.length) : output;
@@ -12,19 +16,49 @@ export function outputPaths(output: string) {
   };
 }
 
+/**
+ * The rows of a JSONL file, read line by line (a file of any size; a whole-file string would stop
+ * at Node's largest string, 512 MiB, and read as empty). A missing file has no rows; any other
+ * error is thrown, never taken for an empty file (the caller rewrites the file from what it read).
+ */
 export async function readJsonl(path: string): Promise<Array<Record<string, unknown>>> {
-  const text = await readFile(path, 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter((line) => line.trim() !== '')
-    .flatMap((line) => {
+  const rows: Array<Record<string, unknown>> = [];
+  const input = createReadStream(path, { encoding: 'utf8' });
+  try {
+    for await (const line of createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY })) {
+      if (line.trim() === '') continue;
       try {
-        return [JSON.parse(line) as Record<string, unknown>];
+        rows.push(JSON.parse(line) as Record<string, unknown>);
       } catch {
         // A line torn by a kill mid-write: its rollout is simply not done.
-        return [];
       }
-    });
+    }
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw error;
+  }
+  return rows;
+}
+
+/**
+ * Replaces a JSONL file with `rows`, written to a temporary file beside it and renamed over it:
+ * a crash or a full disk midway leaves the old file whole.
+ */
+export async function writeJsonlAtomic(path: string, rows: Iterable<unknown>): Promise<void> {
+  const temporary = `${path}.${process.pid}.${Date.now()}.tmp`;
+  const output = createWriteStream(temporary);
+  try {
+    for (const row of rows) {
+      if (!output.write(`${JSON.stringify(row)}\n`)) await once(output, 'drain');
+    }
+    output.end();
+    await finished(output);
+    await rename(temporary, path);
+  } catch (error) {
+    output.destroy();
+    await rm(temporary, { force: true });
+    throw error;
+  }
 }
 
 /** Appends one line; appendFile opens, writes and closes, so the line is out of the process at once. */

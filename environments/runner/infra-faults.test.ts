@@ -256,6 +256,10 @@ describe('a verifier timeout is never a reward', () => {
     ).toEqual([['verifier_timeout', 'verifier_timeout', true, null]]);
     expect(summary).toMatchObject({ rollouts: 0, failures: 1 });
     expect(summary.metrics['mean/reward']).toBeUndefined();
+    // An agent can cause a timeout (tests its code hangs): the rate shows it, and the mean that
+    // counts it as 0 keeps a policy that hangs what it cannot solve from looking better.
+    expect(summary.metrics['rate/verifier_timeout']).toBe(1);
+    expect(summary.metrics['mean/reward_unjudged_as_0']).toBe(0);
   });
 });
 
