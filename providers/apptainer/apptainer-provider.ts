@@ -110,7 +110,17 @@ const MAX_LINK_FOLLOWS = 8;
 /** What a remote helper command (listing, state files) may print at most. */
 const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
 
-export const imageFolderName = (reference: string) => reference.replace(/[/:@]/g, '_');
+/**
+ * The folder an image reference names (`/`, `:` and `@` become `_`). A name of dots only would
+ * be the images folder itself or its parent (the host's work directory, with every sandbox's state
+ * file), and one starting with a dot would hide among the partial and record files: refused.
+ */
+export function imageFolderName(reference: string): string {
+  const name = reference.replace(/[/:@]/g, '_');
+  if (name === '' || name.startsWith('.'))
+    throw new GymError('VALIDATION_FAILED', `image reference "${reference}" cannot name an image folder`);
+  return name;
+}
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
 function packFiles(files: Record<string, string>): Readable {
