@@ -28,7 +28,7 @@ describeSandboxProviderContract({
     snapshot: false,
     gatewayReach: false,
     timeoutKill: 'cgroup',
-    imageFormats: ['rootfs'],
+    imageFormats: ['rootfs', 'plan'],
   },
   createProvider: () => new BwrapProvider({ imageDirectory }, { ...testContext(), stateDirectory }),
   // An image prepared here is a folder (or an alias's link to one) and its config beside it.
