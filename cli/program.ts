@@ -13,6 +13,7 @@ import {
   CommanderError,
   type CommandUnknownOpts,
   Help,
+  InvalidArgumentError,
   Option,
   type OptionValues,
 } from '@commander-js/extra-typings';
@@ -271,6 +272,15 @@ Uses the daemon of the state directory when one runs, else starts one in-process
     .option(
       '--image-template <TEMPLATE>',
       'swebench: image name per row, e.g. swebench/sweb.eval.{arch}.{instance_id_1776}:latest',
+    )
+    .addOption(
+      new Option(
+        '--task-env <VAR>',
+        "harbor: a host variable task.toml's ${VAR} may read (repeat for more; none by default)",
+      ).argParser((name: string, previous: string[] = []) => {
+        if (!/^[A-Za-z_]\w*$/.test(name)) throw new InvalidArgumentError(`${name} is not a variable name`);
+        return [...previous, name];
+      }),
     )
     .addOption(stateDirOption());
 

@@ -2,8 +2,8 @@
  * Environments: a folder with `environment.json` (kind, default harness, data file, sandbox
  * defaults, limits), its data as JSONL, and a README. Built-in ones live beside this file.
  */
-import { access, readdir, readFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { access, readdir, readFile, realpath } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
@@ -81,7 +81,9 @@ export async function loadEnvironment(nameOrPath: string): Promise<LoadedEnviron
 
 /**
  * Reads a JSONL file of task rows, naming the line of a malformed one; a Harbor task directory
- * (or a folder of them) gives one row per task.
+ * (or a folder of them) gives one row per task. A JSONL row's `task_dir` (whose tests, solution
+ * and build context are copied into sandboxes) must be a folder under the file's own folder: a
+ * downloaded file of rows cannot name another folder of the host.
  */
 export async function readRows(path: string): Promise<Array<Record<string, unknown>>> {
   if (await isHarborPath(path)) return readHarborTasks(path);
@@ -91,15 +93,37 @@ export async function readRows(path: string): Promise<Array<Record<string, unkno
   } catch (error) {
     throw new GymError('VALIDATION_FAILED', `cannot read ${path}: ${(error as Error).message}`);
   }
-  return text.split('\n').flatMap((line, index) => {
-    if (line.trim() === '') return [];
+  const rows: Array<Record<string, unknown>> = [];
+  for (const [index, line] of text.split('\n').entries()) {
+    if (line.trim() === '') continue;
+    let row: Record<string, unknown>;
     try {
-      return [JSON.parse(line) as Record<string, unknown>];
+      row = JSON.parse(line) as Record<string, unknown>;
     } catch (error) {
       throw new GymError(
         'VALIDATION_FAILED',
         `${path}:${index + 1} is not valid JSON: ${(error as Error).message}`,
       );
     }
-  });
+    if (typeof row === 'object' && row !== null && row.task_dir !== undefined)
+      row.task_dir = await taskDirBeside(path, row.task_dir, index + 1);
+    rows.push(row);
+  }
+  return rows;
+}
+
+/** A JSONL row's task_dir as a real path strictly under the file's folder, else an error naming the line. */
+async function taskDirBeside(file: string, taskDir: unknown, line: number): Promise<string> {
+  const folder = await realpath(dirname(resolve(file)));
+  const target =
+    typeof taskDir === 'string' && taskDir !== ''
+      ? await realpath(resolve(folder, taskDir)).catch(() => undefined)
+      : undefined;
+  if (target === undefined || !target.startsWith(folder + sep))
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `${file}:${line}: task_dir ${JSON.stringify(taskDir)} is not a folder under ${folder} (a row of a JSONL file may name only a task directory beside the file; give --input the task directory itself to run another)`,
+      { details: { line, field: 'task_dir' } },
+    );
+  return target;
 }

@@ -9,6 +9,7 @@ import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
 import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { buildHarborImages } from '../../../environments/kinds/harbor/images.ts';
+import { taskResources } from '../../../environments/kinds/harbor/kind.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
@@ -115,6 +116,14 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         ...environment,
         options: { ...environment.options, imageTemplate: values.imageTemplate },
       };
+    if (values.taskEnv !== undefined) {
+      // Harbor's ${VAR}: the host variables the operator lets tasks read, besides the environment's own.
+      const own = Array.isArray(environment.options.taskEnv) ? (environment.options.taskEnv as string[]) : [];
+      environment = {
+        ...environment,
+        options: { ...environment.options, taskEnv: [...own, ...values.taskEnv] },
+      };
+    }
     rows ??= await readRows(environment.dataPath);
     if (rows.length === 0)
       throw new UsageError(
@@ -187,6 +196,10 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       );
     }
     if (environment.kind === 'harbor') {
+      for (const row of rows) {
+        const { lowered } = taskResources(row, environment);
+        if (lowered.length > 0) stderr.write(`gym: task ${String(row.id)}: ${lowered.join('; ')}\n`);
+      }
       // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
       // built-in base it starts FROM first); nothing again for those it has already.
       await buildHarborImages(client, rows, logger, {

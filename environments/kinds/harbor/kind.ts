@@ -7,10 +7,13 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
+import { GymError } from '../../../core/errors.ts';
+import { DEFAULT_RESOURCES } from '../../../daemon/config.ts';
+import type { LoadedEnvironment } from '../../environment.ts';
 import { verifyScript } from '../../verifiers/script.ts';
 import { nonEmpty, sandboxPath } from '../fields.ts';
 import type { EnvironmentKind, TaskRow } from '../kind.ts';
-import { resolveTaskEnv } from './task-directory.ts';
+import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
 
 const Env = z.record(z.string(), z.string());
 const Seconds = z
@@ -32,7 +35,61 @@ export const HarborRowSchema = z.looseObject({
   verifier_user: nonEmpty.optional(),
   cpus: z.number().positive().optional(),
   memory_mb: z.number().int().positive().optional(),
+  build_timeout_sec: z.number().positive().max(MAX_BUILD_TIMEOUT_SEC).optional(),
 });
+
+/**
+ * The host variables a task's `${VAR}` may read: the environment's `options.taskEnv` (which
+ * `gym eval run --task-env VAR` adds to). None by default: a dataset never reads the operator's
+ * environment (API keys, cloud credentials) on its own.
+ */
+export function allowedTaskEnv(environment: LoadedEnvironment): ReadonlySet<string> {
+  const names = (environment.options as { taskEnv?: unknown } | undefined)?.taskEnv;
+  if (names === undefined) return new Set();
+  if (!Array.isArray(names) || !names.every((name) => typeof name === 'string'))
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `environment ${environment.name}: options.taskEnv must be a list of variable names`,
+    );
+  return new Set(names);
+}
+
+const taskEnv = (row: TaskRow, environment: LoadedEnvironment, key: EnvKey, what: string) =>
+  resolveTaskEnv(envOf(row, key), process.env, `task.toml ${what} env`, allowedTaskEnv(environment));
+
+/**
+ * The most a task's sandbox may have: the environment's sandbox resources, else the daemon's
+ * defaults. A task may ask for less (task.toml cpus, memory_mb), never more.
+ */
+export function resourceCeiling(environment: LoadedEnvironment): { cpus: number; memoryMiB: number } {
+  const own = (environment.sandbox as { resources?: { cpus?: number; memoryMiB?: number } }).resources ?? {};
+  return {
+    cpus: own.cpus ?? DEFAULT_RESOURCES.cpus,
+    memoryMiB: own.memoryMiB ?? DEFAULT_RESOURCES.memoryMiB,
+  };
+}
+
+/** A task's cpus and memory_mb held to the ceiling, with what was lowered (for a warning). */
+export function taskResources(
+  row: TaskRow,
+  environment: LoadedEnvironment,
+): { cpus?: number; memoryMiB?: number; lowered: string[] } {
+  const ceiling = resourceCeiling(environment);
+  const lowered: string[] = [];
+  const hold = (asked: unknown, most: number, field: string) => {
+    if (typeof asked !== 'number') return undefined;
+    if (asked <= most) return asked;
+    lowered.push(`${field} ${asked} is more than the environment's sandbox allows: ${most} used`);
+    return most;
+  };
+  const cpus = hold(row.cpus, ceiling.cpus, 'cpus');
+  const memoryMiB = hold(row.memory_mb, ceiling.memoryMiB, 'memory_mb');
+  return {
+    ...(cpus === undefined ? {} : { cpus }),
+    ...(memoryMiB === undefined ? {} : { memoryMiB }),
+    lowered,
+  };
+}
 
 /** The solution folder as files under /solution, solve.sh made executable (Harbor chmods it). */
 function solutionFiles(taskDir: string): Array<{ path: string; content: Buffer; mode: number }> {
@@ -59,22 +116,28 @@ export const kind: EnvironmentKind = {
   name: 'harbor',
   rowSchema: HarborRowSchema,
   image: (row) => String(row.image),
-  // task.toml's env, cpus and memory_mb over the environment's (whose pids limit stays).
-  sandbox: (row, environment) => ({
-    workdir: String(row.workdir),
-    env: {
-      ...((environment.sandbox as { env?: object }).env ?? {}),
-      ...resolveTaskEnv(envOf(row, 'environment_env'), process.env, 'task.toml [environment] env'),
-    },
-    resources: {
-      ...((environment.sandbox as { resources?: object }).resources ?? {}),
-      ...(typeof row.cpus === 'number' ? { cpus: row.cpus } : {}),
-      ...(typeof row.memory_mb === 'number' ? { memoryMiB: row.memory_mb } : {}),
-    },
-  }),
+  // Fails before any sandbox starts: a `${VAR}` the operator did not allow, in any of the three.
+  checkRow: (row, environment) => {
+    taskEnv(row, environment, 'environment_env', '[environment]');
+    taskEnv(row, environment, 'verifier_env', '[verifier]');
+    taskEnv(row, environment, 'solution_env', '[solution]');
+  },
+  // task.toml's env over the environment's; its cpus and memory_mb only below the environment's
+  // (whose pids limit stays).
+  sandbox: (row, environment) => {
+    const { lowered: _lowered, ...asked } = taskResources(row, environment);
+    return {
+      workdir: String(row.workdir),
+      env: {
+        ...((environment.sandbox as { env?: object }).env ?? {}),
+        ...taskEnv(row, environment, 'environment_env', '[environment]'),
+      },
+      resources: { ...((environment.sandbox as { resources?: object }).resources ?? {}), ...asked },
+    };
+  },
   limits: (row) =>
     typeof row.agent_timeout_sec === 'number' ? { wallTimeMs: row.agent_timeout_sec * 1000 } : {},
-  task: (row, _environment, options) => {
+  task: (row, environment, options) => {
     const taskDir = String(row.task_dir);
     return {
       id: String(row.id),
@@ -86,24 +149,23 @@ export const kind: EnvironmentKind = {
             solutionFiles: solutionFiles(taskDir),
             solutionEnv: {
               DEBIAN_FRONTEND: 'noninteractive',
-              ...resolveTaskEnv(envOf(row, 'solution_env'), process.env, 'task.toml [solution] env'),
+              ...taskEnv(row, environment, 'solution_env', '[solution]'),
             },
           }
         : {}),
     };
   },
-  verify: ({ row, sandbox }) =>
+  verify: ({ row, sandbox, environment }) =>
     verifyScript(sandbox, join(String(row.task_dir), 'tests'), Number(row.verifier_timeout_sec) * 1000, {
       workdir: String(row.workdir),
-      env: resolveTaskEnv(envOf(row, 'verifier_env'), process.env, 'task.toml [verifier] env'),
+      env: taskEnv(row, environment, 'verifier_env', '[verifier]'),
       ...(typeof row.verifier_user === 'string' ? { user: row.verifier_user } : {}),
     }),
   // The final state is gone with the sandbox: a Harbor rollout keeps its reward.
 };
 
-function envOf(
-  row: TaskRow,
-  key: 'environment_env' | 'solution_env' | 'verifier_env',
-): Record<string, string> {
+type EnvKey = 'environment_env' | 'solution_env' | 'verifier_env';
+
+function envOf(row: TaskRow, key: EnvKey): Record<string, string> {
   return (row[key] ?? {}) as Record<string, string>;
 }

@@ -6,7 +6,7 @@
  *
  * Rows stay JSON (they are written to the materialized inputs and the rollouts), so a row names
  * its directory and keeps `${VAR}` in env values unresolved: secrets a verifier needs are read
- * from the environment when it runs, never written to the results.
+ * from the environment when it runs (only those the operator allowed), never written to the results.
  */
 import { createHash } from 'node:crypto';
 import { access, readdir, readFile, stat } from 'node:fs/promises';
@@ -19,6 +19,8 @@ import { parseDockerfile, planDockerfile } from './dockerfile.ts';
 /** Bump when what a task's image holds changes for the same inputs (the image tag includes it). */
 export const HARBOR_IMAGE_RECIPE_VERSION = 1;
 export const HARBOR_IMAGE_PREFIX = 'gym/harbor-';
+/** How long building a task's image may take at most (task.toml's build_timeout_sec). */
+export const MAX_BUILD_TIMEOUT_SEC = 3600;
 
 const EnvTableSchema = z.record(z.string(), z.union([z.string(), z.number(), z.boolean()]).transform(String));
 const Seconds = z
@@ -45,7 +47,11 @@ export const TaskTomlSchema = z.looseObject({
   solution: z.looseObject({ env: EnvTableSchema.default({}) }).default({ env: {} }),
   environment: z
     .looseObject({
-      build_timeout_sec: Seconds.default(600),
+      build_timeout_sec: z
+        .number()
+        .positive()
+        .max(MAX_BUILD_TIMEOUT_SEC, `must be at most ${MAX_BUILD_TIMEOUT_SEC} s (1 hour)`)
+        .default(600),
       env: EnvTableSchema.default({}),
       docker_image: z.string().min(1).optional(),
       os: z.enum(['linux'], { message: 'only linux tasks run here' }).optional(),
@@ -203,24 +209,31 @@ export async function readHarborTasks(path: string): Promise<HarborRow[]> {
 }
 
 /**
- * Harbor's env values may name host variables: `${VAR}` and `${VAR:-default}`. Resolved when
- * used; an unset variable without a default is an error naming the key.
+ * Harbor's env values may name host variables: `${VAR}` and `${VAR:-default}`. A dataset is not
+ * trusted with the operator's environment (its env values reach the agent's sandbox), so only the
+ * variables in `allowed` are read from `env` (`gym eval run --task-env VAR`, or the environment's
+ * `options.taskEnv`); any other is unset here. An unset variable takes its default; without one it
+ * is an error naming the key, the variable and how to allow it.
  */
 export function resolveTaskEnv(
   values: Readonly<Record<string, string>>,
   env: Readonly<Record<string, string | undefined>>,
   what: string,
+  allowed: ReadonlySet<string>,
 ): Record<string, string> {
   return Object.fromEntries(
     Object.entries(values).map(([key, value]) => [
       key,
       value.replace(/\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}/g, (_match, name: string, fallback?: string) => {
-        const found = env[name];
+        const found = allowed.has(name) ? env[name] : undefined;
         if (found !== undefined && found !== '') return found;
         if (fallback !== undefined) return fallback;
         throw new GymError(
           'VALIDATION_FAILED',
-          `${what} ${key}: the environment variable ${name} is not set`,
+          allowed.has(name)
+            ? `${what} ${key}: the environment variable ${name} is not set`
+            : `${what} ${key} reads the host variable ${name}, which a task may read only when the operator allows it: gym eval run --task-env ${name} (or the environment's options.taskEnv)`,
+          { details: { key, variable: name } },
         );
       }),
     ]),
