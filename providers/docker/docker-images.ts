@@ -69,8 +69,11 @@ const DERIVE_KEEPER_SECONDS = 600;
 /** On a plan's build container: the reference it builds. */
 export const BUILD_LABEL = 'gym.image-build';
 
-/** A plan's default time limit; its container's keeper lives a minute longer. */
-const PLAN_KEEPER_SECONDS = 3600;
+/**
+ * A plan's default time limit (a plan may set its own); its container's keeper lives a minute
+ * longer, so a daemon killed mid-build leaves the container behind for at most that long.
+ */
+const PLAN_KEEPER_SECONDS = 900;
 
 export class DockerImages {
   readonly #docker: Docker;
