@@ -160,6 +160,11 @@ export const DaemonConfigSchema = z
           .int()
           .min(1024)
           .default(256 * 1024 * 1024),
+        /**
+         * Pass image and document URLs in model requests (the upstream downloads them, on the
+         * operator's account). Off: only inline (data:/base64) images are accepted.
+         */
+        allowRemoteImageUrls: z.boolean().default(false),
       })
       .strict()
       .prefault({}),

@@ -147,6 +147,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     timeoutMs: config.gateway.timeoutMs,
     hopId: daemonId,
     maxRecordBytesPerRollout: config.gateway.maxRecordBytesPerRollout,
+    allowRemoteImageUrls: config.gateway.allowRemoteImageUrls,
     ...(config.gateway.upstream === undefined ? {} : { upstream: config.gateway.upstream }),
   });
   const images = new ImageService({

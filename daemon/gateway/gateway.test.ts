@@ -1,5 +1,7 @@
+import { stat } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
@@ -157,6 +159,103 @@ describe('model gateway', () => {
       stream: true,
       response: { status: 'completed', output: [{ type: 'function_call', name: 'bash' }] },
     });
+  });
+
+  it('refuses server-side tools and remote image URLs on the Chat and Responses passthroughs', async () => {
+    const { rolloutId, key } = await openRollout();
+    const post = (path: string, body: Record<string, unknown>) =>
+      fetch(`${daemon.address.url}/v1/gateway/${rolloutId}/v1${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: JSON.stringify(body),
+      });
+    const before = model.requests.length;
+    const attacks: Array<[string, Record<string, unknown>, string]> = [
+      [
+        '/responses',
+        { model: 'm', input: 'hi', tools: [{ type: 'web_search' }] },
+        'tools[0] (type web_search)',
+      ],
+      [
+        '/responses',
+        {
+          model: 'm',
+          input: 'hi',
+          tools: [{ type: 'mcp', server_url: 'http://127.0.0.1:9', server_label: 'x' }],
+        },
+        'tools[0] (type mcp)',
+      ],
+      [
+        '/responses',
+        {
+          model: 'm',
+          input: [
+            {
+              role: 'user',
+              content: [{ type: 'input_image', image_url: 'http://127.0.0.1:9/leak?data=secret' }],
+            },
+          ],
+        },
+        'input[0].content[0].image_url',
+      ],
+      [
+        '/responses',
+        {
+          model: 'm',
+          input: [{ role: 'user', content: [{ type: 'input_file', file_url: 'http://127.0.0.1:9/f' }] }],
+        },
+        'input[0].content[0].file_url',
+      ],
+      [
+        '/chat/completions',
+        { model: 'm', messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'web_search_preview' }] },
+        'tools[0]',
+      ],
+      [
+        '/chat/completions',
+        { model: 'm', messages: [{ role: 'user', content: 'hi' }], web_search_options: {} },
+        'web_search_options',
+      ],
+      [
+        '/chat/completions',
+        {
+          model: 'm',
+          messages: [
+            {
+              role: 'user',
+              content: [{ type: 'image_url', image_url: { url: 'https://127.0.0.1:9/x.png' } }],
+            },
+          ],
+        },
+        'messages[0].content[0].image_url',
+      ],
+    ];
+    for (const [path, body, field] of attacks) {
+      const response = await post(path, body);
+      expect(response.status, field).toBe(400);
+      const error = (await response.json()) as { error: { code: string; message: string } };
+      expect(error.error).toMatchObject({
+        code: 'VALIDATION_FAILED',
+        message: expect.stringContaining(field),
+      });
+    }
+    expect(model.requests.length).toBe(before);
+    // Function tools and inline images pass.
+    const ok = await post('/chat/completions', {
+      model: 'm',
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'hi' },
+            { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } },
+          ],
+        },
+      ],
+      tools: [{ type: 'function', function: { name: 'bash', parameters: { type: 'object' } } }],
+    });
+    expect(ok.status).toBe(200);
+    expect(model.requests.length).toBe(before + 1);
   });
 
   it('retries a failing upstream a bounded number of times, then answers a typed 502', async () => {
@@ -347,7 +446,8 @@ describe('model gateway', () => {
       });
       expect(((await counted.json()) as { input_tokens: number }).input_tokens).toBeGreaterThan(0);
       const saved = await records(opened.rolloutId);
-      expect(saved).toHaveLength(2);
+      expect(saved).toHaveLength(3);
+      expect(saved[2]).toMatchObject({ api: 'messages.count_tokens', status: 'ok', request: firstTurn });
       expect(saved[0]).toMatchObject({
         api: 'messages',
         upstreamModel: 'policy-v2',
@@ -362,6 +462,121 @@ describe('model gateway', () => {
         body: JSON.stringify({ model: 'm', messages: [] }),
       });
       expect(chat.status).toBe(400);
+    });
+
+    /** A request shaped like Claude Code's (see the harness fact sheet): it must pass the request policy. */
+    const claudeCodeTurn = {
+      model: 'claude-sonnet',
+      max_tokens: 32000,
+      stream: true,
+      system: [{ type: 'text', text: 'You are Claude Code.', cache_control: { type: 'ephemeral' } }],
+      messages: [
+        { role: 'system', content: 'environment: linux' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'look at this' },
+            { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } },
+          ],
+        },
+      ],
+      tools: firstTurn.tools,
+      metadata: { user_id: '{"session":"s"}' },
+      thinking: { type: 'adaptive' },
+      output_config: { effort: 'medium' },
+      context_management: { edits: [{ type: 'clear_thinking_20251015' }] },
+    };
+
+    it('refuses Anthropic server-side tools, the MCP connector, containers, paid tiers and remote sources; passes only allowed betas', async () => {
+      const opened = await openAnthropicRollout({
+        baseUrl: model.baseUrl,
+        apiKey: 'anthropic-secret',
+        api: 'anthropic',
+      });
+      const post = (path: string, body: Record<string, unknown>, beta: string) =>
+        fetch(`${daemon.address.url}${opened.basePath}${path}`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'x-api-key': opened.key,
+            'anthropic-version': '2023-06-01',
+            'anthropic-beta': beta,
+          },
+          body: JSON.stringify(body),
+        });
+      const before = model.requests.length;
+      const plain = { model: 'x', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] };
+      const attacks: Array<[Record<string, unknown>, string]> = [
+        [{ ...plain, tools: [{ type: 'web_fetch_20250910', name: 'web_fetch', max_uses: 5 }] }, 'tools[0]'],
+        [
+          { ...plain, tools: [...firstTurn.tools, { type: 'web_search_20250305', name: 'web_search' }] },
+          'tools[1]',
+        ],
+        [{ ...plain, tools: [{ type: 'code_execution_20250825', name: 'code_execution' }] }, 'tools[0]'],
+        [
+          { ...plain, mcp_servers: [{ type: 'url', url: 'http://127.0.0.1:9/sse', name: 'exfil' }] },
+          'mcp_servers',
+        ],
+        [{ ...plain, container: 'container_1' }, 'container'],
+        [{ ...plain, service_tier: 'auto' }, 'service_tier'],
+        [
+          {
+            ...plain,
+            messages: [
+              {
+                role: 'user',
+                content: [
+                  {
+                    type: 'tool_result',
+                    tool_use_id: 't',
+                    content: [{ type: 'image', source: { type: 'url', url: 'http://127.0.0.1:9/x?secret' } }],
+                  },
+                ],
+              },
+            ],
+          },
+          'messages[0].content[0].content[0].source',
+        ],
+        [
+          {
+            ...plain,
+            messages: [
+              { role: 'user', content: [{ type: 'document', source: { type: 'file', file_id: 'f' } }] },
+            ],
+          },
+          'messages[0].content[0].source',
+        ],
+      ];
+      for (const [body, field] of attacks) {
+        for (const path of ['/messages', '/messages/count_tokens']) {
+          const response = await post(path, body, 'mcp-client-2025-04-04');
+          expect(response.status, `${path} ${field}`).toBe(400);
+          const error = (await response.json()) as { error: { code: string; message: string } };
+          expect(error.error.code).toBe('VALIDATION_FAILED');
+          expect(error.error.message).toContain(field);
+        }
+      }
+      // None of them reached the upstream; each is in the records, refused.
+      expect(model.requests.length).toBe(before);
+      const refused = await records(opened.rolloutId);
+      expect(refused).toHaveLength(attacks.length * 2);
+      expect(refused.every((record) => record.status === 'error')).toBe(true);
+
+      // Claude Code's own request passes, with its betas but without the ones that reach out or cost more.
+      const allowed = 'claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27';
+      const streamed = await post(
+        '/messages',
+        claudeCodeTurn,
+        `${allowed},mcp-client-2025-04-04, web-fetch-2025-09-10,context-1m-2025-08-07`,
+      );
+      expect(streamed.status).toBe(200);
+      expect((await events(streamed)).at(-1)).toMatchObject({ type: 'message_stop' });
+      const upstreamCall = model.requests.at(-1)!;
+      expect(upstreamCall.body).toMatchObject({ context_management: claudeCodeTurn.context_management });
+      expect(upstreamCall.headers['anthropic-beta']).toBe(allowed);
+      const counted = await post('/messages/count_tokens', claudeCodeTurn, 'mcp-client-2025-04-04');
+      expect(counted.status).toBe(200);
+      expect(model.requests.at(-1)!.headers['anthropic-beta']).toBeUndefined();
     });
 
     it('records an Anthropic stream cut before message_stop as an error, and tells the agent so', async () => {
@@ -403,4 +618,130 @@ describe('model gateway', () => {
       expect(await records(opened.rolloutId)).toEqual([]);
     });
   });
+});
+
+describe('record budget of a rollout', () => {
+  const BUDGET = 64 * 1024;
+  let small: TestDaemon;
+  let upstream: ScriptedModelServer;
+
+  beforeAll(async () => {
+    upstream = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          { match: 'answer at length', replies: [{ content: 'z'.repeat(BUDGET) }] },
+          { replies: [{ content: 'ok' }] },
+        ],
+      }),
+    );
+    small = await startTestDaemon(
+      {
+        providers: [{ name: 'memory' }],
+        gateway: {
+          upstream: { baseUrl: upstream.baseUrl, apiKey: 'upstream-secret', model: 'policy-v1' },
+          maxRetries: 0,
+          maxRecordBytesPerRollout: BUDGET,
+        },
+      },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+  });
+
+  afterAll(async () => {
+    await small.cleanup();
+    await upstream.close();
+  });
+
+  async function open(upstreamConfig?: Record<string, unknown>) {
+    const response = await fetch(`${small.address.url}/v1/gateway/rollouts`, {
+      method: 'POST',
+      headers: { ...small.auth, 'content-type': 'application/json' },
+      body: JSON.stringify(upstreamConfig === undefined ? {} : { upstream: upstreamConfig }),
+    });
+    return (await response.json()) as { rolloutId: string; key: string; basePath: string };
+  }
+
+  const post = (opened: { basePath: string; key: string }, path: string, body: unknown) =>
+    fetch(`${small.address.url}${opened.basePath}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': opened.key },
+      body: JSON.stringify(body),
+    });
+
+  const recordedSize = async (rolloutId: string) =>
+    (await stat(join(small.stateDir, 'gateway', `${rolloutId}.jsonl`)).catch(() => ({ size: 0 }))).size;
+
+  it('admits count_tokens like a model call: past the budget it is refused before the upstream is asked', async () => {
+    const opened = await open({ baseUrl: upstream.baseUrl, apiKey: 'anthropic-secret', api: 'anthropic' });
+    const counted = await post(opened, '/messages/count_tokens', {
+      model: 'x',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    expect(counted.status).toBe(200);
+    const [record] = await recordsOf(opened.rolloutId);
+    expect(record).toMatchObject({
+      api: 'messages.count_tokens',
+      status: 'ok',
+      response: { input_tokens: expect.any(Number) },
+    });
+    const before = upstream.requests.length;
+    const big = { model: 'x', max_tokens: 10, messages: [{ role: 'user', content: 'a'.repeat(BUDGET) }] };
+    const refused = await post(opened, '/messages/count_tokens', big);
+    expect(refused.status).toBe(413);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('PAYLOAD_TOO_LARGE');
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it('reserves what a translated call records: a request under the budget that records 3x it is refused', async () => {
+    const opened = await open();
+    // Backslashes: 2 bytes each in the request, 4 in the translated request (tool input as a JSON string).
+    const input = { cmd: '\\'.repeat(BUDGET / 2 - 2000) };
+    const body = {
+      model: 'x',
+      max_tokens: 10,
+      messages: [
+        { role: 'user', content: 'go' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'bash', input }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'ok' }] },
+      ],
+    };
+    expect(JSON.stringify(body).length).toBeLessThan(BUDGET);
+    const before = upstream.requests.length;
+    const response = await post(opened, '/messages', body);
+    expect(response.status).toBe(413);
+    expect(upstream.requests.length).toBe(before);
+    expect(await recordedSize(opened.rolloutId)).toBeLessThanOrEqual(BUDGET);
+  });
+
+  it('stops recording at the budget: an answer larger than what is left fails the call, and the file stays within it', async () => {
+    const opened = await open();
+    const ask = (stream: boolean) =>
+      post(opened, '/chat/completions', {
+        model: 'x',
+        stream,
+        messages: [{ role: 'user', content: 'answer at length' }],
+      });
+    const plain = await ask(false);
+    expect(plain.status).toBe(413);
+    expect(((await plain.json()) as { error: { code: string } }).error.code).toBe('PAYLOAD_TOO_LARGE');
+    // Streamed: the events went out; the stream ends in an error event instead of [DONE].
+    const streamed = await (await ask(true)).text();
+    expect(streamed).toContain('PAYLOAD_TOO_LARGE');
+    expect(streamed).not.toContain('[DONE]');
+    expect(await recordedSize(opened.rolloutId)).toBeLessThanOrEqual(BUDGET);
+    const saved = await recordsOf(opened.rolloutId);
+    expect(saved.length).toBeGreaterThan(0);
+    expect(saved.every((record) => record.status === 'error')).toBe(true);
+    expect(saved[0]).toMatchObject({ error: { code: 'PAYLOAD_TOO_LARGE' } });
+  });
+
+  async function recordsOf(rolloutId: string): Promise<Array<Record<string, unknown>>> {
+    const response = await fetch(`${small.address.url}/v1/gateway/rollouts/${rolloutId}/records`, {
+      headers: small.auth,
+    });
+    return ((await response.json()) as { records: Array<Record<string, unknown>> }).records;
+  }
 });

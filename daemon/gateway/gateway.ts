@@ -27,6 +27,7 @@ import {
   messagesToChatRequest,
   readSse,
 } from './anthropic.ts';
+import { checkMessagesRequest, checkOpenAiRequest, filterAnthropicHeaders } from './request-policy.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -45,7 +46,8 @@ export type ModelApi = 'chat.completions' | 'responses' | 'messages';
 export interface ModelCallRecord {
   index: number;
   rolloutId: string;
-  api: ModelApi;
+  /** `messages.count_tokens`: a token count asked of the upstream (no model call, no usage). */
+  api: ModelApi | 'messages.count_tokens';
   startedAt: string;
   durationMs: number;
   stream: boolean;
@@ -91,6 +93,9 @@ export interface OpenRollout {
  */
 export const MAX_CALLS_IN_FLIGHT_PER_ROLLOUT = 8;
 
+/** Bytes of record reserved per output token a call may produce (its text, about 4 bytes, and the JSON around it). */
+const RECORD_BYTES_PER_OUTPUT_TOKEN = 16;
+
 export interface GatewayOptions {
   stateDir: string;
   logger: Logger;
@@ -102,6 +107,8 @@ export interface GatewayOptions {
   hopId: string;
   /** The record budget of one rollout, in bytes (see the config's gateway.maxRecordBytesPerRollout). */
   maxRecordBytesPerRollout: number;
+  /** Pass image and document URLs (the upstream downloads them) instead of refusing them. */
+  allowRemoteImageUrls?: boolean;
 }
 
 /** Host names that reach this machine's own listeners on a port. */
@@ -269,10 +276,31 @@ export class ModelGateway {
   }
 
   /**
+   * The bytes a call's record is expected to take, reserved at admission: the request; for a
+   * translated Messages call also the translated request (up to twice the request: tool inputs
+   * become JSON strings, escaped again); plus its answer, estimated from its output-token limit.
+   * An estimate for admitting calls in flight; the hard bound is checked as records are written.
+   */
+  recordBound(
+    rollout: OpenRollout,
+    api: ModelApi,
+    request: Record<string, unknown>,
+    requestBytes: number,
+  ): number {
+    const isTranslated = api === 'messages' && rollout.upstream.api !== 'anthropic';
+    const limit = [request.max_tokens, request.max_completion_tokens, request.max_output_tokens].find(
+      (value): value is number => typeof value === 'number' && Number.isFinite(value) && value > 0,
+    );
+    const answer = Math.min(limit ?? 0, 1_000_000) * RECORD_BYTES_PER_OUTPUT_TOKEN;
+    return requestBytes * (isTranslated ? 3 : 1) + answer;
+  }
+
+  /**
    * Admits one call: refuses it when the rollout has too many calls in flight, or when what it
-   * recorded plus what calls in flight will record plus this request would pass its record budget
-   * (what a rollout recorded is kept whole, and it cannot grow the disk, or a later read, without
-   * bound). Returns the release function, to call when the call has ended and been recorded.
+   * recorded plus what calls in flight will record plus this call's bound (see `recordBound`)
+   * would pass its record budget (what a rollout recorded is kept whole, and it cannot grow the
+   * disk, or a later read, without bound). Returns the release function, to call when the call
+   * has ended and been recorded.
    */
   admit(rollout: OpenRollout, requestBytes: number): () => void {
     if (rollout.inFlight >= MAX_CALLS_IN_FLIGHT_PER_ROLLOUT) {
@@ -370,10 +398,57 @@ export class ModelGateway {
     });
   }
 
+  /**
+   * Appends one record, unless it would take the rollout past its record budget: then nothing is
+   * written and the call fails with the budget's PAYLOAD_TOO_LARGE (a record is whole or absent).
+   */
   async #record(rollout: OpenRollout, record: ModelCallRecord): Promise<void> {
     const line = `${JSON.stringify(record)}\n`;
-    rollout.recordedBytes += Buffer.byteLength(line);
+    const bytes = Buffer.byteLength(line);
+    const budget = this.#options.maxRecordBytesPerRollout;
+    if (rollout.recordedBytes + bytes > budget) {
+      throw new GymError(
+        'PAYLOAD_TOO_LARGE',
+        `rollout ${rollout.id} has recorded ${rollout.recordedBytes} bytes of model calls; this call's record of ${bytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
+        { details: { rolloutId: rollout.id, recordedBytes: rollout.recordedBytes, budget } },
+      );
+    }
+    rollout.recordedBytes += bytes;
     await appendFile(this.#recordsPath(record.rolloutId), line, { mode: 0o600 });
+  }
+
+  /**
+   * Records a failed call and returns its error. When the record with the request does not fit
+   * the budget any more, the request is left out of it; when even that does not fit, nothing is
+   * recorded.
+   */
+  async #recordFailure(
+    rollout: OpenRollout,
+    base: Omit<ModelCallRecord, 'durationMs' | 'status'>,
+    started: number,
+    caught: unknown,
+  ): Promise<GymError> {
+    const error = toGymError(caught);
+    this.#options.logger.warn(
+      { rolloutId: rollout.id, code: error.code, error: error.message },
+      'model call failed',
+    );
+    const record: ModelCallRecord = {
+      ...base,
+      durationMs: performance.now() - started,
+      status: 'error',
+      error: {
+        code: error.code,
+        message: error.message,
+        ...(typeof error.details.upstreamStatus === 'number'
+          ? { upstreamStatus: error.details.upstreamStatus }
+          : {}),
+      },
+    };
+    await this.#record(rollout, record)
+      .catch(() => this.#record(rollout, { ...record, request: { omitted: 'past the record budget' } }))
+      .catch(() => {});
+    return error;
   }
 
   /**
@@ -541,17 +616,46 @@ export class ModelGateway {
     body: Record<string, unknown>,
     headers: Record<string, string> = {},
   ): Promise<unknown> {
-    if (rollout.upstream.api === 'anthropic') {
-      const response = await this.#postAnthropic(
-        rollout.upstream,
-        '/messages/count_tokens',
-        { ...body, model: rollout.upstream.model ?? body.model },
-        headers,
-      );
-      return response.json();
+    const started = performance.now();
+    const upstreamModel = rollout.upstream.model ?? body.model;
+    const base = {
+      index: rollout.calls++,
+      rolloutId: rollout.id,
+      api: 'messages.count_tokens' as const,
+      startedAt: new Date().toISOString(),
+      stream: false,
+      request: body,
+      upstreamModel,
+    };
+    try {
+      checkMessagesRequest(body, this.#policy);
+      let response: unknown;
+      if (rollout.upstream.api === 'anthropic') {
+        const answer = await this.#postAnthropic(
+          rollout.upstream,
+          '/messages/count_tokens',
+          { ...body, model: upstreamModel },
+          filterAnthropicHeaders(headers),
+        );
+        response = await answer.json();
+      } else {
+        const text = JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools });
+        response = { input_tokens: Math.ceil(text.length / 4), estimated: true };
+      }
+      await this.#record(rollout, {
+        ...base,
+        durationMs: performance.now() - started,
+        status: 'ok',
+        response,
+      });
+      return response;
+    } catch (caught) {
+      throw await this.#recordFailure(rollout, base, started, caught);
     }
-    const text = JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools });
-    return { input_tokens: Math.ceil(text.length / 4), estimated: true };
+  }
+
+  get #policy() {
+    return { allowRemoteImageUrls: this.#options.allowRemoteImageUrls === true };
   }
 
   /**
@@ -590,17 +694,38 @@ export class ModelGateway {
       upstreamModel,
     };
     const client = this.#client(rollout.upstream);
+    // A stream's end goes out only once its record is written: a record past the budget fails
+    // the call, and the agent's stream then ends in an error event, not as a complete answer.
+    let ending: (() => void) | undefined;
+    const held: StreamSink | undefined =
+      sink === undefined
+        ? undefined
+        : {
+            event: (name, data) => sink.event(name, data),
+            end: (trailer) => {
+              ending = () => sink.end(trailer);
+            },
+          };
     try {
+      if (api === 'messages') checkMessagesRequest(request, this.#policy);
+      else checkOpenAiRequest(api, request, this.#policy);
       if (api === 'messages') {
         const done = isAnthropicUpstream
-          ? await this.#messagesToAnthropic(rollout.upstream, request, isStream, sink, upstreamHeaders)
-          : await this.#messagesToChat(client, request, upstreamModel, isStream, sink);
+          ? await this.#messagesToAnthropic(
+              rollout.upstream,
+              request,
+              isStream,
+              held,
+              filterAnthropicHeaders(upstreamHeaders),
+            )
+          : await this.#messagesToChat(client, request, upstreamModel, isStream, held);
         await this.#record(rollout, {
           ...base,
           ...done.record,
           durationMs: performance.now() - started,
           status: 'ok',
         });
+        ending?.();
         return done.response;
       }
       if (!isStream) {
@@ -624,9 +749,9 @@ export class ModelGateway {
       let completed: unknown;
       for await (const event of stream) {
         events.push(event);
-        if (api === 'chat.completions') sink?.event(null, event);
+        if (api === 'chat.completions') held?.event(null, event);
         else {
-          sink?.event(event.type as string, event);
+          held?.event(event.type as string, event);
           if (
             event.type === 'response.completed' ||
             event.type === 'response.failed' ||
@@ -635,7 +760,7 @@ export class ModelGateway {
             completed = event.response;
         }
       }
-      sink?.end(api === 'chat.completions' ? 'data: [DONE]\n\n' : undefined);
+      held?.end(api === 'chat.completions' ? 'data: [DONE]\n\n' : undefined);
       const response =
         api === 'chat.completions' ? assembleChat(events as Array<Record<string, unknown>>) : completed;
       await this.#record(rollout, {
@@ -646,26 +771,10 @@ export class ModelGateway {
         events,
         usage: (response as { usage?: unknown } | undefined)?.usage,
       });
+      ending?.();
       return response;
     } catch (caught) {
-      const error = toGymError(caught);
-      this.#options.logger.warn(
-        { rolloutId: rollout.id, code: error.code, error: error.message },
-        'model call failed',
-      );
-      await this.#record(rollout, {
-        ...base,
-        durationMs: performance.now() - started,
-        status: 'error',
-        error: {
-          code: error.code,
-          message: error.message,
-          ...(typeof error.details.upstreamStatus === 'number'
-            ? { upstreamStatus: error.details.upstreamStatus }
-            : {}),
-        },
-      }).catch(() => {});
-      throw error;
+      throw await this.#recordFailure(rollout, base, started, caught);
     }
   }
 }

@@ -106,8 +106,12 @@ export function registerGatewayModelRoutes(
     const body = request.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body))
       throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
-    // The request as it will be recorded (a chunked body has no content-length to trust).
-    const release = gateway.admit(rollout, Buffer.byteLength(JSON.stringify(body)));
+    // What the call will record, from the request as it will be recorded (a chunked body has no content-length to trust).
+    const requestBytes = Buffer.byteLength(JSON.stringify(body));
+    const release = gateway.admit(
+      rollout,
+      gateway.recordBound(rollout, api, body as Record<string, unknown>, requestBytes),
+    );
     try {
       return await forwardAdmitted(
         api,
@@ -172,11 +176,22 @@ export function registerGatewayModelRoutes(
   app.post('/v1/gateway/:rolloutId/v1/responses', routeOptions, forward('responses'));
   // Anthropic Messages (Claude Code appends /v1/messages to its base URL, the rollout's `/v1/gateway/{id}`).
   app.post('/v1/gateway/:rolloutId/v1/messages', routeOptions, forward('messages'));
+  // Admitted and recorded like a model call: it reaches the upstream with the operator's key.
   app.post('/v1/gateway/:rolloutId/v1/messages/count_tokens', routeOptions, async (request) => {
     const body = request.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body))
       throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
-    return gateway.countTokens(request.rollout!, body as Record<string, unknown>, anthropicHeaders(request));
+    // Recorded: the request and a small answer.
+    const release = gateway.admit(request.rollout!, Buffer.byteLength(JSON.stringify(body)) + 1024);
+    try {
+      return await gateway.countTokens(
+        request.rollout!,
+        body as Record<string, unknown>,
+        anthropicHeaders(request),
+      );
+    } finally {
+      release();
+    }
   });
   app.get('/v1/gateway/:rolloutId/v1/models', routeOptions, async (request) => {
     const id = request.rollout!.upstream.model ?? 'gateway';

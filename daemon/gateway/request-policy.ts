@@ -1,0 +1,180 @@
+/**
+ * What an agent's model request may ask the upstream to do. The agent is the adversary (DESIGN
+ * 7a) and the upstream runs on the operator's account: a request must not make the upstream
+ * reach the network for the agent (server-side tools such as web fetch/search and code
+ * execution, the MCP connector, remote image or document URLs the upstream downloads), touch
+ * the account's stored state (uploaded files, containers), or raise the price of a call
+ * (service tiers, the 1M-context beta). Such requests are refused with a VALIDATION_FAILED that
+ * names the field, so the agent learns why rather than getting a silently different answer.
+ * Pure functions; the gateway calls them before a call is counted or forwarded.
+ */
+import { GymError } from '../../core/errors.ts';
+
+type Json = Record<string, unknown>;
+
+export interface RequestPolicy {
+  /** Let image and document URLs (which the upstream downloads) through; data: URLs always pass. */
+  allowRemoteImageUrls: boolean;
+}
+
+function refuse(field: string, why: string): never {
+  throw new GymError('VALIDATION_FAILED', `the gateway refuses ${field}: ${why}`, { details: { field } });
+}
+
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** Anthropic beta flags an agent may pass on: what Claude Code sends, none of which reaches out or costs more. */
+const ALLOWED_ANTHROPIC_BETAS = [
+  'claude-code-',
+  'interleaved-thinking-',
+  'fine-grained-tool-streaming-',
+  'prompt-caching-',
+  'token-efficient-tools-',
+  'context-management-',
+  'effort-',
+];
+
+/**
+ * The agent's `anthropic-beta` header with only allow-listed flags (others, e.g. mcp-client-*,
+ * web-fetch-*, code-execution-*, files-api-*, context-1m-*, are dropped).
+ */
+export function filterAnthropicHeaders(headers: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (headers['anthropic-version'] !== undefined) out['anthropic-version'] = headers['anthropic-version'];
+  const beta = (headers['anthropic-beta'] ?? '')
+    .split(',')
+    .map((flag) => flag.trim())
+    .filter((flag) => ALLOWED_ANTHROPIC_BETAS.some((prefix) => flag.startsWith(prefix)));
+  if (beta.length > 0) out['anthropic-beta'] = beta.join(',');
+  return out;
+}
+
+/** An image or document source the upstream would fetch or look up, refused unless allowed. */
+function checkAnthropicSource(block: Json, field: string, policy: RequestPolicy): void {
+  const source = block.source;
+  if (!isObject(source)) return;
+  if (source.type === 'file')
+    refuse(`${field}.source`, 'file sources name files stored on the upstream account');
+  if (source.type === 'url' && !policy.allowRemoteImageUrls)
+    refuse(
+      `${field}.source`,
+      'URL sources make the upstream download them; send the data inline (base64), or set gateway.allowRemoteImageUrls',
+    );
+}
+
+/** Content blocks of a Messages request, tool results' content included. */
+function checkAnthropicContent(content: unknown, field: string, policy: RequestPolicy): void {
+  if (!Array.isArray(content)) return;
+  content.forEach((block, index) => {
+    if (!isObject(block)) return;
+    const at = `${field}[${index}]`;
+    if (block.type === 'image' || block.type === 'document') checkAnthropicSource(block, at, policy);
+    if (block.type === 'container_upload') refuse(at, 'container uploads use upstream containers');
+    if (block.type === 'tool_result') checkAnthropicContent(block.content, `${at}.content`, policy);
+  });
+}
+
+/**
+ * A Messages request (or count_tokens request): client tools only (each with an input_schema,
+ * no server-tool `type`), no MCP servers, containers or service tiers, no remote sources.
+ */
+export function checkMessagesRequest(request: Json, policy: RequestPolicy): void {
+  for (const field of ['mcp_servers', 'container'])
+    if (request[field] !== undefined && request[field] !== null)
+      refuse(field, 'it gives the upstream network access or account state on the operator key');
+  if (request.service_tier !== undefined && request.service_tier !== 'standard_only')
+    refuse('service_tier', 'only "standard_only" is accepted (other tiers cost more)');
+  const tools = request.tools;
+  if (tools !== undefined && !Array.isArray(tools)) refuse('tools', 'it must be an array');
+  (tools ?? []).forEach((tool: unknown, index: number) => {
+    if (
+      !isObject(tool) ||
+      !isObject(tool.input_schema) ||
+      (tool.type !== undefined && tool.type !== 'custom')
+    )
+      refuse(
+        `tools[${index}]${isObject(tool) && typeof tool.type === 'string' ? ` (type ${tool.type})` : ''}`,
+        'only client tools with an input_schema are accepted: server-side tools run on the upstream, with network access',
+      );
+  });
+  const messages = Array.isArray(request.messages) ? request.messages : [];
+  messages.forEach((message, index) => {
+    if (isObject(message)) checkAnthropicContent(message.content, `messages[${index}].content`, policy);
+  });
+}
+
+/** Tool types that the client runs itself (everything else runs on the upstream). */
+const CLIENT_TOOL_TYPES = new Set(['function', 'custom']);
+
+function checkOpenAiTools(tools: unknown): void {
+  if (tools === undefined || tools === null) return;
+  if (!Array.isArray(tools)) refuse('tools', 'it must be an array');
+  tools.forEach((tool, index) => {
+    const type = isObject(tool) ? tool.type : undefined;
+    if (typeof type !== 'string' || !CLIENT_TOOL_TYPES.has(type))
+      refuse(
+        `tools[${index}]${typeof type === 'string' ? ` (type ${type})` : ''}`,
+        'only function tools are accepted: server-side tools (web search, file search, code interpreter, MCP) run on the upstream, with network access',
+      );
+  });
+}
+
+function checkImageUrl(url: unknown, field: string, policy: RequestPolicy): void {
+  if (typeof url !== 'string' || url.startsWith('data:') || policy.allowRemoteImageUrls) return;
+  refuse(
+    field,
+    'image URLs other than data: URLs make the upstream download them; send the image inline, or set gateway.allowRemoteImageUrls',
+  );
+}
+
+/** Content parts of Chat Completions messages and Responses input items, nested outputs included. */
+function checkOpenAiParts(parts: unknown, field: string, policy: RequestPolicy): void {
+  if (!Array.isArray(parts)) return;
+  parts.forEach((part, index) => {
+    if (!isObject(part)) return;
+    const at = `${field}[${index}]`;
+    if (part.type === 'image_url') {
+      const image = part.image_url;
+      checkImageUrl(isObject(image) ? image.url : image, `${at}.image_url`, policy);
+    }
+    if (part.type === 'input_image') {
+      checkImageUrl(part.image_url, `${at}.image_url`, policy);
+      if (part.file_id !== undefined)
+        refuse(`${at}.file_id`, 'it names a file stored on the upstream account');
+    }
+    if (part.type === 'input_file') {
+      if (part.file_id !== undefined)
+        refuse(`${at}.file_id`, 'it names a file stored on the upstream account');
+      if (part.file_url !== undefined)
+        refuse(`${at}.file_url`, 'the upstream would download it; send the file inline (file_data)');
+    }
+    if (part.type === 'file' && isObject(part.file) && part.file.file_id !== undefined)
+      refuse(`${at}.file.file_id`, 'it names a file stored on the upstream account');
+    checkOpenAiParts(part.content, `${at}.content`, policy);
+    checkOpenAiParts(part.output, `${at}.output`, policy);
+  });
+}
+
+/** A Chat Completions or Responses request: function tools only, no remote image or file URLs. */
+export function checkOpenAiRequest(
+  api: 'chat.completions' | 'responses',
+  request: Json,
+  policy: RequestPolicy,
+): void {
+  checkOpenAiTools(request.tools);
+  if (request.service_tier !== undefined && request.service_tier !== null) {
+    if (!['auto', 'default', 'flex'].includes(String(request.service_tier)))
+      refuse('service_tier', 'only "auto", "default" or "flex" is accepted (other tiers cost more)');
+  }
+  if (api === 'chat.completions') {
+    if (request.web_search_options !== undefined && request.web_search_options !== null)
+      refuse('web_search_options', 'web search runs on the upstream, with network access');
+    const messages = Array.isArray(request.messages) ? request.messages : [];
+    messages.forEach((message, index) => {
+      if (isObject(message)) checkOpenAiParts(message.content, `messages[${index}].content`, policy);
+    });
+    return;
+  }
+  checkOpenAiParts(request.input, 'input', policy);
+}
