@@ -60,7 +60,7 @@ import type {
   WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from '../shared/abnormal-end.ts';
-import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
+import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { killScriptArgv } from '../shared/kill-script.ts';
@@ -106,7 +106,6 @@ type Host = z.output<typeof HostSchema> & { connection: SshConnection };
 
 const TOOLS = '/.gym-tools/busybox';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-const MAX_LINK_FOLLOWS = 8;
 /** What a remote helper command (listing, state files) may print at most. */
 const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
 
@@ -1010,17 +1009,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async readFile(id: string, path: string): Promise<Readable> {
-    let current = posix.normalize(path);
-    for (let follows = 0; follows <= MAX_LINK_FOLLOWS; follows += 1) {
-      const { header, content } = await firstEntry(await this.#archive(id, current));
-      if (content !== null) return content;
-      if (header.type === 'directory')
-        throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory, not a file`);
-      if (header.type !== 'symlink')
-        throw new GymError('PATH_KIND_MISMATCH', `${path} is a ${header.type}, not a regular file`);
-      current = posix.resolve(posix.dirname(current), header.linkname);
-    }
-    throw new GymError('PATH_KIND_MISMATCH', `${path}: too many levels of symbolic links`);
+    return readFileThroughLinks(path, (current) => this.#archive(id, current));
   }
 
   async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {

@@ -29,7 +29,7 @@ import type {
   WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { classifyAbnormalEnd, type ExecHooks, OomKillCounts } from '../shared/abnormal-end.ts';
-import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
+import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import { OOM_COUNTER_COMMAND } from '../shared/exec-output.ts';
 import {
   decodeLabels,
@@ -72,7 +72,6 @@ const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; 
 const RUNTIME_EXIT_CODES = new Set([126, 137]);
 
 /** How many files one `readFile` follows through symlinks before giving up (like the kernel's ELOOP). */
-const MAX_LINK_FOLLOWS = 40;
 
 export const DockerProviderOptionsSchema = z
   .object({
@@ -653,17 +652,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async readFile(id: string, path: string): Promise<Readable> {
-    let current = posix.normalize(path);
-    for (let follows = 0; follows <= MAX_LINK_FOLLOWS; follows += 1) {
-      const { header, content } = await firstEntry(await this.#getArchive(id, current));
-      if (content !== null) return content;
-      if (header.type === 'directory')
-        throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory, not a file`);
-      if (header.type !== 'symlink')
-        throw new GymError('PATH_KIND_MISMATCH', `${path} is a ${header.type}, not a regular file`);
-      current = posix.resolve(posix.dirname(current), header.linkname);
-    }
-    throw new GymError('PATH_KIND_MISMATCH', `${path}: too many levels of symbolic links`);
+    return readFileThroughLinks(path, (current) => this.#getArchive(id, current));
   }
 
   async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {

@@ -314,3 +314,29 @@ export function firstEntry(input: Readable): Promise<{ header: tar.Header; conte
     );
   });
 }
+
+/** Symbolic link hops `readFileThroughLinks` follows, as the kernel does (ELOOP past 40). */
+const MAX_LINK_FOLLOWS = 40;
+
+/**
+ * Reads a regular file through a backend that hands out single paths as tar archives (Docker's
+ * archive endpoint, tar in the sandbox): a link is followed by asking again for its target,
+ * resolved against the link's folder, as the sandbox's kernel would. A directory or another
+ * kind of entry is `PATH_KIND_MISMATCH`.
+ */
+export async function readFileThroughLinks(
+  path: string,
+  archiveOf: (path: string) => Promise<Readable>,
+): Promise<Readable> {
+  let current = posix.normalize(path);
+  for (let follows = 0; follows <= MAX_LINK_FOLLOWS; follows += 1) {
+    const { header, content } = await firstEntry(await archiveOf(current));
+    if (content !== null) return content;
+    if (header.type === 'directory')
+      throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory, not a file`);
+    if (header.type !== 'symlink')
+      throw new GymError('PATH_KIND_MISMATCH', `${path} is a ${header.type}, not a regular file`);
+    current = posix.resolve(posix.dirname(current), header.linkname);
+  }
+  throw new GymError('PATH_KIND_MISMATCH', `${path}: too many levels of symbolic links`);
+}

@@ -4,41 +4,22 @@
  * from the Debian base, and the oracle scores 1, a no-op 0. Docker only exports the base's root
  * filesystem in the set-up (the builder would take a minute of debootstrap).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { imageFolderName } from '../../providers/apptainer/apptainer-provider.ts';
+import { runGym } from '../cli-process.ts';
 import { spawnDaemonProcess } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 import { exportRootfs } from '../fixtures/export-rootfs.ts';
 import { computeNode } from './node.ts';
 
-const CLI = new URL('../../cli/main.ts', import.meta.url).pathname;
 const { docker, skipReason } = await dockerTestEnvironment();
 
-function gym(
-  args: string[],
-  stateDir: string,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
-      env: { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const gym = (args: string[], stateDir: string) => runGym(args, stateDir);
 
 describe.skipIf(skipReason !== undefined)('gym eval run on apptainer over ssh', () => {
   let node: Awaited<ReturnType<typeof computeNode>>;

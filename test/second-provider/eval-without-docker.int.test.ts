@@ -3,7 +3,7 @@
  * (bubblewrap on this host: no sessions, no snapshot, no gateway reach). Docker is used only by
  * this test's set-up, to export the task image's root filesystem; the daemon never loads it.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,12 +11,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import { runGym } from '../cli-process.ts';
 import { spawnDaemonProcess } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 import { imageFolderName } from '../fixtures/bwrap-provider.ts';
 import { exportRootfs as exportImage } from '../fixtures/export-rootfs.ts';
 
-const CLI = new URL('../../cli/main.ts', import.meta.url).pathname;
 const PROVIDER = new URL('../fixtures/bwrap-provider.ts', import.meta.url).pathname;
 const TERMINAL_IMAGE = 'gym/debian-base:latest';
 
@@ -26,26 +26,7 @@ const { docker, skipReason } = await dockerTestEnvironment();
 const exportRootfs = (imageDirectory: string, source: string, reference: string) =>
   exportImage(docker, source, join(imageDirectory, imageFolderName(reference)));
 
-function gym(
-  args: string[],
-  stateDir: string,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
-      env: { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const gym = (args: string[], stateDir: string) => runGym(args, stateDir);
 
 describe.skipIf(skipReason !== undefined)('gym eval run on a provider without Docker', () => {
   let directory = '';
