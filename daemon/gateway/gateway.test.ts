@@ -173,6 +173,15 @@ describe('model gateway', () => {
     const attacks: Array<[string, Record<string, unknown>, string]> = [
       [
         '/responses',
+        {
+          model: 'm',
+          input: 'hi',
+          tools: [{ type: 'namespace', name: 'n', tools: [{ type: 'web_search' }] }],
+        },
+        'tools[0].tools[0] (type web_search)',
+      ],
+      [
+        '/responses',
         { model: 'm', input: 'hi', tools: [{ type: 'web_search' }] },
         'tools[0] (type web_search)',
       ],
@@ -255,7 +264,17 @@ describe('model gateway', () => {
       tools: [{ type: 'function', function: { name: 'bash', parameters: { type: 'object' } } }],
     });
     expect(ok.status).toBe(200);
-    expect(model.requests.length).toBe(before + 1);
+    // Codex groups some of its function tools in a namespace.
+    const grouped = await post('/responses', {
+      model: 'm',
+      input: 'hi',
+      tools: [
+        { type: 'function', name: 'exec_command', parameters: { type: 'object' } },
+        { type: 'namespace', name: 'multi_agent_v1', tools: [{ type: 'function', name: 'spawn_agent' }] },
+      ],
+    });
+    expect(grouped.status).toBe(200);
+    expect(model.requests.length).toBe(before + 2);
   });
 
   it('retries a failing upstream a bounded number of times, then answers a typed 502', async () => {

@@ -107,14 +107,19 @@ export function checkMessagesRequest(request: Json, policy: RequestPolicy): void
 /** Tool types that the client runs itself (everything else runs on the upstream). */
 const CLIENT_TOOL_TYPES = new Set(['function', 'custom']);
 
-function checkOpenAiTools(tools: unknown): void {
+/** Function tools, custom tools, and namespaces of them (as Codex groups some of its tools). */
+function checkOpenAiTools(tools: unknown, field = 'tools'): void {
   if (tools === undefined || tools === null) return;
-  if (!Array.isArray(tools)) refuse('tools', 'it must be an array');
+  if (!Array.isArray(tools)) refuse(field, 'it must be an array');
   tools.forEach((tool, index) => {
     const type = isObject(tool) ? tool.type : undefined;
+    if (type === 'namespace' && isObject(tool)) {
+      checkOpenAiTools(tool.tools ?? [], `${field}[${index}].tools`);
+      return;
+    }
     if (typeof type !== 'string' || !CLIENT_TOOL_TYPES.has(type))
       refuse(
-        `tools[${index}]${typeof type === 'string' ? ` (type ${type})` : ''}`,
+        `${field}[${index}]${typeof type === 'string' ? ` (type ${type})` : ''}`,
         'only function tools are accepted: server-side tools (web search, file search, code interpreter, MCP) run on the upstream, with network access',
       );
   });

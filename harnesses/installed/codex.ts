@@ -25,6 +25,8 @@ export function codexConfig(settings: AgentRunSettings): string {
   return [
     `model = ${tomlString(settings.model)}`,
     'model_provider = "gym"',
+    // Codex offers the model its server-side web search by default; the gateway refuses it.
+    'web_search = "disabled"',
     '',
     '[model_providers.gym]',
     'name = "gym gateway"',

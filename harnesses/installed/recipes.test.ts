@@ -35,6 +35,7 @@ describe('agent CLI recipes', () => {
     expect(config).toContain('model = "policy \\"v1\\""');
     expect(config).toContain('base_url = "http://127.0.0.1:4000/v1/gateway/ro-1/v1"');
     expect(config).toContain('wire_api = "responses"');
+    expect(config).toContain('web_search = "disabled"');
     expect(config).toContain('env_key = "GYM_MODEL_API_KEY"');
     expect(CODEX_RECIPE.configure(settings).env).toEqual({
       CODEX_HOME: '/tmp/gym-agent-x',
