@@ -1,0 +1,64 @@
+/**
+ * The apptainer provider over SSH against a raw ssh2 exec on the same host, in one run: a real
+ * OpenSSH server on 127.0.0.9 stands for a compute node and the stand-in for `apptainer` (see
+ * README, "Apptainer over SSH"). Prints one JSON line: raw `true` over ssh2, the provider's
+ * one-shot exec of `true` and its create, p50 and p90 in ms, and the provider's overhead over
+ * the raw exec. Each provider exec is one SSH channel plus the apptainer command; with the
+ * stand-in that command is a Node process, so the overhead here is mostly the stand-in's start.
+ *
+ *   npm run bench:ssh
+ */
+import { silentLogger } from '../core/logger.ts';
+import { ExecRequestSchema } from '../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { ApptainerProvider } from '../providers/apptainer/apptainer-provider.ts';
+import { DEFAULT_TARGET, SshConnection } from '../providers/ssh/connection.ts';
+import { BUSYBOX_REFERENCE } from '../test/fixtures/busybox-root.ts';
+import { testContext } from '../test/fixtures/provider-context.ts';
+import { computeNode } from '../test/hpc/node.ts';
+import { percentile, round, timeSequential } from './stats.ts';
+
+const node = await computeNode('127.0.0.9', 27000 + (process.pid % 1000));
+const raw = new SshConnection(
+  {
+    ...DEFAULT_TARGET,
+    host: node.host.host,
+    port: node.host.port,
+    username: 'root',
+    privateKeyPath: node.host.privateKeyPath,
+    knownHostsPath: node.host.knownHostsPath,
+  },
+  silentLogger,
+);
+const provider = new ApptainerProvider({ hosts: [node.host] }, testContext());
+const summary = (samples: number[]) => ({
+  p50: round(percentile(samples, 0.5)),
+  p90: round(percentile(samples, 0.9)),
+});
+try {
+  const rawExec = await timeSequential(30, 3, () => raw.exec('true'));
+  const created: string[] = [];
+  const create = await timeSequential(5, 0, async () => {
+    created.push((await provider.create(SandboxSpecSchema.parse({ image: BUSYBOX_REFERENCE }))).id);
+  });
+  const request = ExecRequestSchema.parse({ argv: ['true'] });
+  const oneShot = await timeSequential(30, 3, () => provider.exec(created[0]!, request));
+  await Promise.all(created.map((id) => provider.destroy(id)));
+  const rawP50 = percentile(rawExec, 0.5);
+  console.log(
+    JSON.stringify({
+      bench: 'ssh',
+      provider: 'apptainer (stand-in)',
+      rawSshExecMs: summary(rawExec),
+      oneShotExecMs: summary(oneShot),
+      createMs: summary(create),
+      oneShotOverRawSsh: round(percentile(oneShot, 0.5) / rawP50, 2),
+      sessionExecMs: null,
+      note: 'sessions are not built on apptainer yet',
+    }),
+  );
+} finally {
+  raw.close();
+  await provider.close();
+  await node.cleanup();
+}
