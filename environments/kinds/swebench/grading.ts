@@ -9,6 +9,10 @@
  * expected id cut off inside its parameters matches by prefix when every match agrees; and a log
  * whose test command exited non-zero while it reports no failure is not believed (a patch can
  * print its own PASSED lines).
+ *
+ * The code under test is the agent's, so it can print marker lines too: each run's markers carry
+ * a random nonce (the script deletes itself before the tests run, so they cannot read it there),
+ * and the end marker and exit code are the last ones with that nonce, printed after the tests.
  */
 import type { TestLogParser, TestStatus } from '../../verifiers/pytest-log.ts';
 
@@ -31,8 +35,10 @@ export interface EvalScriptInput {
   testPatchPath: string;
   /** Files the test patch changes that exist at the base commit: reset before and after. */
   testFiles: string[];
-  /** The complete test command (directives appended already). */
+  /** The complete test command (directives appended already, quoted). */
   testCommand: string;
+  /** This run's marker nonce (random, letters and digits): fake markers without it are ignored. */
+  nonce: string;
   evalCommands?: string[];
 }
 
@@ -46,8 +52,11 @@ export function evalScript(input: EvalScriptInput): string {
     input.testFiles.length === 0
       ? ': no test file to reset'
       : `git checkout ${input.baseCommit} -- ${input.testFiles.map(quote).join(' ')}`;
+  checkNonce(input.nonce);
   return [
     '#!/bin/bash',
+    // The nonce is in this file: the agent's tests must not read it from here.
+    'rm -f -- "$0"',
     'exec 2>&1',
     'set -uxo pipefail',
     // SWE-bench's images keep the repository's environment in conda; ours have none.
@@ -57,15 +66,20 @@ export function evalScript(input: EvalScriptInput): string {
     // The agent may have changed the test files: SWE-bench puts them back before its tests go in.
     reset,
     `git apply -v ${quote(input.testPatchPath)} || { echo '${TEST_PATCH_FAILED}'; exit ${TEST_PATCH_FAILED_EXIT}; }`,
-    `: '${START_TEST_OUTPUT}'`,
+    `: '${START_TEST_OUTPUT} ${input.nonce}'`,
     input.testCommand,
     'GYM_TEST_EXIT_CODE=$?',
-    `: '${END_TEST_OUTPUT}'`,
-    `echo "${TEST_EXIT_CODE}: $GYM_TEST_EXIT_CODE"`,
+    `: '${END_TEST_OUTPUT} ${input.nonce}'`,
+    `echo "${TEST_EXIT_CODE} ${input.nonce}: $GYM_TEST_EXIT_CODE"`,
     reset,
     '',
   ].join('\n');
 }
+
+const checkNonce = (nonce: string) => {
+  if (!/^[A-Za-z0-9]{8,}$/.test(nonce))
+    throw new Error('the marker nonce must be 8 or more letters or digits');
+};
 
 export interface StatusMapResult {
   statuses: Map<string, TestStatus>;
@@ -74,19 +88,26 @@ export interface StatusMapResult {
   reason?: string;
 }
 
-/** The status map of a test log: the marked part first, the whole log when that yields nothing. */
-export function readTestLog(log: string, parser: TestLogParser): StatusMapResult {
+/**
+ * The status map of a test log: the marked part first, the whole log when that yields nothing.
+ * Only markers with this run's nonce count, and the last end marker and exit code (a test that
+ * prints fake ones does so before the script's own).
+ */
+export function readTestLog(log: string, parser: TestLogParser, nonce: string): StatusMapResult {
+  checkNonce(nonce);
   const empty = new Map<string, TestStatus>();
   if (log.includes(TEST_PATCH_FAILED))
     return { statuses: empty, valid: false, reason: 'the test patch does not apply' };
-  const start = log.indexOf(START_TEST_OUTPUT);
-  const end = log.indexOf(END_TEST_OUTPUT, start + 1);
-  if (start === -1 || end === -1)
+  const startMarker = `${START_TEST_OUTPUT} ${nonce}`;
+  const start = log.indexOf(startMarker);
+  const end = log.lastIndexOf(`${END_TEST_OUTPUT} ${nonce}`);
+  if (start === -1 || end <= start)
     return { statuses: empty, valid: false, reason: 'the test output markers are missing from the log' };
-  let statuses = parser(log.slice(start + START_TEST_OUTPUT.length, end));
+  let statuses = parser(log.slice(start + startMarker.length, end));
   if (statuses.size === 0) statuses = parser(log);
   if (statuses.size === 0) return { statuses, valid: false, reason: 'the test log holds no test results' };
-  const exitCode = /^>>>>> Test Exit Code: (-?\d+)$/m.exec(log.slice(end))?.[1];
+  const exitLine = new RegExp(`^${TEST_EXIT_CODE} ${nonce}: (-?\\d+)$`, 'gm');
+  const exitCode = [...log.slice(end).matchAll(exitLine)].at(-1)?.[1];
   const reportsFailure = [...statuses.values()].some((status) => status === 'FAILED' || status === 'ERROR');
   if (exitCode !== undefined && Number(exitCode) !== 0 && !reportsFailure)
     return {
@@ -165,9 +186,10 @@ export interface Grade {
   reason?: string;
 }
 
-/** Grades one test log (`modelPatch` null: there was no prediction). */
+/** Grades one test log (`modelPatch` null: there was no prediction) written with markers of `nonce`. */
 export function gradeLog(
   log: string | null,
+  nonce: string,
   modelPatch: string | null,
   parser: TestLogParser,
   failToPass: readonly string[],
@@ -180,7 +202,7 @@ export function gradeLog(
     resolved: false,
   };
   if (modelPatch === null || log === null) return { status: 'RESOLVED_NO', report };
-  const read = readTestLog(log, parser);
+  const read = readTestLog(log, parser, nonce);
   if (!read.valid) return { status: 'RESOLVED_NO', report, reason: read.reason! };
   const tests = judgeTests(read.statuses, failToPass, passToPass);
   const status = resolutionStatus(tests);

@@ -7,10 +7,12 @@
  * Reward 1 only for RESOLVED_FULL (SWE-bench's `resolved`); RESOLVED_PARTIAL is 0 with the status
  * said. Only faults from outside the sandbox are infra (see verifiers/swe.ts for the reasoning).
  */
+import { randomBytes } from 'node:crypto';
 import type { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import { toLabelValue } from '../../../core/schemas/common.ts';
 import { clientSandboxHandle } from '../../../harnesses/sandbox-handle.ts';
+import { shellQuote } from '../../../providers/shared/shell.ts';
 import { filesBeforePatch } from '../../verifiers/patch-files.ts';
 import { applyModelPatch } from '../../verifiers/swe.ts';
 import { endedFromOutside, type Verdict } from '../../verifiers/verifier.ts';
@@ -47,6 +49,14 @@ function graded(
       ...(report === undefined ? {} : { report: { [row.instance_id]: report } }),
     },
   };
+}
+
+/**
+ * The repository's test command and the test patch's files, each quoted: the file names come from
+ * the row's patch and must not become shell syntax.
+ */
+export function testCommandLine(spec: RepositorySpec, row: Pick<SweBenchRow, 'repo' | 'test_patch'>): string {
+  return [spec.testCommand, ...testDirectives(row.repo, row.test_patch).map(shellQuote)].join(' ');
 }
 
 export async function gradeSweBench(
@@ -88,12 +98,14 @@ export async function gradeSweBench(
         ? graded(row, 0, { ...notApplied.details, resolution: 'RESOLVED_NO', swebench: 'error' })
         : notApplied;
     await sandbox.writeFile(TEST_PATCH, Buffer.from(row.test_patch));
+    const nonce = randomBytes(12).toString('hex');
     const script = evalScript({
       workdir,
       baseCommit: row.base_commit,
       testPatchPath: TEST_PATCH,
       testFiles: filesBeforePatch(row.test_patch),
-      testCommand: [spec.testCommand, ...testDirectives(row.repo, row.test_patch)].join(' '),
+      testCommand: testCommandLine(spec, row),
+      nonce,
       ...(spec.evalCommands === undefined ? {} : { evalCommands: spec.evalCommands }),
     });
     await sandbox.writeFile(EVAL_SCRIPT, Buffer.from(script));
@@ -126,7 +138,7 @@ export async function gradeSweBench(
     // The script sends everything to stdout in order; stderr holds only what bash said before that.
     const log = `${run.stdout}${run.stderr}`;
     const parser = LOG_PARSERS[spec.logParser]!;
-    const grade = gradeLog(log, modelPatch, parser, row.FAIL_TO_PASS, row.PASS_TO_PASS);
+    const grade = gradeLog(log, nonce, modelPatch, parser, row.FAIL_TO_PASS, row.PASS_TO_PASS);
     return graded(
       row,
       grade.status === 'RESOLVED_FULL' ? 1 : 0,
