@@ -2,13 +2,16 @@
  * NeMo Gym's `env.yaml`, read as NeMo Gym reads it (OmegaConf): besides plain values, a string
  * may hold `${oc.env:VAR}` (the variable, an error when it is unset), `${oc.env:VAR,default}`
  * (the default when it is unset; `null` for none), and `${key}` / `${a.b}` (another value of the
- * same file). `\${` is a literal `${`. Any other resolver is refused, naming the key.
+ * same file). `\${` is a literal `${`. Any other resolver is refused, naming the key. A file read
+ * without a host environment (one only found in the current directory) refuses `${oc.env:...}`.
  */
 import { readFile } from 'node:fs/promises';
 import { parse as parseYaml } from 'yaml';
 import { GymError } from '../core/errors.ts';
 
 type Value = unknown;
+/** The process environment `${oc.env:...}` reads; null when the file may not read it (then any use is an error). */
+type HostEnv = Readonly<Record<string, string | undefined>> | null;
 
 const INTERPOLATION = /\\\$\{|\$\{([^{}]*)\}/g;
 
@@ -38,7 +41,7 @@ function resolveOne(
   body: string,
   key: string,
   root: Record<string, Value>,
-  env: Readonly<Record<string, string | undefined>>,
+  env: HostEnv,
   resolving: ReadonlySet<string>,
 ): Value {
   const resolver = /^\s*([\w.]+)\s*:([\s\S]*)$/.exec(body);
@@ -55,6 +58,11 @@ function resolveOne(
   const comma = resolver[2]!.indexOf(',');
   const name = (comma < 0 ? resolver[2]! : resolver[2]!.slice(0, comma)).trim();
   if (name === '') fail(key, '${oc.env:} names no variable');
+  if (env === null)
+    fail(
+      key,
+      `\${oc.env:${name}} reads the host environment, which an env.yaml that was only found in the current directory may not (it could send a key to its own policy_base_url): give the file with --env-yaml to allow it`,
+    );
   const value = env[name];
   if (value !== undefined) return value;
   if (comma < 0)
@@ -66,7 +74,7 @@ function resolveValue(
   value: Value,
   key: string,
   root: Record<string, Value>,
-  env: Readonly<Record<string, string | undefined>>,
+  env: HostEnv,
   resolving: ReadonlySet<string>,
 ): Value {
   if (Array.isArray(value))
@@ -94,18 +102,12 @@ function resolveValue(
 }
 
 /** Every interpolation of a parsed env.yaml resolved against `env` (the process environment). */
-export function resolveEnvYaml(
-  document: Record<string, Value>,
-  env: Readonly<Record<string, string | undefined>>,
-): Record<string, Value> {
+export function resolveEnvYaml(document: Record<string, Value>, env: HostEnv): Record<string, Value> {
   return resolveValue(document, '', document, env, new Set()) as Record<string, Value>;
 }
 
 /** Reads and resolves an env.yaml; an empty file is an empty map. */
-export async function readEnvYaml(
-  path: string,
-  env: Readonly<Record<string, string | undefined>>,
-): Promise<Record<string, Value>> {
+export async function readEnvYaml(path: string, env: HostEnv): Promise<Record<string, Value>> {
   const parsed = parseYaml(await readFile(path, 'utf8')) as Value;
   if (parsed === null || parsed === undefined) return {};
   if (typeof parsed !== 'object' || Array.isArray(parsed))

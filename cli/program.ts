@@ -268,7 +268,10 @@ Uses the daemon of the state directory when one runs, else starts one in-process
       'model upstream, OpenAI-compatible (env.yaml: policy_base_url)',
     )
     .option('--model-api-key, --policy-api-key <KEY>', "model upstream's API key (env.yaml: policy_api_key)")
-    .option('--env-yaml <FILE>', 'NeMo Gym env.yaml with the policy_* keys (default: ./env.yaml if present)')
+    .option(
+      '--env-yaml <FILE>',
+      'NeMo Gym env.yaml with the policy_* keys (default: ./env.yaml if present, which may not use ${oc.env:...})',
+    )
     .option(
       '--image-template <TEMPLATE>',
       'swebench: image name per row, e.g. swebench/sweb.eval.{arch}.{instance_id_1776}:latest',

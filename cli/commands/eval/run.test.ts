@@ -12,6 +12,7 @@ import type { ProviderContext } from '../../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../../test/fixtures/memory-provider.ts';
 import { runCli } from '../../program.ts';
+import { policyConfig } from './run.ts';
 
 let daemon: TestDaemon | undefined;
 let model: ScriptedModelServer | undefined;
@@ -135,5 +136,36 @@ describe('gym eval run --input without --env', () => {
     expect(exitCode).not.toBe(0);
     expect(said).toContain('cannot tell which environment row 1');
     expect(said).toContain('give --env NAME');
+  });
+});
+
+describe("gym eval run's env.yaml", () => {
+  it('does not let a ./env.yaml it only found send a host variable to its policy_base_url; says which file it read', async () => {
+    // A downloaded folder's env.yaml: run `gym eval run` in it and the key went to its server.
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-env-yaml-found-'));
+    await writeFile(
+      join(outputDir, 'env.yaml'),
+      'policy_base_url: http://127.0.0.1:9/v1\npolicy_api_key: ${oc.env:GYM_TEST_OPENAI_KEY}\n',
+    );
+    const env = { GYM_TEST_OPENAI_KEY: 'sk-operator-secret' };
+    const stderr = new PassThrough();
+    await expect(policyConfig(undefined, {}, env, stderr, outputDir)).rejects.toThrow(
+      'env.yaml policy_api_key: ${oc.env:GYM_TEST_OPENAI_KEY} reads the host environment, which an env.yaml that was only found in the current directory may not',
+    );
+    expect(String(stderr.read())).toContain(
+      `gym: reading ${join(outputDir, 'env.yaml')} (found in the current directory`,
+    );
+    // Given explicitly, the same file is the operator's choice.
+    const given = new PassThrough();
+    expect(await policyConfig(join(outputDir, 'env.yaml'), {}, env, given, '/')).toEqual({
+      baseUrl: 'http://127.0.0.1:9/v1',
+      apiKey: 'sk-operator-secret',
+    });
+    expect(String(given.read())).toContain('(--env-yaml)');
+    // A found file without host variables still works.
+    await writeFile(join(outputDir, 'env.yaml'), 'policy_base_url: http://127.0.0.1:9/v1\n');
+    expect(await policyConfig(undefined, {}, env, new PassThrough(), outputDir)).toEqual({
+      baseUrl: 'http://127.0.0.1:9/v1',
+    });
   });
 });

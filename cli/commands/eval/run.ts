@@ -25,14 +25,28 @@ interface PolicyConfig {
   model?: string;
 }
 
-/** NeMo Gym's env.yaml keys (policy_base_url, policy_api_key, policy_model_name; `${oc.env:VAR}` resolved), then flags. */
-async function policyConfig(
+/**
+ * NeMo Gym's env.yaml keys (policy_base_url, policy_api_key, policy_model_name; `${oc.env:VAR}`
+ * resolved), then flags. Which file was read is said on stderr. A ./env.yaml that was only found
+ * (not given with --env-yaml) may not read the host environment: a downloaded folder's env.yaml
+ * could otherwise send `${oc.env:OPENAI_API_KEY}` to its own policy_base_url.
+ */
+export async function policyConfig(
   path: string | undefined,
   flags: PolicyConfig,
   env: Readonly<Record<string, string | undefined>>,
+  stderr: NodeJS.WritableStream,
+  cwd = process.cwd(),
 ): Promise<PolicyConfig> {
-  const candidate = path ?? (existsSync('env.yaml') ? 'env.yaml' : undefined);
-  const fromFile = candidate === undefined ? {} : await readEnvYaml(candidate, env);
+  const found = path === undefined && existsSync(join(cwd, 'env.yaml'));
+  const candidate = path ?? (found ? join(cwd, 'env.yaml') : undefined);
+  if (candidate !== undefined)
+    stderr.write(
+      found
+        ? `gym: reading ${candidate} (found in the current directory; it may not use \${oc.env:...} unless given with --env-yaml)\n`
+        : `gym: reading ${candidate} (--env-yaml)\n`,
+    );
+  const fromFile = candidate === undefined ? {} : await readEnvYaml(candidate, found ? null : env);
   const pick = (flag: string | undefined, key: string) =>
     flag ?? (typeof fromFile[key] === 'string' ? (fromFile[key] as string) : undefined);
   const config: PolicyConfig = {};
@@ -150,6 +164,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         ...(values.model === undefined ? {} : { model: values.model }),
       },
       env,
+      stderr,
     );
     const logger = pino({ level: env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
       ReturnType<typeof pino>;
