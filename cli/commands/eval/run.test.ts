@@ -1,8 +1,9 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { readHarborTask } from '../../../environments/kinds/harbor/task-directory.ts';
 import { ModelScriptSchema } from '../../../harnesses/scripted-model/script.ts';
 import {
   type ScriptedModelServer,
@@ -167,5 +168,46 @@ describe("gym eval run's env.yaml", () => {
     expect(await policyConfig(undefined, {}, env, new PassThrough(), outputDir)).toEqual({
       baseUrl: 'http://127.0.0.1:9/v1',
     });
+  });
+});
+
+describe('gym eval run on Harbor rows from a JSONL file', () => {
+  it('builds no image for a row the kind refuses (a row once asked for a 7-day build)', async () => {
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-harbor-rows-'));
+    const task = join(outputDir, 'task-a');
+    await mkdir(join(task, 'tests'), { recursive: true });
+    await mkdir(join(task, 'environment'));
+    await writeFile(join(task, 'tests', 'test.sh'), 'echo 1 > /logs/verifier/reward.txt\n');
+    await writeFile(join(task, 'instruction.md'), 'do it\n');
+    await writeFile(join(task, 'task.toml'), '[environment]\nbuild_timeout_sec = 60\n');
+    await writeFile(join(task, 'environment', 'Dockerfile'), 'FROM gym/busybox\nRUN true\n');
+    const input = join(outputDir, 'rows.jsonl');
+    await writeFile(
+      input,
+      `${JSON.stringify({ ...(await readHarborTask(task)), build_timeout_sec: 604800 })}\n`,
+    );
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const args = ['eval', 'run', '-i', input, '-o', join(outputDir, 'out.jsonl'), '--harness', 'oracle'];
+    const exitCode = await runCli([...args, '--state-dir', daemon.stateDir], {
+      stdout: new PassThrough(),
+      stderr,
+      env: {},
+    });
+    expect(exitCode).not.toBe(0);
+    expect(said).toContain('running them as --env harbor');
+    expect(said).toContain('no row is a valid harbor task');
+    expect(said).toContain('build_timeout_sec');
+    expect(said).not.toContain('built ');
   });
 });

@@ -10,6 +10,7 @@ import { loadEnvironment, readRows } from '../../../environments/environment.ts'
 import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { buildHarborImages } from '../../../environments/kinds/harbor/images.ts';
 import { taskResources } from '../../../environments/kinds/harbor/kind.ts';
+import { parseRow } from '../../../environments/kinds/kind.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
@@ -211,13 +212,24 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       );
     }
     if (environment.kind === 'harbor') {
-      for (const row of rows) {
+      // Only rows the kind accepts are built (a row's build_timeout_sec and ${VAR} are checked
+      // first); the others are invalid rows of the run, reported by it.
+      const accepted = rows.filter((row, position) => {
+        try {
+          parseRow(environment.implementation, row, position);
+          environment.implementation.checkRow?.(row, environment);
+          return true;
+        } catch {
+          return false;
+        }
+      });
+      for (const row of accepted) {
         const { lowered } = taskResources(row, environment);
         if (lowered.length > 0) stderr.write(`gym: task ${String(row.id)}: ${lowered.join('; ')}\n`);
       }
       // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
       // built-in base it starts FROM first); nothing again for those it has already.
-      await buildHarborImages(client, rows, logger, {
+      await buildHarborImages(client, accepted, logger, {
         onImage: (reference, built, durationMs) => {
           if (built) stderr.write(`built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
         },
