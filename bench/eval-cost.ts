@@ -8,36 +8,43 @@
  *   shims and cgroups go away with their container, so they are sampled every 50 ms while they
  *   live (the last sample before removal is what counts: up to 50 ms of a shim's teardown is
  *   missed, in both the pipeline and the floor). The machine-wide /proc/stat figure is kept
- *   next to it.
+ *   next to it. The meter's own CPU lands in `self` of both phases, so it reads synchronously
+ *   (fs/promises' open, fstat, read and close per file cost several times more, and GC).
  * - runFloor: the least work a SWE rollout needs, with dockerode directly: create and start the
  *   task container, apply the gold patch, diff against the base commit, create and start a
  *   grading container, apply the diff and the test patch, run the tests, remove both.
  */
-import { readdir, readFile } from 'node:fs/promises';
+import { readdirSync, readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import type Docker from 'dockerode';
 
 const TICKS_PER_SECOND = 100;
-const SAMPLE_MS = 50;
 
-/** utime+stime+cutime+cstime of a process, in seconds; null when it is gone. */
-async function processSeconds(pid: number | 'self'): Promise<number | null> {
+/** A small file of /proc or /sys, or null when it is gone. */
+function readOrNull(path: string): string | null {
   try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // Fields 14-17 of proc(5), counted from the state field (3).
-    const ticks = [11, 12, 13, 14].reduce((sum, index) => sum + Number(fields[index]), 0);
-    return ticks / TICKS_PER_SECOND;
+    return readFileSync(path, 'utf8');
   } catch {
     return null;
   }
 }
+const SAMPLE_MS = 50;
+
+/** utime+stime+cutime+cstime of a process, in seconds; null when it is gone. */
+async function processSeconds(pid: number | 'self'): Promise<number | null> {
+  const stat = readOrNull(`/proc/${pid}/stat`);
+  if (stat === null) return null;
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // Fields 14-17 of proc(5), counted from the state field (3).
+  const ticks = [11, 12, 13, 14].reduce((sum, index) => sum + Number(fields[index]), 0);
+  return ticks / TICKS_PER_SECOND;
+}
 
 async function pidsNamed(names: string[]): Promise<number[]> {
   const pids: number[] = [];
-  for (const entry of await readdir('/proc')) {
+  for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    const comm = await readFile(`/proc/${entry}/comm`, 'utf8').catch(() => '');
+    const comm = readOrNull(`/proc/${entry}/comm`) ?? '';
     if (names.includes(comm.trim())) pids.push(Number(entry));
   }
   return pids;
@@ -45,7 +52,7 @@ async function pidsNamed(names: string[]): Promise<number[]> {
 
 /** The non-idle CPU-seconds of the whole machine since boot (/proc/stat). */
 async function machineSeconds(): Promise<number> {
-  const line = (await readFile('/proc/stat', 'utf8')).split('\n')[0]!;
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
   const [user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number);
   return (
     ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (irq ?? 0) + (softirq ?? 0) + (steal ?? 0)) /
@@ -144,7 +151,7 @@ export class CpuMeter {
   /** The shim of a container: the containerd-shim process whose command line names it. */
   async #findShim(id: string): Promise<void> {
     for (const pid of await pidsNamed(['containerd-shim', 'containerd-shim-runc-v2'])) {
-      const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+      const cmdline = readOrNull(`/proc/${pid}/cmdline`) ?? '';
       if (cmdline.split('\0').includes(id)) {
         const tracked = this.#tracked.get(id);
         if (tracked !== undefined) tracked.shimPid = pid;
@@ -156,9 +163,7 @@ export class CpuMeter {
   async #sample(): Promise<void> {
     for (const [id, tracked] of this.#tracked) {
       if (!tracked.done) {
-        const usage = await readFile(`/sys/fs/cgroup/cpuacct/docker/${id}/cpuacct.usage`, 'utf8').catch(
-          () => null,
-        );
+        const usage = readOrNull(`/sys/fs/cgroup/cpuacct/docker/${id}/cpuacct.usage`);
         if (usage !== null) tracked.cgroupSeconds = Math.max(tracked.cgroupSeconds, Number(usage) / 1e9);
         else tracked.done = true;
       }
