@@ -1,5 +1,5 @@
 /** What a Harbor dataset may take from the host: no operator variables unless allowed, no host folders from JSONL rows, no more resources than the environment's. */
-import { mkdir, mkdtemp, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -133,4 +133,29 @@ it('refuses a build_timeout_sec over an hour, naming the field', async () => {
   expect(kind.rowSchema.safeParse({ build_timeout_sec: 604800 }).error?.issues).toContainEqual(
     expect.objectContaining({ path: ['build_timeout_sec'] }),
   );
+});
+
+describe("a task's links to the host", () => {
+  it('refuses a link out of environment/ (COPY through it reads a host file) and a linked tests/ folder', async () => {
+    const host = await mkdtemp(join(tmpdir(), 'harbor-host-'));
+    await writeFile(join(host, 'id_rsa'), 'operator key\n');
+    const dir = await taskDir('[environment]\nbuild_timeout_sec = 60\n');
+    await mkdir(join(dir, 'environment'));
+    await writeFile(join(dir, 'environment', 'Dockerfile'), 'FROM gym/busybox\nCOPY keys/id_rsa /root/\n');
+    await symlink(host, join(dir, 'environment', 'keys'));
+    await expect(readHarborTask(dir)).rejects.toThrow(
+      'environment/keys is a symbolic link out of environment/ (a build could copy host files through it)',
+    );
+    // A link that stays inside is fine.
+    await rm(join(dir, 'environment', 'keys'));
+    await mkdir(join(dir, 'environment', 'files'));
+    await symlink('files', join(dir, 'environment', 'keys'));
+    await expect(readHarborTask(dir)).resolves.toMatchObject({ build: true });
+    const linked = await taskDir('[environment]\ndocker_image = "busybox"\n');
+    await rm(join(linked, 'tests'), { recursive: true });
+    await mkdir(join(host, 'tests'));
+    await writeFile(join(host, 'tests', 'test.sh'), 'true\n');
+    await symlink(join(host, 'tests'), join(linked, 'tests'));
+    await expect(readHarborTask(linked)).rejects.toThrow('tests/ is a symbolic link');
+  });
 });

@@ -9,8 +9,8 @@
  * from the environment when it runs (only those the operator allowed), never written to the results.
  */
 import { createHash } from 'node:crypto';
-import { access, readdir, readFile, stat } from 'node:fs/promises';
-import { basename, join, relative, resolve } from 'node:path';
+import { access, lstat, readdir, readFile, readlink, realpath, stat } from 'node:fs/promises';
+import { basename, dirname, join, relative, resolve, sep } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
@@ -109,9 +109,10 @@ async function imageTag(contextDirectory: string): Promise<string> {
   hash.update(`harbor-image-recipe-${HARBOR_IMAGE_RECIPE_VERSION}\n`);
   for (const path of await contextFiles(contextDirectory)) {
     const absolute = join(contextDirectory, path);
-    const info = await stat(absolute);
+    const info = await lstat(absolute);
     hash.update(`${path}\0${info.mode & 0o777}\0`);
-    hash.update(await readFile(absolute));
+    // A link is built as a link (its target's text), never followed.
+    hash.update(info.isSymbolicLink() ? `->${await readlink(absolute)}` : await readFile(absolute));
     hash.update('\0');
   }
   return hash.digest('hex').slice(0, 12);
@@ -125,6 +126,34 @@ export function imageRepository(taskName: string): string {
     .replace(/^[._-]+|[._-]+$/g, '')
     .slice(0, 100);
   return `${HARBOR_IMAGE_PREFIX}${slug === '' ? 'task' : slug}`;
+}
+
+const inside = (folder: string, path: string) => path === folder || path.startsWith(folder + sep);
+
+/**
+ * Why the task's files would reach outside it, or undefined: its tests/, solution/ or environment/
+ * being a symbolic link, or a link in environment/ pointing out of it (a COPY through such a link,
+ * `COPY link/id_rsa /root/`, would put a host file into the image). Links in tests/ and solution/
+ * are never followed (only regular files are copied).
+ */
+async function linkOutside(taskDir: string): Promise<string | undefined> {
+  for (const folder of ['tests', 'solution', 'environment']) {
+    const info = await lstat(join(taskDir, folder)).catch(() => undefined);
+    if (info?.isSymbolicLink() === true)
+      return `${folder}/ is a symbolic link (it must be a folder of the task)`;
+  }
+  const environment = join(taskDir, 'environment');
+  if (!(await exists(environment))) return undefined;
+  const real = await realpath(environment);
+  for (const path of await contextFiles(environment)) {
+    const absolute = join(environment, path);
+    if (!(await lstat(absolute)).isSymbolicLink()) continue;
+    const target = resolve(dirname(absolute), await readlink(absolute));
+    const resolved = await realpath(absolute).catch(() => undefined);
+    if (!inside(environment, target) || (resolved !== undefined && !inside(real, resolved)))
+      return `environment/${path} is a symbolic link out of environment/ (a build could copy host files through it)`;
+  }
+  return undefined;
 }
 
 /** Reads one task directory; errors name the file and the field. */
@@ -151,6 +180,8 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
   );
   if (instruction.trim() === '') fail('instruction.md is empty');
   if (!(await exists(where('tests/test.sh')))) fail('tests/test.sh is missing');
+  const escape = await linkOutside(taskDir);
+  if (escape !== undefined) fail(escape);
   const id = config.task?.name ?? basename(taskDir);
   const dockerfile = where('environment/Dockerfile');
   const hasDockerfile = await exists(dockerfile);
