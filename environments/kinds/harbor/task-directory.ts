@@ -180,8 +180,8 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
   );
   if (instruction.trim() === '') fail('instruction.md is empty');
   if (!(await exists(where('tests/test.sh')))) fail('tests/test.sh is missing');
-  const escape = await linkOutside(taskDir);
-  if (escape !== undefined) fail(escape);
+  const outside = await linkOutside(taskDir);
+  if (outside !== undefined) fail(outside);
   const id = config.task?.name ?? basename(taskDir);
   const dockerfile = where('environment/Dockerfile');
   const hasDockerfile = await exists(dockerfile);
