@@ -8,6 +8,9 @@
  *
  * - only that sandbox: the port is on the Pod's own loopback, and its other end is this exec;
  * - only the gateway: this side connects to `socketPath` alone, whatever the frames say;
+ * - bounded: the agent can write frames into the stream too, so a frame the relay never sends
+ *   (longer than 32 KiB, an open of a live id, an unknown type) closes the relay, and a gateway
+ *   socket that takes no more pauses the stream instead of buffering it here;
  * - released by `close()` (the exec dropped and the relay killed by its tag); a daemon killed
  *   with -9 drops the stream, the relay's stdin ends and it exits.
  *
@@ -51,21 +54,13 @@ export class PodRelay {
   readonly #exec: RunningPodExec;
   readonly #input: PassThrough;
   readonly #sockets: Map<number, Socket>;
-  readonly #stats: { refusedTotal: number };
   #isOpen = true;
 
-  private constructor(
-    port: number,
-    exec: RunningPodExec,
-    input: PassThrough,
-    sockets: Map<number, Socket>,
-    stats: { refusedTotal: number },
-  ) {
+  private constructor(port: number, exec: RunningPodExec, input: PassThrough, sockets: Map<number, Socket>) {
     this.port = port;
     this.#exec = exec;
     this.#input = input;
     this.#sockets = sockets;
-    this.#stats = stats;
     exec.done.then(() => this.close());
   }
 
@@ -84,20 +79,62 @@ export class PodRelay {
   ): Promise<PodRelay> {
     const input = new PassThrough();
     const sockets = new Map<number, Socket>();
-    let pending: Buffer = Buffer.alloc(0);
+    let exec: RunningPodExec | undefined;
+    let relay: PodRelay | undefined;
+    let listening = false;
+    let broken: string | null = null;
     let onReady!: (port: number) => void;
+    let onBroken!: (error: Error) => void;
     const ready = new Promise<number>((resolve) => {
       onReady = resolve;
     });
+    const brokenBeforeReady = new Promise<Error>((resolve) => {
+      onBroken = resolve;
+    });
+    // The stream's other end is in the sandbox: the agent can write frames into it (as root, or as
+    // the relay's user, through /proc/<pid>/fd/1). A frame the relay would never send ends it all.
+    const breakProtocol = (reason: string) => {
+      if (broken !== null) return;
+      broken = reason;
+      chunks.length = 0;
+      if (relay === undefined) onBroken(new Error(`the relay broke the protocol: ${reason}`));
+      else relay.close();
+    };
     const send = (type: string, id: number, payload?: Buffer) => {
       if (!input.writableEnded) input.write(frame(type, id, payload));
     };
+    // Backpressure: while a gateway socket does not take more, the stream is not read (the
+    // relay's stdout fills and it stops reading its connections), so nothing piles up here.
+    const blocked = new Set<Socket>();
+    const unblock = (socket: Socket) => {
+      if (blocked.delete(socket) && blocked.size === 0) exec?.resume();
+    };
+    const block = (socket: Socket) => {
+      if (blocked.has(socket)) return;
+      blocked.add(socket);
+      if (blocked.size === 1) exec?.pause();
+      socket.once('drain', () => unblock(socket));
+    };
     const handleFrame = (type: string, id: number, payload: Buffer) => {
       if (type === 'R') {
+        if (listening || payload.length !== 2) {
+          breakProtocol(listening ? 'a second ready frame' : 'a ready frame without a 2-byte port');
+          return;
+        }
+        listening = true;
         onReady(payload.readUInt16BE(0));
         return;
       }
+      if (!listening) {
+        breakProtocol(`a '${type}' frame before the ready frame`);
+        return;
+      }
       if (type === 'O') {
+        if (sockets.has(id)) {
+          // Else each one would open another gateway socket past maxConnections.
+          breakProtocol(`an open frame for the live connection ${id}`);
+          return;
+        }
         if (sockets.size >= maxConnections) {
           stats.refusedTotal += 1;
           send('X', id);
@@ -118,37 +155,69 @@ export class PodRelay {
         });
         socket.on('error', () => {});
         socket.on('close', () => {
-          sockets.delete(id);
+          if (sockets.get(id) === socket) sockets.delete(id);
+          unblock(socket);
           if (!ended) send('X', id);
         });
         return;
       }
+      if (type !== 'D' && type !== 'E') {
+        breakProtocol(`an unknown frame type ${JSON.stringify(type)}`);
+        return;
+      }
+      // An id not open (any more) is a frame that crossed an 'X': dropped.
       const socket = sockets.get(id);
       if (socket === undefined) return;
-      if (type === 'D') socket.write(payload);
-      else if (type === 'E') socket.end();
+      if (type === 'E') socket.end();
+      else if (!socket.write(payload)) block(socket);
     };
-    const exec = await startPodExec(kubeConfig, target, [...wrapper, RELAY_PATH_IN_POD, String(port)], {
+    // The bytes not yet parsed, as the chunks they came in: each byte is copied once.
+    const chunks: Buffer[] = [];
+    let pendingBytes = 0;
+    const take = (count: number): Buffer => {
+      const out = Buffer.allocUnsafe(count);
+      let filled = 0;
+      while (filled < count) {
+        const first = chunks[0] as Buffer;
+        const used = Math.min(first.length, count - filled);
+        first.copy(out, filled, 0, used);
+        filled += used;
+        if (used === first.length) chunks.shift();
+        else chunks[0] = first.subarray(used);
+      }
+      pendingBytes -= count;
+      return out;
+    };
+    const headerLength = (): number => {
+      const first = chunks[0] as Buffer;
+      if (first.length >= HEADER) return first.readUInt32BE(5);
+      // A header split over chunks: at most HEADER of them, since each holds a byte or more.
+      return Buffer.concat(chunks.slice(0, HEADER)).readUInt32BE(5);
+    };
+    exec = await startPodExec(kubeConfig, target, [...wrapper, RELAY_PATH_IN_POD, String(port)], {
       stdin: input,
       onStdout: (chunk) => {
-        pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-        let offset = 0;
-        while (pending.length - offset >= HEADER) {
-          const length = pending.readUInt32BE(offset + 5);
-          if (pending.length - offset < HEADER + length) break;
-          handleFrame(
-            pending.toString('latin1', offset, offset + 1),
-            pending.readUInt32BE(offset + 1),
-            Buffer.from(pending.subarray(offset + HEADER, offset + HEADER + length)),
-          );
-          offset += HEADER + length;
+        if (broken !== null || (relay !== undefined && !relay.isOpen) || chunk.length === 0) return;
+        chunks.push(chunk);
+        pendingBytes += chunk.length;
+        while (broken === null && pendingBytes >= HEADER) {
+          const length = headerLength();
+          // The relay sends at most CHUNK bytes a frame; more is refused before it is buffered.
+          if (length > CHUNK) {
+            breakProtocol(`a frame of ${length} bytes (at most ${CHUNK})`);
+            return;
+          }
+          if (pendingBytes < HEADER + length) break;
+          const whole = take(HEADER + length);
+          handleFrame(whole.toString('latin1', 0, 1), whole.readUInt32BE(1), whole.subarray(HEADER));
         }
-        pending = pending.subarray(offset);
       },
     });
+    if (blocked.size > 0) exec.pause();
     let timer: NodeJS.Timeout | undefined;
     const outcome = await Promise.race([
       ready,
+      brokenBeforeReady,
       exec.done.then((end) => new Error(`the relay ended before it listened (${JSON.stringify(end)})`)),
       new Promise<Error>((resolve) => {
         timer = setTimeout(() => resolve(new Error('the relay did not listen in time')), READY_TIMEOUT_MS);
@@ -161,7 +230,9 @@ export class PodRelay {
         details: { pod: target.pod, port },
       });
     }
-    return new PodRelay(outcome, exec, input, sockets, stats);
+    relay = new PodRelay(outcome, exec, input, sockets);
+    if (broken !== null) relay.close();
+    return relay;
   }
 
   get isOpen(): boolean {

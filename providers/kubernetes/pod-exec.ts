@@ -41,6 +41,13 @@ export interface RunningPodExec {
   protocol: string;
   /** Drops the stream (the command may live on in the Pod: kill it first). */
   abandon(): void;
+  /**
+   * Stops reading the stream (backpressure: the server, and then the command's stdout, fill up);
+   * `onStdout` may still see the few messages already received.
+   */
+  pause(): void;
+  /** Reads the stream again after `pause()`. */
+  resume(): void;
 }
 
 /** The exec could not even open: the HTTP status the server answered the upgrade with, if any. */
@@ -130,6 +137,8 @@ export async function startPodExec(
     done,
     protocol,
     abandon: () => socket.terminate(),
+    pause: () => socket.pause(),
+    resume: () => socket.resume(),
   };
 }
 
