@@ -1,4 +1,5 @@
 /** A compute node for the HPC providers' tests: a real sshd, a work directory with the busybox image, the apptainer stand-in. */
+import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,7 +32,20 @@ export async function computeNode(host: string, port: number) {
       apptainer,
       env: { APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') },
     },
+    /**
+     * Stops every instance still on the node (a test that failed, or a host that was down when its
+     * sandboxes were destroyed, leaves some: their keepers and overlay mounts would outlive the
+     * test), then removes the node.
+     */
     async cleanup() {
+      const env = { ...process.env, APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') };
+      const listed = spawnSync(apptainer, ['instance', 'list', '--json'], { env, encoding: 'utf8' });
+      const instances =
+        listed.status === 0
+          ? (JSON.parse(listed.stdout) as { instances: Array<{ instance: string }> }).instances
+          : [];
+      for (const { instance } of instances)
+        spawnSync(apptainer, ['instance', 'stop', '--force', instance], { env, stdio: 'ignore' });
       await sshd.cleanup();
       await rm(workDirectory, { recursive: true, force: true });
     },
