@@ -34,11 +34,15 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const node of nodes) node.sshd.thaw();
-  const { sandboxes } = await provider.list();
-  await Promise.all(sandboxes.map((info) => provider.destroy(info.id).catch(() => {})));
-  await provider.close();
-  for (const node of nodes) await node.cleanup();
+  try {
+    for (const node of nodes) node.sshd.thaw();
+    const { sandboxes } = await provider.list();
+    await Promise.all(sandboxes.map((info) => provider.destroy(info.id).catch(() => {})));
+    await provider.close();
+  } finally {
+    // Whatever failed above, no sshd, keeper or mount of this test outlives it.
+    for (const node of nodes) await node.cleanup();
+  }
 });
 
 describe('apptainer over several ssh hosts', () => {
