@@ -63,8 +63,11 @@ import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from '../shared/
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
+import { imageFolderName } from '../shared/image-folder.ts';
 import { killScriptArgv } from '../shared/kill-script.ts';
+import { matchesListFilter } from '../shared/labels.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
+import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
 import { DEFAULT_TARGET, SshConnection } from '../ssh/connection.ts';
 
@@ -108,18 +111,6 @@ const TOOLS = '/.gym-tools/busybox';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** What a remote helper command (listing, state files) may print at most. */
 const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
-
-/**
- * The folder an image reference names (`/`, `:` and `@` become `_`). A name of dots only would
- * be the images folder itself or its parent (the host's work directory, with every sandbox's state
- * file), and one starting with a dot would hide among the partial and record files: refused.
- */
-export function imageFolderName(reference: string): string {
-  const name = reference.replace(/[/:@]/g, '_');
-  if (name === '' || name.startsWith('.'))
-    throw new GymError('VALIDATION_FAILED', `image reference "${reference}" cannot name an image folder`);
-  return name;
-}
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
 function packFiles(files: Record<string, string>): Readable {
@@ -378,33 +369,13 @@ export class ApptainerProvider implements SandboxProvider {
       if (spec.user !== undefined) await this.#resolveUser(id, spec.user);
       for (const file of spec.files)
         await this.writeFile(id, file.path, Buffer.from(file.content, file.encoding), { mode: file.mode });
-      if (spec.readiness !== undefined) await this.#awaitReady(id, spec.readiness);
+      if (spec.readiness !== undefined)
+        await waitUntilReady(spec.readiness, (request) => this.exec(id, request));
       return info;
     } catch (error) {
       await this.destroy(id).catch(() => {});
       throw error;
     }
-  }
-
-  async #awaitReady(id: string, probe: NonNullable<SandboxSpec['readiness']>): Promise<void> {
-    const deadline = Date.now() + probe.timeoutMs;
-    let last = '';
-    while (Date.now() < deadline) {
-      const result = await this.exec(id, {
-        ...(probe.argv === undefined ? { command: probe.command! } : { argv: probe.argv }),
-        env: {},
-        stdinEncoding: 'utf8',
-        timeoutMs: Math.max(100, deadline - Date.now()),
-        maxOutputBytes: 4096,
-      });
-      if (result.status === 'ok' && result.exitCode === 0) return;
-      last = `${result.status}, exit ${result.exitCode}: ${result.stderr.slice(-200)}`;
-      await new Promise((resolve) => setTimeout(resolve, probe.intervalMs));
-    }
-    throw new GymError(
-      'SANDBOX_START_FAILED',
-      `the readiness probe did not pass within ${probe.timeoutMs} ms (${last})`,
-    );
   }
 
   /** Our sandboxes on one host: state files joined with the live instances. Throws when the host does not answer. */
@@ -456,9 +427,7 @@ export class ApptainerProvider implements SandboxProvider {
         continue;
       }
       for (const info of result.sandboxes ?? []) {
-        if (filter.pool !== undefined && info.pool !== filter.pool) continue;
-        if (filter.daemonId !== undefined && info.daemonId !== filter.daemonId) continue;
-        if (Object.entries(filter.labels ?? {}).some(([key, value]) => info.labels[key] !== value)) continue;
+        if (!matchesListFilter(info, filter)) continue;
         sandboxes.push(info);
       }
     }

@@ -70,6 +70,16 @@ export function selectorLabels(
   return selector;
 }
 
+/**
+ * Whether a sandbox a provider read back (from its own records) is one a listing asks for: its
+ * pool, its daemon and every label of the filter. For backends that cannot query by labels.
+ */
+export function matchesListFilter(info: SandboxInfo, filter: ListFilter): boolean {
+  if (filter.pool !== undefined && info.pool !== filter.pool) return false;
+  if (filter.daemonId !== undefined && info.daemonId !== filter.daemonId) return false;
+  return hasUserLabels(info.labels, filter.labels);
+}
+
 /** Whether decoded user labels carry every label the filter asks for. */
 export function hasUserLabels(labels: Record<string, string>, wanted: Record<string, string> = {}): boolean {
   return Object.entries(wanted).every(([key, value]) => labels[key] === value);

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
-import { imageFolderName } from '../../providers/apptainer/apptainer-provider.ts';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { runGym } from '../cli-process.ts';
 import { spawnDaemonProcess } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';

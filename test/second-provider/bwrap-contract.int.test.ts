@@ -8,8 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll } from 'vitest';
 import { describeSandboxProviderContract } from '../../providers/contract/index.ts';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { BUSYBOX_REFERENCE, makeBusyboxRoot } from '../fixtures/busybox-root.ts';
-import { BwrapProvider, imageFolderName } from '../fixtures/bwrap-provider.ts';
+import { BwrapProvider } from '../fixtures/bwrap-provider.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 
 const imageDirectory = await mkdtemp(join(tmpdir(), 'gym-bwrap-images-'));

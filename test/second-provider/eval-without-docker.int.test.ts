@@ -11,10 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { runGym } from '../cli-process.ts';
 import { spawnDaemonProcess } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
-import { imageFolderName } from '../fixtures/bwrap-provider.ts';
 import { exportRootfs as exportImage } from '../fixtures/export-rootfs.ts';
 
 const PROVIDER = new URL('../fixtures/bwrap-provider.ts', import.meta.url).pathname;

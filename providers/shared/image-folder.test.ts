@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { imageFolderName } from './apptainer-provider.ts';
+import { imageFolderName } from './image-folder.ts';
 
-describe('apptainer image folders', () => {
+describe('image folders', () => {
   it('names a folder per reference, and refuses references that would name another place', () => {
     expect(imageFolderName('gym/debian-base:4b06821801f1')).toBe('gym_debian-base_4b06821801f1');
     expect(imageFolderName('a/../b')).toBe('a_.._b');
