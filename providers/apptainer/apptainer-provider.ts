@@ -196,6 +196,11 @@ export class ApptainerProvider implements SandboxProvider {
   /** Which host holds a sandbox, as last seen (create, get, list). */
   readonly #placement = new Map<string, Host>();
   readonly #oomKills = new OomKillCounts();
+  /**
+   * Each sandbox's state file as written or last read: it never changes after create, so a
+   * command does not pay an SSH round trip to read it again.
+   */
+  readonly #records = new Map<string, SandboxRecord>();
 
   constructor(options: unknown, context: ProviderContext) {
     const parsed = ApptainerOptionsSchema.parse(options);
@@ -341,6 +346,7 @@ export class ApptainerProvider implements SandboxProvider {
       );
       if (saved.code !== 0)
         throw new GymError('SANDBOX_START_FAILED', `cannot write ${statePath}: ${saved.stderr}`);
+      this.#records.set(id, { info, spec, imageConfig });
       // Start's own stdio goes to /dev/null: the instance inherits it and would hold the channel open.
       const started = await this.#run(
         host,
@@ -451,6 +457,7 @@ export class ApptainerProvider implements SandboxProvider {
     const found = (await this.#listHost(host)).find((info) => info.id === id);
     if (found === undefined) {
       this.#placement.delete(id);
+      this.#records.delete(id);
       throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
     }
     return found;
@@ -622,9 +629,13 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async #record(host: Host, id: string): Promise<SandboxRecord> {
+    const known = this.#records.get(id);
+    if (known !== undefined) return known;
     const read = await this.#run(host, shellJoin(['cat', this.#statePath(host, id)]));
     if (read.code !== 0) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    return JSON.parse(read.stdout.toString()) as SandboxRecord;
+    const record = JSON.parse(read.stdout.toString()) as SandboxRecord;
+    this.#records.set(id, record);
+    return record;
   }
 
   #imagePath(host: Host, reference: string): string {
@@ -1009,6 +1020,7 @@ export class ApptainerProvider implements SandboxProvider {
       `${this.#apptainer(host, ['instance', 'stop', '--force', this.#instanceName(id)])} >/dev/null 2>&1; rm -f ${shellJoin([statePath])}`,
     );
     this.#placement.delete(id);
+    this.#records.delete(id);
     this.#oomKills.forget(id);
   }
 
