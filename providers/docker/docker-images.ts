@@ -69,6 +69,9 @@ const DERIVE_KEEPER_SECONDS = 600;
 /** On a plan's build container: the reference it builds. */
 export const BUILD_LABEL = 'gym.image-build';
 
+/** How long a build waits for a container removal already under way to finish. */
+const REMOVAL_WAIT_MS = 30_000;
+
 /**
  * A plan's default time limit (a plan may set its own); its container's keeper lives a minute
  * longer, so a daemon killed mid-build leaves the container behind for at most that long.
@@ -197,11 +200,38 @@ export class DockerImages {
     } catch (error) {
       throw wrapDockerError(error, { operation: 'derive image', image: source.reference });
     } finally {
-      await container.remove({ force: true }).catch((error: unknown) => {
-        if (engineStatus(error) !== 404 && engineStatus(error) !== 409)
-          this.#logger.warn({ error: String(error) }, 'could not remove the container of a derived image');
-      });
+      await this.#removeBuildContainer(container, 'a derived image');
     }
+  }
+
+  /**
+   * Removes a build container and returns only once it is gone. A removal already under way (the
+   * engine's auto-remove when the keeper ends, or the deadline's own removal) answers 409: then
+   * wait for the engine to finish it, so a caller that lists containers next sees none.
+   */
+  async #removeBuildContainer(container: Docker.Container, what: string): Promise<void> {
+    try {
+      await container.remove({ force: true });
+      return;
+    } catch (error) {
+      if (engineStatus(error) === 404) return;
+      if (engineStatus(error) !== 409) {
+        this.#logger.warn({ error: String(error) }, `could not remove the container of ${what}`);
+        return;
+      }
+    }
+    const waited = await Promise.race([
+      container.wait({ condition: 'removed' }).then(
+        () => true,
+        (error: unknown) => engineStatus(error) === 404,
+      ),
+      new Promise<false>((resolve) => setTimeout(resolve, REMOVAL_WAIT_MS, false).unref()),
+    ]);
+    if (!waited)
+      this.#logger.warn(
+        { what },
+        `the container of ${what} was still being removed after ${REMOVAL_WAIT_MS} ms`,
+      );
   }
 
   /**
@@ -241,6 +271,7 @@ export class DockerImages {
     }
     let timer: NodeJS.Timeout | undefined;
     let timedOut = false;
+    let removal: Promise<void> | undefined;
     const deadline = new Promise<never>((_resolve, reject) => {
       timer = setTimeout(() => {
         timedOut = true;
@@ -250,7 +281,7 @@ export class DockerImages {
           }),
         );
         // Removing the container ends whatever step was running in it.
-        void container.remove({ force: true }).catch(() => {});
+        removal = this.#removeBuildContainer(container, 'an image build');
       }, timeoutSeconds * 1000);
     });
     const build = async () => {
@@ -285,10 +316,7 @@ export class DockerImages {
       throw wrapDockerError(error, { operation: 'build image', image: source.reference });
     } finally {
       clearTimeout(timer);
-      await container.remove({ force: true }).catch((error: unknown) => {
-        if (engineStatus(error) !== 404 && engineStatus(error) !== 409)
-          this.#logger.warn({ error: String(error) }, 'could not remove the container of an image build');
-      });
+      await (removal ?? this.#removeBuildContainer(container, 'an image build'));
     }
   }
 
