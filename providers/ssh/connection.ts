@@ -54,6 +54,32 @@ export interface RemoteExecOptions {
   signal?: AbortSignal;
 }
 
+/** A command started with `start`: its stdin, its end, and a way to close it early. */
+export interface RemoteProcess {
+  /** The channel as a writable stream (to pipe into). */
+  stdin: NodeJS.WritableStream;
+  write(data: string | Buffer): void;
+  /** Ends stdin (after `data`, when given). */
+  end(data?: Buffer): void;
+  /** Closes the channel (OpenSSH sends the command's process group a SIGHUP). */
+  close(): void;
+  done: Promise<RemoteExit>;
+}
+
+/** Feeds a started command its whole stdin (none: end of file at once) and waits for its end. */
+export function runToEnd(
+  started: RemoteProcess,
+  stdin: Buffer | NodeJS.ReadableStream | undefined,
+): Promise<RemoteExit> {
+  if (stdin === undefined) started.end();
+  else if (Buffer.isBuffer(stdin)) started.end(stdin);
+  else {
+    stdin.on('error', () => started.close());
+    stdin.pipe(started.stdin);
+  }
+  return started.done;
+}
+
 /** Counts what is open and queues what waits, so no open ever meets the server's limit. */
 class ChannelSlots {
   readonly #max: number;
@@ -114,6 +140,11 @@ export class SshConnection {
 
   get openChannels(): number {
     return this.#slots.open;
+  }
+
+  /** Whether a `start` or `exec` now takes a slot without waiting. */
+  get hasFreeChannel(): boolean {
+    return this.#slots.open < this.target.maxChannels;
   }
 
   #unavailable(reason: string, message: string, cause?: unknown): GymError {
@@ -215,13 +246,39 @@ export class SshConnection {
 
   /** Runs `command` (a shell command line the server's shell parses) to its end. */
   async exec(command: string, options: RemoteExecOptions = {}): Promise<RemoteExit> {
+    return runToEnd(await this.start(command, options), options.stdin);
+  }
+
+  /**
+   * Starts `command` and hands back its channel, held (with its slot) until the command ends or
+   * the channel is closed: for a long-lived process such as a session shell, whose stdin stays
+   * open between writes. `done` settles as `exec`'s promise does.
+   */
+  async start(command: string, options: Omit<RemoteExecOptions, 'stdin'> = {}): Promise<RemoteProcess> {
     const release = await this.#slots.acquire();
+    let channel: ClientChannel;
     try {
-      const channel = await this.#openChannel(command);
-      return await this.#run(channel, options);
-    } finally {
+      channel = await this.#openChannel(command);
+    } catch (error) {
       release();
+      throw error;
     }
+    const done = this.#run(channel, options);
+    done.then(release, release);
+    return {
+      stdin: channel,
+      // A write after the channel ended is dropped: `done` already says how it ended.
+      write: (data) => {
+        if (channel.writable) channel.write(data);
+      },
+      end: (data) => {
+        if (!channel.writable) return;
+        if (data === undefined) channel.end();
+        else channel.end(data);
+      },
+      close: () => channel.close(),
+      done,
+    };
   }
 
   /**
@@ -245,7 +302,7 @@ export class SshConnection {
     }
   }
 
-  #run(channel: ClientChannel, options: RemoteExecOptions): Promise<RemoteExit> {
+  #run(channel: ClientChannel, options: Omit<RemoteExecOptions, 'stdin'>): Promise<RemoteExit> {
     return new Promise((resolve, reject) => {
       let exit: RemoteExit | null = null;
       // Both streams are always read: `close` comes only after they end.
@@ -267,12 +324,6 @@ export class SshConnection {
         // A server that never says how a command ended: unknown, never a success.
         else resolve({ code: null, signal: null });
       });
-      if (options.stdin === undefined) channel.end();
-      else if (Buffer.isBuffer(options.stdin)) channel.end(options.stdin);
-      else {
-        options.stdin.on('error', () => channel.close());
-        options.stdin.pipe(channel);
-      }
     });
   }
 
