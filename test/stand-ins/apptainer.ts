@@ -180,6 +180,36 @@ function alias(flags: Map<string, string[]>, short: string, long: string): boole
   return flags.has(short) || flags.has(long);
 }
 
+/** `--env NAME=VALUE` (repeatable) over `base`, as Apptainer takes them. */
+function withEnv(flags: Map<string, string[]>, base: Record<string, string>): Record<string, string> {
+  const env = { ...base };
+  for (const pair of flags.get('--env') ?? []) {
+    const at = pair.indexOf('=');
+    if (at <= 0) fatal(`invalid --env ${pair}: expected NAME=VALUE`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  return env;
+}
+
+/**
+ * `-B/--bind src[:dst[:ro|rw]]`, repeatable and comma-separated, as Apptainer takes them, as
+ * bubblewrap's arguments. A source that does not exist fails as Apptainer's mount hook does.
+ */
+function bindArguments(flags: Map<string, string[]>): string[] {
+  const binds = [...(flags.get('-B') ?? []), ...(flags.get('--bind') ?? [])].flatMap((list) =>
+    list.split(','),
+  );
+  return binds.flatMap((bind) => {
+    const [source = '', target, mode = 'rw'] = bind.split(':');
+    const destination = target ?? source;
+    if (source === '' || !destination.startsWith('/')) fatal(`invalid bind ${bind}`);
+    if (mode !== 'ro' && mode !== 'rw') fatal(`invalid bind option ${mode} in ${bind}: only ro and rw`);
+    if (!existsSync(source))
+      fatal(`mount hook function failure: mount ${source}->${destination} error: no such file or directory`);
+    return [mode === 'ro' ? '--ro-bind' : '--bind', source, destination];
+  });
+}
+
 async function instanceStart(args: string[]): Promise<void> {
   const { flags, rest } = parseFlags('instance start', args, {
     '-C': 'switch',
@@ -235,19 +265,7 @@ async function instanceStart(args: string[]): Promise<void> {
   const logs = logPaths(name);
   mkdirSync(join(logs.out, '..'), { recursive: true });
   const busybox = '/bin/busybox';
-  // -B/--bind src[:dst[:ro|rw]], repeatable and comma-separated, as Apptainer takes them.
-  const binds = [...(flags.get('-B') ?? []), ...(flags.get('--bind') ?? [])].flatMap((list) =>
-    list.split(','),
-  );
-  const bindArgs = binds.flatMap((bind) => {
-    const [source = '', target, mode = 'rw'] = bind.split(':');
-    const destination = target ?? source;
-    if (source === '' || !destination.startsWith('/')) fatal(`invalid bind ${bind}`);
-    if (mode !== 'ro' && mode !== 'rw') fatal(`invalid bind option ${mode} in ${bind}: only ro and rw`);
-    if (!existsSync(source))
-      fatal(`mount hook function failure: mount ${source}->${destination} error: no such file or directory`);
-    return [mode === 'ro' ? '--ro-bind' : '--bind', source, destination];
-  });
+  const bindArgs = bindArguments(flags);
   const bwrap = [
     '--bind',
     root,
@@ -357,24 +375,8 @@ function writableExec(flags: Map<string, string[]>, directory: string, command: 
     fatal('stand-in: only --net --network none is supported with --writable');
   if (!existsSync(join(directory, 'bin')) && !existsSync(join(directory, 'usr')))
     fatal(`could not open image ${directory}: not a sandbox directory`);
-  const env: Record<string, string> = {
-    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-  };
-  for (const pair of flags.get('--env') ?? []) {
-    const at = pair.indexOf('=');
-    if (at <= 0) fatal(`invalid --env ${pair}: expected NAME=VALUE`);
-    env[pair.slice(0, at)] = pair.slice(at + 1);
-  }
-  const binds = [...(flags.get('-B') ?? []), ...(flags.get('--bind') ?? [])].flatMap((list) =>
-    list.split(','),
-  );
-  const bindArgs = binds.flatMap((bind) => {
-    const [source = '', target, mode = 'rw'] = bind.split(':');
-    const destination = target ?? source;
-    if (source === '' || !destination.startsWith('/') || (mode !== 'ro' && mode !== 'rw'))
-      fatal(`invalid bind ${bind}`);
-    return [mode === 'ro' ? '--ro-bind' : '--bind', source, destination];
-  });
+  const env = withEnv(flags, { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' });
+  const bindArgs = bindArguments(flags);
   const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
   const child = spawn(
     'bwrap',
@@ -443,14 +445,12 @@ function instanceExec(args: string[]): void {
   const name = target.slice('instance://'.length);
   const record = readRecord(name);
   if (record === null) fatal(`no instance found with name ${name}`);
-  const env: Record<string, string> = alias(flags, '-e', '--cleanenv')
-    ? { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' }
-    : { ...(process.env as Record<string, string>) };
-  for (const pair of flags.get('--env') ?? []) {
-    const at = pair.indexOf('=');
-    if (at <= 0) fatal(`invalid --env ${pair}: expected NAME=VALUE`);
-    env[pair.slice(0, at)] = pair.slice(at + 1);
-  }
+  const env = withEnv(
+    flags,
+    alias(flags, '-e', '--cleanenv')
+      ? { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' }
+      : (process.env as Record<string, string>),
+  );
   env.APPTAINER_INSTANCE = name;
   env.APPTAINER_CONTAINER = record.image;
   env.APPTAINER_NAME = name;
