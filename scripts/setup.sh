@@ -5,7 +5,9 @@
 #   1. Node >= 22 (installs Node 24 from the npm registry into .tools/node when the machine's is older)
 #   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec),
 #      python3-toolz (a real project's own tests, for the swebench kind's test)
+#      slurm-wlm + munge (a one-node Slurm cluster)
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
+#   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
 #   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
 #   4. npm ci
 #   5. the local base images (gym image build: busybox, debian-base)
@@ -41,6 +43,9 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # Real SSH servers stand for compute nodes in the SSH transport tests (providers/ssh/).
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+# A one-node Slurm cluster for the Slurm mode of the SSH providers (step 2c starts it).
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || missing+=(munge)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null
@@ -64,6 +69,9 @@ if [ ! -x .tools/gym-relay ] || [ "$relay_source" -nt .tools/gym-relay ]; then
   cc -static -Os -Wall -o .tools/gym-relay.tmp "$relay_source" && strip .tools/gym-relay.tmp
   mv .tools/gym-relay.tmp .tools/gym-relay
 fi
+
+# 2c. The one-node Slurm cluster (munged, slurmctld, slurmd; node gym-c1 at 127.0.0.20)
+bash scripts/slurm-up.sh
 
 # 3. Docker engine
 engine_answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }

@@ -1,0 +1,614 @@
+/**
+ * Slurm mode of the SSH providers: holds one allocation, learns its nodes, notices when it ends,
+ * and gives it back when no sandbox has used it for a while. The provider places sandboxes on the
+ * nodes (over SSH to each node) and asks for an allocation again after one ended.
+ *
+ * - Holding: a holder batch job, `sbatch --parsable --wrap 'while :; do sleep 86400; done'`,
+ *   named `gym-<namespace>` (or the configured name). sbatch returns the job id at once, so a
+ *   pending allocation can be cancelled and polled like a running one, no channel or process
+ *   stays open while it waits, and no InactiveLimit applies to it (`salloc --no-shell` blocks
+ *   until the grant and prints the id only as text on stderr).
+ * - Nodes: squeue's `%N` of the running job, expanded with their addresses in one
+ *   `sinfo -N -n LIST -o '%N|%o'` (NodeAddr), which the provider maps to SSH hosts.
+ * - The end: squeue is polled every `pollIntervalMs`. A job that is no longer RUNNING (completing,
+ *   cancelled, time limit, node failure, or purged from the controller) has ended; the listeners
+ *   hear it once with the reason, and the next `acquire` submits a new job.
+ * - Idle release: when `inUse()` says no sandbox is on the allocation and no `acquire` is pinned,
+ *   for `idleReleaseMs`, the job is cancelled (`scancel`).
+ * - After a restart of the daemon, the first `acquire` adopts a pending or running job of ours
+ *   (same name, same user) instead of submitting another: its sandboxes are still there.
+ * - The Slurm commands run on this machine (a daemon on a login node), or over SSH on a configured
+ *   login host (a daemon anywhere with SSH access); the same argv either way.
+ */
+import { execFile } from 'node:child_process';
+import { posix } from 'node:path';
+import { z } from 'zod';
+import { GymError } from '../../core/errors.ts';
+import type { Logger } from '../../core/logger.ts';
+import { shellJoin } from '../shared/shell.ts';
+import { DEFAULT_TARGET, SshConnection } from './connection.ts';
+
+/** Slurm's time format: `minutes`, `minutes:seconds`, `hours:minutes:seconds`, `days-hours[:minutes[:seconds]]`. */
+const SLURM_TIME = /^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$/;
+const SLURM_WORD = /^[A-Za-z0-9][A-Za-z0-9_.,:+=@%-]*$/;
+
+export const SlurmOptionsSchema = z
+  .object({
+    /**
+     * Run the Slurm commands over SSH on this login host. Absent: on this machine (the daemon runs
+     * on a login node).
+     */
+    login: z
+      .object({
+        host: z.string().min(1),
+        port: z.number().int().min(1).max(65_535).default(22),
+        username: z.string().min(1),
+        privateKeyPath: z.string().optional(),
+        agent: z.string().optional(),
+        knownHostsPath: z.string().min(1),
+      })
+      .strict()
+      .optional(),
+    /** A folder holding sbatch, squeue, sinfo and scancel, when they are not on the PATH. */
+    binDirectory: z.string().regex(/^\//, 'must be an absolute path').optional(),
+    partition: z.string().regex(SLURM_WORD).optional(),
+    account: z.string().regex(SLURM_WORD).optional(),
+    qos: z.string().regex(SLURM_WORD).optional(),
+    /** The allocation's time limit, in Slurm's format (`--time`). */
+    timeLimit: z.string().regex(SLURM_TIME, 'a Slurm time such as 60, 2:00:00 or 1-0').default('1:00:00'),
+    nodes: z.number().int().positive().max(4096).default(1),
+    /** CPUs held on each node (`--ntasks-per-node=1 --cpus-per-task=N`). */
+    cpusPerNode: z.number().int().positive().default(1),
+    /** Memory held on each node (`--mem`); the site's default when absent. */
+    memoryPerNodeMiB: z.number().int().positive().optional(),
+    /** More sbatch options for the site (`--constraint=…`, `--gres=…`, `--reservation=…`). */
+    extraArgs: z.array(z.string().regex(/^--[a-z][a-z-]*(=.*)?$/, 'a long sbatch option')).default([]),
+    /** The holder job's name; `gym-<namespace>` when absent. A restarted daemon adopts a job of this name. */
+    jobName: z.string().regex(SLURM_WORD).max(64).optional(),
+    /** How often the job's state is read while it is held. */
+    pollIntervalMs: z.number().int().positive().default(10_000),
+    /** The allocation is given back after this long without sandboxes. */
+    idleReleaseMs: z.number().int().nonnegative().default(300_000),
+    /** How long a create waits for a pending allocation before it fails (and the job is cancelled). */
+    startTimeoutMs: z.number().int().positive().default(600_000),
+    /** Each Slurm command's time limit. */
+    commandTimeoutMs: z.number().int().positive().default(30_000),
+  })
+  .strict();
+export type SlurmOptions = z.input<typeof SlurmOptionsSchema>;
+export type ParsedSlurmOptions = z.output<typeof SlurmOptionsSchema>;
+
+export interface SlurmCommandResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Where the Slurm commands run. */
+export interface SlurmCommands {
+  readonly where: string;
+  run(argv: string[], timeoutMs: number): Promise<SlurmCommandResult>;
+  close(): void;
+}
+
+/** The Slurm commands on this machine, without a shell. */
+export class LocalSlurmCommands implements SlurmCommands {
+  readonly where = 'this machine';
+
+  run(argv: string[], timeoutMs: number): Promise<SlurmCommandResult> {
+    const [file, ...args] = argv;
+    return new Promise((resolve) => {
+      execFile(
+        file!,
+        args,
+        { timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024, encoding: 'utf8' },
+        (error, stdout, stderr) => {
+          const code = error === null ? 0 : typeof error.code === 'number' ? error.code : null;
+          const why = error !== null && code === null ? `${error.message}\n` : '';
+          resolve({ code, stdout, stderr: `${why}${stderr}` });
+        },
+      );
+    });
+  }
+
+  close(): void {}
+}
+
+/** The Slurm commands on a login host over SSH; a host that does not answer is PROVIDER_UNAVAILABLE. */
+export class SshSlurmCommands implements SlurmCommands {
+  readonly #connection: SshConnection;
+
+  constructor(login: NonNullable<ParsedSlurmOptions['login']>, logger: Logger) {
+    this.#connection = new SshConnection(
+      {
+        ...DEFAULT_TARGET,
+        host: login.host,
+        port: login.port,
+        username: login.username,
+        knownHostsPath: login.knownHostsPath,
+        ...(login.privateKeyPath === undefined ? {} : { privateKeyPath: login.privateKeyPath }),
+        ...(login.agent === undefined ? {} : { agent: login.agent }),
+      },
+      logger,
+    );
+  }
+
+  get where(): string {
+    return this.#connection.name;
+  }
+
+  async run(argv: string[], timeoutMs: number): Promise<SlurmCommandResult> {
+    let stdout = '';
+    let stderr = '';
+    const abort = AbortSignal.timeout(timeoutMs);
+    const exit = await this.#connection.exec(shellJoin(argv), {
+      signal: abort,
+      onStdout: (chunk) => {
+        stdout += chunk.toString();
+      },
+      onStderr: (chunk) => {
+        stderr = (stderr + chunk.toString()).slice(-8000);
+      },
+    });
+    return { code: exit.code, stdout, stderr };
+  }
+
+  close(): void {
+    this.#connection.close();
+  }
+}
+
+// ---- What the commands print (pure, unit-tested) ----
+
+/** `sbatch --parsable` prints `jobid` or `jobid;cluster`. */
+export function parseSbatchParsable(stdout: string): string {
+  const first = stdout.trim().split('\n').pop()?.trim() ?? '';
+  const id = first.split(';')[0] ?? '';
+  if (!/^\d+$/.test(id))
+    throw new GymError('PROVIDER_ERROR', `sbatch printed no job id: ${JSON.stringify(stdout)}`);
+  return id;
+}
+
+export interface JobLine {
+  jobId: string;
+  state: string;
+  /** The compressed host list (`node[01-03]`); empty while pending. */
+  nodeList: string;
+  /** squeue's `%r`: why it pends or ended (`Priority`, `TimeLimit`, `NodeDown`, `None`). */
+  reason: string;
+}
+
+/** The squeue format these lines come from. */
+export const JOB_FORMAT = '%i|%T|%N|%r';
+
+/** Lines of `squeue -h -o '%i|%T|%N|%r'`. */
+export function parseJobLines(stdout: string): JobLine[] {
+  const jobs: JobLine[] = [];
+  for (const line of stdout.split('\n')) {
+    if (line.trim() === '') continue;
+    const [jobId = '', state = '', nodeList = '', reason = ''] = line.trim().split('|');
+    if (!/^\d+$/.test(jobId)) continue;
+    jobs.push({ jobId, state, nodeList, reason });
+  }
+  return jobs;
+}
+
+export type JobPhase = 'pending' | 'running' | 'ended';
+
+/** Where a job state puts the allocation. COMPLETING counts as ended: its steps are being killed. */
+export function jobPhase(state: string): JobPhase {
+  if (['PENDING', 'CONFIGURING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESIZING'].includes(state))
+    return 'pending';
+  if (state === 'RUNNING') return 'running';
+  // SUSPENDED and STOPPED leave the job alive, but its nodes stop serving it: as good as gone.
+  return 'ended';
+}
+
+export type EndReason =
+  | 'released'
+  | 'cancelled'
+  | 'time-limit'
+  | 'node-failure'
+  | 'preempted'
+  | 'completed'
+  | 'failed'
+  | 'suspended'
+  | 'vanished';
+
+/** Why a job that is no longer running ended, from its state and squeue's reason. */
+export function endReason(job: JobLine | undefined): EndReason {
+  if (job === undefined) return 'vanished';
+  switch (job.state) {
+    case 'CANCELLED':
+      return 'cancelled';
+    case 'TIMEOUT':
+    case 'DEADLINE':
+      return 'time-limit';
+    case 'NODE_FAIL':
+    case 'BOOT_FAIL':
+      return 'node-failure';
+    case 'PREEMPTED':
+      return 'preempted';
+    case 'COMPLETED':
+      return 'completed';
+    case 'SUSPENDED':
+    case 'STOPPED':
+      return 'suspended';
+    case 'COMPLETING':
+      if (/TimeLimit|Deadline/i.test(job.reason)) return 'time-limit';
+      if (/Node(Down|Fail)|BootFail/i.test(job.reason)) return 'node-failure';
+      if (/Preempt/i.test(job.reason)) return 'preempted';
+      return 'cancelled';
+    default:
+      return 'failed';
+  }
+}
+
+export interface AllocationNode {
+  /** Slurm's node name. */
+  name: string;
+  /** Slurm's NodeAddr for it (the name itself where the site sets none). */
+  address: string;
+}
+
+/** Lines of `sinfo -h -N -n LIST -o '%N|%o'`: a node once per partition, so repeats are dropped. */
+export function parseNodeLines(stdout: string): AllocationNode[] {
+  const nodes = new Map<string, AllocationNode>();
+  for (const line of stdout.split('\n')) {
+    const [name = '', address = ''] = line.trim().split('|');
+    if (name === '' || nodes.has(name)) continue;
+    nodes.set(name, { name, address: address === '' || address === '(null)' ? name : address });
+  }
+  return [...nodes.values()].sort((left, right) => left.name.localeCompare(right.name));
+}
+
+/** The sbatch argv of the holder job. */
+export function holderJobArgv(options: ParsedSlurmOptions, jobName: string, sbatch = 'sbatch'): string[] {
+  return [
+    sbatch,
+    '--parsable',
+    `--job-name=${jobName}`,
+    '--output=/dev/null',
+    '--error=/dev/null',
+    `--time=${options.timeLimit}`,
+    `--nodes=${options.nodes}`,
+    '--ntasks-per-node=1',
+    `--cpus-per-task=${options.cpusPerNode}`,
+    ...(options.memoryPerNodeMiB === undefined ? [] : [`--mem=${options.memoryPerNodeMiB}M`]),
+    ...(options.partition === undefined ? [] : [`--partition=${options.partition}`]),
+    ...(options.account === undefined ? [] : [`--account=${options.account}`]),
+    ...(options.qos === undefined ? [] : [`--qos=${options.qos}`]),
+    ...options.extraArgs,
+    // Holds the allocation and nothing else; the job's end (time limit, scancel) ends it.
+    '--wrap=while :; do sleep 86400; done',
+  ];
+}
+
+// ---- The allocation ----
+
+/** An acquire trusts a poll this recent; an older one is done again first. */
+const FRESH_MS = 1000;
+
+export interface HeldAllocation {
+  jobId: string;
+  nodes: AllocationNode[];
+  /** When we saw it running (ms since the epoch). */
+  grantedAt: number;
+}
+
+export interface AllocationEnd {
+  jobId: string;
+  nodes: AllocationNode[];
+  reason: EndReason;
+  /** The state squeue last showed (`CANCELLED`, `TIMEOUT`, …), or `gone` once purged. */
+  state: string;
+}
+
+export interface SlurmAllocationDeps {
+  commands: SlurmCommands;
+  logger: Logger;
+  namespace: string;
+  /**
+   * How many sandboxes are on the allocation now. Asked only when nothing is pinned, before the
+   * idle clock starts or runs out; may list the nodes. A failure counts as in use.
+   */
+  inUse: (allocation: HeldAllocation) => number | Promise<number>;
+  now?: () => number;
+}
+
+export class SlurmAllocation {
+  readonly options: ParsedSlurmOptions;
+  readonly jobName: string;
+  readonly #deps: SlurmAllocationDeps;
+  readonly #now: () => number;
+  readonly #listeners = new Set<(end: AllocationEnd) => void>();
+  #current: HeldAllocation | null = null;
+  #acquiring: Promise<HeldAllocation> | null = null;
+  /** A job id whose state is followed (pending or running). */
+  #jobId: string | null = null;
+  #adoptionChecked = false;
+  #pins = 0;
+  #idleSince: number | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #polling: Promise<void> | null = null;
+  #closed = false;
+  /** When a poll last saw the held job running. */
+  #seenRunningAt = 0;
+  /** Figures for tests and benchmarks. */
+  readonly stats = { submitted: 0, adopted: 0, released: 0, ended: 0, lastGrantMs: 0 };
+
+  constructor(options: SlurmOptions | ParsedSlurmOptions, deps: SlurmAllocationDeps) {
+    this.options = SlurmOptionsSchema.parse(options);
+    this.#deps = deps;
+    this.#now = deps.now ?? Date.now;
+    this.jobName = this.options.jobName ?? `gym-${deps.namespace}`.slice(0, 64);
+  }
+
+  /** Listens for the end of every allocation this object held. */
+  onEnd(listener: (end: AllocationEnd) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** The allocation held now, if its last poll saw it running. */
+  get current(): HeldAllocation | null {
+    return this.#current;
+  }
+
+  #bin(command: string): string {
+    return this.options.binDirectory === undefined ? command : posix.join(this.options.binDirectory, command);
+  }
+
+  async #slurm(argv: string[]): Promise<SlurmCommandResult> {
+    const [command, ...rest] = argv;
+    return this.#deps.commands.run([this.#bin(command!), ...rest], this.options.commandTimeoutMs);
+  }
+
+  /**
+   * The allocation, held for the caller until it calls the returned `unpin` (so idle release
+   * cannot take it between placement and the sandbox's start): the one held now, else an adopted
+   * or new one once it runs. Fails with PROVIDER_TIMEOUT when it pends past `startTimeoutMs`.
+   */
+  async acquire(): Promise<{ allocation: HeldAllocation; unpin: () => void }> {
+    if (this.#closed) throw new GymError('PROVIDER_UNAVAILABLE', 'the Slurm allocation is closed');
+    this.#pins += 1;
+    this.#idleSince = null;
+    let unpinned = false;
+    const unpin = () => {
+      if (unpinned) return;
+      unpinned = true;
+      this.#pins -= 1;
+    };
+    try {
+      // One that was running a while ago is looked at again: it may have ended since.
+      if (this.#current !== null && this.#now() - this.#seenRunningAt > FRESH_MS) await this.poll();
+      if (this.#current === null && this.#acquiring === null)
+        this.#acquiring = this.#obtain().finally(() => {
+          this.#acquiring = null;
+        });
+      const allocation = this.#current ?? (await this.#acquiring!);
+      return { allocation, unpin };
+    } catch (error) {
+      unpin();
+      throw error;
+    }
+  }
+
+  async #obtain(): Promise<HeldAllocation> {
+    const started = this.#now();
+    let jobId = this.#adoptionChecked ? null : await this.#findOurs();
+    this.#adoptionChecked = true;
+    if (jobId !== null) {
+      this.stats.adopted += 1;
+      this.#deps.logger.info({ jobId, jobName: this.jobName }, 'slurm: adopting our allocation');
+    } else {
+      const submitted = await this.#slurm(holderJobArgv(this.options, this.jobName));
+      if (submitted.code !== 0)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `sbatch on ${this.#deps.commands.where} failed: ${submitted.stderr.trim() || `exit ${submitted.code}`}`,
+        );
+      jobId = parseSbatchParsable(submitted.stdout);
+      this.stats.submitted += 1;
+      this.#deps.logger.info({ jobId, jobName: this.jobName }, 'slurm: allocation submitted');
+    }
+    this.#jobId = jobId;
+    // Until it runs: often at first, then at most every pollIntervalMs.
+    let wait = 100;
+    for (;;) {
+      const job = await this.#job(jobId);
+      const phase = job === undefined ? 'ended' : jobPhase(job.state);
+      if (phase === 'running' && job !== undefined) {
+        const allocation: HeldAllocation = {
+          jobId,
+          nodes: await this.#nodes(job.nodeList),
+          grantedAt: this.#now(),
+        };
+        this.stats.lastGrantMs = allocation.grantedAt - started;
+        this.#current = allocation;
+        this.#seenRunningAt = this.#now();
+        this.#idleSince = null;
+        this.#schedule();
+        this.#deps.logger.info(
+          { jobId, nodes: allocation.nodes.map((node) => node.name), ms: this.stats.lastGrantMs },
+          'slurm: allocation running',
+        );
+        return allocation;
+      }
+      if (phase === 'ended') {
+        this.#jobId = null;
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `the Slurm allocation ${jobId} ended before it ran (${job?.state ?? 'gone'}${job?.reason ? `: ${job.reason}` : ''})`,
+        );
+      }
+      if (this.#closed) throw new GymError('PROVIDER_UNAVAILABLE', 'the Slurm allocation is closed');
+      if (this.#now() - started > this.options.startTimeoutMs) {
+        await this.#cancel(jobId);
+        this.#jobId = null;
+        throw new GymError(
+          'PROVIDER_TIMEOUT',
+          `the Slurm allocation ${jobId} still pends after ${this.options.startTimeoutMs} ms (${job?.reason ?? ''}); cancelled`,
+          { details: { jobId, reason: job?.reason } },
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, wait));
+      wait = Math.min(this.options.pollIntervalMs, wait * 2);
+    }
+  }
+
+  /** A pending or running job of ours (same name, same user) left by an earlier daemon. */
+  async #findOurs(): Promise<string | null> {
+    const listed = await this.#slurm([
+      'squeue',
+      '--me',
+      '-h',
+      `--name=${this.jobName}`,
+      '--states=PENDING,CONFIGURING,RUNNING',
+      '-o',
+      JOB_FORMAT,
+    ]);
+    if (listed.code !== 0)
+      throw new GymError(
+        'PROVIDER_UNAVAILABLE',
+        `squeue on ${this.#deps.commands.where} failed: ${listed.stderr.trim() || `exit ${listed.code}`}`,
+      );
+    const jobs = parseJobLines(listed.stdout).sort((left, right) => Number(right.jobId) - Number(left.jobId));
+    const running = jobs.find((job) => job.state === 'RUNNING');
+    return (running ?? jobs[0])?.jobId ?? null;
+  }
+
+  /** The job's line in squeue (every state until it is purged); undefined once it is gone. */
+  async #job(jobId: string): Promise<JobLine | undefined> {
+    const listed = await this.#slurm(['squeue', '-h', '--states=all', `--jobs=${jobId}`, '-o', JOB_FORMAT]);
+    // A purged job: "slurm_load_jobs error: Invalid job id specified" and exit 1.
+    if (listed.code !== 0 && /invalid job id/i.test(listed.stderr)) return undefined;
+    if (listed.code !== 0)
+      throw new GymError(
+        'PROVIDER_UNAVAILABLE',
+        `squeue on ${this.#deps.commands.where} failed: ${listed.stderr.trim() || `exit ${listed.code}`}`,
+      );
+    return parseJobLines(listed.stdout).find((job) => job.jobId === jobId);
+  }
+
+  async #nodes(nodeList: string): Promise<AllocationNode[]> {
+    const listed = await this.#slurm(['sinfo', '-h', '-N', `--nodes=${nodeList}`, '-o', '%N|%o']);
+    const nodes = listed.code === 0 ? parseNodeLines(listed.stdout) : [];
+    if (nodes.length === 0)
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `sinfo could not name the nodes of ${nodeList}: ${listed.stderr.trim() || 'no output'}`,
+      );
+    return nodes;
+  }
+
+  async #cancel(jobId: string): Promise<void> {
+    const cancelled = await this.#slurm(['scancel', jobId]).catch((error: Error) => ({
+      code: null,
+      stdout: '',
+      stderr: error.message,
+    }));
+    if (cancelled.code !== 0)
+      this.#deps.logger.warn({ jobId, stderr: cancelled.stderr.trim() }, 'slurm: scancel failed');
+  }
+
+  #schedule(): void {
+    if (this.#timer !== null || this.#closed) return;
+    this.#timer = setInterval(() => void this.poll(), this.options.pollIntervalMs);
+    this.#timer.unref();
+  }
+
+  #stopTimer(): void {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  /** One look at the held job (the timer calls it; tests may too): ended? idle for too long? */
+  poll(): Promise<void> {
+    this.#polling ??= this.#pollOnce()
+      .catch((error: Error) => {
+        // The controller or the login host did not answer: nothing is concluded from silence.
+        this.#deps.logger.warn({ error: error.message }, 'slurm: cannot read the allocation state');
+      })
+      .finally(() => {
+        this.#polling = null;
+      });
+    return this.#polling;
+  }
+
+  async #pollOnce(): Promise<void> {
+    const held = this.#current;
+    if (held === null) return;
+    const job = await this.#job(held.jobId);
+    if (this.#current !== held) return;
+    if (job === undefined || jobPhase(job.state) !== 'running') {
+      this.#ended(held, endReason(job), job?.state ?? 'gone');
+      return;
+    }
+    this.#seenRunningAt = this.#now();
+    if (this.#pins > 0) {
+      this.#idleSince = null;
+      return;
+    }
+    let used: number;
+    try {
+      used = await this.#deps.inUse(held);
+    } catch {
+      used = 1;
+    }
+    if (this.#current !== held) return;
+    if (used > 0 || this.#pins > 0) {
+      this.#idleSince = null;
+      return;
+    }
+    this.#idleSince ??= this.#now();
+    if (this.#now() - this.#idleSince < this.options.idleReleaseMs) return;
+    this.#deps.logger.info({ jobId: held.jobId }, 'slurm: giving the idle allocation back');
+    this.stats.released += 1;
+    await this.#cancel(held.jobId);
+    this.#ended(held, 'released', 'CANCELLED');
+  }
+
+  #ended(held: HeldAllocation, reason: EndReason, state: string): void {
+    if (this.#current !== held) return;
+    this.#current = null;
+    this.#jobId = null;
+    this.#idleSince = null;
+    this.#stopTimer();
+    this.stats.ended += 1;
+    this.#deps.logger.warn({ jobId: held.jobId, reason, state }, 'slurm: the allocation ended');
+    const end: AllocationEnd = { jobId: held.jobId, nodes: held.nodes, reason, state };
+    for (const listener of this.#listeners) {
+      try {
+        listener(end);
+      } catch (error) {
+        this.#deps.logger.error({ error: (error as Error).message }, 'slurm: an end listener failed');
+      }
+    }
+  }
+
+  /** Gives the allocation back now (`scancel`), pending or running; its listeners hear `released`. */
+  async release(): Promise<void> {
+    const held = this.#current;
+    const jobId = held?.jobId ?? this.#jobId;
+    if (jobId === null) return;
+    this.stats.released += 1;
+    await this.#cancel(jobId);
+    if (held !== null) this.#ended(held, 'released', 'CANCELLED');
+  }
+
+  /**
+   * Stops following the allocation. The job is left running: the daemon's sandboxes on it outlive
+   * the daemon like any provider's, and the next daemon adopts it. `release()` first to give it back.
+   */
+  close(): void {
+    this.#closed = true;
+    this.#stopTimer();
+    this.#deps.commands.close();
+  }
+}
+
+/** The commands for the options: over SSH to the login host when one is configured. */
+export function slurmCommandsFor(options: ParsedSlurmOptions, logger: Logger): SlurmCommands {
+  return options.login === undefined ? new LocalSlurmCommands() : new SshSlurmCommands(options.login, logger);
+}
