@@ -31,7 +31,15 @@ describe('Slurm output parsing', () => {
     expect(jobPhase('PENDING')).toBe('pending');
     expect(jobPhase('CONFIGURING')).toBe('pending');
     expect(jobPhase('RUNNING')).toBe('running');
-    for (const state of ['COMPLETING', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'FAILED', 'SUSPENDED', 'PREEMPTED'])
+    for (const state of [
+      'COMPLETING',
+      'CANCELLED',
+      'TIMEOUT',
+      'NODE_FAIL',
+      'FAILED',
+      'SUSPENDED',
+      'PREEMPTED',
+    ])
       expect(jobPhase(state)).toBe('ended');
   });
 
