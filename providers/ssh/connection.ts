@@ -63,6 +63,9 @@ export interface RemoteProcess {
   end(data?: Buffer): void;
   /** Closes the channel (OpenSSH sends the command's process group a SIGHUP). */
   close(): void;
+  /** Stops and restarts reading its stdout (the server stops sending while the window is full). */
+  pause(): void;
+  resume(): void;
   done: Promise<RemoteExit>;
 }
 
@@ -233,6 +236,8 @@ export class SshConnection {
       this.#lastError ??= this.#unavailable('dropped', 'the connection closed');
       this.#logger.info({ host: this.name }, 'ssh connection closed');
     });
+    // Commands and session writes are small and wait for their answers: no Nagle delay on them.
+    client.setNoDelay(true);
     this.#client = client;
     return client;
   }
@@ -277,6 +282,8 @@ export class SshConnection {
         else channel.end(data);
       },
       close: () => channel.close(),
+      pause: () => channel.pause(),
+      resume: () => channel.resume(),
       done,
     };
   }
