@@ -332,7 +332,8 @@ async function instanceStart(args: string[]): Promise<void> {
         'private',
         '/bin/sh',
         '-c',
-        `mount -t sysfs -o ro,nosuid,nodev,noexec sysfs ${quote(join(root, 'sys'))} && exec ${['bwrap', ...bwrap].map(quote).join(' ')}`,
+        // Loopback only, and up, as Apptainer's "none" network gives it.
+        `mount -t sysfs -o ro,nosuid,nodev,noexec sysfs ${quote(join(root, 'sys'))} && /bin/busybox ip link set lo up && exec ${['bwrap', ...bwrap].map(quote).join(' ')}`,
       ]
     : ['bwrap', ...bwrap];
   const [keeperCommand, ...keeperArgs] = inCgroups(cgroups, launcher);
