@@ -142,10 +142,18 @@ describe('a Slurm allocation on the one-node cluster', () => {
       },
     );
     allocations.push(after);
-    const { allocation: adopted } = await after.acquire();
-    expect(adopted.jobId).toBe(first.jobId);
+    // A restarted provider looks for it before anything asks for an allocation.
+    const adopted = await after.adopt();
+    expect(adopted?.jobId).toBe(first.jobId);
+    expect(adopted?.nodes).toEqual(first.nodes);
+    const { allocation: acquired } = await after.acquire();
+    expect(acquired.jobId).toBe(first.jobId);
     expect(after.stats).toMatchObject({ adopted: 1, submitted: 0 });
     expect(jobsNamed(after.jobName)).toEqual([first.jobId]);
+    // Nothing of ours runs under another name: nothing to adopt, and nothing submitted.
+    const none = allocation('adopt-none');
+    expect(await none.adopt()).toBeNull();
+    expect(none.stats.submitted).toBe(0);
   });
 
   it('gives up an allocation that pends past startTimeoutMs, and cancels it', async () => {

@@ -396,7 +396,7 @@ export class SlurmAllocation {
 
   async #obtain(): Promise<HeldAllocation> {
     const started = this.#now();
-    let jobId = this.#adoptionChecked ? null : await this.#findOurs();
+    let jobId = this.#adoptionChecked ? null : ((await this.#findOurs())?.jobId ?? null);
     this.#adoptionChecked = true;
     if (jobId !== null) {
       this.stats.adopted += 1;
@@ -418,23 +418,7 @@ export class SlurmAllocation {
     for (;;) {
       const job = await this.#job(jobId);
       const phase = job === undefined ? 'ended' : jobPhase(job.state);
-      if (phase === 'running' && job !== undefined) {
-        const allocation: HeldAllocation = {
-          jobId,
-          nodes: await this.#nodes(job.nodeList),
-          grantedAt: this.#now(),
-        };
-        this.stats.lastGrantMs = allocation.grantedAt - started;
-        this.#current = allocation;
-        this.#seenRunningAt = this.#now();
-        this.#idleSince = null;
-        this.#schedule();
-        this.#deps.logger.info(
-          { jobId, nodes: allocation.nodes.map((node) => node.name), ms: this.stats.lastGrantMs },
-          'slurm: allocation running',
-        );
-        return allocation;
-      }
+      if (phase === 'running' && job !== undefined) return this.#hold(job, started);
       if (phase === 'ended') {
         this.#jobId = null;
         throw new GymError(
@@ -457,8 +441,50 @@ export class SlurmAllocation {
     }
   }
 
+  /** Holds a running job from now on: its nodes learned, its state polled. */
+  async #hold(job: JobLine, started: number): Promise<HeldAllocation> {
+    const allocation: HeldAllocation = {
+      jobId: job.jobId,
+      nodes: await this.#nodes(job.nodeList),
+      grantedAt: this.#now(),
+    };
+    this.stats.lastGrantMs = allocation.grantedAt - started;
+    this.#jobId = job.jobId;
+    this.#current = allocation;
+    this.#seenRunningAt = this.#now();
+    this.#idleSince = null;
+    this.#schedule();
+    this.#deps.logger.info(
+      { jobId: job.jobId, nodes: allocation.nodes.map((node) => node.name), ms: this.stats.lastGrantMs },
+      'slurm: allocation running',
+    );
+    return allocation;
+  }
+
+  /**
+   * After a restart: holds a running job of ours (same name, same user) left by an earlier
+   * daemon, without submitting one; null when there is none. A pending one is left for the next
+   * `acquire` to adopt and wait for.
+   */
+  async adopt(): Promise<HeldAllocation | null> {
+    if (this.#current !== null) return this.#current;
+    if (this.#adoptionChecked || this.#acquiring !== null || this.#closed) return null;
+    const started = this.#now();
+    const ours = await this.#findOurs();
+    if (this.#current !== null) return this.#current;
+    if (ours === null) {
+      this.#adoptionChecked = true;
+      return null;
+    }
+    if (ours.state !== 'RUNNING' || this.#acquiring !== null) return null;
+    this.#adoptionChecked = true;
+    this.stats.adopted += 1;
+    this.#deps.logger.info({ jobId: ours.jobId, jobName: this.jobName }, 'slurm: adopting our allocation');
+    return this.#hold(ours, started);
+  }
+
   /** A pending or running job of ours (same name, same user) left by an earlier daemon. */
-  async #findOurs(): Promise<string | null> {
+  async #findOurs(): Promise<JobLine | null> {
     const listed = await this.#slurm([
       'squeue',
       '--me',
@@ -474,8 +500,7 @@ export class SlurmAllocation {
         `squeue on ${this.#deps.commands.where} failed: ${listed.stderr.trim() || `exit ${listed.code}`}`,
       );
     const jobs = parseJobLines(listed.stdout).sort((left, right) => Number(right.jobId) - Number(left.jobId));
-    const running = jobs.find((job) => job.state === 'RUNNING');
-    return (running ?? jobs[0])?.jobId ?? null;
+    return jobs.find((job) => job.state === 'RUNNING') ?? jobs[0] ?? null;
   }
 
   /** The job's line in squeue (every state until it is purged); undefined once it is gone. */
