@@ -13,10 +13,10 @@
  *   (`<workDirectory>/images/<reference>/`, with its config beside it); a host that lacks it gets
  *   it at its first create. The folder is named by the content-addressed reference, so it is
  *   copied to a host once, whichever daemon asks.
- * - Identity lives in a small state file per sandbox on the host
- *   (`<workDirectory>/sandboxes/<id>.json`: the SandboxInfo with labels and deadline), joined
- *   with `apptainer instance list --json`, so a reaper without the daemon's state still finds
- *   orphans; an instance without a state file is not ours.
+ * - The hosts, their connections, placement and the state file per sandbox are the shared
+ *   HostFleet's (providers/ssh/host-fleet.ts); its state files are joined with `apptainer
+ *   instance list --json`, so a reaper without the daemon's state still finds orphans; an
+ *   instance without a state file is not ours. The host set can be replaced at runtime.
  * - Exec is `apptainer exec instance://NAME` over a fresh SSH channel. A timeout kills every
  *   process that carries the command's tag (`timeoutKill: tagged`: a process that clears its
  *   environment and leaves its session escapes it; Apptainer gives no cgroup of our own per
@@ -65,52 +65,35 @@ import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
 import { killScriptArgv } from '../shared/kill-script.ts';
-import { matchesListFilter } from '../shared/labels.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
-import { DEFAULT_TARGET, SshConnection } from '../ssh/connection.ts';
+import {
+  FleetConnectionFields,
+  type FleetHost,
+  HostFleet,
+  HostSchema,
+  type RemoteResult,
+} from '../ssh/host-fleet.ts';
 
-const HostSchema = z
-  .object({
-    /** How the host is named in listings (`scope`) and messages. */
-    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/),
-    host: z.string().min(1),
-    port: z.number().int().min(1).max(65_535).default(22),
-    username: z.string().min(1),
-    privateKeyPath: z.string().optional(),
-    agent: z.string().optional(),
-    knownHostsPath: z.string().min(1),
-    /** Sandboxes this host takes at most. */
-    maxSandboxes: z.number().int().positive().default(16),
-    /** The host's folder for images (sandbox directories) and sandbox state files. */
-    workDirectory: z.string().regex(/^\//, 'must be an absolute path'),
-    /** The apptainer command on the host. */
-    apptainer: z.string().default('apptainer'),
-    /** A static busybox on the host, bound into every instance for file transfers and kills. */
-    busyboxPath: z.string().default('/bin/busybox'),
-    /** Environment for apptainer on the host (e.g. APPTAINER_CONFIGDIR, PATH). */
-    env: z.record(z.string(), z.string()).default({}),
-  })
-  .strict();
+const ApptainerHostSchema = HostSchema.extend({
+  /** The apptainer command on the host. */
+  apptainer: z.string().default('apptainer'),
+}).strict();
+type ApptainerHost = z.output<typeof ApptainerHostSchema>;
 
 export const ApptainerOptionsSchema = z
   .object({
-    hosts: z.array(HostSchema).min(1),
-    keepaliveIntervalMs: z.number().int().positive().default(DEFAULT_TARGET.keepaliveIntervalMs),
-    keepaliveCountMax: z.number().int().positive().default(DEFAULT_TARGET.keepaliveCountMax),
-    /** SSH sessions open at once per host; keep below the server's MaxSessions (default 10). */
-    maxChannels: z.number().int().positive().max(64).default(DEFAULT_TARGET.maxChannels),
+    hosts: z.array(ApptainerHostSchema).min(1),
+    ...FleetConnectionFields,
   })
   .strict();
 export type ApptainerOptions = z.input<typeof ApptainerOptionsSchema>;
 
-type Host = z.output<typeof HostSchema> & { connection: SshConnection };
+type Host = FleetHost<ApptainerHost>;
 
 const TOOLS = '/.gym-tools/busybox';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-/** What a remote helper command (listing, state files) may print at most. */
-const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
 function packFiles(files: Record<string, string>): Readable {
@@ -157,25 +140,11 @@ if [ -f "/sys/fs/cgroup/memory$path/memory.oom_control" ]; then cat "/sys/fs/cgr
 elif [ -f "/sys/fs/cgroup$path/memory.events" ]; then cat "/sys/fs/cgroup$path/memory.events"; fi
 true`;
 
-interface SandboxRecord {
-  info: SandboxInfo;
-  spec: SandboxSpec;
-  /** The image's env and working directory, read when the sandbox was made. */
-  imageConfig?: ImageConfig;
-}
-
 /** What is kept beside an image's root filesystem, here and on each host. */
 interface ImageRecord {
   reference: string;
   config: ImageConfig;
   createdAt: string;
-}
-
-interface RemoteResult {
-  code: number | null;
-  signal: string | null;
-  stdout: Buffer;
-  stderr: string;
 }
 
 export class ApptainerProvider implements SandboxProvider {
@@ -192,45 +161,50 @@ export class ApptainerProvider implements SandboxProvider {
     imageFormats: ['rootfs', 'derived'],
   };
   readonly #context: ProviderContext;
-  readonly #hosts: Host[];
-  /** Which host holds a sandbox, as last seen (create, get, list). */
-  readonly #placement = new Map<string, Host>();
+  /** The hosts, their connections, placement and the sandboxes' state files. */
+  readonly fleet: HostFleet<ApptainerHost>;
   readonly #oomKills = new OomKillCounts();
-  /**
-   * Each sandbox's state file as written or last read: it never changes after create, so a
-   * command does not pay an SSH round trip to read it again.
-   */
-  readonly #records = new Map<string, SandboxRecord>();
 
   constructor(options: unknown, context: ProviderContext) {
     const parsed = ApptainerOptionsSchema.parse(options);
     this.#context = context;
-    this.#hosts = parsed.hosts.map((host) => ({
-      ...host,
-      connection: new SshConnection(
-        {
-          host: host.host,
-          port: host.port,
-          username: host.username,
-          knownHostsPath: host.knownHostsPath,
-          keepaliveIntervalMs: parsed.keepaliveIntervalMs,
-          keepaliveCountMax: parsed.keepaliveCountMax,
-          maxChannels: parsed.maxChannels,
-          readyTimeoutMs: DEFAULT_TARGET.readyTimeoutMs,
-          ...(host.privateKeyPath === undefined ? {} : { privateKeyPath: host.privateKeyPath }),
-          ...(host.agent === undefined ? {} : { agent: host.agent }),
-        },
-        context.logger,
-      ),
-    }));
+    this.fleet = new HostFleet({
+      runtime: 'apptainer',
+      namespace: context.namespace,
+      logger: context.logger,
+      connection: parsed,
+      hosts: parsed.hosts,
+      liveNames: (host) => this.#liveInstances(host),
+      nameOf: (id) => this.#instanceName(id),
+    });
+  }
+
+  /** The names of the apptainer instances running on a host. Throws when it does not answer. */
+  async #liveInstances(host: Host): Promise<Set<string>> {
+    const instances = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
+    if (instances.code !== 0)
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `apptainer instance list failed on ${host.name}: ${instances.stderr.trim()}`,
+      );
+    return new Set(
+      (
+        (JSON.parse(instances.stdout.toString()) as { instances: Array<{ instance: string }> }).instances ??
+        []
+      ).map((entry) => entry.instance),
+    );
+  }
+
+  /**
+   * Replaces the hosts (the nodes of a Slurm allocation, say): a host that leaves takes its
+   * sandboxes out of reach (gone from listings, their commands `sandbox_gone`); new hosts take creates.
+   */
+  setHosts(hosts: unknown): void {
+    this.fleet.setHosts(ApptainerOptionsSchema.shape.hosts.parse(hosts));
   }
 
   #instanceName(id: string): string {
     return `gym-${this.#context.namespace}-${id}`;
-  }
-
-  #statePath(host: Host, id: string): string {
-    return posix.join(host.workDirectory, 'sandboxes', `${this.#context.namespace}.${id}.json`);
   }
 
   /** `env K=V ... apptainer ARGS` as one shell line for the host. */
@@ -239,69 +213,12 @@ export class ApptainerProvider implements SandboxProvider {
     return shellJoin(['env', ...env, host.apptainer, ...args]);
   }
 
-  /** Runs a shell line on a host, collecting stdout (bounded) and the end of stderr. */
-  async #run(host: Host, command: string, stdin?: Buffer | Readable): Promise<RemoteResult> {
-    const stdout = new OutputCapture(CONTROL_OUTPUT_BYTES);
-    let stderr = '';
-    const exit = await host.connection.exec(command, {
-      ...(stdin === undefined ? {} : { stdin }),
-      onStdout: (chunk) => stdout.push(chunk),
-      onStderr: (chunk) => {
-        stderr = (stderr + chunk.toString()).slice(-4000);
-      },
-    });
-    if (stdout.isTruncated)
-      throw new GymError('PROVIDER_ERROR', `host ${host.name}: a control command printed more than expected`);
-    return { ...exit, stdout: stdout.toBuffer(), stderr };
+  #run(host: Host, command: string, stdin?: Buffer | Readable): Promise<RemoteResult> {
+    return this.fleet.run(host, command, stdin);
   }
 
   async health(): Promise<ProviderHealth> {
-    const hosts = await Promise.all(
-      this.#hosts.map(async (host) => {
-        try {
-          const version = await this.#run(host, this.#apptainer(host, ['--version']));
-          return {
-            host: host.name,
-            ok: version.code === 0,
-            message: version.stdout.toString().trim() || version.stderr.trim(),
-          };
-        } catch (error) {
-          return { host: host.name, ok: false, message: (error as Error).message };
-        }
-      }),
-    );
-    const up = hosts.filter((host) => host.ok).length;
-    return {
-      ok: up > 0,
-      message: `${up} of ${hosts.length} hosts answer`,
-      details: { hosts },
-    };
-  }
-
-  async #hostFor(): Promise<Host> {
-    const counts = await Promise.all(
-      this.#hosts.map(async (host) => {
-        try {
-          return { host, used: (await this.#listHost(host)).length };
-        } catch {
-          return { host, used: Number.POSITIVE_INFINITY };
-        }
-      }),
-    );
-    const free = counts
-      .filter(({ host, used }) => used < host.maxSandboxes)
-      .sort((left, right) => right.host.maxSandboxes - right.used - (left.host.maxSandboxes - left.used));
-    const chosen = free[0];
-    if (chosen === undefined) {
-      const down = counts.filter(({ used }) => used === Number.POSITIVE_INFINITY).length;
-      throw new GymError(
-        down === counts.length ? 'PROVIDER_UNAVAILABLE' : 'CAPACITY_EXCEEDED',
-        down === counts.length
-          ? 'no apptainer host answers'
-          : `every reachable apptainer host is full (${counts.length - down} up, ${down} down)`,
-      );
-    }
-    return chosen.host;
+    return this.fleet.health((host) => this.#apptainer(host, ['--version']));
   }
 
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
@@ -314,7 +231,7 @@ export class ApptainerProvider implements SandboxProvider {
         'CAPABILITY_UNSUPPORTED',
         `the apptainer provider has no network mode ${spec.network}`,
       );
-    const host = await this.#hostFor();
+    const host = await this.fleet.pick();
     const image = this.#imagePath(host, spec.image);
     const imageConfig = await this.#ensureImage(host, spec.image);
     const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
@@ -334,19 +251,12 @@ export class ApptainerProvider implements SandboxProvider {
       providerRef: `${host.name}/${this.#instanceName(id)}`,
       scope: host.name,
     };
-    this.#placement.set(id, host);
+    this.fleet.place(id, host);
     this.#oomKills.start(id);
-    const statePath = this.#statePath(host, id);
+    const statePath = this.fleet.statePath(host, id);
     try {
       // The state file first: a crash after it leaves a record a reaper can act on.
-      const saved = await this.#run(
-        host,
-        `mkdir -p ${shellJoin([posix.dirname(statePath)])} && cat > ${shellJoin([statePath])}`,
-        Buffer.from(JSON.stringify({ info, spec, imageConfig })),
-      );
-      if (saved.code !== 0)
-        throw new GymError('SANDBOX_START_FAILED', `cannot write ${statePath}: ${saved.stderr}`);
-      this.#records.set(id, { info, spec, imageConfig });
+      await this.fleet.writeRecord(host, id, { info, spec, imageConfig });
       // Start's own stdio goes to /dev/null: the instance inherits it and would hold the channel open.
       const started = await this.#run(
         host,
@@ -384,83 +294,12 @@ export class ApptainerProvider implements SandboxProvider {
     }
   }
 
-  /** Our sandboxes on one host: state files joined with the live instances. Throws when the host does not answer. */
-  async #listHost(host: Host): Promise<SandboxInfo[]> {
-    const directory = posix.join(host.workDirectory, 'sandboxes');
-    const prefix = `${this.#context.namespace}.`;
-    const states = await this.#run(
-      host,
-      `for f in ${shellJoin([directory])}/${shellJoin([prefix])}*.json; do [ -f "$f" ] && cat "$f" && echo; done; true`,
-    );
-    const instances = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
-    if (instances.code !== 0)
-      throw new GymError(
-        'PROVIDER_ERROR',
-        `apptainer instance list failed on ${host.name}: ${instances.stderr.trim()}`,
-      );
-    const live = new Set(
-      (
-        (JSON.parse(instances.stdout.toString()) as { instances: Array<{ instance: string }> }).instances ??
-        []
-      ).map((entry) => entry.instance),
-    );
-    const sandboxes: SandboxInfo[] = [];
-    for (const line of states.stdout.toString().split('\n')) {
-      if (line.trim() === '') continue;
-      const { info } = JSON.parse(line) as { info: SandboxInfo };
-      if (!live.has(this.#instanceName(info.id))) continue;
-      this.#placement.set(info.id, host);
-      sandboxes.push(info);
-    }
-    return sandboxes;
-  }
-
   async list(filter: ListFilter = {}): Promise<SandboxListing> {
-    const results = await Promise.all(
-      this.#hosts.map(async (host) => {
-        try {
-          return { host, sandboxes: await this.#listHost(host) };
-        } catch (error) {
-          return { host, error: error as Error };
-        }
-      }),
-    );
-    const sandboxes: SandboxInfo[] = [];
-    const unreachable: SandboxListing['unreachable'] = [];
-    for (const result of results) {
-      if ('error' in result && result.error !== undefined) {
-        unreachable.push({ scope: result.host.name, reason: result.error.message });
-        continue;
-      }
-      for (const info of result.sandboxes ?? []) {
-        if (!matchesListFilter(info, filter)) continue;
-        sandboxes.push(info);
-      }
-    }
-    return { sandboxes, unreachable };
-  }
-
-  /** The host of a sandbox we know of; else found by listing every host. */
-  async #locate(id: string): Promise<Host> {
-    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(id))
-      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    const known = this.#placement.get(id);
-    if (known !== undefined) return known;
-    await this.list();
-    const found = this.#placement.get(id);
-    if (found === undefined) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    return found;
+    return this.fleet.list(filter);
   }
 
   async get(id: string): Promise<SandboxInfo> {
-    const host = await this.#locate(id);
-    const found = (await this.#listHost(host)).find((info) => info.id === id);
-    if (found === undefined) {
-      this.#placement.delete(id);
-      this.#records.delete(id);
-      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    }
-    return found;
+    return this.fleet.get(id);
   }
 
   /** `apptainer exec` of argv in the sandbox, through the bound busybox's `env` so values pass exactly. */
@@ -482,12 +321,12 @@ export class ApptainerProvider implements SandboxProvider {
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
     if (request.session !== undefined)
       throw new GymError('CAPABILITY_UNSUPPORTED', 'the apptainer provider has no sessions');
-    const host = await this.#locate(id);
+    const host = await this.fleet.locate(id);
     const started = Date.now();
     let spec: SandboxSpec;
     let imageConfig: ImageConfig | undefined;
     try {
-      ({ spec, imageConfig } = await this.#record(host, id));
+      ({ spec, imageConfig } = await this.fleet.record(host, id));
     } catch (error) {
       // The host does not answer: its sandboxes are out of reach, as good as gone for a command.
       if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return goneResult(Date.now() - started);
@@ -549,7 +388,7 @@ export class ApptainerProvider implements SandboxProvider {
     const stderrText = stderr.toBuffer().toString('utf8');
     const gone =
       lost !== null ||
-      (exit?.code === 255 && /no instance found/.test(stderrText) && !(await this.#exists(host, id)));
+      (exit?.code === 255 && /no instance found/.test(stderrText) && !(await this.fleet.exists(host, id)));
     let status: ExecResult['status'] = timedOut ? 'timeout' : gone ? 'sandbox_gone' : 'ok';
     const sigkilled = exit !== null && (exit.signal === 'SIGKILL' || exit.code === 137);
     if (status === 'ok' && sigkilled)
@@ -618,24 +457,6 @@ export class ApptainerProvider implements SandboxProvider {
   async #dropTo(id: string, user: string): Promise<string[]> {
     const { uid, gid } = await this.#resolveUser(id, user);
     return uid === 0 && gid === 0 ? [] : [TOOLS, 'nsenter', '-S', String(uid), '-G', String(gid), '--'];
-  }
-
-  async #exists(host: Host, id: string): Promise<boolean> {
-    try {
-      return (await this.#listHost(host)).some((info) => info.id === id);
-    } catch {
-      return false;
-    }
-  }
-
-  async #record(host: Host, id: string): Promise<SandboxRecord> {
-    const known = this.#records.get(id);
-    if (known !== undefined) return known;
-    const read = await this.#run(host, shellJoin(['cat', this.#statePath(host, id)]));
-    if (read.code !== 0) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    const record = JSON.parse(read.stdout.toString()) as SandboxRecord;
-    this.#records.set(id, record);
-    return record;
   }
 
   #imagePath(host: Host, reference: string): string {
@@ -784,7 +605,7 @@ export class ApptainerProvider implements SandboxProvider {
   async #prepareDerived(source: DerivedImageSource): Promise<void> {
     await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
     const built = await Promise.all(
-      this.#hosts.map(async (host) => {
+      this.fleet.hosts.map(async (host) => {
         const has = await this.#run(
           host,
           `test -d ${shellJoin([this.#imagePath(host, source.reference)])}`,
@@ -839,7 +660,7 @@ export class ApptainerProvider implements SandboxProvider {
     }
     // Copied to every host that answers now; a host that does not gets it at its first create.
     await Promise.all(
-      this.#hosts.map(async (host) => {
+      this.fleet.hosts.map(async (host) => {
         for (const reference of references) {
           const has = await this.#run(host, `test -d ${shellJoin([this.#imagePath(host, reference)])}`).catch(
             () => null,
@@ -858,7 +679,7 @@ export class ApptainerProvider implements SandboxProvider {
       return { reference, labels: record.config.labels, createdAt: record.createdAt };
     }
     // An image an operator (or another daemon) put on a host is one too.
-    for (const host of this.#hosts) {
+    for (const host of this.fleet.hosts) {
       const target = this.#imagePath(host, reference);
       const found = await this.#run(
         host,
@@ -907,7 +728,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {
-    const host = await this.#locate(id);
+    const host = await this.fleet.locate(id);
     // Every process of the instance but its first (the keeper) and the killer itself.
     const result = await this.#run(
       host,
@@ -927,7 +748,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async #tools(id: string, args: string[], stdin?: Readable): Promise<RemoteResult> {
-    const host = await this.#locate(id);
+    const host = await this.fleet.locate(id);
     return this.#run(
       host,
       this.#apptainer(host, ['exec', '--cleanenv', `instance://${this.#instanceName(id)}`, TOOLS, ...args]),
@@ -993,7 +814,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
-    await this.#locate(id);
+    await this.fleet.locate(id);
     const spooled = await spoolSafeArchive(archive, directory);
     try {
       await this.#extract(id, [directory, ...spooled.directories], spooled.open(), directory);
@@ -1007,25 +828,22 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async destroy(id: string): Promise<void> {
-    let host: Host;
-    try {
-      host = await this.#locate(id);
-    } catch (error) {
-      if (isGymError(error, 'SANDBOX_NOT_FOUND')) return;
-      throw error;
+    const host = await this.fleet.hostToDestroy(id);
+    if (host === null) {
+      this.#oomKills.forget(id);
+      return;
     }
-    const statePath = this.#statePath(host, id);
+    const statePath = this.fleet.statePath(host, id);
     await this.#run(
       host,
       `${this.#apptainer(host, ['instance', 'stop', '--force', this.#instanceName(id)])} >/dev/null 2>&1; rm -f ${shellJoin([statePath])}`,
     );
-    this.#placement.delete(id);
-    this.#records.delete(id);
+    this.fleet.forget(id);
     this.#oomKills.forget(id);
   }
 
   async close(): Promise<void> {
-    for (const host of this.#hosts) host.connection.close();
+    this.fleet.close();
   }
 }
 

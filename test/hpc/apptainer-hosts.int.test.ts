@@ -132,4 +132,32 @@ describe('apptainer over several ssh hosts', () => {
       await suspicious.close();
     }
   });
+
+  it('takes a new host set: a host that leaves takes its sandboxes out of reach, one that joins takes creates', async () => {
+    const hosts = nodes.map((node) => ({ ...node.host, maxSandboxes: 2 }));
+    const placed = [];
+    for (let index = 0; index < 3; index += 1) placed.push(await provider.create(spec()));
+    const leaving = placed.find((info) => info.scope === nodes[0]!.host.name)!;
+    provider.setHosts(hosts.slice(1));
+    const listed = await provider.list({ labels: { test: 'hosts' } });
+    expect(listed.unreachable).toEqual([]);
+    expect(listed.sandboxes.map((info) => info.id).sort()).toEqual(
+      placed
+        .filter((info) => info !== leaving)
+        .map((info) => info.id)
+        .sort(),
+    );
+    expect((await provider.exec(leaving.id, ExecRequestSchema.parse({ argv: ['true'] }))).status).toBe(
+      'sandbox_gone',
+    );
+    await expect(provider.get(leaving.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+    // Both hosts left have one free slot: creates go there, never to the host that left.
+    const more = [await provider.create(spec()), await provider.create(spec())];
+    expect(more.map((info) => info.scope).sort()).toEqual([nodes[1]!.host.name, nodes[2]!.host.name].sort());
+    // Back in the set, the host's sandbox (still running there) is listed and reached again.
+    provider.setHosts(hosts);
+    expect((await provider.get(leaving.id)).scope).toBe(nodes[0]!.host.name);
+    expect((await provider.exec(leaving.id, ExecRequestSchema.parse({ argv: ['true'] }))).status).toBe('ok');
+    await Promise.all([...placed, ...more].map((info) => provider.destroy(info.id)));
+  }, 120_000);
 });
