@@ -28,6 +28,10 @@
  * - Derived images (a base, files, a command: the swe-mini task images) are made on each host
  *   from the base's sandbox directory with `apptainer exec --writable`; the recipe is kept here
  *   for hosts that were down.
+ * - Slurm mode (`slurm` instead of `hosts`): the hosts are the nodes of an allocation the provider
+ *   holds (providers/ssh/slurm-hosts.ts), asked for at the first create, reached over SSH; when it
+ *   ends its sandboxes are gone (and their instances stopped where the nodes still answer), and
+ *   the next create asks for a new one.
  * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), SIF files,
  *   and Slurm allocations.
  */
@@ -75,6 +79,7 @@ import {
   HostSchema,
   type RemoteResult,
 } from '../ssh/host-fleet.ts';
+import { SlurmHosts, SlurmModeSchema } from '../ssh/slurm-hosts.ts';
 
 const ApptainerHostSchema = HostSchema.extend({
   /** The apptainer command on the host. */
@@ -84,10 +89,16 @@ type ApptainerHost = z.output<typeof ApptainerHostSchema>;
 
 export const ApptainerOptionsSchema = z
   .object({
-    hosts: z.array(ApptainerHostSchema).min(1),
+    /** The hosts; or, with `slurm`, none: the nodes of the allocation are the hosts. */
+    hosts: z.array(ApptainerHostSchema).min(1).optional(),
+    /** Slurm mode: hold an allocation and run the sandboxes on its nodes. */
+    slurm: SlurmModeSchema.optional(),
     ...FleetConnectionFields,
   })
-  .strict();
+  .strict()
+  .refine((options) => (options.hosts === undefined) !== (options.slurm === undefined), {
+    message: 'give either hosts or slurm',
+  });
 export type ApptainerOptions = z.input<typeof ApptainerOptionsSchema>;
 
 type Host = FleetHost<ApptainerHost>;
@@ -164,19 +175,62 @@ export class ApptainerProvider implements SandboxProvider {
   /** The hosts, their connections, placement and the sandboxes' state files. */
   readonly fleet: HostFleet<ApptainerHost>;
   readonly #oomKills = new OomKillCounts();
+  /** Slurm mode: the allocation whose nodes are the fleet's hosts. */
+  readonly slurm: SlurmHosts | null = null;
 
   constructor(options: unknown, context: ProviderContext) {
     const parsed = ApptainerOptionsSchema.parse(options);
     this.#context = context;
-    this.fleet = new HostFleet({
+    this.fleet = this.#fleet(parsed.hosts ?? [], parsed);
+    if (parsed.slurm !== undefined)
+      this.slurm = new SlurmHosts(parsed.slurm, {
+        logger: context.logger,
+        namespace: context.namespace,
+        checkHost: (host) => ApptainerHostSchema.parse(host),
+        setHosts: (hosts) => this.setHosts(hosts),
+        list: () => this.fleet.list(),
+        reap: (hosts) => this.#reap(z.array(ApptainerHostSchema).parse(hosts), parsed),
+      });
+  }
+
+  #fleet(
+    hosts: ApptainerHost[],
+    connection: z.output<typeof ApptainerOptionsSchema>,
+  ): HostFleet<ApptainerHost> {
+    return new HostFleet({
       runtime: 'apptainer',
-      namespace: context.namespace,
-      logger: context.logger,
-      connection: parsed,
-      hosts: parsed.hosts,
+      namespace: this.#context.namespace,
+      logger: this.#context.logger,
+      connection,
+      hosts,
       liveNames: (host) => this.#liveInstances(host),
       nameOf: (id) => this.#instanceName(id),
     });
+  }
+
+  /**
+   * Stops our instances (and removes their state files) on hosts that left with an ended Slurm
+   * allocation, over connections of their own: without pam_slurm_adopt, what was started over SSH
+   * outlives the job. A node that no longer lets us in (pam_slurm_adopt: the job's end killed
+   * them) is passed over.
+   */
+  async #reap(hosts: ApptainerHost[], connection: z.output<typeof ApptainerOptionsSchema>): Promise<void> {
+    const fleet = this.#fleet(hosts, connection);
+    try {
+      await Promise.all(
+        fleet.hosts.map(async (host) => {
+          const sandboxes = await fleet.listHost(host).catch(() => []);
+          for (const info of sandboxes) await fleet.run(host, this.#stopLine(host, info.id)).catch(() => {});
+        }),
+      );
+    } finally {
+      fleet.close();
+    }
+  }
+
+  /** Before anything that looks for sandboxes: in Slurm mode, the allocation a restarted daemon left. */
+  async #resumed(): Promise<void> {
+    await this.slurm?.resume();
   }
 
   /** The names of the apptainer instances running on a host. Throws when it does not answer. */
@@ -200,7 +254,7 @@ export class ApptainerProvider implements SandboxProvider {
    * sandboxes out of reach (gone from listings, their commands `sandbox_gone`); new hosts take creates.
    */
   setHosts(hosts: unknown): void {
-    this.fleet.setHosts(ApptainerOptionsSchema.shape.hosts.parse(hosts));
+    this.fleet.setHosts(z.array(ApptainerHostSchema).parse(hosts));
   }
 
   #instanceName(id: string): string {
@@ -218,7 +272,11 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async health(): Promise<ProviderHealth> {
-    return this.fleet.health((host) => this.#apptainer(host, ['--version']));
+    if (this.slurm === null) return this.fleet.health((host) => this.#apptainer(host, ['--version']));
+    const slurm = await this.slurm.health();
+    if (!slurm.ok || this.fleet.hosts.length === 0) return slurm;
+    const hosts = await this.fleet.health((host) => this.#apptainer(host, ['--version']));
+    return { ...hosts, details: { ...hosts.details, slurm: slurm.details } };
   }
 
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
@@ -231,6 +289,15 @@ export class ApptainerProvider implements SandboxProvider {
         'CAPABILITY_UNSUPPORTED',
         `the apptainer provider has no network mode ${spec.network}`,
       );
+    const unpin = this.slurm === null ? () => {} : await this.slurm.ensure();
+    try {
+      return await this.#createOnFleet(spec, options);
+    } finally {
+      unpin();
+    }
+  }
+
+  async #createOnFleet(spec: SandboxSpec, options: CreateOptions): Promise<SandboxInfo> {
     const host = await this.fleet.pick();
     const image = this.#imagePath(host, spec.image);
     const imageConfig = await this.#ensureImage(host, spec.image);
@@ -295,10 +362,17 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async list(filter: ListFilter = {}): Promise<SandboxListing> {
-    return this.fleet.list(filter);
+    await this.#resumed();
+    const listing = await this.fleet.list(filter);
+    const unanswered = this.slurm?.unanswered();
+    // Slurm does not say which allocation is ours: its nodes' sandboxes are out of sight.
+    return unanswered === undefined || unanswered === null
+      ? listing
+      : { ...listing, unreachable: [...listing.unreachable, { scope: 'slurm', reason: unanswered }] };
   }
 
   async get(id: string): Promise<SandboxInfo> {
+    await this.#resumed();
     return this.fleet.get(id);
   }
 
@@ -321,6 +395,7 @@ export class ApptainerProvider implements SandboxProvider {
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
     if (request.session !== undefined)
       throw new GymError('CAPABILITY_UNSUPPORTED', 'the apptainer provider has no sessions');
+    await this.#resumed();
     const host = await this.fleet.locate(id);
     const started = Date.now();
     let spec: SandboxSpec;
@@ -603,6 +678,16 @@ export class ApptainerProvider implements SandboxProvider {
   imageBuilds = 0;
 
   async #prepareDerived(source: DerivedImageSource): Promise<void> {
+    // In Slurm mode it is made on the allocation's nodes: one is asked for when none is held.
+    const unpin = this.slurm === null ? () => {} : await this.slurm.ensure();
+    try {
+      await this.#prepareDerivedOnFleet(source);
+    } finally {
+      unpin();
+    }
+  }
+
+  async #prepareDerivedOnFleet(source: DerivedImageSource): Promise<void> {
     await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
     const built = await Promise.all(
       this.fleet.hosts.map(async (host) => {
@@ -728,6 +813,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {
+    await this.#resumed();
     const host = await this.fleet.locate(id);
     // Every process of the instance but its first (the keeper) and the killer itself.
     const result = await this.#run(
@@ -748,6 +834,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async #tools(id: string, args: string[], stdin?: Readable): Promise<RemoteResult> {
+    await this.#resumed();
     const host = await this.fleet.locate(id);
     return this.#run(
       host,
@@ -814,6 +901,7 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    await this.#resumed();
     await this.fleet.locate(id);
     const spooled = await spoolSafeArchive(archive, directory);
     try {
@@ -827,22 +915,25 @@ export class ApptainerProvider implements SandboxProvider {
     return rebaseArchive(await this.#archive(id, posix.normalize(directory)));
   }
 
+  /** Stops a sandbox's instance and removes its state file. */
+  #stopLine(host: Host, id: string): string {
+    return `${this.#apptainer(host, ['instance', 'stop', '--force', this.#instanceName(id)])} >/dev/null 2>&1; rm -f ${shellJoin([this.fleet.statePath(host, id)])}`;
+  }
+
   async destroy(id: string): Promise<void> {
+    await this.#resumed();
     const host = await this.fleet.hostToDestroy(id);
     if (host === null) {
       this.#oomKills.forget(id);
       return;
     }
-    const statePath = this.fleet.statePath(host, id);
-    await this.#run(
-      host,
-      `${this.#apptainer(host, ['instance', 'stop', '--force', this.#instanceName(id)])} >/dev/null 2>&1; rm -f ${shellJoin([statePath])}`,
-    );
+    await this.#run(host, this.#stopLine(host, id));
     this.fleet.forget(id);
     this.#oomKills.forget(id);
   }
 
   async close(): Promise<void> {
+    await this.slurm?.close();
     this.fleet.close();
   }
 }

@@ -503,6 +503,16 @@ export class SlurmAllocation {
     return jobs.find((job) => job.state === 'RUNNING') ?? jobs[0] ?? null;
   }
 
+  /** Asks the controller something (our jobs); throws PROVIDER_UNAVAILABLE when it does not answer. */
+  async ping(): Promise<void> {
+    const listed = await this.#slurm(['squeue', '--me', '-h', '-o', '%i']);
+    if (listed.code !== 0)
+      throw new GymError(
+        'PROVIDER_UNAVAILABLE',
+        `squeue on ${this.#deps.commands.where} failed: ${listed.stderr.trim() || `exit ${listed.code}`}`,
+      );
+  }
+
   /** The job's line in squeue (every state until it is purged); undefined once it is gone. */
   async #job(jobId: string): Promise<JobLine | undefined> {
     const listed = await this.#slurm(['squeue', '-h', '--states=all', `--jobs=${jobId}`, '-o', JOB_FORMAT]);

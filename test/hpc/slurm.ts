@@ -30,7 +30,9 @@ export function jobState(jobId: string): string | null {
 
 /** Pending and running jobs of a name. */
 export function jobsNamed(name: string): string[] {
-  return execFileSync('squeue', ['-h', '--me', `--name=${name}`, '-o', '%i'], { encoding: 'utf8' })
+  return execFileSync('squeue', ['-h', '--me', `--name=${name}`, '--states=PENDING,RUNNING', '-o', '%i'], {
+    encoding: 'utf8',
+  })
     .split('\n')
     .filter((line) => line.trim() !== '');
 }

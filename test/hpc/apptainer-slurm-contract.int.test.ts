@@ -1,0 +1,69 @@
+/**
+ * The provider contract against the apptainer provider in Slurm mode: its hosts are the nodes of
+ * an allocation it holds on the real one-node Slurm cluster (scripts/slurm-up.sh), whose node's
+ * NodeAddr is the address of a real OpenSSH server with the apptainer stand-in. Every job the
+ * suite's providers held is cancelled at the end.
+ */
+import { afterAll } from 'vitest';
+import { silentLogger } from '../../core/logger.ts';
+import { ApptainerProvider } from '../../providers/apptainer/apptainer-provider.ts';
+import { describeSandboxProviderContract } from '../../providers/contract/index.ts';
+import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
+import { testContext } from '../fixtures/provider-context.ts';
+import { computeNode } from './node.ts';
+import { cancelJobsNamed, requireSlurm, SLURM_NODE_ADDRESS, SLURM_PARTITION } from './slurm.ts';
+
+requireSlurm();
+const jobName = `gym-contract-apptainer-${process.pid}`;
+const node = await computeNode(SLURM_NODE_ADDRESS, 29000 + (process.pid % 1000));
+afterAll(async () => {
+  cancelJobsNamed(jobName);
+  await node.cleanup();
+});
+const { name: _name, host: _host, ...nodeSettings } = node.host;
+
+describeSandboxProviderContract({
+  name: 'apptainer over ssh in a Slurm allocation (stand-in)',
+  image: BUSYBOX_REFERENCE,
+  capabilities: {
+    sessions: false,
+    snapshot: false,
+    gatewayReach: false,
+    timeoutKill: 'tagged',
+    imageFormats: ['rootfs', 'derived'],
+  },
+  testTimeoutMs: 120_000,
+  createProvider: () =>
+    new ApptainerProvider(
+      {
+        slurm: {
+          partition: SLURM_PARTITION,
+          timeLimit: '30',
+          jobName,
+          pollIntervalMs: 1000,
+          idleReleaseMs: 120_000,
+          node: nodeSettings,
+        },
+        keepaliveIntervalMs: 1000,
+      },
+      testContext({ logger: silentLogger }),
+    ),
+  // Slurm's commands run over SSH on a login host nobody listens on.
+  createUnreachableProvider: () =>
+    new ApptainerProvider(
+      {
+        slurm: {
+          login: {
+            host: '127.0.0.1',
+            port: 9,
+            username: 'root',
+            privateKeyPath: node.sshd.clientKeyPath,
+            knownHostsPath: node.sshd.knownHostsPath,
+          },
+          jobName: `${jobName}-unreachable`,
+          node: nodeSettings,
+        },
+      },
+      testContext({ logger: silentLogger }),
+    ),
+});
