@@ -1,7 +1,8 @@
 /**
  * The Slurm allocation against the real one-node cluster (scripts/slurm-up.sh): held, seen in
- * squeue, its node and NodeAddr learned; a scancel noticed; idle release; adoption by a new
- * daemon; a pending allocation given up; the commands run over SSH on a login host (a real sshd).
+ * squeue, its node and NodeAddr learned; a scancel and a time limit noticed; idle release;
+ * adoption by a new daemon; a pending allocation given up; the commands run over SSH on a login
+ * host (a real sshd).
  */
 
 import { spawnSync } from 'node:child_process';
@@ -65,7 +66,9 @@ afterAll(async () => {
   await login?.cleanup();
 });
 
-describe('a Slurm allocation on the one-node cluster', () => {
+// Each case holds jobs of its own name: they run side by side, so the time-limit case's wait
+// (slurmctld checks limits every 30 s) overlaps the others.
+describe.concurrent('a Slurm allocation on the one-node cluster', () => {
   it('is held by one job, visible in squeue, with its node and NodeAddr, shared by every acquire', async () => {
     const held = allocation('hold');
     const first = await held.acquire();
@@ -170,6 +173,18 @@ describe('a Slurm allocation on the one-node cluster', () => {
     await waitFor('the pending job cancelled', () => jobState(jobId) !== 'PENDING' || undefined, 10_000);
     expect(jobsNamed(held.jobName)).toEqual([]);
   });
+
+  it('notices its time limit running out', async () => {
+    const held = allocation('limit');
+    const ends = recordEnds(held);
+    const { allocation: first, unpin } = await held.acquire();
+    unpin();
+    // Its end moved to now: slurmctld's next limit check (within 30 s) ends it with TIMEOUT.
+    spawnSync('scontrol', ['update', `JobId=${first.jobId}`, 'EndTime=now']);
+    await waitFor('the time limit noticed', () => ends.length > 0, 45_000, 100);
+    expect(ends[0]).toMatchObject({ jobId: first.jobId, reason: 'time-limit' });
+    expect(held.current).toBeNull();
+  }, 60_000);
 
   it('runs the Slurm commands over SSH on a login host', async () => {
     const held = allocation(
