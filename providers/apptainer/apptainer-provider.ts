@@ -189,7 +189,8 @@ export class ApptainerProvider implements SandboxProvider {
         checkHost: (host) => ApptainerHostSchema.parse(host),
         setHosts: (hosts) => this.setHosts(hosts),
         list: () => this.fleet.list(),
-        reap: (hosts) => this.#reap(z.array(ApptainerHostSchema).parse(hosts), parsed),
+        reap: (hosts) =>
+          this.#reap(z.array(ApptainerHostSchema).parse(hosts), parsed, this.#context.clock.now()),
       });
   }
 
@@ -212,15 +213,22 @@ export class ApptainerProvider implements SandboxProvider {
    * Stops our instances (and removes their state files) on hosts that left with an ended Slurm
    * allocation, over connections of their own: without pam_slurm_adopt, what was started over SSH
    * outlives the job. A node that no longer lets us in (pam_slurm_adopt: the job's end killed
-   * them) is passed over.
+   * them) is passed over. Sandboxes created after `endedAt` are spared: they belong to the next
+   * allocation, which may have the same nodes.
    */
-  async #reap(hosts: ApptainerHost[], connection: z.output<typeof ApptainerOptionsSchema>): Promise<void> {
+  async #reap(
+    hosts: ApptainerHost[],
+    connection: z.output<typeof ApptainerOptionsSchema>,
+    endedAt: number,
+  ): Promise<void> {
     const fleet = this.#fleet(hosts, connection);
     try {
       await Promise.all(
         fleet.hosts.map(async (host) => {
           const sandboxes = await fleet.listHost(host).catch(() => []);
-          for (const info of sandboxes) await fleet.run(host, this.#stopLine(host, info.id)).catch(() => {});
+          for (const info of sandboxes)
+            if (Date.parse(info.createdAt) <= endedAt)
+              await fleet.run(host, this.#stopLine(host, info.id)).catch(() => {});
         }),
       );
     } finally {

@@ -50,7 +50,11 @@ export interface SlurmHostsDeps {
   setHosts: (hosts: Array<Record<string, unknown>>) => void;
   /** The fleet's listing, for the idle check. */
   list: () => Promise<SandboxListing>;
-  /** Stops what is left of the provider's sandboxes on hosts that left with an ended allocation. */
+  /**
+   * Stops what is left of the provider's sandboxes on hosts that left with an ended allocation.
+   * Called at once when the end is noticed; it must spare sandboxes created after that moment
+   * (the next allocation may get the same nodes).
+   */
   reap: (hosts: Array<Record<string, unknown>>) => Promise<void>;
   /** Where the Slurm commands run; from the options when absent. */
   commands?: SlurmCommands;
@@ -115,9 +119,22 @@ export class SlurmHosts {
    */
   async ensure(): Promise<() => void> {
     await this.resume();
-    const { allocation, unpin } = await this.allocation.acquire();
-    this.#use(allocation);
-    return unpin;
+    for (let attempt = 0; ; attempt += 1) {
+      const { allocation, unpin } = await this.allocation.acquire();
+      // It may have ended between the grant and now: its nodes are not ours any more.
+      if (this.allocation.current === allocation || attempt >= 2) {
+        if (this.allocation.current !== allocation) {
+          unpin();
+          throw new GymError(
+            'PROVIDER_UNAVAILABLE',
+            `the Slurm allocation ${allocation.jobId} ended at once`,
+          );
+        }
+        this.#use(allocation);
+        return unpin;
+      }
+      unpin();
+    }
   }
 
   /**

@@ -104,14 +104,15 @@ describe('apptainer in a Slurm allocation', () => {
     const listing = await made.list({ labels: { test: 'slurm' } });
     expect(listing.sandboxes).toEqual([]);
     expect(listing.unreachable).toEqual([]);
-    // Without pam_slurm_adopt the instances outlive the job: the provider stops them.
-    await made.slurm!.settled();
-    expect(instancesOnNode()).toEqual([]);
-
+    // The next create at once: a new allocation, here on the same node, while the old one's
+    // instances are being stopped (without pam_slurm_adopt they outlive the job). The new
+    // sandbox, made after the end, is spared.
     const third = await made.create(spec());
     const next = made.slurm!.allocation.current!;
     expect(next.jobId).not.toBe(held.jobId);
     expect(jobState(next.jobId)).toBe('RUNNING');
+    await made.slurm!.settled();
+    expect(instancesOnNode()).toEqual([`gym-cancel-${third.id}`]);
     expect((await made.exec(third.id, exec('echo again'))).stdout).toBe('again\n');
     expect((await made.list({ labels: { test: 'slurm' } })).sandboxes.map((info) => info.id)).toEqual([
       third.id,
