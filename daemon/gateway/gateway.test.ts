@@ -277,6 +277,61 @@ describe('model gateway', () => {
     expect(model.requests.length).toBe(before + 2);
   });
 
+  it("refuses stored conversations and prompts, background responses, another rollout's response ids and several choices", async () => {
+    const mine = await openRollout();
+    const other = await openRollout();
+    const first = await mine.client.responses.create({ model: 'm', input: 'hi' });
+    const streamed = await mine.client.responses.create({ model: 'm', input: 'hi', stream: true });
+    let secondId = '';
+    for await (const event of streamed) if (event.type === 'response.completed') secondId = event.response.id;
+    expect(first.id).toMatch(/^resp/);
+    expect(secondId).toMatch(/^resp/);
+    const post = (key: string, rolloutId: string, path: string, body: Record<string, unknown>) =>
+      fetch(`${daemon.address.url}/v1/gateway/${rolloutId}/v1${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        body: JSON.stringify(body),
+      });
+    const before = model.requests.length;
+    const attacks: Array<[string, Record<string, unknown>, string]> = [
+      ['/responses', { model: 'm', input: 'hi', previous_response_id: first.id }, 'previous_response_id'],
+      ['/responses', { model: 'm', input: 'hi', previous_response_id: secondId }, 'previous_response_id'],
+      ['/responses', { model: 'm', input: 'hi', conversation: 'conv_operator' }, 'conversation'],
+      ['/responses', { model: 'm', input: 'hi', conversation: { id: 'conv_operator' } }, 'conversation'],
+      ['/responses', { model: 'm', input: 'hi', prompt: { id: 'pmpt_operator' } }, 'prompt'],
+      ['/responses', { model: 'm', input: 'hi', background: true, store: true }, 'background'],
+      ['/chat/completions', { model: 'm', messages: [{ role: 'user', content: 'hi' }], n: 64 }, 'n'],
+    ];
+    for (const [path, body, field] of attacks) {
+      const response = await post(other.key, other.rolloutId, path, body);
+      expect(response.status, field).toBe(400);
+      const error = (await response.json()) as { error: { code: string; message: string } };
+      expect(error.error).toMatchObject({
+        code: 'VALIDATION_FAILED',
+        message: expect.stringContaining(`refuses ${field}:`),
+      });
+    }
+    expect(model.requests.length).toBe(before);
+    // A rollout continues its own responses, and the harmless values pass.
+    for (const previous of [first.id, secondId]) {
+      const own = await post(mine.key, mine.rolloutId, '/responses', {
+        model: 'm',
+        input: 'go on',
+        previous_response_id: previous,
+        background: false,
+        store: false,
+      });
+      expect(own.status).toBe(200);
+    }
+    const one = await post(mine.key, mine.rolloutId, '/chat/completions', {
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      n: 1,
+    });
+    expect(one.status).toBe(200);
+    expect(model.requests.length).toBe(before + 3);
+  });
+
   it('retries a failing upstream a bounded number of times, then answers a typed 502', async () => {
     const { rolloutId, client } = await openRollout();
     const before = model.requests.length;

@@ -85,6 +85,26 @@ export interface OpenRollout {
   reservedBytes: number;
   /** Calls in flight now. */
   inFlight: number;
+  /**
+   * Ids of the Responses this rollout received, oldest first (at most
+   * `MAX_RESPONSE_IDS_PER_ROLLOUT`): the only ones its `previous_response_id` may name.
+   */
+  responseIds: Set<string>;
+}
+
+/** Response ids a rollout remembers for `previous_response_id`; older ones drop out (an agent continues its latest). */
+export const MAX_RESPONSE_IDS_PER_ROLLOUT = 1024;
+
+/** Remembers a response id the upstream gave a rollout, forgetting the oldest past the bound. */
+function rememberResponse(rollout: OpenRollout, response: unknown): void {
+  const id = (response as { id?: unknown } | undefined)?.id;
+  if (typeof id !== 'string' || id === '') return;
+  rollout.responseIds.delete(id);
+  rollout.responseIds.add(id);
+  if (rollout.responseIds.size > MAX_RESPONSE_IDS_PER_ROLLOUT) {
+    const oldest = rollout.responseIds.values().next().value;
+    if (oldest !== undefined) rollout.responseIds.delete(oldest);
+  }
 }
 
 /**
@@ -271,6 +291,7 @@ export class ModelGateway {
       recordedBytes,
       reservedBytes: 0,
       inFlight: 0,
+      responseIds: new Set(),
     });
     return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
   }
@@ -708,7 +729,8 @@ export class ModelGateway {
           };
     try {
       if (api === 'messages') checkMessagesRequest(request, this.#policy);
-      else checkOpenAiRequest(api, request, this.#policy);
+      else
+        checkOpenAiRequest(api, request, this.#policy, { hasResponse: (id) => rollout.responseIds.has(id) });
       if (api === 'messages') {
         const done = isAnthropicUpstream
           ? await this.#messagesToAnthropic(
@@ -740,6 +762,7 @@ export class ModelGateway {
           response,
           usage: (response as { usage?: unknown }).usage,
         });
+        if (api === 'responses') rememberResponse(rollout, response);
         return response;
       }
       const events: unknown[] = [];
@@ -771,6 +794,7 @@ export class ModelGateway {
         events,
         usage: (response as { usage?: unknown } | undefined)?.usage,
       });
+      if (api === 'responses') rememberResponse(rollout, response);
       ending?.();
       return response;
     } catch (caught) {

@@ -3,8 +3,10 @@
  * 7a) and the upstream runs on the operator's account: a request must not make the upstream
  * reach the network for the agent (server-side tools such as web fetch/search and code
  * execution, the MCP connector, remote image or document URLs the upstream downloads), touch
- * the account's stored state (uploaded files, containers), or raise the price of a call
- * (service tiers, the 1M-context beta). Such requests are refused with a VALIDATION_FAILED that
+ * the account's stored state (uploaded files, containers, stored prompts and conversations, and
+ * responses other than the rollout's own), run past the call that asked (background
+ * responses), or raise the price of a call (service tiers, the 1M-context beta, several
+ * choices). Such requests are refused with a VALIDATION_FAILED that
  * names the field, so the agent learns why rather than getting a silently different answer.
  * Pure functions; the gateway calls them before a call is counted or forwarded.
  */
@@ -15,6 +17,12 @@ type Json = Record<string, unknown>;
 export interface RequestPolicy {
   /** Let image and document URLs (which the upstream downloads) through; data: URLs always pass. */
   allowRemoteImageUrls: boolean;
+}
+
+/** What the gateway knows of the rollout a request comes from. */
+export interface RolloutView {
+  /** Whether the upstream gave this rollout a response of this id (a `previous_response_id` it may continue). */
+  hasResponse(id: string): boolean;
 }
 
 function refuse(field: string, why: string): never {
@@ -161,11 +169,18 @@ function checkOpenAiParts(parts: unknown, field: string, policy: RequestPolicy):
   });
 }
 
-/** A Chat Completions or Responses request: function tools only, no remote image or file URLs. */
+const isSet = (value: unknown) => value !== undefined && value !== null;
+
+/**
+ * A Chat Completions or Responses request: function tools only, no remote image or file URLs,
+ * one choice; a Responses request continues only a response of its own rollout and names no
+ * stored conversation or prompt, and none runs in the background.
+ */
 export function checkOpenAiRequest(
   api: 'chat.completions' | 'responses',
   request: Json,
   policy: RequestPolicy,
+  rollout: RolloutView,
 ): void {
   checkOpenAiTools(request.tools);
   if (request.service_tier !== undefined && request.service_tier !== null) {
@@ -175,11 +190,31 @@ export function checkOpenAiRequest(
   if (api === 'chat.completions') {
     if (request.web_search_options !== undefined && request.web_search_options !== null)
       refuse('web_search_options', 'web search runs on the upstream, with network access');
+    // Several choices multiply the call's cost and what it records past the rollout's
+    // accounting, and a rollout is one trajectory: sample more rollouts instead.
+    if (isSet(request.n) && request.n !== 1) refuse('n', 'only one choice per call (n: 1) is accepted');
     const messages = Array.isArray(request.messages) ? request.messages : [];
     messages.forEach((message, index) => {
       if (isObject(message)) checkOpenAiParts(message.content, `messages[${index}].content`, policy);
     });
     return;
   }
+  if (isSet(request.conversation))
+    refuse(
+      'conversation',
+      "it names a conversation stored on the upstream account (another rollout's, or the operator's)",
+    );
+  if (isSet(request.prompt)) refuse('prompt', 'it names a prompt stored on the upstream account');
+  if (isSet(request.background) && request.background !== false)
+    refuse(
+      'background',
+      "a background response runs on after the call returns, outside the rollout's record and budget",
+    );
+  const previous = request.previous_response_id;
+  if (isSet(previous) && (typeof previous !== 'string' || !rollout.hasResponse(previous)))
+    refuse(
+      'previous_response_id',
+      "only the id of a response this rollout received is accepted (any other is another rollout's or the operator's stored conversation)",
+    );
   checkOpenAiParts(request.input, 'input', policy);
 }
