@@ -33,7 +33,7 @@
  *   ends its sandboxes are gone (and their instances stopped where the nodes still answer), and
  *   the next create asks for a new one.
  * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), SIF files,
- *   and Slurm allocations.
+ *   and commands as `srun --overlap` steps (Slurm mode reaches its nodes over SSH).
  */
 import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
