@@ -9,16 +9,25 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 const exec = vi.hoisted(() => ({
   onStdout: undefined as ((chunk: Buffer) => void) | undefined,
+  /** The relay's stdin as the daemon writes it; nothing reads it unless a test does (a stalled relay). */
+  stdin: undefined as PassThrough | undefined,
   paused: 0,
   resumed: 0,
 }));
 vi.mock('./pod-exec.ts', () => ({
-  startPodExec: async (_k: unknown, _t: unknown, _argv: unknown, io: { onStdout: (c: Buffer) => void }) => {
+  startPodExec: async (
+    _k: unknown,
+    _t: unknown,
+    _argv: unknown,
+    io: { onStdout: (c: Buffer) => void; stdin: PassThrough },
+  ) => {
     exec.onStdout = io.onStdout;
+    exec.stdin = io.stdin;
     setImmediate(() => io.onStdout(frame('R', 0, Buffer.from([0x1f, 0x90]))));
     return {
       done: new Promise(() => {}),
@@ -164,6 +173,30 @@ describe('the kubernetes gateway relay against forged frames', () => {
     await until(() => exec.resumed === 1);
     expect(exec.resumed).toBe(1);
     expect(relay.isOpen).toBe(true);
+    relay.close();
+  });
+
+  it('stops reading the gateway while the relay reads no stdin, so the daemon holds a bounded amount', async () => {
+    const relay = await start();
+    feed(frame('O', 1));
+    await until(() => accepted.length === 1);
+    const gatewaySide = accepted[0] as Socket;
+    const stdin = exec.stdin as PassThrough;
+    // The agent stopped the relay (SIGSTOP): nothing reads its stdin while the gateway answers 16 MiB.
+    const answer = Buffer.alloc(1024 * 1024, 3);
+    for (let i = 0; i < 16; i += 1) gatewaySide.write(answer);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Before the fix all 16 MiB were read off the gateway socket and queued on the relay's stdin.
+    expect(stdin.writableLength + stdin.readableLength).toBeLessThan(256 * 1024);
+    expect(gatewaySide.writableLength).toBeGreaterThan(8 * 1024 * 1024);
+    // The relay reads again: the whole answer comes through.
+    let received = 0;
+    stdin.on('data', (chunk: Buffer) => {
+      received += chunk.length;
+    });
+    await until(() => received >= 16 * 1024 * 1024 && gatewaySide.writableLength === 0);
+    expect(received).toBeGreaterThanOrEqual(16 * 1024 * 1024);
+    expect(gatewaySide.writableLength).toBe(0);
     relay.close();
   });
 });

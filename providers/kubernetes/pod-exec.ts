@@ -8,6 +8,11 @@
  * as "ended without a status". stdin is only safe on `v5.channel.k8s.io`, where its end is a
  * CLOSE signal; on v4 ending stdin closes the whole socket and loses the status, so a command
  * with stdin refuses to run on a server that negotiates v4 (Kubernetes before 1.30).
+ *
+ * client-node reads stdin as fast as it comes and queues it on the WebSocket, which never says
+ * no: a command that stops reading its stdin (an agent can stop the gateway relay) would have
+ * the daemon queue without end. So stdin is read only while the socket holds less than
+ * `MAX_STDIN_QUEUED_BYTES` unsent; above it the stream feeding stdin fills and its writer waits.
  */
 import { PassThrough, Readable, Writable } from 'node:stream';
 import { Exec, type KubeConfig, type V1Status } from '@kubernetes/client-node';
@@ -66,6 +71,38 @@ export function exitCodeOf(status: V1Status): number | null {
   const cause = status.details?.causes?.find((each) => each.reason === 'ExitCode');
   const code = cause?.message === undefined ? Number.NaN : Number.parseInt(cause.message, 10);
   return Number.isInteger(code) ? code : null;
+}
+
+/** Bytes of stdin the exec's socket may hold unsent before stdin is no longer read. */
+export const MAX_STDIN_QUEUED_BYTES = 1024 * 1024;
+/** How often a paused stdin looks whether the socket has sent enough to take more. */
+const STDIN_POLL_MS = 10;
+
+/**
+ * Copies `source` into `target` (what client-node sends) while `queued()` (the socket's unsent
+ * bytes) is at most `maxQueued`; above it, `source` is paused until the socket has sent half of
+ * that, or `isClosed()`. Ends `target` after `source`.
+ */
+export function pumpStdin(
+  source: Readable,
+  target: Writable,
+  queued: () => number,
+  isClosed: () => boolean,
+  maxQueued = MAX_STDIN_QUEUED_BYTES,
+): void {
+  let timer: NodeJS.Timeout | undefined;
+  source.on('data', (chunk: Buffer) => {
+    target.write(chunk);
+    if (timer !== undefined || queued() <= maxQueued) return;
+    source.pause();
+    timer = setInterval(() => {
+      if (!isClosed() && queued() > maxQueued / 2) return;
+      clearInterval(timer);
+      timer = undefined;
+      if (!isClosed()) source.resume();
+    }, STDIN_POLL_MS);
+  });
+  source.on('end', () => target.end());
 }
 
 function sink(onChunk: ((chunk: Buffer) => void) | undefined): Writable {
@@ -131,7 +168,12 @@ export async function startPodExec(
       );
     }
     const source = io.stdin instanceof Readable ? io.stdin : Readable.from([io.stdin as Buffer]);
-    source.pipe(stdin);
+    pumpStdin(
+      source,
+      stdin,
+      () => socket.bufferedAmount,
+      () => socket.readyState !== socket.OPEN,
+    );
   }
   return {
     done,

@@ -10,7 +10,9 @@
  * - only the gateway: this side connects to `socketPath` alone, whatever the frames say;
  * - bounded: the agent can write frames into the stream too, so a frame the relay never sends
  *   (longer than 32 KiB, an open of a live id, an unknown type) closes the relay, and a gateway
- *   socket that takes no more pauses the channel instead of buffering it here;
+ *   socket that takes no more pauses the channel instead of buffering it here; the other way, a
+ *   channel whose stdin takes no more (the agent stopped the relay, or it stopped reading) pauses
+ *   the gateway sockets, so what the gateway answers waits in the gateway, not here;
  * - released by `close()`; a daemon killed with -9 drops the channel, the relay's stdin ends and
  *   it exits.
  *
@@ -45,7 +47,8 @@ function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buf
 /**
  * The channel a relay runs over, as the backend opens it: the relay's stdout arrives through
  * `onStdout`, reading pauses and resumes (backpressure), `abandon` drops it, `done` settles when
- * it ends.
+ * it ends. The channel reads `stdin` only as fast as the relay takes it (a pipe into a stream
+ * that says when it is full), so a relay that stops reading fills `stdin` and pauses the gateway.
  */
 export interface RelayChannel {
   done: Promise<unknown>;
@@ -110,8 +113,17 @@ export class GatewayRelay {
       if (relay === undefined) onBroken(new Error(`the relay broke the protocol: ${reason}`));
       else relay.close();
     };
+    // Backpressure toward the relay: while its stdin takes no more, no gateway socket is read (what
+    // the gateway answers then waits in its own socket); all resume when stdin drains.
+    let isInputFull = false;
     const send = (type: string, id: number, payload?: Buffer) => {
-      if (!input.writableEnded) input.write(frame(type, id, payload));
+      if (input.writableEnded || input.write(frame(type, id, payload)) || isInputFull) return;
+      isInputFull = true;
+      for (const socket of sockets.values()) socket.pause();
+      input.once('drain', () => {
+        isInputFull = false;
+        for (const socket of sockets.values()) socket.resume();
+      });
     };
     // Backpressure: while a gateway socket does not take more, the stream is not read (the
     // relay's stdout fills and it stops reading its connections), so nothing piles up here.
@@ -153,6 +165,7 @@ export class GatewayRelay {
         // The gateway socket and nothing else, whatever the sandbox sends.
         const socket = connect(socketPath);
         sockets.set(id, socket);
+        if (isInputFull) socket.pause();
         let ended = false;
         socket.on('data', (chunk: Buffer) => {
           for (let offset = 0; offset < chunk.length; offset += CHUNK) {
