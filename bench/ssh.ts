@@ -2,9 +2,11 @@
  * The apptainer provider over SSH against a raw ssh2 exec on the same host, in one run: a real
  * OpenSSH server on 127.0.0.9 stands for a compute node and the stand-in for `apptainer` (see
  * README, "Apptainer over SSH"). Prints one JSON line: raw `true` over ssh2, the provider's
- * one-shot exec of `true` and its create, p50 and p90 in ms, and the provider's overhead over
- * the raw exec. Each provider exec is one SSH channel plus the apptainer command; with the
- * stand-in that command is a Node process, so the overhead here is mostly the stand-in's start.
+ * one-shot exec of `true`, its session exec of `true` and its create, p50 and p90 in ms, and
+ * the provider's paths against the raw exec. Each one-shot exec is one SSH channel plus the
+ * apptainer command; with the stand-in that command is a Node process, so the overhead here is
+ * mostly the stand-in's start. A session exec is a write to a shell already running in the
+ * instance over a held channel: no channel, no apptainer command, one round trip.
  *
  *   npm run bench:ssh
  */
@@ -43,6 +45,12 @@ try {
   });
   const request = ExecRequestSchema.parse({ argv: ['true'] });
   const oneShot = await timeSequential(30, 3, () => provider.exec(created[0]!, request));
+  const inSession = ExecRequestSchema.parse({ argv: ['true'], session: 'bench' });
+  const session = await timeSequential(100, 3, async () => {
+    const result = await provider.exec(created[0]!, inSession);
+    if (result.status !== 'ok' || result.exitCode !== 0)
+      throw new Error(`session exec: ${JSON.stringify(result)}`);
+  });
   await Promise.all(created.map((id) => provider.destroy(id)));
   const rawP50 = percentile(rawExec, 0.5);
   console.log(
@@ -52,9 +60,9 @@ try {
       rawSshExecMs: summary(rawExec),
       oneShotExecMs: summary(oneShot),
       createMs: summary(create),
+      sessionExecMs: summary(session),
       oneShotOverRawSsh: round(percentile(oneShot, 0.5) / rawP50, 2),
-      sessionExecMs: null,
-      note: 'sessions are not built on apptainer yet',
+      sessionOverRawSsh: round(percentile(session, 0.5) / rawP50, 4),
     }),
   );
 } finally {

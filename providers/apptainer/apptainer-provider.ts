@@ -1,7 +1,7 @@
 /**
  * Apptainer over SSH: sandboxes are Apptainer instances on the hosts of an inventory (compute
- * nodes, or the nodes of a Slurm allocation), reached through one SSH connection per host
- * (providers/ssh/). A daemon on a login node runs sandboxes on many compute nodes this way.
+ * nodes, or the nodes of a Slurm allocation), reached through a pool of SSH connections per
+ * host (providers/ssh/). A daemon on a login node runs sandboxes on many compute nodes this way.
  *
  * - Placement: the reachable host with the most free slots (`maxSandboxes` minus its sandboxes).
  * - A sandbox is an instance `gym-<namespace>-<id>` started with `--containall --cleanenv
@@ -32,11 +32,21 @@
  *   holds (providers/ssh/slurm-hosts.ts), asked for at the first create, reached over SSH; when it
  *   ends its sandboxes are gone (and their instances stopped where the nodes still answer), and
  *   the next create asks for a new one.
- * - Not here (yet): sessions, snapshot, gateway reach (a reverse forward per sandbox), SIF files,
- *   and commands as `srun --overlap` steps (Slurm mode reaches its nodes over SSH).
+ * - Sessions: one long-lived shell per session in the instance (`apptainer exec instance://NAME
+ *   ... /bin/sh`) over one SSH channel held for the session's life (`../ssh/ssh-session.ts`, the
+ *   protocol in `../shared/shell-session.ts`); a host's channels come from a pool of connections
+ *   (`../ssh/pool.ts`), so many sessions pass sshd's MaxSessions per connection. A timeout kills
+ *   the command's tagged processes, not the shell.
+ * - Gateway reach: with `--network none` the instance's loopback is its own, so a forward on the
+ *   host's loopback cannot reach it. The static relay (`.tools/gym-relay`, copied to each host
+ *   once by content and bound read-only at `/.gym-tools/gym-relay`) runs in the instance over one
+ *   SSH channel, listens on its loopback and frames each connection to the daemon, which joins
+ *   it to the gateway socket and nothing else (`../shared/gateway-relay.ts`).
+ * - Not here (yet): snapshot, SIF files, and commands as `srun --overlap` steps (Slurm mode
+ *   reaches its nodes over SSH).
  */
-import { randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream, existsSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
@@ -59,6 +69,7 @@ import type {
   ProviderCapabilities,
   ProviderContext,
   ProviderHealth,
+  RelayStats,
   SandboxListing,
   SandboxProvider,
   WriteFileOptions,
@@ -66,12 +77,19 @@ import type {
 import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from '../shared/abnormal-end.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
+import {
+  DEFAULT_RELAY_HELPER_PATH,
+  type GatewayRelay,
+  loadRelayBinary,
+  relayStatsOf,
+} from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { killScriptArgv } from '../shared/kill-script.ts';
+import { type KillReach, killScriptArgv } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
+import type { ShellSession } from '../shared/shell-session.ts';
 import {
   FleetConnectionFields,
   type FleetHost,
@@ -80,6 +98,7 @@ import {
   type RemoteResult,
 } from '../ssh/host-fleet.ts';
 import { SlurmHosts, SlurmModeSchema } from '../ssh/slurm-hosts.ts';
+import { openSshSession, startSshRelay } from '../ssh/ssh-session.ts';
 
 const ApptainerHostSchema = HostSchema.extend({
   /** The apptainer command on the host. */
@@ -94,6 +113,12 @@ export const ApptainerOptionsSchema = z
     /** Slurm mode: hold an allocation and run the sandboxes on its nodes. */
     slurm: SlurmModeSchema.optional(),
     ...FleetConnectionFields,
+    /** Gateway reach (`exposeGateway`) through the relay; off without the relay binary. */
+    gatewayReach: z.boolean().default(true),
+    /** The static relay copied to each host (built by scripts/setup.sh). */
+    relayHelperPath: z.string().startsWith('/').default(DEFAULT_RELAY_HELPER_PATH),
+    /** Open relay connections per sandbox at most; one more is closed at once. */
+    relayMaxConnections: z.number().int().positive().max(4096).default(32),
   })
   .strict()
   .refine((options) => (options.hosts === undefined) !== (options.slurm === undefined), {
@@ -104,6 +129,8 @@ export type ApptainerOptions = z.input<typeof ApptainerOptionsSchema>;
 type Host = FleetHost<ApptainerHost>;
 
 const TOOLS = '/.gym-tools/busybox';
+/** Where the relay is bound in every instance made with gateway reach. */
+const RELAY_IN_INSTANCE = '/.gym-tools/gym-relay';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
@@ -160,18 +187,17 @@ interface ImageRecord {
 
 export class ApptainerProvider implements SandboxProvider {
   readonly name: string = 'apptainer';
-  readonly capabilities: ProviderCapabilities = {
-    sessions: false,
-    snapshot: false,
-    gpus: false,
-    diskLimit: false,
-    networkModes: ['none'],
-    gatewayReach: false,
-    timeoutKill: 'tagged',
-    stopProcesses: true,
-    imageFormats: ['rootfs', 'derived'],
-  };
+  readonly capabilities: ProviderCapabilities;
   readonly #context: ProviderContext;
+  readonly #options: z.output<typeof ApptainerOptionsSchema>;
+  /** Sessions by sandbox id, then by session name and user. */
+  readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
+  /** Gateway relays by sandbox id, with the exec id that tags each for the kill script. */
+  readonly #relays = new Map<string, Promise<{ relay: GatewayRelay; execId: string; host: Host }>>();
+  readonly #relayCounters = { refusedTotal: 0 };
+  readonly #relayList = new Set<GatewayRelay>();
+  /** The relay's path on each host (copied there once, by content), by host name. */
+  readonly #relayOnHost = new Map<string, Promise<string>>();
   /** The hosts, their connections, placement and the sandboxes' state files. */
   readonly fleet: HostFleet<ApptainerHost>;
   readonly #oomKills = new OomKillCounts();
@@ -181,6 +207,18 @@ export class ApptainerProvider implements SandboxProvider {
   constructor(options: unknown, context: ProviderContext) {
     const parsed = ApptainerOptionsSchema.parse(options);
     this.#context = context;
+    this.#options = parsed;
+    this.capabilities = {
+      sessions: true,
+      snapshot: false,
+      gpus: false,
+      diskLimit: false,
+      networkModes: ['none'],
+      gatewayReach: parsed.gatewayReach && existsSync(parsed.relayHelperPath),
+      timeoutKill: 'tagged',
+      stopProcesses: true,
+      imageFormats: ['rootfs', 'derived'],
+    };
     this.fleet = this.#fleet(parsed.hosts ?? [], parsed);
     if (parsed.slurm !== undefined)
       this.slurm = new SlurmHosts(parsed.slurm, {
@@ -309,6 +347,7 @@ export class ApptainerProvider implements SandboxProvider {
     const host = await this.fleet.pick();
     const image = this.#imagePath(host, spec.image);
     const imageConfig = await this.#ensureImage(host, spec.image);
+    const relay = this.capabilities.gatewayReach ? await this.#relayOn(host) : null;
     const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
     const now = this.#context.clock.now();
     const info: SandboxInfo = {
@@ -347,6 +386,7 @@ export class ApptainerProvider implements SandboxProvider {
           'none',
           '--bind',
           `${host.busyboxPath}:${TOOLS}:ro`,
+          ...(relay === null ? [] : ['--bind', `${relay}:${RELAY_IN_INSTANCE}:ro`]),
           ...resourceFlags(spec),
           image,
           this.#instanceName(id),
@@ -401,10 +441,25 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
-    if (request.session !== undefined)
-      throw new GymError('CAPABILITY_UNSUPPORTED', 'the apptainer provider has no sessions');
     await this.#resumed();
     const host = await this.fleet.locate(id);
+    if (request.session !== undefined) {
+      let session: ShellSession;
+      try {
+        session = await this.#session(host, id, request.session, request.user);
+      } catch (error) {
+        // The host does not answer (or left the set): as for a one-shot command.
+        if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return goneResult(0);
+        throw error;
+      }
+      return session.run(request, options, {
+        classifyAbnormalEnd: () =>
+          classifyAbnormalEnd(id, this.#oomKills, {
+            outsideView: () => this.#outsideView(host, id),
+            probe: async () => null,
+          }),
+      });
+    }
     const started = Date.now();
     let spec: SandboxSpec;
     let imageConfig: ImageConfig | undefined;
@@ -807,7 +862,12 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   /** Kills every process of the sandbox carrying the tag, with the bound busybox's shell. */
-  async #killTagged(host: Host, id: string, tag: string): Promise<void> {
+  async #killTagged(
+    host: Host,
+    id: string,
+    tag: string,
+    reach: KillReach = 'tagged-and-their-sessions',
+  ): Promise<void> {
     await this.#run(
       host,
       this.#apptainer(host, [
@@ -815,7 +875,7 @@ export class ApptainerProvider implements SandboxProvider {
         '--cleanenv',
         `instance://${this.#instanceName(id)}`,
         TOOLS,
-        ...killScriptArgv(tag, 'tagged-and-their-sessions'),
+        ...killScriptArgv(tag, reach),
       ]),
     ).catch(() => {});
   }
@@ -823,6 +883,9 @@ export class ApptainerProvider implements SandboxProvider {
   async stopProcesses(id: string): Promise<{ killed: number }> {
     await this.#resumed();
     const host = await this.fleet.locate(id);
+    // Session shells and the relay are among the processes killed: dropped first, started again on use.
+    this.#closeSessions(id);
+    await this.#releaseRelay(id, false);
     // Every process of the instance but its first (the keeper) and the killer itself.
     const result = await this.#run(
       host,
@@ -930,6 +993,8 @@ export class ApptainerProvider implements SandboxProvider {
 
   async destroy(id: string): Promise<void> {
     await this.#resumed();
+    this.#closeSessions(id);
+    await this.#releaseRelay(id, false);
     const host = await this.fleet.hostToDestroy(id);
     if (host === null) {
       this.#oomKills.forget(id);
@@ -940,7 +1005,163 @@ export class ApptainerProvider implements SandboxProvider {
     this.#oomKills.forget(id);
   }
 
+  /**
+   * The session shell `name` for `user` in the sandbox, opened on first use (and again after it
+   * was lost): the image's `/bin/sh` through `apptainer exec`, with the sandbox's env and working
+   * directory, as `user` (as a one-shot command's would be).
+   */
+  async #session(host: Host, id: string, name: string, user: string | undefined): Promise<ShellSession> {
+    let byName = this.#sessions.get(id);
+    if (byName === undefined) {
+      byName = new Map();
+      this.#sessions.set(id, byName);
+    }
+    const key = `${name}\0${user ?? ''}`;
+    const existing = byName.get(key);
+    if (existing !== undefined) {
+      const session = await existing.catch(() => null);
+      if (session?.isAlive) return session;
+    }
+    const sessions = byName;
+    const opening = (async () => {
+      const { spec, imageConfig } = await this.fleet.record(host, id);
+      const effective = user ?? spec.user;
+      const drop = effective === undefined ? [] : await this.#dropTo(id, effective);
+      const env = { PATH: DEFAULT_PATH, HOME: '/root', ...imageConfig?.env, ...spec.env };
+      const line = this.#execLine(
+        host,
+        id,
+        [...drop, '/bin/sh'],
+        env,
+        spec.workdir ?? imageConfig?.workdir ?? '/',
+      );
+      // Only the command's processes: the shell shares their session.
+      return openSshSession(host.connection, line, (execId) =>
+        this.#killTagged(host, id, execId, 'tagged-only'),
+      );
+    })();
+    sessions.set(key, opening);
+    opening.catch(() => sessions.delete(key));
+    return opening;
+  }
+
+  #closeSessions(id: string): void {
+    const byName = this.#sessions.get(id);
+    this.#sessions.delete(id);
+    for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
+  }
+
+  /**
+   * The relay binary's path on a host: `<workDirectory>/tools/gym-relay-<sha256>`, copied there
+   * once (by its content, so a second daemon or a changed binary never mixes them up).
+   */
+  #relayOn(host: Host): Promise<string> {
+    const known = this.#relayOnHost.get(host.name);
+    if (known !== undefined) return known;
+    const placing = (async () => {
+      const binary = await loadRelayBinary(this.#options.relayHelperPath);
+      if (binary === null)
+        throw new GymError('PROVIDER_ERROR', `the relay ${this.#options.relayHelperPath} cannot be read`);
+      const digest = createHash('sha256').update(binary).digest('hex').slice(0, 16);
+      const target = posix.join(host.workDirectory, 'tools', `gym-relay-${digest}`);
+      const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
+      const placed = await this.#run(
+        host,
+        `[ -x ${shellJoin([target])} ] || { mkdir -p ${shellJoin([posix.dirname(target)])} && cat > ${shellJoin([partial])} && chmod 555 ${shellJoin([partial])} && mv ${shellJoin([partial, target])}; }`,
+        binary,
+      );
+      if (placed.code !== 0)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `copying the relay to ${host.name} failed: ${placed.stderr.trim()}`,
+        );
+      return target;
+    })();
+    this.#relayOnHost.set(host.name, placing);
+    placing.catch(() => {
+      if (this.#relayOnHost.get(host.name) === placing) this.#relayOnHost.delete(host.name);
+    });
+    return placing;
+  }
+
+  /**
+   * Relays `http://127.0.0.1:<port>` in the instance to the gateway socket over one SSH channel
+   * (see `../shared/gateway-relay.ts`): any free port the first time, the recorded URL's port
+   * after a restart. Each instance has its own loopback (`--network none`), so ports never collide.
+   */
+  async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
+    if (!this.capabilities.gatewayReach)
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `gateway reach is off for this apptainer provider (option gatewayReach, or no relay at ${this.#options.relayHelperPath}: run scripts/setup.sh)`,
+        { details: { provider: this.name, capability: 'gatewayReach' } },
+      );
+    const open = await this.#relays.get(id)?.catch(() => null);
+    if (open?.relay.isOpen) return { url: `http://127.0.0.1:${open.relay.port}` };
+    let port = 0;
+    if (options.url !== undefined) {
+      const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(options.url);
+      port = Number(match?.[1]);
+      if (match === null || port < 1 || port > 65535)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `cannot restore gateway reach at ${options.url}: not a URL this provider gives`,
+          { details: { url: options.url } },
+        );
+    }
+    const starting = (async () => {
+      await this.#resumed();
+      const host = await this.fleet.locate(id);
+      if (!(await this.fleet.exists(host, id)))
+        throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+      const execId = randomBytes(12).toString('hex');
+      const line = this.#execLine(
+        host,
+        id,
+        [RELAY_IN_INSTANCE, String(port)],
+        { PATH: DEFAULT_PATH, GYM_EXEC_ID: execId },
+        '/',
+      );
+      const relay = await startSshRelay(
+        host.connection,
+        line,
+        {
+          label: `${host.name}/${this.#instanceName(id)}`,
+          details: { sandboxId: id, host: host.name, port },
+        },
+        options.socketPath,
+        this.#options.relayMaxConnections,
+        this.#relayCounters,
+      );
+      this.#relayList.add(relay);
+      return { relay, execId, host };
+    })();
+    this.#relays.set(id, starting);
+    starting.catch(() => {
+      if (this.#relays.get(id) === starting) this.#relays.delete(id);
+    });
+    return { url: `http://127.0.0.1:${(await starting).relay.port}` };
+  }
+
+  relayStats(): RelayStats {
+    return relayStatsOf(this.#relayList, this.#relayCounters.refusedTotal);
+  }
+
+  /** Drops a sandbox's relay; with `kill`, also kills the relay process in the instance (by its tag). */
+  async #releaseRelay(id: string, kill: boolean): Promise<void> {
+    const starting = this.#relays.get(id);
+    this.#relays.delete(id);
+    const started = await starting?.catch(() => null);
+    if (started === null || started === undefined) return;
+    started.relay.close();
+    this.#relayList.delete(started.relay);
+    if (kill) await this.#killTagged(started.host, id, started.execId, 'tagged-only');
+  }
+
   async close(): Promise<void> {
+    // The sandboxes live on without reach until a daemon restores it at the same URL.
+    await Promise.all([...this.#relays.keys()].map((id) => this.#releaseRelay(id, true)));
+    for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
     await this.slurm?.close();
     this.fleet.close();
   }

@@ -1,6 +1,7 @@
 /**
  * The hosts an SSH provider (apptainer, enroot) runs sandboxes on, whatever the runtime: their
- * inventory (HostSchema), one SSH connection per host, placement by free slots, and the small
+ * inventory (HostSchema), a pool of SSH connections per host (pool.ts: a session holds a channel
+ * for its life, so many sessions need several connections), placement by free slots, and the small
  * state file per sandbox on its host (`<workDirectory>/sandboxes/<namespace>.<id>.json`: the
  * SandboxInfo with labels and deadline, the spec, the image's config) joined with the runtime's
  * own listing, so a reaper without the daemon's state still finds orphans; a runtime container
@@ -21,7 +22,8 @@ import type { ImageConfig, ListFilter, ProviderHealth, SandboxListing } from '..
 import { matchesListFilter } from '../shared/labels.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { shellJoin } from '../shared/shell.ts';
-import { DEFAULT_TARGET, SshConnection } from './connection.ts';
+import { DEFAULT_TARGET } from './connection.ts';
+import { DEFAULT_POOL, SshPool } from './pool.ts';
 
 /** One host of the inventory; a runtime's provider extends it with its own command's path. */
 export const HostSchema = z
@@ -50,16 +52,22 @@ export type HostConfig = z.output<typeof HostSchema>;
 export const FleetConnectionFields = {
   keepaliveIntervalMs: z.number().int().positive().default(DEFAULT_TARGET.keepaliveIntervalMs),
   keepaliveCountMax: z.number().int().positive().default(DEFAULT_TARGET.keepaliveCountMax),
-  /** SSH sessions open at once per host; keep below the server's MaxSessions (default 10). */
+  /** SSH channels open at once per connection; keep below the server's MaxSessions (default 10). */
   maxChannels: z.number().int().positive().max(64).default(DEFAULT_TARGET.maxChannels),
+  /** SSH connections per host at most: each session holds a channel, so many need several. */
+  maxConnections: z.number().int().positive().max(64).default(DEFAULT_POOL.maxConnections),
+  /** An extra connection to a host that carried nothing this long is closed. */
+  idleCloseMs: z.number().int().positive().default(DEFAULT_POOL.idleCloseMs),
 };
 export interface FleetConnectionSettings {
   keepaliveIntervalMs: number;
   keepaliveCountMax: number;
   maxChannels: number;
+  maxConnections?: number;
+  idleCloseMs?: number;
 }
 
-export type FleetHost<C extends HostConfig = HostConfig> = C & { readonly connection: SshConnection };
+export type FleetHost<C extends HostConfig = HostConfig> = C & { readonly connection: SshPool };
 
 /** What a remote helper command (listing, state files) may print at most. */
 export const CONTROL_OUTPUT_BYTES = 8 * 1024 * 1024;
@@ -148,7 +156,7 @@ export class HostFleet<C extends HostConfig = HostConfig> {
     const settings = this.#options.connection;
     return {
       ...config,
-      connection: new SshConnection(
+      connection: new SshPool(
         {
           host: config.host,
           port: config.port,
@@ -162,6 +170,10 @@ export class HostFleet<C extends HostConfig = HostConfig> {
           ...(config.agent === undefined ? {} : { agent: config.agent }),
         },
         this.#options.logger,
+        {
+          maxConnections: settings.maxConnections ?? DEFAULT_POOL.maxConnections,
+          idleCloseMs: settings.idleCloseMs ?? DEFAULT_POOL.idleCloseMs,
+        },
       ),
     };
   }

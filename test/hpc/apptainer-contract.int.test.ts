@@ -18,9 +18,9 @@ describeSandboxProviderContract({
   name: 'apptainer over ssh (stand-in)',
   image: BUSYBOX_REFERENCE,
   capabilities: {
-    sessions: false,
+    sessions: true,
     snapshot: false,
-    gatewayReach: false,
+    gatewayReach: true,
     timeoutKill: 'tagged',
     imageFormats: ['rootfs', 'derived'],
   },
