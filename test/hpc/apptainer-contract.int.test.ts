@@ -3,10 +3,16 @@
  * its own loopback address stands for a compute node, and the apptainer stand-in
  * (test/stand-ins/apptainer.ts) for Apptainer, which cannot be installed here.
  */
-import { afterAll } from 'vitest';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../core/logger.ts';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { ApptainerProvider } from '../../providers/apptainer/apptainer-provider.ts';
-import { describeSandboxProviderContract } from '../../providers/contract/index.ts';
+import { describeSandboxProviderContract, expectGymError } from '../../providers/contract/index.ts';
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 import { computeNode } from './node.ts';
@@ -30,4 +36,51 @@ describeSandboxProviderContract({
       { hosts: [node.host], keepaliveIntervalMs: 1000 },
       testContext({ logger: silentLogger }),
     ),
+});
+
+/** Reach is per sandbox: only one given it reaches the gateway, and a provider without the relay says so. */
+describe('apptainer gateway reach, only where given', () => {
+  const providers: ApptainerProvider[] = [];
+  const made: Array<{ provider: ApptainerProvider; id: string }> = [];
+  let directory = '';
+  let gateway: Server | undefined;
+  afterAll(async () => {
+    await Promise.all(made.map(({ provider, id }) => provider.destroy(id).catch(() => {})));
+    for (const provider of providers) await provider.close();
+    gateway?.close();
+    if (directory !== '') await rm(directory, { recursive: true, force: true });
+  });
+
+  it('a sandbox not given reach cannot use another sandbox reach; without the relay nothing is bound', async () => {
+    directory = await mkdtemp(join(tmpdir(), 'gym-apptainer-reach-'));
+    const socketPath = join(directory, 'gateway.sock');
+    gateway = createServer((_request, response) => response.end('gateway answered'));
+    await new Promise<void>((resolve) => gateway!.listen(socketPath, resolve));
+    const provider = new ApptainerProvider({ hosts: [node.host] }, testContext({ namespace: 'reach' }));
+    const off = new ApptainerProvider(
+      { hosts: [node.host], gatewayReach: false },
+      testContext({ namespace: 'reach' }),
+    );
+    providers.push(provider, off);
+    const spec = SandboxSpecSchema.parse({ image: BUSYBOX_REFERENCE });
+    const create = async (from: ApptainerProvider) => {
+      const info = await from.create(spec);
+      made.push({ provider: from, id: info.id });
+      return info.id;
+    };
+    const [given, other, without] = await Promise.all([create(provider), create(provider), create(off)]);
+    const get = (from: ApptainerProvider, id: string, url: string) =>
+      from.exec(id, ExecRequestSchema.parse({ argv: ['wget', '-q', '-O', '-', url] }));
+    const { url } = await provider.exposeGateway(given, { socketPath });
+    const answered = await get(provider, given, url);
+    expect(answered.stdout, JSON.stringify(answered)).toBe('gateway answered');
+    const refused = await get(provider, other, url);
+    expect(refused.exitCode).not.toBe(0);
+    expect(refused.stdout).toBe('');
+
+    expect(off.capabilities.gatewayReach).toBe(false);
+    await expectGymError(off.exposeGateway(without, { socketPath }), 'CAPABILITY_UNSUPPORTED');
+    const bound = await off.exec(without, ExecRequestSchema.parse({ argv: ['ls', '/.gym-tools'] }));
+    expect(bound.stdout.split('\n')).not.toContain('gym-relay');
+  });
 });
