@@ -26,9 +26,9 @@ describeSandboxProviderContract({
   name: 'apptainer over ssh in a Slurm allocation (stand-in)',
   image: BUSYBOX_REFERENCE,
   capabilities: {
-    sessions: false,
+    sessions: true,
     snapshot: false,
-    gatewayReach: false,
+    gatewayReach: true,
     timeoutKill: 'tagged',
     imageFormats: ['rootfs', 'derived'],
   },
