@@ -8,8 +8,14 @@
  * known_hosts, keeps alive and reconnects on its own. The first member stays; an extra one that
  * has carried nothing for `idleCloseMs` is closed. New channels go to the lowest member with a
  * free one, so extras drain and close once the load falls.
+ *
+ * A held channel (`start(..., { held: true })`: a session shell, a gateway relay) may take all
+ * but one channel of a connection: the last is kept for short commands, so a timed-out session
+ * command's kill (a short command) always gets a channel. A held channel the pool cannot place
+ * (every connection at its held maximum) fails at once with CAPACITY_EXCEEDED rather than wait
+ * for a session to end; a short command waits for a channel.
  */
-import type { GymError } from '../../core/errors.ts';
+import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import {
   type RemoteExecOptions,
@@ -29,6 +35,23 @@ export interface SshPoolOptions {
 
 export const DEFAULT_POOL = { maxConnections: 4, idleCloseMs: 30_000 } as const;
 
+/** What the pool needs of a connection (an `SshConnection`; a fake in unit tests). */
+export interface PoolMember {
+  readonly name: string;
+  readonly isUp: boolean;
+  readonly lastError: GymError | null;
+  readonly openChannels: number;
+  /** Whether `start` takes a slot now, synchronously, without waiting. */
+  readonly hasFreeChannel: boolean;
+  start(command: string, options: Omit<RemoteExecOptions, 'stdin'>): Promise<RemoteProcess>;
+  close(): void;
+}
+
+export interface StartOptions extends Omit<RemoteExecOptions, 'stdin'> {
+  /** The channel stays open for long (a session shell, a relay): see the module comment. */
+  held?: boolean;
+}
+
 /** After an extra connection failed to open, how long the pool waits for a channel instead of opening another. */
 const EXTRA_RETRY_MS = 5_000;
 
@@ -36,18 +59,36 @@ export class SshPool {
   readonly target: SshTarget;
   readonly #logger: Logger;
   readonly #options: SshPoolOptions;
-  readonly #members: SshConnection[];
-  readonly #idle = new Map<SshConnection, NodeJS.Timeout>();
+  readonly #members: PoolMember[];
+  readonly #connect: () => PoolMember;
+  readonly #idle = new Map<PoolMember, NodeJS.Timeout>();
+  /** Held channels per member. */
+  readonly #held = new Map<PoolMember, number>();
   readonly #waiting: Array<() => void> = [];
   #noExtraUntil = 0;
   #closed = false;
 
-  constructor(target: SshTarget, logger: Logger, options: SshPoolOptions = DEFAULT_POOL) {
+  constructor(
+    target: SshTarget,
+    logger: Logger,
+    options: SshPoolOptions = DEFAULT_POOL,
+    connect: (target: SshTarget, logger: Logger) => PoolMember = (to, log) => new SshConnection(to, log),
+  ) {
     if (options.maxConnections < 1) throw new Error('an ssh pool needs at least one connection');
     this.target = target;
     this.#logger = logger;
     this.#options = options;
-    this.#members = [new SshConnection(target, logger)];
+    this.#connect = () => connect(target, logger);
+    this.#members = [this.#connect()];
+  }
+
+  /** Held channels one connection takes at most: all but one, unless it has only one. */
+  get #heldLimit(): number {
+    return Math.max(1, this.target.maxChannels - 1);
+  }
+
+  #heldOn(member: PoolMember): number {
+    return this.#held.get(member) ?? 0;
   }
 
   get name(): string {
@@ -78,19 +119,21 @@ export class SshPool {
    * free channel, else a new one while under the maximum. Synchronous, and the caller's `start`
    * takes the slot synchronously right after, so callers in one tick never pick the same last slot.
    */
-  #pick(): SshConnection | null {
+  #pick(held: boolean): PoolMember | null {
     if (this.#closed) return this.#members[0]!;
-    const free = this.#members.find((member) => member.hasFreeChannel);
+    const free = this.#members.find(
+      (member) => member.hasFreeChannel && (!held || this.#heldOn(member) < this.#heldLimit),
+    );
     if (free !== undefined) return this.#claim(free);
     if (this.#members.length < this.#options.maxConnections && Date.now() >= this.#noExtraUntil) {
-      const extra = new SshConnection(this.target, this.#logger);
+      const extra = this.#connect();
       this.#members.push(extra);
       return extra;
     }
     return null;
   }
 
-  #claim(member: SshConnection): SshConnection {
+  #claim(member: PoolMember): PoolMember {
     const timer = this.#idle.get(member);
     if (timer !== undefined) {
       clearTimeout(timer);
@@ -100,7 +143,7 @@ export class SshPool {
   }
 
   /** A channel of `member` ended: wake a waiter, and start the idle clock of an extra that carries nothing. */
-  #released(member: SshConnection): void {
+  #released(member: PoolMember): void {
     this.#waiting.shift()?.();
     if (member === this.#members[0] || member.openChannels > 0 || this.#idle.has(member)) return;
     const timer = setTimeout(() => {
@@ -119,20 +162,37 @@ export class SshPool {
   }
 
   /** Starts `command` on some connection (see `SshConnection.start`). */
-  async start(command: string, options: Omit<RemoteExecOptions, 'stdin'> = {}): Promise<RemoteProcess> {
+  async start(command: string, options: StartOptions = {}): Promise<RemoteProcess> {
+    const { held = false, ...io } = options;
     for (;;) {
-      let member = this.#pick();
+      let member = this.#pick(held);
       while (member === null) {
+        if (
+          held &&
+          this.#members.length >= this.#options.maxConnections &&
+          this.#members.every((each) => this.#heldOn(each) >= this.#heldLimit)
+        )
+          throw new GymError(
+            'CAPACITY_EXCEEDED',
+            `ssh ${this.name}: every connection holds its most long-lived channels (${this.#options.maxConnections} connections × ${this.#heldLimit}); end a session or raise maxConnections`,
+            { details: { host: this.target.host, port: this.target.port } },
+          );
         await new Promise<void>((resolve) => this.#waiting.push(resolve));
-        member = this.#pick();
+        member = this.#pick(held);
       }
+      const chosen = member;
       const isExtra = member !== this.#members[0];
       const wasUp = member.isUp;
-      const starting = member.start(command, options);
+      const starting = member.start(command, io);
+      if (held) this.#held.set(member, this.#heldOn(member) + 1);
+      const unhold = () => {
+        if (held) this.#held.set(chosen, this.#heldOn(chosen) - 1);
+      };
       let started: RemoteProcess;
       try {
         started = await starting;
       } catch (error) {
+        unhold();
         this.#released(member);
         // An extra that cannot connect while the first one serves (the server limits connections):
         // wait for a channel there. A host key it refuses is never waited out: that is an error.
@@ -160,20 +220,22 @@ export class SshPool {
         if (isExtra && !member.isUp) this.#drop(member);
         throw error;
       }
-      started.done.then(
-        () => this.#released(member),
-        () => this.#released(member),
-      );
+      const ended = () => {
+        unhold();
+        this.#released(chosen);
+      };
+      started.done.then(ended, ended);
       return started;
     }
   }
 
-  #drop(member: SshConnection): void {
+  #drop(member: PoolMember): void {
     const index = this.#members.indexOf(member);
     if (index > 0) this.#members.splice(index, 1);
     const timer = this.#idle.get(member);
     if (timer !== undefined) clearTimeout(timer);
     this.#idle.delete(member);
+    this.#held.delete(member);
     member.close();
   }
 

@@ -10,9 +10,12 @@ import { GatewayRelay } from '../shared/gateway-relay.ts';
 import { ShellSession } from '../shared/shell-session.ts';
 import type { RemoteExecOptions, RemoteProcess } from './connection.ts';
 
-/** What can start a held command on a host: an `SshConnection` or an `SshPool`. */
+/** What can start a held command on a host: an `SshConnection` or an `SshPool` (which keeps a channel free for short commands). */
 export interface ChannelStarter {
-  start(command: string, options: Omit<RemoteExecOptions, 'stdin'>): Promise<RemoteProcess>;
+  start(
+    command: string,
+    options: Omit<RemoteExecOptions, 'stdin'> & { held?: boolean },
+  ): Promise<RemoteProcess>;
 }
 
 /**
@@ -26,6 +29,7 @@ export async function openSshSession(
 ): Promise<ShellSession> {
   let session: ShellSession | null = null;
   const started = await host.start(command, {
+    held: true,
     onStdout: (chunk) => session?.receive('stdout', chunk),
     onStderr: (chunk) => session?.receive('stderr', chunk),
   });
@@ -57,7 +61,7 @@ export function startSshRelay(
 ): Promise<GatewayRelay> {
   return GatewayRelay.start(
     async (io) => {
-      const started = await host.start(command, { onStdout: io.onStdout });
+      const started = await host.start(command, { held: true, onStdout: io.onStdout });
       io.stdin.pipe(started.stdin);
       return {
         done: started.done.catch(() => null),
