@@ -1,9 +1,10 @@
 /*
- * gym-relay: the in-Pod half of the Kubernetes provider's gateway reach (see ../gateway-relay.ts).
+ * gym-relay: the in-sandbox half of gateway reach for the Kubernetes provider (over pods/exec) and
+ * the apptainer provider (over an SSH channel); the daemon's half is ../../shared/gateway-relay.ts.
  *
  * Listens on 127.0.0.1:PORT inside the sandbox (PORT 0: any free port) and carries every
- * connection over its own stdin and stdout, which the daemon holds as one pods/exec stream; the
- * daemon connects each one to its gateway socket and nowhere else. Frames, both ways:
+ * connection over its own stdin and stdout, which the daemon holds as one exec stream or SSH
+ * channel; the daemon connects each one to its gateway socket and nowhere else. Frames, both ways:
  *
  *   type (1 byte) | connection id (4 bytes, big endian) | length (4 bytes, big endian) | payload
  *
