@@ -84,3 +84,33 @@ describe('apptainer gateway reach, only where given', () => {
     expect(bound.stdout.split('\n')).not.toContain('gym-relay');
   });
 });
+
+/** Sessions hold their channels: past one connection's channels the pool opens more, and keeps room for kills. */
+describe('apptainer sessions past one connection', () => {
+  let provider: ApptainerProvider | undefined;
+  let id = '';
+  afterAll(async () => {
+    if (id !== '') await provider?.destroy(id).catch(() => {});
+    await provider?.close();
+  });
+
+  it('runs 9 sessions at once over 3 connections of 4 channels, and still times out a command in one', async () => {
+    provider = new ApptainerProvider(
+      { hosts: [node.host], maxChannels: 4, maxConnections: 3, gatewayReach: false },
+      testContext({ namespace: 'many' }),
+    );
+    id = (await provider.create(SandboxSpecSchema.parse({ image: BUSYBOX_REFERENCE }))).id;
+    const exec = (request: Record<string, unknown>) => provider!.exec(id, ExecRequestSchema.parse(request));
+    const names = Array.from({ length: 9 }, (_, index) => `s${index}`);
+    const first = await Promise.all(names.map((session) => exec({ command: `echo ${session}`, session })));
+    expect(first.map((result) => result.stdout)).toEqual(names.map((session) => `${session}\n`));
+    expect(provider.fleet.hosts[0]?.connection.connectionCount).toBe(3);
+    // Each connection keeps one channel for short commands: a tenth session has no place.
+    await expectGymError(exec({ argv: ['true'], session: 'tenth' }), 'CAPACITY_EXCEEDED');
+    // While all nine are held, a one-shot command runs and a session command's timeout kill does too.
+    expect((await exec({ argv: ['echo', 'one-shot'] })).stdout).toBe('one-shot\n');
+    const timedOut = await exec({ command: 'sleep 1005', session: 's0', timeoutMs: 1000 });
+    expect(timedOut.status).toBe('timeout');
+    expect((await exec({ command: 'echo after', session: 's0' })).stdout).toBe('after\n');
+  });
+});
