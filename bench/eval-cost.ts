@@ -16,6 +16,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
+import type DockerModem from 'docker-modem';
 import type Docker from 'dockerode';
 
 const TICKS_PER_SECOND = 100;
@@ -282,5 +283,48 @@ export async function runFloor(
     return await execIn(docker, grader, task.test_command, task.workdir);
   } finally {
     await Promise.all(containers.map((container) => container.remove({ force: true }).catch(() => {})));
+  }
+}
+
+/** One engine API call as counted: its method and its path with ids taken out. */
+function callKind(method: string, path: string): string {
+  const bare = path
+    .replace(/^\/v[\d.]+\//, '/')
+    .replace(/\?.*$/, '')
+    .replace(/^\/(containers|exec|images)\/[^/]+/, '/$1/{id}');
+  return `${method} ${bare}`;
+}
+
+/**
+ * Counts the engine API calls this process makes through dockerode, by kind: every dockerode
+ * client (the daemon's provider's and the floor's) dials through docker-modem's one prototype, so
+ * wrapping its `dial` sees them all. Counting costs a map update per call.
+ */
+export class EngineCallCounter {
+  readonly #counts = new Map<string, number>();
+  #restore: (() => void) | undefined;
+
+  constructor(modemPrototype: DockerModem) {
+    const original = modemPrototype.dial;
+    const counts = this.#counts;
+    modemPrototype.dial = function (this: DockerModem, options, callback) {
+      const kind = callKind(options.method ?? '?', options.path ?? '?');
+      counts.set(kind, (counts.get(kind) ?? 0) + 1);
+      return original.call(this, options, callback);
+    };
+    this.#restore = () => {
+      modemPrototype.dial = original;
+    };
+  }
+
+  /** The counts since the last take, by kind, and zeroes them. */
+  take(): Record<string, number> {
+    const taken = Object.fromEntries([...this.#counts].sort(([a], [b]) => a.localeCompare(b)));
+    this.#counts.clear();
+    return taken;
+  }
+
+  close(): void {
+    this.#restore?.();
   }
 }

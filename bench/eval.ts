@@ -10,6 +10,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Modem from 'docker-modem';
 import { pino } from 'pino';
 import { buildSweMiniImages } from '../cli/task-images.ts';
 import { GymClient } from '../client/client.ts';
@@ -20,9 +21,11 @@ import { loadEnvironment, readRows } from '../environments/environment.ts';
 import { runEval } from '../environments/runner/eval.ts';
 import { HarnessRegistry } from '../harnesses/registry.ts';
 import { createDockerClient } from '../providers/docker/index.ts';
-import { CpuMeter, type CpuReading, runFloor } from './eval-cost.ts';
+import { CpuMeter, type CpuReading, EngineCallCounter, runFloor } from './eval-cost.ts';
 import { round } from './stats.ts';
 
+// Before the daemon starts, so every engine call of the run goes through it.
+const engineCalls = new EngineCallCounter(Modem.prototype);
 const logger = pino({ level: 'warn' }, pino.destination(2)) as unknown as Logger & ReturnType<typeof pino>;
 const stateDir = await mkdtemp(join(tmpdir(), 'gym-bench-eval-'));
 const daemon = await startDaemon({
@@ -59,9 +62,25 @@ function perRollout(reading: CpuReading, rollouts: number) {
   };
 }
 
-async function measureFloor(): Promise<CpuReading> {
+/** A phase's CPU, and the engine calls it made by kind. */
+interface Measured {
+  cpu: CpuReading;
+  calls: Record<string, number>;
+}
+
+/** Engine calls per rollout: in all, and by kind. */
+function callsPerRollout(calls: Record<string, number>, rollouts: number) {
+  const each = (value: number) => round(value / rollouts, 2);
+  return {
+    total: each(Object.values(calls).reduce((sum, count) => sum + count, 0)),
+    byKind: Object.fromEntries(Object.entries(calls).map(([kind, count]) => [kind, each(count)])),
+  };
+}
+
+async function measureFloor(): Promise<Measured> {
   const meter = new CpuMeter(docker, (name) => name.startsWith(FLOOR_PREFIX));
   await meter.start();
+  engineCalls.take();
   const started = performance.now();
   for (const [index, row] of rows.entries()) {
     const log = await runFloor(docker, FLOOR_PREFIX, row as never, index);
@@ -69,21 +88,24 @@ async function measureFloor(): Promise<CpuReading> {
       if (!log.includes(`PASSED ${test}`))
         throw new Error(`floor: ${test} did not pass for ${row.instance_id}`);
   }
+  const calls = engineCalls.take();
   const reading = await meter.stop();
   process.stderr.write(
     `bench:eval: floor: ${rows.length} rollouts in ${round((performance.now() - started) / 1000, 1)} s\n`,
   );
-  return reading;
+  return { cpu: reading, calls };
 }
 
-async function measurePipelineCpu(): Promise<CpuReading> {
+async function measurePipelineCpu(): Promise<Measured> {
   const meter = new CpuMeter(
     docker,
     (name, labels) => name.startsWith('gym-bench-eval-') || labels['gym.namespace'] === 'bench-eval',
   );
   await meter.start();
+  engineCalls.take();
   await measure(1, 'cpu');
-  return meter.stop();
+  const calls = engineCalls.take();
+  return { cpu: await meter.stop(), calls };
 }
 
 async function measure(concurrency: number, tag = '', taskRows = rows): Promise<number> {
@@ -123,8 +145,10 @@ try {
   await daemon.stop({ destroy: true });
   stopped = true;
   const floor = await measureFloor();
-  const pipelinePer = perRollout(pipelineCpu, rows.length);
-  const floorPer = perRollout(floor, rows.length);
+  const pipelinePer = perRollout(pipelineCpu.cpu, rows.length);
+  const floorPer = perRollout(floor.cpu, rows.length);
+  const pipelineCalls = callsPerRollout(pipelineCpu.calls, rows.length);
+  const floorCalls = callsPerRollout(floor.calls, rows.length);
   console.log(
     JSON.stringify({
       bench: 'eval',
@@ -140,12 +164,18 @@ try {
       floorMachineCpuSecondsPerRollout: floorPer.machine,
       pipelineCpu: pipelinePer,
       floorCpu: floorPer,
+      // Engine API calls per rollout (dockerode requests of this process: the daemon's, the floor's).
+      engineCallsPerRollout: pipelineCalls.total,
+      floorEngineCallsPerRollout: floorCalls.total,
+      pipelineEngineCalls: pipelineCalls.byKind,
+      floorEngineCalls: floorCalls.byKind,
       seqRolloutsPerMin: round(sequential, 1),
       parRolloutsPerMin: round(parallel, 1),
       speedup: round(parallel / sequential, 2),
     }),
   );
 } finally {
+  engineCalls.close();
   if (!stopped) await daemon.stop({ destroy: true });
   await rm(stateDir, { recursive: true, force: true });
 }
