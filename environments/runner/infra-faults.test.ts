@@ -172,24 +172,24 @@ describe('an infrastructure fault is an infra error, never a reward', () => {
 
   const cases: FaultPlan[] = [
     // The oracle's own step.
-    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'sandbox_gone' },
-    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'timeout' },
-    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'killed' },
-    { at: 'exec:git apply --verbose /tmp/gym-oracle.patch', fault: 'PROVIDER_ERROR' },
-    { at: 'writeFile:/tmp/gym-oracle.patch', fault: 'DAEMON_UNAVAILABLE' },
+    { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'sandbox_gone' },
+    { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'timeout' },
+    { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'killed' },
+    { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'PROVIDER_ERROR' },
+    { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'DAEMON_UNAVAILABLE' },
     // Reading the agent's changes.
     { at: 'stopProcesses', fault: 'PROVIDER_ERROR' },
     { at: 'exec:git add -A', fault: 'sandbox_gone' },
     { at: 'exec:git add -A', fault: 'PROVIDER_ERROR' },
     // The verifier's sandbox and its steps.
     { at: 'createSandbox', fault: 'DAEMON_UNAVAILABLE' },
-    { at: 'writeFile:/tmp/gym-model.patch', fault: 'SANDBOX_NOT_FOUND' },
-    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'killed' },
-    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'sandbox_gone' },
-    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'PROVIDER_ERROR' },
-    { at: 'writeFile:/tmp/gym-test.patch', fault: 'PROVIDER_ERROR' },
-    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'sandbox_gone' },
-    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'DAEMON_UNAVAILABLE' },
+    { at: 'exec:cat > /tmp/gym-model.patch', fault: 'SANDBOX_NOT_FOUND' },
+    { at: 'exec:cat > /tmp/gym-model.patch', fault: 'killed' },
+    { at: 'exec:cat > /tmp/gym-model.patch', fault: 'sandbox_gone' },
+    { at: 'exec:cat > /tmp/gym-model.patch', fault: 'PROVIDER_ERROR' },
+    { at: 'exec:git apply --verbose -', fault: 'PROVIDER_ERROR' },
+    { at: 'exec:git apply --verbose -', fault: 'sandbox_gone' },
+    { at: 'exec:git apply --verbose -', fault: 'DAEMON_UNAVAILABLE' },
     { at: `exec:${ROW.test_command}`, fault: 'sandbox_gone' },
     { at: `exec:${ROW.test_command}`, fault: 'PROVIDER_ERROR' },
   ];
@@ -211,11 +211,11 @@ describe("what the agent's own files or code can cause is graded, never infra", 
     { at: 'exec:git add -A', fault: 'timeout' },
     { at: 'exec:git add -A', fault: 'killed' },
     // The patch content can exhaust the apply's time or memory.
-    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'timeout' },
-    { at: 'exec:git apply --verbose /tmp/gym-model.patch', fault: 'oom' },
+    { at: 'exec:cat > /tmp/gym-model.patch', fault: 'timeout' },
+    { at: 'exec:cat > /tmp/gym-model.patch', fault: 'oom' },
     // Over the agent's files (and any git config its patch wrote).
-    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'timeout' },
-    { at: 'exec:git apply --verbose /tmp/gym-test.patch', fault: 'killed' },
+    { at: 'exec:git apply --verbose -', fault: 'timeout' },
+    { at: 'exec:git apply --verbose -', fault: 'killed' },
     // The tests run the agent's code, which can kill or exhaust its own test run.
     { at: `exec:${ROW.test_command}`, fault: 'killed' },
     { at: `exec:${ROW.test_command}`, fault: 'oom' },

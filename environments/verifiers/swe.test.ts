@@ -7,6 +7,7 @@ import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { ExecRequestInput, ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
+import { STDIN_PATCH_MAX_BYTES } from '../../harnesses/patch-input.ts';
 import { execResult } from '../../test/fixtures/exec-result.ts';
 import { extractPatch, type SweTask, verifySwe } from './swe.ts';
 
@@ -43,8 +44,11 @@ function fakeClient(answer: (command: string) => ExecResult | null): GymClient {
 }
 
 const atTests = (answer: ExecResult) => (command: string) => (command === TASK.test_command ? answer : null);
-const atApply = (patchPath: string, answer: ExecResult) => (command: string) =>
-  command.startsWith(`git apply --verbose ${patchPath}`) ? answer : null;
+/** The model patch's apply (its file written by the same command); the test patch's, from stdin. */
+const MODEL_APPLY = 'git apply --verbose /tmp/gym-model.patch';
+const TEST_APPLY = 'git apply --verbose -';
+const atApply = (apply: string, answer: ExecResult) => (command: string) =>
+  command === apply || (apply === MODEL_APPLY && command.includes(apply)) ? answer : null;
 
 describe('SWE verifier: the test run is the patch doing', () => {
   it('grades a fault-free run 1 (the baseline)', async () => {
@@ -94,7 +98,7 @@ describe('SWE verifier: the test run is the patch doing', () => {
   it('keeps a kill with no exit code infra, at the tests and at the test patch (the engine lost track)', async () => {
     const unknown = result('killed', null);
     expect((await verifySwe(fakeClient(atTests(unknown)), TASK, PATCH)).outcome).toBe('infra_error');
-    const atTestPatch = fakeClient(atApply('/tmp/gym-test.patch', unknown));
+    const atTestPatch = fakeClient(atApply(TEST_APPLY, unknown));
     expect((await verifySwe(atTestPatch, TASK, PATCH)).outcome).toBe('infra_error');
   });
 });
@@ -106,7 +110,7 @@ describe('SWE verifier: applying the patches', () => {
   ])(
     'scores 0 a model patch whose apply ended with %s (the patch content did it)',
     async (status, answer) => {
-      const verdict = await verifySwe(fakeClient(atApply('/tmp/gym-model.patch', answer)), TASK, PATCH);
+      const verdict = await verifySwe(fakeClient(atApply(MODEL_APPLY, answer)), TASK, PATCH);
       expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
       expect(String(verdict.details.reason)).toContain(status);
     },
@@ -118,7 +122,7 @@ describe('SWE verifier: applying the patches', () => {
   ])(
     'keeps a model patch apply that ended %s infra: nothing of the agent runs there to do it',
     async (_s, answer) => {
-      const verdict = await verifySwe(fakeClient(atApply('/tmp/gym-model.patch', answer)), TASK, PATCH);
+      const verdict = await verifySwe(fakeClient(atApply(MODEL_APPLY, answer)), TASK, PATCH);
       expect(verdict.outcome).toBe('infra_error');
     },
   );
@@ -128,14 +132,14 @@ describe('SWE verifier: applying the patches', () => {
     ['killed', result('killed', 137)],
     ['oom', result('oom', 137)],
   ])('scores 0 a test patch apply that ended %s over the agent files', async (status, answer) => {
-    const verdict = await verifySwe(fakeClient(atApply('/tmp/gym-test.patch', answer)), TASK, PATCH);
+    const verdict = await verifySwe(fakeClient(atApply(TEST_APPLY, answer)), TASK, PATCH);
     expect(verdict).toMatchObject({ outcome: 'reward', reward: 0 });
     expect(String(verdict.details.reason)).toContain(status);
   });
 
   it('keeps a lost sandbox while applying the test patch infra', async () => {
     const verdict = await verifySwe(
-      fakeClient(atApply('/tmp/gym-test.patch', result('sandbox_gone', null))),
+      fakeClient(atApply(TEST_APPLY, result('sandbox_gone', null))),
       TASK,
       PATCH,
     );
@@ -244,7 +248,7 @@ describe('SWE verifier: the test files go back to the base commit before the tes
     expect(await verifySwe(client, EDITING, PATCH)).toMatchObject({ outcome: 'reward', reward: 1 });
     expect(commands.slice(1)).toEqual([
       "git checkout abc123 -- 'tests/test_basic.py'",
-      'git apply --verbose /tmp/gym-test.patch',
+      TEST_APPLY,
       TASK.test_command,
     ]);
   });
@@ -258,5 +262,53 @@ describe('SWE verifier: the test files go back to the base commit before the tes
     expect((await verifySwe(failing(result('sandbox_gone', null)), EDITING, PATCH)).outcome).toBe(
       'infra_error',
     );
+  });
+});
+
+describe('SWE verifier: how the patches reach the grading sandbox', () => {
+  /** A healthy daemon that records each upload and each exec request. */
+  function recording() {
+    const uploads: string[] = [];
+    const requests: ExecRequestInput[] = [];
+    const client = {
+      createSandbox: async () => ({ id: 'sbx-verifier' }),
+      destroySandbox: async () => {},
+      writeFile: async (_id: string, path: string) => {
+        uploads.push(path);
+      },
+      exec: async (_id: string, request: ExecRequestInput) => {
+        requests.push(request);
+        return result(
+          'ok',
+          0,
+          request.command === TASK.test_command ? { stdout: `PASSED ${TEST_ID}\n` } : {},
+        );
+      },
+    } as unknown as GymClient;
+    return { client, uploads, requests };
+  }
+
+  it('hands small patches to their commands on stdin: no upload (two engine calls less per patch)', async () => {
+    const { client, uploads, requests } = recording();
+    expect(await verifySwe(client, TASK, PATCH)).toMatchObject({ outcome: 'reward', reward: 1 });
+    expect(uploads).toEqual([]);
+    expect(requests[0]).toMatchObject({ stdin: PATCH });
+    expect(requests[0]!.command).toMatch(/^cat > \/tmp\/gym-model\.patch && \{ git apply --verbose /);
+    expect(requests[1]).toMatchObject({ command: TEST_APPLY, stdin: TASK.test_patch });
+    expect(requests[2]).toMatchObject({ command: TASK.test_command });
+    expect(requests[2]!.stdin).toBeUndefined();
+  });
+
+  it('uploads a patch too large for an exec request, and applies it from that file', async () => {
+    const { client, uploads, requests } = recording();
+    const large = `${PATCH}${'+'.repeat(STDIN_PATCH_MAX_BYTES)}\n`;
+    const task = { ...TASK, test_patch: large };
+    expect(await verifySwe(client, task, large)).toMatchObject({ outcome: 'reward', reward: 1 });
+    expect(uploads).toEqual(['/tmp/gym-model.patch', '/tmp/gym-test.patch']);
+    expect(requests.map((request) => [request.command?.slice(0, 40), request.stdin])).toEqual([
+      ['git apply --verbose /tmp/gym-model.patch', undefined],
+      ['git apply --verbose /tmp/gym-test.patch', undefined],
+      [TASK.test_command, undefined],
+    ]);
   });
 });

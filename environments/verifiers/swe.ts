@@ -16,6 +16,7 @@ import { isGymError } from '../../core/errors.ts';
 import { toLabelValue } from '../../core/schemas/common.ts';
 import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
+import { execWithPatchFile, fitsStdin } from '../../harnesses/patch-input.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import { filesBeforePatch } from './patch-files.ts';
 import { gradeTests, parsePytestLog, type TestLogParser } from './pytest-log.ts';
@@ -148,8 +149,8 @@ export async function applyModelPatch(
   modelPatch: string,
   base: Record<string, unknown>,
 ): Promise<Verdict | null> {
-  await sandbox.writeFile(MODEL_PATCH, Buffer.from(modelPatch));
-  const applied = await sandbox.exec({
+  // Nothing of the agent has run in this fresh sandbox yet: its shell may write the patch file.
+  const applied = await execWithPatchFile(sandbox, modelPatch, MODEL_PATCH, {
     command: `git apply --verbose ${MODEL_PATCH} || git apply --verbose --reject ${MODEL_PATCH} || patch --batch --fuzz=5 -p1 -i ${MODEL_PATCH}`,
     cwd: workdir,
     timeoutMs: 60_000,
@@ -176,6 +177,20 @@ export async function applyModelPatch(
     };
   }
   return null;
+}
+
+/**
+ * Applies the hidden test patch over the agent's files. The patch goes straight to git on stdin
+ * (no file: the agent's files are in place now, and nothing of the sandbox's writes it anywhere);
+ * one too large for an exec request is uploaded (the upload refuses links the agent planted).
+ */
+function applyTestPatch(sandbox: SandboxHandle, task: SweTask): Promise<ExecResult> {
+  const request = { cwd: task.workdir, timeoutMs: 60_000 };
+  if (fitsStdin(task.test_patch))
+    return sandbox.exec({ ...request, command: 'git apply --verbose -', stdin: task.test_patch });
+  return sandbox
+    .writeFile(TEST_PATCH, Buffer.from(task.test_patch))
+    .then(() => sandbox.exec({ ...request, command: `git apply --verbose ${TEST_PATCH}` }));
 }
 
 const shellQuote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
@@ -232,12 +247,7 @@ export async function verifySwe(
           },
         };
     }
-    await sandbox.writeFile(TEST_PATCH, Buffer.from(task.test_patch));
-    const tests = await sandbox.exec({
-      command: `git apply --verbose ${TEST_PATCH}`,
-      cwd: task.workdir,
-      timeoutMs: 60_000,
-    });
+    const tests = await applyTestPatch(sandbox, task);
     // The agent's files are in place now, and the patch fallback can have written the repo's
     // git config (hooks, filters): a git that fails, dies or hangs here may be the agent's doing.
     if (endedFromOutside(tests)) return infraStep('applying the test patch', tests);

@@ -4,6 +4,7 @@
  */
 import type { Harness, HarnessResult, HarnessRunContext, TrajectoryStep } from '../harness.ts';
 import { RunClock } from '../harness.ts';
+import { execWithPatchFile } from '../patch-input.ts';
 
 const PATCH_PATH = '/tmp/gym-oracle.patch';
 
@@ -70,9 +71,9 @@ export function createOracleHarness(): Harness {
           message: `task ${task.id} has no gold patch for the oracle`,
         });
       }
-      await sandbox.writeFile(PATCH_PATH, Buffer.from(task.goldPatch));
       // git apply first (exact); patch with fuzz as the fallback, as SWE-bench's harness does.
-      const applied = await sandbox.exec({
+      // The sandbox is the oracle's own: its shell may write the patch file (one exec, no upload).
+      const applied = await execWithPatchFile(sandbox, task.goldPatch, PATCH_PATH, {
         command: `git apply --verbose ${PATCH_PATH} || patch --batch --fuzz=5 -p1 -i ${PATCH_PATH}`,
         cwd: task.workdir,
         timeoutMs: Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs)),
