@@ -3,11 +3,14 @@
  * filesystem becomes an image through the engine's import endpoint (`docker import`), a derived
  * image through a container of its base that gets the files and the command and is committed,
  * a build plan likewise with its steps in order and committed with its settings.
- * Nothing here needs a registry.
+ * Nothing here needs a registry. Build containers run commands from datasets (a Dockerfile's RUN
+ * lines, a task's setup), so they run with no network, under cpu, memory and pids limits, and
+ * within a deadline after which they are removed, by the build or by the next daemon's sweep.
  */
 import { PassThrough, type Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import * as tar from 'tar-stream';
+import type { Clock } from '../../core/clock.ts';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type {
@@ -20,6 +23,7 @@ import type {
   PlanImageSource,
   RootfsImageSource,
 } from '../sandbox-provider.ts';
+import { OOM_COUNTER_COMMAND, parseOomKillCount, SIGKILL_EXIT_CODE } from '../shared/exec-output.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
 
 /** `repo:tag` split at the tag's colon (a registry host's port colon comes before a slash). */
@@ -60,14 +64,30 @@ function filesTar(files: Record<string, string>): Readable {
   return pack as unknown as Readable;
 }
 
-/**
- * How long the container of a derived image lives at most: it removes itself when its keeper
- * ends, so a daemon killed mid-build leaves nothing behind for longer than this.
- */
-const DERIVE_KEEPER_SECONDS = 600;
+/** How long a derived image's command may run; its container's keeper lives a minute longer. */
+const DERIVE_TIMEOUT_SECONDS = 540;
 
-/** On a plan's build container: the reference it builds. */
+/** How much longer than its build's time limit a build container's keeper lives. */
+const KEEPER_SLACK_SECONDS = 60;
+
+/** On a build container: the reference it builds. */
 export const BUILD_LABEL = 'gym.image-build';
+
+/**
+ * On a build container: when its keeper ends (epoch milliseconds), after which nothing waits for
+ * it and a daemon's start removes it (see `sweepLeftovers`).
+ */
+export const BUILD_DEADLINE_LABEL = 'gym.image-build-deadline-at';
+
+/** The longest a build container without a deadline label (an older daemon's) may live: a plan's longest time limit. */
+const UNLABELLED_BUILD_MAX_MS = (24 * 3600 + KEEPER_SLACK_SECONDS) * 1000;
+
+/** The cpu, memory and pids limits of every build container. */
+export interface BuildLimits {
+  cpus: number;
+  memoryMiB: number;
+  pidsLimit: number;
+}
 
 /** How long a build waits for a container removal already under way to finish. */
 const REMOVAL_WAIT_MS = 30_000;
@@ -76,15 +96,111 @@ const REMOVAL_WAIT_MS = 30_000;
  * A plan's default time limit (a plan may set its own); its container's keeper lives a minute
  * longer, so a daemon killed mid-build leaves the container behind for at most that long.
  */
-const PLAN_KEEPER_SECONDS = 900;
+const PLAN_TIMEOUT_SECONDS = 900;
 
 export class DockerImages {
   readonly #docker: Docker;
   readonly #logger: Logger;
+  readonly #limits: BuildLimits;
+  readonly #clock: Clock;
 
-  constructor(docker: Docker, logger: Logger) {
+  constructor(docker: Docker, logger: Logger, limits: BuildLimits, clock: Clock) {
     this.#docker = docker;
     this.#logger = logger;
+    this.#limits = limits;
+    this.#clock = clock;
+  }
+
+  /**
+   * Removes the build containers past their keeper's deadline, whichever daemon made them. A build
+   * removes its own container when it ends, and the engine removes one whose keeper ended; what is
+   * left past the deadline is a daemon's that died: one it made but never started (auto-remove
+   * acts only on exit), or one whose keeper (the base image's own `sleep`, which a dataset
+   * chooses) did not end. Returns how many it removed.
+   */
+  async sweepLeftovers(): Promise<number> {
+    let containers: Docker.ContainerInfo[];
+    try {
+      containers = await this.#docker.listContainers({ all: true, filters: { label: [BUILD_LABEL] } });
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'list build containers' });
+    }
+    const now = this.#clock.now();
+    let removed = 0;
+    for (const info of containers) {
+      const labelled = Number(info.Labels?.[BUILD_DEADLINE_LABEL]);
+      const deadline = Number.isFinite(labelled) ? labelled : info.Created * 1000 + UNLABELLED_BUILD_MAX_MS;
+      if (deadline > now) continue;
+      try {
+        await this.#docker.getContainer(info.Id).remove({ force: true });
+        removed += 1;
+      } catch (error) {
+        const status = engineStatus(error);
+        if (status !== 404 && status !== 409)
+          throw wrapDockerError(error, { operation: 'remove build container' });
+      }
+    }
+    return removed;
+  }
+
+  /** A build container's engine settings: no network, no log, removed when its keeper ends, limited. */
+  #buildHostConfig(): Docker.HostConfig {
+    const memory = this.#limits.memoryMiB * 1024 * 1024;
+    return {
+      NetworkMode: 'none',
+      AutoRemove: true,
+      LogConfig: { Type: 'none', Config: {} },
+      Memory: memory,
+      MemorySwap: memory,
+      NanoCpus: Math.round(this.#limits.cpus * 1e9),
+      PidsLimit: this.#limits.pidsLimit,
+    };
+  }
+
+  /** A build container's labels: what it builds and when its keeper ends. */
+  #buildLabels(reference: string, keeperSeconds: number): Record<string, string> {
+    return {
+      'gym.role': 'image-build',
+      [BUILD_LABEL]: reference,
+      [BUILD_DEADLINE_LABEL]: String(this.#clock.now() + keeperSeconds * 1000),
+    };
+  }
+
+  /**
+   * Runs a build in its container within `timeoutSeconds`, then removes the container. Past the
+   * deadline the build fails and the container is removed at once, which ends whatever step was
+   * running in it.
+   */
+  async #bounded(
+    container: Docker.Container,
+    reference: string,
+    timeoutSeconds: number,
+    build: (timedOut: () => boolean) => Promise<void>,
+  ): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    let timedOut = false;
+    let removal: Promise<void> | undefined;
+    const deadline = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        reject(
+          new GymError('VALIDATION_FAILED', `building ${reference} ran past ${timeoutSeconds} s`, {
+            details: { timeoutSeconds },
+          }),
+        );
+        removal = this.#removeBuildContainer(container, 'an image build');
+      }, timeoutSeconds * 1000);
+    });
+    try {
+      const steps = build(() => timedOut);
+      steps.catch(() => {});
+      await Promise.race([steps, deadline]);
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'build image', image: reference });
+    } finally {
+      clearTimeout(timer);
+      await (removal ?? this.#removeBuildContainer(container, 'an image build'));
+    }
   }
 
   async inspect(reference: string): Promise<ImageInfo | null> {
@@ -174,34 +290,33 @@ export class DockerImages {
   }
 
   /**
-   * A container of the base (no network, no log), the files written, the command run, the
-   * container committed under the reference with the labels added.
+   * A build container of the base, the files written, the command run, the container committed
+   * under the reference with the labels added.
    */
   async #derive(source: DerivedImageSource): Promise<void> {
+    const keeperSeconds = DERIVE_TIMEOUT_SECONDS + KEEPER_SLACK_SECONDS;
     let container: Docker.Container;
     try {
       container = await this.#docker.createContainer({
         Image: source.base,
-        Entrypoint: ['sh', '-c', `sleep ${DERIVE_KEEPER_SECONDS}`],
+        Entrypoint: ['sh', '-c', `sleep ${keeperSeconds}`],
         Cmd: [],
         WorkingDir: source.workdir,
-        HostConfig: { NetworkMode: 'none', AutoRemove: true, LogConfig: { Type: 'none', Config: {} } },
+        HostConfig: this.#buildHostConfig(),
+        Labels: this.#buildLabels(source.reference, keeperSeconds),
       });
     } catch (error) {
       throw wrapDockerError(error, { operation: 'derive image', image: source.base });
     }
-    try {
+    await this.#bounded(container, source.reference, DERIVE_TIMEOUT_SECONDS, async (timedOut) => {
       await container.start();
       await this.#run(container, `mkdir -p '${source.workdir.replaceAll("'", `'\\''`)}'`, '/', {});
       await container.putArchive(filesTar(source.files), { path: source.workdir });
       await this.#run(container, source.command, source.workdir, source.env);
+      if (timedOut()) return;
       const { repo, tag } = splitReference(source.reference);
       await container.commit({ repo, tag, changes: dockerfileChanges({ labels: source.labels }) } as never);
-    } catch (error) {
-      throw wrapDockerError(error, { operation: 'derive image', image: source.reference });
-    } finally {
-      await this.#removeBuildContainer(container, 'a derived image');
-    }
+    });
   }
 
   /**
@@ -255,36 +370,22 @@ export class DockerImages {
     const baseCmd = asList(base.Config?.Cmd as string | string[] | null) ?? [];
     const baseWorkdir = base.Config?.WorkingDir || '/';
     const baseUser = base.Config?.User || '0';
-    const timeoutSeconds = source.timeoutSeconds ?? PLAN_KEEPER_SECONDS;
-    const keeper = ['sh', '-c', `sleep ${timeoutSeconds + 60}`];
+    const timeoutSeconds = source.timeoutSeconds ?? PLAN_TIMEOUT_SECONDS;
+    const keeperSeconds = timeoutSeconds + KEEPER_SLACK_SECONDS;
+    const keeper = ['sh', '-c', `sleep ${keeperSeconds}`];
     let container: Docker.Container;
     try {
       container = await this.#docker.createContainer({
         Image: source.base,
         ...(baseEntrypoint.length > 0 ? { Entrypoint: keeper, Cmd: [] } : { Cmd: keeper }),
         User: '0',
-        HostConfig: { NetworkMode: 'none', AutoRemove: true, LogConfig: { Type: 'none', Config: {} } },
-        Labels: { 'gym.role': 'image-build', [BUILD_LABEL]: source.reference },
+        HostConfig: this.#buildHostConfig(),
+        Labels: this.#buildLabels(source.reference, keeperSeconds),
       });
     } catch (error) {
       throw wrapDockerError(error, { operation: 'build image', image: source.base });
     }
-    let timer: NodeJS.Timeout | undefined;
-    let timedOut = false;
-    let removal: Promise<void> | undefined;
-    const deadline = new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => {
-        timedOut = true;
-        reject(
-          new GymError('VALIDATION_FAILED', `building ${source.reference} ran past ${timeoutSeconds} s`, {
-            details: { timeoutSeconds },
-          }),
-        );
-        // Removing the container ends whatever step was running in it.
-        removal = this.#removeBuildContainer(container, 'an image build');
-      }, timeoutSeconds * 1000);
-    });
-    const build = async () => {
+    await this.#bounded(container, source.reference, timeoutSeconds, async (timedOut) => {
       await container.start();
       for (const [index, step] of source.steps.entries()) {
         await this.#step(container, step, baseWorkdir, baseUser).catch((error: unknown) => {
@@ -295,7 +396,7 @@ export class DockerImages {
           });
         });
       }
-      if (timedOut) return;
+      if (timedOut()) return;
       const { repo, tag } = splitReference(source.reference);
       const { settings } = source;
       await container.commit({
@@ -307,17 +408,7 @@ export class DockerImages {
           cmd: settings.cmd ?? baseCmd,
         }),
       } as never);
-    };
-    try {
-      const steps = build();
-      steps.catch(() => {});
-      await Promise.race([steps, deadline]);
-    } catch (error) {
-      throw wrapDockerError(error, { operation: 'build image', image: source.reference });
-    } finally {
-      clearTimeout(timer);
-      await (removal ?? this.#removeBuildContainer(container, 'an image build'));
-    }
+    });
   }
 
   async #step(
@@ -340,6 +431,7 @@ export class DockerImages {
       await this.#run(container, ['chown', '-R', step.chown, '--', ...top], '/', {}, '0');
   }
 
+  /** Runs a command in the build container; a non-zero exit is VALIDATION_FAILED with its output's tail. */
   async #run(
     container: Docker.Container,
     command: string | string[],
@@ -347,6 +439,33 @@ export class DockerImages {
     env: Record<string, string>,
     user?: string,
   ): Promise<void> {
+    const { exitCode, tail } = await this.#exec(container, command, workdir, env, user);
+    if (exitCode === 0) return;
+    const shown = typeof command === 'string' ? command : JSON.stringify(command);
+    const limits = this.#limits;
+    const outOfMemory =
+      exitCode === SIGKILL_EXIT_CODE &&
+      ((await this.#exec(container, OOM_COUNTER_COMMAND, '/', {}, '0').then(
+        (counter) => parseOomKillCount(counter.tail),
+        () => null,
+      )) ?? 0) > 0;
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `the image's command ${outOfMemory ? `ran out of the build's ${limits.memoryMiB} MiB of memory and was killed` : `failed with exit ${exitCode}`} (${shown.slice(0, 1000)}); builds here have no network and at most ${limits.cpus} cpus, ${limits.memoryMiB} MiB and ${limits.pidsLimit} processes: ${tail}`,
+      {
+        details: { command: shown.slice(0, 1000), exitCode, ...(outOfMemory ? { reason: 'oom' } : {}) },
+      },
+    );
+  }
+
+  /** Runs a command in the build container: its exit code and the last 4000 characters of its output. */
+  async #exec(
+    container: Docker.Container,
+    command: string | string[],
+    workdir: string,
+    env: Record<string, string>,
+    user?: string,
+  ): Promise<{ exitCode: number | null; tail: string }> {
     const argv = typeof command === 'string' ? ['sh', '-c', command] : command;
     const exec = await container.exec({
       Cmd: argv,
@@ -368,13 +487,6 @@ export class DockerImages {
       stream.once('close', resolve);
     });
     const { ExitCode } = await exec.inspect();
-    if (ExitCode !== 0) {
-      const shown = typeof command === 'string' ? command : JSON.stringify(command);
-      throw new GymError(
-        'VALIDATION_FAILED',
-        `the image's command failed with exit ${ExitCode} (${shown.slice(0, 1000)}); builds here have no network: ${tail}`,
-        { details: { command: shown.slice(0, 1000), exitCode: ExitCode } },
-      );
-    }
+    return { exitCode: ExitCode, tail };
   }
 }

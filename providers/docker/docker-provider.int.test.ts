@@ -3,12 +3,13 @@ import { GymError } from '../../core/errors.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
+import { DEFAULT_RESOURCES } from '../../daemon/config.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
-import { BUILD_LABEL } from './docker-images.ts';
-import { DockerProvider } from './docker-provider.ts';
-import { createDockerClient } from './index.ts';
+import { BUILD_DEADLINE_LABEL, BUILD_LABEL } from './docker-images.ts';
+import { DEFAULT_BUILD_RESOURCES, DockerProvider } from './docker-provider.ts';
+import { createDockerClient, createDockerProvider } from './index.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -136,6 +137,78 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
       .catch((caught: unknown) => caught);
     expect(error).toMatchObject({ code: 'VALIDATION_FAILED' });
     expect((error as Error).message).toContain('capAdd');
+  });
+
+  // A hostile dataset's RUN step (a Harbor Dockerfile, a task's setup command) runs in a build
+  // container: without limits it could fork without end or take the host's memory.
+  it('builds images under cpu, memory and pids limits: a fork loop or a memory hog fails the build and leaves nothing', async () => {
+    // Unconfigured, builds get what a sandbox gets by default.
+    expect(DEFAULT_BUILD_RESOURCES).toEqual(DEFAULT_RESOURCES);
+    const limited = new DockerProvider(docker, testContext(), {
+      buildResources: { cpus: 0.5, memoryMiB: 64, pidsLimit: 64 },
+    });
+    const reference = `gym-test/build-limits-${context.daemonId}:hostile`;
+    const plan = (script: string) =>
+      limited.prepareImage({
+        format: 'plan',
+        reference,
+        base: busybox,
+        steps: [{ kind: 'run', argv: ['sh', '-c', script], env: {} }],
+        settings: { env: {}, labels: {} },
+        timeoutSeconds: 60,
+      });
+    try {
+      const forks = (await plan(
+        'i=0; while [ $i -lt 300 ]; do sleep 20 </dev/null >/dev/null 2>&1 & i=$((i+1)); done',
+      ).catch((caught: unknown) => caught)) as GymError;
+      expect(forks).toBeInstanceOf(GymError);
+      expect(forks.code).toBe('VALIDATION_FAILED');
+      expect(forks.message).toMatch(/can't fork/);
+      expect(forks.message).toContain('64 processes');
+      expect(await buildLeftovers(reference)).toBe(0);
+      const hog = (await plan('x=$(head -c 300m /dev/zero | tr "\\0" a); echo ${#x}').catch(
+        (caught: unknown) => caught,
+      )) as GymError;
+      expect(hog).toBeInstanceOf(GymError);
+      expect(hog.code).toBe('VALIDATION_FAILED');
+      expect(hog.message).toContain("ran out of the build's 64 MiB of memory");
+      expect(hog.details).toMatchObject({ reason: 'oom' });
+      expect(await buildLeftovers(reference)).toBe(0);
+      expect(await limited.inspectImage(reference)).toBeNull();
+    } finally {
+      await docker
+        .getImage(reference)
+        .remove({ force: true })
+        .catch(() => {});
+      await limited.close();
+    }
+  });
+
+  // A daemon killed between creating a build container and starting it leaves one that
+  // auto-remove never removes; one whose keeper (the dataset's own `sleep`) never ends likewise.
+  it("removes build containers past their deadline at start, and keeps another build's", async () => {
+    const reference = `gym-test/build-sweep-${context.daemonId}:left`;
+    const leftover = (deadlineAt: number) =>
+      docker.createContainer({
+        Image: busybox,
+        Cmd: ['sleep', '600'],
+        HostConfig: { NetworkMode: 'none' },
+        Labels: { [BUILD_LABEL]: reference, [BUILD_DEADLINE_LABEL]: String(deadlineAt) },
+      });
+    const stale = await leftover(Date.now() - 1000);
+    const live = await leftover(Date.now() + 600_000);
+    await live.start();
+    try {
+      const started = await createDockerProvider({}, testContext());
+      await started.close();
+      const left = await docker.listContainers({
+        all: true,
+        filters: { label: [`${BUILD_LABEL}=${reference}`] },
+      });
+      expect(left.map((container) => container.Id)).toEqual([live.id]);
+    } finally {
+      await Promise.all([stale, live].map((container) => container.remove({ force: true }).catch(() => {})));
+    }
   });
 
   it('reports an unreachable engine as PROVIDER_UNAVAILABLE, never with the engine status', async () => {

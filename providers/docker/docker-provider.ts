@@ -7,6 +7,7 @@ import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import {
   NetworkModeSchema,
+  ResourcesSchema,
   type SandboxInfo,
   type SandboxSpec,
   type SandboxState,
@@ -73,6 +74,12 @@ const RUNTIME_EXIT_CODES = new Set([126, 137]);
 
 /** How many files one `readFile` follows through symlinks before giving up (like the kernel's ELOOP). */
 
+/**
+ * Limits of an image build unless the options say otherwise: the values of the daemon's default
+ * `defaults.resources` (a test holds them equal), which run a package install or a test suite.
+ */
+export const DEFAULT_BUILD_RESOURCES = { cpus: 2, memoryMiB: 4096, pidsLimit: 1024 } as const;
+
 export const DockerProviderOptionsSchema = z
   .object({
     /** The engine's unix socket; default /var/run/docker.sock (or DOCKER_HOST as dockerode reads it). */
@@ -128,6 +135,20 @@ export const DockerProviderOptionsSchema = z
      * that is not itself a snapshot. Default `gym-snapshot/`, so base images stay untouched.
      */
     snapshotImagePrefixes: z.array(z.string().min(1)).default([DEFAULT_SNAPSHOT_IMAGE_PREFIX]),
+    /**
+     * Limits of the containers that build images (a plan's steps, a derived image's command):
+     * they run commands from datasets (a Dockerfile's RUN lines, a task's setup), which must not
+     * fork-bomb the host or take its memory. Each unset field defaults to the same value as the
+     * daemon's `defaults.resources`.
+     */
+    buildResources: z
+      .object({
+        cpus: ResourcesSchema.shape.cpus.unwrap().default(DEFAULT_BUILD_RESOURCES.cpus),
+        memoryMiB: ResourcesSchema.shape.memoryMiB.unwrap().default(DEFAULT_BUILD_RESOURCES.memoryMiB),
+        pidsLimit: ResourcesSchema.shape.pidsLimit.unwrap().default(DEFAULT_BUILD_RESOURCES.pidsLimit),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict();
 export type DockerProviderOptions = z.input<typeof DockerProviderOptionsSchema>;
@@ -215,7 +236,7 @@ export class DockerProvider implements SandboxProvider {
     this.#docker = docker;
     this.#context = context;
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
-    this.#images = new DockerImages(docker, context.logger);
+    this.#images = new DockerImages(docker, context.logger, this.#options.buildResources, context.clock);
     this.#relays = new GatewayRelays({
       maxConnections: this.#options.relayMaxConnections,
       idleTimeoutMs: this.#options.relayIdleTimeoutMs,
@@ -259,6 +280,21 @@ export class DockerProvider implements SandboxProvider {
   /** Container names embed the namespace, so a lookup by name never crosses deployments. */
   containerName(id: string): string {
     return `gym-${this.#context.namespace}-${id}`;
+  }
+
+  /**
+   * Removes image-build containers that a daemon which died left past their deadline (see
+   * `DockerImages.sweepLeftovers`); what the daemon's start runs. Never throws: an engine that does
+   * not answer is logged, and the next start tries again.
+   */
+  async sweepBuildLeftovers(): Promise<void> {
+    try {
+      const removed = await this.#images.sweepLeftovers();
+      if (removed > 0)
+        this.#context.logger.info({ removed }, 'removed image-build containers left past their deadline');
+    } catch (error) {
+      this.#context.logger.warn({ error: String(error) }, 'could not sweep image-build containers');
+    }
   }
 
   async health(): Promise<ProviderHealth> {

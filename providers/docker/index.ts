@@ -14,7 +14,10 @@ export function createDockerClient(options: Pick<DockerProviderOptions, 'socketP
   return options.socketPath === undefined ? new Docker() : new Docker({ socketPath: options.socketPath });
 }
 
-export const createDockerProvider: SandboxProviderFactory = (options, context) => {
+/** The daemon's Docker provider; its start removes build containers a dead daemon left behind. */
+export const createDockerProvider: SandboxProviderFactory = async (options, context) => {
   const parsed = (options ?? {}) as DockerProviderOptions;
-  return new DockerProvider(createDockerClient(parsed), context, parsed);
+  const provider = new DockerProvider(createDockerClient(parsed), context, parsed);
+  await provider.sweepBuildLeftovers();
+  return provider;
 };
