@@ -131,6 +131,43 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     }
   });
 
+  it('confines and stops the commands of containers it made from the host, inspecting none of them again', async () => {
+    // A client of its own whose container inspects are counted.
+    const counted = createDockerClient();
+    let inspects = 0;
+    const dial = counted.modem.dial.bind(counted.modem);
+    counted.modem.dial = (options, callback) => {
+      if (options.method === 'GET' && /^\/containers\/[^/]+\/json/.test(options.path ?? '')) inspects += 1;
+      return dial(options, callback);
+    };
+    const own = new DockerProvider(counted, testContext());
+    expect(own.capabilities.timeoutKill).toBe('cgroup');
+    const ids: string[] = [];
+    const exec = (id: string, command: string, timeoutMs = 20_000) =>
+      own.exec(id, parseOrThrow(ExecRequestSchema, { command, timeoutMs }, 'exec'));
+    try {
+      // The first container's cgroup is found through the engine, which shows where it keeps them.
+      const first = await own.create(spec());
+      ids.push(first.id);
+      expect((await exec(first.id, 'true')).exitCode).toBe(0);
+      const second = await own.create(spec());
+      ids.push(second.id);
+      inspects = 0;
+      // A timeout still kills all the command started: its cgroup was found on the host.
+      expect((await exec(second.id, 'sleep 60 & sleep 60', 500)).status).toBe('timeout');
+      expect((await exec(second.id, 'ps -o comm | grep -c sleep; true')).stdout.trim()).toBe('0');
+      // And stopping the processes uses what the lookup saw: the keeper stays, the rest goes.
+      await exec(second.id, 'sleep 60 >/dev/null 2>&1 &');
+      expect(await own.stopProcesses(second.id)).toEqual({ killed: 1 });
+      expect(await own.stopProcesses(first.id)).toEqual({ killed: 0 });
+      expect((await exec(second.id, 'cat /proc/1/comm')).stdout.trim()).toBe('.gym-exec');
+      expect(inspects).toBe(0);
+    } finally {
+      await Promise.all(ids.map((id) => own.destroy(id)));
+      await own.close();
+    }
+  });
+
   it('validates its own providerOptions', async () => {
     const error = await provider
       .create(spec({ providerOptions: { capAdd: ['not valid'] } }))

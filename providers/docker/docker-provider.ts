@@ -416,6 +416,7 @@ export class DockerProvider implements SandboxProvider {
     try {
       await container.start();
       this.#oomCounts.start(id);
+      if (this.#processes.helperBind !== null) this.#processes.created(id, container.id);
       if (spec.files.length > 0) await this.#writeSeedFiles(container, spec);
       if (spec.readiness !== undefined)
         await waitUntilReady(spec.readiness, (request) => this.exec(id, request));
@@ -774,7 +775,7 @@ export class DockerProvider implements SandboxProvider {
     const container = this.#docker.getContainer(this.containerName(id));
     this.#closeSessions(id);
     try {
-      return { killed: await this.#processes.stopProcesses(container) };
+      return { killed: await this.#processes.stopProcesses(id, container) };
     } catch (error) {
       if (error instanceof Error && !('statusCode' in error)) {
         throw new GymError(

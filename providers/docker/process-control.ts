@@ -8,6 +8,7 @@
  */
 import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import type { Logger } from '../../core/logger.ts';
@@ -51,11 +52,31 @@ export function detectHostControl(options: { helperPath: string; isEngineLocal: 
   return { mode: 'cgroup', cgroupMount, helperPath: options.helperPath };
 }
 
+/** What the host knows of a running container: enough to confine its commands and to stop them. */
+interface ContainerView {
+  initPid: number;
+  cgroup: ContainerCgroup;
+  /** PID 1 is the exec helper's keeper (it alone stays when the processes are stopped). */
+  isHelperKeeper: boolean;
+  hasHelper: boolean;
+}
+
 export class ProcessControl {
   readonly host: HostControl;
   readonly #logger: Logger;
   /** Each sandbox's confinement (null: that container cannot be confined), found on first use. */
   readonly #confinements = new Map<string, Promise<ExecConfinement | null>>();
+  /** What the confinement lookup saw of each sandbox's container, so stopping need not ask the engine again. */
+  readonly #views = new Map<string, ContainerView>();
+  /**
+   * The engine's cgroup v2 path of a container, relative to the mount, split around the
+   * container's id (`/docker/` and `` with cgroupfs, `/system.slice/docker-` and `.scope` with
+   * systemd): learned from the first container inspected, so the containers this provider makes
+   * afterwards are found on the host without asking the engine.
+   */
+  #cgroupLayout: { before: string; after: string } | null = null;
+  /** Containers this provider created with the helper mounted and its keeper as PID 1, by sandbox id. */
+  readonly #created = new Map<string, string>();
 
   constructor(host: HostControl, logger: Logger) {
     this.host = host;
@@ -87,26 +108,80 @@ export class ProcessControl {
     return found;
   }
 
+  /**
+   * Notes a container this provider has just created and started with the helper mounted and its
+   * keeper as PID 1 (`containerId`: the engine's full id), so its first command can find the
+   * container's cgroup on the host instead of inspecting it.
+   */
+  created(id: string, containerId: string): void {
+    if (this.host.mode === 'cgroup' && /^[0-9a-f]{64}$/.test(containerId)) this.#created.set(id, containerId);
+  }
+
   forget(id: string): void {
     this.#confinements.delete(id);
+    this.#views.delete(id);
+    this.#created.delete(id);
   }
 
   async #find(id: string, container: Docker.Container): Promise<ExecConfinement | null> {
     if (this.host.mode !== 'cgroup') return null;
-    const inspected = await container.inspect();
-    // A container made before the helper was built, or by an older daemon, has no helper.
-    const hasHelper = (inspected.Mounts ?? []).some((mount) => mount.Destination === EXEC_HELPER_MOUNT);
-    const cgroup = inspected.State.Pid
-      ? await ContainerCgroup.ofProcess(this.host.cgroupMount, inspected.State.Pid)
-      : null;
-    if (!hasHelper || cgroup === null) {
+    const view = (await this.#viewOfCreated(id)) ?? (await this.#inspectView(container));
+    if (view === null || !view.hasHelper) {
       this.#logger.warn(
-        { sandboxId: id, hasHelper, hasCgroup: cgroup !== null },
+        { sandboxId: id, hasHelper: view?.hasHelper ?? null, hasCgroup: view !== null },
         'this sandbox cannot be confined from the host: its timeouts use the kill script inside it',
       );
       return null;
     }
-    return { helperPath: EXEC_HELPER_MOUNT, cgroup };
+    this.#views.set(id, view);
+    return { helperPath: EXEC_HELPER_MOUNT, cgroup: view.cgroup };
+  }
+
+  /**
+   * A container this provider created, found on the host alone: its cgroup directory by the
+   * layout the engine used for earlier ones, and its init as the process there that is PID 1 in
+   * the container's pid namespace. Only the engine makes a directory named by a container's id
+   * (a container's own cgroupfs is read-only), so this is the container. Null when the layout is
+   * not known yet or does not hold (the caller inspects then).
+   */
+  async #viewOfCreated(id: string): Promise<ContainerView | null> {
+    const containerId = this.#created.get(id);
+    this.#created.delete(id);
+    if (this.host.mode !== 'cgroup' || containerId === undefined || this.#cgroupLayout === null) return null;
+    const { before, after } = this.#cgroupLayout;
+    const cgroup = new ContainerCgroup(join(this.host.cgroupMount, `${before}${containerId}${after}`));
+    const initPid = await cgroup.hostPidOf(1);
+    if (initPid === null) return null;
+    return { initPid, cgroup, isHelperKeeper: true, hasHelper: true };
+  }
+
+  /** The engine's view of a running container (one inspect); null when it runs no process we can reach. */
+  async #inspectView(container: Docker.Container): Promise<ContainerView | null> {
+    return this.#viewOf(await container.inspect());
+  }
+
+  async #viewOf(inspected: Docker.ContainerInspectInfo): Promise<ContainerView | null> {
+    if (this.host.mode !== 'cgroup') return null;
+    const initPid = inspected.State.Pid;
+    const cgroup = initPid ? await ContainerCgroup.ofProcess(this.host.cgroupMount, initPid) : null;
+    if (cgroup === null) return null;
+    this.#learnLayout(cgroup.path, inspected.Id);
+    return {
+      initPid,
+      cgroup,
+      isHelperKeeper: inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT,
+      // A container made before the helper was built, or by an older daemon, has no helper.
+      hasHelper: (inspected.Mounts ?? []).some((mount) => mount.Destination === EXEC_HELPER_MOUNT),
+    };
+  }
+
+  #learnLayout(path: string, containerId: string): void {
+    if (this.#cgroupLayout !== null || this.host.mode !== 'cgroup') return;
+    const relative = path.slice(this.host.cgroupMount.length);
+    const at = relative.indexOf(containerId);
+    if (!/^[0-9a-f]{64}$/.test(containerId) || at === -1 || relative.indexOf(containerId, at + 1) !== -1)
+      return;
+    this.#cgroupLayout = { before: relative.slice(0, at), after: relative.slice(at + containerId.length) };
   }
 
   /**
@@ -137,14 +212,16 @@ export class ProcessControl {
    * before it); its loop runs the sandbox's own `sleep`, so there this is weaker.
    * @returns how many processes were killed.
    */
-  async stopProcesses(container: Docker.Container): Promise<number> {
+  async stopProcesses(id: string, container: Docker.Container): Promise<number> {
     if (this.host.mode !== 'cgroup') throw new Error('no cgroup v2 control of this host');
-    const inspected = await container.inspect();
-    const initPid = inspected.State.Pid;
-    if (!initPid) throw new Error('the container is not running');
-    const cgroup = await ContainerCgroup.ofProcess(this.host.cgroupMount, initPid);
-    if (cgroup === null) throw new Error('the container has no cgroup v2 directory this daemon can reach');
-    const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
+    // What the confinement lookup saw holds while the init still runs in that cgroup (a container
+    // is never restarted); otherwise the engine is asked.
+    const known = this.#views.get(id);
+    const view =
+      known?.cgroup.procsNow(known.cgroup.path).includes(known.initPid)
+        ? known
+        : await this.#inspectStopView(container);
+    const { initPid, cgroup, isHelperKeeper } = view;
     // One round suffices: nothing forks while the container is frozen, and a process killed then
     // never runs again.
     const victims: number[] = [];
@@ -184,6 +261,14 @@ export class ProcessControl {
         );
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
+  }
+
+  async #inspectStopView(container: Docker.Container): Promise<ContainerView> {
+    const inspected = await container.inspect();
+    if (!inspected.State.Pid) throw new Error('the container is not running');
+    const view = await this.#viewOf(inspected);
+    if (view === null) throw new Error('the container has no cgroup v2 directory this daemon can reach');
+    return view;
   }
 
   /** The init, and its child with the earliest start time (the keeper the container started with). */
