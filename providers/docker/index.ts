@@ -14,10 +14,18 @@ export function createDockerClient(options: Pick<DockerProviderOptions, 'socketP
   return options.socketPath === undefined ? new Docker() : new Docker({ socketPath: options.socketPath });
 }
 
+/** How long the provider's start waits for its sweep of build containers. */
+const SWEEP_WAIT_MS = 10_000;
+
 /** The daemon's Docker provider; its start removes build containers a dead daemon left behind. */
 export const createDockerProvider: SandboxProviderFactory = async (options, context) => {
   const parsed = (options ?? {}) as DockerProviderOptions;
   const provider = new DockerProvider(createDockerClient(parsed), context, parsed);
-  await provider.sweepBuildLeftovers();
+  // An engine that does not answer must not hold up the daemon's start: past this, the sweep
+  // goes on in the background.
+  await Promise.race([
+    provider.sweepBuildLeftovers(),
+    new Promise((resolve) => setTimeout(resolve, SWEEP_WAIT_MS).unref()),
+  ]);
   return provider;
 };
