@@ -76,6 +76,12 @@ export const DaemonConfigSchema = z
       .positive()
       .max(30 * 24 * 3600)
       .default(24 * 3600),
+    /**
+     * How long a destroy request waits for the provider before it answers PROVIDER_ERROR. The
+     * destroy goes on in the background (the record stays, and a later request or the reaper
+     * joins it), so an engine that stops answering never hangs a client or the shutdown.
+     */
+    destroyWaitMs: z.number().int().positive().default(120_000),
     /** How often expired leases are reaped. */
     reaperIntervalMs: z.number().int().positive().default(5_000),
     /** How often the backend is scanned for labelled resources the store does not know. */

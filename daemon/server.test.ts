@@ -1,6 +1,6 @@
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { VERSION } from '../core/version.ts';
 import type { ProviderContext } from '../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../test/daemon-harness.ts';
@@ -141,6 +141,46 @@ describe('HTTP API', () => {
     expect(gone.statusCode).toBe(404);
     expect(gone.json().error.code).toBe('SANDBOX_NOT_FOUND');
     expect(provider.sandboxes.has(first.id)).toBe(false);
+  });
+
+  it('answers a destroy the engine never finishes with PROVIDER_ERROR in bounded time, and finishes it later', async () => {
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }], destroyWaitMs: 200 },
+      {
+        factories: {
+          memory: (_options: unknown, context: ProviderContext) => {
+            provider = new MemoryProvider(context);
+            return provider;
+          },
+        },
+      },
+    );
+    const test = daemon;
+    const sandbox = await create(test);
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const destroy = provider.destroy.bind(provider);
+    let calls = 0;
+    provider.destroy = async (id: string) => {
+      calls += 1;
+      await held;
+      await destroy(id);
+    };
+    const remove = () =>
+      test.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sandbox.id}`, headers: test.auth });
+    const first = await remove().finally(() => setTimeout(release, 5_000).unref());
+    expect(first.statusCode).toBe(502);
+    expect(first.json().error).toMatchObject({ code: 'PROVIDER_ERROR', details: { sandboxId: sandbox.id } });
+    // A second request joins the destroy in flight instead of starting another.
+    expect((await remove()).statusCode).toBe(502);
+    expect(calls).toBe(1);
+    expect(provider.sandboxes.has(sandbox.id)).toBe(true);
+    release();
+    await vi.waitFor(() => expect(provider.sandboxes.has(sandbox.id)).toBe(false));
+    expect((await remove()).statusCode).toBe(204);
+    expect(calls).toBe(1);
   });
 
   it('applies the daemon default TTL when a spec names none', async () => {

@@ -315,12 +315,35 @@ export class SandboxLifecycle {
   /** Destroys a sandbox. Idempotent: an unknown or already destroyed id is success. */
   async destroy(id: string, reason = 'request'): Promise<void> {
     const pending = this.#runtime.destroying.get(id);
-    if (pending !== undefined) return pending;
+    if (pending !== undefined) return this.#bounded(id, pending);
     const record = this.#store.get(id);
     if (record === undefined) return;
     const destroying = this.#destroyRecord(record, reason).finally(() => this.#runtime.destroying.delete(id));
+    destroying.catch(() => {});
     this.#runtime.destroying.set(id, destroying);
-    return destroying;
+    return this.#bounded(id, destroying);
+  }
+
+  /** A destroy as its caller sees it: at most `destroyWaitMs`, then PROVIDER_ERROR (it goes on). */
+  async #bounded(id: string, destroying: Promise<void>): Promise<void> {
+    const waitMs = this.#config.destroyWaitMs;
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        this.#logger.warn({ sandboxId: id, waitMs }, 'a destroy is taking longer than destroyWaitMs');
+        reject(
+          new GymError('PROVIDER_ERROR', `the provider did not finish destroying ${id} within ${waitMs} ms`, {
+            details: { sandboxId: id, waitMs, retryable: true },
+          }),
+        );
+      }, waitMs);
+      timer.unref();
+    });
+    try {
+      await Promise.race([destroying, expired]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async #destroyRecord(record: SandboxRecord, reason: string): Promise<void> {
