@@ -291,7 +291,7 @@ function callKind(method: string, path: string): string {
   const bare = path
     .replace(/^\/v[\d.]+\//, '/')
     .replace(/\?.*$/, '')
-    .replace(/^\/(containers|exec|images)\/[^/]+/, '/$1/{id}');
+    .replace(/^\/(containers|exec|images)\/(?!create$|json$)[^/]+/, '/$1/{id}');
   return `${method} ${bare}`;
 }
 
