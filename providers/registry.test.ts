@@ -28,8 +28,8 @@ describe('ProviderRegistry', () => {
   it('names the available providers on a miss', async () => {
     const error = await failure(new ProviderRegistry().create({ name: 'dokcer' }, context));
     expect(error.code).toBe('PROVIDER_NOT_FOUND');
-    expect(error.message).toContain('available: apptainer, docker, kubernetes');
-    expect(error.details.available).toEqual(['apptainer', 'docker', 'kubernetes']);
+    expect(error.message).toContain('available: apptainer, docker, enroot, kubernetes');
+    expect(error.details.available).toEqual(['apptainer', 'docker', 'enroot', 'kubernetes']);
   });
 
   it('builds the Docker provider by name', async () => {
@@ -58,7 +58,7 @@ describe('ProviderRegistry', () => {
       new URL('../test', import.meta.url).pathname,
     )) as unknown as { name: string; options: unknown; namespace: string };
     expect(provider).toMatchObject({ name: 'fake', options: { region: 'here' }, namespace: 'unit' });
-    expect(registry.names).toEqual(['apptainer', 'docker', 'fake', 'kubernetes']);
+    expect(registry.names).toEqual(['apptainer', 'docker', 'enroot', 'fake', 'kubernetes']);
   });
 
   it('explains a module that cannot be loaded or exports no factory', async () => {

@@ -17,6 +17,8 @@ export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>
     (await import('./kubernetes/index.ts')).createKubernetesProvider(options, context),
   apptainer: async (options, context) =>
     (await import('./apptainer/index.ts')).createApptainerProvider(options, context),
+  enroot: async (options, context) =>
+    (await import('./enroot/index.ts')).createEnrootProvider(options, context),
 });
 
 /** The methods every provider must have; checked when a third-party module is loaded. */

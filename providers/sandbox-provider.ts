@@ -60,6 +60,14 @@ export interface ProviderCapabilities {
    */
   pidsLimit?: boolean;
   /**
+   * `resources.memoryMiB` is enforced per sandbox and a command that passes it ends `oom`
+   * (absent: true). Without it (Enroot has no cgroups of its own) the provider takes the field
+   * and whatever bounds the host (a Slurm allocation's cgroup) applies instead.
+   */
+  memoryLimit?: boolean;
+  /** Commands run as other users than root (`user`; absent: true). */
+  otherUsers?: boolean;
+  /**
    * The `network` modes (our names) the backend has; the manager refuses any other with
    * `CAPABILITY_UNSUPPORTED`. A provider may allow fewer by its operator's settings and refuse
    * the rest at create (`FORBIDDEN_BY_CONFIG`).

@@ -43,6 +43,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # Real SSH servers stand for compute nodes in the SSH transport tests (providers/ssh/).
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+# The enroot provider squashes root filesystems into .sqsh images; its stand-in unpacks them.
+command -v mksquashfs >/dev/null 2>&1 || missing+=(squashfs-tools)
 # A one-node Slurm cluster for the Slurm mode of the SSH providers (step 2c starts it).
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || missing+=(munge)

@@ -80,22 +80,29 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
     expect(overridden.stdout).toBe('overridden\n');
   });
 
-  it("runs as the user asked for, by uid or by name, and as the sandbox's user otherwise", async () => {
-    const byUid = await run({ command: 'id -u; id -g', user: '65534:65534' });
-    expect(byUid).toMatchObject({ status: 'ok', exitCode: 0, stdout: '65534\n65534\n' });
-    const byName = await run({ argv: ['id', '-un'], user: 'nobody' });
-    expect(byName.stdout).toBe('nobody\n');
-    // What it makes is its own, and what only root may do stays refused.
-    const made = await run({
-      command: 'touch /tmp/contract-user && stat -c %u /tmp/contract-user',
-      user: '65534',
-    });
-    expect(made.stdout).toBe('65534\n');
-    const refused = await run({ command: 'echo x > /etc/contract-user', user: '65534' });
-    expect(refused.exitCode).not.toBe(0);
-    const sandboxUser = await run({ argv: ['id', '-u'] });
-    expect(sandboxUser.stdout).toBe('0\n');
-  });
+  // Not registered when the author declares root only (see `otherUsers`).
+  if (fixture.options.capabilities?.otherUsers !== false)
+    vitestIt(
+      "runs as the user asked for, by uid or by name, and as the sandbox's user otherwise",
+      async (context) => {
+        if (mode === 'session' && !fixture.provider.capabilities.sessions) context.skip();
+        if (fixture.provider.capabilities.otherUsers === false) context.skip();
+        const byUid = await run({ command: 'id -u; id -g', user: '65534:65534' });
+        expect(byUid).toMatchObject({ status: 'ok', exitCode: 0, stdout: '65534\n65534\n' });
+        const byName = await run({ argv: ['id', '-un'], user: 'nobody' });
+        expect(byName.stdout).toBe('nobody\n');
+        // What it makes is its own, and what only root may do stays refused.
+        const made = await run({
+          command: 'touch /tmp/contract-user && stat -c %u /tmp/contract-user',
+          user: '65534',
+        });
+        expect(made.stdout).toBe('65534\n');
+        const refused = await run({ command: 'echo x > /etc/contract-user', user: '65534' });
+        expect(refused.exitCode).not.toBe(0);
+        const sandboxUser = await run({ argv: ['id', '-u'] });
+        expect(sandboxUser.stdout).toBe('0\n');
+      },
+    );
 
   it('does not carry shell state from one command to the next', async () => {
     await run({ command: 'cd /; export LEAK=1; exit 0' });

@@ -156,20 +156,23 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
       expect(result.stderr).toMatch(/fork|resource|unavailable/i);
     });
 
-  it('reports oom when a command passes the memory limit, and the sandbox survives', async () => {
-    const info = await fixture.create({ resources: { memoryMiB: 48 } });
-    const sessions = fixture.provider.capabilities.sessions ? [undefined, 'oom-session'] : [undefined];
-    for (const session of sessions) {
-      const result = await fixture.exec(info.id, {
-        command: 'tail /dev/zero',
-        timeoutMs: 60_000,
-        ...(session ? { session } : {}),
-      });
-      expect(result.status).toBe('oom');
-      const after = await fixture.exec(info.id, { argv: ['echo', 'alive'] });
-      expect(after.stdout).toBe('alive\n');
-    }
-  });
+  // Not registered when the author declares no per-sandbox memory limit (see `memoryLimit`).
+  if (fixture.options.capabilities?.memoryLimit !== false)
+    it('reports oom when a command passes the memory limit, and the sandbox survives', async (context) => {
+      if (fixture.provider.capabilities.memoryLimit === false) return context.skip();
+      const info = await fixture.create({ resources: { memoryMiB: 48 } });
+      const sessions = fixture.provider.capabilities.sessions ? [undefined, 'oom-session'] : [undefined];
+      for (const session of sessions) {
+        const result = await fixture.exec(info.id, {
+          command: 'tail /dev/zero',
+          timeoutMs: 60_000,
+          ...(session ? { session } : {}),
+        });
+        expect(result.status).toBe('oom');
+        const after = await fixture.exec(info.id, { argv: ['echo', 'alive'] });
+        expect(after.stdout).toBe('alive\n');
+      }
+    });
 
   it('fails a create whose readiness probe never passes, leaving nothing behind', async () => {
     const marker = `failed-${Math.random().toString(36).slice(2, 8)}`;
@@ -222,6 +225,13 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     if (!fixture.provider.capabilities.sessions) {
       const info = await fixture.create();
       await expectGymError(fixture.exec(info.id, { argv: ['true'], session: 'x' }), 'CAPABILITY_UNSUPPORTED');
+    }
+    if (fixture.provider.capabilities.otherUsers === false) {
+      const info = await fixture.create();
+      await expectGymError(
+        fixture.exec(info.id, { argv: ['id', '-u'], user: '65534' }),
+        'CAPABILITY_UNSUPPORTED',
+      );
     }
     expect(fixture.provider.capabilities.networkModes).toContain('none');
     if (!fixture.provider.capabilities.snapshot) {

@@ -101,6 +101,8 @@ export interface HostFleetOptions<C extends HostConfig> {
   liveNames: (host: FleetHost<C>) => Promise<Set<string>>;
   /** The runtime's container name for a sandbox id. */
   nameOf: (id: string) => string;
+  /** The folder under each host's workDirectory for the state files (default `sandboxes`). */
+  stateFolder?: string;
 }
 
 const SANDBOX_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -252,7 +254,11 @@ export class HostFleet<C extends HostConfig = HostConfig> {
   }
 
   statePath(host: FleetHost<C>, id: string): string {
-    return posix.join(host.workDirectory, 'sandboxes', `${this.#options.namespace}.${id}.json`);
+    return posix.join(this.#stateDirectory(host), `${this.#options.namespace}.${id}.json`);
+  }
+
+  #stateDirectory(host: FleetHost<C>): string {
+    return posix.join(host.workDirectory, this.#options.stateFolder ?? 'sandboxes');
   }
 
   /** Notes where a sandbox is (before its state file is written, so a failed create can be undone). */
@@ -292,7 +298,7 @@ export class HostFleet<C extends HostConfig = HostConfig> {
 
   /** Our sandboxes on one host: state files joined with the live containers. Throws when the host does not answer. */
   async listHost(host: FleetHost<C>): Promise<SandboxInfo[]> {
-    const directory = posix.join(host.workDirectory, 'sandboxes');
+    const directory = this.#stateDirectory(host);
     const prefix = `${this.#options.namespace}.`;
     const states = await this.run(
       host,

@@ -1,0 +1,82 @@
+/**
+ * A compute node for the enroot provider's tests: a real sshd, a work directory with the busybox
+ * image as a `.sqsh`, and the enroot stand-in (test/stand-ins/enroot.ts) as its `enroot`.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
+import { BUSYBOX_REFERENCE, makeBusyboxRoot } from '../fixtures/busybox-root.ts';
+import { startSshd } from '../fixtures/sshd.ts';
+
+const STAND_IN = new URL('../stand-ins/enroot.ts', import.meta.url).pathname;
+
+/** Squashes a root filesystem folder into `<images>/<reference>.sqsh`, as the provider names them. */
+export function squashInto(images: string, reference: string, root: string): void {
+  execFileSync('mksquashfs', [
+    root,
+    join(images, `${imageFolderName(reference)}.sqsh`),
+    '-all-root',
+    '-noappend',
+    '-no-progress',
+    '-quiet',
+  ]);
+}
+
+export async function enrootNode(host: string, port: number) {
+  const sshd = await startSshd({ host, port });
+  const workDirectory = await mkdtemp(join(tmpdir(), `gym-enroot-node-${host}-`));
+  const images = join(workDirectory, 'images');
+  const scratch = join(workDirectory, 'scratch');
+  await makeBusyboxRoot(scratch);
+  await mkdir(images);
+  squashInto(images, BUSYBOX_REFERENCE, join(scratch, imageFolderName(BUSYBOX_REFERENCE)));
+  await rm(scratch, { recursive: true, force: true });
+  const bin = join(workDirectory, 'bin');
+  await mkdir(bin);
+  const enroot = join(bin, 'enroot');
+  await writeFile(enroot, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
+  await chmod(enroot, 0o755);
+  const base = join(workDirectory, 'enroot');
+  const env = {
+    ...process.env,
+    ENROOT_RUNTIME_PATH: join(base, 'runtime'),
+    ENROOT_DATA_PATH: join(base, 'data'),
+    ENROOT_CACHE_PATH: join(base, 'cache'),
+    ENROOT_TEMP_PATH: join(base, 'tmp'),
+  };
+  return {
+    sshd,
+    workDirectory,
+    /** Runs the stand-in here with the node's paths (what the provider sets over SSH). */
+    enroot: (...args: string[]) => spawnSync(enroot, args, { env, encoding: 'utf8' }),
+    host: {
+      name: `node-${host.split('.').pop()}`,
+      host,
+      port,
+      username: 'root',
+      privateKeyPath: sshd.clientKeyPath,
+      knownHostsPath: sshd.knownHostsPath,
+      workDirectory,
+      enroot,
+    },
+    /**
+     * Kills every container's processes still on the node (a failed test, or a host that was down
+     * when its sandboxes were destroyed, leaves some) and removes them, then the node.
+     */
+    async cleanup() {
+      const listed = spawnSync(enroot, ['list', '--fancy'], { env, encoding: 'utf8' });
+      for (const line of (listed.stdout ?? '').split('\n').slice(1)) {
+        const pid = line.trim().split(/\s+/)[line.startsWith(' ') ? 0 : 1];
+        if (pid === undefined || !/^\d+$/.test(pid)) continue;
+        spawnSync('sh', [
+          '-c',
+          `for c in $(cat /proc/${pid}/task/*/children 2>/dev/null); do kill -9 $c; done; kill -9 ${pid}`,
+        ]);
+      }
+      await sshd.cleanup();
+      await rm(workDirectory, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,127 @@
+/**
+ * The enroot stand-in keeps Enroot 4.1.2's interface: create/start/exec/list/export/remove with
+ * their documented flags, `list --fancy`'s columns, `[ERROR]` with exit 1, and a loud refusal of
+ * anything else (including a call without the four ENROOT_* paths).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
+import { BUSYBOX_REFERENCE, makeBusyboxRoot } from '../fixtures/busybox-root.ts';
+import { squashInto } from '../hpc/enroot-node.ts';
+
+const STAND_IN = new URL('./enroot.ts', import.meta.url).pathname;
+let directory = '';
+let image = '';
+const paths = () => ({
+  ENROOT_RUNTIME_PATH: join(directory, 'runtime'),
+  ENROOT_DATA_PATH: join(directory, 'data'),
+  ENROOT_CACHE_PATH: join(directory, 'cache'),
+  ENROOT_TEMP_PATH: join(directory, 'tmp'),
+});
+const enroot = (...args: string[]) => {
+  const result = spawnSync(process.execPath, [STAND_IN, ...args], {
+    env: { ...process.env, ...paths() },
+    encoding: 'utf8',
+  });
+  return { code: result.status, stdout: result.stdout, stderr: result.stderr };
+};
+const pidOf = (name: string) =>
+  enroot('list', '--fancy')
+    .stdout.split('\n')
+    .map((line) => line.split(/\s+/))
+    .find((fields) => fields[0] === name)?.[1];
+
+beforeAll(async () => {
+  directory = await mkdtemp(join(tmpdir(), 'gym-enroot-standin-'));
+  await makeBusyboxRoot(join(directory, 'roots'));
+  squashInto(directory, BUSYBOX_REFERENCE, join(directory, 'roots', imageFolderName(BUSYBOX_REFERENCE)));
+  image = join(directory, `${imageFolderName(BUSYBOX_REFERENCE)}.sqsh`);
+});
+afterAll(async () => {
+  const pid = pidOf('one');
+  if (pid !== undefined && /^\d+$/.test(pid)) process.kill(Number(pid), 'SIGKILL');
+  await rm(directory, { recursive: true, force: true });
+});
+
+describe('enroot stand-in', () => {
+  it('creates, starts, execs into, lists, exports and removes a container', async () => {
+    expect(enroot('create', '--name', 'one', image).code).toBe(0);
+    expect(enroot('create', '--name', 'one', image)).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/^\[ERROR\] File already exists/),
+    });
+    expect(enroot('list').stdout).toBe('one\n');
+    const started = spawn(
+      process.execPath,
+      [STAND_IN, 'start', '--root', '--rw', 'one', 'sh', '-c', 'echo $$ > /pid; exec sleep 1000'],
+      {
+        env: { ...process.env, ...paths() },
+        stdio: 'ignore',
+        detached: true,
+      },
+    );
+    let pid: string | undefined;
+    for (let attempt = 0; attempt < 50 && pid === undefined; attempt += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      pid = pidOf('one');
+    }
+    expect(pid).toMatch(/^\d+$/);
+    const header = enroot('list', '--fancy').stdout.split('\n')[0]!.split(/\s+/);
+    expect(header).toEqual(['NAME', 'PID', 'COMM', 'STATE', 'STARTED', 'TIME', 'MNTNS', 'USERNS', 'COMMAND']);
+    // Root in a user namespace of its own, the host's pid namespace (no --pid in 4.1.2), its writes kept.
+    const inside = enroot(
+      'exec',
+      '--env',
+      'GREETING=hi there',
+      pid!,
+      'sh',
+      '-c',
+      'id -u; echo "$GREETING" > /note; cat /pid; echo $$',
+    );
+    expect(inside.code).toBe(0);
+    const [uid, keeper, own] = inside.stdout.trim().split('\n');
+    expect(uid).toBe('0');
+    expect(keeper).toBe(pid);
+    expect(Number(own)).toBeGreaterThan(1);
+    expect(enroot('exec', pid!, 'cat', '/note').stdout).toBe('hi there\n');
+    expect(enroot('exec', pid!, 'sh', '-c', 'exit 7').code).toBe(7);
+    process.kill(Number(pid), 'SIGKILL');
+    await new Promise((resolve) => started.once('exit', resolve));
+    expect(enroot('exec', pid!, 'true')).toMatchObject({
+      code: 1,
+      stderr: `[ERROR] Process not found: ${pid}\n`,
+    });
+    expect(enroot('export', '--output', join(directory, 'one.sqsh'), 'one').code).toBe(0);
+    expect(enroot('remove', '--force', 'one').code).toBe(0);
+    expect(enroot('list').stdout).toBe('');
+    expect(enroot('create', '--name', 'again', join(directory, 'one.sqsh')).code).toBe(0);
+    expect(enroot('exec', '1', 'true').code).toBe(1);
+  });
+
+  it('refuses what it does not reproduce, loudly', () => {
+    for (const args of [
+      ['start', '--conf', 'x.sh', 'again'],
+      ['start', '--rc', '/dev/null', 'again'],
+      ['start', '--net', 'again'],
+      ['start', '--mount', 'tmpfs:/mnt:tmpfs:rw', 'again'],
+      ['start', image],
+      ['create', '--bogus', image],
+      ['remove', 'again'],
+      ['import', 'dockerd://busybox'],
+      ['create', '--name', 'bad/name', image],
+    ]) {
+      const result = enroot(...args);
+      expect(result.code, args.join(' ')).toBe(1);
+      expect(result.stderr).toMatch(/^\[ERROR\] /);
+    }
+    const withoutPaths = spawnSync(process.execPath, [STAND_IN, 'list'], {
+      env: { ...process.env, ...paths(), ENROOT_TEMP_PATH: '' },
+      encoding: 'utf8',
+    });
+    expect(withoutPaths.status).toBe(1);
+    expect(withoutPaths.stderr).toContain('ENROOT_TEMP_PATH must be set');
+  });
+});

@@ -1,0 +1,418 @@
+/**
+ * A STAND-IN for the `enroot` command (Enroot 4.1.2's interface), for tests only: Enroot cannot
+ * be installed on our machines (not in Debian, not on the npm registry). It accepts exactly the
+ * subcommands and flags the enroot provider uses, with Enroot's documented output formats and exit
+ * codes (`[ERROR] ...` and exit 1), and rejects every other flag loudly, so a provider that calls
+ * something the real tool does not have fails its tests. Run as `node enroot.ts ...` (the test
+ * nodes put an `enroot` wrapper that does so on their PATH).
+ *
+ * What it does, as Enroot 4.1.2 does it:
+ * - `create [--name NAME] IMAGE.sqsh` unpacks the squashfs image with unsquashfs into
+ *   `$ENROOT_DATA_PATH/NAME`; `export [--output FILE] NAME` squashes it back with mksquashfs
+ *   (every file owned by root, /dev left out); `remove --force NAME` deletes it.
+ * - `start [--root] [--rw] [--mount SRC:DST:TYPE:OPTS] [--env K=V] NAME CMD...` runs CMD in the
+ *   foreground under bubblewrap with a user namespace (the caller mapped to root with `--root`,
+ *   keeping its capabilities there, as enroot-switchroot does for uid 0) and a mount namespace
+ *   only: the host's network, pid and IPC namespaces, the host's /proc, /dev and a read-only /sys
+ *   bound in, a tmpfs /tmp, the root filesystem read-only unless `--rw`, `/etc/rc` run when the
+ *   image has one. A `.lock` file in the root filesystem marks it, as Enroot's does.
+ * - `exec [--env K=V] PID CMD...` joins the user and mount namespaces of PID with nsenter, in its
+ *   working directory, with its environment plus the `--env` ones.
+ * - `list [--fancy]` lists the root filesystems; `--fancy` adds, per container, the processes
+ *   whose root is its root filesystem (lowest PID per mount namespace, as `lsns` gives them) in
+ *   Enroot's columns `NAME PID COMM STATE STARTED TIME MNTNS USERNS COMMAND`.
+ *
+ * Stricter than Enroot: ENROOT_RUNTIME_PATH, ENROOT_DATA_PATH, ENROOT_CACHE_PATH and
+ * ENROOT_TEMP_PATH must all be set on every call (Enroot falls back to XDG directories), so a
+ * provider that forgets them on one call fails its tests.
+ *
+ * What it does not reproduce: importing images (`import`, `load`, `bundle`, `batch`), starting a
+ * `.sqsh` directly (squashfuse), `--conf` scripts, `--rc`, hooks, enroot.conf and environ.d,
+ * mount types other than bind, `remove` without `--force` (Enroot prompts), running as a non-root
+ * user (the stand-in runs as root and maps root to root), and the master branch's
+ * `--pid`/`--net`/`--ipc`/`--uts` options (not in 4.1.2).
+ */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { dirname, join } from 'node:path';
+
+const NAME = /^[^/]+$/;
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+function fail(message: string): never {
+  process.stderr.write(`[ERROR] ${message}\n`);
+  process.exit(1);
+}
+
+/** The four paths every call needs (see the top of this file). */
+function paths() {
+  const missing = ['ENROOT_RUNTIME_PATH', 'ENROOT_DATA_PATH', 'ENROOT_CACHE_PATH', 'ENROOT_TEMP_PATH'].filter(
+    (name) => !process.env[name],
+  );
+  if (missing.length > 0) fail(`stand-in: ${missing.join(', ')} must be set on every call`);
+  const data = process.env.ENROOT_DATA_PATH!;
+  for (const path of [
+    data,
+    process.env.ENROOT_RUNTIME_PATH!,
+    process.env.ENROOT_CACHE_PATH!,
+    process.env.ENROOT_TEMP_PATH!,
+  ])
+    mkdirSync(path, { recursive: true });
+  return { data };
+}
+
+type FlagKind = 'switch' | 'value' | 'repeat';
+
+/** Parses `args` against the flags a subcommand allows (short and long names); `--` ends them. */
+function parseFlags(
+  command: string,
+  args: string[],
+  allowed: Record<string, { kind: FlagKind; long: string }>,
+): { flags: Map<string, string[]>; rest: string[] } {
+  const flags = new Map<string, string[]>();
+  let index = 0;
+  for (; index < args.length; index += 1) {
+    const arg = args[index]!;
+    if (arg === '--') {
+      index += 1;
+      break;
+    }
+    if (!arg.startsWith('-') || arg === '-') break;
+    const [given, inline] = arg.includes('=')
+      ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
+      : [arg, undefined];
+    const flag = allowed[given];
+    if (flag === undefined)
+      fail(
+        `stand-in: unknown option ${given} for "enroot ${command}" (not something the enroot provider should call)`,
+      );
+    if (flag.kind === 'switch') flags.set(flag.long, ['y']);
+    else {
+      const value = inline ?? args[++index];
+      if (value === undefined) fail(`Invalid argument: ${given} needs a value`);
+      flags.set(flag.long, flag.kind === 'repeat' ? [...(flags.get(flag.long) ?? []), value] : [value]);
+    }
+  }
+  return { flags, rest: args.slice(index) };
+}
+
+function rootfsOf(data: string, name: string): string {
+  if (!NAME.test(name)) fail(`Invalid argument: ${name}`);
+  return join(data, name);
+}
+
+function create(args: string[]): void {
+  const { flags, rest } = parseFlags('create', args, {
+    '-n': { kind: 'value', long: 'name' },
+    '--name': { kind: 'value', long: 'name' },
+    '-f': { kind: 'switch', long: 'force' },
+    '--force': { kind: 'switch', long: 'force' },
+  });
+  const { data } = paths();
+  const [image, ...extra] = rest;
+  if (image === undefined || extra.length > 0) fail('Invalid argument');
+  if (!existsSync(image) || !statSync(image).isFile()) fail(`No such file or directory: ${image}`);
+  if (spawnSync('unsquashfs', ['-s', image], { stdio: 'ignore' }).status !== 0)
+    fail(`Invalid image format: ${image}`);
+  const name = flags.get('name')?.[0] ?? image.replace(/^.*\//, '').replace(/\.sqsh$/, '');
+  const rootfs = rootfsOf(data, name);
+  if (existsSync(rootfs)) {
+    if (!flags.has('force')) fail(`File already exists: ${rootfs}`);
+    rmSync(rootfs, { recursive: true, force: true });
+  }
+  process.stderr.write('[INFO] Extracting squashfs filesystem...\n\n');
+  const unpacked = spawnSync('unsquashfs', ['-no-progress', '-user-xattrs', '-d', rootfs, image], {
+    stdio: ['ignore', 2, 2],
+  });
+  if (unpacked.status !== 0) fail(`unsquashfs failed for ${image}`);
+}
+
+function exportImage(args: string[]): void {
+  const { flags, rest } = parseFlags('export', args, {
+    '-o': { kind: 'value', long: 'output' },
+    '--output': { kind: 'value', long: 'output' },
+    '-f': { kind: 'switch', long: 'force' },
+    '--force': { kind: 'switch', long: 'force' },
+  });
+  const { data } = paths();
+  const [name, ...extra] = rest;
+  if (name === undefined || extra.length > 0) fail('Invalid argument');
+  const rootfs = rootfsOf(data, name);
+  if (!existsSync(rootfs)) fail(`No such file or directory: ${rootfs}`);
+  const output = flags.get('output')?.[0] ?? `${name}.sqsh`;
+  if (existsSync(output)) {
+    if (!flags.has('force')) fail(`File already exists: ${output}`);
+    rmSync(output, { force: true });
+  }
+  process.stderr.write('[INFO] Creating squashfs filesystem...\n\n');
+  const squashed = spawnSync(
+    'mksquashfs',
+    [rootfs, output, '-all-root', '-no-progress', '-wildcards', '-e', 'dev/*', '.lock'],
+    { stdio: ['ignore', 2, 2] },
+  );
+  if (squashed.status !== 0) fail(`mksquashfs failed for ${rootfs}`);
+}
+
+function remove(args: string[]): void {
+  const { flags, rest } = parseFlags('remove', args, {
+    '-f': { kind: 'switch', long: 'force' },
+    '--force': { kind: 'switch', long: 'force' },
+  });
+  const { data } = paths();
+  if (rest.length === 0) fail('Invalid argument');
+  if (!flags.has('force')) fail('stand-in: remove without --force prompts for confirmation; not reproduced');
+  for (const name of rest) {
+    const rootfs = rootfsOf(data, name);
+    if (!existsSync(rootfs)) fail(`No such file or directory: ${rootfs}`);
+    rmSync(rootfs, { recursive: true, force: true });
+  }
+}
+
+/** Makes a mount target inside the root filesystem, as Enroot's `x-create=file|dir` does. */
+function createTarget(rootfs: string, target: string, kind: 'file' | 'dir'): void {
+  const path = join(rootfs, target);
+  if (existsSync(path)) return;
+  mkdirSync(kind === 'dir' ? path : dirname(path), { recursive: true });
+  if (kind === 'file') writeFileSync(path, '');
+}
+
+function start(args: string[]): void {
+  const { flags, rest } = parseFlags('start', args, {
+    '-r': { kind: 'switch', long: 'root' },
+    '--root': { kind: 'switch', long: 'root' },
+    '-w': { kind: 'switch', long: 'rw' },
+    '--rw': { kind: 'switch', long: 'rw' },
+    '-m': { kind: 'repeat', long: 'mount' },
+    '--mount': { kind: 'repeat', long: 'mount' },
+    '-e': { kind: 'repeat', long: 'env' },
+    '--env': { kind: 'repeat', long: 'env' },
+  });
+  const { data } = paths();
+  const [name, ...command] = rest;
+  if (name === undefined) fail('Invalid argument');
+  if (name.endsWith('.sqsh')) fail('stand-in: starting an image directly (squashfuse) is not reproduced');
+  const rootfs = rootfsOf(data, name);
+  if (!existsSync(rootfs) || !statSync(rootfs).isDirectory()) fail(`No such file or directory: ${rootfs}`);
+  if (process.getuid?.() !== 0) fail('stand-in: runs as root only');
+  const env: Record<string, string> = { PATH: DEFAULT_PATH };
+  for (const pair of flags.get('env') ?? []) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*(=|$)/.test(pair)) fail(`Invalid argument: ${pair}`);
+    const at = pair.indexOf('=');
+    if (at < 0) env[pair] = process.env[pair] ?? '';
+    else env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  // The system mounts (Enroot's mounts/10-system.fstab and 20-config.fstab), targets made first.
+  for (const directory of ['proc', 'sys', 'dev', 'tmp']) createTarget(rootfs, directory, 'dir');
+  const mounts = [
+    '--bind',
+    '/proc',
+    '/proc',
+    '--dev-bind',
+    '/dev',
+    '/dev',
+    '--ro-bind',
+    '/sys',
+    '/sys',
+    '--perms',
+    '0755',
+    '--tmpfs',
+    '/tmp',
+  ];
+  for (const file of ['/etc/hosts', '/etc/hostname', '/etc/resolv.conf'])
+    if (existsSync(file)) {
+      createTarget(rootfs, file, 'file');
+      mounts.push('--ro-bind', file, file);
+    }
+  for (const entry of flags.get('mount') ?? []) {
+    if (!/^[^\s]+(:[^\s]+)*$/.test(entry)) fail(`Invalid argument: ${entry}`);
+    const [source = '', target, type = 'none', options = ''] = entry.split(':');
+    if (target === undefined || !target.startsWith('/')) fail(`Invalid argument: ${entry}`);
+    const opts = options.split(',').filter(Boolean);
+    if (type !== 'none' || !opts.includes('bind'))
+      fail(
+        `stand-in: only bind mounts (SRC:DST:none:bind[,ro][,x-create=file|dir]) are reproduced: ${entry}`,
+      );
+    const unknown = opts.filter(
+      (opt) => !['bind', 'rbind', 'ro', 'rw', 'x-create=file', 'x-create=dir'].includes(opt),
+    );
+    if (unknown.length > 0) fail(`stand-in: mount options ${unknown.join(',')} are not reproduced`);
+    if (!existsSync(source)) fail(`Failed to mount: ${source}: No such file or directory`);
+    if (opts.includes('x-create=file')) createTarget(rootfs, target, 'file');
+    if (opts.includes('x-create=dir')) createTarget(rootfs, target, 'dir');
+    mounts.push(opts.includes('ro') ? '--ro-bind' : '--bind', source, target);
+  }
+  // Enroot takes a lock on this file at start; `list --fancy` looks for it.
+  if (!existsSync(join(rootfs, '.lock'))) writeFileSync(join(rootfs, '.lock'), '');
+  const remap = flags.has('root');
+  const argv =
+    command.length === 0
+      ? ['/bin/sh']
+      : existsSync(join(rootfs, 'etc', 'rc'))
+        ? ['/bin/sh', '/etc/rc', ...command]
+        : command;
+  const child = spawn(
+    'bwrap',
+    [
+      '--unshare-user',
+      '--uid',
+      remap ? '0' : String(process.getuid?.() ?? 0),
+      '--gid',
+      remap ? '0' : String(process.getgid?.() ?? 0),
+      // Root in its user namespace keeps its capabilities there (enroot-switchroot drops them for others).
+      ...(remap ? ['--cap-add', 'ALL'] : []),
+      flags.has('rw') ? '--bind' : '--ro-bind',
+      rootfs,
+      '/',
+      ...mounts,
+      '--chdir',
+      '/',
+      '--clearenv',
+      ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
+      '--',
+      ...argv,
+    ],
+    { stdio: 'inherit' },
+  );
+  child.on('error', (error) => fail(`cannot run bwrap: ${error.message}`));
+  child.on('close', (code, signal) => {
+    if (signal !== null) process.kill(process.pid, signal);
+    else process.exit(code ?? 1);
+  });
+}
+
+function exec(args: string[]): void {
+  const { flags, rest } = parseFlags('exec', args, {
+    '-e': { kind: 'repeat', long: 'env' },
+    '--env': { kind: 'repeat', long: 'env' },
+  });
+  paths();
+  const [pid, ...command] = rest;
+  if (pid === undefined || !/^\d+$/.test(pid) || command.length === 0) fail('Invalid argument');
+  try {
+    process.kill(Number(pid), 0);
+  } catch {
+    fail(`Process not found: ${pid}`);
+  }
+  const env: Record<string, string> = {};
+  for (const entry of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
+    const at = entry.indexOf('=');
+    if (at > 0) env[entry.slice(0, at)] = entry.slice(at + 1);
+  }
+  for (const pair of flags.get('env') ?? []) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*(=|$)/.test(pair)) fail(`Invalid argument: ${pair}`);
+    const at = pair.indexOf('=');
+    if (at < 0) env[pair] = process.env[pair] ?? '';
+    else env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  // Busybox's nsenter joins without forking (-F): the command is this process's child directly.
+  const child = spawn('/bin/busybox', ['nsenter', '-t', pid, '-U', '-m', '-w', '-F', '--', ...command], {
+    stdio: 'inherit',
+    env,
+  });
+  child.on('error', (error) => fail(`cannot run nsenter: ${error.message}`));
+  child.on('close', (code, signal) => {
+    if (signal !== null) process.kill(process.pid, signal);
+    else process.exit(code ?? 1);
+  });
+}
+
+/** Processes whose root is a container's root filesystem: the lowest PID of each mount namespace, by name. */
+function containerProcesses(data: string): Map<string, number[]> {
+  const mountPoint = execFileSync('stat', ['-c', '%m', data], { encoding: 'utf8' }).trim();
+  const relative = `${data.slice(mountPoint === '/' ? 0 : mountPoint.length)}/`;
+  const lowest = new Map<string, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const namespace = readlinkSync(`/proc/${entry}/ns/mnt`);
+      const pid = Number(entry);
+      if (!lowest.has(namespace) || lowest.get(namespace)! > pid) lowest.set(namespace, pid);
+    } catch {}
+  }
+  const byName = new Map<string, number[]>();
+  for (const pid of [...lowest.values()].sort((left, right) => left - right)) {
+    try {
+      if (!existsSync(`/proc/${pid}/root/.lock`)) continue;
+      const roots = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
+        .split('\n')
+        .map((line) => line.split(' '))
+        .filter((fields) => fields[4] === '/');
+      const root = roots.at(-1)?.[3];
+      if (root === undefined || !root.startsWith(relative)) continue;
+      const name = root.slice(relative.length);
+      byName.set(name, [...(byName.get(name) ?? []), pid]);
+    } catch {}
+  }
+  return byName;
+}
+
+function list(args: string[]): void {
+  const { flags, rest } = parseFlags('list', args, {
+    '-f': { kind: 'switch', long: 'fancy' },
+    '--fancy': { kind: 'switch', long: 'fancy' },
+  });
+  const { data } = paths();
+  if (rest.length > 0) fail('Invalid argument');
+  const names = readdirSync(data).sort();
+  if (!flags.has('fancy')) {
+    process.stdout.write(names.map((name) => `${name}\n`).join(''));
+    return;
+  }
+  const processes = containerProcesses(data);
+  const rows: string[][] = [
+    ['NAME', 'PID', 'COMM', 'STATE', 'STARTED', 'TIME', 'MNTNS', 'USERNS', 'COMMAND'],
+  ];
+  for (const name of names) {
+    const pids = processes.get(name) ?? [];
+    if (pids.length === 0) {
+      rows.push([name]);
+      continue;
+    }
+    const shown = spawnSync(
+      'ps',
+      ['-p', pids.join(','), '--no-headers', '-o', 'pid:1,stat:1,stime:1,etime:1,mntns:1,userns:1,command:1'],
+      { encoding: 'utf8' },
+    );
+    const lines = shown.stdout.split('\n').filter(Boolean);
+    if (lines.length === 0) rows.push([name]);
+    lines.forEach((line, index) => {
+      const [pid = '', ...fields] = line.split(' ');
+      const comm = (() => {
+        try {
+          return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+        } catch {
+          return '?';
+        }
+      })();
+      rows.push([index === 0 ? name : '', pid, comm, ...fields.slice(0, 5), fields.slice(5).join(' ')]);
+    });
+  }
+  // `column -t`: every column but the last padded to its widest cell, two spaces apart.
+  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => (row[column] ?? '').length)));
+  for (const row of rows)
+    process.stdout.write(
+      `${row
+        .map((cell, column) => (column === row.length - 1 ? cell : cell.padEnd(widths[column]! + 2)))
+        .join('')
+        .trimEnd()}\n`,
+    );
+}
+
+const [command, ...args] = process.argv.slice(2);
+if (command === 'version') process.stdout.write('4.1.2\n');
+else if (command === 'create') create(args);
+else if (command === 'start') start(args);
+else if (command === 'exec') exec(args);
+else if (command === 'export') exportImage(args);
+else if (command === 'list') list(args);
+else if (command === 'remove') remove(args);
+else fail(`stand-in: unknown command ${command ?? '(none)'} (not something the enroot provider should call)`);
