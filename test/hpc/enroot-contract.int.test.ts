@@ -15,7 +15,7 @@ import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 import { enrootNode } from './enroot-node.ts';
 
-const node = await enrootNode('127.0.0.9', 27000 + (process.pid % 1000));
+const node = await enrootNode('127.0.0.12', 29000 + (process.pid % 1000));
 const stateDirectory = await mkdtemp(join(tmpdir(), 'gym-enroot-contract-'));
 afterAll(async () => {
   await node.cleanup();
