@@ -31,6 +31,10 @@
  *   base, files, a command: the swe-mini task images) are made on each host: `enroot create` of
  *   the base, the files written into its root filesystem, the command run there by `enroot start
  *   --root --rw` in a network namespace of its own, then `enroot export` to a new `.sqsh`.
+ * - Slurm mode (`slurm` instead of `hosts`): the hosts are the nodes of an allocation the provider
+ *   holds (providers/ssh/slurm-hosts.ts), asked for at the first create, reached over SSH; when it
+ *   ends its sandboxes are gone (and their containers removed where the nodes still answer), and
+ *   the next create asks for a new one. pyxis (`srun --container-*`) is not used.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -76,6 +80,7 @@ import {
   HostSchema,
   type RemoteResult,
 } from '../ssh/host-fleet.ts';
+import { SlurmHosts, SlurmModeSchema } from '../ssh/slurm-hosts.ts';
 
 const EnrootHostSchema = HostSchema.extend({
   /** The enroot command on the host. */
@@ -85,12 +90,18 @@ type EnrootHost = z.output<typeof EnrootHostSchema>;
 
 export const EnrootOptionsSchema = z
   .object({
-    hosts: z.array(EnrootHostSchema).min(1),
+    /** The hosts; or, with `slurm`, none: the nodes of the allocation are the hosts. */
+    hosts: z.array(EnrootHostSchema).min(1).optional(),
+    /** Slurm mode: hold an allocation and run the sandboxes on its nodes. */
+    slurm: SlurmModeSchema.optional(),
     ...FleetConnectionFields,
     /** How long a create waits for the container's keeper to run. */
     startTimeoutSeconds: z.number().int().positive().max(600).default(60),
   })
-  .strict();
+  .strict()
+  .refine((options) => (options.hosts === undefined) !== (options.slurm === undefined), {
+    message: 'give either hosts or slurm',
+  });
 export type EnrootOptions = z.input<typeof EnrootOptionsSchema>;
 
 type Host = FleetHost<EnrootHost>;
@@ -200,25 +211,73 @@ export class EnrootProvider implements SandboxProvider {
   /** Each sandbox's keeper as found at create or first use. */
   readonly #keepers = new Map<string, Keeper>();
 
+  /** Slurm mode: the allocation whose nodes are the fleet's hosts. */
+  readonly slurm: SlurmHosts | null = null;
+
   constructor(options: unknown, context: ProviderContext) {
     const parsed = EnrootOptionsSchema.parse(options);
     this.#context = context;
     this.#startTimeoutSeconds = parsed.startTimeoutSeconds;
-    this.fleet = new HostFleet({
+    this.fleet = this.#fleet(parsed.hosts ?? [], parsed);
+    if (parsed.slurm !== undefined)
+      this.slurm = new SlurmHosts(parsed.slurm, {
+        logger: context.logger,
+        namespace: context.namespace,
+        checkHost: (host) => EnrootHostSchema.parse(host),
+        setHosts: (hosts) => this.setHosts(hosts),
+        list: () => this.fleet.list(),
+        reap: (hosts) =>
+          this.#reap(z.array(EnrootHostSchema).parse(hosts), parsed, this.#context.clock.now()),
+      });
+  }
+
+  #fleet(hosts: EnrootHost[], connection: z.output<typeof EnrootOptionsSchema>): HostFleet<EnrootHost> {
+    return new HostFleet({
       runtime: 'enroot',
-      namespace: context.namespace,
-      logger: context.logger,
-      connection: parsed,
-      hosts: parsed.hosts,
+      namespace: this.#context.namespace,
+      logger: this.#context.logger,
+      connection,
+      hosts,
       stateFolder: 'enroot-sandboxes',
       liveNames: (host) => this.#liveContainers(host),
       nameOf: (id) => this.#containerName(id),
     });
   }
 
+  /**
+   * Removes our containers (and their state files) on hosts that left with an ended Slurm
+   * allocation, over connections of their own: without pam_slurm_adopt, what was started over SSH
+   * outlives the job. A node that no longer lets us in is passed over. Sandboxes created after
+   * `endedAt` are spared: they belong to the next allocation, which may have the same nodes.
+   */
+  async #reap(
+    hosts: EnrootHost[],
+    connection: z.output<typeof EnrootOptionsSchema>,
+    endedAt: number,
+  ): Promise<void> {
+    const fleet = this.#fleet(hosts, connection);
+    try {
+      await Promise.all(
+        fleet.hosts.map(async (host) => {
+          const sandboxes = await fleet.listHost(host).catch(() => []);
+          for (const info of sandboxes)
+            if (Date.parse(info.createdAt) <= endedAt)
+              await fleet.run(host, this.#removeScript(host, info.id)).catch(() => {});
+        }),
+      );
+    } finally {
+      fleet.close();
+    }
+  }
+
+  /** Before anything that looks for sandboxes: in Slurm mode, the allocation a restarted daemon left. */
+  async #resumed(): Promise<void> {
+    await this.slurm?.resume();
+  }
+
   /** Replaces the hosts (the nodes of a Slurm allocation, say); see HostFleet.setHosts. */
   setHosts(hosts: unknown): void {
-    this.fleet.setHosts(EnrootOptionsSchema.shape.hosts.parse(hosts));
+    this.fleet.setHosts(z.array(EnrootHostSchema).parse(hosts));
   }
 
   #containerName(id: string): string {
@@ -269,7 +328,11 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async health(): Promise<ProviderHealth> {
-    return this.fleet.health((host) => this.#enroot(host, ['version']));
+    if (this.slurm === null) return this.fleet.health((host) => this.#enroot(host, ['version']));
+    const slurm = await this.slurm.health();
+    if (!slurm.ok || this.fleet.hosts.length === 0) return slurm;
+    const hosts = await this.fleet.health((host) => this.#enroot(host, ['version']));
+    return { ...hosts, details: { ...hosts.details, slurm: slurm.details } };
   }
 
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
@@ -278,6 +341,15 @@ export class EnrootProvider implements SandboxProvider {
       throw new GymError('CAPABILITY_UNSUPPORTED', 'the enroot provider cannot limit disk use');
     if (spec.network !== 'none')
       throw new GymError('CAPABILITY_UNSUPPORTED', `the enroot provider has no network mode ${spec.network}`);
+    const unpin = this.slurm === null ? () => {} : await this.slurm.ensure();
+    try {
+      return await this.#createOnFleet(spec, options);
+    } finally {
+      unpin();
+    }
+  }
+
+  async #createOnFleet(spec: SandboxSpec, options: CreateOptions): Promise<SandboxInfo> {
     const host = await this.fleet.pick();
     const imageConfig = await this.#ensureImage(host, spec.image);
     const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
@@ -389,15 +461,23 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async list(filter: ListFilter = {}): Promise<SandboxListing> {
-    return this.fleet.list(filter);
+    await this.#resumed();
+    const listing = await this.fleet.list(filter);
+    const unanswered = this.slurm?.unanswered();
+    // Slurm does not say which allocation is ours: its nodes' sandboxes are out of sight.
+    return unanswered === undefined || unanswered === null
+      ? listing
+      : { ...listing, unreachable: [...listing.unreachable, { scope: 'slurm', reason: unanswered }] };
   }
 
   async get(id: string): Promise<SandboxInfo> {
+    await this.#resumed();
     return this.fleet.get(id);
   }
 
   /** The host and keeper of a sandbox; SANDBOX_NOT_FOUND when it has none. */
   async #target(id: string): Promise<{ host: Host; keeper: Keeper }> {
+    await this.#resumed();
     const host = await this.fleet.locate(id);
     const keeper = await this.#keeper(host, id);
     if (keeper === null) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
@@ -407,6 +487,7 @@ export class EnrootProvider implements SandboxProvider {
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
     if (request.session !== undefined)
       throw new GymError('CAPABILITY_UNSUPPORTED', 'the enroot provider has no sessions');
+    await this.#resumed();
     const host = await this.fleet.locate(id);
     const started = Date.now();
     let spec: SandboxSpec;
@@ -631,33 +712,39 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async destroy(id: string): Promise<void> {
+    await this.#resumed();
     const host = await this.fleet.hostToDestroy(id);
     if (host === null) {
       this.#keepers.delete(id);
       return;
     }
-    const name = this.#containerName(id);
-    // The keeper's child is the init of the sandbox's pid namespace: every command dies with it.
-    // Then the keeper itself, then the root filesystem.
-    await this.#run(
-      host,
-      [
-        this.#enrootFunction(host),
-        `set -- ${shellJoin([name])}`,
-        `keeper=$(${FIND_KEEPER})`,
-        'if [ -n "$keeper" ]; then pid=${keeper%% *}',
-        '  for child in $(cat /proc/$pid/task/*/children 2>/dev/null); do kill -9 $child 2>/dev/null; done',
-        '  kill -9 $pid 2>/dev/null; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done',
-        'fi',
-        `enroot remove --force ${shellJoin([name])} >/dev/null 2>&1`,
-        `rm -f ${shellJoin([this.fleet.statePath(host, id)])}`,
-      ].join('\n'),
-    );
+    await this.#run(host, this.#removeScript(host, id));
     this.fleet.forget(id);
     this.#keepers.delete(id);
   }
 
+  /**
+   * Kills a sandbox's keeper and removes its container and state file. The keeper's child is the
+   * init of the sandbox's pid namespace: every command dies with it; then the keeper itself, then
+   * the root filesystem.
+   */
+  #removeScript(host: Host, id: string): string {
+    const name = this.#containerName(id);
+    return [
+      this.#enrootFunction(host),
+      `set -- ${shellJoin([name])}`,
+      `keeper=$(${FIND_KEEPER})`,
+      'if [ -n "$keeper" ]; then pid=${keeper%% *}',
+      '  for child in $(cat /proc/$pid/task/*/children 2>/dev/null); do kill -9 $child 2>/dev/null; done',
+      '  kill -9 $pid 2>/dev/null; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done',
+      'fi',
+      `enroot remove --force ${shellJoin([name])} >/dev/null 2>&1`,
+      `rm -f ${shellJoin([this.fleet.statePath(host, id)])}`,
+    ].join('\n');
+  }
+
   async close(): Promise<void> {
+    await this.slurm?.close();
     this.fleet.close();
   }
 
@@ -818,6 +905,16 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async #prepareDerived(source: DerivedImageSource): Promise<void> {
+    // In Slurm mode it is made on the allocation's nodes: one is asked for when none is held.
+    const unpin = this.slurm === null ? () => {} : await this.slurm.ensure();
+    try {
+      await this.#prepareDerivedOnFleet(source);
+    } finally {
+      unpin();
+    }
+  }
+
+  async #prepareDerivedOnFleet(source: DerivedImageSource): Promise<void> {
     await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
     const built = await Promise.all(
       this.fleet.hosts.map(async (host) => {
