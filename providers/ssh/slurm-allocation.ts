@@ -350,6 +350,11 @@ export class SlurmAllocation {
     return () => this.#listeners.delete(listener);
   }
 
+  /** Whether an `acquire` holds it for a caller now (a create placing a sandbox). */
+  get pinned(): boolean {
+    return this.#pins > 0;
+  }
+
   /** The allocation held now, if its last poll saw it running. */
   get current(): HeldAllocation | null {
     return this.#current;

@@ -220,8 +220,17 @@ export class SlurmHosts {
         };
   }
 
-  /** Stops following the allocation; the job is left for the next daemon to adopt. */
+  /**
+   * Stops following the allocation. With sandboxes on it the job is left for the next daemon to
+   * adopt (they outlive the daemon, as on every provider); without any, it is given back now
+   * rather than held by nobody until its time limit.
+   */
   async close(): Promise<void> {
+    const held = this.allocation.current;
+    if (held !== null && this.#hostsOf === held.jobId && !this.allocation.pinned) {
+      const used = await this.#inUse().catch(() => 1);
+      if (used === 0 && !this.allocation.pinned) await this.allocation.release();
+    }
     this.allocation.close();
     await this.settled();
   }

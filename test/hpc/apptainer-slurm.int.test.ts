@@ -137,6 +137,16 @@ describe('apptainer in a Slurm allocation', () => {
     await made.destroy(again.id);
   });
 
+  it('a provider that closes with no sandbox on its allocation gives it back', async () => {
+    const made = provider('close');
+    const info = await made.create(spec());
+    const held = made.slurm!.allocation.current!;
+    await made.destroy(info.id);
+    await made.close();
+    await waitFor('the job out of the queue', () => jobState(held.jobId) !== 'RUNNING', 10_000);
+    expect(jobsNamed(made.slurm!.allocation.jobName)).toEqual([]);
+  });
+
   it('a restarted provider adopts the allocation and finds its sandboxes there, without asking for another', async () => {
     const before = provider('restart');
     const info = await before.create(spec());
