@@ -25,8 +25,15 @@ import type { ContainerCgroup } from './exec-cgroups.ts';
 /** After a kill, how long to wait for the exec's stream to close before dropping it. */
 const KILL_GRACE_MS = 5_000;
 
-/** How long a just-started exec may take to show its host pid in the engine's inspect. */
-const PID_WAIT_MS = 5_000;
+/**
+ * How long a just-started exec may take to run (its ready token, or its pid in the engine's
+ * inspect). An engine under heavy load can take well over 5 s to start a process (seen: 300
+ * execs at once with the 2 cores busy); waiting less failed those commands as PROVIDER_ERROR.
+ */
+export const PID_WAIT_MS = 120_000;
+
+/** The pause between two inspects while waiting for an exec's pid: from 5 ms, doubling, to this. */
+const PID_POLL_MAX_MS = 500;
 
 /**
  * How long to wait for the helper's ready token before asking the engine for the pid anyway (a
@@ -91,14 +98,40 @@ export async function killTagged(
   stream.destroy();
 }
 
-/** The host pid of a started exec; the engine may report it a moment after start returns. */
-export async function execHostPid(exec: Docker.Exec): Promise<number> {
-  const deadline = performance.now() + PID_WAIT_MS;
-  for (;;) {
+/**
+ * The host pid of a started exec, once it runs: from the helper's ready token when it came (its
+ * pid in the sandbox, looked up on the host), else from the engine's inspect, asked with a
+ * growing pause so a loaded engine is not flooded. Throws when the exec ended without running,
+ * or showed no pid within {@link PID_WAIT_MS}.
+ */
+export async function startedHostPid(
+  exec: Pick<Docker.Exec, 'inspect'>,
+  confinement: Pick<ExecConfinement, 'cgroup'>,
+  ready: { seen: Promise<unknown>; nsPid: number | null } | null,
+  waitMs = PID_WAIT_MS,
+): Promise<number> {
+  const deadline = performance.now() + waitMs;
+  let isTokenPending = ready !== null;
+  ready?.seen.then(
+    () => {
+      isTokenPending = false;
+    },
+    () => {
+      isTokenPending = false;
+    },
+  );
+  // Once the helper said it runs (and its pid in the sandbox), its host pid is read on the host.
+  if (ready !== null) await Promise.race([ready.seen, sleep(READY_WAIT_MS)]);
+  for (let pause = 5; ; pause = Math.min(pause * 2, PID_POLL_MAX_MS)) {
+    const nsPid = ready?.nsPid ?? null;
+    const fromHost = nsPid === null ? null : await confinement.cgroup.hostPidOf(nsPid);
+    if (fromHost !== null) return fromHost;
     const inspected = await exec.inspect();
     if (inspected.Pid > 0) return inspected.Pid;
-    if (performance.now() > deadline) throw new Error(`the exec showed no pid within ${PID_WAIT_MS} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 1));
+    if (!inspected.Running && inspected.ExitCode !== null && inspected.ExitCode !== undefined)
+      throw new Error(`the exec ended (exit ${inspected.ExitCode}) before it showed a pid`);
+    if (performance.now() > deadline) throw new Error(`the exec showed no pid within ${waitMs} ms`);
+    await (isTokenPending && ready !== null ? Promise.race([ready.seen, sleep(pause)]) : sleep(pause));
   }
 }
 
@@ -113,12 +146,7 @@ export async function confineExec(
   ready: { seen: Promise<unknown>; nsPid: number | null } | null = null,
 ): Promise<{ cgroup: string; pid: number } | { failure: string }> {
   try {
-    // Once the helper said it runs (and its pid in the sandbox), its host pid is read on the host;
-    // without that, the engine is asked.
-    if (ready !== null) await Promise.race([ready.seen, sleep(READY_WAIT_MS)]);
-    const nsPid = ready?.nsPid ?? null;
-    const fromHost = nsPid === null ? null : await confinement.cgroup.hostPidOf(nsPid);
-    const pid = fromHost ?? (await execHostPid(exec));
+    const pid = await startedHostPid(exec, confinement, ready);
     const cgroup = await confinement.cgroup.createChild(name);
     await confinement.cgroup.move(pid, cgroup);
     return { cgroup, pid };
