@@ -12,7 +12,8 @@
  *   (longer than 32 KiB, an open of a live id, an unknown type) closes the relay, and a gateway
  *   socket that takes no more pauses the channel instead of buffering it here; the other way, a
  *   channel whose stdin takes no more (the agent stopped the relay, or it stopped reading) pauses
- *   the gateway sockets, so what the gateway answers waits in the gateway, not here;
+ *   the gateway sockets, so what the gateway answers waits in the gateway, not here, and a relay
+ *   that sends on while over 1 MiB is queued for it (forged opens, each owed a refusal) is closed;
  * - released by `close()`; a daemon killed with -9 drops the channel, the relay's stdin ends and
  *   it exits.
  *
@@ -33,6 +34,13 @@ export const DEFAULT_RELAY_HELPER_PATH = ['../../.tools/gym-relay', '../../../.t
 
 const HEADER = 9;
 const CHUNK = 32_768;
+/**
+ * Bytes queued for a relay that does not read its stdin, at most. Gateway bytes stop at the
+ * stream's high-water mark (the gateway sockets pause), so what passes this is frames the daemon
+ * owes the relay for frames it keeps sending (refusals of opens past maxConnections): a real
+ * relay holds at most 64 connections, so it can never make that many.
+ */
+const MAX_QUEUED_FOR_RELAY = 1024 * 1024;
 /** How long a relay may take to say it listens. */
 const READY_TIMEOUT_MS = 15_000;
 
@@ -117,7 +125,15 @@ export class GatewayRelay {
     // the gateway answers then waits in its own socket); all resume when stdin drains.
     let isInputFull = false;
     const send = (type: string, id: number, payload?: Buffer) => {
-      if (input.writableEnded || input.write(frame(type, id, payload)) || isInputFull) return;
+      if (input.writableEnded) return;
+      const isBelowMark = input.write(frame(type, id, payload));
+      // The agent stalled the relay and forges opens into its stdout: each would queue one more
+      // refusal here without end.
+      if (input.writableLength + input.readableLength > MAX_QUEUED_FOR_RELAY) {
+        breakProtocol(`it read none of the ${MAX_QUEUED_FOR_RELAY} bytes queued for it while it sent more`);
+        return;
+      }
+      if (isBelowMark || isInputFull) return;
       isInputFull = true;
       for (const socket of sockets.values()) socket.pause();
       input.once('drain', () => {
