@@ -299,6 +299,16 @@ describe('model gateway', () => {
       ['/responses', { model: 'm', input: 'hi', conversation: 'conv_operator' }, 'conversation'],
       ['/responses', { model: 'm', input: 'hi', conversation: { id: 'conv_operator' } }, 'conversation'],
       ['/responses', { model: 'm', input: 'hi', prompt: { id: 'pmpt_operator' } }, 'prompt'],
+      [
+        '/responses',
+        { model: 'm', input: [{ type: 'item_reference', id: 'msg_of_another_rollout' }] },
+        'input[0]',
+      ],
+      [
+        '/responses',
+        { model: 'm', input: [{ role: 'user', content: 'hi' }, { id: 'msg_of_another_rollout' }] },
+        'input[1]',
+      ],
       ['/responses', { model: 'm', input: 'hi', background: true, store: true }, 'background'],
       ['/chat/completions', { model: 'm', messages: [{ role: 'user', content: 'hi' }], n: 64 }, 'n'],
     ];

@@ -174,7 +174,7 @@ const isSet = (value: unknown) => value !== undefined && value !== null;
 /**
  * A Chat Completions or Responses request: function tools only, no remote image or file URLs,
  * one choice; a Responses request continues only a response of its own rollout and names no
- * stored conversation or prompt, and none runs in the background.
+ * stored conversation, prompt or item, and none runs in the background.
  */
 export function checkOpenAiRequest(
   api: 'chat.completions' | 'responses',
@@ -216,5 +216,19 @@ export function checkOpenAiRequest(
       'previous_response_id',
       "only the id of a response this rollout received is accepted (any other is another rollout's or the operator's stored conversation)",
     );
+  // An item reference makes the upstream read a stored item by its id: an item of another
+  // rollout's response, or the operator's (its `type` may be left out: then it has an id and no role).
+  const input = Array.isArray(request.input) ? request.input : [];
+  input.forEach((item, index) => {
+    if (!isObject(item)) return;
+    const isReference =
+      item.type === 'item_reference' ||
+      (!isSet(item.type) && item.id !== undefined && item.role === undefined);
+    if (isReference)
+      refuse(
+        `input[${index}]`,
+        "an item reference names an item stored on the upstream account (another rollout's, or the operator's); send the item itself, or previous_response_id of this rollout's response",
+      );
+  });
   checkOpenAiParts(request.input, 'input', policy);
 }
