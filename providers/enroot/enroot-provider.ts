@@ -14,9 +14,10 @@
  *   mount, network, pid, IPC and UTS namespace inside the container's user namespace (`--root`
  *   gives it the capabilities there), mounts a fresh /proc and /sys, and sleeps as the pid
  *   namespace's init. Enroot 4.1 itself gives a container only a user and a mount namespace: the
- *   host's network, its /proc (every process of the host) and its /sys. Commands are `enroot exec
- *   <PID>` (which joins the user and mount namespaces) followed by the busybox's nsenter into the
- *   keeper's namespaces, so a command sees loopback only and the sandbox's own processes.
+ *   host's network, its /proc (every process of the host) and its /sys. Commands are the host's
+ *   busybox nsenter into all of the keeper's namespaces at once (the SSH user owns the
+ *   container's user namespace), so a command sees loopback only and the sandbox's own processes,
+ *   and nothing of the sandbox runs before it is inside them all.
  * - The keeper is named by its host PID and start time, checked on the host before each command,
  *   so a reused PID never receives a command. Destroy kills the keeper (the pid namespace dies
  *   with its init) and `enroot remove --force`.
@@ -110,7 +111,10 @@ const TOOLS = '/.gym-tools/busybox';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** What a command whose keeper is gone prints (exit 255) before enroot is called at all. */
 const GONE_MARK = 'gym: the sandbox keeper is gone';
-/** Enters the keeper's namespaces (run after `enroot exec` joined the container's user and mount namespace). */
+/**
+ * Enters the keeper's namespaces after `enroot exec` joined the container's user and mount
+ * namespace: used only at start, before anything of the sandbox has run (commands use `#inside`).
+ */
 const ENTER = [TOOLS, 'nsenter', '-t', '1', '-m', '-n', '-p', '-u', '-i', '--'];
 /**
  * The keeper: new mount, network, pid, IPC and UTS namespaces with their own /proc, a /sys of
@@ -449,14 +453,37 @@ export class EnrootProvider implements SandboxProvider {
 
   /**
    * A shell line that runs argv inside the sandbox: first checks on the host that the keeper's
-   * PID is still the keeper (its start time), then `enroot exec` and the busybox's nsenter into
-   * the keeper's namespaces.
+   * PID is still the keeper (its start time), then the host's busybox enters all of the keeper's
+   * namespaces at once (user, mount, network, IPC, UTS, and the pid namespace of its init) before
+   * anything of the sandbox runs. Not `enroot exec` and then the sandbox's /.gym-tools/busybox
+   * nsenter: that ran a program of the sandbox's mount namespace in the host's pid and network
+   * namespaces, and root in the sandbox can mount its own program over /.gym-tools/busybox.
+   * The SSH user owns the container's user namespace, so it may enter it; it is root there.
    */
   #inside(host: Host, keeper: Keeper, argv: string[]): string {
+    const at = `/proc/${keeper.pid}/ns`;
     return [
       `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
       `[ "\${20:-}" = ${shellJoin([keeper.startTime])} ] || { echo ${shellJoin([GONE_MARK])} >&2; exit 255; }`,
-      `exec ${this.#enroot(host, ['exec', String(keeper.pid), ...ENTER, ...argv])}`,
+      `exec ${shellJoin([
+        host.busyboxPath,
+        'env',
+        '-i',
+        `PATH=${DEFAULT_PATH}`,
+        'HOME=/root',
+        host.busyboxPath,
+        'nsenter',
+        `-U${at}/user`,
+        `-m${at}/mnt`,
+        `-n${at}/net`,
+        `-i${at}/ipc`,
+        `-u${at}/uts`,
+        // The keeper's pid namespace is its init's: the keeper itself (unshare's parent) stays outside it.
+        `-p${at}/pid_for_children`,
+        '--preserve-credentials',
+        '--',
+        ...argv,
+      ])}`,
     ].join('\n');
   }
 
