@@ -7,6 +7,9 @@
  * apptainer command; with the stand-in that command is a Node process, so the overhead here is
  * mostly the stand-in's start. A session exec is a write to a shell already running in the
  * instance over a held channel: no channel, no apptainer command, one round trip.
+ * The enroot provider (stand-in `enroot`, on its own sshd on 127.0.0.13) is measured in the same
+ * run: its create (`enroot create` unpacks the image, a detached `enroot start`, a wait for the
+ * keeper) and its one-shot exec (`enroot exec` and busybox nsenter; no sessions).
  *
  *   npm run bench:ssh
  */
@@ -14,9 +17,11 @@ import { silentLogger } from '../core/logger.ts';
 import { ExecRequestSchema } from '../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { ApptainerProvider } from '../providers/apptainer/apptainer-provider.ts';
+import { EnrootProvider } from '../providers/enroot/enroot-provider.ts';
 import { DEFAULT_TARGET, SshConnection } from '../providers/ssh/connection.ts';
 import { BUSYBOX_REFERENCE } from '../test/fixtures/busybox-root.ts';
 import { testContext } from '../test/fixtures/provider-context.ts';
+import { enrootNode } from '../test/hpc/enroot-node.ts';
 import { computeNode } from '../test/hpc/node.ts';
 import { percentile, round, timeSequential } from './stats.ts';
 
@@ -33,6 +38,8 @@ const raw = new SshConnection(
   silentLogger,
 );
 const provider = new ApptainerProvider({ hosts: [node.host] }, testContext());
+const enrootHost = await enrootNode('127.0.0.13', 29000 + (process.pid % 1000));
+const enroot = new EnrootProvider({ hosts: [enrootHost.host] }, testContext());
 const summary = (samples: number[]) => ({
   p50: round(percentile(samples, 0.5)),
   p90: round(percentile(samples, 0.9)),
@@ -52,6 +59,16 @@ try {
       throw new Error(`session exec: ${JSON.stringify(result)}`);
   });
   await Promise.all(created.map((id) => provider.destroy(id)));
+  const enrootCreated: string[] = [];
+  const enrootCreate = await timeSequential(5, 0, async () => {
+    enrootCreated.push((await enroot.create(SandboxSpecSchema.parse({ image: BUSYBOX_REFERENCE }))).id);
+  });
+  const enrootOneShot = await timeSequential(30, 3, async () => {
+    const result = await enroot.exec(enrootCreated[0]!, request);
+    if (result.status !== 'ok' || result.exitCode !== 0)
+      throw new Error(`enroot exec: ${JSON.stringify(result)}`);
+  });
+  await Promise.all(enrootCreated.map((id) => enroot.destroy(id)));
   const rawP50 = percentile(rawExec, 0.5);
   console.log(
     JSON.stringify({
@@ -63,10 +80,18 @@ try {
       sessionExecMs: summary(session),
       oneShotOverRawSsh: round(percentile(oneShot, 0.5) / rawP50, 2),
       sessionOverRawSsh: round(percentile(session, 0.5) / rawP50, 4),
+      enroot: {
+        provider: 'enroot (stand-in)',
+        oneShotExecMs: summary(enrootOneShot),
+        createMs: summary(enrootCreate),
+        oneShotOverRawSsh: round(percentile(enrootOneShot, 0.5) / rawP50, 2),
+      },
     }),
   );
 } finally {
   raw.close();
   await provider.close();
+  await enroot.close();
   await node.cleanup();
+  await enrootHost.cleanup();
 }

@@ -984,7 +984,18 @@ export class EnrootProvider implements SandboxProvider {
         ['-x', '--no-same-owner', '--exclude=./dev/*', '--exclude=dev/*', '-C', work],
         rootfs,
       );
-      await runLocal('mksquashfs', [work, partial, '-all-root', '-noappend', '-no-progress', '-quiet']);
+      // Enroot's own default squash options: data blocks uncompressed, several times faster to make.
+      await runLocal('mksquashfs', [
+        work,
+        partial,
+        '-all-root',
+        '-noappend',
+        '-no-progress',
+        '-quiet',
+        '-comp',
+        'lzo',
+        '-noD',
+      ]);
       await rename(partial, `${cache}.sqsh`);
       this.imageSquashes += 1;
     } finally {

@@ -21,6 +21,9 @@ export function squashInto(images: string, reference: string, root: string): voi
     '-noappend',
     '-no-progress',
     '-quiet',
+    '-comp',
+    'lzo',
+    '-noD',
   ]);
 }
 

@@ -9,7 +9,8 @@
  * What it does, as Enroot 4.1.2 does it:
  * - `create [--name NAME] IMAGE.sqsh` unpacks the squashfs image with unsquashfs into
  *   `$ENROOT_DATA_PATH/NAME`; `export [--output FILE] NAME` squashes it back with mksquashfs
- *   (every file owned by root, /dev left out); `remove --force NAME` deletes it.
+ *   (every file owned by root, /dev left out, ENROOT_SQUASH_OPTIONS or Enroot's default
+ *   `-comp lzo -noD -exit-on-error`); `remove --force NAME` deletes it.
  * - `start [--root] [--rw] [--mount SRC:DST:TYPE:OPTS] [--env K=V] NAME CMD...` runs CMD in the
  *   foreground under bubblewrap with a user namespace (the caller mapped to root with `--root`,
  *   keeping its capabilities there, as enroot-switchroot does for uid 0) and a mount namespace
@@ -156,7 +157,18 @@ function exportImage(args: string[]): void {
   process.stderr.write('[INFO] Creating squashfs filesystem...\n\n');
   const squashed = spawnSync(
     'mksquashfs',
-    [rootfs, output, '-all-root', '-no-progress', '-wildcards', '-e', 'dev/*', '.lock'],
+    [
+      rootfs,
+      output,
+      '-all-root',
+      '-no-progress',
+      // Enroot's default squash options (ENROOT_SQUASH_OPTIONS): no data compression, fast.
+      ...(process.env.ENROOT_SQUASH_OPTIONS ?? '-comp lzo -noD -exit-on-error').split(/\s+/).filter(Boolean),
+      '-wildcards',
+      '-e',
+      'dev/*',
+      '.lock',
+    ],
     { stdio: ['ignore', 2, 2] },
   );
   if (squashed.status !== 0) fail(`mksquashfs failed for ${rootfs}`);

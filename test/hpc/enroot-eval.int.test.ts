@@ -1,0 +1,85 @@
+/**
+ * `gym eval run`, unchanged, against a daemon whose only provider is enroot over SSH (a real
+ * sshd, the enroot stand-in): the swe-mini task image is made on the host as a derived image
+ * (`enroot create` of the Debian base, its command run, `enroot export`), and the oracle scores
+ * 1, a no-op 0. Docker only exports the base's root filesystem in the set-up, squashed into the
+ * node's `.sqsh` (the builder would take a minute of debootstrap).
+ */
+import type { ChildProcess } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readJsonl } from '../../environments/runner/files.ts';
+import { runGym } from '../cli-process.ts';
+import { spawnDaemonProcess } from '../daemon-harness.ts';
+import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { exportRootfs } from '../fixtures/export-rootfs.ts';
+import { enrootNode, squashInto } from './enroot-node.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+
+const gym = (args: string[], stateDir: string) => runGym(args, stateDir);
+
+describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () => {
+  let node: Awaited<ReturnType<typeof enrootNode>>;
+  let directory = '';
+  let stateDir = '';
+  let child: ChildProcess | undefined;
+
+  beforeAll(async () => {
+    node = await enrootNode('127.0.0.11', 28000 + (process.pid % 1000));
+    directory = await mkdtemp(join(tmpdir(), 'gym-enroot-eval-'));
+    stateDir = join(directory, 'state');
+    await mkdir(stateDir);
+    const base = await testImage(docker, 'debian-base');
+    const root = join(directory, 'base-root');
+    await exportRootfs(docker, base, root);
+    squashInto(join(node.workDirectory, 'images'), base, root);
+    await rm(root, { recursive: true, force: true });
+    const configPath = join(directory, 'gym.yaml');
+    await writeFile(
+      configPath,
+      [
+        `stateDir: ${stateDir}`,
+        'namespace: hpc-eval',
+        'listen: { host: 127.0.0.1, port: 0 }',
+        'logLevel: warn',
+        'providers:',
+        '  - name: enroot',
+        `    options: { hosts: [${JSON.stringify(node.host)}] }`,
+        '',
+      ].join('\n'),
+    );
+    child = (await spawnDaemonProcess(configPath, stateDir)).child;
+  }, 240_000);
+
+  afterAll(async () => {
+    child?.kill('SIGTERM');
+    await new Promise((resolve) => (child?.exitCode === null ? child.once('exit', resolve) : resolve(null)));
+    await node?.cleanup();
+    await rm(directory, { recursive: true, force: true });
+  });
+
+  it('scores a swe-mini task 1 with the oracle and 0 with a no-op, leaving no sandbox', async () => {
+    for (const [harness, expected] of [
+      ['oracle', 1],
+      ['noop', 0],
+    ] as const) {
+      const output = join(directory, `${harness}.jsonl`);
+      const run = await gym(
+        ['eval', 'run', '--env', 'swe-mini', '--harness', harness, '--limit', '1', '--output', output],
+        stateDir,
+      );
+      expect(run.code, run.stderr).toBe(0);
+      const rollouts = await readJsonl(output);
+      expect(
+        rollouts.map((row) => [row.outcome, row.reward]),
+        JSON.stringify(rollouts.map((row) => [row.verifier, row.response])).slice(0, 3000),
+      ).toEqual([['reward', expected]]);
+    }
+    const left = await gym(['sandbox', 'ls', '--json'], stateDir);
+    expect(JSON.parse(left.stdout)).toEqual([]);
+    expect(node.enroot('list').stdout).toBe('');
+  }, 600_000);
+});
