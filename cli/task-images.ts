@@ -20,13 +20,16 @@ export interface ImagePreparer {
 
 /**
  * Builds every swe-mini task image that is missing (and the Debian base under them): each task's
- * files at its base commit, derived from `debian-base` by the daemon's provider.
+ * files at its base commit, derived from `debian-base` by the daemon's provider. With `only`, just
+ * the tasks whose image is in it (a run's rows name theirs), so `--limit 1` builds one.
  */
 export async function buildSweMiniImages(
   images: ImagePreparer,
   onImage?: (reference: string, built: boolean) => void,
+  only?: ReadonlySet<string>,
 ): Promise<void> {
   for (const task of SWE_MINI_TASKS) {
+    if (only !== undefined && !only.has(taskImage(task))) continue;
     const result = await images.prepareImage({
       kind: 'derived',
       reference: taskImage(task),

@@ -243,10 +243,16 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         stderr,
         (elapsedMs) => `preparing the task images (${ready} ready), ${formatDuration(elapsedMs)} elapsed`,
       );
-      await buildSweMiniImages(client, (reference, built) => {
-        ready += 1;
-        if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
-      })
+      // Only the images of the rows this run has (a row names its image; `--limit` is applied).
+      const wanted = new Set(rows.flatMap((row) => (typeof row.image === 'string' ? [row.image] : [])));
+      await buildSweMiniImages(
+        client,
+        (reference, built) => {
+          ready += 1;
+          if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
+        },
+        wanted.size > 0 ? wanted : undefined,
+      )
         .catch((error: unknown) =>
           stderr.write(
             `${stderr.isTTY ? '\r\x1b[2K' : ''}gym: could not build the task images (${String(error)}); using what exists\n`,
