@@ -217,10 +217,9 @@ export class ProcessControl {
     // What the confinement lookup saw holds while the init still runs in that cgroup (a container
     // is never restarted); otherwise the engine is asked.
     const known = this.#views.get(id);
-    const view =
-      known?.cgroup.procsNow(known.cgroup.path).includes(known.initPid)
-        ? known
-        : await this.#inspectStopView(container);
+    const view = known?.cgroup.procsNow(known.cgroup.path).includes(known.initPid)
+      ? known
+      : await this.#inspectStopView(container);
     const { initPid, cgroup, isHelperKeeper } = view;
     // One round suffices: nothing forks while the container is frozen, and a process killed then
     // never runs again.
