@@ -21,7 +21,9 @@
  * - The keeper is named by its host PID and start time, checked on the host before each command,
  *   so a reused PID never receives a command. Destroy kills the keeper (the pid namespace dies
  *   with its init) and `enroot remove --force`.
- * - A timeout kills every process that carries the command's tag (`timeoutKill: tagged`).
+ * - A timeout kills every process that carries the command's tag (`timeoutKill: tagged`), from the
+ *   host: the host's busybox over the host's /proc, taking only the sandbox's pid namespace, so
+ *   the agent (root of its namespaces) cannot stop the kill as it could a script inside.
  * - Not here, because Enroot has none of its own: cgroup limits (cpus, memory, pids are taken and
  *   not enforced: a Slurm allocation's cgroup is what bounds them), OOM reports, other users than
  *   root (only the SSH user is mapped into the container, as root), sessions, snapshot, gateway
@@ -70,7 +72,7 @@ import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive }
 import { stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { killScriptArgv } from '../shared/kill-script.ts';
+import { EXEC_ID_ENV } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
@@ -191,6 +193,40 @@ const FIND_KEEPER = `pid=$(enroot list --fancy 2>/dev/null | awk -v n="$1" '$1 =
 { read -r stat < "/proc/$pid/stat"; } 2>/dev/null || exit 0
 rest=\${stat##*) }; set -- $rest
 echo "$pid \${20}"`;
+
+/**
+ * The kill script run on the host (`$1`: the sandbox's pid namespace, `$2`: the exec's tag): every
+ * process of that namespace whose environment carries the tag is stopped, then killed with the
+ * process groups of the sessions it leads there, repeated while any is found (it may fork between
+ * passes). Builtins only (busybox sh's `[ -ef ]` compares the namespaces), so no fork per process.
+ */
+const HOST_KILL_SCRIPT = `
+ns="$1"; id="$2"; pass=0
+while [ "$pass" -lt 50 ]; do
+  matches=""; sessions=""
+  for dir in /proc/[0-9]*; do
+    [ "$dir/ns/pid" -ef "$ns" ] || continue
+    environment=""; line=""
+    { while IFS= read -r line; do environment="$environment $line"; done; } 2>/dev/null < "$dir/environ" || continue
+    environment="$environment $line"
+    case "$environment" in
+      *"GYM_EXEC_ID=$id"*)
+        pid="\${dir#/proc/}"
+        kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
+        read -r stat < "$dir/stat" 2>/dev/null || stat=""
+        rest="\${stat##*) }"
+        set -- $rest
+        [ -n "$4" ] && [ "/proc/$4/ns/pid" -ef "$ns" ] && sessions="$sessions $4"
+        ;;
+    esac
+  done
+  [ -z "$matches" ] && exit 0
+  for session in $sessions; do kill -9 "-$session" 2>/dev/null; done
+  for pid in $matches; do kill -9 "$pid" 2>/dev/null; done
+  pass=$((pass + 1))
+done
+exit 1
+`;
 
 export class EnrootProvider implements SandboxProvider {
   readonly name: string = 'enroot';
@@ -460,7 +496,7 @@ export class EnrootProvider implements SandboxProvider {
    * namespaces, and root in the sandbox can mount its own program over /.gym-tools/busybox.
    * The SSH user owns the container's user namespace, so it may enter it; it is root there.
    */
-  #inside(host: Host, keeper: Keeper, argv: string[]): string {
+  #inside(host: Host, keeper: Keeper, argv: string[], tag?: string): string {
     const at = `/proc/${keeper.pid}/ns`;
     return [
       `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
@@ -471,6 +507,8 @@ export class EnrootProvider implements SandboxProvider {
         '-i',
         `PATH=${DEFAULT_PATH}`,
         'HOME=/root',
+        // Tagged from the start: a process of the command the agent stops before it runs is still killed.
+        ...(tag === undefined ? [] : [`${EXEC_ID_ENV}=${tag}`]),
         host.busyboxPath,
         'nsenter',
         `-U${at}/user`,
@@ -542,19 +580,24 @@ export class EnrootProvider implements SandboxProvider {
     };
     const cwd = request.cwd ?? spec.workdir ?? imageConfig?.workdir ?? '/';
     const argv = request.argv ?? ['/bin/sh', '-c', request.command!];
-    const line = this.#inside(host, keeper, [
-      TOOLS,
-      'env',
-      '-i',
-      ...Object.entries(env).map(([key, value]) => `${key}=${value}`),
-      TOOLS,
-      'sh',
-      '-c',
-      'cd "$1" || exit 1; shift; exec "$@"',
-      'gym-exec',
-      cwd,
-      ...argv,
-    ]);
+    const line = this.#inside(
+      host,
+      keeper,
+      [
+        TOOLS,
+        'env',
+        '-i',
+        ...Object.entries(env).map(([key, value]) => `${key}=${value}`),
+        TOOLS,
+        'sh',
+        '-c',
+        'cd "$1" || exit 1; shift; exec "$@"',
+        'gym-exec',
+        cwd,
+        ...argv,
+      ],
+      tag,
+    );
     const stdout = new OutputCapture(request.maxOutputBytes);
     const stderr = new OutputCapture(request.maxOutputBytes);
     const abort = new AbortController();
@@ -641,12 +684,20 @@ export class EnrootProvider implements SandboxProvider {
       );
   }
 
-  /** Kills every process of the sandbox carrying the tag, with the bound busybox's shell. */
+  /**
+   * Kills the processes of the sandbox tagged with `tag`, from the host: a kill script inside the
+   * sandbox runs as root of its namespaces, as the agent does, and the agent can stop it
+   * (SIGSTOP) before it kills anything, so that the command and the daemon's exec of it (and its
+   * SSH channels) never end. The host's busybox reads the host's /proc, which nothing in the
+   * sandbox can touch, and takes only processes in the keeper's pid namespace.
+   */
   async #killTagged(host: Host, keeper: Keeper, tag: string): Promise<void> {
-    await this.#run(
-      host,
-      this.#inside(host, keeper, [TOOLS, ...killScriptArgv(tag, 'tagged-and-their-sessions')]),
-    ).catch(() => {});
+    const script = [
+      `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
+      `[ "\${20:-}" = ${shellJoin([keeper.startTime])} ] || exit 0`,
+      `exec ${shellJoin([host.busyboxPath, 'sh', '-c', HOST_KILL_SCRIPT, 'gym-kill', `/proc/${keeper.pid}/ns/pid_for_children`, tag])}`,
+    ].join('\n');
+    await this.#run(host, script).catch(() => {});
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {
