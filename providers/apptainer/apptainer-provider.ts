@@ -85,7 +85,7 @@ import {
 } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { type KillReach, killScriptArgv } from '../shared/kill-script.ts';
+import { EXEC_ID_ENV, hostKillScriptArgv, type KillReach } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
@@ -426,9 +426,12 @@ export class ApptainerProvider implements SandboxProvider {
 
   /** `apptainer exec` of argv in the sandbox, through the bound busybox's `env` so values pass exactly. */
   #execLine(host: Host, id: string, argv: string[], env: Record<string, string>, cwd: string): string {
+    const tag = env[EXEC_ID_ENV];
     return this.#apptainer(host, [
       'exec',
       '--cleanenv',
+      // Tagged from its first process: one the agent stops before `env` ran is still killed.
+      ...(tag === undefined ? [] : ['--env', `${EXEC_ID_ENV}=${tag}`]),
       '--pwd',
       cwd,
       `instance://${this.#instanceName(id)}`,
@@ -861,23 +864,32 @@ export class ApptainerProvider implements SandboxProvider {
     return images.sort((left, right) => right.createdAt!.localeCompare(left.createdAt!));
   }
 
-  /** Kills every process of the sandbox carrying the tag, with the bound busybox's shell. */
+  /**
+   * Kills every process of the sandbox carrying the tag, from the host (the host's busybox over
+   * the host's /proc, only in the instance's pid namespace): a kill script inside the instance
+   * runs as the agent's user, and the agent could stop it before it killed anything, so that the
+   * command, its exec and their SSH channels never ended.
+   */
   async #killTagged(
     host: Host,
     id: string,
     tag: string,
     reach: KillReach = 'tagged-and-their-sessions',
   ): Promise<void> {
-    await this.#run(
-      host,
-      this.#apptainer(host, [
-        'exec',
-        '--cleanenv',
-        `instance://${this.#instanceName(id)}`,
-        TOOLS,
-        ...killScriptArgv(tag, reach),
-      ]),
-    ).catch(() => {});
+    try {
+      const listed = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
+      if (listed.code !== 0) return;
+      const entry = (
+        JSON.parse(listed.stdout.toString()) as { instances: Array<{ instance: string; pid: number }> }
+      ).instances.find((instance) => instance.instance === this.#instanceName(id));
+      if (entry === undefined || !Number.isSafeInteger(entry.pid) || entry.pid <= 0) return;
+      await this.#run(
+        host,
+        shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${entry.pid}/ns/pid_for_children`, tag, reach)),
+      );
+    } catch {
+      // A host that does not answer: its commands end as it does.
+    }
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {

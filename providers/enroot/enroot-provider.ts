@@ -72,7 +72,7 @@ import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive }
 import { stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { EXEC_ID_ENV } from '../shared/kill-script.ts';
+import { EXEC_ID_ENV, hostKillScriptArgv } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
@@ -193,40 +193,6 @@ const FIND_KEEPER = `pid=$(enroot list --fancy 2>/dev/null | awk -v n="$1" '$1 =
 { read -r stat < "/proc/$pid/stat"; } 2>/dev/null || exit 0
 rest=\${stat##*) }; set -- $rest
 echo "$pid \${20}"`;
-
-/**
- * The kill script run on the host (`$1`: the sandbox's pid namespace, `$2`: the exec's tag): every
- * process of that namespace whose environment carries the tag is stopped, then killed with the
- * process groups of the sessions it leads there, repeated while any is found (it may fork between
- * passes). Builtins only (busybox sh's `[ -ef ]` compares the namespaces), so no fork per process.
- */
-const HOST_KILL_SCRIPT = `
-ns="$1"; id="$2"; pass=0
-while [ "$pass" -lt 50 ]; do
-  matches=""; sessions=""
-  for dir in /proc/[0-9]*; do
-    [ "$dir/ns/pid" -ef "$ns" ] || continue
-    environment=""; line=""
-    { while IFS= read -r line; do environment="$environment $line"; done; } 2>/dev/null < "$dir/environ" || continue
-    environment="$environment $line"
-    case "$environment" in
-      *"GYM_EXEC_ID=$id"*)
-        pid="\${dir#/proc/}"
-        kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
-        read -r stat < "$dir/stat" 2>/dev/null || stat=""
-        rest="\${stat##*) }"
-        set -- $rest
-        [ -n "$4" ] && [ "/proc/$4/ns/pid" -ef "$ns" ] && sessions="$sessions $4"
-        ;;
-    esac
-  done
-  [ -z "$matches" ] && exit 0
-  for session in $sessions; do kill -9 "-$session" 2>/dev/null; done
-  for pid in $matches; do kill -9 "$pid" 2>/dev/null; done
-  pass=$((pass + 1))
-done
-exit 1
-`;
 
 export class EnrootProvider implements SandboxProvider {
   readonly name: string = 'enroot';
@@ -695,7 +661,7 @@ export class EnrootProvider implements SandboxProvider {
     const script = [
       `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
       `[ "\${20:-}" = ${shellJoin([keeper.startTime])} ] || exit 0`,
-      `exec ${shellJoin([host.busyboxPath, 'sh', '-c', HOST_KILL_SCRIPT, 'gym-kill', `/proc/${keeper.pid}/ns/pid_for_children`, tag])}`,
+      `exec ${shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${keeper.pid}/ns/pid_for_children`, tag, 'tagged-and-their-sessions'))}`,
     ].join('\n');
     await this.#run(host, script).catch(() => {});
   }

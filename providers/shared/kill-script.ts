@@ -74,3 +74,62 @@ export function killScriptArgv(execId: string, reach: KillReach): string[] {
     reach === 'tagged-and-their-sessions' ? 'with-sessions' : 'tagged-only',
   ];
 }
+
+/**
+ * The kill script run on the host, outside the sandbox (`$1`: a file of the sandbox's pid
+ * namespace, `$2`: the exec id, `$3`: `with-sessions` or `tagged-only`). Where the agent runs as
+ * the same user as a kill script inside its sandbox, it can stop that script (SIGSTOP) before it
+ * kills anything, and the command and its exec never end; nothing in the sandbox can touch a
+ * process of the host. Every process of the host's /proc in that pid namespace whose environment
+ * carries the id is stopped, then killed (with the process groups of the sessions it leads
+ * there), repeated while any is found. Builtins only (`[ -ef ]` compares the namespaces), so no
+ * fork per process; `kill -9` of a process of the same user needs no privilege.
+ */
+export const HOST_KILL_SCRIPT = `
+ns="$1"; id="$2"; mode="$3"; pass=0
+while [ "$pass" -lt 50 ]; do
+  matches=""; sessions=""
+  for dir in /proc/[0-9]*; do
+    [ "$dir/ns/pid" -ef "$ns" ] || continue
+    environment=""; line=""
+    { while IFS= read -r line; do environment="$environment $line"; done; } 2>/dev/null < "$dir/environ" || continue
+    environment="$environment $line"
+    case "$environment" in
+      *"GYM_EXEC_ID=$id"*)
+        pid="\${dir#/proc/}"
+        kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
+        if [ "$mode" = with-sessions ]; then
+          read -r stat < "$dir/stat" 2>/dev/null || stat=""
+          rest="\${stat##*) }"
+          set -- $rest
+          [ -n "$4" ] && [ "/proc/$4/ns/pid" -ef "$ns" ] && sessions="$sessions $4"
+        fi
+        ;;
+    esac
+  done
+  [ -z "$matches" ] && exit 0
+  for session in $sessions; do kill -9 "-$session" 2>/dev/null; done
+  for pid in $matches; do kill -9 "$pid" 2>/dev/null; done
+  pass=$((pass + 1))
+done
+exit 1
+`;
+
+/** The host command that runs {@link HOST_KILL_SCRIPT} with the host's static busybox. */
+export function hostKillScriptArgv(
+  busybox: string,
+  pidNamespace: string,
+  execId: string,
+  reach: KillReach,
+): string[] {
+  return [
+    busybox,
+    'sh',
+    '-c',
+    HOST_KILL_SCRIPT,
+    'gym-kill',
+    pidNamespace,
+    execId,
+    reach === 'tagged-and-their-sessions' ? 'with-sessions' : 'tagged-only',
+  ];
+}
