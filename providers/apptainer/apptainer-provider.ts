@@ -85,7 +85,12 @@ import {
 } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { EXEC_ID_ENV, hostKillScriptArgv, type KillReach } from '../shared/kill-script.ts';
+import {
+  EXEC_ID_ENV,
+  hostKillScriptArgv,
+  hostStopScriptArgv,
+  type KillReach,
+} from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
@@ -877,19 +882,25 @@ export class ApptainerProvider implements SandboxProvider {
     reach: KillReach = 'tagged-and-their-sessions',
   ): Promise<void> {
     try {
-      const listed = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
-      if (listed.code !== 0) return;
-      const entry = (
-        JSON.parse(listed.stdout.toString()) as { instances: Array<{ instance: string; pid: number }> }
-      ).instances.find((instance) => instance.instance === this.#instanceName(id));
-      if (entry === undefined || !Number.isSafeInteger(entry.pid) || entry.pid <= 0) return;
+      const pid = await this.#instancePid(host, id);
+      if (pid === null) return;
       await this.#run(
         host,
-        shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${entry.pid}/ns/pid_for_children`, tag, reach)),
+        shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${pid}/ns/pid_for_children`, tag, reach)),
       );
     } catch {
       // A host that does not answer: its commands end as it does.
     }
+  }
+
+  /** The host pid of a sandbox's instance (its init, in the instance's pid namespace); null when it runs none. */
+  async #instancePid(host: Host, id: string): Promise<number | null> {
+    const listed = await this.#run(host, this.#apptainer(host, ['instance', 'list', '--json']));
+    if (listed.code !== 0) return null;
+    const entry = (
+      JSON.parse(listed.stdout.toString()) as { instances: Array<{ instance: string; pid: number }> }
+    ).instances.find((instance) => instance.instance === this.#instanceName(id));
+    return entry !== undefined && Number.isSafeInteger(entry.pid) && entry.pid > 0 ? entry.pid : null;
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {
@@ -898,18 +909,14 @@ export class ApptainerProvider implements SandboxProvider {
     // Session shells and the relay are among the processes killed: dropped first, started again on use.
     this.#closeSessions(id);
     await this.#releaseRelay(id, false);
-    // Every process of the instance but its first (the keeper) and the killer itself.
+    // Every process of the instance but its first (the keeper), from the host: a script inside
+    // would run as the agent's user, which could stop it.
+    const pid = await this.#instancePid(host, id);
+    if (pid === null)
+      throw new GymError('PROVIDER_ERROR', `stopping processes of ${id}: its instance is not running`);
     const result = await this.#run(
       host,
-      this.#apptainer(host, [
-        'exec',
-        '--cleanenv',
-        `instance://${this.#instanceName(id)}`,
-        TOOLS,
-        'sh',
-        '-c',
-        `n=0; for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || { kill -9 "$p" 2>/dev/null && n=$((n+1)); }; done; echo $n`,
-      ]),
+      shellJoin(hostStopScriptArgv(host.busyboxPath, `/proc/${pid}/ns/pid`, pid)),
     );
     if (result.code !== 0)
       throw new GymError('PROVIDER_ERROR', `stopping processes of ${id}: ${result.stderr.trim()}`);

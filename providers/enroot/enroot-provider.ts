@@ -72,7 +72,7 @@ import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive }
 import { stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { EXEC_ID_ENV, hostKillScriptArgv } from '../shared/kill-script.ts';
+import { EXEC_ID_ENV, hostKillScriptArgv, hostStopScriptArgv } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
@@ -667,12 +667,18 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {
-    // Every process of the sandbox's pid namespace but its init (the keeper) and the killer itself.
-    const result = await this.#tools(id, [
-      'sh',
-      '-c',
-      `n=0; for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || { kill -9 "$p" 2>/dev/null && n=$((n+1)); }; done; echo $n`,
-    ]);
+    // Every process of the sandbox's pid namespace but its init (the keeper's child), from the
+    // host: a script inside would run as root of the sandbox, as the agent does, which could stop it.
+    const { host, keeper } = await this.#target(id);
+    const script = [
+      `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
+      `[ "\${20:-}" = ${shellJoin([keeper.startTime])} ] || { echo ${shellJoin([GONE_MARK])} >&2; exit 255; }`,
+      // The children file ends without a newline: read fails at its end though it read the pid.
+      `read -r init rest < /proc/${keeper.pid}/task/${keeper.pid}/children; [ -n "$init" ] || exit 255`,
+      // The init's host pid is read there, in place of the placeholder argument.
+      `exec ${shellJoin(hostStopScriptArgv(host.busyboxPath, `/proc/${keeper.pid}/ns/pid_for_children`, 0).slice(0, -1))} "$init"`,
+    ].join('\n');
+    const result = await this.#run(host, script);
     if (result.code !== 0)
       throw new GymError('PROVIDER_ERROR', `stopping processes of ${id}: ${result.stderr.trim()}`);
     return { killed: Number(result.stdout.toString().trim()) || 0 };

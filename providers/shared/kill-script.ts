@@ -133,3 +133,33 @@ export function hostKillScriptArgv(
     reach === 'tagged-and-their-sessions' ? 'with-sessions' : 'tagged-only',
   ];
 }
+
+/**
+ * Stops every process of a sandbox but its init, run on the host (`$1`: a file of the sandbox's
+ * pid namespace, `$2`: the init's host pid): each process of the host's /proc in that namespace
+ * is stopped, then killed, repeated while any is found (nothing forks while stopped). Prints how
+ * many it killed. Run inside the sandbox, as the agent's user, the agent could stop it before it
+ * ran and the call would never return.
+ */
+export const HOST_STOP_SCRIPT = `
+ns="$1"; init="$2"; killed=0; pass=0
+while [ "$pass" -lt 50 ]; do
+  matches=""
+  for dir in /proc/[0-9]*; do
+    pid="\${dir#/proc/}"
+    [ "$pid" = "$init" ] && continue
+    [ "$dir/ns/pid" -ef "$ns" ] || continue
+    kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
+  done
+  [ -z "$matches" ] && { echo "$killed"; exit 0; }
+  for pid in $matches; do kill -9 "$pid" 2>/dev/null && killed=$((killed + 1)); done
+  pass=$((pass + 1))
+done
+echo "$killed"
+exit 1
+`;
+
+/** The host command that runs {@link HOST_STOP_SCRIPT} with the host's static busybox. */
+export function hostStopScriptArgv(busybox: string, pidNamespace: string, initPid: number): string[] {
+  return [busybox, 'sh', '-c', HOST_STOP_SCRIPT, 'gym-stop', pidNamespace, String(initPid)];
+}

@@ -94,3 +94,30 @@ it('kills a timed-out command while the agent stops every new process of the san
   expect(await hostProcesses(['sleep', '2345'])).toEqual([]);
   await provider.destroy(sandbox.id);
 }, 90_000);
+
+it('stops every process of the sandbox while the agent stops every new one', async () => {
+  const sandbox = await provider.create(
+    parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
+  );
+  const exec = (command: string, timeoutMs = 30_000) =>
+    provider.exec(sandbox.id, parseOrThrow(ExecRequestSchema, { command, timeoutMs }, 'exec'));
+  const setUp = await exec(
+    [
+      'i=0; while [ $i -lt 1000 ]; do env -i setsid sleep 1000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done',
+      `env -i setsid sh -c 'base=$$; while :; do p=$((base+1)); while [ $p -lt $((base+600)) ]; do kill -STOP $p 2>/dev/null; p=$((p+1)); done; done' </dev/null >/dev/null 2>&1 &`,
+      'echo started',
+    ].join('\n'),
+  );
+  expect(setUp.stdout).toContain('started');
+  // Before the fix the stop ran in the sandbox, was stopped, and never returned.
+  const stopped = await Promise.race([
+    provider.stopProcesses(sandbox.id),
+    new Promise<never>((_resolve, reject) =>
+      setTimeout(() => reject(new Error('stopProcesses had not returned in 30 s')), 30_000),
+    ),
+  ]);
+  expect(stopped.killed).toBeGreaterThanOrEqual(1001);
+  // The watcher is gone with the rest: a command runs again.
+  expect(await exec('echo quiet')).toMatchObject({ status: 'ok', stdout: 'quiet\n' });
+  await provider.destroy(sandbox.id);
+}, 90_000);
