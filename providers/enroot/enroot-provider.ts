@@ -24,10 +24,12 @@
  * - A timeout kills every process that carries the command's tag (`timeoutKill: tagged`), from the
  *   host: the host's busybox over the host's /proc, taking only the sandbox's pid namespace, so
  *   the agent (root of its namespaces) cannot stop the kill as it could a script inside.
+ * - Sessions: one long-lived `/bin/sh` per session, entered into the keeper's namespaces as a
+ *   command is, over one SSH channel held for the session's life (`../ssh/ssh-session.ts`, the
+ *   protocol in `../shared/shell-session.ts`); a timeout kills only the command's tagged processes.
  * - Not here, because Enroot has none of its own: cgroup limits (cpus, memory, pids are taken and
  *   not enforced: a Slurm allocation's cgroup is what bounds them), OOM reports, other users than
- *   root (only the SSH user is mapped into the container, as root), sessions, snapshot, gateway
- *   reach, gpus.
+ *   root (only the SSH user is mapped into the container, as root), snapshot, gateway reach, gpus.
  * - Images: `prepareImage` turns the builder's root filesystem into a `.sqsh` with mksquashfs
  *   here, once per (content-addressed) reference, and copies it to each host once
  *   (`<workDirectory>/images/<reference>.sqsh`, with its config beside it). Derived images (a
@@ -72,10 +74,16 @@ import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive }
 import { stdinBytes } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
-import { EXEC_ID_ENV, hostKillScriptArgv, hostStopScriptArgv } from '../shared/kill-script.ts';
+import {
+  EXEC_ID_ENV,
+  hostKillScriptArgv,
+  hostStopScriptArgv,
+  type KillReach,
+} from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellJoin } from '../shared/shell.ts';
+import type { ShellSession } from '../shared/shell-session.ts';
 import {
   FleetConnectionFields,
   type FleetHost,
@@ -84,6 +92,7 @@ import {
   type RemoteResult,
 } from '../ssh/host-fleet.ts';
 import { SlurmHosts, SlurmModeSchema } from '../ssh/slurm-hosts.ts';
+import { openSshSession } from '../ssh/ssh-session.ts';
 
 const EnrootHostSchema = HostSchema.extend({
   /** The enroot command on the host. */
@@ -197,7 +206,7 @@ echo "$pid \${20}"`;
 export class EnrootProvider implements SandboxProvider {
   readonly name: string = 'enroot';
   readonly capabilities: ProviderCapabilities = {
-    sessions: false,
+    sessions: true,
     snapshot: false,
     gpus: false,
     diskLimit: false,
@@ -216,6 +225,8 @@ export class EnrootProvider implements SandboxProvider {
   readonly #startTimeoutSeconds: number;
   /** Each sandbox's keeper as found at create or first use. */
   readonly #keepers = new Map<string, Keeper>();
+  /** Sessions by sandbox id, then by session name and user. */
+  readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
 
   /** Slurm mode: the allocation whose nodes are the fleet's hosts. */
   readonly slurm: SlurmHosts | null = null;
@@ -516,10 +527,22 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
-    if (request.session !== undefined)
-      throw new GymError('CAPABILITY_UNSUPPORTED', 'the enroot provider has no sessions');
     await this.#resumed();
     const host = await this.fleet.locate(id);
+    if (request.session !== undefined) {
+      let session: ShellSession;
+      try {
+        session = await this.#session(host, id, request.session, request.user);
+      } catch (error) {
+        // The host does not answer (or left the set): as for a one-shot command.
+        if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return goneResult(0);
+        throw error;
+      }
+      // Enroot has no memory limit: an abnormal end is the sandbox gone, or a kill.
+      return session.run(request, options, {
+        classifyAbnormalEnd: async () => ((await this.fleet.exists(host, id)) ? 'killed' : 'sandbox_gone'),
+      });
+    }
     const started = Date.now();
     let spec: SandboxSpec;
     let imageConfig: ImageConfig | undefined;
@@ -657,16 +680,78 @@ export class EnrootProvider implements SandboxProvider {
    * SSH channels) never end. The host's busybox reads the host's /proc, which nothing in the
    * sandbox can touch, and takes only processes in the keeper's pid namespace.
    */
-  async #killTagged(host: Host, keeper: Keeper, tag: string): Promise<void> {
+  async #killTagged(
+    host: Host,
+    keeper: Keeper,
+    tag: string,
+    reach: KillReach = 'tagged-and-their-sessions',
+  ): Promise<void> {
     const script = [
       `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
       `[ "\${20:-}" = ${shellJoin([keeper.startTime])} ] || exit 0`,
-      `exec ${shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${keeper.pid}/ns/pid_for_children`, tag, 'tagged-and-their-sessions'))}`,
+      `exec ${shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${keeper.pid}/ns/pid_for_children`, tag, reach))}`,
     ].join('\n');
     await this.#run(host, script).catch(() => {});
   }
 
+  /**
+   * The session shell `name` in the sandbox, opened on first use (and again after it was lost):
+   * the image's `/bin/sh`, entered into the keeper's namespaces as a one-shot command is (with
+   * the sandbox's env and working directory), over one SSH channel held for the session's life.
+   * Only root exists in the container: another user is refused as for a one-shot command.
+   */
+  async #session(host: Host, id: string, name: string, user: string | undefined): Promise<ShellSession> {
+    let byName = this.#sessions.get(id);
+    if (byName === undefined) {
+      byName = new Map();
+      this.#sessions.set(id, byName);
+    }
+    const key = `${name}\0${user ?? ''}`;
+    const existing = byName.get(key);
+    if (existing !== undefined) {
+      const session = await existing.catch(() => null);
+      if (session?.isAlive) return session;
+    }
+    const sessions = byName;
+    const opening = (async () => {
+      const { spec, imageConfig } = await this.fleet.record(host, id);
+      const keeper = await this.#keeper(host, id);
+      if (keeper === null) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+      const effective = user ?? spec.user;
+      if (effective !== undefined) await this.#checkUser(id, effective);
+      const env = { PATH: DEFAULT_PATH, HOME: '/root', ...imageConfig?.env, ...spec.env };
+      const line = this.#inside(host, keeper, [
+        TOOLS,
+        'env',
+        '-i',
+        ...Object.entries(env).map(([key, value]) => `${key}=${value}`),
+        TOOLS,
+        'sh',
+        '-c',
+        'cd "$1" || exit 1; shift; exec "$@"',
+        'gym-session',
+        spec.workdir ?? imageConfig?.workdir ?? '/',
+        '/bin/sh',
+      ]);
+      // Only the command's processes: the shell shares their session.
+      return openSshSession(host.connection, line, (execId) =>
+        this.#killTagged(host, keeper, execId, 'tagged-only'),
+      );
+    })();
+    sessions.set(key, opening);
+    opening.catch(() => sessions.delete(key));
+    return opening;
+  }
+
+  #closeSessions(id: string): void {
+    const byName = this.#sessions.get(id);
+    this.#sessions.delete(id);
+    for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
+  }
+
   async stopProcesses(id: string): Promise<{ killed: number }> {
+    // Session shells are among the processes killed: dropped first, opened again on use.
+    this.#closeSessions(id);
     // Every process of the sandbox's pid namespace but its init (the keeper's child), from the
     // host: a script inside would run as root of the sandbox, as the agent does, which could stop it.
     const { host, keeper } = await this.#target(id);
@@ -763,6 +848,7 @@ export class EnrootProvider implements SandboxProvider {
 
   async destroy(id: string): Promise<void> {
     await this.#resumed();
+    this.#closeSessions(id);
     const host = await this.fleet.hostToDestroy(id);
     if (host === null) {
       this.#keepers.delete(id);
@@ -794,6 +880,7 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async close(): Promise<void> {
+    for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
     await this.slurm?.close();
     this.fleet.close();
   }

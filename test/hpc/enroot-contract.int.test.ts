@@ -26,7 +26,7 @@ describeSandboxProviderContract({
   name: 'enroot over ssh (stand-in)',
   image: BUSYBOX_REFERENCE,
   capabilities: {
-    sessions: false,
+    sessions: true,
     snapshot: false,
     gatewayReach: false,
     timeoutKill: 'tagged',

@@ -31,7 +31,7 @@ describeSandboxProviderContract({
   name: 'enroot over ssh in a Slurm allocation (stand-in)',
   image: BUSYBOX_REFERENCE,
   capabilities: {
-    sessions: false,
+    sessions: true,
     snapshot: false,
     gatewayReach: false,
     timeoutKill: 'tagged',
