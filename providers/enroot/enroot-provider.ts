@@ -24,12 +24,16 @@
  * - A timeout kills every process that carries the command's tag (`timeoutKill: tagged`), from the
  *   host: the host's busybox over the host's /proc, taking only the sandbox's pid namespace, so
  *   the agent (root of its namespaces) cannot stop the kill as it could a script inside.
+ * - Gateway reach: the static relay (`.tools/gym-relay`, copied to each host once by content and
+ *   bound read-only at `/.gym-tools/gym-relay`) runs in the keeper's namespaces over one held SSH
+ *   channel, listening on the sandbox's own loopback (brought up by the keeper), and frames each
+ *   connection to the daemon's gateway socket and nothing else (`../shared/gateway-relay.ts`).
  * - Sessions: one long-lived `/bin/sh` per session, entered into the keeper's namespaces as a
  *   command is, over one SSH channel held for the session's life (`../ssh/ssh-session.ts`, the
  *   protocol in `../shared/shell-session.ts`); a timeout kills only the command's tagged processes.
  * - Not here, because Enroot has none of its own: cgroup limits (cpus, memory, pids are taken and
  *   not enforced: a Slurm allocation's cgroup is what bounds them), OOM reports, other users than
- *   root (only the SSH user is mapped into the container, as root), snapshot, gateway reach, gpus.
+ *   root (only the SSH user is mapped into the container, as root), snapshot, gpus.
  * - Images: `prepareImage` turns the builder's root filesystem into a `.sqsh` with mksquashfs
  *   here, once per (content-addressed) reference, and copies it to each host once
  *   (`<workDirectory>/images/<reference>.sqsh`, with its config beside it). Derived images (a
@@ -42,8 +46,8 @@
  *   the next create asks for a new one. pyxis (`srun --container-*`) is not used.
  */
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
@@ -66,12 +70,19 @@ import type {
   ProviderCapabilities,
   ProviderContext,
   ProviderHealth,
+  RelayStats,
   SandboxListing,
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import { stdinBytes } from '../shared/exec-output.ts';
+import {
+  DEFAULT_RELAY_HELPER_PATH,
+  type GatewayRelay,
+  loadRelayBinary,
+  relayStatsOf,
+} from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
 import {
@@ -92,7 +103,7 @@ import {
   type RemoteResult,
 } from '../ssh/host-fleet.ts';
 import { SlurmHosts, SlurmModeSchema } from '../ssh/slurm-hosts.ts';
-import { openSshSession } from '../ssh/ssh-session.ts';
+import { openSshSession, startSshRelay } from '../ssh/ssh-session.ts';
 
 const EnrootHostSchema = HostSchema.extend({
   /** The enroot command on the host. */
@@ -109,6 +120,12 @@ export const EnrootOptionsSchema = z
     ...FleetConnectionFields,
     /** How long a create waits for the container's keeper to run. */
     startTimeoutSeconds: z.number().int().positive().max(600).default(60),
+    /** Gateway reach (`exposeGateway`) through the relay; off without the relay binary. */
+    gatewayReach: z.boolean().default(true),
+    /** The static relay copied to each host (built by scripts/setup.sh). */
+    relayHelperPath: z.string().startsWith('/').default(DEFAULT_RELAY_HELPER_PATH),
+    /** Open relay connections per sandbox at most; one more is closed at once. */
+    relayMaxConnections: z.number().int().positive().max(4096).default(32),
   })
   .strict()
   .refine((options) => (options.hosts === undefined) !== (options.slurm === undefined), {
@@ -119,6 +136,8 @@ export type EnrootOptions = z.input<typeof EnrootOptionsSchema>;
 type Host = FleetHost<EnrootHost>;
 
 const TOOLS = '/.gym-tools/busybox';
+/** Where the relay is bound in every container started with gateway reach. */
+const RELAY_IN_SANDBOX = '/.gym-tools/gym-relay';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** What a command whose keeper is gone prints (exit 255) before enroot is called at all. */
 const GONE_MARK = 'gym: the sandbox keeper is gone';
@@ -144,7 +163,7 @@ const KEEPER = [
   TOOLS,
   'sh',
   '-c',
-  `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${TOOLS} sleep 86400 & wait; done`,
+  `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} ip link set lo up || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${TOOLS} sleep 86400 & wait; done`,
 ];
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
@@ -205,7 +224,8 @@ echo "$pid \${20}"`;
 
 export class EnrootProvider implements SandboxProvider {
   readonly name: string = 'enroot';
-  readonly capabilities: ProviderCapabilities = {
+  readonly capabilities: ProviderCapabilities;
+  readonly #defaultCapabilities: ProviderCapabilities = {
     sessions: true,
     snapshot: false,
     gpus: false,
@@ -214,7 +234,7 @@ export class EnrootProvider implements SandboxProvider {
     memoryLimit: false,
     otherUsers: false,
     networkModes: ['none'],
-    gatewayReach: false,
+    gatewayReach: true,
     timeoutKill: 'tagged',
     stopProcesses: true,
     imageFormats: ['rootfs', 'derived'],
@@ -227,6 +247,16 @@ export class EnrootProvider implements SandboxProvider {
   readonly #keepers = new Map<string, Keeper>();
   /** Sessions by sandbox id, then by session name and user. */
   readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
+  readonly #options: z.output<typeof EnrootOptionsSchema>;
+  /** Gateway relays by sandbox id, with the exec id that tags each for the kill script. */
+  readonly #relays = new Map<
+    string,
+    Promise<{ relay: GatewayRelay; execId: string; host: Host; keeper: Keeper }>
+  >();
+  readonly #relayCounters = { refusedTotal: 0 };
+  readonly #relayList = new Set<GatewayRelay>();
+  /** The relay's path on each host (copied there once, by content), by host name. */
+  readonly #relayOnHost = new Map<string, Promise<string>>();
 
   /** Slurm mode: the allocation whose nodes are the fleet's hosts. */
   readonly slurm: SlurmHosts | null = null;
@@ -234,6 +264,11 @@ export class EnrootProvider implements SandboxProvider {
   constructor(options: unknown, context: ProviderContext) {
     const parsed = EnrootOptionsSchema.parse(options);
     this.#context = context;
+    this.#options = parsed;
+    this.capabilities = {
+      ...this.#defaultCapabilities,
+      gatewayReach: parsed.gatewayReach && existsSync(parsed.relayHelperPath),
+    };
     this.#startTimeoutSeconds = parsed.startTimeoutSeconds;
     this.fleet = this.#fleet(parsed.hosts ?? [], parsed);
     if (parsed.slurm !== undefined)
@@ -369,6 +404,7 @@ export class EnrootProvider implements SandboxProvider {
   async #createOnFleet(spec: SandboxSpec, options: CreateOptions): Promise<SandboxInfo> {
     const host = await this.fleet.pick();
     const imageConfig = await this.#ensureImage(host, spec.image);
+    const relay = this.capabilities.gatewayReach ? await this.#relayOn(host) : null;
     const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
     const name = this.#containerName(id);
     const now = this.#context.clock.now();
@@ -391,7 +427,7 @@ export class EnrootProvider implements SandboxProvider {
     try {
       // The state file first: a crash after it leaves a record a reaper can act on.
       await this.fleet.writeRecord(host, id, { info, spec, imageConfig });
-      this.#keepers.set(id, await this.#start(host, name, this.#imagePath(host, spec.image)));
+      this.#keepers.set(id, await this.#start(host, name, this.#imagePath(host, spec.image), relay));
       if (spec.user !== undefined) await this.#checkUser(id, spec.user);
       for (const file of spec.files)
         await this.writeFile(id, file.path, Buffer.from(file.content, file.encoding), { mode: file.mode });
@@ -409,7 +445,7 @@ export class EnrootProvider implements SandboxProvider {
    * session of its own), then waits until `enroot list --fancy` names its PID and a command can
    * enter its namespaces. One SSH command: the waiting costs no round trips.
    */
-  async #start(host: Host, name: string, image: string): Promise<Keeper> {
+  async #start(host: Host, name: string, image: string, relay: string | null): Promise<Keeper> {
     const log = `${posix.join(host.workDirectory, 'enroot', 'tmp', name)}.start.log`;
     const q = (word: string) => shellJoin([word]);
     const base = posix.join(host.workDirectory, 'enroot');
@@ -426,6 +462,7 @@ export class EnrootProvider implements SandboxProvider {
         '--rw',
         '--mount',
         `${host.busyboxPath}:${TOOLS}:none:x-create=file,bind,ro`,
+        ...(relay === null ? [] : ['--mount', `${relay}:${RELAY_IN_SANDBOX}:none:x-create=file,bind,ro`]),
         name,
         ...KEEPER,
       ])} </dev/null >/dev/null 2>${q(log)} &`,
@@ -749,9 +786,123 @@ export class EnrootProvider implements SandboxProvider {
     for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
   }
 
+  /**
+   * The relay binary's path on a host: `<workDirectory>/tools/gym-relay-<sha256>`, copied there
+   * once (by its content, so a second daemon or a changed binary never mixes them up).
+   */
+  #relayOn(host: Host): Promise<string> {
+    const known = this.#relayOnHost.get(host.name);
+    if (known !== undefined) return known;
+    const placing = (async () => {
+      const binary = await loadRelayBinary(this.#options.relayHelperPath);
+      if (binary === null)
+        throw new GymError('PROVIDER_ERROR', `the relay ${this.#options.relayHelperPath} cannot be read`);
+      const digest = createHash('sha256').update(binary).digest('hex').slice(0, 16);
+      const target = posix.join(host.workDirectory, 'tools', `gym-relay-${digest}`);
+      const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
+      const placed = await this.#run(
+        host,
+        `[ -x ${shellJoin([target])} ] || { mkdir -p ${shellJoin([posix.dirname(target)])} && cat > ${shellJoin([partial])} && chmod 555 ${shellJoin([partial])} && mv ${shellJoin([partial, target])}; }`,
+        binary,
+      );
+      if (placed.code !== 0)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `copying the relay to ${host.name} failed: ${placed.stderr.trim()}`,
+        );
+      return target;
+    })();
+    this.#relayOnHost.set(host.name, placing);
+    placing.catch(() => {
+      if (this.#relayOnHost.get(host.name) === placing) this.#relayOnHost.delete(host.name);
+    });
+    return placing;
+  }
+
+  /**
+   * Relays `http://127.0.0.1:<port>` in the sandbox to the gateway socket over one SSH channel
+   * (see `../shared/gateway-relay.ts`): the relay, bound read-only into the container, runs in
+   * the keeper's namespaces, so it listens on the sandbox's own loopback (the keeper's network
+   * namespace) and ports never collide between sandboxes on one node. Any free port the first
+   * time, the recorded URL's port after a restart.
+   */
+  async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
+    if (!this.capabilities.gatewayReach)
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `gateway reach is off for this enroot provider (option gatewayReach, or no relay at ${this.#options.relayHelperPath}: run scripts/setup.sh)`,
+        { details: { provider: this.name, capability: 'gatewayReach' } },
+      );
+    const open = await this.#relays.get(id)?.catch(() => null);
+    if (open?.relay.isOpen) return { url: `http://127.0.0.1:${open.relay.port}` };
+    let port = 0;
+    if (options.url !== undefined) {
+      const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(options.url);
+      port = Number(match?.[1]);
+      if (match === null || port < 1 || port > 65535)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `cannot restore gateway reach at ${options.url}: not a URL this provider gives`,
+          { details: { url: options.url } },
+        );
+    }
+    const starting = (async () => {
+      const { host, keeper } = await this.#target(id);
+      const execId = randomBytes(12).toString('hex');
+      const line = this.#inside(
+        host,
+        keeper,
+        [
+          TOOLS,
+          'env',
+          '-i',
+          `PATH=${DEFAULT_PATH}`,
+          `${EXEC_ID_ENV}=${execId}`,
+          RELAY_IN_SANDBOX,
+          String(port),
+        ],
+        execId,
+      );
+      const relay = await startSshRelay(
+        host.connection,
+        line,
+        {
+          label: `${host.name}/${this.#containerName(id)}`,
+          details: { sandboxId: id, host: host.name, port },
+        },
+        options.socketPath,
+        this.#options.relayMaxConnections,
+        this.#relayCounters,
+      );
+      this.#relayList.add(relay);
+      return { relay, execId, host, keeper };
+    })();
+    this.#relays.set(id, starting);
+    starting.catch(() => {
+      if (this.#relays.get(id) === starting) this.#relays.delete(id);
+    });
+    return { url: `http://127.0.0.1:${(await starting).relay.port}` };
+  }
+
+  relayStats(): RelayStats {
+    return relayStatsOf(this.#relayList, this.#relayCounters.refusedTotal);
+  }
+
+  /** Drops a sandbox's relay; with `kill`, also kills the relay process in the sandbox (by its tag). */
+  async #releaseRelay(id: string, kill: boolean): Promise<void> {
+    const starting = this.#relays.get(id);
+    this.#relays.delete(id);
+    const started = await starting?.catch(() => null);
+    if (started === null || started === undefined) return;
+    started.relay.close();
+    this.#relayList.delete(started.relay);
+    if (kill) await this.#killTagged(started.host, started.keeper, started.execId, 'tagged-only');
+  }
+
   async stopProcesses(id: string): Promise<{ killed: number }> {
-    // Session shells are among the processes killed: dropped first, opened again on use.
+    // Session shells and the relay are among the processes killed: dropped first, started again on use.
     this.#closeSessions(id);
+    await this.#releaseRelay(id, false);
     // Every process of the sandbox's pid namespace but its init (the keeper's child), from the
     // host: a script inside would run as root of the sandbox, as the agent does, which could stop it.
     const { host, keeper } = await this.#target(id);
@@ -849,6 +1000,7 @@ export class EnrootProvider implements SandboxProvider {
   async destroy(id: string): Promise<void> {
     await this.#resumed();
     this.#closeSessions(id);
+    await this.#releaseRelay(id, false);
     const host = await this.fleet.hostToDestroy(id);
     if (host === null) {
       this.#keepers.delete(id);
@@ -880,6 +1032,8 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async close(): Promise<void> {
+    // The sandboxes live on without reach until a daemon restores it at the same URL.
+    await Promise.all([...this.#relays.keys()].map((id) => this.#releaseRelay(id, true)));
     for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
     await this.slurm?.close();
     this.fleet.close();

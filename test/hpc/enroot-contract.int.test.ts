@@ -28,7 +28,7 @@ describeSandboxProviderContract({
   capabilities: {
     sessions: true,
     snapshot: false,
-    gatewayReach: false,
+    gatewayReach: true,
     timeoutKill: 'tagged',
     pidsLimit: false,
     memoryLimit: false,
