@@ -9,7 +9,8 @@
  * instance over a held channel: no channel, no apptainer command, one round trip.
  * The enroot provider (stand-in `enroot`, on its own sshd on 127.0.0.13) is measured in the same
  * run: its create (`enroot create` unpacks the image, a detached `enroot start`, a wait for the
- * keeper) and its one-shot exec (`enroot exec` and busybox nsenter; no sessions).
+ * keeper), its one-shot exec (the host's busybox nsenter into the keeper's namespaces) and its
+ * session exec (a write to a shell already entered there, over a held channel).
  *
  *   npm run bench:ssh
  */
@@ -68,6 +69,11 @@ try {
     if (result.status !== 'ok' || result.exitCode !== 0)
       throw new Error(`enroot exec: ${JSON.stringify(result)}`);
   });
+  const enrootSession = await timeSequential(100, 3, async () => {
+    const result = await enroot.exec(enrootCreated[0]!, inSession);
+    if (result.status !== 'ok' || result.exitCode !== 0)
+      throw new Error(`enroot session exec: ${JSON.stringify(result)}`);
+  });
   await Promise.all(enrootCreated.map((id) => enroot.destroy(id)));
   const rawP50 = percentile(rawExec, 0.5);
   console.log(
@@ -84,7 +90,9 @@ try {
         provider: 'enroot (stand-in)',
         oneShotExecMs: summary(enrootOneShot),
         createMs: summary(enrootCreate),
+        sessionExecMs: summary(enrootSession),
         oneShotOverRawSsh: round(percentile(enrootOneShot, 0.5) / rawP50, 2),
+        sessionOverRawSsh: round(percentile(enrootSession, 0.5) / rawP50, 4),
       },
     }),
   );

@@ -2,15 +2,20 @@
  * `gym eval run`, unchanged, against a daemon whose only provider is enroot over SSH (a real
  * sshd, the enroot stand-in): the swe-mini task image is made on the host as a derived image
  * (`enroot create` of the Debian base, its command run, `enroot export`), and the oracle scores
- * 1, a no-op 0. Docker only exports the base's root filesystem in the set-up, squashed into the
- * node's `.sqsh` (the builder would take a minute of debootstrap).
+ * 1, a no-op 0; the mini-swe harness with the scripted model (through the daemon's gateway, by
+ * the relay in the container; commands in an enroot session) scores the terminal task 1, as on
+ * Docker. Docker only exports the base's root filesystem in the set-up, squashed into the node's
+ * `.sqsh` (the builder would take a minute of debootstrap).
  */
 import type { ChildProcess } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { runGym } from '../cli-process.ts';
 import { spawnDaemonProcess } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
@@ -26,6 +31,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
   let directory = '';
   let stateDir = '';
   let child: ChildProcess | undefined;
+  let model: ScriptedModelServer | undefined;
 
   beforeAll(async () => {
     node = await enrootNode('127.0.0.11', 28000 + (process.pid % 1000));
@@ -37,6 +43,25 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
     await exportRootfs(docker, base, root);
     squashInto(join(node.workDirectory, 'images'), base, root);
     await rm(root, { recursive: true, force: true });
+    // The terminal tasks name the base by its tag: the same `.sqsh` on the host.
+    await symlink(
+      `${imageFolderName(base)}.sqsh`,
+      join(node.workDirectory, 'images', `${imageFolderName('gym/debian-base:latest')}.sqsh`),
+    );
+    // The scripted model solves count-errors in one step, then submits (as in the Docker tests).
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          {
+            match: 'ERROR',
+            replies: [
+              { content: 'Count them.\n```bash\ngrep -c ERROR /app/server.log > /app/error_count.txt\n```' },
+              { content: 'Done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```' },
+            ],
+          },
+        ],
+      }),
+    );
     const configPath = join(directory, 'gym.yaml');
     await writeFile(
       configPath,
@@ -48,6 +73,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
         'providers:',
         '  - name: enroot',
         `    options: { hosts: [${JSON.stringify(node.host)}] }`,
+        `gateway: { upstream: { baseUrl: ${model.baseUrl} }, maxRetries: 0 }`,
         '',
       ].join('\n'),
     );
@@ -57,6 +83,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
   afterAll(async () => {
     child?.kill('SIGTERM');
     await new Promise((resolve) => (child?.exitCode === null ? child.once('exit', resolve) : resolve(null)));
+    await model?.close();
     await node?.cleanup();
     await rm(directory, { recursive: true, force: true });
   });
@@ -82,4 +109,26 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
     expect(JSON.parse(left.stdout)).toEqual([]);
     expect(node.enroot('list').stdout).toBe('');
   }, 600_000);
+
+  it('runs the mini-swe harness with the scripted model in an enroot session: reward 1, as on Docker', async () => {
+    const input = join(directory, 'one-task.jsonl');
+    const rows = (
+      await readFile(join(import.meta.dirname, '../../environments/terminal/data/example.jsonl'), 'utf8')
+    )
+      .split('\n')
+      .filter((line) => line.includes('"count-errors"'));
+    await writeFile(input, `${rows.join('\n')}\n`);
+    const output = join(directory, 'mini-swe.jsonl');
+    const run = await gym(
+      ['eval', 'run', '--env', 'terminal', '--input', input, '--harness', 'mini-swe', '--output', output],
+      stateDir,
+    );
+    expect(run.code, run.stderr).toBe(0);
+    const [rollout] = await readJsonl(output);
+    expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
+    expect((rollout!.model_calls as unknown[]).length).toBe(2);
+    const left = await gym(['sandbox', 'ls', '--json'], stateDir);
+    expect(JSON.parse(left.stdout)).toEqual([]);
+    expect(node.enroot('list').stdout).toBe('');
+  }, 300_000);
 });
