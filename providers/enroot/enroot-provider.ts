@@ -46,7 +46,7 @@
  *   the next create asks for a new one. pyxis (`srun --container-*`) is not used.
  */
 import { spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join, posix } from 'node:path';
@@ -77,12 +77,7 @@ import type {
 } from '../sandbox-provider.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import { stdinBytes } from '../shared/exec-output.ts';
-import {
-  DEFAULT_RELAY_HELPER_PATH,
-  type GatewayRelay,
-  loadRelayBinary,
-  relayStatsOf,
-} from '../shared/gateway-relay.ts';
+import { DEFAULT_RELAY_HELPER_PATH, type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
 import {
@@ -256,7 +251,6 @@ export class EnrootProvider implements SandboxProvider {
   readonly #relayCounters = { refusedTotal: 0 };
   readonly #relayList = new Set<GatewayRelay>();
   /** The relay's path on each host (copied there once, by content), by host name. */
-  readonly #relayOnHost = new Map<string, Promise<string>>();
 
   /** Slurm mode: the allocation whose nodes are the fleet's hosts. */
   readonly slurm: SlurmHosts | null = null;
@@ -404,7 +398,9 @@ export class EnrootProvider implements SandboxProvider {
   async #createOnFleet(spec: SandboxSpec, options: CreateOptions): Promise<SandboxInfo> {
     const host = await this.fleet.pick();
     const imageConfig = await this.#ensureImage(host, spec.image);
-    const relay = this.capabilities.gatewayReach ? await this.#relayOn(host) : null;
+    const relay = this.capabilities.gatewayReach
+      ? await this.fleet.placeRelay(host, this.#options.relayHelperPath)
+      : null;
     const id = options.id ?? `sbx-${randomBytes(8).toString('hex')}`;
     const name = this.#containerName(id);
     const now = this.#context.clock.now();
@@ -784,39 +780,6 @@ export class EnrootProvider implements SandboxProvider {
     const byName = this.#sessions.get(id);
     this.#sessions.delete(id);
     for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
-  }
-
-  /**
-   * The relay binary's path on a host: `<workDirectory>/tools/gym-relay-<sha256>`, copied there
-   * once (by its content, so a second daemon or a changed binary never mixes them up).
-   */
-  #relayOn(host: Host): Promise<string> {
-    const known = this.#relayOnHost.get(host.name);
-    if (known !== undefined) return known;
-    const placing = (async () => {
-      const binary = await loadRelayBinary(this.#options.relayHelperPath);
-      if (binary === null)
-        throw new GymError('PROVIDER_ERROR', `the relay ${this.#options.relayHelperPath} cannot be read`);
-      const digest = createHash('sha256').update(binary).digest('hex').slice(0, 16);
-      const target = posix.join(host.workDirectory, 'tools', `gym-relay-${digest}`);
-      const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
-      const placed = await this.#run(
-        host,
-        `[ -x ${shellJoin([target])} ] || { mkdir -p ${shellJoin([posix.dirname(target)])} && cat > ${shellJoin([partial])} && chmod 555 ${shellJoin([partial])} && mv ${shellJoin([partial, target])}; }`,
-        binary,
-      );
-      if (placed.code !== 0)
-        throw new GymError(
-          'PROVIDER_ERROR',
-          `copying the relay to ${host.name} failed: ${placed.stderr.trim()}`,
-        );
-      return target;
-    })();
-    this.#relayOnHost.set(host.name, placing);
-    placing.catch(() => {
-      if (this.#relayOnHost.get(host.name) === placing) this.#relayOnHost.delete(host.name);
-    });
-    return placing;
   }
 
   /**

@@ -12,6 +12,7 @@
  * `sandbox_gone` (the closed connection answers PROVIDER_UNAVAILABLE), `get` says they do not
  * exist and `destroy` forgets them; a host that joins takes creates at once.
  */
+import { createHash, randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { z } from 'zod';
@@ -19,6 +20,7 @@ import { GymError, isGymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { SandboxInfo, SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type { ImageConfig, ListFilter, ProviderHealth, SandboxListing } from '../sandbox-provider.ts';
+import { loadRelayBinary } from '../shared/gateway-relay.ts';
 import { matchesListFilter } from '../shared/labels.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
 import { shellJoin } from '../shared/shell.ts';
@@ -117,6 +119,8 @@ export class HostFleet<C extends HostConfig = HostConfig> {
    * command does not pay an SSH round trip to read it again.
    */
   readonly #records = new Map<string, SandboxRecord>();
+  /** Where each host has the gateway relay binary (by host name), placed once. */
+  readonly #relayOnHost = new Map<string, Promise<string>>();
 
   constructor(options: HostFleetOptions<C>) {
     this.#options = options;
@@ -183,6 +187,39 @@ export class HostFleet<C extends HostConfig = HostConfig> {
   /** Whether the host is (still) one of the set. */
   isMember(host: FleetHost<C>): boolean {
     return this.#hosts.includes(host);
+  }
+
+  /**
+   * The relay binary's path on a host: `<workDirectory>/tools/gym-relay-<sha256>`, copied there
+   * once (by its content, so a second daemon or a changed binary never mixes them up).
+   */
+  placeRelay(host: FleetHost<C>, relayHelperPath: string): Promise<string> {
+    const known = this.#relayOnHost.get(host.name);
+    if (known !== undefined) return known;
+    const placing = (async () => {
+      const binary = await loadRelayBinary(relayHelperPath);
+      if (binary === null)
+        throw new GymError('PROVIDER_ERROR', `the relay ${relayHelperPath} cannot be read`);
+      const digest = createHash('sha256').update(binary).digest('hex').slice(0, 16);
+      const target = posix.join(host.workDirectory, 'tools', `gym-relay-${digest}`);
+      const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
+      const placed = await this.run(
+        host,
+        `[ -x ${shellJoin([target])} ] || { mkdir -p ${shellJoin([posix.dirname(target)])} && cat > ${shellJoin([partial])} && chmod 555 ${shellJoin([partial])} && mv ${shellJoin([partial, target])}; }`,
+        binary,
+      );
+      if (placed.code !== 0)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `copying the relay to ${host.name} failed: ${placed.stderr.trim()}`,
+        );
+      return target;
+    })();
+    this.#relayOnHost.set(host.name, placing);
+    placing.catch(() => {
+      if (this.#relayOnHost.get(host.name) === placing) this.#relayOnHost.delete(host.name);
+    });
+    return placing;
   }
 
   /** Runs a shell line on a host, collecting stdout (bounded) and the end of stderr. */
