@@ -176,6 +176,33 @@ export function defineFileCases(fixture: SandboxFixture, sandboxId: () => string
     await fixture.provider.writeFile(sandboxId(), `${base}/real/sub/file.txt`, Buffer.from('ok'));
   });
 
+  it('refuses an archive that goes through a link of its own to a link planted in the sandbox', async () => {
+    // Seen on Docker: `x -> evil` (the sandbox's link to /etc) and then `x/owned` wrote /etc/owned;
+    // the sandbox check saw no `x` yet. Likewise `y -> .` and then `y/evil/owned`.
+    const base = `/data-${Math.random().toString(36).slice(2, 8)}`;
+    await fixture.exec(sandboxId(), { command: `mkdir -p ${base} && ln -s /etc ${base}/evil` });
+    for (const entries of [
+      [
+        { name: 'x', type: 'symlink', linkname: 'evil' },
+        { name: 'x/owned-through-link', type: 'file', content: Buffer.from('x') },
+      ],
+      [
+        { name: 'y', type: 'symlink', linkname: '.' },
+        { name: 'y/evil/owned-through-link', type: 'file', content: Buffer.from('x') },
+      ],
+    ] satisfies ContractEntry[][]) {
+      await expectGymError(
+        fixture.provider.writeArchive(sandboxId(), base, entriesToTar(entries)),
+        'ARCHIVE_UNSAFE',
+      );
+    }
+    const check = await fixture.exec(sandboxId(), {
+      command: `ls /etc/owned-through-link ${base}/x ${base}/y 2>&1; true`,
+    });
+    expect(check.stdout).not.toMatch(/^\/etc\/owned-through-link$/m);
+    expect(check.stdout.match(/No such file/g)).toHaveLength(3);
+  });
+
   it('refuses an upload that is not a tar archive', async () => {
     await expectGymError(
       fixture.provider.writeArchive(

@@ -84,6 +84,25 @@ describe('spoolSafeArchive', () => {
     ],
     ['a hard link to a file not in the archive', [{ name: 'h', type: 'link', linkname: 'elsewhere' }]],
     ['a fifo or device', [{ name: 'd', type: 'character-device' }]],
+    // Seen writing outside the target: the sandbox holds `planted -> /work/outside`; the archive's
+    // own link leads to it (or to `.`, then through it), and the engine writes through both.
+    [
+      'an entry under a symlink of the archive',
+      [{ name: 'x', type: 'symlink', linkname: 'planted' }, file('x/evil')],
+    ],
+    [
+      'an entry under a symlink of the archive to "."',
+      [{ name: 'y', type: 'symlink', linkname: '.' }, file('y/planted/evil')],
+    ],
+    [
+      'a symlink over a name the archive already put entries under',
+      [file('x/first'), { name: 'x', type: 'symlink', linkname: 'planted' }],
+    ],
+    ['an entry under a file of the archive', [file('l'), file('l/a b/sub')]],
+    [
+      'a hard link over a directory of the archive',
+      [file('h/a'), { name: 'h', type: 'link', linkname: 'fine.txt' }],
+    ],
   ])('refuses %s', async (_what, bad) => {
     const error = await refusal([file('fine.txt'), ...bad]);
     expect(error.message).toContain('nothing was written');
@@ -129,6 +148,24 @@ describe('spoolSafeArchive', () => {
     pack.finalize();
     const out = await spoolNames([], '/work/dst', Readable.from(pack as AsyncIterable<Buffer>));
     expect(out.map((entry) => [entry.name, entry.type])).toEqual([['work/dst/c.bin', 'file']]);
+  });
+
+  // Found by the upload fuzzer: an entry of typeflag 'Z' went through as a file, the engine
+  // then failed the upload half way (502).
+  it('refuses an entry of a type tar-stream does not know', async () => {
+    const bytes = Buffer.from(
+      await new Response(Readable.toWeb(entriesToTar([file('odd')])) as ReadableStream).arrayBuffer(),
+    );
+    bytes.write('Z', 156, 'latin1');
+    bytes.write('        ', 148, 'latin1');
+    let sum = 0;
+    for (let index = 0; index < 512; index += 1) sum += bytes[index]!;
+    bytes.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 'latin1');
+    const error = await spoolSafeArchive(Readable.from([bytes]), '/work/dst').catch(
+      (caught: unknown) => caught,
+    );
+    expect(error).toMatchObject({ code: 'ARCHIVE_UNSAFE' });
+    expect((error as GymError).message).toContain('"odd" is of a type');
   });
 
   it('reports a stream that is not a tar as a validation error', async () => {

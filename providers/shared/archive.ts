@@ -128,6 +128,35 @@ function staysInside(symlinks: ReadonlyMap<string, string>, fromSegments: string
   return true;
 }
 
+/** What an archive makes of its own names so far: which are not directories, which hold entries. */
+interface ArchiveLayout {
+  /** Names the archive makes a file or a link. */
+  nonDirectories: Set<string>;
+  /** Every proper prefix of every entry's name: what must be (or become) a directory. */
+  parents: Set<string>;
+}
+
+/**
+ * Refuses an entry that goes under a name the archive itself makes a file or a link, in either
+ * order. The sandbox check sees only what exists before the write, so a link the archive makes
+ * (`x -> planted`, `y -> .`) would otherwise carry the entries under it wherever the sandbox's
+ * own links point: the engine and tar both write through it.
+ */
+function refuseOverlap(layout: ArchiveLayout, name: string, notDirectory: boolean, entryName: string): void {
+  const segments = name.split('/');
+  for (let depth = 1; depth < segments.length; depth += 1) {
+    const parent = segments.slice(0, depth).join('/');
+    if (layout.nonDirectories.has(parent))
+      throw unsafe(entryName, `goes under "${parent}", which this archive makes a file or a link`);
+    layout.parents.add(parent);
+  }
+  if (notDirectory) {
+    if (layout.parents.has(name))
+      throw unsafe(entryName, `makes "${name}" a file or a link, and this archive puts entries under it`);
+    layout.nonDirectories.add(name);
+  }
+}
+
 /**
  * Reads a whole tar, checks every entry, and writes a re-rooted copy (names prefixed with
  * `targetDirectory`, relative to `/`) to a temporary file. Throws `ARCHIVE_UNSAFE` or
@@ -142,6 +171,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
   const regularFiles = new Set<string>();
   const directories = new Set<string>([posix.join('/', prefix)]);
   const topLevel = new Set<string>();
+  const layout: ArchiveLayout = { nonDirectories: new Set(), parents: new Set() };
   let entryCount = 0;
 
   const extract = tar.extract();
@@ -155,7 +185,11 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
       next(error as Error);
     };
     try {
-      if (!ALLOWED_TYPES.has(header.type ?? 'file'))
+      // tar-stream names an unknown typeflag null. Other readers take it as a regular file (GNU
+      // tar) or refuse it (the Docker engine), so it has no one meaning to check: refuse it.
+      if (header.type === null || header.type === undefined)
+        throw unsafe(header.name, 'is of a type that is not a file, directory or link');
+      if (!ALLOWED_TYPES.has(header.type))
         throw unsafe(header.name, `is a ${header.type}, which is not allowed`);
       const name = normalizeEntryName(header.name);
       if (name === '') {
@@ -164,6 +198,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
         return;
       }
       const segments = name.split('/');
+      refuseOverlap(layout, name, header.type !== 'directory', header.name);
       topLevel.add(segments[0]!);
       const outName = prefix === '' ? name : `${prefix}/${name}`;
       let outLinkname: string | undefined;

@@ -257,6 +257,46 @@ const FOUND: Archive[] = [
     flips: [],
     target: TARGET,
   },
+  // An entry of unknown type 'Z' named "l/" passed as a file, then "l/a b/sub/sub" went under it:
+  // the engine failed half way (502).
+  {
+    entries: [
+      [
+        { name: 'l/', type: 'Z', content: Buffer.from('0123456789') },
+        { name: 'l/a b/sub/sub', type: '0', content: Buffer.from('S') },
+      ],
+    ],
+    end: true,
+    truncateAt: null,
+    flips: [],
+    target: TARGET,
+  },
+  // Found while looking at that one: a link the archive makes to the sandbox's planted link,
+  // and an entry under it, wrote /work/outside/x-evil; the same through a link to ".".
+  {
+    entries: [
+      [
+        { name: 'x', type: '2', linkname: 'planted' },
+        { name: 'x/x-evil', type: '0', content: Buffer.from('E') },
+      ],
+    ],
+    end: true,
+    truncateAt: null,
+    flips: [],
+    target: TARGET,
+  },
+  {
+    entries: [
+      [
+        { name: 'y', type: '2', linkname: '.' },
+        { name: 'y/planted/y-evil', type: '0', content: Buffer.from('E') },
+      ],
+    ],
+    end: true,
+    truncateAt: null,
+    flips: [],
+    target: TARGET,
+  },
 ];
 
 function archiveBytes(spec: Archive): Buffer {
