@@ -1,7 +1,7 @@
 /**
  * The provider contract: what every sandbox backend implements.
  *
- * How the four backends we plan map onto it:
+ * How the four backends map onto it:
  *
  * | operation | Docker | Kubernetes | Apptainer over SSH | Enroot over SSH |
  * | --- | --- | --- | --- | --- |
@@ -34,8 +34,9 @@
  *   in the session of one (`shared/kill-script.ts`; it uses only the shell's builtins). A process
  *   that clears its environment and leaves its session (`env -i setsid ...`), or an agent that
  *   replaced `/bin/sh`, survives it.
- * - Kubernetes (`providers/kubernetes/`), Apptainer and Enroot (planned): `tagged`, unless they kill the command's cgroup
- *   (a Pod's container, an instance's own cgroup) from the node.
+ * - Kubernetes (`providers/kubernetes/`), Apptainer (`providers/apptainer/`) and Enroot
+ *   (`providers/enroot/`): `tagged`; none of them kills the command's cgroup (a Pod's container,
+ *   an instance's own cgroup) from the node yet.
  */
 import type { Readable } from 'node:stream';
 import type { Clock } from '../core/clock.ts';
