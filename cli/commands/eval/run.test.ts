@@ -210,4 +210,36 @@ describe('gym eval run on Harbor rows from a JSONL file', () => {
     expect(said).toContain('build_timeout_sec');
     expect(said).not.toContain('built ');
   });
+
+  it('says which image it is preparing while it builds (a build once said nothing until it ended)', async () => {
+    // The memory provider has no image part: the build fails, after the line that names it.
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-harbor-ticker-'));
+    const task = join(outputDir, 'task-b');
+    await mkdir(join(task, 'tests'), { recursive: true });
+    await mkdir(join(task, 'environment'));
+    await writeFile(join(task, 'tests', 'test.sh'), 'echo 1 > /logs/verifier/reward.txt\n');
+    await writeFile(join(task, 'instruction.md'), 'do it\n');
+    await writeFile(join(task, 'task.toml'), '[environment]\nbuild_timeout_sec = 60\n');
+    await writeFile(join(task, 'environment', 'Dockerfile'), 'FROM gym/busybox\nRUN true\n');
+    const stderr = Object.assign(new PassThrough(), { isTTY: true });
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const args = ['eval', 'run', '-i', task, '-o', join(outputDir, 'out.jsonl'), '--harness', 'oracle'];
+    const exitCode = await runCli([...args, '--state-dir', daemon.stateDir], {
+      stdout: new PassThrough(),
+      stderr,
+      env: {},
+    });
+    expect(exitCode).not.toBe(0);
+    expect(said).toMatch(/preparing the task images \(1 of 1: \S+task-b\S*\), 0 s elapsed/);
+  });
 });

@@ -229,11 +229,28 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       }
       // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
       // built-in base it starts FROM first); nothing again for those it has already.
-      await buildHarborImages(client, accepted, logger, {
-        onImage: (reference, built, durationMs) => {
-          if (built) stderr.write(`built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
-        },
-      });
+      // A build says nothing until it ends (a Dockerfile's RUN can take minutes): tick meanwhile.
+      let current = '';
+      let ticker: ReturnType<typeof startTicker> | undefined;
+      try {
+        await buildHarborImages(client, accepted, logger, {
+          onStart: (reference, index, total) => {
+            current = `${index + 1} of ${total}: ${reference}`;
+            ticker ??= startTicker(
+              stderr,
+              (elapsedMs) => `preparing the task images (${current}), ${formatDuration(elapsedMs)} elapsed`,
+            );
+          },
+          onImage: (reference, built, durationMs) => {
+            if (built)
+              stderr.write(
+                `${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`,
+              );
+          },
+        });
+      } finally {
+        ticker?.stop();
+      }
     }
     if (environment.images === 'swe-mini') {
       // Task images are built by the daemon's provider (a no-op for those it has already).

@@ -45,12 +45,18 @@ export async function buildHarborImages(
   /** Their `workdir` is set to the image's working directory. */
   rows: ReadonlyArray<Record<string, unknown>>,
   logger: Logger,
-  options: { onImage?: (reference: string, built: boolean, durationMs: number) => void } = {},
+  options: {
+    /** Before each distinct image is looked at (and built, when the row builds one). */
+    onStart?: (reference: string, index: number, total: number) => void;
+    onImage?: (reference: string, built: boolean, durationMs: number) => void;
+  } = {},
 ): Promise<void> {
+  const total = new Set(rows.map((row) => String(row.image))).size;
   const workdirs = new Map<string, string | undefined>();
   for (const row of rows) {
     const reference = String(row.image);
     if (workdirs.has(reference)) continue;
+    options.onStart?.(reference, workdirs.size, total);
     const started = Date.now();
     if (row.build === true) {
       const taskDir = String(row.task_dir);
