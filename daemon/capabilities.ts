@@ -12,7 +12,7 @@ import { GymError } from '../core/errors.ts';
 import type { ExecRequest } from '../core/schemas/exec.ts';
 import type { SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ImageStore } from '../images/build.ts';
-import type { ProviderCapabilities, SandboxProvider } from '../providers/sandbox-provider.ts';
+import type { ImageFormat, ProviderCapabilities, SandboxProvider } from '../providers/sandbox-provider.ts';
 
 function unsupported(
   providerName: string,
@@ -131,6 +131,15 @@ export function requireGatewayReach(
 }
 
 /**
+ * `exposeGateway()` bound to its provider where it has gateway reach, otherwise undefined: for
+ * the paths that skip quietly instead of refusing (restoring reach after a restart).
+ */
+export function gatewayReachIfAny(provider: SandboxProvider): SandboxProvider['exposeGateway'] {
+  const method = provider.exposeGateway;
+  return method === undefined || !provider.capabilities.gatewayReach ? undefined : method.bind(provider);
+}
+
+/**
  * The provider's image part (`prepareImage`, `inspectImage`, `listImages`), bound to it, with the
  * formats it accepts.
  * @throws GymError `CAPABILITY_UNSUPPORTED` when it declares no `imageFormats` or lacks one of the
@@ -157,4 +166,21 @@ export function requireImages(providerName: string, provider: SandboxProvider): 
     inspectImage: inspectImage.bind(provider),
     listImages: listImages.bind(provider),
   };
+}
+
+/**
+ * The provider's image part, as `requireImages`, when it also takes sources of `format` (a build
+ * plan, say).
+ * @throws GymError `CAPABILITY_UNSUPPORTED` (capability `imageFormats`, details `format`) when it
+ *   has no image part or does not take that format.
+ */
+export function requireImageFormat(
+  providerName: string,
+  provider: SandboxProvider,
+  format: ImageFormat,
+  missing: string,
+): ImageStore {
+  const images = requireImages(providerName, provider);
+  if (!images.formats.includes(format)) throw unsupported(providerName, 'imageFormats', missing, { format });
+  return images;
 }

@@ -52,8 +52,8 @@ class ImagingProvider extends MemoryProvider {
   /** Thrown by the next derived preparation, as a failed recipe would. */
   failDerived: Error | undefined;
 
-  constructor(context: ProviderContext) {
-    super(context, { capabilities: { imageFormats: ['rootfs', 'derived', 'plan'] } });
+  constructor(context: ProviderContext, formats: ImageFormat[] = ['rootfs', 'derived', 'plan']) {
+    super(context, { capabilities: { imageFormats: formats } });
   }
 
   async prepareImage(source: ImageSource): Promise<void> {
@@ -101,14 +101,14 @@ class ImagingProvider extends MemoryProvider {
 let daemon: TestDaemon | undefined;
 let imaging: ImagingProvider;
 
-async function start(kind: 'memory' | 'imaging'): Promise<TestDaemon> {
+async function start(kind: 'memory' | 'imaging', formats?: ImageFormat[]): Promise<TestDaemon> {
   daemon = await startTestDaemon(
     { providers: [{ name: kind }] },
     {
       factories: {
         [kind]: (_options: unknown, context: ProviderContext) => {
           if (kind === 'memory') return new MemoryProvider(context);
-          imaging = new ImagingProvider(context);
+          imaging = new ImagingProvider(context, formats);
           return imaging;
         },
       },
@@ -386,6 +386,18 @@ describe('build plan uploads', () => {
         entries: ['/app:src', '/app:src/main.py'],
       },
     ]);
+  });
+
+  it('refuses a plan on a provider whose image part takes no plans, naming the format', async () => {
+    const test = await start('imaging', ['rootfs', 'derived']);
+    const response = await upload(await planUpload(plan, { 'step-1.tar': [] }), test);
+    expect(response.statusCode, response.body).toBe(501);
+    expect(response.json().error).toMatchObject({
+      code: 'CAPABILITY_UNSUPPORTED',
+      details: { provider: 'imaging', capability: 'imageFormats', format: 'plan' },
+    });
+    expect(response.json().error.message).toContain('cannot build images from a plan');
+    expect(imaging.prepared).toEqual([]);
   });
 
   it("refuses an entry or a link that climbs out of its step's path, preparing nothing", async () => {

@@ -19,7 +19,7 @@ import { IMAGE_DEFINITION_LABEL, ImageBuilder, imageReference } from '../images/
 import { findImageDefinition, IMAGE_DEFINITIONS, IMAGE_REPOSITORY_PREFIX } from '../images/definitions.ts';
 import { buildRepositoryImage } from '../images/repository-image.ts';
 import type { ImageBuildStep, SandboxProvider } from '../providers/sandbox-provider.ts';
-import { requireImages } from './capabilities.ts';
+import { requireImageFormat, requireImages } from './capabilities.ts';
 import type { PlanUpload } from './image-upload.ts';
 
 export interface ImageServiceOptions {
@@ -193,15 +193,7 @@ export class ImageService {
     const { request } = upload;
     const { name: providerName, provider } = this.#provider(request.provider);
     const builder = this.#builder(providerName, provider);
-    const images = requireImages(providerName, provider);
-    if (!(provider.capabilities.imageFormats ?? []).includes('plan'))
-      throw new GymError(
-        'CAPABILITY_UNSUPPORTED',
-        `provider ${providerName} cannot build images from a plan`,
-        {
-          details: { provider: providerName, capability: 'imageFormats', format: 'plan' },
-        },
-      );
+    const images = requireImageFormat(providerName, provider, 'plan', 'cannot build images from a plan');
     const prepared: PreparedImage[] = [];
     let base = request.base;
     const baseDefinition = findImageDefinition(request.base);

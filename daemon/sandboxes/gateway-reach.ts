@@ -7,7 +7,7 @@
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
-import { requireGatewayReach } from '../capabilities.ts';
+import { gatewayReachIfAny, requireGatewayReach } from '../capabilities.ts';
 import type { SandboxRecord, StateStore } from '../state-store.ts';
 import { forEachLimited, REAPER_CONCURRENCY } from './concurrency.ts';
 import type { SandboxRuntime } from './runtime.ts';
@@ -71,12 +71,8 @@ export class GatewayReach {
    */
   async restore(provider: SandboxProvider, adoptedIds: string[]): Promise<void> {
     const socketPath = this.#socketPath;
-    if (
-      socketPath === undefined ||
-      provider.exposeGateway === undefined ||
-      !provider.capabilities.gatewayReach
-    )
-      return;
+    const expose = gatewayReachIfAny(provider);
+    if (socketPath === undefined || expose === undefined) return;
     const reachable = adoptedIds.flatMap((id) => {
       const record = this.#store.get(id);
       return record?.gatewayUrl == null || this.#runtime.destroying.has(id)
@@ -85,7 +81,7 @@ export class GatewayReach {
     });
     await forEachLimited(reachable, REAPER_CONCURRENCY, async ({ id, url }) => {
       try {
-        const restored = await provider.exposeGateway!(id, { socketPath, url });
+        const restored = await expose(id, { socketPath, url });
         if (restored.url !== url) {
           this.#logger.warn(
             { sandboxId: id, url, restoredUrl: restored.url },
