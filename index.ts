@@ -1,4 +1,8 @@
-/** The library surface: what other TypeScript programs import to drive sandboxes directly. */
+/**
+ * The library surface: what other TypeScript programs import to drive sandboxes directly. It
+ * loads no backend's SDK: a built-in provider is built by the registry (which loads its module
+ * only then), or imported from its own subpath (`gym-sandboxd/providers/docker`).
+ */
 
 export type { Clock } from './core/clock.ts';
 export { systemClock } from './core/clock.ts';
@@ -10,6 +14,5 @@ export * from './core/schemas/common.ts';
 export * from './core/schemas/exec.ts';
 export * from './core/schemas/sandbox.ts';
 export { parseOrThrow } from './core/validate.ts';
-export { createDockerClient, createDockerProvider, DockerProvider } from './providers/docker/index.ts';
 export * from './providers/registry.ts';
 export * from './providers/sandbox-provider.ts';

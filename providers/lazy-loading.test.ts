@@ -72,6 +72,41 @@ describe('lazy loading of built-in providers', () => {
   }, 40_000);
 });
 
+const libraryUrl = new URL('../index.ts', import.meta.url).href;
+const dockerSubpathUrl = new URL('./docker/index.ts', import.meta.url).href;
+/** Imports the library root, then the Docker subpath, printing what each loaded. */
+const libraryScript = `${RECORD_MODULES}
+const library = await import(${JSON.stringify(libraryUrl)});
+const withRoot = [...loaded];
+const docker = await import(${JSON.stringify(dockerSubpathUrl)});
+console.log(JSON.stringify({ exports: Object.keys(library), withRoot, withDocker: [...loaded], dockerExports: Object.keys(docker) }));
+`;
+
+describe('lazy loading of the library root', () => {
+  it('imports the package root without dockerode; the Docker subpath loads it', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--input-type=module', '--eval', libraryScript],
+      { timeout: 30_000 },
+    );
+    const result = JSON.parse(stdout.trim().split('\n').pop()!) as {
+      exports: string[];
+      withRoot: string[];
+      withDocker: string[];
+      dockerExports: string[];
+    };
+    expect(result.exports).toEqual(
+      expect.arrayContaining(['ProviderRegistry', 'GymError', 'SandboxSpecSchema']),
+    );
+    expect(result.withRoot.filter(isDockerModule)).toEqual([]);
+    expect(result.withRoot.filter(isKubernetesModule)).toEqual([]);
+    expect(result.withDocker.some((url) => url.includes('/node_modules/dockerode/'))).toBe(true);
+    expect(result.dockerExports).toEqual(
+      expect.arrayContaining(['DockerProvider', 'createDockerClient', 'createDockerProvider']),
+    );
+  }, 40_000);
+});
+
 const mainUrl = new URL('../cli/main.ts', import.meta.url).href;
 /** The CLI as `gym ARGS...`: prints its output, then every module it loaded, as the last line. */
 const cliScript = (
