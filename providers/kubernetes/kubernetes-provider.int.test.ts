@@ -201,6 +201,72 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     expect((await run('echo alive')).stdout).toBe('alive\n');
   });
 
+  it('fails a create whose Pod cannot be scheduled at the create deadline, with the reason, leaving no Pod', async () => {
+    const gpuProvider = new KubernetesProvider(kubeConfig, testContext({ namespace: 'nogpu' }), {
+      gpus: true,
+      createTimeoutMs: 1_500,
+    });
+    try {
+      const error = await gpuProvider.create(spec({ resources: { gpus: 1 } })).then(
+        () => null,
+        (caught: unknown) => caught,
+      );
+      expect(error).toMatchObject({
+        code: 'SANDBOX_START_FAILED',
+        message: expect.stringContaining('Insufficient nvidia.com/gpu'),
+        details: { reason: 'Unschedulable' },
+      });
+      const left = await core.listNamespacedPod({
+        namespace: NAMESPACE,
+        labelSelector: 'gym.namespace=nogpu',
+      });
+      expect(left.items).toEqual([]);
+    } finally {
+      await gpuProvider.close();
+    }
+  });
+
+  it('waits out an Unschedulable Pod until a node that fits it joins (a cluster autoscaler)', async () => {
+    const gpuProvider = new KubernetesProvider(kubeConfig, testContext({ namespace: 'autoscaled' }), {
+      gpus: true,
+      createTimeoutMs: 60_000,
+    });
+    try {
+      const creating = gpuProvider.create(spec({ resources: { gpus: 1 } }));
+      const outcome = creating.then(
+        () => 'created',
+        () => 'failed',
+      );
+      // The Pod is seen Unschedulable first, and the create is still waiting then.
+      let unschedulable = false;
+      for (let tries = 0; tries < 100 && !unschedulable; tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        const pods = await core.listNamespacedPod({
+          namespace: NAMESPACE,
+          labelSelector: 'gym.namespace=autoscaled',
+        });
+        unschedulable =
+          pods.items[0]?.status?.conditions?.some((condition) => condition.reason === 'Unschedulable') ===
+          true;
+      }
+      expect(unschedulable).toBe(true);
+      // Two more of the provider's polls, so a create that gives up on Unschedulable would have.
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      expect(await Promise.race([outcome, Promise.resolve('pending')])).toBe('pending');
+      await emulator!.addGpuNode(1);
+      const info = await creating;
+      expect(info.state).toBe('ready');
+      const echo = await gpuProvider.exec(
+        info.id,
+        parseOrThrow(ExecRequestSchema, { argv: ['echo', 'up'] }, 'exec'),
+      );
+      expect(echo.stdout).toBe('up\n');
+      await gpuProvider.destroy(info.id);
+    } finally {
+      await gpuProvider.close();
+    }
+  });
+
   it('takes a numeric user only, and refuses spec options it does not know', async () => {
     await expect(provider.create(spec({ user: 'nobody' }))).rejects.toMatchObject({
       code: 'VALIDATION_FAILED',

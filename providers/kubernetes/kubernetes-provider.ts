@@ -625,10 +625,15 @@ export class KubernetesProvider implements SandboxProvider {
     };
   }
 
-  /** Polls the Pod until Ready, failing fast on what will not resolve (image, scheduling, runtime). */
+  /**
+   * Polls the Pod until Ready, failing fast on what will not resolve (image, runtime); a Pod the
+   * scheduler cannot place fails only at the deadline, with the scheduler's reason.
+   */
   async #waitRunning(id: string, image: string): Promise<void> {
     const deadline = performance.now() + this.#options.createTimeoutMs;
     let last = 'no status yet';
+    /** The scheduler's message while the Pod is Unschedulable, else null. */
+    let unscheduled: string | null = null;
     for (let attempt = 0; performance.now() < deadline; attempt++) {
       let pod: V1Pod;
       try {
@@ -670,17 +675,18 @@ export class KubernetesProvider implements SandboxProvider {
           { details: { sandboxId: id, reason: terminated?.reason ?? pod.status?.reason ?? null } },
         );
       }
-      if (unschedulable !== undefined) {
-        throw new GymError(
-          'SANDBOX_START_FAILED',
-          `the Pod cannot be scheduled: ${unschedulable.message ?? ''}`,
-          {
-            details: { sandboxId: id, reason: 'Unschedulable' },
-          },
-        );
-      }
+      // Unschedulable now may be schedulable soon (a cluster autoscaler adding a node): wait
+      // until the deadline, and say the scheduler's reason if it comes.
+      unscheduled = unschedulable?.message ?? (unschedulable === undefined ? null : 'no reason given');
       last = `${pod.status?.phase ?? 'unknown'}${waiting?.reason === undefined ? '' : ` (${waiting.reason})`}`;
       await new Promise((resolve) => setTimeout(resolve, Math.min(50 * 2 ** attempt, 500)));
+    }
+    if (unscheduled !== null) {
+      throw new GymError(
+        'SANDBOX_START_FAILED',
+        `the Pod could not be scheduled within ${this.#options.createTimeoutMs} ms: ${unscheduled}`,
+        { details: { sandboxId: id, reason: 'Unschedulable', message: unscheduled } },
+      );
     }
     throw new GymError(
       'SANDBOX_START_FAILED',

@@ -11,9 +11,10 @@
  * It refuses what a real server refuses (see `validation.ts`): a bearer token is required, every
  * object is checked against Kubernetes' own OpenAPI schema, unknown fields are an error, names
  * and labels follow the server's syntax. What it does not reproduce: scheduling (every Pod runs
- * at once on this host), image pulls (an image the engine lacks stays `ErrImagePull`),
+ * at once on this host, but one asking for GPUs stays Unschedulable until `addGpuNode()`), image pulls (an image the engine lacks stays `ErrImagePull`),
  * NetworkPolicy enforcement (every Pod has no network but loopback, whatever the policies),
- * restarts (a container that exits stays terminated), kubelet eviction, ephemeral-storage limits,
+ * restarts (a container that exits stays terminated), kubelet eviction on its own (a test
+ * evicts with `evict()`), ephemeral-storage limits,
  * admission, RBAC, field selectors, pagination and the watch cache's history (a watch starts now).
  */
 import { randomUUID } from 'node:crypto';
@@ -200,6 +201,8 @@ export class KubernetesEmulator {
   readonly #watchers = new Set<Watcher>();
   readonly #openSockets = new Set<WebSocket>();
   #resourceVersion = 1000;
+  /** GPUs of the largest node (none until `addGpuNode`): a Pod asking for more is Unschedulable. */
+  #gpusPerNode = 0;
   #poller: NodeJS.Timeout | null = null;
   #port = 0;
 
@@ -315,6 +318,22 @@ export class KubernetesEmulator {
         .kill()
         .catch(() => {});
     await this.#refresh(pod);
+  }
+
+  /**
+   * Does what a cluster autoscaler does for Pods that wait for GPUs: a node with `gpus` of them
+   * joins, and every Unschedulable Pod asking for at most that many is scheduled and starts.
+   * (The emulator does not count the GPUs Pods use, nor give the container any.)
+   */
+  async addGpuNode(gpus: number): Promise<void> {
+    this.#gpusPerNode = Math.max(this.#gpusPerNode, gpus);
+    const waiting = [...this.#pods.values()].filter((pod) => pod.waiting?.reason === 'Unschedulable');
+    for (const pod of waiting) {
+      if (pod.object.metadata.deletionTimestamp !== undefined) continue;
+      pod.waiting = null;
+      await this.#startContainer(pod);
+      await this.#refresh(pod);
+    }
   }
 
   async close(): Promise<void> {
@@ -522,7 +541,7 @@ export class KubernetesEmulator {
     const container = spec.containers[0];
     const limits: Json = container.resources?.limits ?? {};
     const gpus = quantityValue(limits['nvidia.com/gpu'] ?? 0);
-    if (gpus > 0) {
+    if (gpus > this.#gpusPerNode) {
       pod.waiting = {
         reason: 'Unschedulable',
         message: `0/1 nodes are available: 1 Insufficient nvidia.com/gpu.`,
