@@ -3,9 +3,10 @@
  * are its own), on the Docker engine, with busybox sandboxes:
  *
  * 1. ramp: create `--target` sandboxes, `--concurrency` at a time;
- * 2. load: a session opened on every sandbox (timed), then `--clients` clients for
- *    `--load-seconds`, each on a random sandbox: session execs,
- *    one-shot execs, small file writes and reads back, keepalives;
+ * 2. load: a session opened on every sandbox (timed); `--clients` clients doing only session
+ *    execs on random sandboxes (at most 20 s); then the same clients for `--load-seconds`, each
+ *    on a random sandbox: session execs, one-shot execs, small file writes and reads back,
+ *    keepalives;
  * 3. teardown: delete them all; count what is left (containers of the daemon's namespace);
  * 4. the raw engine (dockerode directly) doing the same creates, one-shot execs and removes, so
  *    the daemon's cost is a ratio (`--raw N` creates, 0 skips it).
@@ -535,6 +536,12 @@ try {
     });
     const sessionOpen = latencySummary(sessionOpenMs, (performance.now() - openStarted) / 1000);
     const afterSessions = await sampleProcess(pid);
+    // What an agent's commands cost once the sandboxes are live: session execs and nothing else
+    // (in the mixed load the slow one-shot execs hold most clients, and the engine's CPU).
+    log(`session execs alone: ${clients} clients for ${execPhaseSeconds} s`);
+    const sessionOnly = await execOnly(execPhaseSeconds, () =>
+      client!.exec(live[Math.floor(Math.random() * live.length)]!, { argv: ['true'], session: 'bench' }),
+    );
     log(`mixed load: ${clients} clients for ${loadSeconds} s`);
     const load = await mixedLoad(client, live, loadSeconds, null);
     const afterLoad = await sampleProcess(pid);
@@ -579,6 +586,7 @@ try {
           ),
         },
         sessionOpen,
+        sessionOnly,
         load: summary,
         oneShotOnly,
         errors: Object.fromEntries(errors),
