@@ -11,18 +11,23 @@ import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
-import { extractChoice, verifyExact } from '../verifiers/exact.ts';
+import { extractAnswer, verifyExact } from '../verifiers/exact.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
 
 describe('exact verifier', () => {
-  it('extracts the chosen letter and matches it', () => {
-    expect(extractChoice('Let me think. Answer: c')).toBe('C');
-    expect(extractChoice('Between A and B, I pick B')).toBe('B');
-    expect(extractChoice('no idea')).toBeNull();
-    expect(verifyExact('Answer: B', 'B')).toMatchObject({ reward: 1, details: { extracted_answer: 'B' } });
+  it('extracts the chosen letter and matches it; a whole string otherwise', () => {
+    const colon = { gradingMode: 'lenient_answer_colon' as const };
+    expect(extractAnswer('Let me think. Answer: c', colon)).toBe('C');
+    expect(extractAnswer('no idea', colon)).toBeNull();
+    expect(verifyExact('Answer: B', 'B', colon)).toMatchObject({
+      reward: 1,
+      details: { extracted_answer: 'B' },
+    });
+    expect(verifyExact('\\boxed{B}', 'b')).toMatchObject({ reward: 1, details: { expected_answer: 'B' } });
     expect(verifyExact(null, 'B').reward).toBe(0);
     expect(verifyExact(' 42 ', '42').reward).toBe(1);
+    expect(verifyExact('42', '43').reward).toBe(0);
   });
 });
 

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
 import { silentLogger } from '../../core/logger.ts';
+import type { HarnessResult } from '../../harnesses/harness.ts';
 import { HarnessRegistry } from '../../harnesses/registry.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
@@ -11,9 +12,16 @@ import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
+import type { VerifyContext } from '../kinds/kind.ts';
 import { parseRow, rowInstruction } from '../kinds/kind.ts';
 import { promptMessages, ResponsesCreateParamsSchema } from '../kinds/responses-input.ts';
-import { extractBoxedChoice, optionLetters, verifyExact } from '../verifiers/exact.ts';
+import {
+  extractAnswer,
+  extractBoxedChoice,
+  GRADING_MODES,
+  optionLetters,
+  verifyExact,
+} from '../verifiers/exact.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
 
@@ -90,7 +98,9 @@ describe("NeMo Gym's responses_create_params as the prompt", () => {
 });
 
 describe("grading NeMo Gym's MCQA rows", () => {
-  const letters = optionLetters([{ A: 'a' }, { B: 'b' }, { E: 'e' }, { G: 'g' }, { J: 'j' }])!;
+  const options = [{ A: 'a' }, { B: 'b' }, { E: 'e' }, { G: 'g' }, { J: 'j' }];
+  const letters = optionLetters(options)!;
+  const queue = [{ A: 'Stack' }, { B: 'Queue' }, { C: 'Heap' }, { D: 'Trie' }];
 
   it('takes the option letters of the row, beyond A-D, and the letter in the last \\boxed{}', () => {
     expect(letters).toEqual(['A', 'B', 'E', 'G', 'J']);
@@ -100,17 +110,89 @@ describe("grading NeMo Gym's MCQA rows", () => {
     expect(extractBoxedChoice('\\boxed{(J)}', letters)).toBe('J');
     expect(extractBoxedChoice('\\boxed{Z}', letters)).toBeNull();
     // Before, an expected answer past D was compared with the whole reply: a right answer scored 0.
-    expect(verifyExact('Thinking... \\boxed{G}', 'G', { letters }).reward).toBe(1);
+    expect(verifyExact('Thinking... \\boxed{G}', 'G', { options }).reward).toBe(1);
   });
 
   it('reads only \\boxed{} in strict_single_letter_boxed, NeMo Gym default', () => {
-    const strict = { letters, gradingMode: 'strict_single_letter_boxed' };
+    const strict = { options, gradingMode: 'strict_single_letter_boxed' as const };
     expect(verifyExact('Answer: G', 'G', strict)).toMatchObject({
       reward: 0,
       details: { extracted_answer: null, grading_mode: 'strict_single_letter_boxed' },
     });
-    expect(verifyExact('Answer: G', 'G', { letters }).reward).toBe(1);
     expect(verifyExact('so \\boxed{G}', 'G', strict).reward).toBe(1);
+    // Without grading_mode too, as NeMo Gym defaults (it once read `Answer: G` there).
+    expect(verifyExact('Answer: G', 'G', { options })).toMatchObject({
+      reward: 0,
+      details: { extracted_answer: null, grading_mode: 'strict_single_letter_boxed' },
+    });
+    expect(extractAnswer('\\boxed{g}', { options })).toBeNull();
+    expect(extractAnswer('\\boxed{ [E] }', { options })).toBe('E');
+    expect(extractAnswer('\\boxed{E - the fifth}', { options })).toBe('E');
+    expect(extractAnswer('\\boxed{Queue}', { options })).toBeNull();
+    expect(extractAnswer('   ', { options })).toBeNull();
+  });
+
+  it("takes an option's text in the last box under lenient_boxed, only when one option matches", () => {
+    const lenient = { options: queue, gradingMode: 'lenient_boxed' as const };
+    expect(extractAnswer('\\boxed{B}', lenient)).toBe('B');
+    expect(extractAnswer('it is a \\boxed{\\text{  queue }}', lenient)).toBe('B');
+    expect(extractAnswer('\\boxed{Queue} (not \\boxed{Stack})', lenient)).toBe('A');
+    expect(extractAnswer('\\boxed{Stack or Queue}', lenient)).toBeNull();
+    expect(extractAnswer('Queue', lenient)).toBeNull();
+  });
+
+  it('reads what follows the first Answer: under lenient_answer_colon, a letter or an option text', () => {
+    const colon = { options: queue, gradingMode: 'lenient_answer_colon' as const };
+    expect(extractAnswer('ANSWER: b', colon)).toBe('B');
+    expect(extractAnswer('Answer: \\text{Queue}', colon)).toBe('B');
+    expect(extractAnswer('Answer: B, a queue', colon)).toBeNull();
+    expect(extractAnswer('Answer: Z', colon)).toBeNull();
+    expect(extractAnswer('\\boxed{B}', colon)).toBeNull();
+    expect(extractAnswer('Answer: A\nAnswer: B', colon)).toBe('A');
+  });
+
+  it("tries template_metadata.output_regex first (its last match), then the row's mode", () => {
+    const template = { options: queue, outputRegex: 'ANSWER IS\\s*([A-Za-z]+)' };
+    expect(extractAnswer('answer is A... no, ANSWER IS b', template)).toBe('B');
+    expect(extractAnswer('ANSWER IS queue', template)).toBe('B');
+    // A letter the options do not list is taken as given (NeMo Gym trusts the template's regex).
+    expect(extractAnswer('ANSWER IS Z', template)).toBe('Z');
+    expect(extractAnswer('ANSWER IS Ｃ', { outputRegex: 'ANSWER IS\\s*(\\S+)' })).toBe('C');
+    // No match: the mode (strict by default) reads it.
+    expect(extractAnswer('\\boxed{C}', template)).toBe('C');
+    expect(extractAnswer('Answer: C', template)).toBeNull();
+    const several = { options: queue, outputRegex: ['Final choice:\\s*([A-D])', 'Option ([A-D])'] };
+    expect(extractAnswer('Option A, Option D', several)).toBe('D');
+    expect(extractAnswer('Final choice: B. Option D', several)).toBe('B');
+  });
+
+  it('refuses a row with a mode NeMo Gym does not know or a regex that does not compile (they once fell back silently)', async () => {
+    const exact = (await loadEnvironment('mcqa')).implementation;
+    const row = { question: 'Q?', options: queue, expected_answer: 'B' };
+    expect(parseRow(exact, { ...row, grading_mode: 'lenient_answer_colon' }, 0)).toBeTruthy();
+    expect(() => parseRow(exact, { ...row, grading_mode: 'lenient_answer_colon_md' }, 0)).toThrow(
+      /row 1 is not a valid exact task: grading_mode/,
+    );
+    expect(() => parseRow(exact, { ...row, grading_mode: 'strict' }, 4)).toThrow(/row 5 .*grading_mode/);
+    expect(() => parseRow(exact, { ...row, template_metadata: { output_regex: 'ANSWER IS (' } }, 0)).toThrow(
+      /template_metadata\.output_regex: must be a regular expression/,
+    );
+    expect(() =>
+      parseRow(exact, { ...row, template_metadata: { output_regex: ['ok ([A-D])', '(?P<x>A)'] } }, 0),
+    ).toThrow(/template_metadata\.output_regex\.1/);
+  });
+
+  it("has the oracle answer as the row's mode reads a letter", async () => {
+    const environment = await loadEnvironment('mcqa');
+    const exact = environment.implementation;
+    const base = { question: 'Q?', options: queue, expected_answer: 'b' };
+    for (const mode of [undefined, ...GRADING_MODES]) {
+      const row = mode === undefined ? base : { ...base, grading_mode: mode };
+      const { goldAnswer } = exact.task(row, environment, { usesGoldPatch: true });
+      const harnessResult = { outcome: 'submitted', submission: goldAnswer, steps: 0 } as HarnessResult;
+      const verdict = await exact.verify({ row, harnessResult } as unknown as VerifyContext);
+      expect([mode, verdict.reward]).toEqual([mode, 1]);
+    }
   });
 });
 

@@ -1,28 +1,52 @@
 /**
  * The exact verifier: the chosen option letter (or a whole string) must equal the expected answer.
- * Options may be more than A-D (NeMo Gym's MCQA rows list `options` as `[{"A": ...}, ...]`, up to
- * J and beyond), and the letter may be given in `\boxed{}`; NeMo Gym's default grading mode,
- * `strict_single_letter_boxed`, takes only the last `\boxed{}`.
+ * Option letters are graded as NeMo Gym's MCQA server grades them (its `resources_servers/mcqa`):
+ * the row's `template_metadata.output_regex` first when it has one, then its `grading_mode`, by
+ * default `strict_single_letter_boxed` (only the last `\boxed{}`); `lenient_boxed` also takes an
+ * option's text inside that box, `lenient_answer_colon` the text after the first `Answer:`. Options
+ * may be more than A-D (NeMo Gym's rows list `options` as `[{"A": ...}, ...]`, up to J and beyond).
+ * An expected answer that is no single letter (`42`) is compared with the whole trimmed submission.
  */
 import type { Verdict } from './verifier.ts';
 
 const DEFAULT_LETTERS = ['A', 'B', 'C', 'D'];
 
+/** The modes a NeMo Gym MCQA row may name; any other is an invalid row. */
+export const GRADING_MODES = ['strict_single_letter_boxed', 'lenient_boxed', 'lenient_answer_colon'] as const;
+export type GradingMode = (typeof GRADING_MODES)[number];
+export const DEFAULT_GRADING_MODE: GradingMode = 'strict_single_letter_boxed';
+
 export interface ChoiceGrading {
-  /** The option letters of the question (default A-D). */
-  letters?: readonly string[];
-  /** NeMo Gym's `grading_mode`: `strict_single_letter_boxed` reads only `\boxed{}`. */
-  gradingMode?: string;
+  /** The row's options (`[{"A": text}, ...]` or `{"A": text}`); absent means A-D, no texts. */
+  options?: unknown;
+  /** NeMo Gym's `grading_mode`; default `strict_single_letter_boxed`. */
+  gradingMode?: GradingMode;
+  /** NeMo Gym's `template_metadata.output_regex`: tried first, the last match of each in turn. */
+  outputRegex?: string | readonly string[];
+}
+
+/** Each option's letter and text (null when the row gives none), from a list of one-key objects or an object. */
+function optionEntries(options: unknown): Array<[string, string | null]> {
+  const pairs = Array.isArray(options)
+    ? options.flatMap((option) =>
+        typeof option === 'object' && option !== null
+          ? Object.entries(option as Record<string, unknown>)
+          : [],
+      )
+    : typeof options === 'object' && options !== null
+      ? Object.entries(options as Record<string, unknown>)
+      : [];
+  return pairs
+    .map(([key, text]): [string, string | null] => [
+      key.trim().toUpperCase(),
+      typeof text === 'string' ? text : null,
+    ])
+    .filter(([key]) => /^[A-Z]$/.test(key));
 }
 
 /** The option letters of a row's `options`: a list of one-key objects, or an object. */
 export function optionLetters(options: unknown): string[] | undefined {
-  const keys = Array.isArray(options)
-    ? options.flatMap((option) => (typeof option === 'object' && option !== null ? Object.keys(option) : []))
-    : typeof options === 'object' && options !== null
-      ? Object.keys(options)
-      : [];
-  const letters = keys.map((key) => key.trim().toUpperCase()).filter((key) => /^[A-Z]$/.test(key));
+  const letters = optionEntries(options).map(([letter]) => letter);
   return letters.length === 0 ? undefined : [...new Set(letters)];
 }
 
@@ -41,31 +65,134 @@ function lastBoxed(text: string): string | null {
   return null;
 }
 
-/** The letter in the last `\boxed{}`: alone (`B`, `(B)`, `\text{B}`) or leading a label (`B: Queue`). */
+/** Without its `\text{...}` wrappers, as many as there are. */
+function stripText(text: string): string {
+  let inner = text;
+  for (let wrapped = /^\\text\{\s*([\s\S]*?)\s*\}$/.exec(inner); wrapped !== null; ) {
+    inner = wrapped[1]!;
+    wrapped = /^\\text\{\s*([\s\S]*?)\s*\}$/.exec(inner);
+  }
+  return inner;
+}
+
+/** Lower case, runs of white space as one space, trimmed: how option texts are compared. */
+function normalized(text: string): string {
+  return text.toLowerCase().split(/\s+/).filter(Boolean).join(' ');
+}
+
+/**
+ * The capital letter in the last `\boxed{}`: alone (`B`, `(B)`, `\text{B}`) or leading a label
+ * (`B: Queue`, `B) Queue`); lower case is no answer.
+ */
 export function extractBoxedChoice(
   text: string,
   letters: readonly string[] = DEFAULT_LETTERS,
 ): string | null {
-  let inner = lastBoxed(text);
-  if (inner === null) return null;
-  for (let wrapped = /^\s*\\text\{([\s\S]*)\}\s*$/.exec(inner); wrapped !== null; ) {
-    inner = wrapped[1]!;
-    wrapped = /^\s*\\text\{([\s\S]*)\}\s*$/.exec(inner);
-  }
-  const letter = (/^[^A-Za-z]*([A-Za-z])[^A-Za-z]*$/.exec(inner) ??
-    /^\s*([A-Za-z])\s*[:).]/.exec(inner))?.[1];
-  const upper = letter?.toUpperCase();
-  return upper !== undefined && letters.includes(upper) ? upper : null;
+  const boxed = lastBoxed(text);
+  if (boxed === null) return null;
+  const inner = stripText(boxed.trim());
+  const letter = (/^[^A-Za-z]*([A-Z])[^A-Za-z]*$/.exec(inner) ?? /^\s*([A-Z])\s*[:).-]/.exec(inner))?.[1];
+  return letter !== undefined && letters.includes(letter) ? letter : null;
 }
 
-/** `\boxed{X}` wins, then `Answer: X`, else the last standalone option letter. Null when there is none. */
-export function extractChoice(text: string, letters: readonly string[] = DEFAULT_LETTERS): string | null {
+/** `lenient_boxed`: the letter of the one option whose text the last `\boxed{}` contains. */
+function boxedOptionText(text: string, options: Array<[string, string | null]>): string | null {
+  const boxed = lastBoxed(text);
+  if (boxed === null) return null;
+  const candidates = [boxed.trim(), stripText(boxed.trim())].map(normalized);
+  const matched = new Set(
+    options.flatMap(([letter, option]) => {
+      const wanted = option === null ? '' : normalized(option);
+      return wanted !== '' && candidates.some((candidate) => candidate.includes(wanted)) ? [letter] : [];
+    }),
+  );
+  return matched.size === 1 ? [...matched][0]! : null;
+}
+
+/** The letter of the option whose text is `text` (compared normalized). */
+function optionWithText(text: string, options: Array<[string, string | null]>): string | null {
+  const wanted = normalized(text);
+  return options.find(([, option]) => option !== null && normalized(option) === wanted)?.[0] ?? null;
+}
+
+/** `lenient_answer_colon`: what follows the first `Answer:` on its line, a letter or an option's text. */
+function answerColon(text: string, letters: readonly string[], options: Array<[string, string | null]>) {
+  const match = /answer\s*:\s*(.+)/i.exec(text);
+  if (match === null) return null;
+  const candidate = stripText(match[1]!).trim();
+  if (candidate.length === 1 && letters.includes(candidate.toUpperCase())) return candidate.toUpperCase();
+  return optionWithText(candidate, options);
+}
+
+/** Letters of other scripts that NeMo Gym reads as A-D (Arabic, Bengali, full width). */
+const FOREIGN_LETTERS: Record<string, string> = {
+  أ: 'A',
+  ب: 'B',
+  ج: 'C',
+  د: 'D',
+  অ: 'A',
+  ব: 'B',
+  ড: 'C',
+  ঢ: 'D',
+  Ａ: 'A',
+  Ｂ: 'B',
+  Ｃ: 'C',
+  Ｄ: 'D',
+};
+
+/** Compiles a row's `output_regex` as NeMo Gym applies it (case-insensitive, every match); throws when invalid. */
+export function compileOutputRegex(pattern: string): RegExp {
+  return new RegExp(pattern, 'gi');
+}
+
+/**
+ * One `output_regex`: its last match (its first group, else the whole match), a letter taken as
+ * given (NeMo Gym trusts the template's regex, listed option or not), else an option's text.
+ */
+function outputRegexChoice(
+  text: string,
+  pattern: string,
+  options: Array<[string, string | null]>,
+): string | null {
+  const matches = [...text.matchAll(compileOutputRegex(pattern))];
+  const last = matches.at(-1);
+  if (last === undefined) return null;
+  const captured = [...(last[1] ?? last[0])]
+    .map((character) => (character in FOREIGN_LETTERS ? ` ${FOREIGN_LETTERS[character]}` : character))
+    .join('')
+    .trim()
+    .toUpperCase();
+  if (/^[A-Z]$/.test(captured)) return captured;
+  return optionWithText(captured, options);
+}
+
+/** How the verifier reads a letter out of `text` under `grading` (null: no answer). */
+export function extractAnswer(text: string, grading: ChoiceGrading = {}): string | null {
+  const options = optionEntries(grading.options);
+  const letters = optionLetters(grading.options) ?? DEFAULT_LETTERS;
+  if (text.trim() === '') return null;
+  const patterns = grading.outputRegex === undefined ? [] : [grading.outputRegex].flat();
+  for (const pattern of patterns) {
+    const choice = outputRegexChoice(text, pattern, options);
+    if (choice !== null) return choice;
+  }
+  const mode = grading.gradingMode ?? DEFAULT_GRADING_MODE;
+  if (mode === 'lenient_answer_colon') return answerColon(text, letters, options);
   const boxed = extractBoxedChoice(text, letters);
-  if (boxed !== null) return boxed;
-  const explicit = /answer\s*[:=]\s*\(?([A-Z])\b/i.exec(text);
-  if (explicit && letters.includes(explicit[1]!.toUpperCase())) return explicit[1]!.toUpperCase();
-  const standalone = [...text.matchAll(/\b([A-Z])\b/g)].filter((match) => letters.includes(match[1]!));
-  return standalone.length === 0 ? null : standalone.at(-1)![1]!;
+  if (boxed !== null || mode === 'strict_single_letter_boxed') return boxed;
+  return boxedOptionText(text, options);
+}
+
+/** A submission the row's grading takes as `letter` (what the oracle answers). */
+export function answerFor(letter: string, grading: ChoiceGrading = {}): string {
+  return (grading.gradingMode ?? DEFAULT_GRADING_MODE) === 'lenient_answer_colon'
+    ? `Answer: ${letter}`
+    : `\\boxed{${letter}}`;
+}
+
+/** Whether `expected` is an option letter (graded by extraction) rather than a whole string. */
+export function isLetterAnswer(expected: string): boolean {
+  return /^[A-Za-z]$/.test(expected.trim());
 }
 
 export function verifyExact(
@@ -73,20 +200,17 @@ export function verifyExact(
   expected: string,
   grading: ChoiceGrading = {},
 ): Verdict {
-  const letters = grading.letters ?? DEFAULT_LETTERS;
-  const isChoice = letters.includes(expected);
-  const extract = (text: string) =>
-    grading.gradingMode === 'strict_single_letter_boxed'
-      ? extractBoxedChoice(text, letters)
-      : extractChoice(text, letters);
-  const extracted = submission === null ? null : isChoice ? extract(submission) : submission.trim();
+  const isChoice = isLetterAnswer(expected);
+  const wanted = isChoice ? expected.trim().toUpperCase() : expected.trim();
+  const extracted =
+    submission === null ? null : isChoice ? extractAnswer(submission, grading) : submission.trim();
   return {
     outcome: 'reward',
-    reward: extracted === expected ? 1 : 0,
+    reward: extracted === wanted ? 1 : 0,
     details: {
-      expected_answer: expected,
+      expected_answer: wanted,
       extracted_answer: extracted,
-      ...(grading.gradingMode === undefined ? {} : { grading_mode: grading.gradingMode }),
+      ...(isChoice ? { grading_mode: grading.gradingMode ?? DEFAULT_GRADING_MODE } : {}),
     },
   };
 }

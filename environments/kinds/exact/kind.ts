@@ -1,25 +1,56 @@
 /**
  * The `exact` kind: a question and its expected answer, no sandbox. The submission must match
- * (the chosen option letter, or the whole string).
+ * (the chosen option letter, read as NeMo Gym's MCQA server reads it, or the whole string).
  */
 import { z } from 'zod';
-import { type ChoiceGrading, optionLetters, verifyExact } from '../../verifiers/exact.ts';
+import {
+  answerFor,
+  type ChoiceGrading,
+  compileOutputRegex,
+  GRADING_MODES,
+  isLetterAnswer,
+  verifyExact,
+} from '../../verifiers/exact.ts';
 import { hasPrompt, nonEmpty } from '../fields.ts';
 import { type EnvironmentKind, rowInstruction } from '../kind.ts';
 
+/** A regular expression this verifier can compile (NeMo Gym's are Python's; most read the same). */
+const outputRegex = z.string().refine(
+  (pattern) => {
+    try {
+      compileOutputRegex(pattern);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a regular expression this verifier can compile' },
+);
+
 export const ExactRowSchema = z
-  .looseObject({ id: z.union([nonEmpty, z.number()]).optional(), expected_answer: nonEmpty })
+  .looseObject({
+    id: z.union([nonEmpty, z.number()]).optional(),
+    expected_answer: nonEmpty,
+    // An unknown mode or a regex that does not compile was once a silent fall back to another reading.
+    grading_mode: z.enum(GRADING_MODES).optional(),
+    template_metadata: z
+      .looseObject({ output_regex: z.union([outputRegex, z.array(outputRegex).min(1)]).optional() })
+      .optional(),
+  })
   .refine(hasPrompt, {
     message: 'needs a question, an instruction or responses_create_params.input',
     path: ['instruction'],
   });
 
-/** The row's option letters and NeMo Gym grading mode, when it gives them. */
+/** The row's options, NeMo Gym grading mode and template regex, when it gives them. */
 function grading(row: Record<string, unknown>): ChoiceGrading {
-  const letters = optionLetters(row.options);
+  const template = row.template_metadata as { output_regex?: string | string[] } | undefined;
   return {
-    ...(letters === undefined ? {} : { letters }),
-    ...(typeof row.grading_mode === 'string' ? { gradingMode: row.grading_mode } : {}),
+    ...(row.options === undefined ? {} : { options: row.options }),
+    ...(typeof row.grading_mode === 'string'
+      ? { gradingMode: row.grading_mode as ChoiceGrading['gradingMode'] }
+      : {}),
+    ...(template?.output_regex === undefined ? {} : { outputRegex: template.output_regex }),
   };
 }
 
@@ -27,12 +58,22 @@ export const kind: EnvironmentKind = {
   name: 'exact',
   rowSchema: ExactRowSchema,
   image: () => null,
-  task: (row, _environment, options) => ({
-    id: String(row.id ?? row.instance_id ?? row.uuid ?? ''),
-    instruction: rowInstruction(row),
-    workdir: '/',
-    ...(options.usesGoldPatch ? { goldAnswer: String(row.expected_answer) } : {}),
-  }),
+  task: (row, _environment, options) => {
+    const expected = String(row.expected_answer);
+    return {
+      id: String(row.id ?? row.instance_id ?? row.uuid ?? ''),
+      instruction: rowInstruction(row),
+      workdir: '/',
+      // The oracle answers as the row's grading mode reads a letter (`\boxed{B}`, `Answer: B`).
+      ...(options.usesGoldPatch
+        ? {
+            goldAnswer: isLetterAnswer(expected)
+              ? answerFor(expected.trim().toUpperCase(), grading(row))
+              : expected,
+          }
+        : {}),
+    };
+  },
   verify: async ({ row, harnessResult }) =>
     verifyExact(harnessResult.submission ?? null, String(row.expected_answer), grading(row)),
   async reverify(_client, _environment, row) {
