@@ -179,6 +179,30 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     });
   });
 
+  it('reads a large file at the pace of its reader: the Pod waits, the daemon does not hold the file', async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    const run = (command: string) =>
+      provider.exec(info.id, parseOrThrow(ExecRequestSchema, { command }, 'exec'));
+    const mebibytes = 32;
+    await run(`dd if=/dev/zero of=/tmp/big bs=1048576 count=${mebibytes} 2>/dev/null`);
+    const content = await provider.readFile(info.id, '/tmp/big');
+    // A reader that takes nothing for a while: without backpressure the whole file would leave
+    // the Pod into the daemon's memory meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const progress = await run(
+      'for p in /proc/[0-9]*; do if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "^tar -c"; then grep ^wchar $p/io; fi; done',
+    );
+    // What the Pod's tar has written so far: held in pipes, the kernel's socket buffers (a few
+    // MiB on loopback) and the daemon's buffers. The tar is still running, blocked.
+    const written = Number(/wchar:\s*(\d+)/.exec(progress.stdout)?.[1]);
+    expect(written).toBeGreaterThan(0);
+    expect(written).toBeLessThan(16 * 1024 * 1024);
+    let total = 0;
+    for await (const chunk of content) total += (chunk as Buffer).length;
+    expect(total).toBe(mebibytes * 1024 * 1024);
+  });
+
   it('stops every process but the keeper, whatever it does, and the sandbox stays usable', async () => {
     const info = await provider.create(spec());
     created.push(info.id);

@@ -18,7 +18,7 @@
  */
 import { existsSync } from 'node:fs';
 import { posix } from 'node:path';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, type Readable, type Writable } from 'node:stream';
 import {
   ApiException,
   CoreV1Api,
@@ -889,19 +889,34 @@ export class KubernetesProvider implements SandboxProvider {
     return output.result(cause, end.kind === 'exited' ? end.exitCode : null);
   }
 
-  /** Runs a tar (or other helper) command in the Pod as root, to its end; throws on a refused exec. */
+  /**
+   * Runs a tar (or other helper) command in the Pod as root, to its end; throws on a refused exec.
+   * Its stdout goes into `output`, with backpressure: while `output` is full the exec stream is
+   * not read (so the Pod's command waits, not the daemon's memory), and an `output` destroyed
+   * before its end drops the stream.
+   */
   async #runHelper(
     id: string,
     argv: string[],
     stdin: Buffer | Readable | null,
-    onStdout?: (chunk: Buffer) => void,
+    output?: Writable,
   ): Promise<{ exitCode: number; stderr: string }> {
     const errors: Buffer[] = [];
-    let running: Awaited<ReturnType<typeof startPodExec>>;
+    let running: Awaited<ReturnType<typeof startPodExec>> | undefined;
+    let isFull = false;
+    const onStdout = (chunk: Buffer) => {
+      if (output!.destroyed || output!.write(chunk) || isFull) return;
+      isFull = true;
+      running?.pause();
+      output!.once('drain', () => {
+        isFull = false;
+        running?.resume();
+      });
+    };
     try {
       running = await startPodExec(this.#kubeConfig, this.#target(id), argv, {
         stdin,
-        ...(onStdout === undefined ? {} : { onStdout }),
+        ...(output === undefined ? {} : { onStdout }),
         onStderr: (chunk) => {
           if (errors.length < 64) errors.push(chunk);
         },
@@ -915,6 +930,12 @@ export class KubernetesProvider implements SandboxProvider {
       }
       throw error instanceof GymError ? error : wrapApiError(error, 'exec', id);
     }
+    // Full before the stream was known: pause it now.
+    if (isFull) running.pause();
+    const opened = running;
+    output?.once('close', () => {
+      if (!output.writableFinished) opened.abandon();
+    });
     const end = await running.done;
     if (end.kind === 'broken') {
       throw new GymError('PROVIDER_ERROR', `a file transfer in sandbox ${id} broke off: ${end.reason}`, {
@@ -1009,7 +1030,7 @@ export class KubernetesProvider implements SandboxProvider {
       `exec tar -c ${follow ? '-h ' : ''}-f - -C ${shellQuote(normalized === '/' ? '/' : parent)} ${shellQuote(base)}`,
     ].join('\n');
     const stream = new PassThrough();
-    const ended = this.#runHelper(id, ['sh', '-c', script], null, (chunk) => stream.write(chunk));
+    const ended = this.#runHelper(id, ['sh', '-c', script], null, stream);
     // Wait for the first bytes or the end, so a missing file is an error, not an empty stream.
     const first = await Promise.race([
       new Promise<'data'>((resolve) => stream.once('readable', () => resolve('data'))),

@@ -26,6 +26,9 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { DockerStreamDemuxer } from '../../providers/docker/demux.ts';
 import { type Cause, type Kind, validateObject } from './validation.ts';
 
+/** Bytes of an exec's output sent to the client and not yet flushed before the output is not read. */
+const EXEC_MAX_UNSENT_BYTES = 256 * 1024;
+
 /** The label on every container the emulator makes; its value is the emulator's id. */
 export const EMULATOR_LABEL = 'gym-k8s-emulator';
 const POD_LABEL = 'gym-k8s-emulator.pod';
@@ -860,8 +863,17 @@ export class KubernetesEmulator {
     this.#openSockets.add(ws);
     const protocol = ws.protocol;
     this.stats.execs[protocol] = (this.stats.execs[protocol] ?? 0) + 1;
+    // Flow control, as the server's streams have: the command's output is not read while the
+    // client has not taken what was sent (a client that stops reading makes the command wait).
+    let unsent = 0;
     const send = (channel: number, payload: Buffer) => {
-      if (ws.readyState === ws.OPEN) ws.send(Buffer.concat([Buffer.from([channel]), payload]));
+      if (ws.readyState !== ws.OPEN) return;
+      unsent += payload.length;
+      if (unsent > EXEC_MAX_UNSENT_BYTES && !stream.isPaused()) stream.pause();
+      ws.send(Buffer.concat([Buffer.from([channel]), payload]), () => {
+        unsent -= payload.length;
+        if (unsent <= EXEC_MAX_UNSENT_BYTES / 2 && stream.isPaused()) stream.resume();
+      });
     };
     // The kubelet's readiness signal: an empty frame on the lowest writable channel.
     send(1, Buffer.alloc(0));
