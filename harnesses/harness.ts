@@ -70,6 +70,12 @@ export interface HarnessTask {
   /** The expected answer of a question (the oracle submits it). */
   goldAnswer?: string;
   /**
+   * What is graded after the agent: `diff`, the changes of the git repository at `workdir` (a SWE
+   * task), or `state`, the sandbox as the agent leaves it (a script or Harbor task, whose workdir
+   * may be no repository). Harnesses that tell the agent how to submit go by it; absent: `diff`.
+   */
+  graded?: 'diff' | 'state';
+  /**
    * The conversation the row gives (NeMo Gym's `responses_create_params.input`, as Chat
    * Completions messages). Harnesses that send a conversation send this one (with their own
    * system prompt first when it has none); harnesses that take one prompt use `instruction`.

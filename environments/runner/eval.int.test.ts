@@ -9,6 +9,8 @@ import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
 import { silentLogger } from '../../core/logger.ts';
 import { HarnessRegistry } from '../../harnesses/registry.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { startTestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, localImages } from '../../test/docker-available.ts';
 import { SwitchableEngine } from '../../test/switchable-engine.ts';
@@ -191,6 +193,53 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
     }
     expect(await labelled(namespace)).toBe(0);
   }, 300_000);
+
+  it('lets a mini-swe agent submit a terminal task, whose /app is no git repository (it once ran to its step limit)', async () => {
+    // A model that does as its prompt says: it solves count-errors, then runs the submit command
+    // it was given (the git one, in a folder that is no repository, never submitted).
+    const gitSubmit = 'echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached';
+    const bash = (command: string) => ({ content: `Next.\n\`\`\`bash\n${command}\n\`\`\`` });
+    const solve = bash('grep -c ERROR /app/server.log > /app/error_count.txt');
+    const model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        conversations: [
+          { match: gitSubmit, replies: [solve, bash(gitSubmit)] },
+          { replies: [solve, bash('echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT')] },
+        ],
+      }),
+    );
+    const namespace = `miniterm-${randomBytes(3).toString('hex')}`;
+    const daemon = await startTestDaemon(
+      { namespace, gateway: { upstream: { baseUrl: model.baseUrl }, maxRetries: 0 } },
+      { listen: true },
+    );
+    try {
+      const environment = await loadEnvironment('terminal');
+      const rows = (await readRows(environment.dataPath)).filter((row) => row.id === 'count-errors');
+      const output = join(outputDir, 'terminal-mini-swe.jsonl');
+      await runEval({
+        client: new GymClient({ url: daemon.address.url!, token: daemon.token }),
+        environment: { ...environment, limits: { ...environment.limits, maxSteps: 5 } },
+        rows,
+        harness: await new HarnessRegistry().create('mini-swe'),
+        harnessName: 'mini-swe',
+        modelName: 'scripted',
+        numRepeats: 1,
+        concurrency: 1,
+        output,
+        resume: false,
+        maxInfraAttempts: 1,
+        logger: silentLogger,
+      });
+      const [rollout] = await readJsonl(output);
+      expect(rollout).toMatchObject({ outcome: 'reward', reward: 1, response: { outcome: 'submitted' } });
+      expect((rollout!.model_calls as unknown[]).length).toBe(2);
+    } finally {
+      await daemon.stop({ destroy: true });
+      await model.close();
+    }
+    expect(await labelled(namespace)).toBe(0);
+  }, 120_000);
 
   it('resumes a run killed halfway: exactly one line per (task, repeat), the same rewards', async () => {
     const stateDir = await mkdtemp(join(tmpdir(), 'gym-eval-resume-'));

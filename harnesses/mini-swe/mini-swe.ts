@@ -30,8 +30,8 @@ export function createMiniSweHarness(): Harness {
     needsModel: true,
     async run({ sandbox, task, model, limits }: HarnessRunContext): Promise<HarnessResult> {
       const loop = new ModelLoop(model, limits, [
-        { role: 'system', content: systemPrompt() },
-        { role: 'user', content: taskPrompt(task.instruction, task.workdir) },
+        { role: 'system', content: systemPrompt(task.graded) },
+        { role: 'user', content: taskPrompt(task.instruction, task.workdir, task.graded) },
       ]);
       const { clock, messages } = loop;
       const end = loop.end.bind(loop);
@@ -53,7 +53,7 @@ export function createMiniSweHarness(): Harness {
           loop.finishStep(step);
           if (formatErrors >= MAX_CONSECUTIVE_FORMAT_ERRORS)
             return end('agent_error', null, `${formatErrors} format errors in a row`);
-          messages.push({ role: 'user', content: formatErrorPrompt(actions.length) });
+          messages.push({ role: 'user', content: formatErrorPrompt(actions.length, task.graded) });
           continue;
         }
         formatErrors = 0;

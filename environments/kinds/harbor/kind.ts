@@ -143,6 +143,8 @@ export const kind: EnvironmentKind = {
       id: String(row.id),
       instruction: String(row.instruction),
       workdir: String(row.workdir),
+      // tests/test.sh judges the final state; the workdir need not be a git repository.
+      graded: 'state',
       ...(options.usesGoldPatch && hasSolution(taskDir)
         ? {
             solution: '/solution/solve.sh',

@@ -33,6 +33,8 @@ export const kind: EnvironmentKind = {
     id: String(row.id),
     instruction: rowInstruction(row),
     workdir: String(row.workdir ?? '/testbed'),
+    // test.sh judges the final state; the workdir need not be a git repository.
+    graded: 'state',
     ...(options.usesGoldPatch && typeof row.solution === 'string' ? { solution: row.solution } : {}),
   }),
   verify: ({ row, environment, sandbox }) =>
