@@ -39,13 +39,17 @@ export async function connectOrStartInProcess(options: {
   const stateDir = await mkdtemp(join(tmpdir(), 'gym-cli-daemon-'));
   const removeState = () => rm(stateDir, { recursive: true, force: true });
   const daemon = await startDaemon({
+    // The configured providers (`GYM_CONFIG`), in a state directory and namespace of its own.
     config: await loadConfig({
+      ...(options.env.GYM_CONFIG ? { configPath: options.env.GYM_CONFIG } : {}),
       env: options.env,
       overrides: [
         {
           stateDir,
           namespace: 'gym-cli',
-          listen: { host: '127.0.0.1', port: 0 },
+          // Never the configured socket (a running daemon's), and no warm pools for one command.
+          listen: { host: '127.0.0.1', port: 0, socket: undefined },
+          pools: {},
           destroyOnShutdown: true,
           logLevel: 'warn',
         },

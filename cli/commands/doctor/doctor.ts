@@ -1,31 +1,56 @@
-import { readFileSync } from 'node:fs';
+/**
+ * `gym doctor`: what gym needs on this host, and how to fix what fails. The host checks of a
+ * provider (Docker's exec helper and relay privileges, the static relay of the others) come from
+ * the providers the daemon runs (`providers/host-checks.ts`), so a host set up for one backend is
+ * not failed for another's tools.
+ */
 import { access, constants } from 'node:fs/promises';
 import type { GymClient } from '../../../client/client.ts';
 import { isGymError } from '../../../core/errors.ts';
+import { type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { taskImage } from '../../../environments/swe-mini/repository.ts';
 import { SWE_MINI_TASKS } from '../../../environments/swe-mini/tasks.ts';
-import { DEFAULT_EXEC_HELPER_PATH } from '../../../providers/docker/process-control.ts';
+import { type HostCheck, hostChecksOf } from '../../../providers/host-checks.ts';
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { connectOrStartInProcess, type DaemonConnection } from '../../in-process-daemon.ts';
 import type { doctor } from '../../program.ts';
-import { findOnPath, relayPrivilege } from './host-checks.ts';
 
-interface Check {
-  name: string;
-  ok: boolean;
-  detail: string;
-  fix?: string;
-  /** False for what works without it (a warning): only required checks decide the exit code. */
-  required?: boolean;
-}
+type Check = HostCheck;
 
-function readProcStatus(): string | undefined {
+/** The providers of the configuration (`GYM_CONFIG`, else the default), or undefined when it does not load. */
+async function configuredProviders(
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<DaemonConfig['providers'] | undefined> {
   try {
-    return readFileSync('/proc/self/status', 'utf8');
+    return (await loadConfig({ ...(env.GYM_CONFIG ? { configPath: env.GYM_CONFIG } : {}), env })).providers;
   } catch {
+    // The daemon check below reports why.
     return undefined;
   }
+}
+
+/**
+ * The host checks of each provider: those the daemon runs (its registration from the config
+ * when the config names it, for its options), else, when no daemon answered, the config's.
+ */
+async function providerHostChecks(
+  running: string[] | undefined,
+  configured: DaemonConfig['providers'] | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<Check[]> {
+  const registrations =
+    running === undefined
+      ? (configured ?? [])
+      : running.map(
+          (name) => configured?.find((provider) => provider.name === name) ?? { name, options: {} },
+        );
+  const checks: Check[] = [];
+  for (const registration of registrations) {
+    const hooks = hostChecksOf(registration);
+    if (hooks !== undefined) checks.push(...(await hooks.run({ options: registration.options ?? {}, env })));
+  }
+  return checks;
 }
 
 async function isExecutable(path: string): Promise<boolean> {
@@ -82,27 +107,10 @@ export const doctorCommand: CommandOf<typeof doctor> = {
     ] as const) {
       checks.push({ name: tool, ok: await isExecutable(path), detail: path, fix: `apt-get install ${tool}` });
     }
-    checks.push({
-      name: 'exec helper',
-      ok: await isExecutable(DEFAULT_EXEC_HELPER_PATH),
-      detail: `${DEFAULT_EXEC_HELPER_PATH} (kills a timed-out command's every process through its cgroup)`,
-      fix: 'bash scripts/setup.sh (compiles it; needs gcc and libc6-dev)',
-    });
-    // The gateway relay enters each sandbox's network namespace: nsenter, as root.
-    const nsenter = findOnPath('nsenter', env.PATH);
-    checks.push({
-      name: 'nsenter (gateway relay)',
-      ok: nsenter !== undefined,
-      detail: nsenter ?? 'not on PATH',
-      fix: 'apt-get install util-linux',
-    });
-    const privilege = relayPrivilege(process.getuid?.(), readProcStatus());
-    checks.push({
-      name: 'privileges (gateway relay)',
-      ok: privilege.ok,
-      detail: privilege.detail,
-      fix: 'run gym as root (or with CAP_SYS_ADMIN and CAP_SYS_PTRACE); without them sandboxes get no model gateway',
-    });
+    const configured = await configuredProviders(env);
+    // The provider checks go here, before the daemon's: filled in once the daemon says which it runs.
+    const hostChecksAt = checks.length;
+    let running: string[] | undefined;
     const stateDir = resolveStateDir(values.stateDir, env);
     // The providers and their images are the daemon's: asked through its API (one started
     // in-process when none runs), whatever the backend.
@@ -120,15 +128,16 @@ export const doctorCommand: CommandOf<typeof doctor> = {
         // Normal before `gym daemon start` (gym eval run starts one of its own).
         required: false,
       });
+      running = Object.keys(health.providers);
       for (const [name, provider] of Object.entries(health.providers)) {
+        const registration = configured?.find((candidate) => candidate.name === name) ?? { name };
         checks.push({
           name: `provider ${name}`,
           ok: provider.ok,
           detail: provider.message,
           fix:
-            name === 'docker'
-              ? 'start the engine: `dockerd --bridge=none --iptables=false &` (scripts/setup.sh does this)'
-              : 'see the daemon log; check the provider options in the config',
+            hostChecksOf(registration)?.unhealthyFix ??
+            'see the daemon log; check the provider options in the config',
         });
       }
       if (Object.values(health.providers).every((provider) => provider.ok))
@@ -143,6 +152,7 @@ export const doctorCommand: CommandOf<typeof doctor> = {
     } finally {
       await daemon?.close();
     }
+    checks.splice(hostChecksAt, 0, ...(await providerHostChecks(running, configured, env)));
     if (values.json) stdout.write(`${JSON.stringify(checks)}\n`);
     else {
       for (const check of checks) {
