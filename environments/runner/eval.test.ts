@@ -65,8 +65,8 @@ describe('gym eval on mcqa (no sandbox)', () => {
     const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
     const environment = await loadEnvironment('mcqa');
     const rows = await readRows(environment.dataPath);
-    const run = async (harnessName: string, numRepeats = 1) => {
-      const output = join(directory, `${harnessName}.jsonl`);
+    const run = async (harnessName: string, numRepeats = 1, limits?: Record<string, number>) => {
+      const output = join(directory, `${harnessName}${limits === undefined ? '' : '-priced'}.jsonl`);
       const summary = await runEval({
         client,
         environment,
@@ -79,6 +79,7 @@ describe('gym eval on mcqa (no sandbox)', () => {
         output,
         resume: false,
         maxInfraAttempts: 1,
+        ...(limits === undefined ? {} : { limits }),
         logger: silentLogger,
       });
       return { summary, rollouts: await readJsonl(output) };
@@ -113,5 +114,18 @@ describe('gym eval on mcqa (no sandbox)', () => {
       'mean/output_tokens': 3,
       'mean/model_calls': 1,
     });
+    // mcqa sets no prices: no cost, rather than a cost of 0.
+    expect(summary.metrics['mean/cost_usd']).toBeUndefined();
+    // With prices (here the run's; environment.json's `limits` the same), each line has its cost.
+    const priced = await run('single-turn', 1, {
+      pricePerMillionInputTokens: 2,
+      pricePerMillionOutputTokens: 10,
+    });
+    const costs = priced.rollouts.map((row) => (row.usage as { cost_usd: number }).cost_usd);
+    expect(costs[0]).toBeCloseTo((10 * 2 + 3 * 10) / 1e6, 15);
+    expect(priced.summary.metrics['mean/cost_usd']).toBeCloseTo(
+      costs.reduce((sum, cost) => sum + cost, 0) / costs.length,
+      15,
+    );
   });
 });

@@ -25,7 +25,7 @@ import { promptText, rowConversation, rowSampling } from '../kinds/responses-inp
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
-import { sumUsage, usageMetrics } from './usage.ts';
+import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
 
 export interface EvalOptions {
   client: GymClient;
@@ -534,8 +534,11 @@ async function runRollout(
     trajectory: harnessResult?.trajectory ?? [],
     model_calls: modelCalls,
     ...(modelCallsError === undefined ? {} : { model_calls_error: modelCallsError }),
-    // Tokens summed from the gateway's records (a harness without a model has none to count).
-    ...(harness.needsModel ? { usage: sumUsage(modelCalls) } : {}),
+    // Tokens summed from the gateway's records (a harness without a model has none to count),
+    // priced when environment.json or the run sets both prices.
+    ...(harness.needsModel
+      ? { usage: sumUsage(modelCalls, configuredPrices(environment.limits, options.limits)) }
+      : {}),
     timings,
     sandbox: { image },
   };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { baselineStats, sumUsage, usageMetrics, usageOfRecord } from './usage.ts';
+import { baselineStats, configuredPrices, sumUsage, usageMetrics, usageOfRecord } from './usage.ts';
 
 const chat = {
   api: 'chat.completions',
@@ -63,6 +63,37 @@ describe('token usage from the gateway records', () => {
     });
   });
 
+  it('prices the tokens when both prices are set, and gives no cost otherwise (never a made-up 0)', () => {
+    const prices = { inputPerMillion: 3, outputPerMillion: 15 };
+    // Cached tokens are input tokens, at the input price; a failed call costs nothing.
+    expect(sumUsage([chat, failed], prices).cost_usd).toBeCloseTo((100 * 3 + 20 * 15) / 1e6, 15);
+    expect(sumUsage([chat, anthropic], prices).cost_usd).toBeCloseTo((1307 * 3 + 50 * 15) / 1e6, 15);
+    expect(sumUsage([chat, failed])).not.toHaveProperty('cost_usd');
+    // Calls that report no usage: the cost is unknown, not 0.
+    expect(sumUsage([failed, failed], prices)).not.toHaveProperty('cost_usd');
+    expect(sumUsage([], prices)).not.toHaveProperty('cost_usd');
+    // A free model, priced 0 on purpose, costs 0.
+    expect(sumUsage([chat], { inputPerMillion: 0, outputPerMillion: 0 }).cost_usd).toBe(0);
+  });
+
+  it("takes the prices from environment.json's limits, the run's over them, only when both are set", () => {
+    expect(configuredPrices({ pricePerMillionInputTokens: 1, pricePerMillionOutputTokens: 2 })).toEqual({
+      inputPerMillion: 1,
+      outputPerMillion: 2,
+    });
+    expect(
+      configuredPrices(
+        { pricePerMillionInputTokens: 1, pricePerMillionOutputTokens: 2, maxSteps: 5 },
+        { pricePerMillionOutputTokens: 4 },
+      ),
+    ).toEqual({ inputPerMillion: 1, outputPerMillion: 4 });
+    expect(configuredPrices({ pricePerMillionInputTokens: 1 }, undefined)).toBeUndefined();
+    expect(configuredPrices({ maxSteps: 5 })).toBeUndefined();
+    expect(
+      configuredPrices({ pricePerMillionInputTokens: -1, pricePerMillionOutputTokens: 2 }),
+    ).toBeUndefined();
+  });
+
   it('aggregates NeMo Gym baseline stats over the rollouts that have usage', () => {
     const metrics = usageMetrics([
       { usage: sumUsage([chat]) },
@@ -77,6 +108,20 @@ describe('token usage from the gateway records', () => {
       'mean/cached_tokens': 101,
       'mean/model_calls': 2,
       'std/model_calls': 1,
+    });
+    expect(metrics['mean/cost_usd']).toBeUndefined();
+    // The cost's stats are over the rollouts that have one: one without prices is not a 0.
+    const prices = { inputPerMillion: 1, outputPerMillion: 1 };
+    expect(
+      usageMetrics([
+        { usage: sumUsage([chat], prices) },
+        { usage: sumUsage([chat, chat], prices) },
+        { usage: sumUsage([chat]) },
+      ]),
+    ).toMatchObject({
+      'mean/cost_usd': (120 + 240) / 2 / 1e6,
+      'max/cost_usd': 240 / 1e6,
+      'min/cost_usd': 120 / 1e6,
     });
     expect(usageMetrics([{ reward: 0 }])).toEqual({});
     expect(baselineStats('x', [1, 2, 3, 10])).toEqual({

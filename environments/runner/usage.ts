@@ -11,6 +11,10 @@
  * - Responses: `input_tokens` (cached included, `input_tokens_details.cached_tokens`), `output_tokens`;
  * - Anthropic Messages: `input_tokens` EXCLUDES cache reads and writes, so input =
  *   `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`, cached = cache reads.
+ *
+ * The cost is priced from those counts with the run's `pricePerMillionInputTokens` and
+ * `pricePerMillionOutputTokens` (cached tokens at the input price): only when both are set, and
+ * only when some call reported usage; otherwise there is no cost at all, never a cost of 0.
  */
 
 export interface RolloutUsage {
@@ -21,6 +25,34 @@ export interface RolloutUsage {
   calls: number;
   /** Calls whose record has no usage (failed calls, an upstream that sends none): their tokens are not counted. */
   calls_without_usage: number;
+  /** USD, from the tokens and the configured prices; absent when the prices or the counts are unknown. */
+  cost_usd?: number;
+}
+
+/** USD per million tokens. */
+export interface TokenPrices {
+  inputPerMillion: number;
+  outputPerMillion: number;
+}
+
+/**
+ * The prices among `limits` (environment.json's, then the run's: the later wins), or undefined
+ * unless both are set to a finite, non-negative number (a default of 0 is no price).
+ */
+export function configuredPrices(
+  ...sources: ReadonlyArray<Record<string, unknown> | undefined>
+): TokenPrices | undefined {
+  const merged = Object.assign({}, ...sources.filter((source) => source !== undefined)) as Record<
+    string,
+    unknown
+  >;
+  const price = (value: unknown) =>
+    typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+  const input = price(merged.pricePerMillionInputTokens);
+  const output = price(merged.pricePerMillionOutputTokens);
+  return input === undefined || output === undefined
+    ? undefined
+    : { inputPerMillion: input, outputPerMillion: output };
 }
 
 type Json = Record<string, unknown>;
@@ -62,8 +94,8 @@ export function usageOfRecord(
   };
 }
 
-/** The tokens of all of a rollout's model calls. */
-export function sumUsage(records: readonly unknown[]): RolloutUsage {
+/** The tokens of all of a rollout's model calls, and their cost when `prices` are known. */
+export function sumUsage(records: readonly unknown[], prices?: TokenPrices): RolloutUsage {
   const total: RolloutUsage = {
     input_tokens: 0,
     output_tokens: 0,
@@ -81,6 +113,9 @@ export function sumUsage(records: readonly unknown[]): RolloutUsage {
     total.output_tokens += usage.output_tokens;
     total.cached_tokens += usage.cached_tokens;
   }
+  if (prices !== undefined && total.calls > total.calls_without_usage)
+    total.cost_usd =
+      (total.input_tokens * prices.inputPerMillion + total.output_tokens * prices.outputPerMillion) / 1e6;
   return total;
 }
 
@@ -123,6 +158,11 @@ export function usageMetrics(rollouts: ReadonlyArray<Record<string, unknown>>): 
     ...baselineStats(
       'model_calls',
       usages.map((usage) => usage.calls),
+    ),
+    // Over the rollouts with a cost only: one without prices or counts is no cost of 0.
+    ...baselineStats(
+      'cost_usd',
+      usages.flatMap((usage) => (typeof usage.cost_usd === 'number' ? [usage.cost_usd] : [])),
     ),
   };
 }
