@@ -163,6 +163,18 @@ export interface HarnessResult {
   timings: { startedAt: string; durationMs: number };
   /** Agent-specific extras (an agent CLI's own event log, say). */
   extra?: Record<string, unknown>;
+  /**
+   * The agent's own files, kept with the rollout (an agent CLI's output stream, the trajectory
+   * file it wrote): the runner writes each beside the rollouts file, cut at a size limit, since
+   * the agent wrote them.
+   */
+  agentFiles?: AgentFile[];
+}
+
+/** One of the agent's own files; `name` is a plain file name the harness chose (`trajectory.json`). */
+export interface AgentFile {
+  name: string;
+  content: Buffer;
 }
 
 export interface HarnessRunContext {

@@ -266,6 +266,10 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
     );
     expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra)}`).toBe('submitted');
     expect(result.submission).toBe('Done: add now adds.');
+    // Its own event stream, for the runner to keep with the rollout.
+    const stdout = result.agentFiles?.find((file) => file.name === 'stdout.txt')?.content.toString() ?? '';
+    expect(stdout.split('\n').filter((line) => line.startsWith('{')).length).toBeGreaterThan(1);
+    expect(stdout).toContain('Done: add now adds.');
     expect(calc).toContain('return a + b');
     expect(result.trajectory.some((step) => step.action?.tool === 'exec_command')).toBe(true);
     expect(records.length).toBeGreaterThanOrEqual(2);

@@ -23,6 +23,7 @@ import type { LoadedEnvironment } from '../environment.ts';
 import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
 import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
+import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
 import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
@@ -411,6 +412,8 @@ async function runRollout(
   let modelCalls: unknown[] = [];
   /** Why the model calls could not be read back, when they could not: never a silent empty list. */
   let modelCallsError: string | undefined;
+  let agentLogs: KeptAgentFile[] = [];
+  let agentLogsError: string | undefined;
   const image = kind.image(row, environment);
   const releaseSandbox = async () => {
     const id = sandboxId;
@@ -465,6 +468,16 @@ async function runRollout(
       logger: options.logger,
     });
     timings.agentMs = Date.now() - agentStarted;
+    // The agent's own files, each cut to size, beside the rollouts file; a host that cannot write
+    // them loses them, not the rollout.
+    agentLogs = await keepAgentFiles(
+      outputPaths(options.output).agentLogs,
+      rolloutId,
+      harnessResult.agentFiles ?? [],
+    ).catch((error: unknown) => {
+      agentLogsError = String(error);
+      return [];
+    });
     if (harness.needsModel) {
       modelCalls = await client.rolloutRecords(rolloutId).catch((error: unknown) => {
         modelCallsError = isGymError(error) ? `${error.code}: ${error.message}` : String(error);
@@ -534,6 +547,8 @@ async function runRollout(
     trajectory: harnessResult?.trajectory ?? [],
     model_calls: modelCalls,
     ...(modelCallsError === undefined ? {} : { model_calls_error: modelCallsError }),
+    ...(agentLogs.length === 0 ? {} : { agent_logs: agentLogs }),
+    ...(agentLogsError === undefined ? {} : { agent_logs_error: agentLogsError }),
     // Tokens summed from the gateway's records (a harness without a model has none to count),
     // priced when environment.json or the run sets both prices.
     ...(harness.needsModel

@@ -13,6 +13,8 @@ export function outputPaths(output: string) {
     failures: `${stem}_failures.jsonl`,
     metrics: `${stem}_aggregate_metrics.json`,
     profile: `${stem}_reward_profiling.jsonl`,
+    /** The agents' own files, one folder per rollout (`agent-logs.ts`). */
+    agentLogs: `${stem}_agent_logs`,
   };
 }
 

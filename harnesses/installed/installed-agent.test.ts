@@ -43,6 +43,33 @@ describe('installed agent: its result files', () => {
   it('submits what a well-formed trajectory says (the baseline)', async () => {
     const result = await run(async () => Buffer.from(TRAJECTORY));
     expect(result).toMatchObject({ outcome: 'submitted', submission: 'done' });
+    // The trajectory file goes to the runner, which keeps it with the rollout.
+    expect(result.agentFiles).toEqual([{ name: 'trajectory.json', content: Buffer.from(TRAJECTORY) }]);
+  });
+
+  it('hands over its output streams too, whatever the outcome', async () => {
+    let calls = 0;
+    const handle: SandboxHandle = {
+      ...sandbox(async () => Buffer.from('not json {')),
+      // The first exec checks for the binary; the second runs the agent, which fails.
+      exec: async () => {
+        calls += 1;
+        return calls === 1 ? OK : execResult('ok', 1, { stdout: 'step 1\n', stderr: 'Traceback\n' });
+      },
+    };
+    const result = await createInstalledAgentHarness(MINI_SWE_AGENT_RECIPE).run({
+      sandbox: handle,
+      task: { id: 't', instruction: 'fix it', workdir: '/testbed' },
+      model: { baseUrl: 'http://127.0.0.1:9/v1', basePath: '/v1', apiKey: 'k', model: 'm' },
+      limits: DEFAULT_LIMITS,
+      logger: silentLogger,
+    });
+    expect(result.outcome).toBe('agent_error');
+    expect(result.agentFiles?.map((file) => [file.name, file.content.toString()])).toEqual([
+      ['stdout.txt', 'step 1\n'],
+      ['stderr.txt', 'Traceback\n'],
+      ['trajectory.json', 'not json {'],
+    ]);
   });
 
   it.each([

@@ -11,9 +11,10 @@ import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { access, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { GymError, isGymError } from '../../core/errors.ts';
 import {
+  type AgentFile,
   type Harness,
   type HarnessResult,
   type HarnessRunContext,
@@ -361,6 +362,7 @@ export function createInstalledAgentHarness(
         message: string,
         trajectory: TrajectoryStep[] = [],
         extra?: Record<string, unknown>,
+        agentFiles?: AgentFile[],
       ) =>
         clock.finish({
           ...base,
@@ -370,6 +372,7 @@ export function createInstalledAgentHarness(
           trajectory,
           steps: trajectory.length,
           ...(extra === undefined ? {} : { extra }),
+          ...(agentFiles === undefined ? {} : { agentFiles }),
         });
 
       if (sandbox.exposeGateway === undefined)
@@ -461,11 +464,19 @@ export function createInstalledAgentHarness(
       const files: Record<string, string> = {};
       /** Result files the agent left unreadable (none, a directory, too big): its output, not a fault. */
       const unreadable: Record<string, string> = {};
+      // Its output streams and result files are kept with the rollout (the runner bounds them).
+      const agentFiles: AgentFile[] = [
+        { name: 'stdout.txt', content: Buffer.from(result.stdout) },
+        { name: 'stderr.txt', content: Buffer.from(result.stderr) },
+      ].filter((file) => file.content.length > 0);
       for (const path of recipe.resultFiles?.(settings) ?? []) {
         // An agent that wrote no such file, or made it something we cannot read (a directory, a
         // file past the read limit), is its business; a daemon that cannot read it is not.
         files[path] = await sandbox.readFile(path).then(
-          (content) => content.toString('utf8'),
+          (content) => {
+            agentFiles.push({ name: basename(path), content });
+            return content.toString('utf8');
+          },
           (error: unknown) => {
             if (isGymError(error) && AGENT_RESULT_FILE_ERRORS.has(error.code)) {
               unreadable[path] = `${error.code}: ${error.message}`;
@@ -495,13 +506,20 @@ export function createInstalledAgentHarness(
         exitCode: result.exitCode,
       };
       if (result.status === 'sandbox_gone')
-        return fail('sandbox_gone', 'the sandbox went away while the agent ran', parsed.steps, extra);
+        return fail(
+          'sandbox_gone',
+          'the sandbox went away while the agent ran',
+          parsed.steps,
+          extra,
+          agentFiles,
+        );
       if (result.status === 'timeout')
         return fail(
           'time_limit',
           `the agent ran past ${limits.wallTimeMs} ms and was killed`,
           parsed.steps,
           extra,
+          agentFiles,
         );
       if (result.status !== 'ok' || result.exitCode !== 0 || parsed.error !== null) {
         return fail(
@@ -510,6 +528,7 @@ export function createInstalledAgentHarness(
             `${recipe.name} exited with ${result.exitCode} (${result.status}): ${result.stderr.slice(-1000)}`,
           parsed.steps,
           extra,
+          agentFiles,
         );
       }
       return clock.finish({
@@ -519,6 +538,7 @@ export function createInstalledAgentHarness(
         trajectory: parsed.steps,
         steps: parsed.steps.length,
         extra,
+        agentFiles,
       });
     },
   };
