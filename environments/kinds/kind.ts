@@ -49,6 +49,27 @@ export interface RunReportContext {
   harnessName: string;
 }
 
+/**
+ * What `prepareImages` gets: the daemon that runs the rollouts (its provider makes the images),
+ * the run's rows, and where to report progress (the CLI draws it).
+ */
+export interface PrepareImagesContext {
+  client: GymClient;
+  environment: LoadedEnvironment;
+  /**
+   * The rows this run has (after `--limit`), valid or not: only their images are prepared. A
+   * kind may set fields the rollouts need that only the image knows (Harbor: `workdir`).
+   */
+  rows: ReadonlyArray<TaskRow>;
+  logger: Logger;
+  /** Before each distinct image is looked at (and built when missing), with its place among them. */
+  onStart?(reference: string, index: number, total: number): void;
+  /** After each image: whether it had to be built, and how long that took. */
+  onImage?(reference: string, built: boolean, durationMs: number): void;
+  /** A line for the user about the run's tasks or images (a task's resources lowered, say). */
+  onNotice?(message: string): void;
+}
+
 export interface EnvironmentKind {
   readonly name: string;
   /**
@@ -81,6 +102,12 @@ export interface EnvironmentKind {
   checkRow?(row: TaskRow, environment: LoadedEnvironment): void;
   /** The message when a row's image is missing: how to build or load it (images are never pulled). */
   describeMissingImage?(image: string, row: TaskRow): string;
+  /**
+   * Makes the images of the run's rows on the daemon's provider before any rollout (nothing for
+   * those it has already); `gym eval run` calls it. Absent: the rows' images must exist. A failure
+   * that the run cannot go on from is thrown; one it can (images that may exist) is a notice.
+   */
+  prepareImages?(context: PrepareImagesContext): Promise<void>;
   /** Writes the kind's own report files beside the run's (SWE-bench's report.json). */
   writeReports?(context: RunReportContext): Promise<void>;
 }

@@ -171,6 +171,37 @@ describe("gym eval run's env.yaml", () => {
   });
 });
 
+describe("gym eval run and an environment kind's images", () => {
+  it("calls a kind's prepareImages with only the rows it runs, and shows what it reports", async () => {
+    // A kind of its own folder (not a built-in the CLI knows): its images need no CLI edit.
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-kind-images-'));
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const environment = new URL('../../../test/fixtures/imaged-env', import.meta.url).pathname;
+    const args = ['eval', 'run', '--env', environment, '--limit', '1', '-o', join(outputDir, 'out.jsonl')];
+    const exitCode = await runCli([...args, '--state-dir', daemon.stateDir], {
+      stdout: new PassThrough(),
+      stderr,
+      env: {},
+    });
+    expect(exitCode).toBe(0);
+    // --limit 1: the hook sees the first row only.
+    expect(said).toContain('gym: preparing the images of w1\n');
+    expect(said).toContain('built gym/imaged-w1:1 in 1.5 s\n');
+    expect(said).not.toContain('imaged-w2');
+  });
+});
+
 describe('gym eval run on Harbor rows from a JSONL file', () => {
   it('builds no image for a row the kind refuses (a row once asked for a 7-day build)', async () => {
     daemon = await startTestDaemon(

@@ -8,9 +8,6 @@ import { type DaemonConfigInput, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
 import { inferEnvironment } from '../../../environments/infer-format.ts';
-import { buildHarborImages } from '../../../environments/kinds/harbor/images.ts';
-import { taskResources } from '../../../environments/kinds/harbor/kind.ts';
-import { parseRow } from '../../../environments/kinds/kind.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
@@ -18,7 +15,6 @@ import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
 import type { evalRun } from '../../program.ts';
 import { formatDuration, remainingAtRate, startTicker } from '../../progress.ts';
-import { buildSweMiniImages } from '../../task-images.ts';
 
 interface PolicyConfig {
   baseUrl?: string;
@@ -211,29 +207,19 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url`,
       );
     }
-    if (environment.kind === 'harbor') {
-      // Only rows the kind accepts are built (a row's build_timeout_sec and ${VAR} are checked
-      // first); the others are invalid rows of the run, reported by it.
-      const accepted = rows.filter((row, position) => {
-        try {
-          parseRow(environment.implementation, row, position);
-          environment.implementation.checkRow?.(row, environment);
-          return true;
-        } catch {
-          return false;
-        }
-      });
-      for (const row of accepted) {
-        const { lowered } = taskResources(row, environment);
-        if (lowered.length > 0) stderr.write(`gym: task ${String(row.id)}: ${lowered.join('; ')}\n`);
-      }
-      // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
-      // built-in base it starts FROM first); nothing again for those it has already.
-      // A build says nothing until it ends (a Dockerfile's RUN can take minutes): tick meanwhile.
+    const { prepareImages } = environment.implementation;
+    if (prepareImages !== undefined) {
+      // The kind makes its rows' images on the daemon's provider (nothing for those it has). A
+      // build says nothing until it ends (a Dockerfile's RUN can take minutes): tick meanwhile.
+      const clear = stderr.isTTY ? '\r\x1b[2K' : '';
       let current = '';
       let ticker: ReturnType<typeof startTicker> | undefined;
       try {
-        await buildHarborImages(client, accepted, logger, {
+        await prepareImages.call(environment.implementation, {
+          client,
+          environment,
+          rows,
+          logger,
           onStart: (reference, index, total) => {
             current = `${index + 1} of ${total}: ${reference}`;
             ticker ??= startTicker(
@@ -242,40 +228,13 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
             );
           },
           onImage: (reference, built, durationMs) => {
-            if (built)
-              stderr.write(
-                `${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`,
-              );
+            if (built) stderr.write(`${clear}built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
           },
+          onNotice: (message) => stderr.write(`${clear}gym: ${message}\n`),
         });
       } finally {
         ticker?.stop();
       }
-    }
-    if (environment.images === 'swe-mini') {
-      // Task images are built by the daemon's provider (a no-op for those it has already).
-      // The first time this builds the Debian base (debootstrap, about a minute): say so as it goes.
-      let ready = 0;
-      const ticker = startTicker(
-        stderr,
-        (elapsedMs) => `preparing the task images (${ready} ready), ${formatDuration(elapsedMs)} elapsed`,
-      );
-      // Only the images of the rows this run has (a row names its image; `--limit` is applied).
-      const wanted = new Set(rows.flatMap((row) => (typeof row.image === 'string' ? [row.image] : [])));
-      await buildSweMiniImages(
-        client,
-        (reference, built) => {
-          ready += 1;
-          if (built) stderr.write(`${stderr.isTTY ? '\r\x1b[2K' : ''}built ${reference}\n`);
-        },
-        wanted.size > 0 ? wanted : undefined,
-      )
-        .catch((error: unknown) =>
-          stderr.write(
-            `${stderr.isTTY ? '\r\x1b[2K' : ''}gym: could not build the task images (${String(error)}); using what exists\n`,
-          ),
-        )
-        .finally(() => ticker.stop());
     }
 
     const stop = () => {

@@ -12,7 +12,8 @@ import { DEFAULT_RESOURCES } from '../../../daemon/config.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
 import { verifyScript } from '../../verifiers/script.ts';
 import { nonEmpty, sandboxPath } from '../fields.ts';
-import type { EnvironmentKind, TaskRow } from '../kind.ts';
+import { type EnvironmentKind, parseRow, type TaskRow } from '../kind.ts';
+import { buildHarborImages } from './images.ts';
 import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
 
 const Env = z.record(z.string(), z.string());
@@ -164,6 +165,29 @@ export const kind: EnvironmentKind = {
       ...(typeof row.verifier_user === 'string' ? { user: row.verifier_user } : {}),
     }),
   // The final state is gone with the sandbox: a Harbor rollout keeps its reward.
+  async prepareImages({ client, environment, rows, logger, onStart, onImage, onNotice }) {
+    // Only rows the kind accepts are built (a row's build_timeout_sec and ${VAR} are checked
+    // first); the others are invalid rows of the run, reported by it.
+    const accepted = rows.filter((row, position) => {
+      try {
+        parseRow(environment.implementation, row, position);
+        environment.implementation.checkRow?.(row, environment);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    for (const row of accepted) {
+      const { lowered } = taskResources(row, environment);
+      if (lowered.length > 0) onNotice?.(`task ${String(row.id)}: ${lowered.join('; ')}`);
+    }
+    // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
+    // built-in base it starts FROM first); nothing again for those it has already.
+    await buildHarborImages(client, accepted, logger, {
+      ...(onStart === undefined ? {} : { onStart }),
+      ...(onImage === undefined ? {} : { onImage }),
+    });
+  },
 };
 
 type EnvKey = 'environment_env' | 'solution_env' | 'verifier_env';

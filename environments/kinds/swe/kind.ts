@@ -43,6 +43,16 @@ export const kind: EnvironmentKind = {
     verdict.details.modelPatch = extracted.patch;
     return verdict;
   },
+  // The swe-mini image set: the images of the run's rows (each row names its own), built from
+  // the tasks' files. A build that fails is said and the run goes on with what exists.
+  async prepareImages({ client, environment, rows, onStart, onImage, onNotice }) {
+    const { buildSweMiniImages, SWE_MINI_IMAGE_SET } = await import('../../swe-mini/images.ts');
+    if (environment.images !== SWE_MINI_IMAGE_SET) return;
+    const wanted = new Set(rows.flatMap((row) => (typeof row.image === 'string' ? [row.image] : [])));
+    await buildSweMiniImages(client, onImage, wanted.size > 0 ? wanted : undefined, onStart).catch(
+      (error: unknown) => onNotice?.(`could not build the task images (${String(error)}); using what exists`),
+    );
+  },
   async reverify(client, _environment, row) {
     const stored = (row.verifier ?? {}) as Record<string, unknown>;
     if (typeof stored.modelPatch !== 'string') return null;
