@@ -337,6 +337,40 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider: an archive of ma
   });
 });
 
+describe.skipIf(skipReason !== undefined)(
+  'kubernetes provider on nodes whose OOM kill ends the whole container',
+  () => {
+    it('reports oom for the command, one-shot or in a session, then the sandbox as failed and gone', async () => {
+      // As a kubelet 1.28+ on cgroup v2 (memory.oom.group): the container terminates OOMKilled.
+      const grouped = await KubernetesEmulator.start(docker, { oomKillsContainer: true });
+      const kubeConfig = new KubeConfig();
+      kubeConfig.loadFromString(grouped.kubeconfig(NAMESPACE));
+      const core = kubeConfig.makeApiClient(CoreV1Api);
+      const provider = new KubernetesProvider(kubeConfig, testContext({ namespace: 'oom-group' }));
+      try {
+        for (const session of [undefined, 'hog']) {
+          const info = await provider.create(
+            parseOrThrow(SandboxSpecSchema, { image: busybox, resources: { memoryMiB: 48 } }, 'spec'),
+          );
+          const run = (request: Record<string, unknown>) =>
+            provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
+          if (session !== undefined) expect((await run({ argv: ['true'], session })).status).toBe('ok');
+          const result = await run({ command: 'tail /dev/zero', timeoutMs: 60_000, session });
+          expect(result.status).toBe('oom');
+          const pod = await core.readNamespacedPod({ name: provider.podName(info.id), namespace: NAMESPACE });
+          expect(pod.status?.containerStatuses?.[0]?.state?.terminated?.reason).toBe('OOMKilled');
+          expect((await provider.get(info.id)).state).toBe('failed');
+          expect((await run({ argv: ['true'] })).status).toBe('sandbox_gone');
+          await provider.destroy(info.id);
+        }
+      } finally {
+        await provider.close();
+        await grouped.close();
+      }
+    });
+  },
+);
+
 describe.skipIf(skipReason !== undefined)('kubernetes provider on a server without v5 (before 1.30)', () => {
   it('runs commands without stdin with their exit codes, and refuses stdin rather than lose the status', async () => {
     const old = await KubernetesEmulator.start(docker, { protocols: ['v4.channel.k8s.io'] });

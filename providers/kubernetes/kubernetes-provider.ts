@@ -24,6 +24,7 @@ import {
   CoreV1Api,
   type KubeConfig,
   NetworkingV1Api,
+  type V1ContainerStatus,
   type V1NetworkPolicy,
   type V1Pod,
 } from '@kubernetes/client-node';
@@ -109,6 +110,9 @@ while [ "$pass" -lt 50 ]; do
 done
 echo "$total"; exit 1
 `;
+
+/** Waits between reads of a Pod whose container may have just ended, for the kubelet's report. */
+const OOM_REPORT_WAITS_MS = [250, 500, 1_000, 2_000];
 
 /** After a kill, how long to wait for the command's stream to end before dropping it. */
 const KILL_GRACE_MS = 5_000;
@@ -233,6 +237,19 @@ function podState(pod: V1Pod): SandboxState {
     default:
       return 'failed';
   }
+}
+
+function sandboxContainer(pod: V1Pod): V1ContainerStatus | undefined {
+  return pod.status?.containerStatuses?.find((status) => status.name === SANDBOX_CONTAINER);
+}
+
+/**
+ * The sandbox's container ended because the OOM killer killed it whole (`memory.oom.group`).
+ * Only its current state counts: with `restartPolicy: Never` it is never restarted, so there is
+ * no earlier run (`lastState`) to confuse with this one.
+ */
+function endedOutOfMemory(pod: V1Pod): boolean {
+  return sandboxContainer(pod)?.state?.terminated?.reason === 'OOMKilled';
 }
 
 function isReady(pod: V1Pod): boolean {
@@ -752,23 +769,50 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   /**
-   * Says why a command ended without a normal exit: the Pod is gone (deleted, evicted, ended),
-   * the OOM killer struck (its counter in the Pod's own cgroup went up), or something else.
+   * Says why a command ended without a normal exit: the OOM killer struck (the Pod's container
+   * ended `OOMKilled`, or the OOM counter in its cgroup went up), the Pod is gone (deleted,
+   * evicted, ended otherwise), or something else killed it.
+   *
+   * A kubelet 1.28+ on cgroup v2 sets `memory.oom.group`: an OOM kill then ends every process of
+   * the container, which terminates with reason `OOMKilled`. The kubelet reports that end a
+   * moment after the exec stream breaks, so a Pod that still looks running but cannot be probed
+   * is read again for a few seconds before it is called gone.
    */
   async #classifyAbnormalEnd(id: string): Promise<'sandbox_gone' | 'oom' | 'killed'> {
-    let pod: V1Pod;
-    try {
-      pod = await this.#core.readNamespacedPod({ name: this.podName(id), namespace: this.#namespace });
-    } catch {
-      return 'sandbox_gone';
+    let pod = await this.#readPod(id);
+    if (pod === null) return 'sandbox_gone';
+    if (endedOutOfMemory(pod)) return 'oom';
+    if (podState(pod) === 'ready') {
+      const probe = await runPodCommand(
+        this.#kubeConfig,
+        this.#target(id),
+        ['sh', '-c', OOM_COUNTER_COMMAND],
+        {
+          maxBytes: 4096,
+          timeoutMs: 10_000,
+        },
+      ).catch(() => null);
+      if (probe !== null && probe.end.kind === 'exited' && probe.end.exitCode === 0)
+        return this.#oomCounts.classify(id, parseOomKillCount(probe.stdout.toString('utf8')));
     }
-    if (podState(pod) !== 'ready') return 'sandbox_gone';
-    const probe = await runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', OOM_COUNTER_COMMAND], {
-      maxBytes: 4096,
-      timeoutMs: 10_000,
-    }).catch(() => null);
-    if (probe === null || probe.end.kind !== 'exited' || probe.end.exitCode !== 0) return 'sandbox_gone';
-    return this.#oomCounts.classify(id, parseOomKillCount(probe.stdout.toString('utf8')));
+    for (const delayMs of OOM_REPORT_WAITS_MS) {
+      // Deleted, or its container's end already reported (evicted, exited): nothing more will come.
+      if (podState(pod) === 'destroying' || sandboxContainer(pod)?.state?.terminated !== undefined) break;
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      pod = await this.#readPod(id);
+      if (pod === null) return 'sandbox_gone';
+      if (endedOutOfMemory(pod)) return 'oom';
+    }
+    return 'sandbox_gone';
+  }
+
+  /** The Pod, or null when it cannot be read (gone, or the API does not answer). */
+  async #readPod(id: string): Promise<V1Pod | null> {
+    try {
+      return await this.#core.readNamespacedPod({ name: this.podName(id), namespace: this.#namespace });
+    } catch {
+      return null;
+    }
   }
 
   /** Runs the kill script for one exec id in the Pod, bounded. */

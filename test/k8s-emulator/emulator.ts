@@ -20,7 +20,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Duplex } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { DockerStreamDemuxer } from '../../providers/docker/demux.ts';
@@ -45,6 +45,8 @@ interface StoredPod {
   fingerprint: string;
   /** Set by `evict`: the kubelet's message. */
   evicted?: string;
+  /** With `oomKillsContainer`: the kill of the whole container after an OOM kill in it. */
+  oomKill?: Promise<void>;
 }
 
 interface Watcher {
@@ -207,6 +209,8 @@ export class KubernetesEmulator {
   /** GPUs of the largest node (none until `addGpuNode`): a Pod asking for more is Unschedulable. */
   #gpusPerNode = 0;
   #poller: NodeJS.Timeout | null = null;
+  /** The engine's event stream, with `oomKillsContainer`. */
+  #oomEvents: Readable | null = null;
   #port = 0;
 
   readonly #protocols: readonly string[];
@@ -252,15 +256,20 @@ export class KubernetesEmulator {
   /**
    * `protocols`: the exec subprotocols served, newest first; `['v4.channel.k8s.io']` stands for
    * a server before Kubernetes 1.30 (no v5, so no stdin CLOSE signal).
+   * `oomKillsContainer`: an OOM kill of any process in a Pod's container kills the whole
+   * container, which ends `OOMKilled` (exit 137), as a kubelet 1.28+ on cgroup v2 does by setting
+   * `memory.oom.group` (unless its `singleProcessOOMKill` is set). Without it, only the process
+   * the kernel chose dies, as on cgroup v1 (this host) and in a plain Docker container.
    */
   static async start(
     docker: Docker,
-    options: { protocols?: readonly string[] } = {},
+    options: { protocols?: readonly string[]; oomKillsContainer?: boolean } = {},
   ): Promise<KubernetesEmulator> {
     const emulator = new KubernetesEmulator(
       docker,
       options.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'],
     );
+    if (options.oomKillsContainer === true) await emulator.#watchOomKills();
     await new Promise<void>((resolve) => emulator.#server.listen(0, '127.0.0.1', resolve));
     emulator.#port = (emulator.#server.address() as AddressInfo).port;
     emulator.#poller = setInterval(() => void emulator.#refreshAll(), 300);
@@ -339,7 +348,38 @@ export class KubernetesEmulator {
     }
   }
 
+  /** Follows the engine's `oom` events for our containers: each kills its whole container. */
+  async #watchOomKills(): Promise<void> {
+    const events = (await this.#docker.getEvents({
+      filters: { type: ['container'], event: ['oom'], label: [`${EMULATOR_LABEL}=${this.id}`] },
+    })) as unknown as Readable;
+    this.#oomEvents = events;
+    events.on('error', () => {});
+    let pending = '';
+    events.on('data', (chunk: Buffer) => {
+      pending += chunk.toString('utf8');
+      const lines = pending.split('\n');
+      pending = lines.pop() ?? '';
+      for (const line of lines) {
+        let containerId: string | undefined;
+        try {
+          containerId = (JSON.parse(line) as { id?: string }).id;
+        } catch {
+          continue;
+        }
+        const pod = [...this.#pods.values()].find((each) => each.containerId === containerId);
+        if (pod === undefined) continue;
+        pod.oomKill ??= this.#docker
+          .getContainer(containerId!)
+          .kill()
+          .catch(() => {})
+          .then(() => this.#refresh(pod));
+      }
+    });
+  }
+
   async close(): Promise<void> {
+    this.#oomEvents?.destroy();
     if (this.#poller !== null) clearInterval(this.#poller);
     for (const watcher of this.#watchers) watcher.response.end();
     this.#watchers.clear();
@@ -646,7 +686,12 @@ export class KubernetesEmulator {
       } else {
         const exitCode = inspected.State.ExitCode;
         phase = pod.object.spec.restartPolicy === 'Always' || exitCode !== 0 ? 'Failed' : 'Succeeded';
-        const reason = inspected.State.OOMKilled ? 'OOMKilled' : exitCode === 0 ? 'Completed' : 'Error';
+        const reason =
+          inspected.State.OOMKilled || pod.oomKill !== undefined
+            ? 'OOMKilled'
+            : exitCode === 0
+              ? 'Completed'
+              : 'Error';
         containerStatus.state = { terminated: { exitCode, reason, finishedAt: inspected.State.FinishedAt } };
       }
     }
@@ -900,6 +945,13 @@ export class KubernetesEmulator {
       for (let tries = 0; inspected?.Running === true && tries < 500; tries++) {
         await new Promise((resolve) => setTimeout(resolve, 10));
         inspected = await exec.inspect().catch(() => null);
+      }
+      // A command the OOM killer ended: with `oomKillsContainer` its whole container goes too,
+      // as the kernel kills the group at once (the engine's event comes a moment later).
+      if (this.#oomEvents !== null && inspected?.ExitCode === 137) {
+        for (let tries = 0; pod.oomKill === undefined && tries < 50; tries++)
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        await pod.oomKill;
       }
       const running = await this.#docker
         .getContainer(pod.containerId!)
