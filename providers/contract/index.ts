@@ -6,6 +6,15 @@
  * import { describeSandboxProviderContract } from 'gym-sandboxd/providers/contract';
  * describeSandboxProviderContract({ name: 'mine', createProvider: () => new MyProvider(...), image: 'busybox' });
  * ```
+ *
+ * It tests the provider alone, not the daemon above it. So it has no case for a session command
+ * falling back to one-shot on a provider without sessions: that is the daemon's job
+ * (`sessionOrOneShot` in `daemon/capabilities.ts`), the same for every provider, and tested there
+ * (`daemon/capabilities.test.ts`, "sessions are a hint") and end to end by the harnesses and
+ * `gym eval run` on a provider without sessions (`test/second-provider/`). What the suite asks of
+ * such a provider is that it refuse a session itself (`CAPABILITY_UNSUPPORTED`, the lifecycle
+ * cases), and of one with sessions that a session command behave like a one-shot one (the exec
+ * cases run in both modes).
  */
 import { afterAll, afterEach, beforeAll, describe } from 'vitest';
 import { defineExecCases, type ExecMode } from './exec-cases.ts';
