@@ -63,8 +63,8 @@ if [ ! -x .tools/gym-exec ] || [ "$helper_source" -nt .tools/gym-exec ]; then
   mv .tools/gym-exec.tmp .tools/gym-exec
 fi
 
-# 2b. The relay the Kubernetes provider copies into a Pod for gateway reach (without it, none).
-relay_source="providers/kubernetes/relay-helper/gym-relay.c"
+# 2b. The relay the Kubernetes, Apptainer and Enroot providers copy into their sandboxes for gateway reach (without it, none).
+relay_source="providers/shared/relay-helper/gym-relay.c"
 if [ ! -x .tools/gym-relay ] || [ "$relay_source" -nt .tools/gym-relay ]; then
   log "compiling .tools/gym-relay (static)"
   mkdir -p .tools

@@ -2,7 +2,7 @@
  * Gateway reach for a daemon outside the cluster: the relay (`../shared/gateway-relay.ts`)
  * carried over one pods/exec stream.
  *
- * The provider copies the static relay (`relay-helper/gym-relay.c`, built by scripts/setup.sh
+ * The provider copies the static relay (`../shared/relay-helper/gym-relay.c`, built by scripts/setup.sh
  * into `.tools/gym-relay`) into the Pod and runs it as one long-lived exec, tagged for the kill
  * script; the relay listens on the Pod's loopback. `/tmp` must be writable.
  */

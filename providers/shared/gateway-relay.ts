@@ -1,7 +1,7 @@
 /**
  * The daemon's half of gateway reach through a relay in the sandbox, for any backend that can
  * run a long-lived command with its stdin and stdout carried apart (a pods/exec stream, an SSH
- * channel): the static relay (`kubernetes/relay-helper/gym-relay.c`, built by scripts/setup.sh
+ * channel): the static relay (`relay-helper/gym-relay.c`, built by scripts/setup.sh
  * into `.tools/gym-relay`) listens on the sandbox's loopback and frames every connection over
  * its stdin and stdout; here each connection is joined to the daemon's gateway socket, and to
  * nothing else. So:

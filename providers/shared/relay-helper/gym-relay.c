@@ -1,6 +1,6 @@
 /*
  * gym-relay: the in-sandbox half of gateway reach for the Kubernetes provider (over pods/exec) and
- * the apptainer provider (over an SSH channel); the daemon's half is ../../shared/gateway-relay.ts.
+ * the Apptainer and Enroot providers (over an SSH channel); the daemon's half is ../gateway-relay.ts.
  *
  * Listens on 127.0.0.1:PORT inside the sandbox (PORT 0: any free port) and carries every
  * connection over its own stdin and stdout, which the daemon holds as one exec stream or SSH
