@@ -35,6 +35,8 @@ export const PodRelay = {
       (io) =>
         startPodExec(kubeConfig, target, [...wrapper, RELAY_PATH_IN_POD, String(port)], {
           stdin: io.stdin,
+          // Never ended, only dropped by close(): works on v4 too.
+          keepStdinOpen: true,
           onStdout: io.onStdout,
         }),
       { label: target.pod, details: { pod: target.pod, port } },

@@ -372,13 +372,20 @@ describe.skipIf(skipReason !== undefined)(
 );
 
 describe.skipIf(skipReason !== undefined)('kubernetes provider on a server without v5 (before 1.30)', () => {
-  it('runs commands without stdin with their exit codes, and refuses stdin rather than lose the status', async () => {
+  it('runs commands, stdin, sessions, uploads and seed files over v4, which cannot end stdin', async () => {
     const old = await KubernetesEmulator.start(docker, { protocols: ['v4.channel.k8s.io'] });
     const kubeConfig = new KubeConfig();
     kubeConfig.loadFromString(old.kubeconfig(NAMESPACE));
     const provider = new KubernetesProvider(kubeConfig, testContext({ namespace: 'old-server' }));
     try {
-      const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec'));
+      // spec.files are uploads made during the create.
+      const info = await provider.create(
+        parseOrThrow(
+          SandboxSpecSchema,
+          { image: busybox, files: [{ path: '/srv/seed.txt', content: 'seeded' }] },
+          'spec',
+        ),
+      );
       const run = (request: Record<string, unknown>) =>
         provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
       expect(await run({ command: 'echo out; exit 3' })).toMatchObject({
@@ -386,10 +393,35 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider on a server witho
         exitCode: 3,
         stdout: 'out\n',
       });
-      await expect(run({ argv: ['cat'], stdin: 'lost?' })).rejects.toMatchObject({
-        code: 'PROVIDER_ERROR',
-        message: expect.stringContaining('v5.channel.k8s.io'),
+      // stdin reaches the command, which then reads end-of-file, and the exit status is kept.
+      expect(await run({ command: 'cat; echo "|$(cat | wc -c)"; exit 4', stdin: 'kept' })).toMatchObject({
+        status: 'ok',
+        exitCode: 4,
+        stdout: 'kept|0\n',
       });
+      // A command that reads none of its stdin ends anyway.
+      expect(await run({ argv: ['true'], stdin: 'x'.repeat(100_000) })).toMatchObject({
+        status: 'ok',
+        exitCode: 0,
+      });
+      // Sessions: the shell's stdin stays open between commands.
+      for (const value of ['one', 'two']) {
+        expect(await run({ command: `cat; echo " ${value}"`, stdin: value, session: 's' })).toMatchObject({
+          status: 'ok',
+          stdout: `${value} ${value}\n`,
+        });
+      }
+      const binary = Buffer.from(Array.from({ length: 70_000 }, (_, index) => (index * 7) % 256));
+      await provider.writeFile(info.id, '/srv/data.bin', binary);
+      const read: Buffer[] = [];
+      for await (const chunk of await provider.readFile(info.id, '/srv/data.bin')) read.push(chunk as Buffer);
+      expect(Buffer.concat(read).equals(binary)).toBe(true);
+      await provider.writeArchive(
+        info.id,
+        '/srv/tree',
+        entriesToTar([{ name: 'a/b.txt', type: 'file', content: Buffer.from('tree') }]),
+      );
+      expect((await run({ command: 'cat /srv/seed.txt /srv/tree/a/b.txt' })).stdout).toBe('seededtree');
       expect(old.stats.execs['v4.channel.k8s.io']).toBeGreaterThan(0);
       expect(old.stats.execs['v5.channel.k8s.io']).toBeUndefined();
       await provider.destroy(info.id);

@@ -16,9 +16,12 @@
  * - A NetworkPolicy that denies all ingress and egress to our Pods is created once per namespace
  *   and checked by `health()`.
  */
-import { existsSync } from 'node:fs';
-import { posix } from 'node:path';
+import { createReadStream, createWriteStream, existsSync } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, posix } from 'node:path';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import {
   ApiException,
   CoreV1Api,
@@ -237,6 +240,20 @@ function podState(pod: V1Pod): SandboxState {
     default:
       return 'failed';
   }
+}
+
+/**
+ * The prefix of a command whose stdin carries exactly `length` bytes and is never ended:
+ * `head -c` passes them on and ends the command's stdin (the pipeline's status is the command's).
+ */
+function boundedStdin(length: number): string[] {
+  return ['sh', '-c', 'n=$1; shift; head -c "$n" | "$@"', 'gym-stdin', String(length)];
+}
+
+/** A tar to send, with its size (a command reads exactly that many bytes of its stdin). */
+interface SizedArchive {
+  stream: Buffer | Readable;
+  sizeBytes: number;
 }
 
 function sandboxContainer(pod: V1Pod): V1ContainerStatus | undefined {
@@ -883,7 +900,7 @@ export class KubernetesProvider implements SandboxProvider {
     const execId = createId('exec');
     const argv = request.argv ?? ['sh', '-c', request.command!];
     const output = new ExecOutput(request, options);
-    const command = [
+    const wrapped = [
       'sh',
       '-c',
       wrapperScript(request.env),
@@ -893,8 +910,13 @@ export class KubernetesProvider implements SandboxProvider {
       request.user ?? '',
       ...argv,
     ];
+    const stdin = stdinBytes(request);
+    // stdin is never ended (v4 cannot without losing the status): the command reads it through
+    // `head -c`, which stops at its length and gives the command end-of-file.
+    const command = stdin === null ? wrapped : [...boundedStdin(stdin.length), ...wrapped];
     const running = await startPodExec(this.#kubeConfig, this.#target(id), command, {
-      stdin: stdinBytes(request),
+      stdin,
+      keepStdinOpen: true,
       onStdout: (chunk) => output.push('stdout', chunk),
       onStderr: (chunk) => output.push('stderr', chunk),
     });
@@ -960,6 +982,8 @@ export class KubernetesProvider implements SandboxProvider {
     try {
       running = await startPodExec(this.#kubeConfig, this.#target(id), argv, {
         stdin,
+        // Helpers read a known length of stdin (`head -c`): never ended, so v4 works too.
+        keepStdinOpen: true,
         ...(output === undefined ? {} : { onStdout }),
         onStderr: (chunk) => {
           if (errors.length < 64) errors.push(chunk);
@@ -993,8 +1017,9 @@ export class KubernetesProvider implements SandboxProvider {
    * Extracts a tar at `/` after checking, in the same shell, that none of `directories` that
    * exists is a symbolic link or not a directory: tar would follow such a link out of the target.
    */
-  async #extractAt(id: string, directories: string[], archive: Buffer | Readable): Promise<void> {
+  async #extractAt(id: string, directories: string[], archive: SizedArchive): Promise<void> {
     const check = [
+      'command -v head >/dev/null || { echo "gym-nohead" >&2; exit 94; }',
       'for d in "$@"; do',
       '  if [ -L "$d" ]; then echo "gym-link $d" >&2; exit 90; fi',
       '  if [ -e "$d" ] && [ ! -d "$d" ]; then echo "gym-notdir $d" >&2; exit 91; fi',
@@ -1010,15 +1035,22 @@ export class KubernetesProvider implements SandboxProvider {
     for (const [index, batch] of batches.entries()) {
       const isLast = index === batches.length - 1;
       // -o: files belong to the user extracting them, not to ids from the archive.
-      const script = [...check, ...(isLast ? ['exec tar -x -o -f - -C /'] : [])].join('\n');
+      // stdin is never ended (see `boundedStdin`): tar reads exactly the archive's bytes.
+      const extract = `head -c ${archive.sizeBytes} | tar -x -o -f - -C /`;
+      const script = [...check, ...(isLast ? [extract] : [])].join('\n');
       result = await this.#runHelper(
         id,
         ['sh', '-c', script, 'gym-extract', ...batch],
-        isLast ? archive : null,
+        isLast ? archive.stream : null,
       );
       if (result.exitCode !== 0) break;
     }
     const { exitCode, stderr } = result;
+    if (exitCode === 94) {
+      throw new GymError('PROVIDER_ERROR', `sandbox ${id}'s image has no \`head\`, which uploads need`, {
+        details: { sandboxId: id },
+      });
+    }
     if (exitCode === 90 || exitCode === 91) {
       const path = stderr.split(' ').slice(1).join(' ').trim();
       throw new GymError(
@@ -1056,12 +1088,27 @@ export class KubernetesProvider implements SandboxProvider {
     const parents: string[] = [];
     for (let dir = posix.dirname(normalized); dir !== '/'; dir = posix.dirname(dir)) parents.unshift(dir);
     // The file itself must not be a directory (tar would fail) nor a link (tar would replace it, which is fine).
-    const archive = packSingleFile(normalized.slice(1), content, options.mode ?? 0o644);
     const script = `if [ -d ${shellQuote(normalized)} ] && [ ! -L ${shellQuote(normalized)} ]; then echo "gym-notfile" >&2; exit 92; fi`;
     const check = await this.#runHelper(id, ['sh', '-c', script], null);
     if (check.exitCode === 92)
       throw new GymError('PATH_KIND_MISMATCH', `${path} is a directory in sandbox ${id}`);
-    await this.#extractAt(id, parents, archive);
+    const packed = packSingleFile(normalized.slice(1), content, options.mode ?? 0o644);
+    if (content instanceof Uint8Array) {
+      // In memory already: so is its tar, whose size is then known.
+      const archive = Buffer.concat(await packed.toArray());
+      await this.#extractAt(id, parents, { stream: archive, sizeBytes: archive.length });
+      return;
+    }
+    // A stream: its tar is spooled to learn its size.
+    const directory = await mkdtemp(join(tmpdir(), 'gym-k8s-upload-'));
+    try {
+      const spoolPath = join(directory, 'file.tar');
+      await pipeline(packed, createWriteStream(spoolPath));
+      const { size } = await stat(spoolPath);
+      await this.#extractAt(id, parents, { stream: createReadStream(spoolPath), sizeBytes: size });
+    } finally {
+      await rm(directory, { recursive: true, force: true });
+    }
   }
 
   /** A tar of `path` as `tar -c` in the Pod makes it, streamed; FILE_NOT_FOUND when it is not there. */
@@ -1112,7 +1159,10 @@ export class KubernetesProvider implements SandboxProvider {
     await this.get(id);
     const spooled = await spoolSafeArchive(archive, directory);
     try {
-      await this.#extractAt(id, [...spooled.directories], spooled.open());
+      await this.#extractAt(id, [...spooled.directories], {
+        stream: spooled.open(),
+        sizeBytes: spooled.sizeBytes,
+      });
     } finally {
       await spooled.dispose();
     }

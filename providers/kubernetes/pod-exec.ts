@@ -5,9 +5,11 @@
  * client-node's `exec()` resolves when the socket opens, reports the exit status only through a
  * callback (channel 3, a `Status`), and says nothing when the socket closes without one (a Pod
  * deleted mid-command, a dropped connection). Here the socket's own close settles the call too,
- * as "ended without a status". stdin is only safe on `v5.channel.k8s.io`, where its end is a
- * CLOSE signal; on v4 ending stdin closes the whole socket and loses the status, so a command
- * with stdin refuses to run on a server that negotiates v4 (Kubernetes before 1.30).
+ * as "ended without a status". Ending stdin is only safe on `v5.channel.k8s.io`, where its end is
+ * a CLOSE signal; on v4 (Kubernetes before 1.30) it closes the whole socket and loses the status.
+ * So a caller either never ends stdin (`keepStdinOpen`: a session, a relay, or a command that
+ * reads a known number of bytes, `head -c N | ...`), which works on both, or needs v5: such a
+ * command refuses to run on a server that negotiates v4.
  *
  * client-node reads stdin as fast as it comes and queues it on the WebSocket, which never says
  * no: a command that stops reading its stdin (an agent can stop the gateway relay) would have
@@ -37,6 +39,11 @@ export interface PodExecIo {
   onStderr?: (chunk: Buffer) => void;
   /** Bytes for stdin, ended after them; null: no stdin (the command reads end-of-file). */
   stdin?: Buffer | Readable | null;
+  /**
+   * Never end the command's stdin (its end is not forwarded): the command stops reading by
+   * itself, or lives until the stream is dropped. Works on v4 as on v5.
+   */
+  keepStdinOpen?: boolean;
 }
 
 export interface RunningPodExec {
@@ -81,7 +88,7 @@ const STDIN_POLL_MS = 10;
 /**
  * Copies `source` into `target` (what client-node sends) while `queued()` (the socket's unsent
  * bytes) is at most `maxQueued`; above it, `source` is paused until the socket has sent half of
- * that, or `isClosed()`. Ends `target` after `source`.
+ * that, or `isClosed()`. Ends `target` after `source`, unless `keepOpen`.
  */
 export function pumpStdin(
   source: Readable,
@@ -89,6 +96,7 @@ export function pumpStdin(
   queued: () => number,
   isClosed: () => boolean,
   maxQueued = MAX_STDIN_QUEUED_BYTES,
+  keepOpen = false,
 ): void {
   let timer: NodeJS.Timeout | undefined;
   source.on('data', (chunk: Buffer) => {
@@ -102,7 +110,9 @@ export function pumpStdin(
       if (!isClosed()) source.resume();
     }, STDIN_POLL_MS);
   });
-  source.on('end', () => target.end());
+  source.on('end', () => {
+    if (!keepOpen) target.end();
+  });
 }
 
 function sink(onChunk: ((chunk: Buffer) => void) | undefined): Writable {
@@ -160,7 +170,7 @@ export async function startPodExec(
   socket.on('error', () => {});
   const protocol = socket.protocol;
   if (stdin !== null) {
-    if (protocol !== 'v5.channel.k8s.io') {
+    if (protocol !== 'v5.channel.k8s.io' && io.keepStdinOpen !== true) {
       socket.terminate();
       throw new GymError(
         'PROVIDER_ERROR',
@@ -173,6 +183,8 @@ export async function startPodExec(
       stdin,
       () => socket.bufferedAmount,
       () => socket.readyState !== socket.OPEN,
+      MAX_STDIN_QUEUED_BYTES,
+      io.keepStdinOpen === true,
     );
   }
   return {

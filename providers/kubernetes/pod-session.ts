@@ -1,6 +1,7 @@
 /**
  * The Kubernetes transport of a session shell (`../shared/shell-session.ts` holds the protocol):
- * one long-lived pods/exec stream (v5, so its stdin stays open between commands). A timeout
+ * one long-lived pods/exec stream whose stdin stays open between commands (v4 or v5: it is never
+ * ended, only dropped). A timeout
  * runs the kill script for the command's exec id (not the session's processes: the shell shares
  * their session), then drops the session if its markers do not come.
  */
@@ -23,6 +24,8 @@ export async function openPodSession(
   let session: ShellSession | null = null;
   const exec = await startPodExec(kubeConfig, target, [...wrapper, 'sh'], {
     stdin: input,
+    // A session never ends its stdin (close drops the stream), so it works on v4 too.
+    keepStdinOpen: true,
     onStdout: (chunk) => session?.receive('stdout', chunk),
     onStderr: (chunk) => session?.receive('stderr', chunk),
   });

@@ -5,7 +5,7 @@
  * means no byte may reach the sandbox before the last entry has been read.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { posix } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
@@ -42,6 +42,8 @@ export interface SpooledArchive {
   /** A tar whose entry names are relative to `/` (the target directory is prefixed). */
   open(): Readable;
   entryCount: number;
+  /** The spooled tar's size in bytes (what `open()` reads). */
+  sizeBytes: number;
   /**
    * Every directory an entry is written under, as an absolute path (the target directory and
    * its ancestors included): what a provider checks for symlinks planted in the sandbox.
@@ -257,7 +259,8 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
       },
     );
   }
-  return { open: () => createReadStream(spoolPath), entryCount, directories, topLevel, dispose };
+  const { size: sizeBytes } = await stat(spoolPath);
+  return { open: () => createReadStream(spoolPath), entryCount, sizeBytes, directories, topLevel, dispose };
 }
 
 /**
