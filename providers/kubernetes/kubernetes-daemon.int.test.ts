@@ -1,6 +1,6 @@
 /**
- * The daemon with only the Kubernetes provider, through the test-only API emulator: swe-mini
- * scores as on Docker, and a daemon killed with -9 leaves no relay in its Pods and its successor
+ * The daemon with only the Kubernetes provider, through the test-only API emulator: `gym eval
+ * run` (the CLI) scores all of swe-mini as on Docker, and a daemon killed with -9 leaves no relay in its Pods and its successor
  * adopts them, restoring gateway reach at the same URL.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -11,11 +11,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
-import { silentLogger } from '../../core/logger.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
-import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
-import { HarnessRegistry } from '../../harnesses/registry.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
@@ -44,49 +41,76 @@ describe.skipIf(skipReason !== undefined)(
       if (directory !== '') await rm(directory, { recursive: true, force: true });
     });
 
-    it('scores swe-mini as on Docker: oracle 1, no-op 0, nothing left', async () => {
+    it('gym eval run scores all of swe-mini as on Docker: oracle 1, no-op 0, nothing left', async () => {
+      // The emulator runs Pods from the engine's images; a Kubernetes daemon cannot build them
+      // (gym eval run says so and goes on with what exists).
       await buildSweMiniImages(localImages(docker));
       const namespace = `k8seval-${randomBytes(3).toString('hex')}`;
-      const daemon = await startTestDaemon(
-        { namespace, providers: [{ name: 'kubernetes', options: { kubeconfigPath } }] },
-        { listen: true },
+      const stateDir = await mkdtemp(join(tmpdir(), 'gym-k8s-eval-'));
+      const configPath = join(stateDir, 'gym.yaml');
+      await writeFile(
+        configPath,
+        [
+          `stateDir: ${stateDir}`,
+          `namespace: ${namespace}`,
+          'listen: { host: 127.0.0.1, port: 0 }',
+          'logLevel: warn',
+          'providers:',
+          '  - name: kubernetes',
+          `    options: { kubeconfigPath: ${kubeconfigPath} }`,
+          '',
+        ].join('\n'),
       );
+      const rows = await readRows((await loadEnvironment('swe-mini')).dataPath);
+      let child: ChildProcess | undefined;
       try {
-        const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
-        const environment = await loadEnvironment('swe-mini');
-        // A few tasks keep the suite short; the Docker test runs them all.
-        const rows = (await readRows(environment.dataPath)).slice(0, 3);
-        for (const [harnessName, expected] of [
+        child = (await spawnDaemonProcess(configPath, stateDir)).child;
+        for (const [harness, expected] of [
           ['oracle', 1],
           ['noop', 0],
         ] as const) {
-          const output = join(directory, `${harnessName}.jsonl`);
-          await runEval({
-            client,
-            environment,
-            rows,
-            harness: await new HarnessRegistry().create(harnessName),
-            harnessName,
-            modelName: 'none',
-            numRepeats: 1,
-            concurrency: 2,
-            output,
-            resume: false,
-            maxInfraAttempts: 2,
-            logger: silentLogger,
-          });
-          expect((await readJsonl(output)).map((row) => [row.instance_id, row.reward, row.outcome])).toEqual(
-            rows.map((row) => [row.instance_id, expected, 'reward']),
+          const output = join(stateDir, `${harness}.jsonl`);
+          const run = await gym(
+            [
+              'eval',
+              'run',
+              '--env',
+              'swe-mini',
+              '--harness',
+              harness,
+              '--concurrency',
+              '3',
+              '--output',
+              output,
+            ],
+            stateDir,
+          );
+          expect(run.code, run.stderr).toBe(0);
+          const rollouts = await readJsonl(output);
+          expect(
+            rollouts
+              .map((row) => [row.instance_id, row.reward, row.outcome])
+              .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+          ).toEqual(
+            rows
+              .map((row) => [row.instance_id, expected, 'reward'])
+              .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
           );
         }
+        const left = await gym(['sandbox', 'ls', '--json'], stateDir);
+        expect(JSON.parse(left.stdout)).toEqual([]);
       } finally {
-        await daemon.stop({ destroy: true });
+        child?.kill('SIGTERM');
+        await new Promise((resolve) =>
+          child?.exitCode === null ? child.once('exit', resolve) : resolve(null),
+        );
+        await rm(stateDir, { recursive: true, force: true });
       }
-      const left = await fetch(
+      const pods = await fetch(
         `${emulator.url}/api/v1/namespaces/${NAMESPACE}/pods?labelSelector=gym.namespace%3D${namespace}`,
         { headers: { authorization: `Bearer ${emulator.token}` } },
       );
-      expect(((await left.json()) as { items: unknown[] }).items).toEqual([]);
+      expect(((await pods.json()) as { items: unknown[] }).items).toEqual([]);
     }, 300_000);
 
     it('keeps a warm pool of Pods, labelled with the pool, and hands one out warm', async () => {
