@@ -216,8 +216,16 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
       'for p in /proc/[0-9]*; do tr "\\0" " " < $p/cmdline; echo; done | grep -c "^sleep 100"',
     );
     expect(Number(before.stdout)).toBeGreaterThanOrEqual(3);
+    // The keeper's idle sleep: a child of PID 1 in its session (the agent's orphans have sessions of their own).
+    const keeperSleep =
+      'for p in /proc/[0-9]*; do read -r s < $p/stat; set -- ${s##*) }; [ "$2 $4" = "1 1" ] && echo "${p#/proc/} $1"; done';
+    const [sleepPid] = (await run(keeperSleep)).stdout.trim().split(' ');
+    expect(Number(sleepPid)).toBeGreaterThan(1);
     const { killed } = await provider.stopProcesses(info.id);
     expect(killed).toBeGreaterThanOrEqual(4);
+    // Left stopped, not killed: killed, the keeper would start another sleep, which the script
+    // could find pass after pass under load (and fail).
+    expect((await run(keeperSleep)).stdout).toBe(`${sleepPid} T\n`);
     const after = await run(
       'for p in /proc/[0-9]*; do tr "\\0" " " < $p/cmdline; echo; done | grep -c "^sleep 100"',
     );

@@ -90,14 +90,23 @@ const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; 
 /**
  * Stops every process of the Pod but PID 1 (the idle keeper) and itself: each pass first stops
  * all (SIGSTOP, so none can fork or reap meanwhile), then kills them, until a pass finds none
- * (zombies, already dead, are left to their parent or PID 1).
+ * that can still run. Two kinds are not killed again and again:
+ * - the keeper's idle sleep (a child of PID 1 in PID 1's session: every exec starts a session of
+ *   its own, and no process joins another's) is left stopped, not killed: killed, the keeper
+ *   would start another, which the next pass may find (under load, pass after pass). It is
+ *   settled once seen stopped (state T) in a later pass with the same pid and start time: a
+ *   process that stayed stopped forked nothing meanwhile.
+ * - a process killed in an earlier pass (same pid and start time) cannot run user code again,
+ *   though it may take a while to go (e.g. blocked in I/O).
+ * Zombies, already dead, are left to their parent or PID 1.
  * Shell builtins only; prints how many it killed. An agent that replaced `/bin/sh` defeats it,
  * as it does the kill script.
  */
 const STOP_SCRIPT = `
-self=$$; pass=0; total=0
+self=$$; pass=0; total=0; held=" "; dying=" "
+init=""; read -r init < /proc/1/stat; set -- \${init##*) }; keeper="$3 $4"
 while [ "$pass" -lt 50 ]; do
-  found=""
+  found=""; unsettled=0
   for dir in /proc/[0-9]*; do
     pid="\${dir#/proc/}"
     [ "$pid" = 1 ] && continue
@@ -105,10 +114,22 @@ while [ "$pass" -lt 50 ]; do
     stat=""; read -r stat < "$dir/stat" 2>/dev/null || continue
     set -- \${stat##*) }
     [ "$1" = Z ] && continue
-    kill -STOP "$pid" 2>/dev/null && found="$found $pid"
+    kill -STOP "$pid" 2>/dev/null || continue
+    id="$pid@\${20}"
+    if [ "$2" = 1 ] && [ "$3 $4" = "$keeper" ]; then
+      case "$held" in
+        *" $id "*) [ "$1" = T ] || unsettled=$((unsettled + 1));;
+        *) held="$held$id "; unsettled=$((unsettled + 1));;
+      esac
+      continue
+    fi
+    case "$dying" in *" $id "*) kill -9 "$pid" 2>/dev/null; continue;; esac
+    found="$found $id"
   done
-  if [ -z "$found" ]; then echo "$total"; exit 0; fi
-  for pid in $found; do kill -9 "$pid" 2>/dev/null && total=$((total + 1)); done
+  if [ -z "$found" ] && [ "$unsettled" = 0 ]; then echo "$total"; exit 0; fi
+  for id in $found; do
+    kill -9 "\${id%@*}" 2>/dev/null && { dying="$dying$id "; total=$((total + 1)); }
+  done
   pass=$((pass + 1))
 done
 echo "$total"; exit 1
