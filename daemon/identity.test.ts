@@ -12,6 +12,7 @@ import {
   LOCK_FILE,
   lockStateDir,
   processStartTicks,
+  tokenMatches,
   writeDaemonInfo,
 } from './identity.ts';
 
@@ -198,5 +199,18 @@ describe('gym daemon stop', () => {
     const exited = new Promise((resolve) => daemon.once('exit', resolve));
     expect(await stop(stateDir)).toContain('daemon daemon-real stopped');
     await exited;
+  });
+});
+
+describe('tokenMatches', () => {
+  it('accepts only the exact token: not one differing in a byte, nor a prefix, nor empty', () => {
+    const token = 'Qm9ndXMtdG9rZW4tZm9yLWEtdGVzdC1vbmx5LTQzY2g';
+    expect(tokenMatches(token, token)).toBe(true);
+    expect(tokenMatches(`${token.slice(0, -1)}h`, token)).toBe(false);
+    expect(tokenMatches(token.slice(0, -1), token)).toBe(false);
+    expect(tokenMatches(`${token}x`, token)).toBe(false);
+    expect(tokenMatches('', token)).toBe(false);
+    // Same length in characters, not in bytes.
+    expect(tokenMatches(`${token.slice(0, -1)}é`, token)).toBe(false);
   });
 });

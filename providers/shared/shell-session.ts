@@ -12,8 +12,7 @@
  * before the markers, so it is exact to the byte, trailing newline or not.
  */
 
-import { randomBytes } from 'node:crypto';
-import { createId } from '../../core/ids.ts';
+import { createId, pooledRandomBytes } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import type { ExecHooks } from './abnormal-end.ts';
@@ -197,7 +196,7 @@ export class ShellSession {
     if (options.signal?.aborted) return output.result('killed', null);
     if (!this.#isAlive) return output.result(await this.#lostCause(hooks), null);
     const execId = createId('exec');
-    const marker = `__gym_end_${randomBytes(12).toString('hex')}__`;
+    const marker = `__gym_end_${pooledRandomBytes(12).toString('hex')}__`;
     const markerBytes = Buffer.from(marker);
     let settle!: (outcome: 'done' | 'lost') => void;
     const finished = new Promise<'done' | 'lost'>((resolve) => {
