@@ -116,6 +116,17 @@ describe('ShellSession over a local shell', () => {
     expect((await session.run(request({ command: 'true' }), {}, alive)).status).toBe('killed');
   });
 
+  it('says oom for the command whose shell the OOM killer ended with it (a container killed whole)', async () => {
+    const { session, shell } = localSession();
+    const outOfMemory: ExecHooks = { classifyAbnormalEnd: async () => 'oom' };
+    const running = session.run(request({ command: 'sleep 1012' }), {}, outOfMemory);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    shell.kill('SIGKILL');
+    expect((await running).status).toBe('oom');
+    // A command after it never ran: not an oom of its own.
+    expect((await session.run(request({ command: 'true' }), {}, outOfMemory)).status).toBe('killed');
+  });
+
   it('never starts a command cancelled while it waited its turn', async () => {
     const { session } = localSession();
     const controller = new AbortController();

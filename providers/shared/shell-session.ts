@@ -233,7 +233,11 @@ export class ShellSession {
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (this.#kill.kind === 'whole-session' && outcome === 'done') await this.#kill.releaseBackground();
-    if (outcome === 'lost') return output.result(await this.#lostCause(hooks), null);
+    if (outcome === 'lost') {
+      // The OOM killer may have ended the shell with the command (a Kubernetes container killed
+      // whole under `memory.oom.group`): that is the command's `oom`.
+      return output.result(await hooks.classifyAbnormalEnd(), null);
+    }
     const exitCode = Number.parseInt(running.stdout.trailer ?? '', 10);
     if (!Number.isInteger(exitCode)) return output.result('killed', null);
     if (exitCode === SIGKILL_EXIT_CODE) {
