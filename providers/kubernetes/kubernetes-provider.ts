@@ -16,12 +16,9 @@
  * - A NetworkPolicy that denies all ingress and egress to our Pods is created once per namespace
  *   and checked by `health()`.
  */
-import { createReadStream, createWriteStream, existsSync } from 'node:fs';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join, posix } from 'node:path';
+import { existsSync } from 'node:fs';
+import { posix } from 'node:path';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import {
   ApiException,
   CoreV1Api,
@@ -1120,15 +1117,13 @@ export class KubernetesProvider implements SandboxProvider {
       await this.#extractAt(id, parents, { stream: archive, sizeBytes: archive.length });
       return;
     }
-    // A stream: its tar is spooled to learn its size.
-    const directory = await mkdtemp(join(tmpdir(), 'gym-k8s-upload-'));
+    // A stream: its tar is spooled to learn its size, by the spooler archive uploads use (the
+    // one entry is re-packed unchanged at `/`).
+    const spooled = await spoolSafeArchive(packed, '/');
     try {
-      const spoolPath = join(directory, 'file.tar');
-      await pipeline(packed, createWriteStream(spoolPath));
-      const { size } = await stat(spoolPath);
-      await this.#extractAt(id, parents, { stream: createReadStream(spoolPath), sizeBytes: size });
+      await this.#extractAt(id, parents, { stream: spooled.open(), sizeBytes: spooled.sizeBytes });
     } finally {
-      await rm(directory, { recursive: true, force: true });
+      await spooled.dispose();
     }
   }
 
