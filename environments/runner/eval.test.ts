@@ -16,18 +16,21 @@ import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
 
 describe('exact verifier', () => {
-  it('extracts the chosen letter and matches it; a whole string otherwise', () => {
+  it('extracts the chosen letter and matches it; a whole string otherwise', async () => {
     const colon = { gradingMode: 'lenient_answer_colon' as const };
-    expect(extractAnswer('Let me think. Answer: c', colon)).toBe('C');
-    expect(extractAnswer('no idea', colon)).toBeNull();
-    expect(verifyExact('Answer: B', 'B', colon)).toMatchObject({
+    expect(await extractAnswer('Let me think. Answer: c', colon)).toBe('C');
+    expect(await extractAnswer('no idea', colon)).toBeNull();
+    expect(await verifyExact('Answer: B', 'B', colon)).toMatchObject({
       reward: 1,
       details: { extracted_answer: 'B' },
     });
-    expect(verifyExact('\\boxed{B}', 'b')).toMatchObject({ reward: 1, details: { expected_answer: 'B' } });
-    expect(verifyExact(null, 'B').reward).toBe(0);
-    expect(verifyExact(' 42 ', '42').reward).toBe(1);
-    expect(verifyExact('42', '43').reward).toBe(0);
+    expect(await verifyExact('\\boxed{B}', 'b')).toMatchObject({
+      reward: 1,
+      details: { expected_answer: 'B' },
+    });
+    expect((await verifyExact(null, 'B')).reward).toBe(0);
+    expect((await verifyExact(' 42 ', '42')).reward).toBe(1);
+    expect((await verifyExact('42', '43')).reward).toBe(0);
   });
 });
 

@@ -102,7 +102,7 @@ describe("grading NeMo Gym's MCQA rows", () => {
   const letters = optionLetters(options)!;
   const queue = [{ A: 'Stack' }, { B: 'Queue' }, { C: 'Heap' }, { D: 'Trie' }];
 
-  it('takes the option letters of the row, beyond A-D, and the letter in the last \\boxed{}', () => {
+  it('takes the option letters of the row, beyond A-D, and the letter in the last \\boxed{}', async () => {
     expect(letters).toEqual(['A', 'B', 'E', 'G', 'J']);
     expect(optionLetters({ A: 'x', B: 'y' })).toEqual(['A', 'B']);
     expect(extractBoxedChoice('first \\boxed{A}, then on reflection \\boxed{\\text{G}}', letters)).toBe('G');
@@ -110,60 +110,60 @@ describe("grading NeMo Gym's MCQA rows", () => {
     expect(extractBoxedChoice('\\boxed{(J)}', letters)).toBe('J');
     expect(extractBoxedChoice('\\boxed{Z}', letters)).toBeNull();
     // Before, an expected answer past D was compared with the whole reply: a right answer scored 0.
-    expect(verifyExact('Thinking... \\boxed{G}', 'G', { options }).reward).toBe(1);
+    expect((await verifyExact('Thinking... \\boxed{G}', 'G', { options })).reward).toBe(1);
   });
 
-  it('reads only \\boxed{} in strict_single_letter_boxed, NeMo Gym default', () => {
+  it('reads only \\boxed{} in strict_single_letter_boxed, NeMo Gym default', async () => {
     const strict = { options, gradingMode: 'strict_single_letter_boxed' as const };
-    expect(verifyExact('Answer: G', 'G', strict)).toMatchObject({
+    expect(await verifyExact('Answer: G', 'G', strict)).toMatchObject({
       reward: 0,
       details: { extracted_answer: null, grading_mode: 'strict_single_letter_boxed' },
     });
-    expect(verifyExact('so \\boxed{G}', 'G', strict).reward).toBe(1);
+    expect((await verifyExact('so \\boxed{G}', 'G', strict)).reward).toBe(1);
     // Without grading_mode too, as NeMo Gym defaults (it once read `Answer: G` there).
-    expect(verifyExact('Answer: G', 'G', { options })).toMatchObject({
+    expect(await verifyExact('Answer: G', 'G', { options })).toMatchObject({
       reward: 0,
       details: { extracted_answer: null, grading_mode: 'strict_single_letter_boxed' },
     });
-    expect(extractAnswer('\\boxed{g}', { options })).toBeNull();
-    expect(extractAnswer('\\boxed{ [E] }', { options })).toBe('E');
-    expect(extractAnswer('\\boxed{E - the fifth}', { options })).toBe('E');
-    expect(extractAnswer('\\boxed{Queue}', { options })).toBeNull();
-    expect(extractAnswer('   ', { options })).toBeNull();
+    expect(await extractAnswer('\\boxed{g}', { options })).toBeNull();
+    expect(await extractAnswer('\\boxed{ [E] }', { options })).toBe('E');
+    expect(await extractAnswer('\\boxed{E - the fifth}', { options })).toBe('E');
+    expect(await extractAnswer('\\boxed{Queue}', { options })).toBeNull();
+    expect(await extractAnswer('   ', { options })).toBeNull();
   });
 
-  it("takes an option's text in the last box under lenient_boxed, only when one option matches", () => {
+  it("takes an option's text in the last box under lenient_boxed, only when one option matches", async () => {
     const lenient = { options: queue, gradingMode: 'lenient_boxed' as const };
-    expect(extractAnswer('\\boxed{B}', lenient)).toBe('B');
-    expect(extractAnswer('it is a \\boxed{\\text{  queue }}', lenient)).toBe('B');
-    expect(extractAnswer('\\boxed{Queue} (not \\boxed{Stack})', lenient)).toBe('A');
-    expect(extractAnswer('\\boxed{Stack or Queue}', lenient)).toBeNull();
-    expect(extractAnswer('Queue', lenient)).toBeNull();
+    expect(await extractAnswer('\\boxed{B}', lenient)).toBe('B');
+    expect(await extractAnswer('it is a \\boxed{\\text{  queue }}', lenient)).toBe('B');
+    expect(await extractAnswer('\\boxed{Queue} (not \\boxed{Stack})', lenient)).toBe('A');
+    expect(await extractAnswer('\\boxed{Stack or Queue}', lenient)).toBeNull();
+    expect(await extractAnswer('Queue', lenient)).toBeNull();
   });
 
-  it('reads what follows the first Answer: under lenient_answer_colon, a letter or an option text', () => {
+  it('reads what follows the first Answer: under lenient_answer_colon, a letter or an option text', async () => {
     const colon = { options: queue, gradingMode: 'lenient_answer_colon' as const };
-    expect(extractAnswer('ANSWER: b', colon)).toBe('B');
-    expect(extractAnswer('Answer: \\text{Queue}', colon)).toBe('B');
-    expect(extractAnswer('Answer: B, a queue', colon)).toBeNull();
-    expect(extractAnswer('Answer: Z', colon)).toBeNull();
-    expect(extractAnswer('\\boxed{B}', colon)).toBeNull();
-    expect(extractAnswer('Answer: A\nAnswer: B', colon)).toBe('A');
+    expect(await extractAnswer('ANSWER: b', colon)).toBe('B');
+    expect(await extractAnswer('Answer: \\text{Queue}', colon)).toBe('B');
+    expect(await extractAnswer('Answer: B, a queue', colon)).toBeNull();
+    expect(await extractAnswer('Answer: Z', colon)).toBeNull();
+    expect(await extractAnswer('\\boxed{B}', colon)).toBeNull();
+    expect(await extractAnswer('Answer: A\nAnswer: B', colon)).toBe('A');
   });
 
-  it("tries template_metadata.output_regex first (its last match), then the row's mode", () => {
+  it("tries template_metadata.output_regex first (its last match), then the row's mode", async () => {
     const template = { options: queue, outputRegex: 'ANSWER IS\\s*([A-Za-z]+)' };
-    expect(extractAnswer('answer is A... no, ANSWER IS b', template)).toBe('B');
-    expect(extractAnswer('ANSWER IS queue', template)).toBe('B');
+    expect(await extractAnswer('answer is A... no, ANSWER IS b', template)).toBe('B');
+    expect(await extractAnswer('ANSWER IS queue', template)).toBe('B');
     // A letter the options do not list is taken as given (NeMo Gym trusts the template's regex).
-    expect(extractAnswer('ANSWER IS Z', template)).toBe('Z');
-    expect(extractAnswer('ANSWER IS Ｃ', { outputRegex: 'ANSWER IS\\s*(\\S+)' })).toBe('C');
+    expect(await extractAnswer('ANSWER IS Z', template)).toBe('Z');
+    expect(await extractAnswer('ANSWER IS Ｃ', { outputRegex: 'ANSWER IS\\s*(\\S+)' })).toBe('C');
     // No match: the mode (strict by default) reads it.
-    expect(extractAnswer('\\boxed{C}', template)).toBe('C');
-    expect(extractAnswer('Answer: C', template)).toBeNull();
+    expect(await extractAnswer('\\boxed{C}', template)).toBe('C');
+    expect(await extractAnswer('Answer: C', template)).toBeNull();
     const several = { options: queue, outputRegex: ['Final choice:\\s*([A-D])', 'Option ([A-D])'] };
-    expect(extractAnswer('Option A, Option D', several)).toBe('D');
-    expect(extractAnswer('Final choice: B. Option D', several)).toBe('B');
+    expect(await extractAnswer('Option A, Option D', several)).toBe('D');
+    expect(await extractAnswer('Final choice: B. Option D', several)).toBe('B');
   });
 
   it('refuses a row with a mode NeMo Gym does not know or a regex that does not compile (they once fell back silently)', async () => {

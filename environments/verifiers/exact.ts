@@ -6,7 +6,12 @@
  * option's text inside that box, `lenient_answer_colon` the text after the first `Answer:`. Options
  * may be more than A-D (NeMo Gym's rows list `options` as `[{"A": ...}, ...]`, up to J and beyond).
  * An expected answer that is no single letter (`42`) is compared with the whole trimmed submission.
+ *
+ * The answer is the model's (DESIGN.md 7a): the row's `output_regex` runs on it in a worker with a
+ * time limit (bounded-regex.ts), and the fixed readings here are linear in its length. An answer on
+ * which the row's regex runs past its limit is graded 0 with the reason (see {@link verifyExact}).
  */
+import { type BoundedRegexRunner, sharedRegexRunner } from './bounded-regex.ts';
 import type { Verdict } from './verifier.ts';
 
 const DEFAULT_LETTERS = ['A', 'B', 'C', 'D'];
@@ -65,13 +70,15 @@ function lastBoxed(text: string): string | null {
   return null;
 }
 
-/** Without its `\text{...}` wrappers, as many as there are. */
+/**
+ * Without its `\text{...}` wrappers, as many as there are, and the white space inside them. By
+ * hand, not `/^\\text\{\s*([\s\S]*?)\s*\}$/` as before: that regex is cubic in a run of white
+ * space, and `\boxed{\text{` with 8,000 spaces held the event loop for a minute.
+ */
 function stripText(text: string): string {
   let inner = text;
-  for (let wrapped = /^\\text\{\s*([\s\S]*?)\s*\}$/.exec(inner); wrapped !== null; ) {
-    inner = wrapped[1]!;
-    wrapped = /^\\text\{\s*([\s\S]*?)\s*\}$/.exec(inner);
-  }
+  while (inner.startsWith('\\text{') && inner.endsWith('}') && inner.length > '\\text{'.length)
+    inner = inner.slice('\\text{'.length, -1).trim();
   return inner;
 }
 
@@ -145,19 +152,25 @@ export function compileOutputRegex(pattern: string): RegExp {
   return new RegExp(pattern, 'gi');
 }
 
+/** The row's `output_regex` could not be run to its end on this answer (time limit, backtrack stack). */
+export class OutputRegexOverrun extends Error {}
+
 /**
  * One `output_regex`: its last match (its first group, else the whole match), a letter taken as
  * given (NeMo Gym trusts the template's regex, listed option or not), else an option's text.
  */
-function outputRegexChoice(
+async function outputRegexChoice(
   text: string,
   pattern: string,
   options: Array<[string, string | null]>,
-): string | null {
-  const matches = [...text.matchAll(compileOutputRegex(pattern))];
-  const last = matches.at(-1);
-  if (last === undefined) return null;
-  const captured = [...(last[1] ?? last[0])]
+  runner: BoundedRegexRunner,
+): Promise<string | null> {
+  // Compiled here first: a pattern that does not compile fails as it always did (a row fault).
+  const { source, flags } = compileOutputRegex(pattern);
+  const last = await runner.lastMatch(source, flags, text);
+  if (last.outcome === 'overrun') throw new OutputRegexOverrun(last.reason);
+  if (last.value === null) return null;
+  const captured = [...last.value]
     .map((character) => (character in FOREIGN_LETTERS ? ` ${FOREIGN_LETTERS[character]}` : character))
     .join('')
     .trim()
@@ -166,14 +179,21 @@ function outputRegexChoice(
   return optionWithText(captured, options);
 }
 
-/** How the verifier reads a letter out of `text` under `grading` (null: no answer). */
-export function extractAnswer(text: string, grading: ChoiceGrading = {}): string | null {
+/**
+ * How the verifier reads a letter out of `text` under `grading` (null: no answer). Rejects with
+ * {@link OutputRegexOverrun} when the row's `output_regex` cannot be run to its end on `text`.
+ */
+export async function extractAnswer(
+  text: string,
+  grading: ChoiceGrading = {},
+  runner: BoundedRegexRunner = sharedRegexRunner,
+): Promise<string | null> {
   const options = optionEntries(grading.options);
   const letters = optionLetters(grading.options) ?? DEFAULT_LETTERS;
   if (text.trim() === '') return null;
   const patterns = grading.outputRegex === undefined ? [] : [grading.outputRegex].flat();
   for (const pattern of patterns) {
-    const choice = outputRegexChoice(text, pattern, options);
+    const choice = await outputRegexChoice(text, pattern, options, runner);
     if (choice !== null) return choice;
   }
   const mode = grading.gradingMode ?? DEFAULT_GRADING_MODE;
@@ -195,22 +215,46 @@ export function isLetterAnswer(expected: string): boolean {
   return /^[A-Za-z]$/.test(expected.trim());
 }
 
-export function verifyExact(
+/**
+ * The reward of `submission`. An answer on which the row's `output_regex` runs past its limit is
+ * graded 0 with a `reason`, not sent to the failures file: the answer is the model's and the regex
+ * is the dataset's, so that is an answer the dataset cannot read, as a reply with no letter is (and
+ * were it no reward, a policy could learn to dodge negative rewards by writing such answers). A
+ * fault of the grading machinery itself (the worker does not start) throws: an infrastructure error.
+ */
+export async function verifyExact(
   submission: string | null,
   expected: string,
   grading: ChoiceGrading = {},
-): Verdict {
+  runner: BoundedRegexRunner = sharedRegexRunner,
+): Promise<Verdict> {
   const isChoice = isLetterAnswer(expected);
   const wanted = isChoice ? expected.trim().toUpperCase() : expected.trim();
-  const extracted =
-    submission === null ? null : isChoice ? extractAnswer(submission, grading) : submission.trim();
+  const mode = isChoice ? { grading_mode: grading.gradingMode ?? DEFAULT_GRADING_MODE } : {};
+  let extracted: string | null;
+  try {
+    extracted =
+      submission === null
+        ? null
+        : isChoice
+          ? await extractAnswer(submission, grading, runner)
+          : submission.trim();
+  } catch (error) {
+    if (!(error instanceof OutputRegexOverrun)) throw error;
+    return {
+      outcome: 'reward',
+      reward: 0,
+      details: {
+        expected_answer: wanted,
+        extracted_answer: null,
+        ...mode,
+        reason: `template_metadata.output_regex could not read this answer: ${error.message}`,
+      },
+    };
+  }
   return {
     outcome: 'reward',
     reward: extracted === wanted ? 1 : 0,
-    details: {
-      expected_answer: wanted,
-      extracted_answer: extracted,
-      ...(isChoice ? { grading_mode: grading.gradingMode ?? DEFAULT_GRADING_MODE } : {}),
-    },
+    details: { expected_answer: wanted, extracted_answer: extracted, ...mode },
   };
 }
