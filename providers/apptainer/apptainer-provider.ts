@@ -4,7 +4,7 @@
  * host (providers/ssh/). A daemon on a login node runs sandboxes on many compute nodes this way.
  *
  * - Placement: the reachable host with the most free slots (`maxSandboxes` minus its sandboxes).
- * - A sandbox is an instance `gym-<namespace>-<id>` started with `--containall --cleanenv
+ * - A sandbox is an instance `gym-<namespace>-<id>` started with `--no-privs --containall --cleanenv
  *   --writable-tmpfs --no-home --net --network none` from a sandbox-directory image under the
  *   host's `<workDirectory>/images/`, with the host's static busybox bound read-only at
  *   `/.gym-tools/busybox` for file transfers and kills that use none of the sandbox's programs.
@@ -17,6 +17,10 @@
  *   HostFleet's (providers/ssh/host-fleet.ts); its state files are joined with `apptainer
  *   instance list --json`, so a reaper without the daemon's state still finds orphans; an
  *   instance without a state file is not ours. The host set can be replaced at runtime.
+ * - Privileges: every exec into an instance (commands, session shells, the relay, file transfers)
+ *   passes `--no-privs` too, since Apptainer gives root its default capabilities (all of them) again
+ *   at each join; another user is `--security uid:N,gid:N`. So when the SSH user is root the agent
+ *   is uid 0 on the node without capabilities, not root with all of them.
  * - Exec is `apptainer exec instance://NAME` over a fresh SSH channel. A timeout kills every
  *   process that carries the command's tag (`timeoutKill: tagged`: a process that clears its
  *   environment and leaves its session escapes it; Apptainer gives no cgroup of our own per
@@ -132,6 +136,13 @@ const TOOLS = '/.gym-tools/busybox';
 /** Where the relay is bound in every instance made with gateway reach. */
 const RELAY_IN_INSTANCE = '/.gym-tools/gym-relay';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/**
+ * On every `exec` into an instance, not only at its start: Apptainer works out root's capabilities
+ * again at each join (from apptainer.conf's "root default capabilities", every one by default),
+ * so an exec without it gives root's commands all of them even in an instance started with it.
+ * A non-root user has none either way and the flag changes nothing for it.
+ */
+const UNPRIVILEGED = ['--no-privs'];
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
 function packFiles(files: Record<string, string>): Readable {
@@ -378,6 +389,8 @@ export class ApptainerProvider implements SandboxProvider {
         `cd / && ${this.#apptainer(host, [
           'instance',
           'start',
+          // Root's default in apptainer.conf is every capability; a non-root user has none anyway.
+          '--no-privs',
           '--containall',
           '--cleanenv',
           '--writable-tmpfs',
@@ -425,11 +438,23 @@ export class ApptainerProvider implements SandboxProvider {
     return this.fleet.get(id);
   }
 
-  /** `apptainer exec` of argv in the sandbox, through the bound busybox's `env` so values pass exactly. */
-  #execLine(host: Host, id: string, argv: string[], env: Record<string, string>, cwd: string): string {
+  /**
+   * `apptainer exec` of argv in the sandbox, through the bound busybox's `env` so values pass
+   * exactly; `as` is `--security uid:N,gid:N` for another user (see #userFlags).
+   */
+  #execLine(
+    host: Host,
+    id: string,
+    argv: string[],
+    env: Record<string, string>,
+    cwd: string,
+    as: string[] = [],
+  ): string {
     const tag = env[EXEC_ID_ENV];
     return this.#apptainer(host, [
       'exec',
+      ...UNPRIVILEGED,
+      ...as,
       '--cleanenv',
       // Tagged from its first process: one the agent stops before `env` ran is still killed.
       ...(tag === undefined ? [] : ['--env', `${EXEC_ID_ENV}=${tag}`]),
@@ -475,7 +500,7 @@ export class ApptainerProvider implements SandboxProvider {
       throw error;
     }
     const user = request.user ?? spec.user;
-    const drop = user === undefined ? [] : await this.#dropTo(id, user);
+    const as = user === undefined ? [] : await this.#userFlags(id, user);
     const tag = randomBytes(12).toString('hex');
     const env = {
       PATH: DEFAULT_PATH,
@@ -485,13 +510,14 @@ export class ApptainerProvider implements SandboxProvider {
       ...request.env,
       GYM_EXEC_ID: tag,
     };
-    const argv = [...drop, ...(request.argv ?? ['/bin/sh', '-c', request.command!])];
+    const argv = request.argv ?? ['/bin/sh', '-c', request.command!];
     const line = this.#execLine(
       host,
       id,
       argv,
       env,
       request.cwd ?? spec.workdir ?? imageConfig?.workdir ?? '/',
+      as,
     );
     const stdout = new OutputCapture(request.maxOutputBytes);
     const stderr = new OutputCapture(request.maxOutputBytes);
@@ -593,12 +619,13 @@ export class ApptainerProvider implements SandboxProvider {
   }
 
   /**
-   * Argv that becomes `user` before running the rest: the bound busybox's nsenter, which sets the
-   * ids (and drops supplementary groups) without entering any namespace. Empty for root.
+   * The exec flags that run a command as `user`: Apptainer's `--security uid:N,gid:N` (the gid is
+   * the only group; no capabilities). A setuid call inside the instance cannot do it: under
+   * `--no-privs` root there has no CAP_SETUID. Empty for root.
    */
-  async #dropTo(id: string, user: string): Promise<string[]> {
+  async #userFlags(id: string, user: string): Promise<string[]> {
     const { uid, gid } = await this.#resolveUser(id, user);
-    return uid === 0 && gid === 0 ? [] : [TOOLS, 'nsenter', '-S', String(uid), '-G', String(gid), '--'];
+    return uid === 0 && gid === 0 ? [] : ['--security', `uid:${uid},gid:${gid}`];
   }
 
   #imagePath(host: Host, reference: string): string {
@@ -924,7 +951,14 @@ export class ApptainerProvider implements SandboxProvider {
     const host = await this.fleet.locate(id);
     return this.#run(
       host,
-      this.#apptainer(host, ['exec', '--cleanenv', `instance://${this.#instanceName(id)}`, TOOLS, ...args]),
+      this.#apptainer(host, [
+        'exec',
+        ...UNPRIVILEGED,
+        '--cleanenv',
+        `instance://${this.#instanceName(id)}`,
+        TOOLS,
+        ...args,
+      ]),
       stdin,
     );
   }
@@ -1041,14 +1075,15 @@ export class ApptainerProvider implements SandboxProvider {
     const opening = (async () => {
       const { spec, imageConfig } = await this.fleet.record(host, id);
       const effective = user ?? spec.user;
-      const drop = effective === undefined ? [] : await this.#dropTo(id, effective);
+      const as = effective === undefined ? [] : await this.#userFlags(id, effective);
       const env = { PATH: DEFAULT_PATH, HOME: '/root', ...imageConfig?.env, ...spec.env };
       const line = this.#execLine(
         host,
         id,
-        [...drop, '/bin/sh'],
+        ['/bin/sh'],
         env,
         spec.workdir ?? imageConfig?.workdir ?? '/',
+        as,
       );
       // Only the command's processes: the shell shares their session.
       return openSshSession(host.connection, line, (execId) =>

@@ -86,3 +86,40 @@ it('stops every process of the instance while the agent stops every new one', as
   expect(await exec('echo quiet')).toMatchObject({ status: 'ok', stdout: 'quiet\n' });
   await provider.destroy(sandbox.id);
 }, 90_000);
+
+/**
+ * What the agent may do as root on the node (the SSH user here is root): nothing that takes a
+ * capability. Apptainer's default for root ("root default capabilities = full") gave every
+ * command in the instance all of them (mount, raw devices, module loading, host files through
+ * binds), until the provider passed `--no-privs` at the instance's start and on every exec into it.
+ */
+it('gives the agent no capability as root: one-shot, in a session, and as another user', async () => {
+  const sandbox = await provider.create(
+    parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
+  );
+  const probe = [
+    'id -u',
+    'grep -E "^(CapEff|CapPrm|NoNewPrivs):" /proc/self/status',
+    'mkdir -p /tmp/m && mount -t tmpfs attack /tmp/m 2>/dev/null && echo MOUNTED',
+    'true',
+  ].join('; ');
+  const exec = (extra: Record<string, unknown> = {}) =>
+    provider.exec(sandbox.id, parseOrThrow(ExecRequestSchema, { command: probe, ...extra }, 'exec'));
+  const unprivileged = (uid: number) =>
+    [`${uid}`, 'CapPrm:\t0000000000000000', 'CapEff:\t0000000000000000', 'NoNewPrivs:\t1', ''].join('\n');
+  // Before the fix: every capability the node has (CapEff 000001fffeffffff here), NoNewPrivs 0, MOUNTED.
+  expect(await exec()).toMatchObject({ status: 'ok', stdout: unprivileged(0) });
+  expect(await exec({ session: 'agent' })).toMatchObject({ status: 'ok', stdout: unprivileged(0) });
+  expect(await exec({ user: '1000:1000' })).toMatchObject({ status: 'ok', stdout: unprivileged(1000) });
+  expect(await exec({ session: 'other', user: '1000:1000' })).toMatchObject({
+    status: 'ok',
+    stdout: unprivileged(1000),
+  });
+  // The daemon's own file transfers run without privileges too, and still work.
+  await provider.writeFile(sandbox.id, '/tmp/note', Buffer.from('kept'));
+  const read = await provider.readFile(sandbox.id, '/tmp/note');
+  const chunks: Buffer[] = [];
+  for await (const chunk of read) chunks.push(chunk as Buffer);
+  expect(Buffer.concat(chunks).toString()).toBe('kept');
+  await provider.destroy(sandbox.id);
+}, 90_000);

@@ -10,12 +10,20 @@
  * UTS namespaces, and a network namespace with loopback only under `--net --network none`) over
  * an overlay of a sandbox-directory image whose writes are discarded at stop (as
  * `--writable-tmpfs`); `exec instance://NAME` enters the keeper's namespaces and root with
- * nsenter. Instance records live where Apptainer keeps them:
- * `$APPTAINER_CONFIGDIR or ~/.apptainer` + `/instances/app/<hostname>/<user>/<name>/<name>.json`.
+ * nsenter. Privileges follow Apptainer's rules for root (the stand-in always runs as root):
+ * without `--no-privs` a process has every capability ("root default capabilities = full");
+ * `--no-privs` on `instance start` drops them from the instance's own processes (bubblewrap's
+ * `--cap-drop ALL`), and on `exec` from that command (an exec into an instance decides its own
+ * privileges: Apptainer recomputes root's capabilities at each join), with no_new_privs;
+ * `exec --security uid:N,gid:N` runs the command as that uid and gid with no capabilities.
+ * Instance records live where Apptainer keeps them: `$APPTAINER_CONFIGDIR or ~/.apptainer` +
+ * `/instances/app/<hostname>/<user>/<name>/<name>.json`.
  *
  * What it does not reproduce: SIF files (only sandbox directories are images), `--fakeroot`
  * user namespaces, cgroups v2 (`--memory`, `--memory-swap`, `--cpus` and `--pids-limit` are
- * applied through cgroups v1, as root), bridge networking,
+ * applied through cgroups v1, as root), bridge networking, `--security` other than uid and gid,
+ * `--keep-privs`/`--add-caps`/`--drop-caps`, a capability bounding set emptied as Apptainer's is
+ * (the stand-in's keeps the few it needs to enter the instance, with none permitted),
  * `%startscript`, instance logs' content, the 64 MiB cap of `--writable-tmpfs` (writes go to
  * disk), and running as a non-root user (the stand-in needs root for mount and nsenter).
  */
@@ -26,12 +34,13 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   rmdirSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
 import { hostname, userInfo } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const INSTANCE_NAME = /^[a-zA-Z0-9._-]+$/;
@@ -230,6 +239,7 @@ async function instanceStart(args: string[]): Promise<void> {
     '--memory-swap': 'value',
     '--cpus': 'value',
     '--pids-limit': 'value',
+    '--no-privs': 'switch',
   });
   const [image, name, ...extra] = rest;
   if (image === undefined || name === undefined)
@@ -266,6 +276,9 @@ async function instanceStart(args: string[]): Promise<void> {
   mkdirSync(join(logs.out, '..'), { recursive: true });
   const busybox = '/bin/busybox';
   const bindArgs = bindArguments(flags);
+  // Mount points Apptainer makes for binds are open to every user (bubblewrap's would be 0700).
+  for (let index = 0; index < bindArgs.length; index += 3)
+    mkdirSync(join(root, dirname(bindArgs[index + 2]!)), { recursive: true, mode: 0o755 });
   const bwrap = [
     '--bind',
     root,
@@ -289,6 +302,9 @@ async function instanceStart(args: string[]): Promise<void> {
     // With --net the instance's network namespace (made below) has its own sysfs; without, the
     // host's network and /sys are shared, as Apptainer shares them.
     ...(wantsNet ? [] : ['--ro-bind', '/sys', '/sys']),
+    // Root keeps every capability in the instance unless --no-privs drops them (and sets no_new_privs,
+    // as bubblewrap always does).
+    ...(flags.has('--no-privs') ? ['--cap-drop', 'ALL'] : []),
     '--unshare-pid',
     '--unshare-ipc',
     '--unshare-uts',
@@ -353,6 +369,17 @@ async function instanceStart(args: string[]): Promise<void> {
     }
     if (keeper.exitCode !== null) break;
   }
+  // bwrap tells the pid before its child has set up the root: ready once the child is the keeper.
+  const isKeeper = () => {
+    try {
+      return readlinkSync(`/proc/${childPid}/exe`) === '/.standin/keeper';
+    } catch {
+      return false;
+    }
+  };
+  while (childPid !== 0 && Date.now() < deadline && !isKeeper() && keeper.exitCode === null)
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  if (childPid !== 0 && !isKeeper()) childPid = 0;
   if (childPid === 0) {
     execFileSync('umount', ['-l', root]);
     rmSync(directory, { recursive: true, force: true });
@@ -394,6 +421,7 @@ function writableExec(flags: Map<string, string[]>, directory: string, command: 
       '--tmpfs',
       '/tmp',
       ...bindArgs,
+      ...(flags.has('--no-privs') ? ['--cap-drop', 'ALL'] : []),
       '--unshare-all',
       '--die-with-parent',
       '--new-session',
@@ -413,6 +441,25 @@ function writableExec(flags: Map<string, string[]>, directory: string, command: 
   });
 }
 
+/**
+ * `--security uid:N,gid:N` (repeatable, comma-separated), as root gives it: the command runs as
+ * that uid and gid, with no capabilities. Only uid and gid (one of each) are modelled; SELinux,
+ * AppArmor and seccomp options are refused. Null without the flag.
+ */
+function securityIds(flags: Map<string, string[]>): { uid: number; gid: number } | null {
+  const options = (flags.get('--security') ?? []).flatMap((value) => value.split(','));
+  if (options.length === 0) return null;
+  const ids: { uid?: number; gid?: number } = {};
+  for (const option of options) {
+    const match = /^(uid|gid):(\d+)$/.exec(option);
+    if (match === null) fatal(`stand-in: --security ${option} is not modelled (only uid:N and gid:N)`);
+    ids[match[1] as 'uid' | 'gid'] = Number(match[2]);
+  }
+  if (ids.uid === undefined || ids.gid === undefined)
+    fatal('stand-in: --security is modelled with both uid:N and gid:N');
+  return { uid: ids.uid, gid: ids.gid };
+}
+
 function instanceExec(args: string[]): void {
   const { flags, rest } = parseFlags('exec', args, {
     '-e': 'switch',
@@ -430,12 +477,16 @@ function instanceExec(args: string[]): void {
     '--network': 'value',
     '-B': 'repeat',
     '--bind': 'repeat',
+    '--no-privs': 'switch',
+    '--security': 'repeat',
   });
   const [target, ...command] = rest;
   if (target === undefined || command.length === 0)
     fatal('usage: apptainer exec [exec options...] <container> <command>');
+  const ids = securityIds(flags);
   if (alias(flags, '-w', '--writable')) {
     if (target.startsWith('instance://')) fatal('--writable cannot be used with an instance');
+    if (ids !== null) fatal('stand-in: --security uid/gid is modelled for exec into an instance only');
     writableExec(flags, target, command);
     return;
   }
@@ -459,7 +510,43 @@ function instanceExec(args: string[]): void {
   // Busybox's nsenter, not util-linux's: the latter stops itself when its child is stopped (job
   // control), and a kill that stops then kills the child would leave it stopped for good. The
   // working directory is set inside the instance's root (nsenter's -w resolves it outside).
+  const unprivileged = flags.has('--no-privs') || ids !== null;
+  // Without privileges the command gets no capability and no way to one (no_new_privs, set
+  // first), yet nsenter needs CAP_SYS_ADMIN, CAP_SYS_CHROOT and CAP_SYS_PTRACE (the keeper is not
+  // dumpable) to enter the instance, and CAP_SETUID/CAP_SETGID to become uid:gid. Those alone pass
+  // as ambient capabilities under the locked "noroot" securebits (uid 0 gains nothing at exec);
+  // inside the instance they are lost at the change of uid, or, for root, cleared by the busybox
+  // bound at start before the command runs.
+  const keep = ['sys_admin', 'sys_chroot', 'sys_ptrace', ...(ids === null ? [] : ['setuid', 'setgid'])];
+  const drop = unprivileged
+    ? [
+        'setpriv',
+        '--no-new-privs',
+        '--securebits',
+        '+noroot,+noroot_locked',
+        '--bounding-set',
+        `-all,${keep.map((cap) => `+${cap}`).join(',')}`,
+        '--inh-caps',
+        `-all,${keep.map((cap) => `+${cap}`).join(',')}`,
+        '--ambient-caps',
+        keep.map((cap) => `+${cap}`).join(','),
+      ]
+    : [];
+  const shed =
+    ids !== null
+      ? ['/.standin/busybox', 'nsenter', '-S', String(ids.uid), '-G', String(ids.gid), '--']
+      : unprivileged
+        ? [
+            '/.standin/busybox',
+            'setpriv',
+            '--inh-caps',
+            keep.map((cap) => `-${cap}`).join(','),
+            '--ambient-caps',
+            keep.map((cap) => `-${cap}`).join(','),
+          ]
+        : [];
   const [program, ...programArgs] = inCgroups(record.cgroups ?? [], [
+    ...drop,
     '/bin/busybox',
     'nsenter',
     '-t',
@@ -476,6 +563,7 @@ function instanceExec(args: string[]): void {
     'cd "$1" || { echo "FATAL:   could not set the working directory $1" >&2; exit 255; }; shift; exec "$@"',
     'pwd',
     cwd,
+    ...shed,
     ...command,
   ]);
   const child = spawn(program!, programArgs, { stdio: 'inherit', env });
