@@ -22,7 +22,7 @@ import type Docker from 'dockerode';
 const TICKS_PER_SECOND = 100;
 
 /** A small file of /proc or /sys, or null when it is gone. */
-function readOrNull(path: string): string | null {
+export function readOrNull(path: string): string | null {
   try {
     return readFileSync(path, 'utf8');
   } catch {
@@ -32,7 +32,7 @@ function readOrNull(path: string): string | null {
 const SAMPLE_MS = 50;
 
 /** utime+stime+cutime+cstime of a process, in seconds; null when it is gone. */
-async function processSeconds(pid: number | 'self'): Promise<number | null> {
+export async function processSeconds(pid: number | 'self'): Promise<number | null> {
   const stat = readOrNull(`/proc/${pid}/stat`);
   if (stat === null) return null;
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -41,7 +41,7 @@ async function processSeconds(pid: number | 'self'): Promise<number | null> {
   return ticks / TICKS_PER_SECOND;
 }
 
-async function pidsNamed(names: string[]): Promise<number[]> {
+export async function pidsNamed(names: string[]): Promise<number[]> {
   const pids: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;

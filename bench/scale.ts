@@ -56,6 +56,7 @@ const { values: args } = parseArgs({
     soak: { type: 'string' },
     'sample-seconds': { type: 'string', default: '60' },
     profile: { type: 'string' },
+    'engine-sessions': { type: 'boolean', default: false },
   },
 });
 const target = Number(args.target);
@@ -458,6 +459,8 @@ await writeFile(
         maxLiveSandboxes: target + clients,
         queueSize: target + clients,
         queueTimeoutMs: 600_000,
+        // Sessions through the engine's exec stream, as before the helper's pipes (a comparison).
+        ...(args['engine-sessions'] ? { options: { sessionPipes: false } } : {}),
       },
     ],
   }),

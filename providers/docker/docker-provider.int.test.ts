@@ -1,3 +1,4 @@
+import { readdirSync, readlinkSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GymError } from '../../core/errors.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
@@ -129,6 +130,44 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
       await Promise.all(created.splice(0).map((id) => provider.destroy(id)));
       await docker.getImage(image).remove({ force: true });
     }
+  });
+
+  it("carries a confined session's bytes over pipes between the daemon and the shell, not through the engine", async () => {
+    expect(provider.capabilities.timeoutKill).toBe('cgroup');
+    const info = await provider.create(spec());
+    created.push(info.id);
+    const session = (command: string, timeoutMs = 20_000) =>
+      provider.exec(
+        info.id,
+        parseOrThrow(ExecRequestSchema, { command, session: 'pipes', timeoutMs }, 'exec'),
+      );
+    // The pipe the session's commands write to: its reader is this process (the provider runs
+    // in it), not the engine's shim.
+    const [stdoutPipe, stderrPipe] = (
+      await session('readlink /proc/self/fd/1; readlink /proc/self/fd/2')
+    ).stdout
+      .trim()
+      .split('\n');
+    expect(stdoutPipe).toMatch(/^pipe:\[\d+\]$/);
+    const ours = new Set(
+      readdirSync('/proc/self/fd').map((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`);
+        } catch {
+          return '';
+        }
+      }),
+    );
+    expect(ours.has(stdoutPipe!)).toBe(true);
+    expect(ours.has(stderrPipe!)).toBe(true);
+    // The helper's own ends are closed before the shell runs: nothing of the sandbox can read its
+    // output or write its next command through them.
+    expect((await session('ls /proc/$PPID/fd')).stdout.trim().split('\n').sort()).toEqual(['0', '1', '2']);
+    // Output in both streams, exact to the byte, a timeout, and a fresh shell after it.
+    const result = await session("printf 'out'; printf 'err' >&2; exit 3");
+    expect(result).toMatchObject({ status: 'ok', exitCode: 3, stdout: 'out', stderr: 'err' });
+    expect((await session('sleep 30', 300)).status).toBe('timeout');
+    expect((await session('echo again')).stdout).toBe('again\n');
   });
 
   it('confines and stops the commands of containers it made from the host, inspecting none of them again', async () => {

@@ -118,6 +118,12 @@ export const DockerProviderOptionsSchema = z
      */
     execHelperPath: z.string().startsWith('/').default(DEFAULT_EXEC_HELPER_PATH),
     /**
+     * Whether a confined session shell talks to the daemon over pipes the exec helper makes
+     * (`session-pipes.ts`), not through the engine's exec stream. On by default; off is how it
+     * worked before, kept for comparison (`bench:scale --engine-sessions`) and as a way back.
+     */
+    sessionPipes: z.boolean().default(true),
+    /**
      * Host directories that `readOnlyBinds` may mount (each with what lies under it; symbolic
      * links are resolved before the check). Default none. The engine's socket, or a directory
      * holding it, is refused unless listed exactly: it makes the sandbox root on the host.
@@ -629,7 +635,9 @@ export class DockerProvider implements SandboxProvider {
     // Only opening a session looks up the confinement: the per-command path stays as fast as it was.
     const opening = this.#processes
       .confinement(id, container)
-      .then((confinement) => openDockerSession(container, user, confinement));
+      .then((confinement) =>
+        openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
+      );
     byName.set(key, opening);
     opening.catch(() => byName.delete(key));
     return opening;

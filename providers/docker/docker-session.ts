@@ -9,6 +9,10 @@
  * opens a new one. After a command ends normally, what it left running in the background moves
  * to the container's cgroup, so a later timeout spares it, as it would a one-shot exec's jobs.
  * Without one, a timeout runs the kill script for the command's tagged processes.
+ *
+ * A confined shell also asks the helper for pipes (`session-pipes.ts`): once the daemon holds
+ * them, commands and output go between the daemon and the shell directly, not through dockerd
+ * and the shim; the exec's own stream is then only closed.
  */
 
 import type { Duplex } from 'node:stream';
@@ -18,17 +22,28 @@ import { createId } from '../../core/ids.ts';
 import { type SessionKill, ShellSession } from '../shared/shell-session.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 import { confineExec, type ExecConfinement, GO_BYTE, killTagged } from './one-shot-exec.ts';
+import { openHelperPipes, PIPES_GO_BYTE, SESSION_PIPES_ENV, type SessionPipes } from './session-pipes.ts';
+
+/** How each session's bytes travel (tests and benchmarks look). */
+const transports = new WeakMap<ShellSession, 'pipes' | 'engine'>();
+
+/** Whether `session` talks to its shell over the helper's pipes or through the engine's stream. */
+export function sessionTransport(session: ShellSession): 'pipes' | 'engine' | undefined {
+  return transports.get(session);
+}
 
 /** Opens a session shell in `container` as `user`, confined when `confinement` is given. */
 export async function openDockerSession(
   container: Docker.Container,
   user: string | undefined,
   confinement: ExecConfinement | null = null,
+  options: { pipes?: boolean } = {},
 ): Promise<ShellSession> {
+  const askPipes = confinement !== null && options.pipes !== false;
   const sessionId = createId('exec');
   const exec = await container.exec({
     Cmd: confinement === null ? ['sh'] : [confinement.helperPath, 'sh'],
-    Env: [`GYM_SESSION_ID=${sessionId}`],
+    Env: [`GYM_SESSION_ID=${sessionId}`, ...(askPipes ? [SESSION_PIPES_ENV] : [])],
     AttachStdin: true,
     AttachStdout: true,
     AttachStderr: true,
@@ -36,6 +51,7 @@ export async function openDockerSession(
     ...(user === undefined ? {} : { User: user }),
   });
   const stream = (await exec.start({ hijack: true, stdin: true })) as Duplex;
+  let pipes: SessionPipes | null = null;
   let kill: SessionKill = {
     kind: 'tagged',
     kill: (execId, commandUser) => killTagged(container, execId, 'tagged-only', commandUser),
@@ -65,8 +81,11 @@ export async function openDockerSession(
       },
       releaseBackground: () => cgroup.evacuate(confined.cgroup, keep),
     };
-    stream.write(GO_BYTE);
+    // Opened before the go byte: the helper holds the pipes' other ends until then.
+    pipes = askPipes ? openHelperPipes(confined.pid) : null;
+    stream.write(pipes === null ? GO_BYTE : PIPES_GO_BYTE);
   }
+  if (pipes !== null) return pipedSession(pipes, stream, user, kill);
   const session = new ShellSession(
     {
       write: (text) => stream.write(text),
@@ -74,11 +93,56 @@ export async function openDockerSession(
     },
     { user, kill },
   );
+  transports.set(session, 'engine');
   const demuxer = new DockerStreamDemuxer((name, payload) => session.receive(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
   const lost = () => session.channelLost();
   stream.once('end', lost);
   stream.once('close', lost);
+  return session;
+}
+
+/**
+ * A session over the helper's pipes. The exec's stream carries nothing once the shell runs on
+ * the pipes (the helper replaced its stdio), so it is closed; the shell is lost when both of its
+ * output pipes end (it exited, and no job it left holds them), as the engine's stream would end.
+ */
+function pipedSession(
+  pipes: SessionPipes,
+  stream: Duplex,
+  user: string | undefined,
+  kill: SessionKill,
+): ShellSession {
+  const { stdin, stdout, stderr } = pipes;
+  stream.on('error', () => {});
+  stream.destroy();
+  const session = new ShellSession(
+    {
+      write: (text) => stdin.write(text),
+      close: () => {
+        stdin.destroy();
+        stdout.destroy();
+        stderr.destroy();
+      },
+    },
+    { user, kill },
+  );
+  transports.set(session, 'pipes');
+  // A write after the shell died fails with EPIPE; the lost channel says so.
+  stdin.on('error', () => {});
+  let open = 2;
+  const ended = () => {
+    open -= 1;
+    if (open === 0) session.channelLost();
+  };
+  for (const [name, pipe] of [
+    ['stdout', stdout],
+    ['stderr', stderr],
+  ] as const) {
+    pipe.on('data', (chunk: Buffer) => session.receive(name, chunk));
+    pipe.on('error', () => {});
+    pipe.once('close', ended);
+  }
   return session;
 }

@@ -14,6 +14,14 @@
  * Until it runs the command it is not dumpable: no other process of the sandbox (same uid or not)
  * may ptrace it or open its /proc/PID/fd/0 to send the go byte early.
  *
+ * When GYM_EXEC_PIPES is set (a session shell), it also makes three pipes before the ready token
+ * and holds the daemon's ends at fds 3 (the command's stdin, to write), 4 (its stdout, to read)
+ * and 5 (its stderr, to read), the command's ends at 6, 7 and 8. The daemon, root on the host,
+ * opens /proc/PID/fd/3, 4 and 5 while this process waits (only it may: this process is not
+ * dumpable), then sends the go byte `p`: the command runs on the pipes and its input and output
+ * no longer pass through the engine. Any other go byte (the daemon could not open them) closes
+ * the pipes and the command runs on the exec's own stdio, as without the variable.
+ *
  * `gym-exec --keeper` is the container's PID 1 instead: it keeps the sandbox alive, reaps every
  * orphan, and never forks or runs anything from the sandbox's filesystem (an idle shell loop
  * would run the sandbox's own `sleep`, which an agent can replace). Signals sent from inside the
@@ -28,6 +36,7 @@
  * Built statically (`cc -static -Os`), so it runs in any image, with or without a libc.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +55,37 @@ static void write_all(int fd, const char *bytes, size_t length) {
     bytes += written;
     length -= (size_t)written;
   }
+}
+
+/* The pipes of GYM_EXEC_PIPES: the daemon's ends first, then the command's, at fixed fds. */
+enum { PIPE_FIRST_FD = 3, PIPE_LAST_FD = 8 };
+
+static int make_pipes(void) {
+  int in[2], out[2], err[2];
+  if (pipe(in) != 0 || pipe(out) != 0 || pipe(err) != 0) return -1;
+  /* Low fds first: dup2 onto 3..8 must not close a pipe end still to be placed. */
+  int ends[6] = {in[1], out[0], err[0], in[0], out[1], err[1]};
+  int moved[6];
+  for (int i = 0; i < 6; i++) {
+    moved[i] = fcntl(ends[i], F_DUPFD, 16);
+    if (moved[i] < 0) return -1;
+    close(ends[i]);
+  }
+  for (int i = 0; i < 6; i++) {
+    if (dup2(moved[i], PIPE_FIRST_FD + i) < 0) return -1;
+    close(moved[i]);
+  }
+  return 0;
+}
+
+static int use_pipes(void) {
+  for (int i = 0; i < 3; i++)
+    if (dup2(PIPE_FIRST_FD + 3 + i, i) < 0) return -1;
+  return 0;
+}
+
+static void close_pipes(void) {
+  for (int fd = PIPE_FIRST_FD; fd <= PIPE_LAST_FD; fd++) close(fd);
 }
 
 static int keep(void) {
@@ -75,6 +115,12 @@ int main(int argc, char **argv) {
     fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
     return 125;
   }
+  int piped = getenv("GYM_EXEC_PIPES") != NULL;
+  unsetenv("GYM_EXEC_PIPES");
+  if (piped && make_pipes() != 0) {
+    fputs("gym-exec: could not make the session's pipes\n", stderr);
+    return 125;
+  }
   const char *ready = getenv("GYM_EXEC_READY");
   if (ready != NULL) {
     char pid[16];
@@ -87,6 +133,10 @@ int main(int argc, char **argv) {
     count = read(STDIN_FILENO, &go, 1);
   } while (count < 0 && errno == EINTR);
   if (count != 1) return 125;
+  if (piped) {
+    if (go == 'p' && use_pipes() != 0) return 125;
+    close_pipes();
+  }
   execvp(argv[1], argv + 1);
   int error = errno;
   fprintf(stderr, "gym-exec: %s: %s\n", argv[1], strerror(error));
