@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   parseDjango,
@@ -183,6 +184,52 @@ DO *NOT* COMMIT!
       test_equality: 'ERROR',
       test_union: 'PASSED',
       'sympy/core/tests/test_basic.py:test_structure': 'FAILED',
+    });
+  });
+});
+
+describe('log parsers on hostile logs (the agent writes the test output)', () => {
+  // The regexes SWE-bench uses, kept here as the reference the hand-written readings must equal.
+  const sympyByRegex = (log: string) =>
+    [...log.matchAll(/(_*) (.*)\.py:(.*) (_*)/g)].map((match) => `${match[2]}.py:${match[3]}`);
+  const optionsByRegex = (id: string) => /^(.*?)\[(.*)\]/.exec(id);
+  const text = (alphabet: string[]) =>
+    fc.array(fc.constantFrom(...alphabet), { maxLength: 16 }).map((chars) => chars.join(''));
+
+  it('read the failure headers and parametrised ids exactly as the regexes did', () => {
+    fc.assert(
+      fc.property(text([' ', ' ', '_', 'x.py:', '.py', ':', 'a', '\n', '\r', '\u2028']), (log) => {
+        // No line starts with `test_`: every entry is a failure header, in the order found.
+        const parsed = parseSympy(log);
+        expect([...parsed.keys()]).toEqual([...new Set(sympyByRegex(log))]);
+        expect([...new Set(parsed.values())]).toEqual(parsed.size === 0 ? [] : ['FAILED']);
+      }),
+      { numRuns: 2000 },
+    );
+    fc.assert(
+      fc.property(text(['[', ']', 'a', '/', '/x', '*']), (id) => {
+        const parsed = [...parsePytestOptions(`PASSED t${id}`).keys()];
+        const match = optionsByRegex(`t${id}`);
+        const option = match?.[2] ?? '';
+        const reduced =
+          option.startsWith('/') && !option.startsWith('//') && !option.includes('*')
+            ? `/${option.split('/').at(-1)}`
+            : option;
+        expect(parsed).toEqual(match === null ? [`t${id}`] : [`${match[1]}[${reduced}]`]);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('stay linear in a line of spaces or of `[` (the regexes took minutes on 8 MiB)', () => {
+    const spaces = ' '.repeat(400_000);
+    expect(asObject(parseSympy(`${spaces}x.py:y${spaces}\n${spaces}`))).toEqual({
+      [`${spaces.slice(1)}x.py:y${spaces.slice(1)}`]: 'FAILED',
+    });
+    const brackets = '['.repeat(400_000);
+    expect(asObject(parsePytestOptions(`PASSED t${brackets}\nPASSED u${brackets}a]`))).toEqual({
+      [`t${brackets}`]: 'PASSED',
+      [`u[${brackets.slice(1)}a]`]: 'PASSED',
     });
   });
 });
