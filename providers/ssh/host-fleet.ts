@@ -46,6 +46,13 @@ export const HostSchema = z
     busyboxPath: z.string().default('/bin/busybox'),
     /** Environment for the runtime's command on the host (e.g. APPTAINER_CONFIGDIR, PATH). */
     env: z.record(z.string(), z.string()).default({}),
+    /**
+     * Lets the SSH user be root (uid 0) on this host; off by default, and then no sandbox is made
+     * there. The agent's commands run as the SSH user, and uid 0 of the host is dangerous even
+     * with no capabilities at all: it may write the host's /proc/sys (kernel.core_pattern names
+     * a program the kernel runs as full root). For throwaway nodes, and tests.
+     */
+    allowRootSshUser: z.boolean().default(false),
   })
   .strict();
 export type HostConfig = z.output<typeof HostSchema>;
@@ -244,10 +251,12 @@ export class HostFleet<C extends HostConfig = HostConfig> {
       this.#hosts.map(async (host) => {
         try {
           const version = await this.run(host, versionLine(host));
+          const refused = version.code === 0 ? await this.#rootRefusal(host) : null;
           return {
             host: host.name,
-            ok: version.code === 0,
-            message: version.stdout.toString().trim() || version.stderr.trim(),
+            ok: version.code === 0 && refused === null,
+            message: refused ?? (version.stdout.toString().trim() || version.stderr.trim()),
+            ...(refused === null ? {} : { refused: true }),
           };
         } catch (error) {
           return { host: host.name, ok: false, message: (error as Error).message };
@@ -255,11 +264,42 @@ export class HostFleet<C extends HostConfig = HostConfig> {
       }),
     );
     const up = hosts.filter((host) => host.ok).length;
+    const refused = hosts.filter((host) => 'refused' in host).map((host) => host.host);
     return {
       ok: up > 0,
-      message: `${up} of ${hosts.length} hosts answer`,
+      message:
+        refused.length === 0
+          ? `${up} of ${hosts.length} hosts answer`
+          : `${up} of ${hosts.length} hosts usable; refused, their SSH user is root and allowRootSshUser is off: ${refused.join(', ')}`,
       details: { hosts },
     };
+  }
+
+  /** The SSH user's uid on each host, asked once per connection (a host set anew asks again). */
+  readonly #sshUids = new WeakMap<FleetHost<C>, Promise<number>>();
+
+  #sshUid(host: FleetHost<C>): Promise<number> {
+    let asking = this.#sshUids.get(host);
+    if (asking === undefined) {
+      asking = this.run(host, 'id -u').then((result) => {
+        const uid = Number(result.stdout.toString().trim());
+        if (result.code !== 0 || !Number.isSafeInteger(uid))
+          throw new GymError(
+            'PROVIDER_ERROR',
+            `cannot tell the SSH user's uid on ${host.name}: ${result.stderr.trim()}`,
+          );
+        return uid;
+      });
+      this.#sshUids.set(host, asking);
+      asking.catch(() => this.#sshUids.delete(host));
+    }
+    return asking;
+  }
+
+  /** Why a host takes no sandbox because its SSH user is root; null when it may. */
+  async #rootRefusal(host: FleetHost<C>): Promise<string | null> {
+    if (host.allowRootSshUser || (await this.#sshUid(host)) !== 0) return null;
+    return `the SSH user ${host.username} is root (uid 0) on ${host.name}: the agent's commands would run as uid 0 of the host, which may write its /proc/sys even with no capabilities; log in as an unprivileged user, or set allowRootSshUser: true on the host to accept it`;
   }
 
   /** The reachable host with the most free slots; PROVIDER_UNAVAILABLE or CAPACITY_EXCEEDED when none. */
@@ -287,6 +327,11 @@ export class HostFleet<C extends HostConfig = HostConfig> {
           : `every reachable ${runtime} host is full (${counts.length - down} up, ${down} down)`,
       );
     }
+    const refused = await this.#rootRefusal(chosen.host);
+    if (refused !== null)
+      throw new GymError('FORBIDDEN_BY_CONFIG', refused, {
+        details: { host: chosen.host.name, setting: 'allowRootSshUser' },
+      });
     return chosen.host;
   }
 

@@ -63,6 +63,8 @@ export async function enrootNode(host: string, port: number) {
       knownHostsPath: sshd.knownHostsPath,
       workDirectory,
       enroot,
+      // The tests log in as root (the stand-ins need it): accepted here, refused by default.
+      allowRootSshUser: true,
     },
     /**
      * Kills every container's processes still on the node (a failed test, or a host that was down

@@ -31,6 +31,8 @@ export async function computeNode(host: string, port: number) {
       workDirectory,
       apptainer,
       env: { APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') },
+      // The tests log in as root (the stand-ins need it): accepted here, refused by default.
+      allowRootSshUser: true,
     },
     /**
      * Stops every instance still on the node (a test that failed, or a host that was down when its

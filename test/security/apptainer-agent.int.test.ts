@@ -123,3 +123,31 @@ it('gives the agent no capability as root: one-shot, in a session, and as anothe
   expect(Buffer.concat(chunks).toString()).toBe('kept');
   await provider.destroy(sandbox.id);
 }, 90_000);
+
+/**
+ * Without capabilities, uid 0 of the node still owns what root owns there, the host's /proc/sys
+ * included (kernel.core_pattern names a program the kernel runs as full root): a root SSH user is
+ * refused unless the host says `allowRootSshUser: true` (the other tests' node does).
+ */
+it('makes no sandbox on a host whose SSH user is root unless allowRootSshUser is set, and says why', async () => {
+  const refusing = new ApptainerProvider(
+    { hosts: [{ ...node.host, allowRootSshUser: false }] },
+    testContext({ logger: silentLogger, namespace: 'refused' }),
+  );
+  try {
+    const health = await refusing.health();
+    expect(health.ok).toBe(false);
+    expect(health.message).toMatch(/SSH user is root.*allowRootSshUser/);
+    await expect(
+      refusing.create(parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec')),
+    ).rejects.toMatchObject({
+      code: 'FORBIDDEN_BY_CONFIG',
+      message: expect.stringContaining('allowRootSshUser: true'),
+    });
+    // Nothing was started for it.
+    expect((await refusing.list()).sandboxes).toEqual([]);
+    expect((await provider.health()).ok).toBe(true);
+  } finally {
+    await refusing.close();
+  }
+}, 60_000);
