@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { openSync, readdirSync } from 'node:fs';
+import { openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { waitFor } from '../../test/wait-for.ts';
 import { DEFAULT_EXEC_HELPER_PATH } from './process-control.ts';
@@ -44,6 +44,19 @@ function collect(pipe: SessionPipes['stdout']): () => string {
   return () => text;
 }
 
+/** The fds of `pid` that are one of `links` (`pipe:[inode]`), sorted. */
+function holdersOf(pid: number, links: string[]): string[] {
+  return readdirSync(`/proc/${pid}/fd`)
+    .filter((fd) => {
+      try {
+        return links.includes(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      } catch {
+        return false;
+      }
+    })
+    .sort();
+}
+
 const openFds = () => readdirSync('/proc/self/fd').length;
 
 describe('session pipes', () => {
@@ -51,43 +64,59 @@ describe('session pipes', () => {
     const { child, engineStdout } = await startHelper([
       'sh',
       '-c',
-      'read line; echo "out:$line"; echo err >&2; ls /proc/$$/fd | grep -x "[3-8]"; true',
+      'read line; echo "out:$line"; echo err >&2',
     ]);
+    const exited = once(child, 'exit');
+    const pipeLinks = [3, 4, 5].map((fd) => readlinkSync(`/proc/${child.pid}/fd/${fd}`));
     const pipes = openHelperPipes(child.pid!);
     expect(pipes).not.toBeNull();
     const stdout = collect(pipes!.stdout);
     const stderr = collect(pipes!.stderr);
     child.stdin!.end(PIPES_GO_BYTE);
+    // While the shell waits for its line: it holds the pipes as 0, 1 and 2 only, as the helper
+    // closed its own ends (3 to 8) before the command ran.
+    await waitFor(
+      'the shell',
+      () => readFileSync(`/proc/${child.pid}/comm`, 'utf8').trim() === 'sh',
+      10_000,
+      10,
+    );
+    expect(holdersOf(child.pid!, pipeLinks)).toEqual(['0', '1', '2']);
     pipes!.stdin.end('hello\n');
     await once(pipes!.stdout, 'close');
-    // The helper closed its ends (3 to 8) before the command ran: none of them is open in it.
     expect(stdout()).toBe('out:hello\n');
     expect(stderr()).toBe('err\n');
     expect(engineStdout()).toBe('');
-    const [code] = await once(child, 'exit');
+    const [code] = await exited;
     expect(code).toBe(0);
   });
 
   it('stays on the exec stdio when the go byte is the plain one, closing the pipes', async () => {
-    const { child, engineStdout } = await startHelper([
-      'sh',
-      '-c',
-      'echo plain; ls /proc/$$/fd | grep -x "[3-8]"; true',
-    ]);
-    child.stdin!.end('g');
-    const [code] = await once(child, 'exit');
+    const { child, engineStdout } = await startHelper(['sh', '-c', 'read line; echo "plain:$line"']);
+    const exited = once(child, 'exit');
+    const pipeLinks = [3, 4, 5].map((fd) => readlinkSync(`/proc/${child.pid}/fd/${fd}`));
+    child.stdin!.write('g');
+    await waitFor(
+      'the shell',
+      () => readFileSync(`/proc/${child.pid}/comm`, 'utf8').trim() === 'sh',
+      10_000,
+      10,
+    );
+    expect(holdersOf(child.pid!, pipeLinks)).toEqual([]);
+    child.stdin!.end('x\n');
+    const [code] = await exited;
     expect(code).toBe(0);
-    expect(engineStdout()).toBe('plain\n');
+    expect(engineStdout()).toBe('plain:x\n');
   });
 
   it('opens nothing from a helper that made no pipes (one from before them, or not asked), and leaks no fd', async () => {
-    const before = openFds();
     const { child, engineStdout } = await startHelper(['sh', '-c', 'echo unpiped'], {});
+    const before = openFds();
     expect(openHelperPipes(child.pid!)).toBeNull();
+    expect(openFds()).toBe(before);
     child.stdin!.end(PIPES_GO_BYTE);
     await once(child, 'exit');
     expect(engineStdout()).toBe('unpiped\n');
-    expect(openFds()).toBe(before);
   });
 
   it('refuses an fd 3 that is not a pipe, and leaks no fd', async () => {
