@@ -3,14 +3,24 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { GymClient } from '../client/client.ts';
 import { GymError } from '../core/errors.ts';
-import { configFromEnvironment, defaultStateDir } from '../daemon/config.ts';
+import { configFileStateDir, configFromEnvironment, defaultStateDir } from '../daemon/config.ts';
 import { readDaemonInfo, TOKEN_FILE } from '../daemon/identity.ts';
 
+/**
+ * The state directory as the daemon resolves it: the flag, else `GYM_STATE_DIR`, else the
+ * `stateDir` of the `GYM_CONFIG` file, else the default. (The file's was once skipped: a daemon
+ * started with `GYM_CONFIG` was not found by the commands run with the same environment.)
+ */
 export function resolveStateDir(
   flag: string | undefined,
   env: Readonly<Record<string, string | undefined>>,
 ): string {
-  return flag ?? configFromEnvironment(env).stateDir ?? defaultStateDir(env);
+  return (
+    flag ??
+    configFromEnvironment(env).stateDir ??
+    (env.GYM_CONFIG ? configFileStateDir(env.GYM_CONFIG) : undefined) ??
+    defaultStateDir(env)
+  );
 }
 
 export async function connect(stateDir: string): Promise<GymClient> {

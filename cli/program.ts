@@ -32,7 +32,7 @@ export const EXIT_USAGE = 2;
 const stateDirOption = () =>
   new Option(
     '--state-dir <DIR>',
-    "the daemon's state directory (default: GYM_STATE_DIR, else ~/.local/state/gym)",
+    "the daemon's state directory (default: GYM_STATE_DIR, else the stateDir of GYM_CONFIG, else ~/.local/state/gym)",
   );
 const jsonOption = () => new Option('--json', 'print JSON instead of text');
 const labelOption = (what: string) =>
@@ -239,7 +239,7 @@ export const evalRun = () =>
     .description(
       `Run an environment: every task (x repeats) through sandbox, harness and verifier.
 
-Uses the daemon of the state directory when one runs, else starts one in-process (and stops it after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl, FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts. --pool serves each image several rollouts share from a warm pool sized to the concurrency (off by default: on a 2-core host it costs throughput; it pays where creates are slow). NeMo Gym's flag names work too: -i/--input, -o/--output, --model-url, --model-api-key.`,
+Uses the daemon of the state directory when one runs, else starts one in-process with the configuration of GYM_CONFIG (and stops it after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl, FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts. --pool serves each image several rollouts share from a warm pool sized to the concurrency (off by default: on a 2-core host it costs throughput; it pays where creates are slow). NeMo Gym's flag names work too: -i/--input, -o/--output, --model-url, --model-api-key.`,
     )
     .option('--env <NAME>', 'environment (see gym env ls); without it, told from the --input rows')
     .option(

@@ -3,7 +3,7 @@
  * overridden by environment variables, parsed once and frozen. `process.env` is read only in
  * `configFromEnvironment`, called by the composition root.
  */
-import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
@@ -216,6 +216,49 @@ export function configFromEnvironment(
 }
 
 /**
+ * The YAML file's keys, its relative paths (`stateDir`, provider modules) resolved against its
+ * directory; not validated yet. Synchronous: the CLI reads the file's `stateDir` to find its daemon.
+ */
+export function readConfigFile(configPath: string): Record<string, unknown> {
+  let text: string;
+  let fromFile: Record<string, unknown>;
+  try {
+    text = readFileSync(configPath, 'utf8');
+  } catch (error) {
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `cannot read config file ${configPath}: ${(error as Error).message}`,
+    );
+  }
+  try {
+    fromFile = (parseYaml(text) as Record<string, unknown> | null) ?? {};
+  } catch (error) {
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `config file ${configPath} is not valid YAML: ${(error as Error).message}`,
+    );
+  }
+  if (typeof fromFile !== 'object' || Array.isArray(fromFile)) {
+    throw new GymError('VALIDATION_FAILED', `config file ${configPath} must hold a mapping of keys`);
+  }
+  const base = resolve(configPath, '..');
+  if (typeof fromFile.stateDir === 'string') fromFile.stateDir = resolve(base, fromFile.stateDir);
+  if (Array.isArray(fromFile.providers)) {
+    for (const provider of fromFile.providers as Array<Record<string, unknown>>) {
+      if (typeof provider?.module === 'string' && provider.module.startsWith('.'))
+        provider.module = resolve(base, provider.module);
+    }
+  }
+  return fromFile;
+}
+
+/** The state directory the YAML file names (resolved), if it names one. */
+export function configFileStateDir(configPath: string): string | undefined {
+  const { stateDir } = readConfigFile(configPath);
+  return typeof stateDir === 'string' ? stateDir : undefined;
+}
+
+/**
  * Reads the YAML file (if any), applies overrides (environment, then flags) key by key, and
  * validates the result. Relative paths in the file resolve against the file's directory.
  */
@@ -224,40 +267,7 @@ export async function loadConfig(options: {
   overrides?: Array<Partial<DaemonConfigInput>>;
   env: Readonly<Record<string, string | undefined>>;
 }): Promise<DaemonConfig> {
-  let fromFile: Record<string, unknown> = {};
-  if (options.configPath !== undefined) {
-    let text: string;
-    try {
-      text = await readFile(options.configPath, 'utf8');
-    } catch (error) {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        `cannot read config file ${options.configPath}: ${(error as Error).message}`,
-      );
-    }
-    try {
-      fromFile = (parseYaml(text) as Record<string, unknown> | null) ?? {};
-    } catch (error) {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        `config file ${options.configPath} is not valid YAML: ${(error as Error).message}`,
-      );
-    }
-    if (typeof fromFile !== 'object' || Array.isArray(fromFile)) {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        `config file ${options.configPath} must hold a mapping of keys`,
-      );
-    }
-    const base = resolve(options.configPath, '..');
-    if (typeof fromFile.stateDir === 'string') fromFile.stateDir = resolve(base, fromFile.stateDir);
-    if (Array.isArray(fromFile.providers)) {
-      for (const provider of fromFile.providers as Array<Record<string, unknown>>) {
-        if (typeof provider?.module === 'string' && provider.module.startsWith('.'))
-          provider.module = resolve(base, provider.module);
-      }
-    }
-  }
+  const fromFile = options.configPath === undefined ? {} : readConfigFile(options.configPath);
   const merged: Record<string, unknown> = { stateDir: defaultStateDir(options.env), ...fromFile };
   for (const override of options.overrides ?? []) {
     for (const [key, value] of Object.entries(override)) {

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,8 +13,9 @@ import {
 import type { ProviderContext } from '../../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../../test/fixtures/memory-provider.ts';
+import { resolveStateDir } from '../../connect.ts';
 import { runCli } from '../../program.ts';
-import { policyConfig } from './run.ts';
+import { evalDaemonConfig, policyConfig } from './run.ts';
 
 let daemon: TestDaemon | undefined;
 let model: ScriptedModelServer | undefined;
@@ -137,6 +139,96 @@ describe('gym eval run --input without --env', () => {
     expect(exitCode).not.toBe(0);
     expect(said).toContain('cannot tell which environment row 1');
     expect(said).toContain('give --env NAME');
+  });
+});
+
+describe('gym eval run without a running daemon, under GYM_CONFIG', () => {
+  const memoryModule = new URL('../../../test/fixtures/memory-provider.ts', import.meta.url).pathname;
+
+  it("starts its daemon with the config file's providers, state directory and model upstream", async () => {
+    // Seen: the in-process daemon read no config file (Docker, ~/.local/state/gym, no upstream).
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({ conversations: [{ replies: [{ content: 'Answer: B' }] }] }),
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-config-'));
+    const config = join(outputDir, 'gym.yaml');
+    await writeFile(
+      config,
+      [
+        'stateDir: ./state', // relative to the file
+        'providers:',
+        `  - { name: memory, module: ${memoryModule} }`,
+        `gateway: { upstream: { baseUrl: ${model.baseUrl} }, maxRetries: 0 }`,
+        '',
+      ].join('\n'),
+    );
+    const output = join(outputDir, 'out.jsonl');
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const exitCode = await runCli(['eval', 'run', '--env', 'mcqa', '--limit', '1', '-o', output], {
+      stdout: new PassThrough(),
+      stderr,
+      env: { GYM_CONFIG: config },
+    });
+    expect(said).toContain('started one in-process');
+    expect(exitCode).toBe(0);
+    // The single-turn harness asked the configured upstream (no --policy-base-url given).
+    expect(JSON.parse((await readFile(output, 'utf8')).trim())).toMatchObject({
+      outcome: 'reward',
+      reward: 1,
+      verifier: { extracted_answer: 'B' },
+    });
+    // Its state went to the file's stateDir, and the one provider it started was the file's.
+    const stateDir = join(outputDir, 'state', 'eval-daemon');
+    expect(existsSync(join(stateDir, 'providers', 'memory'))).toBe(true);
+    expect(existsSync(join(stateDir, 'providers', 'docker'))).toBe(false);
+  });
+
+  it("keeps the file's gateway settings under a run's own policy, and never the configured socket or pools", async () => {
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-config-'));
+    const config = join(outputDir, 'gym.yaml');
+    await writeFile(
+      config,
+      [
+        'stateDir: /nonexistent/from-file',
+        'namespace: shared',
+        'listen: { socket: /run/gym.sock }',
+        'providers:',
+        `  - { name: memory, module: ${memoryModule} }`,
+        'gateway: { upstream: { baseUrl: http://127.0.0.1:9/v1, apiKey: sk-configured }, maxRequestBytes: 4096 }',
+        'pools: { swe: { spec: { image: gym/debian-base:latest }, minIdle: 4, maxTotal: 8 } }',
+        '',
+      ].join('\n'),
+    );
+    const env = { GYM_CONFIG: config };
+    expect(resolveStateDir(undefined, env)).toBe('/nonexistent/from-file');
+    expect(resolveStateDir(undefined, { ...env, GYM_STATE_DIR: '/from-env' })).toBe('/from-env');
+    expect(resolveStateDir('/from-flag', { ...env, GYM_STATE_DIR: '/from-env' })).toBe('/from-flag');
+    const resolved = await evalDaemonConfig(
+      resolveStateDir(undefined, env),
+      { baseUrl: 'http://127.0.0.1:10/v1', model: 'mine' },
+      env,
+    );
+    expect(resolved).toMatchObject({
+      stateDir: '/nonexistent/from-file/eval-daemon',
+      namespace: 'gym-eval',
+      providers: [{ name: 'memory', module: memoryModule }],
+      pools: {},
+      destroyOnShutdown: true,
+      gateway: { maxRequestBytes: 4096, upstream: { baseUrl: 'http://127.0.0.1:10/v1', model: 'mine' } },
+    });
+    // The configured key is for the configured upstream only.
+    expect(resolved.gateway.upstream?.apiKey).toBeUndefined();
+    expect(resolved.listen).toMatchObject({ host: '127.0.0.1', port: 0 });
+    expect(resolved.listen.socket).toBeUndefined();
+    // Without a policy of the run's own, the configured upstream is the run's.
+    expect((await evalDaemonConfig('/s', {}, env)).gateway.upstream).toEqual({
+      baseUrl: 'http://127.0.0.1:9/v1',
+      apiKey: 'sk-configured',
+    });
   });
 });
 

@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/logger.ts';
-import { type DaemonConfigInput, loadConfig } from '../../../daemon/config.ts';
+import { configFromEnvironment, type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
 import { inferEnvironment } from '../../../environments/infer-format.ts';
@@ -54,6 +54,53 @@ export async function policyConfig(
   if (apiKey !== undefined) config.apiKey = apiKey;
   if (model !== undefined) config.model = model;
   return config;
+}
+
+/**
+ * The configuration of the daemon `gym eval run` starts when none runs: the daemon's own (the
+ * `GYM_CONFIG` file, then the `GYM_*` variables: its providers, gateway settings, limits), in a
+ * state directory and namespace of its own and stable (`<state dir>/eval-daemon`, `gym-eval`: a
+ * run killed halfway leaves its sandboxes in a store the next run, say with --resume, reconciles
+ * and cleans up), on a loopback port (never the configured socket: a running daemon's), without
+ * the configured warm pools (sized for other work) and destroying what it made when it stops.
+ * The run's policy (env.yaml, flags) replaces the configured upstream whole (its key never goes
+ * to another URL); the other gateway settings stay. Once, this daemon read no config file at all.
+ */
+export async function evalDaemonConfig(
+  stateDir: string,
+  policy: PolicyConfig,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<DaemonConfig> {
+  const { configPath, ...fromEnvironment } = configFromEnvironment(env);
+  const file = configPath === undefined ? {} : { configPath };
+  const configured = await loadConfig({ ...file, overrides: [fromEnvironment], env });
+  return loadConfig({
+    ...file,
+    env,
+    overrides: [
+      fromEnvironment,
+      {
+        stateDir: join(stateDir, 'eval-daemon'),
+        namespace: 'gym-eval',
+        listen: { host: '127.0.0.1', port: 0, socket: undefined },
+        pools: {},
+        destroyOnShutdown: true,
+        logLevel: 'warn',
+        ...(policy.baseUrl === undefined
+          ? {}
+          : {
+              gateway: {
+                ...configured.gateway,
+                upstream: {
+                  baseUrl: policy.baseUrl,
+                  ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
+                  ...(policy.model ? { model: policy.model } : {}),
+                },
+              },
+            }),
+      },
+    ],
+  });
 }
 
 /**
@@ -168,7 +215,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
 
     let client: GymClient;
     let inProcess: RunningDaemon | undefined;
-    let inProcessStateDir: string | undefined;
+    let hasUpstream = false;
     try {
       client = await connect(resolveStateDir(values.stateDir, env));
       await client.health();
@@ -176,35 +223,16 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         stderr.write(`gym: using the running daemon; this run's rollouts go to ${policy.baseUrl}\n`);
     } catch (error) {
       if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
-      // A stable state directory and namespace: a run killed halfway leaves its sandboxes in a
-      // store the next run (say, with --resume) reconciles and cleans up.
-      inProcessStateDir = join(resolveStateDir(values.stateDir, env), 'eval-daemon');
-      const overrides: Partial<DaemonConfigInput> = {
-        stateDir: inProcessStateDir,
-        namespace: 'gym-eval',
-        listen: { host: '127.0.0.1', port: 0 },
-        destroyOnShutdown: true,
-        logLevel: 'warn',
-        ...(policy.baseUrl === undefined
-          ? {}
-          : {
-              gateway: {
-                upstream: {
-                  baseUrl: policy.baseUrl,
-                  ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
-                  ...(policy.model ? { model: policy.model } : {}),
-                },
-              },
-            }),
-      };
-      inProcess = await startDaemon({ config: await loadConfig({ env, overrides: [overrides] }), logger });
+      const config = await evalDaemonConfig(resolveStateDir(values.stateDir, env), policy, env);
+      hasUpstream = config.gateway.upstream !== undefined;
+      inProcess = await startDaemon({ config, logger });
       client = new GymClient({ url: inProcess.address.url!, token: inProcess.token });
       stderr.write(`gym: no daemon running; started one in-process (${inProcess.address.url})\n`);
     }
-    if (harness.needsModel && inProcess !== undefined && policy.baseUrl === undefined) {
+    if (harness.needsModel && inProcess !== undefined && !hasUpstream) {
       throw new GymError(
         'VALIDATION_FAILED',
-        `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url`,
+        `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url (or gateway.upstream in GYM_CONFIG)`,
       );
     }
     const { prepareImages } = environment.implementation;
