@@ -7,7 +7,10 @@
  * - Every enroot call on a host runs with ENROOT_RUNTIME_PATH, ENROOT_DATA_PATH,
  *   ENROOT_CACHE_PATH and ENROOT_TEMP_PATH under the host's `<workDirectory>/enroot/`: enroot
  *   finds a container's runtime state only through the same paths, and a non-interactive SSH
- *   session has no XDG directories to default to.
+ *   session has no XDG directories to default to. And with ENROOT_ALLOW_SUPERUSER=no (it wins over
+ *   enroot.conf): root's containers too are user namespaces, root mapped to the SSH user, never
+ *   root of the host with its capabilities. (A root SSH user is refused unless the host sets
+ *   allowRootSshUser: uid 0 even in a user namespace may write the host's /proc/sys.)
  * - A sandbox is `enroot create --name gym-<namespace>-<id> <image>.sqsh` (its own unpacked,
  *   writable root filesystem), then a detached `enroot start --root --rw` whose command is the
  *   keeper: the host's static busybox, mounted read-only at `/.gym-tools/busybox`, unshares a
@@ -330,7 +333,10 @@ export class EnrootProvider implements SandboxProvider {
     return `gym-${this.#context.namespace}-${id}`;
   }
 
-  /** `ENROOT_*=... enroot`'s environment for a host: every path under its work directory. */
+  /**
+   * `ENROOT_*=... enroot`'s environment for a host: every path under its work directory, and no
+   * superuser containers.
+   */
   #environment(host: Host): string[] {
     const base = posix.join(host.workDirectory, 'enroot');
     return [
@@ -339,6 +345,9 @@ export class EnrootProvider implements SandboxProvider {
       `ENROOT_DATA_PATH=${base}/data`,
       `ENROOT_CACHE_PATH=${base}/cache`,
       `ENROOT_TEMP_PATH=${base}/tmp`,
+      // Always a user namespace, whatever enroot.conf or the host's env say (the environment wins
+      // over enroot.conf): with this on, Enroot starts root's containers as root of the host.
+      'ENROOT_ALLOW_SUPERUSER=no',
     ];
   }
 

@@ -121,3 +121,32 @@ it('stops every process of the sandbox while the agent stops every new one', asy
   expect(await exec('echo quiet')).toMatchObject({ status: 'ok', stdout: 'quiet\n' });
   await provider.destroy(sandbox.id);
 }, 90_000);
+
+/**
+ * ENROOT_ALLOW_SUPERUSER (enroot.conf, or the environment) lets root start a container without a
+ * user namespace: root of the host with every capability, for the keeper and whatever enters it.
+ * The provider sets it to no on every enroot call, so a root SSH user's sandbox is still a user
+ * namespace (root mapped to root: allowed only with allowRootSshUser, see HostSchema).
+ */
+it('keeps a root SSH user in a user namespace when the host allows Enroot superuser containers', async () => {
+  const superuser = new EnrootProvider(
+    { hosts: [{ ...node.host, env: { ENROOT_ALLOW_SUPERUSER: 'yes' } }] },
+    testContext({ logger: silentLogger, stateDirectory, namespace: 'superuser' }),
+  );
+  try {
+    const sandbox = await superuser.create(
+      parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
+    );
+    const result = await superuser.exec(
+      sandbox.id,
+      parseOrThrow(ExecRequestSchema, { command: 'cat /proc/self/uid_map' }, 'exec'),
+    );
+    // Before the fix the container was the host's user namespace (uid_map "0 0 4294967295") and
+    // the daemon's commands could not even enter it (setns to one's own user namespace fails).
+    expect(result).toMatchObject({ status: 'ok', exitCode: 0 });
+    expect(result.stdout.trim().split(/\s+/)).toEqual(['0', '0', '1']);
+    await superuser.destroy(sandbox.id);
+  } finally {
+    await superuser.close();
+  }
+}, 90_000);

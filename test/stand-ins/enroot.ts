@@ -17,8 +17,11 @@
  *   only: the host's network, pid and IPC namespaces, the host's /proc, /dev and a read-only /sys
  *   bound in, a tmpfs /tmp, the root filesystem read-only unless `--rw`, `/etc/rc` run when the
  *   image has one. A `.lock` file in the root filesystem marks it, as Enroot's does.
+ *   With ENROOT_ALLOW_SUPERUSER (anything but no/false; as enroot.conf's setting would) root
+ *   gets no user namespace: the container is root of the host with every capability.
  * - `exec [--env K=V] PID CMD...` joins the user and mount namespaces of PID with nsenter, in its
- *   working directory, with its environment plus the `--env` ones.
+ *   working directory, with its environment plus the `--env` ones (the user namespace only when
+ *   it is not the caller's, as enroot-nsenter skips its own).
  * - `list [--fancy]` lists the root filesystems; `--fancy` adds, per container, the processes
  *   whose root is its root filesystem (lowest PID per mount namespace, as `lsns` gives them) in
  *   Enroot's columns `NAME PID COMM STATE STARTED TIME MNTNS USERNS COMMAND`.
@@ -265,6 +268,7 @@ function start(args: string[]): void {
   // Enroot takes a lock on this file at start; `list --fancy` looks for it.
   if (!existsSync(join(rootfs, '.lock'))) writeFileSync(join(rootfs, '.lock'), '');
   const remap = flags.has('root');
+  const superuser = allowsSuperuser();
   const argv =
     command.length === 0
       ? ['/bin/sh']
@@ -274,13 +278,19 @@ function start(args: string[]): void {
   const child = spawn(
     'bwrap',
     [
-      '--unshare-user',
-      '--uid',
-      remap ? '0' : String(process.getuid?.() ?? 0),
-      '--gid',
-      remap ? '0' : String(process.getgid?.() ?? 0),
-      // Root in its user namespace keeps its capabilities there (enroot-switchroot drops them for others).
-      ...(remap ? ['--cap-add', 'ALL'] : []),
+      // ENROOT_ALLOW_SUPERUSER lets root start a container without a user namespace: root of
+      // the host, with every capability of the host.
+      ...(superuser
+        ? ['--cap-add', 'ALL']
+        : [
+            '--unshare-user',
+            '--uid',
+            remap ? '0' : String(process.getuid?.() ?? 0),
+            '--gid',
+            remap ? '0' : String(process.getgid?.() ?? 0),
+            // Root in its user namespace keeps its capabilities there (enroot-switchroot drops them for others).
+            ...(remap ? ['--cap-add', 'ALL'] : []),
+          ]),
       flags.has('rw') ? '--bind' : '--ro-bind',
       rootfs,
       '/',
@@ -326,15 +336,39 @@ function exec(args: string[]): void {
     else env[pair.slice(0, at)] = pair.slice(at + 1);
   }
   // Busybox's nsenter joins without forking (-F): the command is this process's child directly.
-  const child = spawn('/bin/busybox', ['nsenter', '-t', pid, '-U', '-m', '-w', '-F', '--', ...command], {
-    stdio: 'inherit',
-    env,
-  });
+  // The user namespace only when it is another one (enroot-nsenter skips its own, as a superuser
+  // container has: setns to it fails).
+  const sameUser = (() => {
+    try {
+      return readlinkSync(`/proc/${pid}/ns/user`) === readlinkSync('/proc/self/ns/user');
+    } catch {
+      return false;
+    }
+  })();
+  const enterUser = sameUser ? [] : ['-U'];
+  const child = spawn(
+    '/bin/busybox',
+    ['nsenter', '-t', pid, ...enterUser, '-m', '-w', '-F', '--', ...command],
+    {
+      stdio: 'inherit',
+      env,
+    },
+  );
   child.on('error', (error) => fail(`cannot run nsenter: ${error.message}`));
   child.on('close', (code, signal) => {
     if (signal !== null) process.kill(process.pid, signal);
     else process.exit(code ?? 1);
   });
+}
+
+/**
+ * Whether root may start a container without a user namespace: ENROOT_ALLOW_SUPERUSER set to
+ * anything but Enroot's words for no (its config::fini unsets those), and the caller root. The
+ * stand-in reads no enroot.conf: the variable stands for the setting there too.
+ */
+function allowsSuperuser(): boolean {
+  const value = process.env.ENROOT_ALLOW_SUPERUSER ?? '';
+  return value !== '' && !/^(no?|N[oO]?|[fF](alse)?|FALSE)$/.test(value) && process.getuid?.() === 0;
 }
 
 /** Processes whose root is a container's root filesystem: the lowest PID of each mount namespace, by name. */
