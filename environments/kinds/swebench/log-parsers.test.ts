@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  djangoInterruptedPassNames,
   parseDjango,
   parseMatplotlib,
   parsePytest,
@@ -231,5 +232,64 @@ describe('log parsers on hostile logs (the agent writes the test output)', () =>
       [`t${brackets}`]: 'PASSED',
       [`u[${brackets.slice(1)}a]`]: 'PASSED',
     });
+  });
+});
+
+describe('django parser on hostile logs', () => {
+  // SWE-bench's regexes for a pass whose `ok` comes lines after its `...`: the reference.
+  const INTERRUPTED = [
+    /^(.*?)\s\.\.\.\sTesting against Django installed in ([\s\S]*?) silenced\)\.\nok$/gm,
+    /^(.*?)\s\.\.\.\sInternal Server Error: \/(.*)\/\nok$/gm,
+    /^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$/gm,
+  ];
+  const byRegex = (log: string) =>
+    INTERRUPTED.flatMap((pattern) => [...log.matchAll(pattern)].map((match) => match[1]!));
+
+  it('reads the passes interrupted by output exactly as the regexes did', () => {
+    // Lines that nearly match, in pieces each rule may trip on, with noise between them.
+    const pick = (...options: string[]) => fc.constantFrom(...options);
+    const record = fc
+      .tuple(
+        pick('', 'x', 'x y', '...'),
+        pick(' ... ', '\t...\t', ' ...\n', '\n... ', '\r...\u2028', ' .. ', '...', ' ...x'),
+        pick(
+          'Testing against Django installed in ',
+          'Internal Server Error: /',
+          'System check identified no issues (0 silenced)\nok',
+          'System check identified no issues (0 silenced)\n',
+        ),
+        pick('', 'a', 'a/', ' ... ', '\n'),
+        pick(
+          '',
+          '/\nok',
+          '/\rok',
+          '/\nokx',
+          '/\nok\n',
+          ' silenced).\nok',
+          ' silenced).\nokk',
+          ' silenced).\n',
+          '\nok',
+        ),
+        pick('', '\n', '\r', '\u2028', ' '),
+      )
+      .map((parts) => parts.join(''));
+    const noise = pick(' ', '\n', '\r', 'x', '...', 'ok', '/', ' silenced).\nok');
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(record, noise), { maxLength: 8 }).map((parts) => parts.join('')),
+        (log) => {
+          expect(djangoInterruptedPassNames(log)).toEqual(byRegex(log));
+        },
+      ),
+      { numRuns: 5000 },
+    );
+  });
+
+  it('stays linear in a log the agent fills with beginnings that never end (the regexes took hours on 8 MiB)', () => {
+    const testing = 'test_x (a.B) ... Testing against Django installed in y\n'.repeat(40_000);
+    const errors = '\t...\tInternal Server Error: /'.repeat(40_000);
+    expect(djangoInterruptedPassNames(`${testing}${errors}\n`)).toEqual([]);
+    // One real ending after them all: the first beginning takes it, as the lazy regex did.
+    expect(djangoInterruptedPassNames(`${testing}z (0 silenced).\nok\n`)).toEqual(['test_x (a.B)']);
   });
 });

@@ -108,12 +108,104 @@ export const parseSeaborn: TestLogParser = (log) => {
 };
 
 const DJANGO_PASS_SUFFIXES = [' ... ok', ' ... OK', ' ...  OK'];
-/** Output that Django's runner sometimes prints between a test's `...` and its `ok`. */
-const DJANGO_INTERRUPTED_PASSES = [
-  /^(.*?)\s\.\.\.\sTesting against Django installed in ([\s\S]*?) silenced\)\.\nok$/gm,
-  /^(.*?)\s\.\.\.\sInternal Server Error: \/(.*)\/\nok$/gm,
-  /^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$/gm,
-];
+const isLineBreak = (char: string | undefined) =>
+  char === '\n' || char === '\r' || char === '\u2028' || char === '\u2029';
+const isSpace = (char: string | undefined) => char !== undefined && /^\s$/.test(char);
+
+/**
+ * `find(from)`: where `needle` next occurs at or after `from` (-1: nowhere). Asked with `from` that
+ * never decreases, it scans each part of the text once: an answer stands until `from` passes it.
+ */
+function forwardFinder(text: string, needle: string | RegExp): (from: number) => number {
+  let askedFrom = Number.POSITIVE_INFINITY;
+  let found = -1;
+  const regex = typeof needle === 'string' ? null : new RegExp(needle.source, 'g');
+  return (from) => {
+    if (from >= askedFrom && (found === -1 || from <= found)) return found;
+    askedFrom = from;
+    if (regex === null) found = text.indexOf(needle as string, from);
+    else {
+      regex.lastIndex = from;
+      found = regex.exec(text)?.index ?? -1;
+    }
+    return found;
+  };
+}
+
+/**
+ * Output that Django's runner sometimes prints between a test's `...` and its `ok`: SWE-bench's
+ * regexes `^(.*?)\s\.\.\.\s<literal><tail>` (multi-line), where the tail is
+ * `([\s\S]*?) silenced\)\.\nok$`, `(.*)\/\nok$` or `$`. Read by hand: as regexes they were
+ * quadratic in a log the agent writes (a line of `\t...\tInternal Server Error: /` repeated, or
+ * many `Testing against ...` lines with no end: 8 MiB of them took hours). `tail(at)` says where
+ * a match whose literal ends at `at` ends (null: none). Reads what the regexes read, in the same
+ * order (a property test holds them equal), the test name (group 1) of each match.
+ */
+function djangoInterruptedPasses(
+  log: string,
+  literal: string,
+  tail: (at: number) => number | null,
+): string[] {
+  const names: string[] = [];
+  const nextBreak = forwardFinder(log, /[\n\r\u2028\u2029]/);
+  const nextDots = forwardFinder(log, '...');
+  const lineEnd = (from: number) => {
+    const found = nextBreak(from);
+    return found === -1 ? log.length : found;
+  };
+  for (let start = 0; start < log.length; ) {
+    // `(.*?)` stays on the line; the `\s` after it may be the line's break itself.
+    const end = lineEnd(start);
+    let matchEnd: number | null = null;
+    for (let dots = nextDots(start + 1); dots !== -1 && dots - 1 <= end; dots = nextDots(dots + 1)) {
+      const space = dots - 1;
+      if (!isSpace(log[space]) || !isSpace(log[dots + 3]) || !log.startsWith(literal, dots + 4)) continue;
+      matchEnd = tail(dots + 4 + literal.length);
+      if (matchEnd !== null) {
+        names.push(log.slice(start, space));
+        break;
+      }
+    }
+    // The next match starts on a line that begins at or after this one's end.
+    if (matchEnd === null) start = end + 1;
+    else start = isLineBreak(log[matchEnd - 1]) ? matchEnd : lineEnd(matchEnd) + 1;
+  }
+  return names;
+}
+
+/** Where `ok` ends a line at `at` (JavaScript's multi-line `$`), else null. */
+const okLineEnd = (log: string, at: number) =>
+  log.startsWith('ok', at) && (at + 2 === log.length || isLineBreak(log[at + 2])) ? at + 2 : null;
+
+/** The test names of the interrupted passes, each pattern's in the order found (exported for tests). */
+export function djangoInterruptedPassNames(log: string): string[] {
+  const silenced = forwardFinder(log, ' silenced).\n');
+  const nextBreak = forwardFinder(log, /[\n\r\u2028\u2029]/);
+  // No ending after a point means none after any later one: asked once, not again per line.
+  let noEndingFrom = Number.POSITIVE_INFINITY;
+  return [
+    // `([\s\S]*?) silenced\)\.\nok$`: the first ` silenced).` line followed by an `ok` line.
+    ...djangoInterruptedPasses(log, 'Testing against Django installed in ', (at) => {
+      if (at >= noEndingFrom) return null;
+      for (let found = silenced(at); found !== -1; found = silenced(found + 1)) {
+        const end = okLineEnd(log, found + ' silenced).\n'.length);
+        if (end !== null) return end;
+      }
+      noEndingFrom = at;
+      return null;
+    }),
+    // `(.*)\/\nok$`: the rest of the line ends with `/`, its break is `\n`, the next line is `ok`.
+    ...djangoInterruptedPasses(log, 'Internal Server Error: /', (at) => {
+      const lineBreak = nextBreak(at);
+      if (lineBreak === -1 || log[lineBreak] !== '\n' || lineBreak - 1 < at || log[lineBreak - 1] !== '/')
+        return null;
+      return okLineEnd(log, lineBreak + 1);
+    }),
+    ...djangoInterruptedPasses(log, 'System check identified no issues (0 silenced)\nok', (at) =>
+      at === log.length || isLineBreak(log[at]) ? at : null,
+    ),
+  ];
+}
 
 export const parseDjango: TestLogParser = (log) => {
   const results = new Map<string, TestStatus>();
@@ -144,8 +236,7 @@ export const parseDjango: TestLogParser = (log) => {
     // The test passed, but printed something between its `...` and its `ok`.
     if (line.startsWith('ok') && previous !== undefined) results.set(previous, 'PASSED');
   }
-  for (const pattern of DJANGO_INTERRUPTED_PASSES)
-    for (const match of log.matchAll(pattern)) results.set(match[1]!, 'PASSED');
+  for (const name of djangoInterruptedPassNames(log)) results.set(name, 'PASSED');
   return results;
 };
 
