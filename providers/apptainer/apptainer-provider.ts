@@ -696,8 +696,9 @@ export class ApptainerProvider implements SandboxProvider {
 
   /**
    * Makes a derived image on a host: a copy of the base's sandbox directory, the files written
-   * into the working directory, the command run there (contained, no network) with `apptainer
-   * exec --writable`, then renamed into place with its config. Returns that config.
+   * into the working directory, the command run there (contained, no network, no privileges) with
+   * `apptainer exec --no-privs --writable`, then renamed into place with its config. Returns that
+   * config.
    */
   async #buildDerived(host: Host, source: DerivedImageSource): Promise<ImageConfig> {
     const baseConfig = await this.#ensureImage(host, source.base);
@@ -728,6 +729,8 @@ export class ApptainerProvider implements SandboxProvider {
     const ran = await host.connection.exec(
       this.#apptainer(host, [
         'exec',
+        // The recipe is a task's, not ours: no more privileges than an agent's command.
+        ...UNPRIVILEGED,
         '--writable',
         '--containall',
         '--net',
