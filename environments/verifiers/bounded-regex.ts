@@ -91,7 +91,8 @@ export class BoundedRegexRunner {
       this.worker = worker;
       this.online = new Promise<void>((resolve, reject) => {
         worker.once('online', resolve);
-        worker.once('error', reject);
+        // Kept for the worker's life: an 'error' with no listener would throw in this process.
+        worker.on('error', reject);
       });
       // A worker that died on its own is replaced on the next request.
       worker.once('exit', () => {

@@ -52,6 +52,20 @@ describe('gym doctor', () => {
     }
   });
 
+  it('reports a GYM_CONFIG that does not load as a failed check (the state directory may come from it)', async () => {
+    const stdout = new PassThrough();
+    const chunks: Buffer[] = [];
+    stdout.on('data', (chunk: Buffer) => chunks.push(chunk));
+    const env = { PATH: '/nonexistent', GYM_CONFIG: '/nonexistent/gym.yaml' };
+    const code = await runCli(['doctor', '--json'], { stdout, stderr: new PassThrough(), env });
+    const checks = JSON.parse(Buffer.concat(chunks).toString()) as DoctorCheck[];
+    expect(code).toBe(1);
+    expect(checks.find((check) => check.name === 'providers')).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining('cannot read config file /nonexistent/gym.yaml'),
+    });
+  });
+
   it('exits 1 when a required check fails (here: no nsenter on PATH), listing every check', async () => {
     // No GYM_CONFIG: the default configuration, one Docker provider, so Docker's host checks.
     const { code, checks } = await runDoctor({ PATH: '/nonexistent' });

@@ -111,11 +111,13 @@ export const doctorCommand: CommandOf<typeof doctor> = {
     // The provider checks go here, before the daemon's: filled in once the daemon says which it runs.
     const hostChecksAt = checks.length;
     let running: string[] | undefined;
-    const stateDir = resolveStateDir(values.stateDir, env);
     // The providers and their images are the daemon's: asked through its API (one started
     // in-process when none runs), whatever the backend.
     let daemon: DaemonConnection | undefined;
     try {
+      // In here: the state directory may come from GYM_CONFIG, and a config that does not load
+      // is a failed check, not a crash.
+      const stateDir = resolveStateDir(values.stateDir, env);
       daemon = await connectOrStartInProcess({ stateDir, env });
       const health = await daemon.client.health();
       checks.push({
