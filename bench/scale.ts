@@ -639,6 +639,8 @@ try {
       const sample = { minute: round((performance.now() - soakStarted) / 60_000, 2), ...window };
       window = null;
       samples.push(sample);
+      // With --profile, heap snapshots after the warm-up sample and at the end: what grew between.
+      if (samples.length === 2) void heapSnapshot(pid, 'soak-early');
       log(
         `soak ${sample.minute} min: RSS floor ${sample.rssMiB} MiB, ${sample.fds} fds, ${live.length} live`,
       );
@@ -662,6 +664,7 @@ try {
     const rssLimit = Math.max(16, (used[0]?.rssMiB ?? 0) * 0.1);
     const fdLimit = Math.max(32, (used[0]?.fds ?? 0) * 0.1);
     const isGrowing = used.length >= 3 && (rssGrowth > rssLimit || fdGrowth > fdLimit);
+    await heapSnapshot(pid, 'soak-late');
     const teardownSeconds = await destroyAll(client, live);
     const leftovers = (await containersLabelled(`gym.namespace=${namespace}`)).length;
     console.log(

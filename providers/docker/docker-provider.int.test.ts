@@ -7,6 +7,7 @@ import { parseOrThrow } from '../../core/validate.ts';
 import { DEFAULT_RESOURCES } from '../../daemon/config.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
+import { waitFor } from '../../test/wait-for.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
 import { BUILD_DEADLINE_LABEL, BUILD_LABEL } from './docker-images.ts';
 import { DEFAULT_BUILD_RESOURCES, DockerProvider } from './docker-provider.ts';
@@ -141,25 +142,26 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
         info.id,
         parseOrThrow(ExecRequestSchema, { command, session: 'pipes', timeoutMs }, 'exec'),
       );
-    // The pipe the session's commands write to: its reader is this process (the provider runs
-    // in it), not the engine's shim.
-    const [stdoutPipe, stderrPipe] = (
-      await session('readlink /proc/self/fd/1; readlink /proc/self/fd/2')
-    ).stdout
-      .trim()
-      .split('\n');
-    expect(stdoutPipe).toMatch(/^pipe:\[\d+\]$/);
-    const ours = new Set(
-      readdirSync('/proc/self/fd').map((fd) => {
-        try {
-          return readlinkSync(`/proc/self/fd/${fd}`);
-        } catch {
-          return '';
-        }
-      }),
-    );
-    expect(ours.has(stdoutPipe!)).toBe(true);
-    expect(ours.has(stderrPipe!)).toBe(true);
+    const ours = () =>
+      new Set(
+        readdirSync('/proc/self/fd').map((fd) => {
+          try {
+            return readlinkSync(`/proc/self/fd/${fd}`);
+          } catch {
+            return '';
+          }
+        }),
+      );
+    // The session shell's stdin, stdout and stderr (each command runs in a child of it).
+    const shellPipes = async () =>
+      (await session('for fd in 0 1 2; do readlink /proc/$PPID/fd/$fd; done')).stdout.trim().split('\n');
+    // Their other ends are in this process (the provider runs in it), not in the engine's shim.
+    const first = await shellPipes();
+    expect(first).toHaveLength(3);
+    for (const pipe of first) {
+      expect(pipe).toMatch(/^pipe:\[\d+\]$/);
+      expect(ours().has(pipe)).toBe(true);
+    }
     // The helper's own ends are closed before the shell runs: nothing of the sandbox can read its
     // output or write its next command through them.
     expect((await session('ls /proc/$PPID/fd')).stdout.trim().split('\n').sort()).toEqual(['0', '1', '2']);
@@ -168,6 +170,11 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     expect(result).toMatchObject({ status: 'ok', exitCode: 3, stdout: 'out', stderr: 'err' });
     expect((await session('sleep 30', 300)).status).toBe('timeout');
     expect((await session('echo again')).stdout).toBe('again\n');
+    // A shell the agent kills takes the session with it, and the daemon lets go of all three pipes.
+    const second = await shellPipes();
+    expect((await session('kill -9 $PPID')).status).toBe('killed');
+    await waitFor('the pipes let go', () => second.every((pipe) => !ours().has(pipe)), 10_000, 50);
+    expect((await session('echo fresh')).stdout).toBe('fresh\n');
   });
 
   it('confines and stops the commands of containers it made from the host, inspecting none of them again', async () => {

@@ -134,7 +134,11 @@ function pipedSession(
   let open = 2;
   const ended = () => {
     open -= 1;
-    if (open === 0) session.channelLost();
+    if (open > 0) return;
+    // Nothing reads the shell's input any more: let go of it too, so a session that died on its
+    // own (the agent killed its shell) holds no descriptor after it.
+    stdin.destroy();
+    session.channelLost();
   };
   for (const [name, pipe] of [
     ['stdout', stdout],
