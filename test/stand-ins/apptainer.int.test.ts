@@ -3,6 +3,7 @@
  * shape, `FATAL:` with exit 255 for its own errors, and a loud refusal of anything else.
  */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -88,6 +89,13 @@ describe('apptainer stand-in', () => {
       apptainer('instance', 'start', '--no-privs', '--containall', '--writable-tmpfs', image, 'privs').code,
     ).toBe(0);
     try {
+      // The instance's own first process has none either.
+      const keeper = (
+        JSON.parse(apptainer('instance', 'list', '--json').stdout) as {
+          instances: Array<{ instance: string; pid: number }>;
+        }
+      ).instances.find((entry) => entry.instance === 'privs')!.pid;
+      expect(readFileSync(`/proc/${keeper}/status`, 'utf8')).toMatch(/\nCapEff:\t0{16}\n/);
       const status = (...flags: string[]) =>
         apptainer(
           'exec',

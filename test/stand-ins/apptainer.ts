@@ -515,8 +515,9 @@ function instanceExec(args: string[]): void {
   // first), yet nsenter needs CAP_SYS_ADMIN, CAP_SYS_CHROOT and CAP_SYS_PTRACE (the keeper is not
   // dumpable) to enter the instance, and CAP_SETUID/CAP_SETGID to become uid:gid. Those alone pass
   // as ambient capabilities under the locked "noroot" securebits (uid 0 gains nothing at exec);
-  // inside the instance they are lost at the change of uid, or, for root, cleared by the busybox
-  // bound at start before the command runs.
+  // inside the instance they are lost at the change of uid (the inheritable set keeps them, which
+  // grants nothing under no_new_privs), or, for root, cleared by the busybox bound at start before
+  // the command runs. util-linux setpriv on the host sets all this up.
   const keep = ['sys_admin', 'sys_chroot', 'sys_ptrace', ...(ids === null ? [] : ['setuid', 'setgid'])];
   const drop = unprivileged
     ? [
