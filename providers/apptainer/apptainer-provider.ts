@@ -1088,9 +1088,10 @@ export class ApptainerProvider implements SandboxProvider {
         spec.workdir ?? imageConfig?.workdir ?? '/',
         as,
       );
-      // Only the command's processes: the shell shares their session.
+      // Only the command's processes: the shell shares their session. From the host, out of
+      // the agent's reach: a failed pass is not escalated to the sandbox (yet).
       return openSshSession(host.connection, line, (execId) =>
-        this.#killTagged(host, id, execId, 'tagged-only'),
+        this.#killTagged(host, id, execId, 'tagged-only').then(() => 'killed' as const),
       );
     })();
     sessions.set(key, opening);

@@ -10,6 +10,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import type { Duplex } from 'node:stream';
 import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
@@ -18,12 +19,25 @@ import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import type { ExecHooks } from '../shared/abnormal-end.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output.ts';
-import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-script.ts';
+import {
+  EXEC_ID_ENV,
+  KILL_FAILED_NOTE,
+  type KillOutcome,
+  type KillReach,
+  killScriptArgv,
+} from '../shared/kill-script.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 import type { ContainerCgroup } from './exec-cgroups.ts';
 
 /** After a kill, how long to wait for the exec's stream to close before dropping it. */
 const KILL_GRACE_MS = 5_000;
+
+/**
+ * How long a timeout's kill script may take before the kill counts as failed and the container is
+ * killed instead. Normally it takes milliseconds; a loaded engine can take seconds to start an
+ * exec, and a sandbox killed for that alone would be lost for nothing.
+ */
+const KILL_SCRIPT_WAIT_MS = 15_000;
 
 /**
  * How long a just-started exec may take to run (its ready token, or its pid in the engine's
@@ -79,23 +93,121 @@ function sleep(ms: number): Promise<'timeout'> {
   return new Promise((resolve) => setTimeout(() => resolve('timeout'), ms).unref());
 }
 
-/** Runs the kill script for `execId` and waits (bounded) for it to finish. */
+/**
+ * A timeout's kill without a cgroup: the kill script in the container, as the command's user, and
+ * when it did not take effect (see `KillOutcome`: the agent, as that user, can stop or kill it, or
+ * fork faster than it kills), the whole container, killed by the engine, which nothing in it can
+ * resist. Throws only when even that fails (the engine does not answer).
+ */
 export async function killTagged(
   container: Docker.Container,
   execId: string,
   reach: KillReach,
   user: string | undefined,
+): Promise<KillOutcome> {
+  // Read before the script runs: should the agent stop its exec half-started (its `runc init`),
+  // the engine holds the container until that exec goes on, and an inspect would wait forever.
+  const first = await withTimeout(container.inspect(), KILL_GRACE_MS).then(
+    (inspected) => (inspected === null ? null : { id: inspected.Id, pid: inspected.State.Pid }),
+    () => null,
+  );
+  if (await runKillScript(container, execId, reach, user)) return 'killed';
+  await killContainer(container, first);
+  return 'sandbox_killed';
+}
+
+/** `promise`'s value, or null when it takes longer than `ms` (it runs on, ignored). */
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | null> {
+  promise.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** Runs the kill script for `execId`, bounded; whether it exited 0 in time. */
+async function runKillScript(
+  container: Docker.Container,
+  execId: string,
+  reach: KillReach,
+  user: string | undefined,
+): Promise<boolean> {
+  try {
+    const exec = await container.exec({
+      Cmd: killScriptArgv(execId, reach),
+      AttachStdout: true,
+      AttachStderr: true,
+      ...(user === undefined ? {} : { User: user }),
+    });
+    const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
+    stream.resume();
+    const ended = await Promise.race([
+      streamDone(stream).then(() => 'ended' as const),
+      sleep(KILL_SCRIPT_WAIT_MS),
+    ]);
+    stream.destroy();
+    if (ended !== 'ended') return false;
+    // The engine may record the exit a moment after the stream closed.
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const inspected = await exec.inspect();
+      if (!inspected.Running) return inspected.ExitCode === 0;
+      await sleep(50);
+    }
+    return false;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Kills the container (SIGKILL to its first process: its pid namespace dies, everything in it
+ * with it) and waits (bounded) until the engine says it has stopped; throws when it cannot tell.
+ *
+ * From the host first, when the daemon runs where the engine does and may signal the container's
+ * processes: the engine cannot kill a container while an exec in it is stuck half-started (the
+ * agent stopped its `runc init`), and answers nothing for it until then. The pid is checked to
+ * still be that container's (its cgroup names it) before it is signalled.
+ */
+async function killContainer(
+  container: Docker.Container,
+  first: { id: string; pid: number } | null,
 ): Promise<void> {
-  const exec = await container.exec({
-    Cmd: killScriptArgv(execId, reach),
-    AttachStdout: true,
-    AttachStderr: true,
-    ...(user === undefined ? {} : { User: user }),
-  });
-  const stream = (await exec.start({ hijack: true, stdin: false })) as Duplex;
-  stream.resume();
-  await Promise.race([streamDone(stream), sleep(KILL_GRACE_MS)]);
-  stream.destroy();
+  if (first !== null && first.pid > 0) {
+    try {
+      if ((await readFile(`/proc/${first.pid}/cgroup`, 'utf8')).includes(first.id))
+        process.kill(first.pid, 'SIGKILL');
+    } catch {
+      // Another host (a remote engine), gone already, or not ours to signal: the engine's kill follows.
+    }
+  }
+  await withTimeout(
+    container.kill().catch((error: { statusCode?: number }) => {
+      // 404: already removed; 409: not running. Both are what the kill is for.
+      if (error.statusCode !== 404 && error.statusCode !== 409) throw error;
+    }),
+    KILL_GRACE_MS,
+  ).catch(() => {});
+  const deadline = performance.now() + KILL_GRACE_MS;
+  for (;;) {
+    const state = await withTimeout(
+      container.inspect().then(
+        (inspected) => inspected.State,
+        (error: { statusCode?: number }) => (error.statusCode === 404 ? { Running: false } : null),
+      ),
+      KILL_GRACE_MS,
+    );
+    if (state !== null && !state.Running) return;
+    if (performance.now() > deadline)
+      throw new GymError(
+        'PROVIDER_ERROR',
+        'the timeout kill of a command did not take effect, and its container, killed, still runs: the sandbox is unusable',
+        { details: { container: first?.id ?? null } },
+      );
+    await sleep(50);
+  }
 }
 
 /**
@@ -214,16 +326,21 @@ export async function runOneShotExec(
   if (input !== null) stream.end(input);
   else if (attachStdin) stream.end();
 
-  let killing: Promise<void> | null = null;
+  let killing: Promise<KillOutcome> | null = null;
   let isCancelled = false;
   const kill = () => {
     if (killing !== null) return;
-    killing = (
+    killing =
       confined === null || confinement === null
         ? killTagged(container, execId, 'tagged-and-their-sessions', request.user)
-        : confinement.cgroup.kill(confined.cgroup)
-    ).catch(() => {});
-    killing.then(() => sleep(KILL_GRACE_MS)).then(() => stream.destroy());
+        : confinement.cgroup.kill(confined.cgroup).then(
+            () => 'killed' as const,
+            () => 'killed' as const,
+          );
+    killing.then(
+      () => sleep(KILL_GRACE_MS).then(() => stream.destroy()),
+      () => stream.destroy(),
+    );
   };
   const timer = setTimeout(kill, request.timeoutMs);
   // A caller that gives up (a streaming client that went away) cancels exactly as a timeout would.
@@ -242,7 +359,11 @@ export async function runOneShotExec(
   }
   const timedOut = killing !== null;
   // The result says "timeout" only once the kill has finished: nothing it started runs on.
-  if (killing !== null) await killing;
+  // When the kill had to take the container, the command ran on until then: the sandbox is gone.
+  if (killing !== null && (await killing) === 'sandbox_killed') {
+    output.push('stderr', KILL_FAILED_NOTE);
+    return output.result('sandbox_gone', null);
+  }
   if (confined !== null && confinement !== null) {
     // Background jobs a command left on purpose outlive it, as they would without a cgroup.
     if (!timedOut) await confinement.cgroup.evacuate(confined.cgroup);

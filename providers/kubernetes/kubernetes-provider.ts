@@ -56,7 +56,13 @@ import {
   SIGKILL_EXIT_CODE,
   stdinBytes,
 } from '../shared/exec-output.ts';
-import { EXEC_ID_ENV, type KillReach, killScriptArgv } from '../shared/kill-script.ts';
+import {
+  EXEC_ID_ENV,
+  KILL_FAILED_NOTE,
+  type KillOutcome,
+  type KillReach,
+  killScriptArgv,
+} from '../shared/kill-script.ts';
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, selectorLabels } from '../shared/labels.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellQuote } from '../shared/shell.ts';
@@ -137,6 +143,22 @@ const OOM_REPORT_WAITS_MS = [250, 500, 1_000, 2_000];
 
 /** After a kill, how long to wait for the command's stream to end before dropping it. */
 const KILL_GRACE_MS = 5_000;
+
+/**
+ * How long a timeout's kill script may take before the kill counts as failed and the Pod is
+ * killed instead. Normally it takes milliseconds; an exec can take seconds to start on a loaded
+ * node, and a sandbox killed for that alone would be lost for nothing.
+ */
+const KILL_SCRIPT_WAIT_MS = 15_000;
+
+/**
+ * The grace of a Pod deleted because a timeout's kill script did not take effect: short, and not
+ * 0, which would remove the Pod from the API at once while its containers may still run.
+ */
+const KILLED_POD_GRACE_SECONDS = 1;
+
+/** How long the kubelet may take to kill such a Pod before the exec fails with an error. */
+const KILLED_POD_WAIT_MS = 30_000;
 
 /** Directories checked per exec before an extraction (their paths travel in the exec's URL). */
 const EXTRACT_CHECK_BATCH = 200;
@@ -850,12 +872,45 @@ export class KubernetesProvider implements SandboxProvider {
     }
   }
 
-  /** Runs the kill script for one exec id in the Pod, bounded. */
-  async #killTagged(id: string, execId: string, reach: KillReach): Promise<void> {
-    await runPodCommand(this.#kubeConfig, this.#target(id), killScriptArgv(execId, reach), {
+  /** Runs the kill script for one exec id in the Pod, bounded; whether it exited 0 in time. */
+  async #runKillScript(id: string, execId: string, reach: KillReach): Promise<boolean> {
+    const ran = await runPodCommand(this.#kubeConfig, this.#target(id), killScriptArgv(execId, reach), {
       maxBytes: 1024,
-      timeoutMs: KILL_GRACE_MS,
-    }).catch(() => {});
+      timeoutMs: KILL_SCRIPT_WAIT_MS,
+    }).catch(() => null);
+    return ran !== null && ran.end.kind === 'exited' && ran.end.exitCode === 0;
+  }
+
+  /**
+   * A timeout's kill: the kill script in the Pod, and when it did not take effect (see
+   * `KillOutcome`: the agent, as the Pod's user, can stop or kill it, or fork faster than it
+   * kills), the Pod itself, killed by the kubelet, which nothing in it can resist. Throws only
+   * when even that fails (the API does not answer).
+   */
+  async #killTagged(id: string, execId: string, reach: KillReach): Promise<KillOutcome> {
+    if (await this.#runKillScript(id, execId, reach)) return 'killed';
+    this.#context.logger.warn(
+      { sandboxId: id, execId },
+      'the timeout kill script did not take effect in the Pod; deleting the Pod',
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const isGone = await Promise.race([
+      this.#deletePodAndWait(id, KILLED_POD_GRACE_SECONDS).then(
+        () => true,
+        () => false,
+      ),
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), KILLED_POD_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (isGone) return 'sandbox_killed';
+    // Never "timeout" with the command perhaps still running: the caller gets this error.
+    throw new GymError(
+      'PROVIDER_ERROR',
+      `the timeout kill of a command in sandbox ${id} did not take effect, and its Pod, deleted, is not gone yet: the sandbox is unusable`,
+      { details: { sandboxId: id } },
+    );
   }
 
   #execHooks(id: string): ExecHooks {
@@ -939,13 +994,17 @@ export class KubernetesProvider implements SandboxProvider {
       onStderr: (chunk) => output.push('stderr', chunk),
     });
 
-    let killing: Promise<void> | null = null;
+    let killing: Promise<KillOutcome> | null = null;
     let isCancelled = false;
     const kill = () => {
       if (killing !== null) return;
       killing = this.#killTagged(id, execId, 'tagged-and-their-sessions');
       killing
-        .then(() => new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref()))
+        .then(
+          (outcome) =>
+            outcome === 'killed' && new Promise((resolve) => setTimeout(resolve, KILL_GRACE_MS).unref()),
+          () => {},
+        )
         .then(() => running.abandon());
     };
     const timer = setTimeout(kill, request.timeoutMs);
@@ -964,7 +1023,11 @@ export class KubernetesProvider implements SandboxProvider {
     }
     if (killing !== null) {
       // The result says "timeout" only once the kill has finished: nothing it started runs on.
-      await killing;
+      // When the kill had to take the Pod, the command ran on until then: the sandbox is gone.
+      if ((await killing) === 'sandbox_killed') {
+        output.push('stderr', KILL_FAILED_NOTE);
+        return output.result('sandbox_gone', null);
+      }
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (end.kind === 'exited' && end.exitCode !== SIGKILL_EXIT_CODE) return output.result('ok', end.exitCode);
@@ -1273,7 +1336,8 @@ export class KubernetesProvider implements SandboxProvider {
     if (started === null || started === undefined) return;
     started.relay.close();
     this.#relayList.delete(started.relay);
-    if (kill) await this.#killTagged(id, started.execId, 'tagged-only');
+    // Not a timeout: a relay that outlives this is harmless, and the sandbox must live on.
+    if (kill) await this.#runKillScript(id, started.execId, 'tagged-only');
   }
 
   /**
@@ -1308,7 +1372,14 @@ export class KubernetesProvider implements SandboxProvider {
     await this.#releaseRelay(id, false);
     this.#closeSessions(id);
     this.#oomCounts.forget(id);
-    const grace = this.#options.deleteGracePeriodSeconds;
+    await this.#deletePodAndWait(id, this.#options.deleteGracePeriodSeconds);
+  }
+
+  /**
+   * Deletes the Pod with `grace` and waits (bounded) until the API no longer shows it, that is
+   * until the kubelet has ended its containers; forced out of the API past the bound.
+   */
+  async #deletePodAndWait(id: string, grace: number): Promise<void> {
     await this.#deletePod(id, grace);
     const deadline = performance.now() + (grace + 10) * 1000;
     for (let attempt = 0; performance.now() < deadline; attempt++) {

@@ -3,10 +3,12 @@
  * one long-lived pods/exec stream whose stdin stays open between commands (v4 or v5: it is never
  * ended, only dropped). A timeout
  * runs the kill script for the command's exec id (not the session's processes: the shell shares
- * their session), then drops the session if its markers do not come.
+ * their session), then drops the session if its markers do not come (or, when the script did not
+ * take effect and the Pod was killed instead, at once).
  */
 import { PassThrough } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { KillOutcome } from '../shared/kill-script.ts';
 import { ShellSession } from '../shared/shell-session.ts';
 import { type PodTarget, startPodExec } from './pod-exec.ts';
 
@@ -18,7 +20,7 @@ export async function openPodSession(
   kubeConfig: KubeConfig,
   target: PodTarget,
   wrapper: string[],
-  killTagged: (execId: string) => Promise<void>,
+  killTagged: (execId: string) => Promise<KillOutcome>,
 ): Promise<ShellSession> {
   const input = new PassThrough();
   let session: ShellSession | null = null;

@@ -17,7 +17,9 @@
  * This is the weaker guarantee, used only where a provider cannot confine a command from outside
  * (Docker does, with cgroups; see `docker/exec-cgroups.ts`): a process that cleared its
  * environment and left its session (`env -i setsid ...`), or an agent that replaced `/bin/sh`,
- * escapes it.
+ * escapes it. An agent running as the script's user can also stop or kill it, or fork faster
+ * than 50 passes kill: a provider that runs it for a timeout treats anything but exit 0 in time
+ * as a failed kill and kills the whole sandbox from outside (see {@link KillOutcome}).
  *
  * A process group is killed as `kill -9 "-$session"`, never with `--` before it: dash (the `sh`
  * of Debian and Ubuntu images) takes `--` there for a pid and fails, killing no session at all.
@@ -62,6 +64,23 @@ export const EXEC_ID_ENV = 'GYM_EXEC_ID';
  * shell), or those and every process of their sessions (a one-shot command, its own session leader).
  */
 export type KillReach = 'tagged-only' | 'tagged-and-their-sessions';
+
+/**
+ * How a timeout kill through the kill script inside a sandbox ended.
+ *
+ * - `killed`: the script exited 0 in time, so its last pass found no tagged process.
+ * - `sandbox_killed`: it did not (the agent stopped or killed it, it ran 50 passes against a fork
+ *   loop and gave up, the exec channel failed), so nothing proves the command is dead; the
+ *   provider killed the whole sandbox from outside (the engine, the kubelet), which nothing in
+ *   the sandbox can resist. The exec's result is then `sandbox_gone` (see
+ *   {@link KILL_FAILED_NOTE}), and the daemon forgets the sandbox as for any `sandbox_gone`.
+ */
+export type KillOutcome = 'killed' | 'sandbox_killed';
+
+/** Added to a command's stderr when its timeout kill did not take effect and the sandbox was killed. */
+export const KILL_FAILED_NOTE = Buffer.from(
+  '\n[gym: the timeout kill did not take effect inside the sandbox (stopped, killed or outrun); the sandbox was killed]\n',
+);
 
 /** The command that runs the kill script for one exec inside a sandbox (through any exec channel). */
 export function killScriptArgv(execId: string, reach: KillReach): string[] {

@@ -20,6 +20,7 @@ function localSession(kill?: SessionKill, killGraceMs?: number) {
         kill: async (execId) => {
           const [command, ...args] = killScriptArgv(execId, 'tagged-only');
           await new Promise((resolve) => spawn(command!, args, { stdio: 'ignore' }).once('exit', resolve));
+          return 'killed';
         },
       },
       ...(killGraceMs === undefined ? {} : { killGraceMs }),
@@ -103,6 +104,25 @@ describe('ShellSession over a local shell', () => {
     const timedOut = await session.run(request({ command: 'sleep 1010', timeoutMs: 100 }), {}, alive);
     expect(timedOut.status).toBe('timeout');
     expect(events).toEqual(['release', 'kill', 'killed']);
+    expect(session.isAlive).toBe(false);
+  });
+
+  it('says sandbox_gone, never timeout, when the tagged kill did not take effect and the sandbox was killed', async () => {
+    const { session, shell } = localSession({
+      kind: 'tagged',
+      // As a backend whose kill script was stopped by the agent: it killed the whole sandbox.
+      kill: async () => {
+        shell.kill('SIGKILL');
+        return 'sandbox_killed';
+      },
+    });
+    const result = await session.run(
+      request({ command: 'echo started; sleep 1013', timeoutMs: 100 }),
+      {},
+      alive,
+    );
+    expect(result).toMatchObject({ status: 'sandbox_gone', exitCode: null });
+    expect(result.stderr).toContain('the sandbox was killed');
     expect(session.isAlive).toBe(false);
   });
 

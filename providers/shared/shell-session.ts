@@ -17,7 +17,7 @@ import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import type { ExecHooks } from './abnormal-end.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from './exec-output.ts';
-import { EXEC_ID_ENV } from './kill-script.ts';
+import { EXEC_ID_ENV, KILL_FAILED_NOTE, type KillOutcome } from './kill-script.ts';
 import { printfFormatFor, shellJoin, shellQuote } from './shell.ts';
 
 /** After a kill of tagged processes, how long the session may take to print its markers before it is dropped. */
@@ -98,7 +98,9 @@ export interface ShellChannel {
  * - `tagged`: the backend kills the processes tagged with the command's exec id (the kill script,
  *   `tagged-only`: the shell shares their session and must live); the result waits for the
  *   script. When the markers do not come within `SESSION_KILL_GRACE_MS` after it, the shell is
- *   wedged (or taken over) and the session is dropped.
+ *   wedged (or taken over) and the session is dropped. When the script did not take effect the
+ *   backend killed the whole sandbox (`sandbox_killed`, see `kill-script.ts`): the session is
+ *   dropped and the result is `sandbox_gone`.
  */
 export type SessionKill =
   | {
@@ -106,7 +108,7 @@ export type SessionKill =
       kill(drop: () => void): Promise<void>;
       releaseBackground(): Promise<void>;
     }
-  | { kind: 'tagged'; kill(execId: string, user: string | undefined): Promise<void> };
+  | { kind: 'tagged'; kill(execId: string, user: string | undefined): Promise<KillOutcome> };
 
 interface RunningCommand {
   stdout: MarkerScanner;
@@ -166,14 +168,26 @@ export class ShellSession {
 
   /**
    * Kills the command (with `whole-session`, every process of the session, the shell too).
-   * Resolves when the kill itself has finished; the result waits for that.
+   * Resolves when the kill itself has finished, with how; the result waits for that.
    */
-  #killCommand(execId: string, user: string | undefined, running: RunningCommand): Promise<void> {
+  #killCommand(execId: string, user: string | undefined, running: RunningCommand): Promise<KillOutcome> {
     const kill = this.#kill;
-    if (kill.kind === 'whole-session') return kill.kill(() => this.close());
-    const killing = kill.kill(execId, user).catch(() => {});
+    if (kill.kind === 'whole-session') return kill.kill(() => this.close()).then(() => 'killed' as const);
+    // The backend escalates itself when the script did not take effect; it throws only when
+    // even that failed (the backend does not answer), and the command's result is that error.
+    const killing = kill.kill(execId, user);
     killing
-      .then(() => new Promise((resolve) => setTimeout(resolve, this.#graceMs).unref()))
+      .then(
+        (outcome) => outcome,
+        () => 'sandbox_killed' as const,
+      )
+      .then((outcome) => {
+        if (outcome === 'sandbox_killed' && this.#running === running) {
+          this.close();
+          running.settle('lost');
+        }
+        return new Promise((resolve) => setTimeout(resolve, this.#graceMs).unref());
+      })
       .then(() => {
         // The markers never came: the shell is wedged (or taken over). Drop it; the next call
         // opens a new one.
@@ -210,7 +224,7 @@ export class ShellSession {
     this.#running = running;
     this.#channel.write(sessionScript(request, execId, marker, stdinBytes(request)));
 
-    let killing: Promise<void> | undefined;
+    let killing: Promise<KillOutcome> | undefined;
     let isCancelled = false;
     const kill = () => {
       killing ??= this.#killCommand(execId, request.user ?? this.#user, running);
@@ -229,7 +243,10 @@ export class ShellSession {
 
     if (killing !== undefined) {
       // The result says "timeout" only once the kill has finished: nothing it reached runs on.
-      await killing;
+      if ((await killing) === 'sandbox_killed') {
+        output.push('stderr', KILL_FAILED_NOTE);
+        return output.result('sandbox_gone', null);
+      }
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (this.#kill.kind === 'whole-session' && outcome === 'done') await this.#kill.releaseBackground();

@@ -7,6 +7,7 @@
  * markers do not come. The gateway relay runs over such a channel too.
  */
 import { GatewayRelay } from '../shared/gateway-relay.ts';
+import type { KillOutcome } from '../shared/kill-script.ts';
 import { ShellSession } from '../shared/shell-session.ts';
 import type { RemoteExecOptions, RemoteProcess } from './connection.ts';
 
@@ -25,7 +26,7 @@ export interface ChannelStarter {
 export async function openSshSession(
   host: ChannelStarter,
   command: string,
-  killTagged: (execId: string) => Promise<void>,
+  killTagged: (execId: string) => Promise<KillOutcome>,
 ): Promise<ShellSession> {
   let session: ShellSession | null = null;
   const started = await host.start(command, {

@@ -18,6 +18,7 @@
  * admission, RBAC, field selectors, pagination and the watch cache's history (a watch starts now).
  */
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
@@ -39,6 +40,8 @@ type Json = Record<string, any>;
 interface StoredPod {
   object: Json;
   containerId: string | null;
+  /** The host pid of the container's first process, once started. */
+  hostPid?: number;
   /** Why the container could not be made, as a waiting reason and message. */
   waiting: { reason: string; message: string } | null;
   /** The last status written, without timestamps, to tell a change from a re-read. */
@@ -53,6 +56,23 @@ interface Watcher {
   namespace: string;
   selector: Selector;
   response: ServerResponse;
+}
+
+/**
+ * Kills a container's first process from the host (when this process may), which ends its pid
+ * namespace and everything in it, as a kubelet's runtime kills a deleted Pod whatever its
+ * processes do. The engine alone cannot while an exec in the container is stuck half-started (its
+ * `runc init` stopped by the agent): it holds the container, and a stop or remove waits forever.
+ */
+function killFromHost(containerId: string, hostPid: number | undefined): void {
+  if (hostPid === undefined || hostPid <= 0) return;
+  try {
+    // Only that container's process: the pid may have been reused since.
+    if (!readFileSync(`/proc/${hostPid}/cgroup`, 'utf8').includes(containerId)) return;
+    process.kill(hostPid, 'SIGKILL');
+  } catch {
+    // Gone already, or not ours to kill: the engine's stop and remove follow anyway.
+  }
 }
 
 /** A parsed label selector: every requirement must hold. */
@@ -633,6 +653,7 @@ export class KubernetesEmulator {
       });
       pod.containerId = created.id;
       await created.start();
+      pod.hostPid = (await created.inspect()).State.Pid;
     } catch (error) {
       pod.waiting = { reason: 'CreateContainerError', message: (error as Error).message };
     }
@@ -728,6 +749,7 @@ export class KubernetesEmulator {
       requested === null ? Number(pod.object.spec.terminationGracePeriodSeconds ?? 30) : Number(requested);
     const remove = async () => {
       if (pod.containerId !== null) {
+        killFromHost(pod.containerId, pod.hostPid);
         const container = this.#docker.getContainer(pod.containerId);
         if (grace > 0) await container.stop({ t: grace }).catch(() => {});
         await container.remove({ force: true }).catch(() => {});

@@ -6,6 +6,7 @@ import { parseOrThrow } from '../../core/validate.ts';
 import { DockerProvider } from '../../providers/docker/docker-provider.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 import { testContext } from '../fixtures/provider-context.ts';
+import { STOPPER_COMMAND, stopperProcesses } from '../fixtures/stopper-attack.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const images =
@@ -132,6 +133,29 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
     expect(health.message).toContain('weaker guarantee');
     expect(health.details).toMatchObject({ timeoutKill: 'tagged' });
     expect(String(health.details?.timeoutKillReason)).toContain('/nonexistent/gym-exec');
+  });
+
+  it('leaves nothing of a timed-out command that stops the kill script: the container is killed, the command sandbox_gone', {
+    timeout: 90_000,
+  }, async () => {
+    const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: images.busybox }, 'spec'));
+    created.push(info.id);
+    const container = docker.getContainer(provider.containerName(info.id));
+    const result = await provider.exec(
+      info.id,
+      parseOrThrow(ExecRequestSchema, { command: STOPPER_COMMAND, timeoutMs: 1_500 }, 'exec'),
+    );
+    // Whatever the status, nothing of the command runs on once the result is back.
+    expect(await stopperProcesses(container), 'left running').toEqual([]);
+    // The loop stops the kill script as it starts, so the container has to go; should the script
+    // win the race, its timeout is honest (checked above) and the sandbox lives on.
+    if (result.status === 'timeout') {
+      expect((await provider.get(info.id)).state).toBe('ready');
+      return;
+    }
+    expect(result.status).toBe('sandbox_gone');
+    expect(result.stderr).toContain('the sandbox was killed');
+    expect((await container.inspect()).State.Running).toBe(false);
   });
 
   it("still kills a timed-out command without the sandbox's tr", { timeout: 60_000 }, async () => {
