@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { extractActions, submissionOf } from '../mini-swe/mini-swe.ts';
 import { HarnessRegistry } from '../registry.ts';
@@ -417,6 +418,28 @@ describe('mini-swe protocol helpers', () => {
     expect(extractActions('Reasoning.\n```bash\nls -la\n```')).toEqual(['ls -la']);
     expect(extractActions('```bash\na\n```\nand\n```bash\nb\n```')).toHaveLength(2);
     expect(extractActions('```python\nprint(1)\n```')).toEqual([]);
+  });
+
+  it('reads the blocks as the regex did, in linear time in a reply of line breaks', () => {
+    const byRegex = (content: string) =>
+      [...content.matchAll(/```bash\s*\n([\s\S]*?)\n```/g)].map((match) => match[1]!.trim());
+    fc.assert(
+      fc.property(
+        fc
+          .array(fc.constantFrom('```bash', '```', '\n', '\n```', ' ', '\t', '\r', 'ls', '`'), {
+            maxLength: 12,
+          })
+          .map((parts) => parts.join('')),
+        (content) => {
+          expect(extractActions(content)).toEqual(byRegex(content));
+        },
+      ),
+      { numRuns: 5000 },
+    );
+    // The regex took 13 s on 200,000 line breaks after an opener (quadratic); a policy can send that.
+    const breaks = '\n'.repeat(1_000_000);
+    expect(extractActions(`\`\`\`bash${breaks}`)).toEqual([]);
+    expect(extractActions(`\`\`\`bash${breaks}ls${breaks}\`\`\``)).toEqual(['ls']);
   });
 
   it('submits only when the first output line is the sentinel and the command succeeded', () => {
