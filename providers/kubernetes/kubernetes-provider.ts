@@ -908,7 +908,7 @@ export class KubernetesProvider implements SandboxProvider {
     // Never "timeout" with the command perhaps still running: the caller gets this error.
     throw new GymError(
       'PROVIDER_ERROR',
-      `the timeout kill of a command in sandbox ${id} did not take effect, and its Pod, deleted, is not gone yet: the sandbox is unusable`,
+      `the timeout kill of a command in sandbox ${id} did not take effect, and its Pod could not be seen deleted in time: the sandbox is unusable`,
       { details: { sandboxId: id } },
     );
   }

@@ -62,7 +62,8 @@ interface Watcher {
  * Kills a container's first process from the host (when this process may), which ends its pid
  * namespace and everything in it, as a kubelet's runtime kills a deleted Pod whatever its
  * processes do. The engine alone cannot while an exec in the container is stuck half-started (its
- * `runc init` stopped by the agent): it holds the container, and a stop or remove waits forever.
+ * `runc init` stopped by the agent): it holds the container, and a stop or remove waits until
+ * that exec goes on.
  */
 function killFromHost(containerId: string, hostPid: number | undefined): void {
   if (hostPid === undefined || hostPid <= 0) return;
@@ -73,6 +74,22 @@ function killFromHost(containerId: string, hostPid: number | undefined): void {
   } catch {
     // Gone already, or not ours to kill: the engine's stop and remove follow anyway.
   }
+}
+
+/** Whether `promise` settles (either way) within `ms`. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const settled = await Promise.race([
+    promise.then(
+      () => true,
+      () => true,
+    ),
+    new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  return settled;
 }
 
 /** A parsed label selector: every requirement must hold. */
@@ -749,10 +766,15 @@ export class KubernetesEmulator {
       requested === null ? Number(pod.object.spec.terminationGracePeriodSeconds ?? 30) : Number(requested);
     const remove = async () => {
       if (pod.containerId !== null) {
-        killFromHost(pod.containerId, pod.hostPid);
-        const container = this.#docker.getContainer(pod.containerId);
-        if (grace > 0) await container.stop({ t: grace }).catch(() => {});
-        await container.remove({ force: true }).catch(() => {});
+        const { containerId, hostPid } = pod;
+        const container = this.#docker.getContainer(containerId);
+        // As a kubelet: TERM, the grace, KILL. An engine that does not get there in time is held
+        // by a stuck exec: the runtime's kill from the node does it then.
+        if (grace > 0 && !(await settlesWithin(container.stop({ t: grace }), (grace + 5) * 1000)))
+          killFromHost(containerId, hostPid);
+        const removing = container.remove({ force: true }).catch(() => {});
+        if (!(await settlesWithin(removing, 5_000))) killFromHost(containerId, hostPid);
+        await removing;
       }
       if (this.#pods.get(`${namespace}/${name}`) === pod) {
         this.#pods.delete(`${namespace}/${name}`);
