@@ -138,24 +138,31 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
   it('leaves nothing of a timed-out command that stops the kill script: the container is killed, the command sandbox_gone', {
     timeout: 90_000,
   }, async () => {
-    const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: images.busybox }, 'spec'));
-    created.push(info.id);
-    const container = docker.getContainer(provider.containerName(info.id));
-    const result = await provider.exec(
-      info.id,
-      parseOrThrow(ExecRequestSchema, { command: STOPPER_COMMAND, timeoutMs: 1_500 }, 'exec'),
+    // One-shot and through a session at once: the two paths of a timeout kill.
+    await Promise.all(
+      [undefined, 'agent'].map(async (session) => {
+        const info = await provider.create(
+          parseOrThrow(SandboxSpecSchema, { image: images.busybox }, 'spec'),
+        );
+        created.push(info.id);
+        const container = docker.getContainer(provider.containerName(info.id));
+        const result = await provider.exec(
+          info.id,
+          parseOrThrow(ExecRequestSchema, { command: STOPPER_COMMAND, timeoutMs: 1_500, session }, 'exec'),
+        );
+        // Whatever the status, nothing of the command runs on once the result is back.
+        expect(await stopperProcesses(container), `left running (session ${session})`).toEqual([]);
+        // The loop stops the kill script as it starts, so the container has to go; should the
+        // script win the race, its timeout is honest (checked above) and the sandbox lives on.
+        if (result.status === 'timeout') {
+          expect((await provider.get(info.id)).state).toBe('ready');
+          return;
+        }
+        expect(result.status).toBe('sandbox_gone');
+        expect(result.stderr).toContain('the sandbox was killed');
+        expect((await container.inspect()).State.Running).toBe(false);
+      }),
     );
-    // Whatever the status, nothing of the command runs on once the result is back.
-    expect(await stopperProcesses(container), 'left running').toEqual([]);
-    // The loop stops the kill script as it starts, so the container has to go; should the script
-    // win the race, its timeout is honest (checked above) and the sandbox lives on.
-    if (result.status === 'timeout') {
-      expect((await provider.get(info.id)).state).toBe('ready');
-      return;
-    }
-    expect(result.status).toBe('sandbox_gone');
-    expect(result.stderr).toContain('the sandbox was killed');
-    expect((await container.inspect()).State.Running).toBe(false);
   });
 
   it("still kills a timed-out command without the sandbox's tr", { timeout: 60_000 }, async () => {
