@@ -128,12 +128,30 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | null> {
   ]).finally(() => clearTimeout(timer));
 }
 
-/** Runs the kill script for `execId`, bounded; whether it exited 0 in time. */
+/**
+ * Runs the kill script for `execId`, bounded; whether it exited 0 in time. Creating and starting
+ * its exec are bounded too: an engine held by a stuck exec answers neither.
+ */
 async function runKillScript(
   container: Docker.Container,
   execId: string,
   reach: KillReach,
   user: string | undefined,
+): Promise<boolean> {
+  const deadline = performance.now() + KILL_SCRIPT_WAIT_MS;
+  const ran = await withTimeout(
+    runKillScriptUntil(container, execId, reach, user, deadline),
+    KILL_SCRIPT_WAIT_MS + 2_000,
+  );
+  return ran === true;
+}
+
+async function runKillScriptUntil(
+  container: Docker.Container,
+  execId: string,
+  reach: KillReach,
+  user: string | undefined,
+  deadline: number,
 ): Promise<boolean> {
   try {
     const exec = await container.exec({
@@ -146,7 +164,7 @@ async function runKillScript(
     stream.resume();
     const ended = await Promise.race([
       streamDone(stream).then(() => 'ended' as const),
-      sleep(KILL_SCRIPT_WAIT_MS),
+      sleep(Math.max(0, deadline - performance.now())),
     ]);
     stream.destroy();
     if (ended !== 'ended') return false;

@@ -872,12 +872,22 @@ export class KubernetesProvider implements SandboxProvider {
     }
   }
 
-  /** Runs the kill script for one exec id in the Pod, bounded; whether it exited 0 in time. */
+  /**
+   * Runs the kill script for one exec id in the Pod, bounded (opening its exec too); whether it
+   * exited 0 in time.
+   */
   async #runKillScript(id: string, execId: string, reach: KillReach): Promise<boolean> {
-    const ran = await runPodCommand(this.#kubeConfig, this.#target(id), killScriptArgv(execId, reach), {
-      maxBytes: 1024,
-      timeoutMs: KILL_SCRIPT_WAIT_MS,
-    }).catch(() => null);
+    let timer: NodeJS.Timeout | undefined;
+    const ran = await Promise.race([
+      runPodCommand(this.#kubeConfig, this.#target(id), killScriptArgv(execId, reach), {
+        maxBytes: 1024,
+        timeoutMs: KILL_SCRIPT_WAIT_MS,
+      }).catch(() => null),
+      new Promise<null>((resolve) => {
+        timer = setTimeout(() => resolve(null), KILL_SCRIPT_WAIT_MS + 5_000);
+      }),
+    ]);
+    clearTimeout(timer);
     return ran !== null && ran.end.kind === 'exited' && ran.end.exitCode === 0;
   }
 
