@@ -49,7 +49,8 @@ export type ExecRequest = z.output<typeof ExecRequestSchema>;
  * - `timeout`: it ran past `timeoutMs`; all its processes were killed.
  * - `killed`: something other than our timeout killed it (a signal from inside, a lost session).
  * - `oom`: the kernel killed it for exceeding the sandbox's memory limit.
- * - `sandbox_gone`: the sandbox died or was destroyed while the command ran.
+ * - `sandbox_gone`: the sandbox died or was destroyed while the command ran (or was killed by the
+ *   provider because the command's timeout kill inside it did not take effect).
  */
 export const ExecStatusSchema = z.enum(['ok', 'timeout', 'killed', 'oom', 'sandbox_gone']);
 export type ExecStatus = z.infer<typeof ExecStatusSchema>;
