@@ -617,7 +617,14 @@ try {
     );
     if (leftovers > 0 || (raw !== null && raw.leftovers > 0)) exitCode = 1;
   } else {
-    const samples: Array<{ minute: number } & ProcessSample> = [];
+    const samples: Array<{ minute: number; heapUsedMiB: number } & ProcessSample> = [];
+    /** The daemon's own heap in use (its /metrics), a window's floor: what a JS leak raises. */
+    let heapFloor = Number.POSITIVE_INFINITY;
+    const readHeap = async () => {
+      const text = await client!.metrics().catch(() => '');
+      const bytes = Number(/gym_process_memory_bytes\{kind="heap_used"\} (\d+)/.exec(text)?.[1]);
+      if (Number.isFinite(bytes)) heapFloor = Math.min(heapFloor, bytes / 1024 / 1024);
+    };
     const soakStarted = performance.now();
     let nextSample = soakStarted + sampleSeconds * 1000;
     // Read every second; a window's sample is its lowest RSS and descriptor count. RSS saws up
@@ -626,6 +633,7 @@ try {
     let window: ProcessSample | null = null;
     const tick = async () => {
       const now = await sampleProcess(pid);
+      await readHeap();
       window =
         window === null
           ? now
@@ -636,13 +644,18 @@ try {
             };
       if (performance.now() < nextSample) return;
       nextSample += sampleSeconds * 1000;
-      const sample = { minute: round((performance.now() - soakStarted) / 60_000, 2), ...window };
+      const sample = {
+        minute: round((performance.now() - soakStarted) / 60_000, 2),
+        ...window,
+        heapUsedMiB: round(heapFloor, 1),
+      };
       window = null;
+      heapFloor = Number.POSITIVE_INFINITY;
       samples.push(sample);
       // With --profile, heap snapshots after the warm-up sample and at the end: what grew between.
       if (samples.length === 2) void heapSnapshot(pid, 'soak-early');
       log(
-        `soak ${sample.minute} min: RSS floor ${sample.rssMiB} MiB, ${sample.fds} fds, ${live.length} live`,
+        `soak ${sample.minute} min: RSS floor ${sample.rssMiB} MiB, heap floor ${sample.heapUsedMiB} MiB, ${sample.fds} fds, ${live.length} live`,
       );
     };
     log(`soak: ${soakMinutes} min, ${clients} clients, churn, a sample every ${sampleSeconds} s`);
@@ -661,9 +674,16 @@ try {
         minutes,
         used.map((sample) => sample.fds),
       ) * span;
+    const heapGrowth =
+      slope(
+        minutes,
+        used.map((sample) => sample.heapUsedMiB),
+      ) * span;
     const rssLimit = Math.max(16, (used[0]?.rssMiB ?? 0) * 0.1);
     const fdLimit = Math.max(32, (used[0]?.fds ?? 0) * 0.1);
-    const isGrowing = used.length >= 3 && (rssGrowth > rssLimit || fdGrowth > fdLimit);
+    const heapLimit = Math.max(8, (used[0]?.heapUsedMiB ?? 0) * 0.1);
+    const isGrowing =
+      used.length >= 3 && (rssGrowth > rssLimit || fdGrowth > fdLimit || heapGrowth > heapLimit);
     await heapSnapshot(pid, 'soak-late');
     const teardownSeconds = await destroyAll(client, live);
     const leftovers = (await containersLabelled(`gym.namespace=${namespace}`)).length;
@@ -681,6 +701,8 @@ try {
         rssGrowthLimitMiB: round(rssLimit, 1),
         fdGrowth: round(fdGrowth, 1),
         fdGrowthLimit: round(fdLimit, 1),
+        heapGrowthMiB: round(heapGrowth, 1),
+        heapGrowthLimitMiB: round(heapLimit, 1),
         verdict: used.length < 3 ? 'too-few-samples' : isGrowing ? 'growing' : 'flat',
         errors: Object.fromEntries(errors),
         errorExamples: Object.fromEntries(errorExamples),

@@ -76,6 +76,20 @@ export class DaemonMetrics {
       buckets: LATENCY_BUCKETS_SECONDS,
       registers,
     });
+    new Gauge({
+      name: 'gym_process_memory_bytes',
+      help: "The daemon process's memory by kind (process.memoryUsage): rss, heap_used, heap_total, external, array_buffers. A leak raises heap_used's floor; rss also holds what the allocator keeps.",
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        const usage = process.memoryUsage();
+        this.set({ kind: 'rss' }, usage.rss);
+        this.set({ kind: 'heap_used' }, usage.heapUsed);
+        this.set({ kind: 'heap_total' }, usage.heapTotal);
+        this.set({ kind: 'external' }, usage.external);
+        this.set({ kind: 'array_buffers' }, usage.arrayBuffers);
+      },
+    });
   }
 
   text(): Promise<string> {

@@ -449,5 +449,10 @@ describe('HTTP API', () => {
     expect(text).toMatch(/gym_sandbox_create_seconds_count\{provider="memory",outcome="ok"\} 1/);
     expect(text).toMatch(/gym_exec_seconds_count\{provider="memory",mode="session",status="ok"\} 1/);
     expect(text).toContain('gym_api_errors_total{code="SANDBOX_NOT_FOUND"} 1');
+    // The process's own memory, which a soak watches for leaks.
+    const heapUsed = Number(/gym_process_memory_bytes\{kind="heap_used"\} (\d+)/.exec(text)?.[1]);
+    const rss = Number(/gym_process_memory_bytes\{kind="rss"\} (\d+)/.exec(text)?.[1]);
+    expect(heapUsed).toBeGreaterThan(1_000_000);
+    expect(rss).toBeGreaterThan(heapUsed);
   });
 });
