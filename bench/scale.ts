@@ -12,11 +12,11 @@
  *    the daemon's cost is a ratio (`--raw N` creates, 0 skips it).
  *
  * `--soak MINUTES` instead keeps `--target` sandboxes live under the same load with churn (each
- * client now and then destroys its sandbox and creates a new one), reads the daemon's RSS and
- * open descriptors every second, keeps each `--sample-seconds` window's lowest (the floor under
- * garbage collection and requests in flight), and fails (exit 1) when either keeps growing: the
- * least-squares slope over the samples (the first, warm-up, dropped) times the run's length must
- * stay under the larger of 10% of the first sample and a floor (16 MiB, 32 descriptors).
+ * client now and then destroys its sandbox and creates a new one), reads the daemon's RSS, open
+ * descriptors and JS heap in use (its /metrics) every second, keeps each `--sample-seconds`
+ * window's lowest (the floor under garbage collection and requests in flight), and fails (exit 1)
+ * when one keeps growing (`soak-verdict.ts`: a least-squares slope, heap and descriptors over the
+ * whole run, RSS over its second half, once the allocators have grown into the load).
  *
  * Everything it creates carries its own namespace (daemon) or the `gym-bench=scale-raw` label and
  * a run id (engine); both are removed at the end, also after a failure or Ctrl-C.
@@ -43,6 +43,7 @@ import { findImageDefinition } from '../images/definitions.ts';
 import { createDockerClient } from '../providers/docker/index.ts';
 import { procStatField } from '../providers/shared/proc-stat.ts';
 import { spawnDaemonProcess } from '../test/daemon-harness.ts';
+import { soakVerdict } from './soak-verdict.ts';
 import { percentile, round } from './stats.ts';
 
 const { values: args } = parseArgs({
@@ -134,19 +135,6 @@ async function bounded(count: number, width: number, task: (index: number) => Pr
       }
     }),
   );
-}
-
-/** Least-squares slope of `values` against `times`. */
-function slope(times: number[], values: number[]): number {
-  const meanT = times.reduce((sum, value) => sum + value, 0) / times.length;
-  const meanV = values.reduce((sum, value) => sum + value, 0) / values.length;
-  let numerator = 0;
-  let denominator = 0;
-  for (const [index, time] of times.entries()) {
-    numerator += (time - meanT) * (values[index]! - meanV);
-    denominator += (time - meanT) ** 2;
-  }
-  return denominator === 0 ? 0 : numerator / denominator;
 }
 
 // ---- the daemon side ----
@@ -661,29 +649,8 @@ try {
     log(`soak: ${soakMinutes} min, ${clients} clients, churn, a sample every ${sampleSeconds} s`);
     // About one sandbox in fifty operations replaced: a steady stream of creates and destroys.
     const load = await mixedLoad(client, live, soakMinutes * 60, 50, tick);
-    const used = samples.slice(1);
-    const minutes = used.map((sample) => sample.minute);
-    const span = minutes.length > 1 ? minutes.at(-1)! - minutes[0]! : 0;
-    const rssGrowth =
-      slope(
-        minutes,
-        used.map((sample) => sample.rssMiB),
-      ) * span;
-    const fdGrowth =
-      slope(
-        minutes,
-        used.map((sample) => sample.fds),
-      ) * span;
-    const heapGrowth =
-      slope(
-        minutes,
-        used.map((sample) => sample.heapUsedMiB),
-      ) * span;
-    const rssLimit = Math.max(16, (used[0]?.rssMiB ?? 0) * 0.1);
-    const fdLimit = Math.max(32, (used[0]?.fds ?? 0) * 0.1);
-    const heapLimit = Math.max(8, (used[0]?.heapUsedMiB ?? 0) * 0.1);
-    const isGrowing =
-      used.length >= 3 && (rssGrowth > rssLimit || fdGrowth > fdLimit || heapGrowth > heapLimit);
+    const judged = soakVerdict(samples);
+    const isGrowing = judged.verdict !== 'flat';
     await heapSnapshot(pid, 'soak-late');
     const teardownSeconds = await destroyAll(client, live);
     const leftovers = (await containersLabelled(`gym.namespace=${namespace}`)).length;
@@ -697,20 +664,14 @@ try {
         ramp,
         load: loadSummary(load),
         samples,
-        rssGrowthMiB: round(rssGrowth, 1),
-        rssGrowthLimitMiB: round(rssLimit, 1),
-        fdGrowth: round(fdGrowth, 1),
-        fdGrowthLimit: round(fdLimit, 1),
-        heapGrowthMiB: round(heapGrowth, 1),
-        heapGrowthLimitMiB: round(heapLimit, 1),
-        verdict: used.length < 3 ? 'too-few-samples' : isGrowing ? 'growing' : 'flat',
+        ...judged,
         errors: Object.fromEntries(errors),
         errorExamples: Object.fromEntries(errorExamples),
         teardownSeconds: round(teardownSeconds, 1),
         leftovers,
       }),
     );
-    if (isGrowing || used.length < 3 || leftovers > 0) exitCode = 1;
+    if (isGrowing || leftovers > 0) exitCode = 1;
   }
 } catch (error) {
   log(`failed: ${(error as Error).stack ?? String(error)}`);
