@@ -83,7 +83,10 @@ export async function openDockerSession(
     };
     // Opened before the go byte: the helper holds the pipes' other ends until then.
     pipes = askPipes ? openHelperPipes(confined.pid) : null;
-    stream.write(pipes === null ? GO_BYTE : PIPES_GO_BYTE);
+    // On the pipes the exec's stream carries nothing after the go byte (the helper puts the
+    // shell's stdio on the pipes): it ends once the byte is flushed, not before.
+    if (pipes === null) stream.write(GO_BYTE);
+    else stream.end(PIPES_GO_BYTE, () => stream.destroy());
   }
   if (pipes !== null) return pipedSession(pipes, stream, user, kill);
   const session = new ShellSession(
@@ -105,8 +108,9 @@ export async function openDockerSession(
 
 /**
  * A session over the helper's pipes. The exec's stream carries nothing once the shell runs on
- * the pipes (the helper replaced its stdio), so it is closed; the shell is lost when both of its
- * output pipes end (it exited, and no job it left holds them), as the engine's stream would end.
+ * the pipes (the helper replaced its stdio) and is closed after the go byte; the shell is lost
+ * when both of its output pipes end (it exited, and no job it left holds them), as the engine's
+ * stream would end.
  */
 function pipedSession(
   pipes: SessionPipes,
@@ -116,7 +120,7 @@ function pipedSession(
 ): ShellSession {
   const { stdin, stdout, stderr } = pipes;
   stream.on('error', () => {});
-  stream.destroy();
+  stream.resume();
   const session = new ShellSession(
     {
       write: (text) => stdin.write(text),
