@@ -14,7 +14,7 @@ import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
-import { STOPPER_COMMAND, stopperProcesses } from '../../test/fixtures/stopper-attack.ts';
+import { runStopperAttack } from '../../test/fixtures/stopper-attack.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
 import { type ContractEntry, entriesToTar } from '../contract/tar-helpers.ts';
@@ -243,20 +243,8 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
         const info = await provider.create(spec());
         created.push(info.id);
         const container = docker.getContainer(emulator!.containerOf(NAMESPACE, provider.podName(info.id))!);
-        const result = await provider.exec(
-          info.id,
-          parseOrThrow(ExecRequestSchema, { command: STOPPER_COMMAND, timeoutMs: 1_500, session }, 'exec'),
-        );
-        // Whatever the status, nothing of the command runs on once the result is back.
-        expect(await stopperProcesses(container), `left running (session ${session})`).toEqual([]);
-        // The loop stops the kill script as it starts, so the Pod has to go; should the script
-        // win the race, its timeout is honest (checked above) and the sandbox lives on.
-        if (result.status === 'timeout') {
-          expect((await provider.get(info.id)).state).toBe('ready');
-          return;
-        }
-        expect(result.status).toBe('sandbox_gone');
-        expect(result.stderr).toContain('the sandbox was killed');
+        // The loop stops the kill script as it starts, so the Pod has to go.
+        if ((await runStopperAttack(provider, info.id, container, session)) !== 'sandbox_gone') return;
         await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
       }),
     );

@@ -6,7 +6,7 @@ import { parseOrThrow } from '../../core/validate.ts';
 import { DockerProvider } from '../../providers/docker/docker-provider.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 import { testContext } from '../fixtures/provider-context.ts';
-import { STOPPER_COMMAND, stopperProcesses } from '../fixtures/stopper-attack.ts';
+import { runStopperAttack } from '../fixtures/stopper-attack.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const images =
@@ -146,20 +146,8 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
         );
         created.push(info.id);
         const container = docker.getContainer(provider.containerName(info.id));
-        const result = await provider.exec(
-          info.id,
-          parseOrThrow(ExecRequestSchema, { command: STOPPER_COMMAND, timeoutMs: 1_500, session }, 'exec'),
-        );
-        // Whatever the status, nothing of the command runs on once the result is back.
-        expect(await stopperProcesses(container), `left running (session ${session})`).toEqual([]);
-        // The loop stops the kill script as it starts, so the container has to go; should the
-        // script win the race, its timeout is honest (checked above) and the sandbox lives on.
-        if (result.status === 'timeout') {
-          expect((await provider.get(info.id)).state).toBe('ready');
-          return;
-        }
-        expect(result.status).toBe('sandbox_gone');
-        expect(result.stderr).toContain('the sandbox was killed');
+        // The loop stops the kill script as it starts, so the container has to go.
+        if ((await runStopperAttack(provider, info.id, container, session)) !== 'sandbox_gone') return;
         expect((await container.inspect()).State.Running).toBe(false);
       }),
     );
