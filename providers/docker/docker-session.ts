@@ -24,14 +24,6 @@ import { DockerStreamDemuxer } from './demux.ts';
 import { confineExec, type ExecConfinement, GO_BYTE, killTagged } from './one-shot-exec.ts';
 import { openHelperPipes, PIPES_GO_BYTE, SESSION_PIPES_ENV, type SessionPipes } from './session-pipes.ts';
 
-/** How each session's bytes travel (tests and benchmarks look). */
-const transports = new WeakMap<ShellSession, 'pipes' | 'engine'>();
-
-/** Whether `session` talks to its shell over the helper's pipes or through the engine's stream. */
-export function sessionTransport(session: ShellSession): 'pipes' | 'engine' | undefined {
-  return transports.get(session);
-}
-
 /** Opens a session shell in `container` as `user`, confined when `confinement` is given. */
 export async function openDockerSession(
   container: Docker.Container,
@@ -96,7 +88,6 @@ export async function openDockerSession(
     },
     { user, kill },
   );
-  transports.set(session, 'engine');
   const demuxer = new DockerStreamDemuxer((name, payload) => session.receive(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
@@ -132,7 +123,6 @@ function pipedSession(
     },
     { user, kill },
   );
-  transports.set(session, 'pipes');
   // A write after the shell died fails with EPIPE; the lost channel says so.
   stdin.on('error', () => {});
   let open = 2;
