@@ -18,11 +18,21 @@
 import type { Duplex } from 'node:stream';
 import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
-import { createId } from '../../core/ids.ts';
+import { createId, pooledRandomBytes } from '../../core/ids.ts';
 import { type SessionKill, ShellSession } from '../shared/shell-session.ts';
 import { DockerStreamDemuxer } from './demux.ts';
-import { confineExec, type ExecConfinement, GO_BYTE, killTagged } from './one-shot-exec.ts';
+import {
+  confineExec,
+  type ExecConfinement,
+  GO_BYTE,
+  killTagged,
+  ReadyToken,
+  streamDone,
+} from './one-shot-exec.ts';
 import { openHelperPipes, PIPES_GO_BYTE, SESSION_PIPES_ENV, type SessionPipes } from './session-pipes.ts';
+
+/** How long a confined shell's helper may take to print its ready token before the pipes are given up. */
+const READY_WAIT_MS = 10_000;
 
 /** Opens a session shell in `container` as `user`, confined when `confinement` is given. */
 export async function openDockerSession(
@@ -33,9 +43,16 @@ export async function openDockerSession(
 ): Promise<ShellSession> {
   const askPipes = confinement !== null && options.pipes !== false;
   const sessionId = createId('exec');
+  // A confined shell's helper prints this token first thing, after it made its pipes: the daemon
+  // opens them only then (its pid can show in the engine before the helper has run a line).
+  const readyToken = confinement === null ? null : `gym-ready-${pooledRandomBytes(12).toString('hex')}`;
   const exec = await container.exec({
     Cmd: confinement === null ? ['sh'] : [confinement.helperPath, 'sh'],
-    Env: [`GYM_SESSION_ID=${sessionId}`, ...(askPipes ? [SESSION_PIPES_ENV] : [])],
+    Env: [
+      `GYM_SESSION_ID=${sessionId}`,
+      ...(readyToken === null ? [] : [`GYM_EXEC_READY=${readyToken}`]),
+      ...(askPipes ? [SESSION_PIPES_ENV] : []),
+    ],
     AttachStdin: true,
     AttachStdout: true,
     AttachStderr: true,
@@ -43,13 +60,25 @@ export async function openDockerSession(
     ...(user === undefined ? {} : { User: user }),
   });
   const stream = (await exec.start({ hijack: true, stdin: true })) as Duplex;
+  // The exec's output: the ready token first, then (on the engine's stream) the shell's.
+  let deliver: (name: 'stdout' | 'stderr', payload: Buffer) => void = () => {};
+  const ready = new ReadyToken(readyToken, (name, payload) => deliver(name, payload));
+  const demuxer = new DockerStreamDemuxer((name, payload) => ready.push(name, payload));
+  stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
+  stream.on('error', () => {});
+  const ended = streamDone(stream);
   let pipes: SessionPipes | null = null;
   let kill: SessionKill = {
     kind: 'tagged',
     kill: (execId, commandUser) => killTagged(container, execId, 'tagged-only', commandUser),
   };
   if (confinement !== null) {
-    const confined = await confineExec(exec, confinement, `gym-${sessionId}`);
+    const confined = await confineExec(exec, confinement, `gym-${sessionId}`, {
+      seen: Promise.race([ready.seen, ended]),
+      get nsPid() {
+        return ready.nsPid;
+      },
+    });
     if ('failure' in confined) {
       // Fail closed: an unconfined shell's commands could outlive their timeouts. Closing its
       // stdin before the go byte makes the helper exit (125) without running anything.
@@ -73,14 +102,19 @@ export async function openDockerSession(
       },
       releaseBackground: () => cgroup.evacuate(confined.cgroup, keep),
     };
-    // Opened before the go byte: the helper holds the pipes' other ends until then.
-    pipes = askPipes ? openHelperPipes(confined.pid) : null;
+    // Opened after the token and before the go byte: the helper holds the pipes' other ends
+    // until then. A token that does not come (bounded) leaves the shell on the engine's stream.
+    if (
+      askPipes &&
+      (await Promise.race([ready.seen.then(() => true), ended.then(() => false), delay(READY_WAIT_MS)]))
+    )
+      pipes = openHelperPipes(confined.pid);
     // On the pipes the exec's stream carries nothing after the go byte (the helper puts the
     // shell's stdio on the pipes): it ends once the byte is flushed, not before.
     if (pipes === null) stream.write(GO_BYTE);
     else stream.end(PIPES_GO_BYTE, () => stream.destroy());
   }
-  if (pipes !== null) return pipedSession(pipes, stream, user, kill);
+  if (pipes !== null) return pipedSession(pipes, user, kill);
   const session = new ShellSession(
     {
       write: (text) => stream.write(text),
@@ -88,13 +122,20 @@ export async function openDockerSession(
     },
     { user, kill },
   );
-  const demuxer = new DockerStreamDemuxer((name, payload) => session.receive(name, payload));
-  stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
-  stream.on('error', () => {});
-  const lost = () => session.channelLost();
+  deliver = (name, payload) => session.receive(name, payload);
+  const lost = () => {
+    ready.flush();
+    session.channelLost();
+  };
+  if (stream.destroyed || stream.readableEnded) lost();
   stream.once('end', lost);
   stream.once('close', lost);
   return session;
+}
+
+/** Resolves false after `ms` (unreferenced). */
+function delay(ms: number): Promise<false> {
+  return new Promise((resolve) => setTimeout(() => resolve(false), ms).unref());
 }
 
 /**
@@ -103,15 +144,8 @@ export async function openDockerSession(
  * when both of its output pipes end (it exited, and no job it left holds them), as the engine's
  * stream would end.
  */
-function pipedSession(
-  pipes: SessionPipes,
-  stream: Duplex,
-  user: string | undefined,
-  kill: SessionKill,
-): ShellSession {
+function pipedSession(pipes: SessionPipes, user: string | undefined, kill: SessionKill): ShellSession {
   const { stdin, stdout, stderr } = pipes;
-  stream.on('error', () => {});
-  stream.resume();
   const session = new ShellSession(
     {
       write: (text) => stdin.write(text),

@@ -77,7 +77,7 @@ export function envList(env: Record<string, string>): string[] {
 }
 
 /** Resolves when a hijacked exec stream has ended (or closed, or failed). */
-function streamDone(stream: Duplex): Promise<void> {
+export function streamDone(stream: Duplex): Promise<void> {
   return new Promise((resolve) => {
     if (stream.destroyed || stream.readableEnded) {
       resolve();
