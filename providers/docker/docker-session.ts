@@ -27,12 +27,13 @@ import {
   GO_BYTE,
   killTagged,
   ReadyToken,
+  sleep,
   streamDone,
 } from './one-shot-exec.ts';
 import { openHelperPipes, PIPES_GO_BYTE, SESSION_PIPES_ENV, type SessionPipes } from './session-pipes.ts';
 
 /** How long a confined shell's helper may take to print its ready token before the pipes are given up. */
-const READY_WAIT_MS = 10_000;
+const PIPES_READY_WAIT_MS = 10_000;
 
 /** Opens a session shell in `container` as `user`, confined when `confinement` is given. */
 export async function openDockerSession(
@@ -106,7 +107,11 @@ export async function openDockerSession(
     // until then. A token that does not come (bounded) leaves the shell on the engine's stream.
     if (
       askPipes &&
-      (await Promise.race([ready.seen.then(() => true), ended.then(() => false), delay(READY_WAIT_MS)]))
+      (await Promise.race([
+        ready.seen.then(() => true),
+        ended.then(() => false),
+        sleep(PIPES_READY_WAIT_MS).then(() => false),
+      ]))
     )
       pipes = openHelperPipes(confined.pid);
     // On the pipes the exec's stream carries nothing after the go byte (the helper puts the
@@ -131,11 +136,6 @@ export async function openDockerSession(
   stream.once('end', lost);
   stream.once('close', lost);
   return session;
-}
-
-/** Resolves false after `ms` (unreferenced). */
-function delay(ms: number): Promise<false> {
-  return new Promise((resolve) => setTimeout(() => resolve(false), ms).unref());
 }
 
 /**

@@ -26,6 +26,7 @@ import {
   type KillReach,
   killScriptArgv,
 } from '../shared/kill-script.ts';
+import { withTimeout } from '../shared/with-timeout.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 import type { ContainerCgroup } from './exec-cgroups.ts';
 
@@ -89,7 +90,7 @@ export function streamDone(stream: Duplex): Promise<void> {
   });
 }
 
-function sleep(ms: number): Promise<'timeout'> {
+export function sleep(ms: number): Promise<'timeout'> {
   return new Promise((resolve) => setTimeout(() => resolve('timeout'), ms).unref());
 }
 
@@ -114,18 +115,6 @@ export async function killTagged(
   if (await runKillScript(container, execId, reach, user)) return 'killed';
   await killContainer(container, first);
   return 'sandbox_killed';
-}
-
-/** `promise`'s value, or null when it takes longer than `ms` (it runs on, ignored). */
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | null> {
-  promise.catch(() => {});
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    promise,
-    new Promise<null>((resolve) => {
-      timer = setTimeout(() => resolve(null), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }
 
 /**

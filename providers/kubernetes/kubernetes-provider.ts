@@ -67,6 +67,7 @@ import { decodeLabels, encodeLabels, SYSTEM_LABELS, selectorLabels } from '../sh
 import { waitUntilReady } from '../shared/readiness.ts';
 import { shellQuote } from '../shared/shell.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
+import { withTimeout } from '../shared/with-timeout.ts';
 import {
   DEFAULT_RELAY_HELPER_PATH,
   loadRelayBinary,
@@ -877,17 +878,13 @@ export class KubernetesProvider implements SandboxProvider {
    * exited 0 in time.
    */
   async #runKillScript(id: string, execId: string, reach: KillReach): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
-    const ran = await Promise.race([
+    const ran = await withTimeout(
       runPodCommand(this.#kubeConfig, this.#target(id), killScriptArgv(execId, reach), {
         maxBytes: 1024,
         timeoutMs: KILL_SCRIPT_WAIT_MS,
       }).catch(() => null),
-      new Promise<null>((resolve) => {
-        timer = setTimeout(() => resolve(null), KILL_SCRIPT_WAIT_MS + 5_000);
-      }),
-    ]);
-    clearTimeout(timer);
+      KILL_SCRIPT_WAIT_MS + 5_000,
+    );
     return ran !== null && ran.end.kind === 'exited' && ran.end.exitCode === 0;
   }
 
@@ -903,17 +900,13 @@ export class KubernetesProvider implements SandboxProvider {
       { sandboxId: id, execId },
       'the timeout kill script did not take effect in the Pod; deleting the Pod',
     );
-    let timer: NodeJS.Timeout | undefined;
-    const isGone = await Promise.race([
+    const isGone = await withTimeout(
       this.#deletePodAndWait(id, KILLED_POD_GRACE_SECONDS).then(
         () => true,
         () => false,
       ),
-      new Promise<false>((resolve) => {
-        timer = setTimeout(() => resolve(false), KILLED_POD_WAIT_MS);
-      }),
-    ]);
-    clearTimeout(timer);
+      KILLED_POD_WAIT_MS,
+    );
     if (isGone) return 'sandbox_killed';
     // Never "timeout" with the command perhaps still running: the caller gets this error.
     throw new GymError(
