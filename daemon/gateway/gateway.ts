@@ -8,14 +8,13 @@
  * Completions for an OpenAI-compatible one (./anthropic.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { appendFile, mkdir, rm, stat } from 'node:fs/promises';
+import { mkdir, rm, stat } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
+import { LineAppender, readLines } from '../../core/line-file.ts';
 import type { Logger } from '../../core/logger.ts';
 import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
 import { tokenMatches } from '../identity.ts';
@@ -65,9 +64,29 @@ export interface ModelCallRecord {
   response?: unknown;
   /** Streamed: every chunk or event from the upstream, unchanged (token ids and logprobs ride here). */
   events?: unknown[];
-  /** The upstream's usage object, in the upstream's own shape (see ./usage.ts). */
+  /**
+   * The upstream's usage object, in the upstream's own shape (see environments/runner/usage.ts);
+   * `null` on a call the upstream answered without one (then `usageMissing` says so). A failed
+   * call keeps the usage the upstream reported before it failed.
+   */
   usage?: unknown;
+  /** Why a call the upstream answered has no usage: its tokens are unknown, not zero. */
+  usageMissing?: string;
   error?: { code: string; message: string; upstreamStatus?: number };
+}
+
+/**
+ * A line of a rollout's records that is not a whole record (torn by a crash mid-write, or
+ * damaged since), served in its place so the others are not lost with it and the call it held
+ * counts as one whose usage is unknown.
+ */
+export interface DamagedRecord {
+  rolloutId: string;
+  status: 'error';
+  usage: null;
+  error: { code: 'RECORD_DAMAGED'; message: string };
+  /** Where the line is in the records file: its number (from 1), first byte and length. */
+  damaged: { line: number; offset: number; bytes: number; isTorn: boolean };
 }
 
 /** Every call the gateway makes upstream carries this header with the daemon's id: a call that comes back with it is a loop. */
@@ -212,6 +231,8 @@ export class ModelGateway {
   readonly #options: GatewayOptions;
   readonly #rollouts = new Map<string, OpenRollout>();
   readonly #directory: string;
+  /** Records are appended from concurrent calls: one whole line each, one at a time per file. */
+  readonly #appender = new LineAppender({ mode: 0o600 });
   /** Where the daemon's own API listens (host, port), so no upstream can point at it. */
   #selfAddresses: Array<{ host: string; port: number }> = [];
 
@@ -353,7 +374,10 @@ export class ModelGateway {
 
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
     this.#rollouts.delete(rolloutId);
-    if (options.deleteRecords) await rm(this.#recordsPath(rolloutId), { force: true });
+    if (!options.deleteRecords) return;
+    const path = this.#recordsPath(rolloutId);
+    await this.#appender.idle(path);
+    await rm(path, { force: true });
   }
 
   #recordsPath(rolloutId: string): string {
@@ -377,10 +401,14 @@ export class ModelGateway {
   }
 
   /**
-   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget). A
-   * line that does not parse is an error naming it, never a silently shorter list.
+   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget) up
+   * to the end of the last record written whole, so a call being recorded now is not read half.
+   * A line that is not a whole record (torn by a crash, or damaged since) does not cost the
+   * others: a {@link DamagedRecord} stands in its place, saying where it is, and counts as a call
+   * whose tokens are unknown. Records are appended whole (see core/line-file.ts), so no model
+   * call can produce such a line; hiding the others would only lose honest calls with it.
    */
-  async records(rolloutId: string): Promise<ModelCallRecord[]> {
+  async records(rolloutId: string): Promise<Array<ModelCallRecord | DamagedRecord>> {
     const path = this.#recordsPath(rolloutId);
     const exists = await stat(path).then(
       () => true,
@@ -390,21 +418,33 @@ export class ModelGateway {
       if (this.#rollouts.has(rolloutId)) return [];
       throw new GymError('ROLLOUT_NOT_FOUND', `no records for rollout ${rolloutId}`);
     }
-    const records: ModelCallRecord[] = [];
-    const lines = createInterface({ input: createReadStream(path, 'utf8'), crlfDelay: Infinity });
-    let number = 0;
-    for await (const line of lines) {
-      number += 1;
-      if (line.trim() === '') continue;
+    const size = await this.#appender.settledSize(path);
+    const records: Array<ModelCallRecord | DamagedRecord> = [];
+    for await (const line of readLines(path, size)) {
+      if (line.isTerminated && line.text.trim() === '') continue;
+      let parsed: unknown;
+      let problem: string | undefined;
       try {
-        records.push(JSON.parse(line) as ModelCallRecord);
+        parsed = JSON.parse(line.text);
+        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+          problem = 'it is not a JSON object';
       } catch (error) {
-        throw new GymError(
-          'INTERNAL',
-          `the records of rollout ${rolloutId} are damaged at line ${number}: ${(error as Error).message}`,
-          { details: { rolloutId, line: number } },
-        );
+        problem = (error as Error).message;
       }
+      if (problem === undefined) {
+        records.push(parsed as ModelCallRecord);
+        continue;
+      }
+      const isTorn = !line.isTerminated;
+      const message = `line ${line.number} of the records of rollout ${rolloutId} (${line.bytes} bytes at byte ${line.offset}) is not a whole record${isTorn ? ' (the file ends in it: a write cut short)' : ''}: ${problem}; the call it held is lost and its usage unknown`;
+      this.#options.logger.warn({ rolloutId, line: line.number, offset: line.offset }, message);
+      records.push({
+        rolloutId,
+        status: 'error',
+        usage: null,
+        error: { code: 'RECORD_DAMAGED', message },
+        damaged: { line: line.number, offset: line.offset, bytes: line.bytes, isTorn },
+      });
     }
     return records;
   }
@@ -435,7 +475,7 @@ export class ModelGateway {
       );
     }
     rollout.recordedBytes += bytes;
-    await appendFile(this.#recordsPath(record.rolloutId), line, { mode: 0o600 });
+    await this.#appender.append(this.#recordsPath(record.rolloutId), line);
   }
 
   /**
