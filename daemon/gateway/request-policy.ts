@@ -32,6 +32,20 @@ function refuse(field: string, why: string): never {
 const isObject = (value: unknown): value is Json =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
+const isSet = (value: unknown) => value !== undefined && value !== null;
+
+/**
+ * `stream` must be a boolean and `stream_options` an object: the gateway decides from them
+ * whether a call streams and asks the upstream for its usage, and an upstream that reads `"true"`
+ * or `1` as true would stream a call the gateway took for a plain one, without usage.
+ */
+function checkStreamFields(request: Json): void {
+  if (isSet(request.stream) && typeof request.stream !== 'boolean')
+    refuse('stream', 'it must be true or false');
+  if (isSet(request.stream_options) && !isObject(request.stream_options))
+    refuse('stream_options', 'it must be an object');
+}
+
 /** Anthropic beta flags an agent may pass on: what Claude Code sends, none of which reaches out or costs more. */
 const ALLOWED_ANTHROPIC_BETAS = [
   'claude-code-',
@@ -88,6 +102,7 @@ function checkAnthropicContent(content: unknown, field: string, policy: RequestP
  * no server-tool `type`), no MCP servers, containers or service tiers, no remote sources.
  */
 export function checkMessagesRequest(request: Json, policy: RequestPolicy): void {
+  checkStreamFields(request);
   for (const field of ['mcp_servers', 'container'])
     if (request[field] !== undefined && request[field] !== null)
       refuse(field, 'it gives the upstream network access or account state on the operator key');
@@ -169,8 +184,6 @@ function checkOpenAiParts(parts: unknown, field: string, policy: RequestPolicy):
   });
 }
 
-const isSet = (value: unknown) => value !== undefined && value !== null;
-
 /**
  * A Chat Completions or Responses request: function tools only, no remote image or file URLs,
  * one choice; a Responses request continues only a response of its own rollout and names no
@@ -182,6 +195,7 @@ export function checkOpenAiRequest(
   policy: RequestPolicy,
   rollout: RolloutView,
 ): void {
+  checkStreamFields(request);
   checkOpenAiTools(request.tools);
   if (request.service_tier !== undefined && request.service_tier !== null) {
     if (!['auto', 'default', 'flex'].includes(String(request.service_tier)))
