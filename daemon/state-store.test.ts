@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { appendFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,6 +55,45 @@ describe('StateStore', () => {
     expect(reopened.get('sbx-a')?.leaseExpiresAt).toBe('2031-01-01T00:00:00.000Z');
     await reopened.close();
     await store.close();
+  });
+
+  it('keeps a write the kernel cuts short out of the journal, and the lines after it whole', async () => {
+    const path = await directory();
+    const module = new URL('./state-store.ts', import.meta.url).pathname;
+    const logger = new URL('../core/logger.ts', import.meta.url).pathname;
+    // A daemon under a 64 KiB file-size limit (ulimit -f counts 512-byte blocks): a put whose line
+    // crosses it is written in part (a short write), then fails with EFBIG.
+    const script = `
+      process.on('SIGXFSZ', () => {});
+      const { StateStore } = await import(${JSON.stringify(module)});
+      const { silentLogger } = await import(${JSON.stringify(logger)});
+      const store = await StateStore.open(${JSON.stringify(path)}, silentLogger);
+      const record = (id, env) => ({ ...${JSON.stringify(record('x'))}, id, execEnv: env });
+      await store.put(record('sbx-small', {}));
+      const failed = await store.put(record('sbx-big', { BIG: 'x'.repeat(200 * 1024) })).then(() => 'written', (error) => error.code);
+      await store.put(record('sbx-after', {}));
+      console.log(failed);
+    `;
+    const child = spawn(
+      'sh',
+      ['-c', 'ulimit -f 128; exec "$0" --input-type=module -e "$1"', process.execPath, script],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    await new Promise((resolve) => child.on('close', resolve));
+    expect(output.trim(), output).toBe('EFBIG');
+    const reopened = await StateStore.open(path, silentLogger);
+    expect(
+      reopened
+        .all()
+        .map((item) => item.id)
+        .sort(),
+    ).toEqual(['sbx-after', 'sbx-small']);
+    await reopened.close();
   });
 
   it('ignores a line torn by a crash mid-write', async () => {

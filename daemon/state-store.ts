@@ -19,6 +19,7 @@ import { createReadStream } from 'node:fs';
 import { type FileHandle, mkdir, open, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { writeWhole } from '../core/line-file.ts';
 import type { Logger } from '../core/logger.ts';
 import { type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 
@@ -133,6 +134,8 @@ export class StateStore {
   #journalBytes = 0;
   #handle: FileHandle | null = null;
   #pending: Array<{ line: string; resolve: () => void; reject: (error: Error) => void }> = [];
+  /** A failed write left part of its lines in the journal: the next write starts on a new line. */
+  #isTorn = false;
   #flushing: Promise<void> | null = null;
 
   private constructor(directory: string, logger: Logger) {
@@ -269,13 +272,13 @@ export class StateStore {
         batch.push(line);
         batchBytes += lineBytes;
         if (batchBytes >= COMPACT_BATCH_BYTES) {
-          await handle.write(batch.join(''));
+          await writeWhole(handle, Buffer.from(batch.join(''), 'utf8'));
           written += batchBytes;
           batch = [];
           batchBytes = 0;
         }
       }
-      if (batch.length > 0) await handle.write(batch.join(''));
+      if (batch.length > 0) await writeWhole(handle, Buffer.from(batch.join(''), 'utf8'));
       written += batchBytes;
       await handle.datasync();
     } finally {
@@ -302,10 +305,29 @@ export class StateStore {
       this.#pending = [];
       try {
         if (this.#handle === null) throw new Error('the state store is closed');
-        const text = batch.map((item) => item.line).join('');
-        await this.#handle.write(text);
-        await this.#handle.datasync();
-        this.#journalBytes += Buffer.byteLength(text);
+        const handle = this.#handle;
+        const text = `${this.#isTorn ? '\n' : ''}${batch.map((item) => item.line).join('')}`;
+        const buffer = Buffer.from(text, 'utf8');
+        try {
+          // One write of the whole batch (looping on a short one), so lines never interleave.
+          await writeWhole(handle, buffer);
+        } catch (error) {
+          // Whole lines or none: take back what reached the file, or keep the next line apart.
+          await handle.truncate(this.#journalBytes).then(
+            () => {
+              this.#isTorn = false;
+            },
+            async () => {
+              this.#isTorn = true;
+              // The journal is longer than counted: count what is there, so a later cut back stays past it.
+              this.#journalBytes = (await handle.stat().catch(() => null))?.size ?? this.#journalBytes;
+            },
+          );
+          throw error;
+        }
+        this.#isTorn = false;
+        await handle.datasync();
+        this.#journalBytes += buffer.length;
         for (const item of batch) item.resolve();
       } catch (error) {
         for (const item of batch) item.reject(error as Error);

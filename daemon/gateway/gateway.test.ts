@@ -820,6 +820,12 @@ describe('record budget of a rollout', () => {
     expect(saved.length).toBeGreaterThan(0);
     expect(saved.every((record) => record.status === 'error')).toBe(true);
     expect(saved[0]).toMatchObject({ error: { code: 'PAYLOAD_TOO_LARGE' } });
+    // The upstream answered both: their tokens were spent, and are in the records (issue 19, finding 3).
+    expect(saved).toHaveLength(2);
+    for (const record of saved)
+      expect((record.usage as { completion_tokens?: number } | undefined)?.completion_tokens).toBeGreaterThan(
+        1000,
+      );
   });
 
   async function recordsOf(rolloutId: string): Promise<Array<Record<string, unknown>>> {

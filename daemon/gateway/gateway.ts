@@ -8,14 +8,13 @@
  * Completions for an OpenAI-compatible one (./anthropic.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { appendFile, mkdir, rm, stat } from 'node:fs/promises';
+import { mkdir, rm, stat } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
+import { LineAppender, readLines } from '../../core/line-file.ts';
 import type { Logger } from '../../core/logger.ts';
 import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
 import { tokenMatches } from '../identity.ts';
@@ -65,9 +64,29 @@ export interface ModelCallRecord {
   response?: unknown;
   /** Streamed: every chunk or event from the upstream, unchanged (token ids and logprobs ride here). */
   events?: unknown[];
-  /** The upstream's usage object, in the upstream's own shape (see ./usage.ts). */
+  /**
+   * The upstream's usage object, in the upstream's own shape (see environments/runner/usage.ts);
+   * `null` on a call the upstream answered without one (then `usageMissing` says so). A failed
+   * call keeps the usage the upstream reported before it failed.
+   */
   usage?: unknown;
+  /** Why a call the upstream answered has no usage: its tokens are unknown, not zero. */
+  usageMissing?: string;
   error?: { code: string; message: string; upstreamStatus?: number };
+}
+
+/**
+ * A line of a rollout's records that is not a whole record (torn by a crash mid-write, or
+ * damaged since), served in its place so the others are not lost with it and the call it held
+ * counts as one whose usage is unknown.
+ */
+export interface DamagedRecord {
+  rolloutId: string;
+  status: 'error';
+  usage: null;
+  error: { code: 'RECORD_DAMAGED'; message: string };
+  /** Where the line is in the records file: its number (from 1), first byte and length. */
+  damaged: { line: number; offset: number; bytes: number; isTorn: boolean };
 }
 
 /** Every call the gateway makes upstream carries this header with the daemon's id: a call that comes back with it is a loop. */
@@ -115,6 +134,40 @@ export const MAX_CALLS_IN_FLIGHT_PER_ROLLOUT = 8;
 
 /** Bytes of record reserved per output token a call may produce (its text, about 4 bytes, and the JSON around it). */
 const RECORD_BYTES_PER_OUTPUT_TOKEN = 16;
+
+/**
+ * The largest error record written past a rollout's budget: one that keeps the usage of a call
+ * the upstream answered (its tokens were spent) when the full record did not fit. At most the
+ * calls in flight can add one each, so the budget is passed by a few KiB at most.
+ */
+const MAX_PAST_BUDGET_RECORD_BYTES = 8 * 1024;
+
+/** What the upstream reported of a call's usage so far (a failed call keeps it in its record). */
+interface UsageSeen {
+  usage?: unknown;
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** The usage fields of a record of a call the upstream answered: its usage, or why there is none. */
+function usageOfAnswer(usage: unknown): Pick<ModelCallRecord, 'usage' | 'usageMissing'> {
+  if (isObject(usage)) return { usage };
+  return { usage: null, usageMissing: 'the upstream sent no usage for this call: its tokens are unknown' };
+}
+
+/**
+ * A Chat Completions chunk as an agent that did not ask for usage gets it: the gateway asked
+ * the upstream for usage (`stream_options.include_usage`), which adds a last chunk with no
+ * choices and `usage: null` on the others; without us the agent would have seen neither. Null
+ * for the chunk to leave out.
+ */
+function withoutAddedUsage(chunk: Record<string, unknown>): Record<string, unknown> | null {
+  if (!('usage' in chunk)) return chunk;
+  if (Array.isArray(chunk.choices) && chunk.choices.length === 0) return null;
+  const { usage: _added, ...rest } = chunk;
+  return rest;
+}
 
 export interface GatewayOptions {
   stateDir: string;
@@ -212,6 +265,8 @@ export class ModelGateway {
   readonly #options: GatewayOptions;
   readonly #rollouts = new Map<string, OpenRollout>();
   readonly #directory: string;
+  /** Records are appended from concurrent calls: one whole line each, one at a time per file. */
+  readonly #appender = new LineAppender({ mode: 0o600 });
   /** Where the daemon's own API listens (host, port), so no upstream can point at it. */
   #selfAddresses: Array<{ host: string; port: number }> = [];
 
@@ -353,7 +408,10 @@ export class ModelGateway {
 
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
     this.#rollouts.delete(rolloutId);
-    if (options.deleteRecords) await rm(this.#recordsPath(rolloutId), { force: true });
+    if (!options.deleteRecords) return;
+    const path = this.#recordsPath(rolloutId);
+    await this.#appender.idle(path);
+    await rm(path, { force: true });
   }
 
   #recordsPath(rolloutId: string): string {
@@ -377,10 +435,14 @@ export class ModelGateway {
   }
 
   /**
-   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget). A
-   * line that does not parse is an error naming it, never a silently shorter list.
+   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget) up
+   * to the end of the last record written whole, so a call being recorded now is not read half.
+   * A line that is not a whole record (torn by a crash, or damaged since) does not cost the
+   * others: a {@link DamagedRecord} stands in its place, saying where it is, and counts as a call
+   * whose tokens are unknown. Records are appended whole (see core/line-file.ts), so no model
+   * call can produce such a line; hiding the others would only lose honest calls with it.
    */
-  async records(rolloutId: string): Promise<ModelCallRecord[]> {
+  async records(rolloutId: string): Promise<Array<ModelCallRecord | DamagedRecord>> {
     const path = this.#recordsPath(rolloutId);
     const exists = await stat(path).then(
       () => true,
@@ -390,21 +452,33 @@ export class ModelGateway {
       if (this.#rollouts.has(rolloutId)) return [];
       throw new GymError('ROLLOUT_NOT_FOUND', `no records for rollout ${rolloutId}`);
     }
-    const records: ModelCallRecord[] = [];
-    const lines = createInterface({ input: createReadStream(path, 'utf8'), crlfDelay: Infinity });
-    let number = 0;
-    for await (const line of lines) {
-      number += 1;
-      if (line.trim() === '') continue;
+    const size = await this.#appender.settledSize(path);
+    const records: Array<ModelCallRecord | DamagedRecord> = [];
+    for await (const line of readLines(path, size)) {
+      if (line.isTerminated && line.text.trim() === '') continue;
+      let parsed: unknown;
+      let problem: string | undefined;
       try {
-        records.push(JSON.parse(line) as ModelCallRecord);
+        parsed = JSON.parse(line.text);
+        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+          problem = 'it is not a JSON object';
       } catch (error) {
-        throw new GymError(
-          'INTERNAL',
-          `the records of rollout ${rolloutId} are damaged at line ${number}: ${(error as Error).message}`,
-          { details: { rolloutId, line: number } },
-        );
+        problem = (error as Error).message;
       }
+      if (problem === undefined) {
+        records.push(parsed as ModelCallRecord);
+        continue;
+      }
+      const isTorn = !line.isTerminated;
+      const message = `line ${line.number} of the records of rollout ${rolloutId} (${line.bytes} bytes at byte ${line.offset}) is not a whole record${isTorn ? ' (the file ends in it: a write cut short)' : ''}: ${problem}; the call it held is lost and its usage unknown`;
+      this.#options.logger.warn({ rolloutId, line: line.number, offset: line.offset }, message);
+      records.push({
+        rolloutId,
+        status: 'error',
+        usage: null,
+        error: { code: 'RECORD_DAMAGED', message },
+        damaged: { line: line.number, offset: line.offset, bytes: line.bytes, isTorn },
+      });
     }
     return records;
   }
@@ -423,11 +497,16 @@ export class ModelGateway {
    * Appends one record, unless it would take the rollout past its record budget: then nothing is
    * written and the call fails with the budget's PAYLOAD_TOO_LARGE (a record is whole or absent).
    */
-  async #record(rollout: OpenRollout, record: ModelCallRecord): Promise<void> {
+  async #record(
+    rollout: OpenRollout,
+    record: ModelCallRecord,
+    options: { mayPassBudget?: boolean } = {},
+  ): Promise<void> {
     const line = `${JSON.stringify(record)}\n`;
     const bytes = Buffer.byteLength(line);
     const budget = this.#options.maxRecordBytesPerRollout;
-    if (rollout.recordedBytes + bytes > budget) {
+    const isPastBudgetAllowed = options.mayPassBudget === true && bytes <= MAX_PAST_BUDGET_RECORD_BYTES;
+    if (rollout.recordedBytes + bytes > budget && !isPastBudgetAllowed) {
       throw new GymError(
         'PAYLOAD_TOO_LARGE',
         `rollout ${rollout.id} has recorded ${rollout.recordedBytes} bytes of model calls; this call's record of ${bytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
@@ -435,19 +514,23 @@ export class ModelGateway {
       );
     }
     rollout.recordedBytes += bytes;
-    await appendFile(this.#recordsPath(record.rolloutId), line, { mode: 0o600 });
+    await this.#appender.append(this.#recordsPath(record.rolloutId), line);
   }
 
   /**
-   * Records a failed call and returns its error. When the record with the request does not fit
-   * the budget any more, the request is left out of it; when even that does not fit, nothing is
-   * recorded.
+   * Records a failed call and returns its error, with the usage the upstream reported before the
+   * call failed (a call can fail after the upstream answered: its record past the budget, its
+   * stream cut). When the record with the request does not fit the budget any more, the request
+   * is left out of it; when even that does not fit, it is written past the budget if it carries
+   * usage (small, see MAX_PAST_BUDGET_RECORD_BYTES: spent tokens are never left unrecorded), and
+   * otherwise not at all.
    */
   async #recordFailure(
     rollout: OpenRollout,
     base: Omit<ModelCallRecord, 'durationMs' | 'status'>,
     started: number,
     caught: unknown,
+    seen: UsageSeen = {},
   ): Promise<GymError> {
     const error = toGymError(caught);
     this.#options.logger.warn(
@@ -465,9 +548,11 @@ export class ModelGateway {
           ? { upstreamStatus: error.details.upstreamStatus }
           : {}),
       },
+      ...(isObject(seen.usage) ? { usage: seen.usage } : {}),
     };
+    const omitted = { ...record, request: { omitted: 'past the record budget' } };
     await this.#record(rollout, record)
-      .catch(() => this.#record(rollout, { ...record, request: { omitted: 'past the record budget' } }))
+      .catch(() => this.#record(rollout, omitted, { mayPassBudget: isObject(seen.usage) }))
       .catch(() => {});
     return error;
   }
@@ -482,6 +567,7 @@ export class ModelGateway {
     upstreamModel: unknown,
     isStream: boolean,
     sink: StreamSink | undefined,
+    seen: UsageSeen,
   ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
     const upstreamRequest = messagesToChatRequest(body, upstreamModel);
     const asked = body.model;
@@ -489,6 +575,7 @@ export class ModelGateway {
       const completion = (await client.chat.completions.create(
         upstreamRequest as never,
       )) as unknown as Record<string, unknown>;
+      seen.usage = completion.usage;
       const response = chatToMessagesResponse(completion, asked);
       return {
         response,
@@ -497,7 +584,7 @@ export class ModelGateway {
           upstreamRequest,
           upstreamResponse: completion,
           response,
-          usage: completion.usage,
+          ...usageOfAnswer(completion.usage),
         },
       };
     }
@@ -515,6 +602,7 @@ export class ModelGateway {
     };
     for await (const chunk of stream) {
       chunks.push(chunk);
+      if (isObject(chunk.usage)) seen.usage = chunk.usage;
       send(translator.push(chunk));
     }
     send(translator.finish());
@@ -529,7 +617,7 @@ export class ModelGateway {
         upstreamResponse: completion,
         response,
         events: chunks,
-        usage: completion.usage,
+        ...usageOfAnswer(completion.usage),
       },
     };
   }
@@ -540,19 +628,25 @@ export class ModelGateway {
     body: Record<string, unknown>,
     isStream: boolean,
     sink: StreamSink | undefined,
-    headers: Record<string, string> = {},
+    headers: Record<string, string>,
+    seen: UsageSeen,
   ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
     const upstreamBody = { ...body, model: upstream.model ?? body.model };
     const response = await this.#postAnthropic(upstream, '/messages', upstreamBody, headers);
     if (!isStream) {
       const message = (await response.json()) as Record<string, unknown>;
-      return { response: message, record: { response: message, usage: message.usage } };
+      seen.usage = message.usage;
+      return { response: message, record: { response: message, ...usageOfAnswer(message.usage) } };
     }
     const events: Array<Record<string, unknown>> = [];
     for await (const event of readSse(response.body as AsyncIterable<Uint8Array>)) {
       if (typeof event.data !== 'object' || event.data === null) continue;
       const data = event.data as Record<string, unknown>;
       events.push(data);
+      // Input tokens come at the start, output tokens in message_delta: keep what came so far.
+      const usage =
+        data.type === 'message_start' ? (data.message as { usage?: unknown } | undefined)?.usage : data.usage;
+      if (isObject(usage)) seen.usage = { ...(isObject(seen.usage) ? seen.usage : {}), ...usage };
       sink?.event(event.name ?? String(data.type), data);
       if (data.type === 'error') {
         const error = (data.error ?? {}) as { message?: string; type?: string };
@@ -569,7 +663,11 @@ export class ModelGateway {
     const message = assembleMessages(events);
     return {
       response: message,
-      record: { response: message, events, usage: (message as { usage?: unknown } | undefined)?.usage },
+      record: {
+        response: message,
+        events,
+        ...usageOfAnswer((message as { usage?: unknown } | undefined)?.usage),
+      },
     };
   }
 
@@ -703,8 +801,18 @@ export class ModelGateway {
     const startedAt = new Date();
     const started = performance.now();
     const upstreamModel = rollout.upstream.model ?? request.model;
-    const body = { ...request, model: upstreamModel };
     const isStream = request.stream === true;
+    const streamOptions = isObject(request.stream_options) ? request.stream_options : {};
+    // A Chat stream reports usage only when asked: the gateway always asks, so no call's tokens
+    // go unrecorded, and takes out of what the agent sees what asking added, unless it asked too.
+    const isUsageAsked = streamOptions.include_usage === true;
+    const isUsageForced = api === 'chat.completions' && isStream;
+    const body = {
+      ...request,
+      model: upstreamModel,
+      ...(isUsageForced ? { stream_options: { ...streamOptions, include_usage: true } } : {}),
+    };
+    const seen: UsageSeen = {};
     const base = {
       index,
       rolloutId: rollout.id,
@@ -739,8 +847,9 @@ export class ModelGateway {
               isStream,
               held,
               filterAnthropicHeaders(upstreamHeaders),
+              seen,
             )
-          : await this.#messagesToChat(client, request, upstreamModel, isStream, held);
+          : await this.#messagesToChat(client, request, upstreamModel, isStream, held, seen);
         await this.#record(rollout, {
           ...base,
           ...done.record,
@@ -755,12 +864,13 @@ export class ModelGateway {
           api === 'chat.completions'
             ? await client.chat.completions.create(body as never)
             : await client.responses.create(body as never);
+        seen.usage = (response as { usage?: unknown }).usage;
         await this.#record(rollout, {
           ...base,
           durationMs: performance.now() - started,
           status: 'ok',
           response,
-          usage: (response as { usage?: unknown }).usage,
+          ...usageOfAnswer(seen.usage),
         });
         if (api === 'responses') rememberResponse(rollout, response);
         return response;
@@ -772,15 +882,20 @@ export class ModelGateway {
       let completed: unknown;
       for await (const event of stream) {
         events.push(event);
-        if (api === 'chat.completions') held?.event(null, event);
-        else {
+        if (api === 'chat.completions') {
+          if (isObject(event.usage)) seen.usage = event.usage;
+          const shown = isUsageAsked ? event : withoutAddedUsage(event);
+          if (shown !== null) held?.event(null, shown);
+        } else {
           held?.event(event.type as string, event);
           if (
             event.type === 'response.completed' ||
             event.type === 'response.failed' ||
             event.type === 'response.incomplete'
-          )
+          ) {
             completed = event.response;
+            seen.usage = (completed as { usage?: unknown } | undefined)?.usage;
+          }
         }
       }
       held?.end(api === 'chat.completions' ? 'data: [DONE]\n\n' : undefined);
@@ -792,13 +907,13 @@ export class ModelGateway {
         status: 'ok',
         response,
         events,
-        usage: (response as { usage?: unknown } | undefined)?.usage,
+        ...usageOfAnswer((response as { usage?: unknown } | undefined)?.usage),
       });
       if (api === 'responses') rememberResponse(rollout, response);
       ending?.();
       return response;
     } catch (caught) {
-      throw await this.#recordFailure(rollout, base, started, caught);
+      throw await this.#recordFailure(rollout, base, started, caught, seen);
     }
   }
 }

@@ -8,14 +8,17 @@
  * responses), or raise the price of a call (service tiers, the 1M-context beta, several
  * choices). Such requests are refused with a VALIDATION_FAILED that
  * names the field, so the agent learns why rather than getting a silently different answer.
+ * Tools are an allow-list (client tools only), and so is content, to the bottom
+ * (./content-policy.ts); top-level fields known to reach out or cost more are refused by name.
  * Pure functions; the gateway calls them before a call is counted or forwarded.
  */
 import { GymError } from '../../core/errors.ts';
+import { checkChatContent, checkMessagesContent, checkResponsesContent } from './content-policy.ts';
 
 type Json = Record<string, unknown>;
 
 export interface RequestPolicy {
-  /** Let image and document URLs (which the upstream downloads) through; data: URLs always pass. */
+  /** Let image, document, audio and file URLs (which the upstream downloads) through; data: URLs always pass. */
   allowRemoteImageUrls: boolean;
 }
 
@@ -31,6 +34,20 @@ function refuse(field: string, why: string): never {
 
 const isObject = (value: unknown): value is Json =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
+
+const isSet = (value: unknown) => value !== undefined && value !== null;
+
+/**
+ * `stream` must be a boolean and `stream_options` an object: the gateway decides from them
+ * whether a call streams and asks the upstream for its usage, and an upstream that reads `"true"`
+ * or `1` as true would stream a call the gateway took for a plain one, without usage.
+ */
+function checkStreamFields(request: Json): void {
+  if (isSet(request.stream) && typeof request.stream !== 'boolean')
+    refuse('stream', 'it must be true or false');
+  if (isSet(request.stream_options) && !isObject(request.stream_options))
+    refuse('stream_options', 'it must be an object');
+}
 
 /** Anthropic beta flags an agent may pass on: what Claude Code sends, none of which reaches out or costs more. */
 const ALLOWED_ANTHROPIC_BETAS = [
@@ -58,36 +75,12 @@ export function filterAnthropicHeaders(headers: Record<string, string>): Record<
   return out;
 }
 
-/** An image or document source the upstream would fetch or look up, refused unless allowed. */
-function checkAnthropicSource(block: Json, field: string, policy: RequestPolicy): void {
-  const source = block.source;
-  if (!isObject(source)) return;
-  if (source.type === 'file')
-    refuse(`${field}.source`, 'file sources name files stored on the upstream account');
-  if (source.type === 'url' && !policy.allowRemoteImageUrls)
-    refuse(
-      `${field}.source`,
-      'URL sources make the upstream download them; send the data inline (base64), or set gateway.allowRemoteImageUrls',
-    );
-}
-
-/** Content blocks of a Messages request, tool results' content included. */
-function checkAnthropicContent(content: unknown, field: string, policy: RequestPolicy): void {
-  if (!Array.isArray(content)) return;
-  content.forEach((block, index) => {
-    if (!isObject(block)) return;
-    const at = `${field}[${index}]`;
-    if (block.type === 'image' || block.type === 'document') checkAnthropicSource(block, at, policy);
-    if (block.type === 'container_upload') refuse(at, 'container uploads use upstream containers');
-    if (block.type === 'tool_result') checkAnthropicContent(block.content, `${at}.content`, policy);
-  });
-}
-
 /**
  * A Messages request (or count_tokens request): client tools only (each with an input_schema,
  * no server-tool `type`), no MCP servers, containers or service tiers, no remote sources.
  */
 export function checkMessagesRequest(request: Json, policy: RequestPolicy): void {
+  checkStreamFields(request);
   for (const field of ['mcp_servers', 'container'])
     if (request[field] !== undefined && request[field] !== null)
       refuse(field, 'it gives the upstream network access or account state on the operator key');
@@ -106,10 +99,7 @@ export function checkMessagesRequest(request: Json, policy: RequestPolicy): void
         'only client tools with an input_schema are accepted: server-side tools run on the upstream, with network access',
       );
   });
-  const messages = Array.isArray(request.messages) ? request.messages : [];
-  messages.forEach((message, index) => {
-    if (isObject(message)) checkAnthropicContent(message.content, `messages[${index}].content`, policy);
-  });
+  checkMessagesContent(request, policy);
 }
 
 /** Tool types that the client runs itself (everything else runs on the upstream). */
@@ -133,44 +123,6 @@ function checkOpenAiTools(tools: unknown, field = 'tools'): void {
   });
 }
 
-function checkImageUrl(url: unknown, field: string, policy: RequestPolicy): void {
-  if (typeof url !== 'string' || url.startsWith('data:') || policy.allowRemoteImageUrls) return;
-  refuse(
-    field,
-    'image URLs other than data: URLs make the upstream download them; send the image inline, or set gateway.allowRemoteImageUrls',
-  );
-}
-
-/** Content parts of Chat Completions messages and Responses input items, nested outputs included. */
-function checkOpenAiParts(parts: unknown, field: string, policy: RequestPolicy): void {
-  if (!Array.isArray(parts)) return;
-  parts.forEach((part, index) => {
-    if (!isObject(part)) return;
-    const at = `${field}[${index}]`;
-    if (part.type === 'image_url') {
-      const image = part.image_url;
-      checkImageUrl(isObject(image) ? image.url : image, `${at}.image_url`, policy);
-    }
-    if (part.type === 'input_image') {
-      checkImageUrl(part.image_url, `${at}.image_url`, policy);
-      if (part.file_id !== undefined)
-        refuse(`${at}.file_id`, 'it names a file stored on the upstream account');
-    }
-    if (part.type === 'input_file') {
-      if (part.file_id !== undefined)
-        refuse(`${at}.file_id`, 'it names a file stored on the upstream account');
-      if (part.file_url !== undefined)
-        refuse(`${at}.file_url`, 'the upstream would download it; send the file inline (file_data)');
-    }
-    if (part.type === 'file' && isObject(part.file) && part.file.file_id !== undefined)
-      refuse(`${at}.file.file_id`, 'it names a file stored on the upstream account');
-    checkOpenAiParts(part.content, `${at}.content`, policy);
-    checkOpenAiParts(part.output, `${at}.output`, policy);
-  });
-}
-
-const isSet = (value: unknown) => value !== undefined && value !== null;
-
 /**
  * A Chat Completions or Responses request: function tools only, no remote image or file URLs,
  * one choice; a Responses request continues only a response of its own rollout and names no
@@ -182,6 +134,7 @@ export function checkOpenAiRequest(
   policy: RequestPolicy,
   rollout: RolloutView,
 ): void {
+  checkStreamFields(request);
   checkOpenAiTools(request.tools);
   if (request.service_tier !== undefined && request.service_tier !== null) {
     if (!['auto', 'default', 'flex'].includes(String(request.service_tier)))
@@ -193,10 +146,7 @@ export function checkOpenAiRequest(
     // Several choices multiply the call's cost and what it records past the rollout's
     // accounting, and a rollout is one trajectory: sample more rollouts instead.
     if (isSet(request.n) && request.n !== 1) refuse('n', 'only one choice per call (n: 1) is accepted');
-    const messages = Array.isArray(request.messages) ? request.messages : [];
-    messages.forEach((message, index) => {
-      if (isObject(message)) checkOpenAiParts(message.content, `messages[${index}].content`, policy);
-    });
+    checkChatContent(request, policy);
     return;
   }
   if (isSet(request.conversation))
@@ -230,5 +180,5 @@ export function checkOpenAiRequest(
         "an item reference names an item stored on the upstream account (another rollout's, or the operator's); send the item itself, or previous_response_id of this rollout's response",
       );
   });
-  checkOpenAiParts(request.input, 'input', policy);
+  checkResponsesContent(request, policy);
 }

@@ -55,6 +55,7 @@ function chatCompletion(
   model: string,
   stream: boolean,
   response: ServerResponse,
+  includeUsage: boolean,
 ): void {
   const completionId = id('chatcmpl');
   const created = Math.floor(Date.now() / 1000);
@@ -124,7 +125,8 @@ function chatCompletion(
     ]);
   });
   chunk([{ index: 0, delta: {}, finish_reason: finishReason, ...reply.choiceExtra }], reply.extra ?? {});
-  chunk([], { usage });
+  // As OpenAI's API does: a stream reports usage only when asked to (stream_options.include_usage).
+  if (includeUsage) chunk([], { usage });
   response.end('data: [DONE]\n\n');
 }
 
@@ -363,7 +365,9 @@ export async function startScriptedModelServer(
       }
       const stream = body.stream === true;
       const model = typeof body.model === 'string' ? body.model : script.model;
-      if (path.endsWith('/chat/completions')) chatCompletion(reply, model, stream, response);
+      const streamOptions = body.stream_options as { include_usage?: unknown } | null | undefined;
+      if (path.endsWith('/chat/completions'))
+        chatCompletion(reply, model, stream, response, streamOptions?.include_usage === true);
       else if (path.endsWith('/responses')) responsesApi(reply, model, stream, response);
       else if (path.endsWith('/messages')) anthropicMessages(reply, model, stream, response);
       else sendJson(response, 404, { error: { message: `no route ${path}`, type: 'not_found' } });
