@@ -418,9 +418,24 @@ class GymSandboxdProvider:
     # Lifecycle.
 
     async def status(self, handle: SandboxHandle) -> SandboxStatus:
+        """The daemon's state of the sandbox; one it calls ready is also asked to run ``true``.
+
+        The daemon learns of a sandbox killed behind its back (in the engine) at its next use
+        or orphan scan; the probe (through a session, about a millisecond) makes that now.
+        """
         try:
             sandbox = await self._client.get_sandbox(handle.sandbox_id)
-        except SandboxNotFoundError:
+            if sandbox["state"] == "ready":
+                state: _SandboxState = handle.raw
+                session = state.take_session()
+                try:
+                    probe = await self._client.exec(handle.sandbox_id, ["true"], session=session, timeout_ms=30_000)
+                finally:
+                    if session is not None:
+                        state.idle_sessions.append(session)
+                if probe["status"] == "sandbox_gone":
+                    return SandboxStatus.STOPPED
+        except (SandboxNotFoundError, SandboxNotReadyError):
             return SandboxStatus.STOPPED
         except GymError:
             return SandboxStatus.UNKNOWN

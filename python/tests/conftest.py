@@ -6,7 +6,7 @@ directories with the Docker provider, then runs ``python3 -m pytest python/tests
 Run by hand the same way against a daemon of your own. Every sandbox a test makes carries the
 label ``python-test=<run>`` and is destroyed at the end of the session.
 
-The NeMo Gym stand-in (``stand_in/nemo_gym``) goes first on ``sys.path``, and the package's entry
+The NeMo Gym stand-in (``stand_in/nemo_gym``, or the real one named by ``GYM_TEST_NEMO_GYM_PATH``) goes first on ``sys.path``, and the package's entry
 point is published from ``pyproject.toml`` into a temporary ``.dist-info``, so NeMo Gym's registry
 finds the provider by name exactly as it would once the package is installed.
 """
@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-STAND_IN = Path(__file__).resolve().parent / "stand_in"
+# GYM_TEST_NEMO_GYM_PATH: a folder holding the real ``nemo_gym`` package, to run the provider's
+# tests against NeMo Gym itself instead of the stand-in.
+STAND_IN = Path(os.environ.get("GYM_TEST_NEMO_GYM_PATH") or Path(__file__).resolve().parent / "stand_in")
 sys.path.insert(0, str(PACKAGE_ROOT))
 sys.path.insert(0, str(STAND_IN))
 
