@@ -37,9 +37,12 @@ from .aio import AsyncGymClient
 from .errors import (
     DaemonUnavailableError,
     GymError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
     SandboxNotFoundError,
     SandboxNotReadyError,
     SandboxStartFailedError,
+    ShuttingDownError,
 )
 from .schema import ExecResult
 
@@ -64,6 +67,17 @@ MAX_SESSIONS_PER_SANDBOX = 8
 # A label the provider puts on every sandbox it makes, to find them.
 SANDBOX_LABEL = ("nemo-gym.sandbox", "1")
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+# Errors that mean the command could not run at all: the sandbox, its backend or the daemon is
+# gone or does not answer. NeMo Gym's Docker provider reports the same (no such container, the
+# engine unreachable) as error_type "sandbox".
+_SANDBOX_UNREACHABLE = (
+    SandboxNotFoundError,
+    SandboxNotReadyError,
+    DaemonUnavailableError,
+    ProviderUnavailableError,
+    ProviderTimeoutError,
+    ShuttingDownError,
+)
 _PROVIDER_OPTION_KEYS = frozenset({"provider", "pool", "network", "user", "readiness_command", "pids_limit", "options"})
 
 
@@ -387,8 +401,13 @@ class GymSandboxdProvider:
                 max_output_bytes=self._max_output_bytes,
                 user=None if user is None else str(user),
             )
-        except (SandboxNotFoundError, SandboxNotReadyError, DaemonUnavailableError) as error:
+        except _SANDBOX_UNREACHABLE as error:
             return SandboxExecResult(stdout=None, stderr=str(error), return_code=SANDBOX_RUNTIME_RETURN_CODE, error_type="sandbox")
+        except TimeoutError as error:
+            # The daemon did not answer within the command's timeout and a margin: as NeMo Gym's
+            # providers report a runtime that hung.
+            note = f"no answer from the daemon within {effective_timeout:g}s and a margin: {error}"
+            return SandboxExecResult(stdout=None, stderr=note, return_code=SANDBOX_RUNTIME_RETURN_CODE, error_type="timeout")
         finally:
             if session is not None:
                 state.idle_sessions.append(session)

@@ -29,11 +29,11 @@ def test_async_sandbox_exec_stream_files_and_errors(client: GymClient, image: st
                 assert kinds == ["stdout", "stdout", "result"]
                 timed_out = await gym.exec(sandbox_id, command="sleep 20", timeout_ms=300)
                 assert timed_out["status"] == "timeout"
-                source = tmp_path / "five.bin"
-                source.write_bytes(os.urandom(5 * 1024 * 1024))
-                await gym.write_file(sandbox_id, "/tmp/five.bin", source)
-                target = tmp_path / "five-back.bin"
-                assert await gym.download_file(sandbox_id, "/tmp/five.bin", target) == 5 * 1024 * 1024
+                source = tmp_path / "two.bin"
+                source.write_bytes(os.urandom(2 * 1024 * 1024))
+                await gym.write_file(sandbox_id, "/tmp/two.bin", source)
+                target = tmp_path / "two-back.bin"
+                assert await gym.download_file(sandbox_id, "/tmp/two.bin", target) == 2 * 1024 * 1024
                 assert hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
 
                 async def chunks():
