@@ -1,6 +1,6 @@
 """Fixtures for the Python package's tests, which run against a real daemon.
 
-``test/python.int.test.ts`` starts one (and a second on a unix socket) on temporary state
+``test/python-package.int.test.ts`` starts one (and a second on a unix socket) on temporary state
 directories with the Docker provider, then runs ``python3 -m pytest python/tests`` with
 ``GYM_STATE_DIR`` (and ``GYM_TEST_SOCKET_STATE_DIR``, ``GYM_TEST_IMAGE``, ``GYM_TEST_RUN``) set.
 Run by hand the same way against a daemon of your own. Every sandbox a test makes carries the

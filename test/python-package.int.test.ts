@@ -12,8 +12,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestDaemon, type TestDaemon } from '../test/daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../test/docker-available.ts';
+import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
+import { dockerTestEnvironment, testImage } from './docker-available.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
