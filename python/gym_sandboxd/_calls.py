@@ -29,7 +29,10 @@ def metrics() -> Call:
 
 
 def create_sandbox(spec: SandboxSpec | PoolAcquireRequest) -> Call:
-    return Call("POST", "/v1/sandboxes", json_body=dict(spec), has_json=True)
+    # A create answers once its readiness probe passed: wait at least that long, and a minute more.
+    readiness = spec.get("readiness") or {}
+    probe_s = readiness.get("timeoutMs", 0) / 1000  # type: ignore[union-attr]
+    return Call("POST", "/v1/sandboxes", json_body=dict(spec), has_json=True, timeout_s=max(DEFAULT_TIMEOUT_S, probe_s + 60))
 
 
 def acquire(pool: str, env: Mapping[str, str] | None, labels: Mapping[str, str] | None, ttl_seconds: int | None) -> Call:
