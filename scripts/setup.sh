@@ -4,7 +4,8 @@
 #
 #   1. Node >= 22 (installs Node 24 from the npm registry into .tools/node when the machine's is older)
 #   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec),
-#      python3-toolz (a real project's own tests, for the swebench kind's test)
+#      python3-toolz (a real project's own tests, for the swebench kind's test),
+#      python3-pytest (the Python package's tests, python/tests)
 #      slurm-wlm + munge (a one-node Slurm cluster)
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
@@ -38,6 +39,8 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
 # toolz with its own tests: the real project the swebench kind's integration test is made from.
 dpkg -s python3-toolz >/dev/null 2>&1 || missing+=(python3-toolz)
+# pytest for Debian's python3: the Python package's tests (python/tests) run under it.
+dpkg -s python3-pytest >/dev/null 2>&1 || missing+=(python3-pytest)
 # The second, minimal provider of the tests (test/fixtures/bwrap-provider.ts) runs commands under it.
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # Real SSH servers stand for compute nodes in the SSH transport tests (providers/ssh/).

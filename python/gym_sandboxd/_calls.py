@@ -1,0 +1,193 @@
+"""Every API call, described once (method, path, body) for the sync and the async client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._wire import DEFAULT_TIMEOUT_S, EXEC_TIMEOUT_MARGIN_S, Call, Upload, require, segment, upload_body
+from .schema import ExecRequest, OpenRolloutRequest, PoolAcquireRequest, PoolDefinition, SandboxSpec
+
+# The daemon's default exec timeout (core/schemas/exec.ts), for the client's own wait.
+DEFAULT_EXEC_TIMEOUT_MS = 60_000
+
+
+def _sandbox(sandbox_id: str, rest: str = "") -> str:
+    return f"/v1/sandboxes/{segment(sandbox_id)}{rest}"
+
+
+def health() -> Call:
+    return Call("GET", "/healthz")
+
+
+def openapi() -> Call:
+    return Call("GET", "/openapi.json")
+
+
+def metrics() -> Call:
+    return Call("GET", "/metrics")
+
+
+def create_sandbox(spec: SandboxSpec | PoolAcquireRequest) -> Call:
+    # A create answers once its readiness probe passed: wait at least that long, and a minute more.
+    readiness = spec.get("readiness") or {}
+    probe_s = readiness.get("timeoutMs", 0) / 1000  # type: ignore[union-attr]
+    return Call("POST", "/v1/sandboxes", json_body=dict(spec), has_json=True, timeout_s=max(DEFAULT_TIMEOUT_S, probe_s + 60))
+
+
+def acquire(pool: str, env: Mapping[str, str] | None, labels: Mapping[str, str] | None, ttl_seconds: int | None) -> Call:
+    request: dict[str, Any] = {"pool": pool}
+    if env is not None:
+        request["env"] = dict(env)
+    if labels is not None:
+        request["labels"] = dict(labels)
+    if ttl_seconds is not None:
+        request["ttlSeconds"] = ttl_seconds
+    return Call("POST", "/v1/sandboxes", json_body=request, has_json=True)
+
+
+def list_sandboxes(labels: Mapping[str, str] | None, provider: str | None) -> Call:
+    query = [("label", f"{key}={value}") for key, value in (labels or {}).items()]
+    if provider is not None:
+        query.append(("provider", provider))
+    return Call("GET", "/v1/sandboxes", query=query)
+
+
+def get_sandbox(sandbox_id: str) -> Call:
+    return Call("GET", _sandbox(sandbox_id))
+
+
+def delete_sandbox(sandbox_id: str) -> Call:
+    return Call("DELETE", _sandbox(sandbox_id))
+
+
+def keepalive(sandbox_id: str, ttl_seconds: int | None) -> Call:
+    return Call("POST", _sandbox(sandbox_id, "/keepalive"), json_body={} if ttl_seconds is None else {"ttlSeconds": ttl_seconds}, has_json=True)
+
+
+def exec_request(
+    argv: Sequence[str] | None,
+    command: str | None,
+    *,
+    session: str | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    stdin: str | bytes | None,
+    timeout_ms: int | None,
+    max_output_bytes: int | None,
+    user: str | None,
+) -> ExecRequest:
+    """The exec body: exactly one of ``argv`` (no shell) or ``command`` (``sh -c``)."""
+    require((argv is None) != (command is None), "an exec needs exactly one of argv or command")
+    if isinstance(argv, str):
+        raise TypeError("argv is a list of arguments; a shell command line goes in command=")
+    request: ExecRequest = {}
+    if argv is not None:
+        request["argv"] = list(argv)
+    if command is not None:
+        request["command"] = command
+    if session is not None:
+        request["session"] = session
+    if cwd is not None:
+        request["cwd"] = cwd
+    if env:
+        request["env"] = dict(env)
+    if stdin is not None:
+        if isinstance(stdin, bytes):
+            import base64
+
+            request["stdin"] = base64.b64encode(stdin).decode("ascii")
+            request["stdinEncoding"] = "base64"
+        else:
+            request["stdin"] = stdin
+    if timeout_ms is not None:
+        request["timeoutMs"] = timeout_ms
+    if max_output_bytes is not None:
+        request["maxOutputBytes"] = max_output_bytes
+    if user is not None:
+        request["user"] = user
+    return request
+
+
+def exec_call(sandbox_id: str, request: ExecRequest, *, stream: bool) -> Call:
+    wait_s = request.get("timeoutMs", DEFAULT_EXEC_TIMEOUT_MS) / 1000 + EXEC_TIMEOUT_MARGIN_S
+    return Call(
+        "POST",
+        _sandbox(sandbox_id, "/exec"),
+        query=[("stream", "ndjson")] if stream else [],
+        json_body=request,
+        has_json=True,
+        timeout_s=max(wait_s, DEFAULT_TIMEOUT_S) if stream else wait_s,
+    )
+
+
+def write_file(sandbox_id: str, path: str, source: Upload, mode: int | None, size_bytes: int | None) -> Call:
+    require(path.startswith("/"), f"paths inside a sandbox are absolute, not {path!r}")
+    body = upload_body(source, size_bytes)
+    require(
+        body.data is not None or body.length is not None,
+        "a file upload needs its size: give a path, bytes, a real file, or size_bytes=",
+    )
+    query = [("path", path)] + ([("mode", format(mode, "o"))] if mode is not None else [])
+    return Call("PUT", _sandbox(sandbox_id, "/files"), query=query, body=body, content_type="application/octet-stream")
+
+
+def read_file(sandbox_id: str, path: str) -> Call:
+    require(path.startswith("/"), f"paths inside a sandbox are absolute, not {path!r}")
+    return Call("GET", _sandbox(sandbox_id, "/files"), query=[("path", path)])
+
+
+def write_archive(sandbox_id: str, directory: str, source: Upload, size_bytes: int | None) -> Call:
+    require(directory.startswith("/"), f"paths inside a sandbox are absolute, not {directory!r}")
+    return Call(
+        "PUT",
+        _sandbox(sandbox_id, "/archive"),
+        query=[("path", directory)],
+        body=upload_body(source, size_bytes),
+        content_type="application/x-tar",
+    )
+
+
+def read_archive(sandbox_id: str, directory: str) -> Call:
+    require(directory.startswith("/"), f"paths inside a sandbox are absolute, not {directory!r}")
+    return Call("GET", _sandbox(sandbox_id, "/archive"), query=[("path", directory)])
+
+
+def stop_processes(sandbox_id: str) -> Call:
+    return Call("POST", _sandbox(sandbox_id, "/stop-processes"), json_body={}, has_json=True)
+
+
+def snapshot(sandbox_id: str, image: str) -> Call:
+    return Call("POST", _sandbox(sandbox_id, "/snapshot"), json_body={"image": image}, has_json=True)
+
+
+def expose_gateway(sandbox_id: str) -> Call:
+    return Call("POST", _sandbox(sandbox_id, "/gateway"), json_body={}, has_json=True)
+
+
+def open_rollout(request: OpenRolloutRequest) -> Call:
+    return Call("POST", "/v1/gateway/rollouts", json_body=dict(request), has_json=True)
+
+
+def rollout_records(rollout_id: str) -> Call:
+    return Call("GET", f"/v1/gateway/rollouts/{segment(rollout_id)}/records")
+
+
+def close_rollout(rollout_id: str) -> Call:
+    return Call("DELETE", f"/v1/gateway/rollouts/{segment(rollout_id)}")
+
+
+def define_pool(name: str, definition: PoolDefinition) -> Call:
+    return Call("PUT", f"/v1/pools/{segment(name)}", json_body=dict(definition), has_json=True)
+
+
+def get_pool(name: str) -> Call:
+    return Call("GET", f"/v1/pools/{segment(name)}")
+
+
+def list_pools() -> Call:
+    return Call("GET", "/v1/pools")
+
+
+def delete_pool(name: str) -> Call:
+    return Call("DELETE", f"/v1/pools/{segment(name)}")

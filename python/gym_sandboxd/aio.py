@@ -1,0 +1,279 @@
+"""The async client of the daemon's HTTP API (``AsyncGymClient``): the same calls as ``GymClient``.
+
+Built on asyncio streams with the package's own small HTTP/1.1 client (no third-party package):
+thousands of concurrent calls cost no threads, and connections are kept alive per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from . import _calls as calls
+from ._async_transport import AsyncResponse, AsyncTransport
+from ._tar import TarPipe, extract_stream
+from ._wire import Upload, check_answer, decode_json, parse_stream_line
+from .client import Rollout
+from .discovery import DaemonAddress, find_daemon
+from .errors import FileTooLargeError
+from .schema import (
+    ExecResult,
+    ExecStreamEvent,
+    GatewayReach,
+    Health,
+    OpenRolloutRequestUpstream,
+    PoolDefinition,
+    PoolStats,
+    Sandbox,
+    SandboxSpec,
+)
+
+__all__ = ["AsyncGymClient"]
+
+
+class AsyncGymClient:
+    """An async client of one daemon; finds it as :class:`~gym_sandboxd.client.GymClient` does.
+
+    One instance may serve several event loops (each keeps its own connections). Every method
+    raises the daemon's errors as :class:`~gym_sandboxd.errors.GymError` subclasses.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        socket: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        address: DaemonAddress | None = None,
+    ) -> None:
+        self.address = address or find_daemon(url=url, socket=socket, token=token, state_dir=state_dir, env=env)
+        self._transport = AsyncTransport(self.address)
+
+    async def _json(self, call: calls.Call) -> Any:
+        return decode_json((await self._transport.call_bytes(call))[1])
+
+    async def health(self) -> Health:
+        return cast(Health, await self._json(calls.health()))
+
+    async def openapi(self) -> dict[str, Any]:
+        return cast(dict, await self._json(calls.openapi()))
+
+    async def metrics(self) -> str:
+        return (await self._transport.call_bytes(calls.metrics()))[1].decode("utf-8")
+
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        """Creates a sandbox and answers when its readiness probe passed."""
+        return cast(Sandbox, await self._json(calls.create_sandbox(spec)))
+
+    async def acquire(
+        self,
+        pool: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_seconds: int | None = None,
+    ) -> Sandbox:
+        """Takes a ready sandbox from a pool (``fromPool`` true), or a cold create when none is idle."""
+        return cast(Sandbox, await self._json(calls.acquire(pool, env, labels, ttl_seconds)))
+
+    async def list_sandboxes(self, *, labels: Mapping[str, str] | None = None, provider: str | None = None) -> list[Sandbox]:
+        return cast(list[Sandbox], (await self._json(calls.list_sandboxes(labels, provider)))["sandboxes"])
+
+    async def get_sandbox(self, sandbox_id: str) -> Sandbox:
+        return cast(Sandbox, await self._json(calls.get_sandbox(sandbox_id)))
+
+    async def delete_sandbox(self, sandbox_id: str) -> None:
+        """Destroys the sandbox; deleting one that is gone is not an error."""
+        await self._json(calls.delete_sandbox(sandbox_id))
+
+    async def keepalive(self, sandbox_id: str, ttl_seconds: int | None = None) -> Sandbox:
+        return cast(Sandbox, await self._json(calls.keepalive(sandbox_id, ttl_seconds)))
+
+    async def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        command: str | None = None,
+        session: str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """Runs ``argv`` (no shell) or ``command`` (``sh -c``); see ``GymClient.exec``."""
+        request = calls.exec_request(
+            argv, command, session=session, cwd=cwd, env=env, stdin=stdin,
+            timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, user=user,
+        )  # fmt: skip
+        return cast(ExecResult, await self._json(calls.exec_call(sandbox_id, request, stream=False)))
+
+    @asynccontextmanager
+    async def exec_stream(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        command: str | None = None,
+        session: str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+        user: str | None = None,
+    ) -> AsyncIterator[AsyncIterator[ExecStreamEvent]]:
+        """``async with client.exec_stream(...) as events: async for event in events``; leaving early cancels it."""
+        request = calls.exec_request(
+            argv, command, session=session, cwd=cwd, env=env, stdin=stdin,
+            timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, user=user,
+        )  # fmt: skip
+        response = await self._transport.open(calls.exec_call(sandbox_id, request, stream=True))
+        try:
+            if response.status >= 400:
+                check_answer(response.status, await response.read())
+
+            async def events() -> AsyncIterator[ExecStreamEvent]:
+                async for line in response.iter_lines():
+                    event = parse_stream_line(line)
+                    if event is not None:
+                        yield cast(ExecStreamEvent, event)
+
+            yield events()
+        finally:
+            await response.aclose()
+
+    async def stop_processes(self, sandbox_id: str) -> int:
+        return int((await self._json(calls.stop_processes(sandbox_id)))["killed"])
+
+    async def write_file(
+        self, sandbox_id: str, path: str, source: Upload, *, mode: int | None = None, size_bytes: int | None = None
+    ) -> None:
+        """Writes one file (parents created), streamed from bytes, a path, a file object or (async) chunks."""
+        await self._json(calls.write_file(sandbox_id, path, source, mode, size_bytes))
+
+    async def read_file(self, sandbox_id: str, path: str) -> AsyncResponse:
+        """The file's bytes as a stream (``iter_chunks()``); close it with ``aclose()`` or ``async with``."""
+        return await self._open_download(calls.read_file(sandbox_id, path))
+
+    async def download_file(self, sandbox_id: str, path: str, target: str | os.PathLike[str]) -> int:
+        """Copies one file to a local path, piece by piece; answers the bytes written."""
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        written = 0
+        async with await self.read_file(sandbox_id, path) as stream:
+            with open(target, "wb") as output:
+                async for chunk in stream.iter_chunks():
+                    await loop.run_in_executor(None, output.write, chunk)
+                    written += len(chunk)
+        return written
+
+    async def read_file_bytes(self, sandbox_id: str, path: str, *, max_bytes: int) -> bytes:
+        parts = bytearray()
+        async with await self.read_file(sandbox_id, path) as stream:
+            async for chunk in stream.iter_chunks():
+                parts += chunk
+                if len(parts) > max_bytes:
+                    raise FileTooLargeError(
+                        f"{path} in sandbox {sandbox_id} is larger than {max_bytes} bytes",
+                        details={"sandboxId": sandbox_id, "path": path, "maxBytes": max_bytes},
+                    )
+        return bytes(parts)
+
+    async def write_archive(self, sandbox_id: str, directory: str, source: Upload, *, size_bytes: int | None = None) -> None:
+        await self._json(calls.write_archive(sandbox_id, directory, source, size_bytes))
+
+    async def read_archive(self, sandbox_id: str, directory: str) -> AsyncResponse:
+        return await self._open_download(calls.read_archive(sandbox_id, directory))
+
+    async def upload_directory(self, sandbox_id: str, local_directory: str | os.PathLike[str], directory: str) -> None:
+        """Copies a local directory's contents into the sandbox as one tar stream made on the fly."""
+        tar = TarPipe(local_directory)
+        try:
+            await self.write_archive(sandbox_id, directory, tar.reader)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, tar.finish)
+
+    async def download_directory(self, sandbox_id: str, directory: str, local_directory: str | os.PathLike[str]) -> None:
+        """Copies a sandbox directory's contents into a local one; entries that would leave it are refused."""
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        reader, writer = os.fdopen(read_fd, "rb"), os.fdopen(write_fd, "wb")
+
+        def extract() -> None:
+            with reader:
+                extract_stream(reader, local_directory)
+
+        extracting = loop.run_in_executor(None, extract)
+        try:
+            async with await self.read_archive(sandbox_id, directory) as stream:
+                async for chunk in stream.iter_chunks():
+                    await loop.run_in_executor(None, writer.write, chunk)
+        except BrokenPipeError:
+            pass  # the extraction stopped (it refused an entry); its error is raised below
+        finally:
+            writer.close()
+            await extracting
+
+    async def _open_download(self, call: calls.Call) -> AsyncResponse:
+        response = await self._transport.open(call)
+        if response.status >= 400:
+            async with response:
+                check_answer(response.status, await response.read())
+        return response
+
+    async def expose_gateway(self, sandbox_id: str) -> GatewayReach:
+        return cast(GatewayReach, await self._json(calls.expose_gateway(sandbox_id)))
+
+    async def open_rollout(self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None) -> Rollout:
+        request: dict[str, Any] = {}
+        if rollout_id is not None:
+            request["rolloutId"] = rollout_id
+        if upstream is not None:
+            request["upstream"] = dict(upstream)
+        return cast(Rollout, await self._json(calls.open_rollout(request)))  # type: ignore[arg-type]
+
+    def rollout_url(self, rollout: Rollout, reach: GatewayReach | None = None) -> str:
+        """The OpenAI base URL of a rollout: inside a sandbox with its ``reach``, else on the daemon's URL."""
+        origin = reach["url"] if reach is not None else self.address.url
+        if origin is None:
+            raise ValueError("the daemon listens on a unix socket: pass the sandbox's reach (expose_gateway)")
+        return origin.rstrip("/") + rollout["basePath"]
+
+    async def rollout_records(self, rollout_id: str) -> list[dict[str, Any]]:
+        return cast(list, (await self._json(calls.rollout_records(rollout_id)))["records"])
+
+    async def close_rollout(self, rollout_id: str) -> None:
+        await self._json(calls.close_rollout(rollout_id))
+
+    async def define_pool(self, name: str, definition: PoolDefinition) -> PoolStats:
+        return cast(PoolStats, await self._json(calls.define_pool(name, definition)))
+
+    async def get_pool(self, name: str) -> PoolStats:
+        return cast(PoolStats, await self._json(calls.get_pool(name)))
+
+    async def list_pools(self) -> list[PoolStats]:
+        return cast(list[PoolStats], (await self._json(calls.list_pools()))["pools"])
+
+    async def delete_pool(self, name: str) -> None:
+        await self._json(calls.delete_pool(name))
+
+    async def snapshot(self, sandbox_id: str, image: str) -> str:
+        return str((await self._json(calls.snapshot(sandbox_id, image)))["image"])
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> AsyncGymClient:
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        await self.aclose()

@@ -1,0 +1,238 @@
+"""The daemon API's request and answer shapes, generated from its /openapi.json.
+
+Do not edit: run ``python3 -m gym_sandboxd.schema_gen > gym_sandboxd/schema.py`` against a
+daemon of the version you target (a test compares this file with a real daemon's document).
+"""
+
+# ruff: noqa: E501
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "INTERNAL"]
+ExecStatus = Literal["ok", "timeout", "killed", "oom", "sandbox_gone"]
+NetworkMode = Literal["none", "host", "bridge"]
+SandboxState = Literal["creating", "ready", "destroying", "gone", "failed", "unreachable"]
+
+
+class ErrorBodyError(TypedDict):
+    code: ErrorCode
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorBody(TypedDict):
+    error: ErrorBodyError
+
+
+class SandboxSpecResources(TypedDict):
+    cpus: NotRequired[float]
+    memoryMiB: NotRequired[int]
+    pidsLimit: NotRequired[int]
+    diskMiB: NotRequired[int]
+    gpus: NotRequired[int]
+
+
+class SandboxSpecFilesItem(TypedDict):
+    path: str
+    content: str
+    encoding: NotRequired[Literal["utf8", "base64"]]
+    mode: NotRequired[int]
+
+
+class SandboxSpecReadiness(TypedDict):
+    argv: NotRequired[list[str]]
+    command: NotRequired[str]
+    timeoutMs: NotRequired[int]
+    intervalMs: NotRequired[int]
+
+
+class SandboxSpec(TypedDict):
+    image: str
+    provider: NotRequired[str]
+    resources: NotRequired[SandboxSpecResources]
+    env: NotRequired[dict[str, str]]
+    workdir: NotRequired[str]
+    user: NotRequired[str]
+    network: NotRequired[NetworkMode]
+    ttlSeconds: NotRequired[int]
+    labels: NotRequired[dict[str, str]]
+    files: NotRequired[list[SandboxSpecFilesItem]]
+    readiness: NotRequired[SandboxSpecReadiness]
+    providerOptions: NotRequired[dict[str, Any]]
+
+
+class PoolAcquireRequest(TypedDict):
+    pool: str
+    env: NotRequired[dict[str, str]]
+    labels: NotRequired[dict[str, str]]
+    ttlSeconds: NotRequired[int]
+
+
+class SandboxSpecFilesItemOutput(TypedDict):
+    path: str
+    content: str
+    encoding: Literal["utf8", "base64"]
+    mode: int
+
+
+class SandboxSpecReadinessOutput(TypedDict):
+    argv: NotRequired[list[str]]
+    command: NotRequired[str]
+    timeoutMs: int
+    intervalMs: int
+
+
+class SandboxSpecOutput(TypedDict):
+    image: str
+    provider: NotRequired[str]
+    resources: SandboxSpecResources
+    env: dict[str, str]
+    workdir: NotRequired[str]
+    user: NotRequired[str]
+    network: NetworkMode
+    ttlSeconds: int
+    labels: dict[str, str]
+    files: list[SandboxSpecFilesItemOutput]
+    readiness: NotRequired[SandboxSpecReadinessOutput]
+    providerOptions: dict[str, Any]
+
+
+class Sandbox(TypedDict):
+    id: str
+    provider: str
+    state: SandboxState
+    image: str
+    labels: dict[str, str]
+    pool: str | None
+    createdAt: str
+    leaseExpiresAt: str
+    deadlineAt: str
+    fromPool: bool
+    spec: SandboxSpecOutput
+
+
+class SandboxList(TypedDict):
+    sandboxes: list[Sandbox]
+
+
+class KeepaliveRequest(TypedDict):
+    ttlSeconds: NotRequired[int]
+
+
+class ExecRequest(TypedDict):
+    argv: NotRequired[list[str]]
+    command: NotRequired[str]
+    cwd: NotRequired[str]
+    env: NotRequired[dict[str, str]]
+    stdin: NotRequired[str]
+    stdinEncoding: NotRequired[Literal["utf8", "base64"]]
+    timeoutMs: NotRequired[int]
+    maxOutputBytes: NotRequired[int]
+    session: NotRequired[str]
+    user: NotRequired[str]
+
+
+class ExecResult(TypedDict):
+    status: ExecStatus
+    exitCode: int | None
+    stdout: str
+    stderr: str
+    stdoutTruncated: bool
+    stderrTruncated: bool
+    stdoutBytes: int
+    stderrBytes: int
+    durationMs: float
+    session: NotRequired[Literal[False]]
+
+
+class ExecStreamEventStdout(TypedDict):
+    type: Literal["stdout"]
+    data: str
+
+
+class ExecStreamEventStderr(TypedDict):
+    type: Literal["stderr"]
+    data: str
+
+
+class ExecStreamEventResult(TypedDict):
+    type: Literal["result"]
+    result: dict[str, Any]
+
+
+class ExecStreamEventError(TypedDict):
+    type: Literal["error"]
+    error: ErrorBodyError
+
+
+class GatewayReach(TypedDict):
+    url: str
+
+
+class OpenRolloutRequestUpstream(TypedDict):
+    baseUrl: str
+    apiKey: NotRequired[str]
+    model: NotRequired[str]
+    api: NotRequired[Literal["openai", "anthropic"]]
+
+
+class OpenRolloutRequest(TypedDict):
+    rolloutId: NotRequired[str]
+    upstream: NotRequired[OpenRolloutRequestUpstream]
+
+
+class PoolDefinition(TypedDict):
+    spec: SandboxSpec
+    minIdle: NotRequired[int]
+    maxIdle: NotRequired[int]
+    maxTotal: NotRequired[int]
+    idleTtlSeconds: NotRequired[int]
+    refillConcurrency: NotRequired[int]
+
+
+class PoolStatsAcquireLatencyMs(TypedDict):
+    count: int
+    p50: float
+    p99: float
+    hitP50: float
+    missP50: float
+
+
+class PoolStats(TypedDict):
+    name: str
+    definition: dict[str, Any]
+    idle: int
+    leased: int
+    creating: int
+    hits: int
+    misses: int
+    failures: int
+    discarded: int
+    rotated: int
+    acquireLatencyMs: PoolStatsAcquireLatencyMs
+    lastError: str | None
+
+
+class StopProcessesResult(TypedDict):
+    killed: int
+
+
+class SnapshotRequest(TypedDict):
+    image: str
+
+
+class HealthProvidersValue(TypedDict):
+    ok: bool
+    message: str
+
+
+class Health(TypedDict):
+    ok: bool
+    version: NotRequired[str]
+    daemonId: NotRequired[str]
+    providers: NotRequired[dict[str, HealthProvidersValue]]
+
+
+ExecStreamEvent = ExecStreamEventStdout | ExecStreamEventStderr | ExecStreamEventResult | ExecStreamEventError
+SnapshotResult = SnapshotRequest

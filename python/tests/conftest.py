@@ -1,0 +1,83 @@
+"""Fixtures for the Python package's tests, which run against a real daemon.
+
+``test/python-package.int.test.ts`` starts one (and a second on a unix socket) on temporary state
+directories with the Docker provider, then runs ``python3 -m pytest python/tests`` with
+``GYM_STATE_DIR`` (and ``GYM_TEST_SOCKET_STATE_DIR``, ``GYM_TEST_IMAGE``, ``GYM_TEST_RUN``) set.
+Run by hand the same way against a daemon of your own. Every sandbox a test makes carries the
+label ``python-test=<run>`` and is destroyed at the end of the session.
+
+The NeMo Gym stand-in (``stand_in/nemo_gym``, or the real one named by ``GYM_TEST_NEMO_GYM_PATH``) goes first on ``sys.path``, and the package's entry
+point is published from ``pyproject.toml`` into a temporary ``.dist-info``, so NeMo Gym's registry
+finds the provider by name exactly as it would once the package is installed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import tomllib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# GYM_TEST_NEMO_GYM_PATH: a folder holding the real ``nemo_gym`` package, to run the provider's
+# tests against NeMo Gym itself instead of the stand-in.
+STAND_IN = Path(os.environ.get("GYM_TEST_NEMO_GYM_PATH") or Path(__file__).resolve().parent / "stand_in")
+sys.path.insert(0, str(PACKAGE_ROOT))
+sys.path.insert(0, str(STAND_IN))
+
+
+def _publish_entry_points() -> Path:
+    """A ``.dist-info`` with the entry points ``pyproject.toml`` declares, as an install writes it."""
+    project = tomllib.loads((PACKAGE_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    directory = Path(tempfile.mkdtemp(prefix="gym-python-dist-"))
+    atexit.register(shutil.rmtree, directory, True)
+    info = directory / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    lines = []
+    for group, points in project["entry-points"].items():
+        lines.append(f"[{group}]")
+        lines += [f"{name} = {target}" for name, target in points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+sys.path.insert(0, str(_publish_entry_points()))
+
+from gym_sandboxd import GymClient  # noqa: E402
+
+RUN = os.environ.get("GYM_TEST_RUN") or uuid.uuid4().hex[:8]
+IMAGE = os.environ.get("GYM_TEST_IMAGE", "gym/busybox:latest")
+RUN_LABEL = {"python-test": RUN}
+
+
+@pytest.fixture(scope="session")
+def run_id() -> str:
+    return RUN
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    return IMAGE
+
+
+@pytest.fixture(scope="session")
+def client() -> Iterator[GymClient]:
+    with GymClient() as gym:
+        yield gym
+        for sandbox in gym.list_sandboxes(labels=RUN_LABEL):
+            gym.delete_sandbox(sandbox["id"])
+
+
+@pytest.fixture
+def sandbox_id(client: GymClient, image: str) -> Iterator[str]:
+    created = client.create_sandbox({"image": image, "labels": dict(RUN_LABEL)})
+    yield created["id"]
+    client.delete_sandbox(created["id"])

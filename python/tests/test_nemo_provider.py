@@ -1,0 +1,259 @@
+"""The NeMo Gym provider through NeMo Gym's facades (the stand-in, or the real NeMo Gym) on a real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PACKAGE_ROOT, RUN_LABEL, STAND_IN
+
+from gym_sandboxd import GymClient
+from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider
+from nemo_gym.sandbox import (
+    AsyncSandbox,
+    ConnectableProvider,
+    Sandbox,
+    SandboxCreateError,
+    SandboxCreateVerificationError,
+    SandboxExecResult,
+    SandboxSpec,
+    SandboxStatus,
+    SupportsSandboxEndpoint,
+    SupportsSandboxPty,
+    get_provider_class,
+    list_providers,
+)
+
+CONFIG = {"gym_sandboxd": {}}  # the provider finds the daemon as the CLI does (GYM_STATE_DIR)
+
+
+def _spec(image: str, **fields) -> SandboxSpec:
+    metadata = {**RUN_LABEL, **fields.pop("metadata", {})}
+    return SandboxSpec(image=image, metadata=metadata, **fields)
+
+
+def _mine(client: GymClient, **labels: str) -> list[str]:
+    return [item["id"] for item in client.list_sandboxes(labels={**RUN_LABEL, **labels})]
+
+
+def test_nemo_gym_finds_the_provider_by_its_entry_point() -> None:
+    assert "gym_sandboxd" in list_providers()
+    assert get_provider_class("gym_sandboxd") is GymSandboxdProvider
+    provider = GymSandboxdProvider()
+    assert isinstance(provider, ConnectableProvider)
+    # Neither is declared: no route into a sandbox's ports, no terminal sessions.
+    assert not isinstance(provider, SupportsSandboxEndpoint) and not isinstance(provider, SupportsSandboxPty)
+
+
+def test_async_facade_creates_runs_times_out_moves_files_and_stops(client: GymClient, image: str, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        spec = _spec(
+            image,
+            workdir="/work",
+            env={"TASK_ID": "t-7"},
+            files={"/work/seed.txt": "seeded\n", "notes/rel.txt": "relative\n"},
+            metadata={"Task": "django__django-1234"},
+            resources={"cpu": 0.5, "memory_mib": 256},
+            ttl_s=600,
+            ready_timeout_s=30,
+        )
+        sandbox = await AsyncSandbox(CONFIG, spec).start()
+        sandbox_id = sandbox._handle.sandbox_id
+        info = client.get_sandbox(sandbox_id)
+        assert info["labels"]["task"] == "django__django-1234" and info["labels"]["nemo-gym.sandbox"] == "1"
+        assert (info["spec"]["resources"]["cpus"], info["spec"]["resources"]["memoryMiB"]) == (0.5, 256) and info["spec"]["ttlSeconds"] == 600
+
+        ran = await sandbox.exec("pwd; echo $TASK_ID; cat seed.txt notes/rel.txt; echo oops >&2; exit 5")
+        assert isinstance(ran, SandboxExecResult)
+        assert (ran.return_code, ran.error_type) == (5, None)
+        assert ran.stdout == "/work\nt-7\nseeded\nrelative\n" and ran.stderr == "oops\n"
+        assert (await sandbox.exec("echo $X", env={"X": "per-exec"}, cwd="/tmp")).stdout == "per-exec\n"
+
+        started = time.monotonic()
+        timed_out = await sandbox.exec("echo before; sleep 30; echo after", timeout_s=0.5)
+        assert (timed_out.return_code, timed_out.error_type) == (125, "timeout")
+        assert time.monotonic() - started < 10
+        assert "after" not in (timed_out.stdout or "")
+        left = await sandbox.exec("ps -o comm= | grep -c '^sleep' || true")
+        assert left.stdout.strip() == "0", "the timed-out command left a process behind"
+        assert (await sandbox.exec("echo still usable")).return_code == 0
+
+        local = tmp_path / "tool.sh"
+        local.write_text("#!/bin/sh\necho tool ran\n")
+        local.chmod(0o755)
+        await sandbox.upload(local, "/opt/bin/tool.sh")
+        assert (await sandbox.exec("/opt/bin/tool.sh")).stdout == "tool ran\n"
+        await sandbox.download("/opt/bin/tool.sh", tmp_path / "back" / "tool.sh")
+        assert (tmp_path / "back" / "tool.sh").read_text() == local.read_text()
+        with pytest.raises(RuntimeError):
+            await sandbox.download("/no/such/file", tmp_path / "missing")
+
+        assert await sandbox.status() == SandboxStatus.RUNNING
+        await sandbox.stop()
+        assert await sandbox.status() == SandboxStatus.STOPPED
+        assert _mine(client, task="django__django-1234") == []
+
+    asyncio.run(scenario())
+
+
+def test_sync_facade(client: GymClient, image: str, tmp_path: Path) -> None:
+    with Sandbox(CONFIG, _spec(image, metadata={"case": "sync"})) as sandbox:
+        sandbox.start()
+        assert sandbox.exec("echo sync").stdout == "sync\n"
+        assert sandbox.exec("sleep 10", timeout_s=0.3).error_type == "timeout"
+        (tmp_path / "in.txt").write_text("in")
+        sandbox.upload(tmp_path / "in.txt", "/tmp/in.txt")
+        sandbox.download("/tmp/in.txt", tmp_path / "out.txt")
+        assert (tmp_path / "out.txt").read_text() == "in"
+        assert sandbox.status() == SandboxStatus.RUNNING
+        assert len(_mine(client, case="sync")) == 1
+    assert _mine(client, case="sync") == []
+
+
+def test_create_refuses_what_it_cannot_honour_before_allocating(client: GymClient, image: str) -> None:
+    async def refused(spec: SandboxSpec) -> SandboxCreateError:
+        with pytest.raises(SandboxCreateError) as caught:
+            await GymSandboxdProvider().create(spec)
+        return caught.value
+
+    async def scenario() -> None:
+        for spec in (
+            _spec(image, metadata={"case": "refused"}, provider_options={"volumes": ["/:/host"]}),
+            _spec(image, metadata={"case": "refused"}, ports=[8080]),
+            _spec(image, metadata={"case": "refused"}, entrypoint=["/bin/server"]),
+            _spec(image, metadata={"case": "refused"}, resources={"gpu_type": "h100"}),
+            SandboxSpec(metadata=dict(RUN_LABEL)),
+        ):
+            await refused(spec)
+        missing = await refused(_spec("gym/no-such-image:never", metadata={"case": "refused"}))
+        assert "IMAGE_NOT_FOUND" in str(missing)
+        never_ready = await refused(
+            _spec(image, metadata={"case": "refused"}, ready_timeout_s=1, provider_options={"readiness_command": "false"})
+        )
+        assert isinstance(never_ready, SandboxCreateVerificationError)
+
+    asyncio.run(scenario())
+    assert _mine(client, case="refused") == []
+
+
+def test_a_dead_sandbox_is_error_type_sandbox(client: GymClient, image: str) -> None:
+    async def scenario() -> None:
+        provider = GymSandboxdProvider()
+        behind_its_back = await provider.create(_spec(image, metadata={"case": "dead"}))
+        destroyed = await provider.create(_spec(image, metadata={"case": "dead"}))
+        # One killed behind the daemon's back, in the engine; one destroyed through the daemon.
+        subprocess.run(
+            ["docker", "rm", "-f", *subprocess.run(
+                ["docker", "ps", "-aq", "--filter", f"label=gym.sandbox-id={behind_its_back.sandbox_id}"],
+                check=True, capture_output=True, text=True,
+            ).stdout.split()],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        client.delete_sandbox(destroyed.sandbox_id)
+        for handle in (behind_its_back, destroyed):
+            result = await provider.exec(handle, "echo hi")
+            assert (result.return_code, result.error_type) == (125, "sandbox"), result
+            assert await provider.status(handle) in (SandboxStatus.STOPPED, SandboxStatus.ERROR, SandboxStatus.UNKNOWN)
+            await provider.close(handle)  # already gone: not an error
+        await provider.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_handle_moves_to_another_process(client: GymClient, image: str) -> None:
+    async def scenario() -> dict:
+        sandbox = await AsyncSandbox(CONFIG, _spec(image, workdir="/srv", metadata={"case": "moved"})).start()
+        await sandbox.exec("echo from-the-first > /srv/state")
+        return await sandbox.serialize()
+
+    descriptor = asyncio.run(scenario())
+    assert client.address.token not in json.dumps(descriptor)
+    other = (
+        "import asyncio, json, sys\n"
+        "from nemo_gym.sandbox import AsyncSandbox\n"
+        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
+        "async def main():\n"
+        "    sandbox = await AsyncSandbox.connect(json.loads(sys.argv[1]), provider=GymSandboxdProvider())\n"
+        "    print((await sandbox.exec('cat state; pwd')).stdout, end='')\n"
+        "    await sandbox.stop()\n"
+        "asyncio.run(main())\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(STAND_IN)])}
+    moved = subprocess.run([sys.executable, "-c", other, json.dumps(descriptor)], capture_output=True, text=True, env=environment, timeout=60)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout == "from-the-first\n/srv\n"
+    assert _mine(client, case="moved") == []  # the other process's stop destroyed it
+
+
+def test_training_burst_from_a_warm_pool(client: GymClient, image: str, run_id: str) -> None:
+    name = f"nemo-{run_id}"
+    client.define_pool(name, {"spec": {"image": image}, "minIdle": 4, "maxTotal": 8})
+    try:
+        deadline = time.monotonic() + 60
+        while client.get_pool(name)["idle"] < 4:
+            assert time.monotonic() < deadline, client.get_pool(name)["lastError"]
+            time.sleep(0.2)
+
+        async def scenario() -> None:
+            provider = GymSandboxdProvider(pool=name)
+            sandboxes = [AsyncSandbox(provider, _spec(None, env={"ROLLOUT": str(index)}, metadata={"case": "burst"})) for index in range(4)]
+            started = time.monotonic()
+            await asyncio.gather(*(sandbox.start() for sandbox in sandboxes))
+            elapsed = time.monotonic() - started
+            results = await asyncio.gather(*(sandbox.exec("echo $ROLLOUT") for sandbox in sandboxes))
+            assert sorted(result.stdout for result in results) == [f"{index}\n" for index in range(4)]
+            assert all(client.get_sandbox(sandbox._handle.sandbox_id)["fromPool"] for sandbox in sandboxes), elapsed
+            await asyncio.gather(*(sandbox.stop() for sandbox in sandboxes))
+
+        asyncio.run(scenario())
+        with pytest.raises(SandboxCreateError):
+            asyncio.run(GymSandboxdProvider(pool=name).create(_spec("gym/other:image")))
+    finally:
+        client.delete_pool(name)
+    assert _mine(client, case="burst") == []
+
+
+def test_model_endpoint_reaches_the_gateway_from_inside(client: GymClient, image: str) -> None:
+    async def scenario() -> None:
+        provider = GymSandboxdProvider()
+        handle = await provider.create(_spec(image, metadata={"case": "gateway"}))
+        try:
+            endpoint = await provider.model_endpoint(handle, upstream={"baseUrl": "http://127.0.0.1:9/v1", "model": "policy"})
+            assert endpoint.endpoint.startswith("http://127.0.0.1:") and endpoint.endpoint.endswith("/v1")
+            key = endpoint.headers["Authorization"]
+            models = await provider.exec(handle, f"wget -q -O - --header 'Authorization: {key}' {endpoint.endpoint}/models")
+            assert models.return_code == 0, models
+            assert "policy" in models.stdout
+            denied = await provider.exec(handle, f"wget -q -O - --header 'Authorization: Bearer wrong' {endpoint.endpoint}/models")
+            assert denied.return_code != 0
+            await provider.client.close_rollout(endpoint.headers["X-Gym-Rollout-Id"])
+        finally:
+            await provider.close(handle)
+
+    asyncio.run(scenario())
+
+
+def test_the_package_imports_and_works_without_nemo_gym(client: GymClient, image: str) -> None:
+    script = (
+        "import asyncio, sys\n"
+        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
+        "from gym_sandboxd import _nemo_types as types\n"
+        "assert not types.HAS_NEMO_GYM and 'nemo_gym' not in sys.modules\n"
+        "async def main():\n"
+        "    provider = GymSandboxdProvider()\n"
+        f"    handle = await provider.create(types.SandboxSpec(image={image!r}, metadata={RUN_LABEL!r}))\n"
+        "    result = await provider.exec(handle, 'exit 7')\n"
+        "    await provider.close(handle)\n"
+        "    print(type(result).__module__, result.return_code)\n"
+        "asyncio.run(main())\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "gym_sandboxd._nemo_types 7\n"
