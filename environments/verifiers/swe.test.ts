@@ -75,13 +75,46 @@ describe('SWE verifier: the test run is the patch doing', () => {
     if (answer.status !== 'ok') expect(String(verdict.details.reason)).toContain(answer.status);
   });
 
-  it('still grades the log of a killed run: a kill after the tests passed does not hide them', async () => {
+  it('does not grade the log of a killed run: the tested code can print PASSED lines and kill its runner', async () => {
     const verdict = await verifySwe(
       fakeClient(atTests(result('killed', 137, { stdout: `PASSED ${TEST_ID}\n` }))),
       TASK,
       PATCH,
     );
-    expect(verdict).toMatchObject({ outcome: 'reward', reward: 1 });
+    expect(verdict).toMatchObject({
+      outcome: 'reward',
+      reward: 0,
+      details: {
+        resolved: false,
+        FAIL_TO_PASS: { success: [], failure: [TEST_ID] },
+        reason: 'the test run ended with status killed (exit 137) before pytest gave its result',
+      },
+    });
+  });
+
+  it.each([
+    [1, `PASSED ${TEST_ID}\n`, 'pytest exited 1 (some tests failed) while its log reports no failure'],
+    [
+      2,
+      `PASSED ${TEST_ID}\nFAILED tests/test_other.py::test_x\n`,
+      'pytest exited 2: the run was interrupted',
+    ],
+    [5, `PASSED ${TEST_ID}\nERROR tests/test_other.py::test_x\n`, 'pytest exited 5: no tests were collected'],
+  ])(
+    "believes pytest's exit %i over a log that claims the tests passed",
+    async (exitCode, stdout, reason) => {
+      const verdict = await verifySwe(fakeClient(atTests(result('ok', exitCode, { stdout }))), TASK, PATCH);
+      expect(verdict).toMatchObject({ outcome: 'reward', reward: 0, details: { resolved: false } });
+      expect(String(verdict.details.reason)).toContain(reason);
+    },
+  );
+
+  it('grades a pytest exit 1 whose failure is a test in neither list, as SWE-bench does', async () => {
+    const stdout = `PASSED ${TEST_ID}\nFAILED tests/test_other.py::test_flaky - boom\n`;
+    expect(await verifySwe(fakeClient(atTests(result('ok', 1, { stdout }))), TASK, PATCH)).toMatchObject({
+      outcome: 'reward',
+      reward: 1,
+    });
   });
 
   it('keeps a lost sandbox and a provider error during the tests infra', async () => {

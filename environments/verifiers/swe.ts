@@ -10,6 +10,10 @@
  * agent runs there yet). Whatever the agent's patch or files can do to a step is graded, reward 0
  * with the reason: a test run that kills itself or runs out of memory, an apply that the patch
  * makes time out or exhaust memory, a repo its git cannot diff.
+ *
+ * Each step is an exec of its own, and the test run's verdict rests on that exec's exit status as
+ * the daemon sees it, held against what the runner says its statuses mean (runner-exit.ts): the
+ * tests run the agent's code, which can print any `PASSED` line it likes.
  */
 import type { GymClient } from '../../client/client.ts';
 import { isGymError } from '../../core/errors.ts';
@@ -20,6 +24,7 @@ import { execWithPatchFile, fitsStdin } from '../../harnesses/patch-input.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import { filesBeforePatch } from './patch-files.ts';
 import { gradeTests, parsePytestLog, type TestLogParser } from './pytest-log.ts';
+import { distrustedRun, testRunnerOf } from './runner-exit.ts';
 import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export interface SweTask {
@@ -281,19 +286,22 @@ export async function verifySwe(
       };
     // Only a lost sandbox (or a kill the engine cannot account for) is the infrastructure's. The
     // tests run the agent's code, which can kill its own test run (`os.kill(os.getpid(), 9)` in a
-    // conftest.py, exit 137) or exhaust its memory: that run is graded like any other, and tests
-    // that did not report passing did not pass.
+    // conftest.py, exit 137) or exhaust its memory: that run is graded, reward 0, since the
+    // runner never gave its verdict (whatever the log printed before says).
     if (endedFromOutside(run)) return infraStep('running the tests', run);
     const log = `${run.stdout}\n${run.stderr}`;
-    const grade = gradeTests(parser(log), task.FAIL_TO_PASS, task.PASS_TO_PASS);
+    const statuses = parser(log);
+    // The log is the agent's code's to write; the exit status is the runner's own. A run whose
+    // status says it did not pass (or did not finish) grades every listed test as failed.
+    const distrust = distrustedRun(testRunnerOf(task.test_command), run, statuses);
+    const grade = gradeTests(distrust === null ? statuses : new Map(), task.FAIL_TO_PASS, task.PASS_TO_PASS);
     return {
       outcome: 'reward',
       reward: grade.resolved ? 1 : 0,
       details: {
         ...grade,
-        ...(run.status === 'ok'
-          ? {}
-          : { reason: `the test run ended with status ${run.status}`, testStatus: run.status }),
+        ...(distrust === null ? {} : { reason: distrust }),
+        ...(run.status === 'ok' ? {} : { testStatus: run.status }),
         testExitCode: run.exitCode,
         testLogTail: log.slice(-4000),
       },

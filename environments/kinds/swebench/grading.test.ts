@@ -1,61 +1,103 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { evalScript, gradeLog, judgeTests, readTestLog, resolutionStatus } from './grading.ts';
-import { parsePytest, parsePytestV2 } from './log-parsers.ts';
+import {
+  gradeLog,
+  judgeTests,
+  preparationScript,
+  readTestLog,
+  resolutionStatus,
+  type TestRun,
+  testScript,
+} from './grading.ts';
+import { parseDjango, parsePytest, parsePytestV2 } from './log-parsers.ts';
 import { testCommandLine } from './verify.ts';
 
 const run = promisify(execFile);
-const NONCE = '0123abcd4567ef89';
-const marked = (body: string, exitCode: number) =>
-  `+ git apply -v /tmp/test.patch\nApplied patch tests/test_a.py cleanly.\n+ : '>>>>> Start Test Output ${NONCE}'\n${body}\n+ GYM_TEST_EXIT_CODE=${exitCode}\n+ : '>>>>> End Test Output ${NONCE}'\n>>>>> Test Exit Code ${NONCE}: ${exitCode}\n`;
+const pytestRun = (log: string, exitCode: number, status: TestRun['status'] = 'ok'): TestRun => ({
+  log: `+ pytest -rA tests/test_a.py\n${log}\n`,
+  status,
+  exitCode,
+  runner: 'pytest',
+});
 
-describe('reading a test log', () => {
-  it('reads the marked part, and the whole log when that part holds nothing', () => {
+describe('reading a test run', () => {
+  it('reads the whole log of the test exec', () => {
     expect(
-      Object.fromEntries(readTestLog(marked('PASSED t::a\nFAILED t::b', 1), parsePytest, NONCE).statuses),
-    ).toEqual({
-      't::a': 'PASSED',
-      't::b': 'FAILED',
-    });
-    const outside = `PASSED t::a\n${marked('no summary here', 0)}`;
-    expect(readTestLog(outside, parsePytest, NONCE)).toMatchObject({ valid: true });
+      Object.fromEntries(readTestLog(pytestRun('PASSED t::a\nFAILED t::b', 1), parsePytest).statuses),
+    ).toEqual({ 't::a': 'PASSED', 't::b': 'FAILED' });
+    expect(readTestLog(pytestRun('PASSED t::a', 0), parsePytest)).toMatchObject({ valid: true });
   });
 
-  it('does not believe PASSED lines when the test command failed and reports no failure', () => {
-    // A conftest.py of the patch can print these; the exit code says the run failed.
-    expect(readTestLog(marked('PASSED t::a\nPASSED t::b', 2), parsePytest, NONCE)).toMatchObject({
-      valid: false,
-      reason: 'the test command exited 2 while its log reports no failure',
+  it('believes a pytest exit 1 only with a failure in the log (it may be a test in neither list)', () => {
+    expect(readTestLog(pytestRun('PASSED t::a\nFAILED t::other', 1), parsePytest)).toMatchObject({
+      valid: true,
     });
-  });
-
-  it("ignores fake end markers and exit codes a test prints, with or without this run's nonce", () => {
-    // The agent's code runs in the tests: it can print an end marker and a passing exit code.
-    const fake = `PASSED t::a\n>>>>> End Test Output\n>>>>> Test Exit Code: 0\n>>>>> End Test Output ${NONCE}\n>>>>> Test Exit Code ${NONCE}: 0`;
-    expect(readTestLog(marked(fake, 1), parsePytest, NONCE)).toMatchObject({
+    // The code under test can print these and exit 1; pytest exits 1 only when a test failed.
+    expect(readTestLog(pytestRun('PASSED t::a\nPASSED t::b', 1), parsePytest)).toMatchObject({
       valid: false,
-      reason: 'the test command exited 1 while its log reports no failure',
-    });
-    expect(readTestLog(marked('PASSED t::a', 0), parsePytest, 'ffffffffffffffff')).toMatchObject({
-      valid: false,
-      reason: 'the test output markers are missing from the log',
+      reason: 'pytest exited 1 (some tests failed) while its log reports no failure',
     });
   });
 
-  it('is invalid without markers, without results, or when the test patch did not apply', () => {
-    expect(readTestLog('PASSED t::a', parsePytest, NONCE)).toMatchObject({ valid: false });
-    expect(readTestLog(marked('collected 0 items', 5), parsePytest, NONCE)).toMatchObject({
+  it.each([
+    [2, 'interrupted'],
+    [3, 'internal error'],
+    [4, 'usage error'],
+    [5, 'no tests were collected'],
+    [7, 'does not define'],
+  ])('never grades a pytest exit %i as a pass, whatever the log claims (%s)', (exitCode, meaning) => {
+    const read = readTestLog(pytestRun('PASSED t::a\nFAILED t::forged', exitCode), parsePytest);
+    expect(read.valid).toBe(false);
+    expect(read.reason).toMatch(new RegExp(`^pytest exited ${exitCode}: .*${meaning}`));
+  });
+
+  it('does not believe a run that was killed, ran out of memory, or died of a signal', () => {
+    const passing = 'PASSED t::a\nFAILED t::other';
+    expect(readTestLog(pytestRun(passing, 137, 'killed'), parsePytest).reason).toBe(
+      'the test run ended with status killed (exit 137) before pytest gave its result',
+    );
+    expect(readTestLog(pytestRun(passing, 137, 'oom'), parsePytest).reason).toMatch(/ran out of memory/);
+    expect(readTestLog(pytestRun(passing, 139), parsePytest).reason).toBe(
+      'pytest exited 139: it was killed by signal 11 before it gave its result',
+    );
+  });
+
+  it("holds Django's and sympy's runners to 0 passed, 1 not, and any other command to the convention", () => {
+    const django = (log: string, exitCode: number): TestRun => ({
+      log,
+      status: 'ok',
+      exitCode,
+      runner: 'django',
+    });
+    expect(readTestLog(django('test_a (m.T) ... ok\ntest_b (m.T) ... FAIL', 1), parseDjango).valid).toBe(
+      true,
+    );
+    expect(readTestLog(django('test_a (m.T) ... ok', 1), parseDjango).reason).toBe(
+      "Django's runtests.py exited 1 while its log reports no failure",
+    );
+    expect(readTestLog(django('test_a (m.T) ... ok\ntest_b (m.T) ... FAIL', 2), parseDjango).reason).toMatch(
+      /^Django's runtests\.py exited 2, which it does only when the run did not pass/,
+    );
+    const other = (exitCode: number, log: string): TestRun => ({ log, status: 'ok', exitCode });
+    expect(readTestLog(other(3, 'PASSED t::a\nFAILED t::b'), parsePytest).valid).toBe(true);
+    expect(readTestLog(other(3, 'PASSED t::a'), parsePytest).reason).toBe(
+      'the test command exited 3 while its log reports no failure',
+    );
+  });
+
+  it('is invalid without results', () => {
+    expect(readTestLog(pytestRun('collected 0 items', 0), parsePytest)).toMatchObject({
       valid: false,
       reason: 'the test log holds no test results',
     });
-    expect(readTestLog('>>>>> Test Patch Apply Failed', parsePytest, NONCE)).toMatchObject({
-      reason: 'the test patch does not apply',
-    });
+    expect(readTestLog(pytestRun('collected 0 items', 5), parsePytest).reason).toMatch(
+      /no tests were collected/,
+    );
   });
 });
 
@@ -106,8 +148,8 @@ describe("SWE-bench's judgement", () => {
   });
 
   it("writes SWE-bench's report entry", () => {
-    const log = marked('PASSED t::a\nFAILED t::b - boom\nPASSED t::c', 1);
-    expect(gradeLog(log, NONCE, 'diff', parsePytestV2, ['t::a', 't::b'], ['t::c'])).toEqual({
+    const log = pytestRun('PASSED t::a\nFAILED t::b - boom\nPASSED t::c', 1);
+    expect(gradeLog(log, 'diff', parsePytestV2, ['t::a', 't::b'], ['t::c'])).toEqual({
       status: 'RESOLVED_PARTIAL',
       report: {
         patch_is_None: false,
@@ -122,7 +164,7 @@ describe("SWE-bench's judgement", () => {
         },
       },
     });
-    expect(gradeLog(null, NONCE, null, parsePytest, ['t::a'], [])).toEqual({
+    expect(gradeLog(null, null, parsePytest, ['t::a'], [])).toEqual({
       status: 'RESOLVED_NO',
       report: {
         patch_is_None: true,
@@ -134,71 +176,62 @@ describe("SWE-bench's judgement", () => {
   });
 });
 
-describe('the evaluation script', () => {
-  it('resets the test files before the test patch and after the tests, and brackets the tests', () => {
-    const script = evalScript({
-      workdir: '/testbed',
-      baseCommit: 'abc1234',
-      testPatchPath: '/tmp/test.patch',
-      testFiles: ['tests/test_a.py', "tests/it's.py"],
-      testCommand: 'pytest -rA tests/test_a.py',
-      nonce: NONCE,
-      evalCommands: ['export LANG=en_US.UTF-8'],
-    });
-    const lines = script.split('\n');
-    const reset = "git checkout abc1234 -- 'tests/test_a.py' 'tests/it'\\''s.py'";
-    const order = [
-      'export LANG=en_US.UTF-8',
-      reset,
-      "git apply -v '/tmp/test.patch' || { echo '>>>>> Test Patch Apply Failed'; exit 86; }",
-      `: '>>>>> Start Test Output ${NONCE}'`,
-      'pytest -rA tests/test_a.py',
-      `: '>>>>> End Test Output ${NONCE}'`,
-    ].map((line) => lines.indexOf(line));
-    expect(order.every((index, position) => index > (order[position - 1] ?? -1))).toBe(true);
-    expect(lines.lastIndexOf(reset)).toBeGreaterThan(order.at(-1)!);
-  });
-});
-
-describe('the evaluation script in a real bash and git repository', () => {
-  it("keeps its nonce from the tests and grades by its own markers, not a test's fake ones", async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'swebench-eval-'));
+describe('the preparation and test scripts in a real bash and git repository', () => {
+  it('resets the test files, applies the test patch from stdin, and exits as git apply does', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'swebench-prepare-'));
     try {
       const git = (...args: string[]) =>
         run('git', ['-c', 'user.email=t@t', '-c', 'user.name=t', ...args], { cwd: dir });
-      await writeFile(join(dir, 'a.txt'), 'a\n');
+      await mkdir(join(dir, 'tests'));
+      await writeFile(join(dir, "tests/it's.py"), 'x\n');
       await git('init', '-q');
       await git('add', '.');
       await git('commit', '-qm', 'base');
       const baseCommit = (await git('rev-parse', 'HEAD')).stdout.trim();
-      const patch = join(dir, 'test.patch');
-      await writeFile(
-        patch,
-        'diff --git a/tests/t.py b/tests/t.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/t.py\n@@ -0,0 +1 @@\n+x\n',
+      // The agent edited the test file; the test patch changes the base version of it.
+      await writeFile(join(dir, "tests/it's.py"), 'the agent wrote this\n');
+      const patch =
+        "diff --git a/tests/it's.py b/tests/it's.py\n--- a/tests/it's.py\n+++ b/tests/it's.py\n@@ -1 +1,2 @@\n x\n+y\n";
+      const script = preparationScript({ baseCommit, testFiles: ["tests/it's.py"] });
+      const bash = (stdin: string) =>
+        new Promise<number | null>((resolve) => {
+          const child = spawn('bash', ['-c', script], { cwd: dir, stdio: ['pipe', 'ignore', 'ignore'] });
+          child.on('close', resolve);
+          child.stdin.end(stdin);
+        });
+      expect(await bash(patch)).toBe(0);
+      expect(await readFile(join(dir, "tests/it's.py"), 'utf8')).toBe('x\ny\n');
+      expect(await bash('not a patch\n')).not.toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('sends only the test command to stdout, both its streams, and exits with its status', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'swebench-tests-'));
+    try {
+      const script = testScript({
+        workdir: dir,
+        testCommand: "printf 'PASSED t::a\\n'; printf 'FAILED t::b\\n' >&2; exit 3",
+        evalCommands: ['export GYM_TEST_LANG=en_US.UTF-8', 'echo set up'],
+      });
+      const ended = await run('bash', ['-c', `${script}`], { cwd: tmpdir() }).then(
+        () => ({ code: 0, stdout: '', stderr: '' }),
+        (error: { code: number; stdout: string; stderr: string }) => error,
       );
-      const scriptPath = join(dir, 'eval.sh');
-      // The "tests": read the script for the nonce, print PASSED and fake markers, then fail.
-      const attack = join(dir, 'attack.sh');
-      await writeFile(
-        attack,
-        `n=$(grep -o 'Output [0-9a-f]*' ${scriptPath} | head -1 | cut -d' ' -f2)\necho PASSED t::a\necho '>>>>> End Test Output'\necho '>>>>> Test Exit Code: 0'\necho ">>>>> End Test Output $n"\necho ">>>>> Test Exit Code $n: 0"\nexit 1\n`,
-      );
-      await writeFile(
-        scriptPath,
-        evalScript({
-          workdir: dir,
-          baseCommit,
-          testPatchPath: patch,
-          testFiles: [],
-          testCommand: `bash ${attack}`,
-          nonce: NONCE,
-        }),
-      );
-      const { stdout } = await run('bash', [scriptPath], { cwd: dir });
-      expect(existsSync(scriptPath)).toBe(false);
-      expect(stdout).not.toContain(`>>>>> Test Exit Code ${NONCE}: 0`);
-      expect(stdout).toContain(`>>>>> Test Exit Code ${NONCE}: 1`);
-      expect(gradeLog(stdout, NONCE, 'diff', parsePytest, ['t::a'], []).status).toBe('RESOLVED_NO');
+      expect(ended.code).toBe(3);
+      expect(ended.stdout.split('\n').filter((line) => !line.startsWith('+'))).toEqual([
+        'PASSED t::a',
+        'FAILED t::b',
+        '',
+      ]);
+      expect(ended.stderr).toContain('set up');
+      const environment = testScript({
+        workdir: dir,
+        testCommand: 'echo "$GYM_TEST_LANG $PWD"',
+        evalCommands: ['export GYM_TEST_LANG=C.UTF-8'],
+      });
+      expect((await run('bash', ['-c', environment])).stdout).toContain(`C.UTF-8 ${dir}`);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

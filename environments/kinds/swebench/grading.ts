@@ -1,120 +1,103 @@
 /**
- * Grading as SWE-bench grades: the evaluation script (test files reset to the base commit, the
- * test patch applied, the test command between start and end markers, its exit code recorded),
- * the status map read from the marked part of the log, FAIL_TO_PASS / PASS_TO_PASS judged into
- * RESOLVED_FULL / RESOLVED_PARTIAL / RESOLVED_NO, and SWE-bench's per-instance `report.json`.
+ * Grading as SWE-bench grades: the test files reset to the base commit and the test patch applied,
+ * then the repository's test command run, its log read by the repository's parser, FAIL_TO_PASS /
+ * PASS_TO_PASS judged into RESOLVED_FULL / RESOLVED_PARTIAL / RESOLVED_NO, and SWE-bench's
+ * per-instance `report.json`.
  *
  * The judgement follows SWE-bench 5.x: a FAIL_TO_PASS test must pass (PASSED or XFAIL; a skip is
  * no fix); a PASS_TO_PASS test must pass or be skipped; a test missing from the log failed; an
- * expected id cut off inside its parameters matches by prefix when every match agrees; and a log
- * whose test command exited non-zero while it reports no failure is not believed (a patch can
- * print its own PASSED lines).
+ * expected id cut off inside its parameters matches by prefix when every match agrees.
  *
- * The code under test is the agent's, so it can print marker lines too: each run's markers carry
- * a random nonce (the script deletes itself before the tests run, so they cannot read it there),
- * and the end marker and exit code are the last ones with that nonce, printed after the tests.
+ * Where SWE-bench runs one script and finds the test output and exit code by marker lines in its
+ * log, the two steps here are execs of their own (see verify.ts): the code under test is the
+ * agent's, runs with the script's uid, and can read a script (its marker nonce included) through
+ * /proc, rewrite the rest of it, kill it, and print any marker. So the test run's log is exactly
+ * that exec's output, its exit status the exec's own, and no secret is in the sandbox; the exit
+ * status is held against the runner's meaning of it (verifiers/runner-exit.ts), so a log that
+ * claims passes the runner's status denies is not believed.
  */
 import type { TestLogParser, TestStatus } from '../../verifiers/pytest-log.ts';
-
-export const START_TEST_OUTPUT = '>>>>> Start Test Output';
-export const END_TEST_OUTPUT = '>>>>> End Test Output';
-export const TEST_EXIT_CODE = '>>>>> Test Exit Code';
-/** Printed by our script when the test patch does not apply even after the reset. */
-export const TEST_PATCH_FAILED = '>>>>> Test Patch Apply Failed';
-/** The script's exit code for that case (the tests did not run). */
-export const TEST_PATCH_FAILED_EXIT = 86;
+import { distrustedRun, type TestRunEnd, type TestRunner } from '../../verifiers/runner-exit.ts';
 
 export type ResolvedStatus = 'RESOLVED_FULL' | 'RESOLVED_PARTIAL' | 'RESOLVED_NO';
 
 const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
 
-export interface EvalScriptInput {
-  workdir: string;
+/** SWE-bench's images keep the repository's environment in conda; ours have none. */
+const ACTIVATE_CONDA =
+  'if [ -f /opt/miniconda3/bin/activate ]; then source /opt/miniconda3/bin/activate && conda activate testbed; fi';
+
+export interface PreparationInput {
   baseCommit: string;
-  /** Where the test patch was written in the sandbox. */
-  testPatchPath: string;
-  /** Files the test patch changes that exist at the base commit: reset before and after. */
+  /** Files the test patch changes that exist at the base commit: reset before it is applied. */
   testFiles: string[];
+  /** Where the test patch was uploaded in the sandbox; absent: it comes on standard input. */
+  testPatchPath?: string;
+}
+
+/**
+ * The bash script (run with `bash -c` in the repository) that puts the test files back and applies
+ * the test patch: its exit status is `git apply`'s. A reset that fails is not fatal, as in
+ * SWE-bench's script (the apply that follows says whether the tests went in).
+ */
+export function preparationScript(input: PreparationInput): string {
+  return [
+    'set -uxo pipefail',
+    // The agent may have changed the test files: SWE-bench puts them back before its tests go in.
+    input.testFiles.length === 0
+      ? ': no test file to reset'
+      : `git checkout ${input.baseCommit} -- ${input.testFiles.map(quote).join(' ')}`,
+    `git apply -v ${input.testPatchPath === undefined ? '-' : quote(input.testPatchPath)}`,
+  ].join('\n');
+}
+
+export interface TestScriptInput {
+  workdir: string;
   /** The complete test command (directives appended already, quoted). */
   testCommand: string;
-  /** This run's marker nonce (random, letters and digits): fake markers without it are ignored. */
-  nonce: string;
+  /** Run before the tests (exported variables stay set for them). */
   evalCommands?: string[];
 }
 
 /**
- * The bash script run in the grading sandbox once the model patch is applied. Everything goes to
- * stdout in order (`set -x` traces included), as SWE-bench's merged log does, so the markers
- * bracket the test output.
+ * The bash script (run with `bash -c`) that runs the tests. What sets up their environment writes
+ * to stderr; from the test command on, everything goes to stdout in order (its stderr included,
+ * as SWE-bench's merged log has it), so stdout is the test log, and the script's exit status is
+ * the test command's: nothing runs after it.
  */
-export function evalScript(input: EvalScriptInput): string {
-  const reset =
-    input.testFiles.length === 0
-      ? ': no test file to reset'
-      : `git checkout ${input.baseCommit} -- ${input.testFiles.map(quote).join(' ')}`;
-  checkNonce(input.nonce);
+export function testScript(input: TestScriptInput): string {
   return [
-    '#!/bin/bash',
-    // The nonce is in this file: the agent's tests must not read it from here.
-    'rm -f -- "$0"',
-    'exec 2>&1',
     'set -uxo pipefail',
-    // SWE-bench's images keep the repository's environment in conda; ours have none.
-    'if [ -f /opt/miniconda3/bin/activate ]; then source /opt/miniconda3/bin/activate && conda activate testbed; fi',
+    '{',
+    ACTIVATE_CONDA,
     `cd ${quote(input.workdir)}`,
     ...(input.evalCommands ?? []),
-    // The agent may have changed the test files: SWE-bench puts them back before its tests go in.
-    reset,
-    `git apply -v ${quote(input.testPatchPath)} || { echo '${TEST_PATCH_FAILED}'; exit ${TEST_PATCH_FAILED_EXIT}; }`,
-    `: '${START_TEST_OUTPUT} ${input.nonce}'`,
+    '} >&2',
+    'exec 2>&1',
     input.testCommand,
-    'GYM_TEST_EXIT_CODE=$?',
-    `: '${END_TEST_OUTPUT} ${input.nonce}'`,
-    `echo "${TEST_EXIT_CODE} ${input.nonce}: $GYM_TEST_EXIT_CODE"`,
-    reset,
-    '',
   ].join('\n');
 }
 
-const checkNonce = (nonce: string) => {
-  if (!/^[A-Za-z0-9]{8,}$/.test(nonce))
-    throw new Error('the marker nonce must be 8 or more letters or digits');
-};
+/** The test run as the daemon saw it: its log (the exec's stdout), how it ended, and its runner. */
+export interface TestRun extends TestRunEnd {
+  log: string;
+  /** Undefined: a runner whose exit statuses are not known here. */
+  runner?: TestRunner;
+}
 
 export interface StatusMapResult {
   statuses: Map<string, TestStatus>;
-  /** False when the log cannot be graded (no markers, no results, results that contradict the exit code). */
+  /** False when the log cannot be graded (no results, or results the run's end contradicts). */
   valid: boolean;
   reason?: string;
 }
 
-/**
- * The status map of a test log: the marked part first, the whole log when that yields nothing.
- * Only markers with this run's nonce count, and the last end marker and exit code (a test that
- * prints fake ones does so before the script's own).
- */
-export function readTestLog(log: string, parser: TestLogParser, nonce: string): StatusMapResult {
-  checkNonce(nonce);
-  const empty = new Map<string, TestStatus>();
-  if (log.includes(TEST_PATCH_FAILED))
-    return { statuses: empty, valid: false, reason: 'the test patch does not apply' };
-  const startMarker = `${START_TEST_OUTPUT} ${nonce}`;
-  const start = log.indexOf(startMarker);
-  const end = log.lastIndexOf(`${END_TEST_OUTPUT} ${nonce}`);
-  if (start === -1 || end <= start)
-    return { statuses: empty, valid: false, reason: 'the test output markers are missing from the log' };
-  let statuses = parser(log.slice(start + startMarker.length, end));
-  if (statuses.size === 0) statuses = parser(log);
+/** The status map of a test run's log, and whether the run's own end lets it be believed. */
+export function readTestLog(run: TestRun, parser: TestLogParser): StatusMapResult {
+  const statuses = parser(run.log);
+  const distrust = distrustedRun(run.runner, run, statuses);
+  if (distrust !== null) return { statuses, valid: false, reason: distrust };
   if (statuses.size === 0) return { statuses, valid: false, reason: 'the test log holds no test results' };
-  const exitLine = new RegExp(`^${TEST_EXIT_CODE} ${nonce}: (-?\\d+)$`, 'gm');
-  const exitCode = [...log.slice(end).matchAll(exitLine)].at(-1)?.[1];
-  const reportsFailure = [...statuses.values()].some((status) => status === 'FAILED' || status === 'ERROR');
-  if (exitCode !== undefined && Number(exitCode) !== 0 && !reportsFailure)
-    return {
-      statuses,
-      valid: false,
-      reason: `the test command exited ${exitCode} while its log reports no failure`,
-    };
   return { statuses, valid: true };
 }
 
@@ -186,10 +169,9 @@ export interface Grade {
   reason?: string;
 }
 
-/** Grades one test log (`modelPatch` null: there was no prediction) written with markers of `nonce`. */
+/** Grades one test run (`run` or `modelPatch` null: there was no prediction, or no run). */
 export function gradeLog(
-  log: string | null,
-  nonce: string,
+  run: TestRun | null,
   modelPatch: string | null,
   parser: TestLogParser,
   failToPass: readonly string[],
@@ -201,8 +183,8 @@ export function gradeLog(
     patch_successfully_applied: false,
     resolved: false,
   };
-  if (modelPatch === null || log === null) return { status: 'RESOLVED_NO', report };
-  const read = readTestLog(log, parser, nonce);
+  if (modelPatch === null || run === null) return { status: 'RESOLVED_NO', report };
+  const read = readTestLog(run, parser);
   if (!read.valid) return { status: 'RESOLVED_NO', report, reason: read.reason! };
   const tests = judgeTests(read.statuses, failToPass, passToPass);
   const status = resolutionStatus(tests);

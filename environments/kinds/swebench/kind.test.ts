@@ -36,6 +36,12 @@ describe('the swebench kind', () => {
     expect(() =>
       sweBenchOptions(environment({ repositories: { 'a/b': { testCommand: 'x', logParser: 'junit' } } })),
     ).toThrow('repositories.a/b.logParser');
+    const withRunner = (testRunner: string) =>
+      sweBenchOptions(
+        environment({ repositories: { 'a/b': { testCommand: 'x', logParser: 'django', testRunner } } }),
+      );
+    expect(withRunner('django').repositories['a/b']).toMatchObject({ testRunner: 'django' });
+    expect(() => withRunner('nose')).toThrow('repositories.a/b.testRunner');
   });
 
   it('gives the agent the problem statement in /testbed, the oracle the gold patch', () => {

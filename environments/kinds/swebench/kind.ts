@@ -5,14 +5,17 @@
  *
  * Environment options (`options` in environment.json; `--image-template` on the command line):
  * - `imageTemplate`: how a row's image is named (row.ts; default SWE-bench's local names).
- * - `repositories`: `{ "owner/name": { testCommand, logParser, evalCommands? } }` for
- *   repositories SWE-bench's table lacks, or to override it.
+ * - `repositories`: `{ "owner/name": { testCommand, logParser, evalCommands?, testRunner? } }`
+ *   for repositories SWE-bench's table lacks, or to override it; `testRunner` (`pytest`,
+ *   `django`, `sympy`) says whose exit statuses judge the run (default: pytest when the command
+ *   runs it).
  * - `testTimeoutSec`: how long the evaluation may run (default 900).
  */
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { parseOrThrow } from '../../../core/validate.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
+import { TEST_RUNNERS } from '../../verifiers/runner-exit.ts';
 import { extractPatch } from '../../verifiers/swe.ts';
 import type { EnvironmentKind, TaskRow } from '../kind.ts';
 import { LOG_PARSERS } from './log-parsers.ts';
@@ -51,6 +54,7 @@ export const SweBenchOptionsSchema = z
           testCommand: z.string().min(1),
           logParser: parserName,
           evalCommands: z.array(z.string()).optional(),
+          testRunner: z.enum(TEST_RUNNERS).optional(),
         }),
       )
       .default({}),

@@ -8,6 +8,7 @@
  * images are built with the package installed, and our sandboxes have no network to reinstall.
  */
 import { patchTargets } from '../../verifiers/patch-files.ts';
+import type { TestRunner } from '../../verifiers/runner-exit.ts';
 import type { LogParserName } from './log-parsers.ts';
 
 export interface RepositorySpec {
@@ -16,11 +17,17 @@ export interface RepositorySpec {
   logParser: LogParserName;
   /** Run in the repository before the tests (exported variables stay set for them). */
   evalCommands?: string[];
+  /**
+   * The runner whose exit statuses judge the run (verifiers/runner-exit.ts). Absent: pytest when
+   * the command runs it, else only the convention that a non-zero status means a failure.
+   */
+  testRunner?: TestRunner;
 }
 
 interface RepositoryTable {
   testCommand: string;
   logParser: LogParserName;
+  testRunner?: TestRunner;
   /** Versions whose command differs from the repository's. */
   testCommandByVersion?: Record<string, string>;
   evalCommandsByVersion?: Record<string, string[]>;
@@ -58,6 +65,7 @@ export const SWE_BENCH_REPOSITORIES: Readonly<Record<string, RepositoryTable>> =
   'django/django': {
     testCommand: DJANGO,
     logParser: 'django',
+    testRunner: 'django',
     testCommandByVersion: { '1.9': './tests/runtests.py --verbosity 2' },
     evalCommandsByVersion: {
       ...forVersions(['1.7', '1.8', '1.9', '1.10', '1.11', '2.0', '2.1', '2.2'], DJANGO_LOCALE_EXPORTS),
@@ -82,6 +90,7 @@ export const SWE_BENCH_REPOSITORIES: Readonly<Record<string, RepositoryTable>> =
   'sympy/sympy': {
     testCommand: "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose",
     logParser: 'sympy',
+    testRunner: 'sympy',
   },
 };
 
@@ -99,6 +108,7 @@ export function repositorySpec(
   return {
     testCommand: table.testCommandByVersion?.[version] ?? table.testCommand,
     logParser: table.logParser,
+    ...(table.testRunner === undefined ? {} : { testRunner: table.testRunner }),
     ...(evalCommands === undefined ? {} : { evalCommands }),
   };
 }

@@ -93,6 +93,7 @@ describe('test command and test files per repository', () => {
     expect(repositorySpec('django/django', '3.0')).toEqual({
       testCommand: './tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1',
       logParser: 'django',
+      testRunner: 'django',
       evalCommands: expect.arrayContaining(['export LANG=en_US.UTF-8']),
     });
     expect(repositorySpec('django/django', '1.9')?.testCommand).toBe('./tests/runtests.py --verbosity 2');
@@ -102,7 +103,7 @@ describe('test command and test files per repository', () => {
       testCommand: 'pytest -rA',
       logParser: 'pytest_v2',
     });
-    expect(repositorySpec('sympy/sympy', '1.12')).toMatchObject({ logParser: 'sympy' });
+    expect(repositorySpec('sympy/sympy', '1.12')).toMatchObject({ logParser: 'sympy', testRunner: 'sympy' });
     expect(repositorySpec('psf/requests', '2.0')?.logParser).toBe('pytest_options');
     expect(repositorySpec('someone/unknown', '1.0')).toBeUndefined();
     const configured = { testCommand: 'python3 -m pytest -rA', logParser: 'pytest' as const };

@@ -1,28 +1,38 @@
 /**
  * Grades a model patch for a SWE-bench row in a fresh sandbox from the row's image, as SWE-bench's
- * harness does: the model patch applied (git apply, --reject, patch --fuzz), then the evaluation
- * script (test files reset, test patch, the repository's test command on the test patch's files,
- * markers, exit code), the log read by the repository's parser, and the report judged.
+ * harness does: the model patch applied (git apply, --reject, patch --fuzz), the test files reset
+ * and the test patch applied, the repository's test command run on the test patch's files, the
+ * log read by the repository's parser, and the report judged.
+ *
+ * Each step is an exec of its own, so the verdict rests on what the daemon sees of each (exit
+ * status, output), never on text the agent's code could write: the tests run the agent's code,
+ * which can read and rewrite a running script through /proc, print marker lines, kill its parent
+ * shell. The test run's log is its exec's stdout, its exit status the runner's own, held against
+ * what the runner says its statuses mean (verifiers/runner-exit.ts).
  *
  * Reward 1 only for RESOLVED_FULL (SWE-bench's `resolved`); RESOLVED_PARTIAL is 0 with the status
  * said. Only faults from outside the sandbox are infra (see verifiers/swe.ts for the reasoning).
  */
-import { randomBytes } from 'node:crypto';
 import type { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import { toLabelValue } from '../../../core/schemas/common.ts';
+import type { ExecResult } from '../../../core/schemas/exec.ts';
+import type { SandboxHandle } from '../../../harnesses/harness.ts';
+import { fitsStdin } from '../../../harnesses/patch-input.ts';
 import { clientSandboxHandle } from '../../../harnesses/sandbox-handle.ts';
 import { shellQuote } from '../../../providers/shared/shell.ts';
 import { filesBeforePatch } from '../../verifiers/patch-files.ts';
+import { type TestRunner, testRunnerOf } from '../../verifiers/runner-exit.ts';
 import { applyModelPatch } from '../../verifiers/swe.ts';
 import { endedFromOutside, type Verdict } from '../../verifiers/verifier.ts';
-import { evalScript, gradeLog, type InstanceReport } from './grading.ts';
+import { gradeLog, type InstanceReport, preparationScript, testScript } from './grading.ts';
 import { LOG_PARSERS } from './log-parsers.ts';
 import { type RepositorySpec, testDirectives } from './repositories.ts';
 import { missingImageHint, SWE_BENCH_WORKDIR, type SweBenchRow } from './row.ts';
 
 const TEST_PATCH = '/tmp/gym-test.patch';
-const EVAL_SCRIPT = '/tmp/gym-eval.sh';
+/** Resetting the test files and applying the test patch: git on a few files, seconds at most. */
+const PREPARATION_TIMEOUT_MS = 120_000;
 /** SWE-bench's own default is 1800 s; ours is shorter and set per environment. */
 export const DEFAULT_TEST_TIMEOUT_SEC = 900;
 
@@ -57,6 +67,33 @@ function graded(
  */
 export function testCommandLine(spec: RepositorySpec, row: Pick<SweBenchRow, 'repo' | 'test_patch'>): string {
   return [spec.testCommand, ...testDirectives(row.repo, row.test_patch).map(shellQuote)].join(' ');
+}
+
+/** The runner whose exit statuses judge the run: the repository's, else pytest when the command runs it. */
+function runnerOf(spec: RepositorySpec, testCommand: string): { runner?: TestRunner } {
+  const runner = spec.testRunner ?? testRunnerOf(testCommand);
+  return runner === undefined ? {} : { runner };
+}
+
+/**
+ * Resets the test files to the base commit and applies the test patch, in an exec of its own
+ * whose exit status is `git apply`'s. The patch goes on stdin (one too large for an exec request
+ * is uploaded; the upload refuses links the agent planted).
+ */
+async function prepareTests(sandbox: SandboxHandle, row: SweBenchRow, workdir: string): Promise<ExecResult> {
+  const onStdin = fitsStdin(row.test_patch);
+  if (!onStdin) await sandbox.writeFile(TEST_PATCH, Buffer.from(row.test_patch));
+  const script = preparationScript({
+    baseCommit: row.base_commit,
+    testFiles: filesBeforePatch(row.test_patch),
+    ...(onStdin ? {} : { testPatchPath: TEST_PATCH }),
+  });
+  return sandbox.exec({
+    argv: ['bash', '-c', script],
+    cwd: workdir,
+    timeoutMs: PREPARATION_TIMEOUT_MS,
+    ...(onStdin ? { stdin: row.test_patch } : {}),
+  });
 }
 
 export async function gradeSweBench(
@@ -97,20 +134,46 @@ export async function gradeSweBench(
       return notApplied.outcome === 'reward'
         ? graded(row, 0, { ...notApplied.details, resolution: 'RESOLVED_NO', swebench: 'error' })
         : notApplied;
-    await sandbox.writeFile(TEST_PATCH, Buffer.from(row.test_patch));
-    const nonce = randomBytes(12).toString('hex');
-    const script = evalScript({
-      workdir,
-      baseCommit: row.base_commit,
-      testPatchPath: TEST_PATCH,
-      testFiles: filesBeforePatch(row.test_patch),
-      testCommand: testCommandLine(spec, row),
-      nonce,
-      ...(spec.evalCommands === undefined ? {} : { evalCommands: spec.evalCommands }),
-    });
-    await sandbox.writeFile(EVAL_SCRIPT, Buffer.from(script));
+    const prepared = await prepareTests(sandbox, row, workdir);
+    if (endedFromOutside(prepared))
+      return {
+        outcome: 'infra_error',
+        reward: 0,
+        details: {
+          reason:
+            prepared.status === 'sandbox_gone'
+              ? 'the verifier sandbox went away while the test patch was applied'
+              : 'applying the test patch was killed with no exit code (the engine lost track of it)',
+        },
+      };
+    // The agent's files are in place, so whatever stops git here (its changes to the test files, a
+    // repository git cannot handle) is its doing. The report says nothing was graded.
+    if (prepared.status !== 'ok' || prepared.exitCode !== 0)
+      return graded(
+        row,
+        0,
+        {
+          resolution: 'RESOLVED_NO',
+          swebench: 'graded',
+          reason:
+            prepared.status === 'ok'
+              ? 'the test patch does not apply'
+              : `the test patch does not apply: applying it ended with status ${prepared.status}`,
+          applyLog: `${prepared.stdout}${prepared.stderr}`.slice(-4000),
+        },
+        gradeLog(null, modelPatch, LOG_PARSERS[spec.logParser]!, row.FAIL_TO_PASS, row.PASS_TO_PASS).report,
+      );
+    const testCommand = testCommandLine(spec, row);
     const run = await sandbox.exec({
-      command: `bash ${EVAL_SCRIPT}`,
+      argv: [
+        'bash',
+        '-c',
+        testScript({
+          workdir,
+          testCommand,
+          ...(spec.evalCommands === undefined ? {} : { evalCommands: spec.evalCommands }),
+        }),
+      ],
       cwd: workdir,
       timeoutMs: grading.testTimeoutSec * 1000,
       maxOutputBytes: 8 * 1024 * 1024,
@@ -135,10 +198,20 @@ export async function gradeSweBench(
               : 'the tests were killed with no exit code (the engine lost track of them)',
         },
       };
-    // The script sends everything to stdout in order; stderr holds only what bash said before that.
-    const log = `${run.stdout}${run.stderr}`;
-    const parser = LOG_PARSERS[spec.logParser]!;
-    const grade = gradeLog(log, nonce, modelPatch, parser, row.FAIL_TO_PASS, row.PASS_TO_PASS);
+    // stdout is the test log (the test command's output, both its streams); stderr holds only what
+    // set up its environment, before it.
+    const grade = gradeLog(
+      {
+        log: run.stdout,
+        status: run.status,
+        exitCode: run.exitCode,
+        ...runnerOf(spec, testCommand),
+      },
+      modelPatch,
+      LOG_PARSERS[spec.logParser]!,
+      row.FAIL_TO_PASS,
+      row.PASS_TO_PASS,
+    );
     return graded(
       row,
       grade.status === 'RESOLVED_FULL' ? 1 : 0,
@@ -154,7 +227,7 @@ export async function gradeSweBench(
         ...(grade.reason === undefined ? {} : { reason: grade.reason }),
         ...(run.status === 'ok' ? {} : { testStatus: run.status }),
         testExitCode: run.exitCode,
-        testLogTail: log.slice(-4000),
+        testLogTail: `${run.stderr}${run.stdout}`.slice(-4000),
       },
       grade.report,
     );
