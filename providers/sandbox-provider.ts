@@ -43,6 +43,7 @@ import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
+import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 
 /** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
 export interface ProviderCapabilities {
@@ -84,6 +85,12 @@ export interface ProviderCapabilities {
   timeoutKill: 'cgroup' | 'tagged';
   /** `stopProcesses()`: stop every process in a sandbox but its keeper, before a verifier runs. */
   stopProcesses: boolean;
+  /**
+   * `checkToolchain()`: which of the files a verifier's tools are made of differ from the image,
+   * seen from outside the sandbox (absent: false). Without it a verifier cannot tell that it runs
+   * on the agent's tools.
+   */
+  toolchainCheck?: boolean;
   /**
    * The image sources `prepareImage()` accepts (see `ImageSource`); absent or empty: the provider
    * has no image part, and preparing an image on it is `CAPABILITY_UNSUPPORTED` (its images are
@@ -468,6 +475,17 @@ export interface SandboxProvider {
    *   appearing, or the host refused the kill).
    */
   stopProcesses?(id: string): Promise<{ killed: number }>;
+
+  /**
+   * Which files that a verifier's interpreters and tools consist of, or that they read before any
+   * test code (the loader's configuration, python's startup files, the test runner's package),
+   * differ from the sandbox's pristine image, by the rules of `shared/toolchain-rules.ts`. Seen
+   * from outside the sandbox only: nothing runs in it, so nothing the agent left there can answer
+   * for it. Called with the sandbox's processes stopped. Read-only and idempotent.
+   * Optional: present only with the `toolchainCheck` capability.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `PROVIDER_ERROR` (the backend could not show the files).
+   */
+  checkToolchain?(id: string, request: ToolchainCheckRequest): Promise<ToolchainCheckResult>;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

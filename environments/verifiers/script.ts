@@ -19,6 +19,7 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { isGymError } from '../../core/errors.ts';
 import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
+import { checkVerifierToolchain, testScriptTools, withToolchainCheck } from './toolchain.ts';
 import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
@@ -81,6 +82,22 @@ export async function verifyScript(
 ): Promise<Verdict> {
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
+  // Nothing of the agent runs now: its tools are compared with the image's before any is used.
+  const toolchain = await checkVerifierToolchain(
+    sandbox,
+    await testScriptTools(join(testsDirectory, 'test.sh')),
+  );
+  if ('verdict' in toolchain) return toolchain.verdict;
+  return withToolchainCheck(await runTests(sandbox, testsDirectory, timeoutMs, harbor), toolchain);
+}
+
+/** The tests themselves, once the agent's processes are stopped and its toolchain checked. */
+async function runTests(
+  sandbox: SandboxHandle,
+  testsDirectory: string,
+  timeoutMs: number,
+  harbor: HarborTestRun | undefined,
+): Promise<Verdict> {
   const notPrepared = (why: string, log = ''): Verdict => ({
     outcome: 'reward',
     reward: 0,
