@@ -13,6 +13,7 @@
  * and the rollout says plainly what its reward rests on. A check that fails (the engine or the
  * daemon did not answer) is an infra error, retried, never a reward.
  */
+import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isGymError } from '../../core/errors.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
@@ -22,6 +23,17 @@ import type { Verdict } from './verifier.ts';
 export type ToolchainCheckState = 'passed' | 'unavailable';
 
 export const TAMPERED_REASON = 'verifier toolchain tampered';
+
+/**
+ * What the tests' environment gets so that python loads no compiled module the agent planted: a
+ * `.pyc` beside the image's source (in a `__pycache__` the agent could write, which the check
+ * cannot tell from one python wrote itself as root on an image shipped without them) is loaded
+ * instead of the source when its header matches. With a cache folder of its own, fresh and of a
+ * name the agent cannot know, python 3.8 and later read and write compiled modules only there.
+ */
+export function verifierPythonEnv(): Record<string, string> {
+  return { PYTHONPYCACHEPREFIX: `/tmp/gym-verifier-pycache-${randomBytes(8).toString('hex')}` };
+}
 
 /** The interpreter a script's `#!` line names (and, through `env`, the program it runs). */
 export function shebangTools(script: string): string[] {

@@ -1,7 +1,8 @@
 /**
- * The toolchain check on Docker, entirely through the engine's API (nothing runs in the sandbox):
- * the engine's change list of the container against its image (`GET /containers/{id}/changes`,
- * which overlay2 computes from the container's upper layer alone), stats and file reads of the
+ * The toolchain check on Docker, from the engine's side (nothing runs in the sandbox): the
+ * container's changes against its image (read from its overlay2 folders when the daemon runs
+ * beside the engine and can read them, else the engine's `GET /containers/{id}/changes`, which
+ * can cost a walk of the whole image), stats and file reads of the
  * container through the archive endpoints, which the engine serves from the host's view of the
  * container's root filesystem, and the same reads of the pristine image through a container of
  * the image that is created but never started (removed at once; labelled like a build container
@@ -11,6 +12,7 @@
 import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import type { Clock } from '../../core/clock.ts';
+import { GymError } from '../../core/errors.ts';
 import type { ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { firstEntry } from '../shared/archive.ts';
 import {
@@ -23,6 +25,7 @@ import {
 } from '../shared/toolchain-rules.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
 import { BUILD_DEADLINE_LABEL, BUILD_LABEL } from './docker-images.ts';
+import { overlayChanges, overlayFolders } from './overlay-changes.ts';
 
 /** The PATH a command gets when the image sets none (Docker's own default). */
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -93,15 +96,82 @@ async function engineRead(
   return Buffer.concat(chunks);
 }
 
+/**
+ * The engine's change list. dockerode leaves the body unparsed when it is `null` (no change at
+ * all); anything but a list or null is an error, never "nothing changed".
+ */
+function engineChanges(answer: unknown, sandboxId: string): Array<{ Path: string; Kind: number }> {
+  const parsed = Buffer.isBuffer(answer) || typeof answer === 'string' ? safeJson(answer.toString()) : answer;
+  if (parsed === null) return [];
+  if (
+    Array.isArray(parsed) &&
+    parsed.every((entry) => typeof entry?.Path === 'string' && typeof entry?.Kind === 'number')
+  )
+    return parsed;
+  throw new GymError('PROVIDER_ERROR', `the engine's change list of sandbox ${sandboxId} is not a list`, {
+    details: { sandboxId },
+  });
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 export class DockerToolchainCheck {
   readonly #docker: Docker;
   readonly #clock: Clock;
   /** `imageId\0path` to the image's fingerprint of that path. */
   readonly #imageFingerprints = new Map<string, Fingerprint | null>();
+  /** `imageId\0path` to the image's stat of that path. */
+  readonly #imageStats = new Map<string, PathStat | null>();
 
-  constructor(docker: Docker, clock: Clock) {
+  /** Whether to read overlay2 layer folders on this host when it can (false: always ask the engine). */
+  readonly #useOverlayFolders: boolean;
+
+  constructor(docker: Docker, clock: Clock, options: { useOverlayFolders?: boolean } = {}) {
     this.#docker = docker;
     this.#clock = clock;
+    this.#useOverlayFolders = options.useOverlayFolders ?? true;
+  }
+
+  /** The container's changes: from its overlay folders when this host can read them, else the engine's list. */
+  async #changes(
+    container: Docker.Container,
+    info: Docker.ContainerInspectInfo,
+    sandboxId: string,
+  ): Promise<PathChange[]> {
+    const folders = this.#useOverlayFolders ? await overlayFolders(info.GraphDriver) : null;
+    if (folders !== null) return overlayChanges(folders);
+    return engineChanges(await container.changes(), sandboxId).flatMap((entry) => {
+      const change = CHANGE_KINDS[entry.Kind];
+      return change === undefined ? [] : [{ path: entry.Path, change }];
+    });
+  }
+
+  /** The image's stat of a path: the same for every sandbox of the image, so kept. */
+  async #imageStat(
+    imageId: string,
+    path: string,
+    image: () => Promise<Docker.Container>,
+  ): Promise<PathStat | null> {
+    const key = `${imageId}\0${path}`;
+    const known = this.#imageStats.get(key);
+    if (known !== undefined) return known;
+    const stat = await engineStat(await image(), path);
+    const type = stat === null ? null : statType(stat.mode);
+    const answer =
+      type === null
+        ? null
+        : type === 'symlink' && stat?.linkTarget !== undefined
+          ? { type, resolved: stat.linkTarget }
+          : { type };
+    if (this.#imageStats.size >= MAX_CACHED_FINGERPRINTS) this.#imageStats.clear();
+    this.#imageStats.set(key, answer);
+    return answer;
   }
 
   /** The check for one container (see `SandboxProvider.checkToolchain`). */
@@ -112,19 +182,13 @@ export class DockerToolchainCheck {
   ): Promise<ToolchainCheckResult> {
     const started = performance.now();
     let info: Docker.ContainerInspectInfo;
-    let listed: Array<{ Path: string; Kind: number }> | null;
+    let changes: PathChange[];
     try {
-      [info, listed] = await Promise.all([
-        container.inspect(),
-        container.changes() as Promise<Array<{ Path: string; Kind: number }> | null>,
-      ]);
+      info = await container.inspect();
+      changes = await this.#changes(container, info, sandboxId);
     } catch (error) {
       throw wrapDockerError(error, { operation: 'toolchain check', sandboxId });
     }
-    const changes: PathChange[] = (listed ?? []).flatMap((entry) => {
-      const change = CHANGE_KINDS[entry.Kind];
-      return change === undefined ? [] : [{ path: entry.Path, change }];
-    });
     const pathVariable =
       (info.Config.Env ?? []).find((entry) => entry.startsWith('PATH='))?.slice('PATH='.length) ??
       DEFAULT_PATH;
@@ -150,7 +214,8 @@ export class DockerToolchainCheck {
       changes,
       pathDirectories: pathVariable.split(':'),
       unseenFolders: [...ALWAYS_UNSEEN, ...mounts],
-      stat: async (path) => {
+      stat: async (path, side) => {
+        if (side === 'image') return this.#imageStat(info.Image, path, image);
         const stat = await engineStat(container, path);
         if (stat === null) return null;
         const type = statType(stat.mode);

@@ -112,12 +112,13 @@ function viewOf(
     changes: diff(image, live),
     pathDirectories,
     unseenFolders: ['/dev', '/proc', '/sys'],
-    stat: async (path) => {
-      const real = locate(live, path);
-      const entry = live[real];
+    stat: async (path, side) => {
+      const tree = side === 'live' ? live : image;
+      const real = locate(tree, path);
+      const entry = tree[real];
       if (entry === undefined) return null;
       return entry.type === 'symlink'
-        ? { type: 'symlink', resolved: resolveIn(live, real) }
+        ? { type: 'symlink', resolved: resolveIn(tree, real) }
         : { type: entry.type };
     },
     fingerprint: async (path, side) => fingerprint(side === 'live' ? live : image, path),

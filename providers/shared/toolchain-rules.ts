@@ -71,8 +71,11 @@ export interface ToolchainView {
   pathDirectories: ReadonlyArray<string>;
   /** Folders whose files no change list shows (mounts such as `/dev`, `/proc`, binds). */
   unseenFolders: ReadonlyArray<string>;
-  /** The sandbox's path without following its last component; null when missing. */
-  stat(path: string): Promise<PathStat | null>;
+  /**
+   * The path in the sandbox (`live`) or in the pristine image, without following its last
+   * component; null when missing. The image's answers never change, so a provider may keep them.
+   */
+  stat(path: string, side: 'live' | 'image'): Promise<PathStat | null>;
   /** A non-directory of the sandbox (`live`) or of the pristine image; null when missing. */
   fingerprint(path: string, side: 'live' | 'image'): Promise<Fingerprint | null>;
   /** A small regular file's bytes; null when missing or not a regular file; throws past `maxBytes`. */
@@ -121,14 +124,17 @@ const MAX_LINK_HOPS = 16;
 
 const isUnder = (path: string, folder: string) => path === folder || path.startsWith(`${folder}/`);
 
-/** The folder's path with its links resolved (as the change list names paths). */
+/**
+ * The folder's path with its links resolved in the image (as the change list names paths). A link
+ * on the way that the agent changed is itself a change of a protected path (rule 1).
+ */
 async function realFolder(view: ToolchainView, folder: string, cache: Map<string, string>): Promise<string> {
   const known = cache.get(folder);
   if (known !== undefined) return known;
   let real = '/';
   for (const part of folder.split('/').filter((segment) => segment !== '')) {
     const next = posix.join(real, part);
-    const stat = await view.stat(next);
+    const stat = await view.stat(next, 'image');
     real = stat?.type === 'symlink' && stat.resolved !== undefined ? stat.resolved : next;
   }
   cache.set(folder, real);
@@ -150,11 +156,6 @@ export async function findToolchainTampering(
       if (byPath.get(current) === 'added') return true;
     return false;
   };
-  const wasRemoved = (path: string) => {
-    for (let current = path; current !== '/'; current = posix.dirname(current))
-      if (byPath.get(current) === 'removed') return true;
-    return false;
-  };
   const real = new Map<string, string>();
   const pathDirectories: string[] = [];
   for (const folder of view.pathDirectories) {
@@ -162,9 +163,8 @@ export async function findToolchainTampering(
     const resolved = await realFolder(view, posix.normalize(folder), real);
     if (!pathDirectories.includes(resolved)) pathDirectories.push(resolved);
   }
-  /** Whether the image has this path (a file the agent removed counts; one it added does not). */
-  const imageHas = async (path: string) =>
-    wasRemoved(path) || ((await view.stat(path)) !== null && !wasAdded(path));
+  /** Whether the pristine image has this path. */
+  const imageHas = async (path: string) => (await view.stat(path, 'image')) !== null;
 
   // Where the checked tools really live in the image: their folders join the protected trees.
   const literalTrees = new Set([
@@ -184,13 +184,12 @@ export async function findToolchainTampering(
     for (let hop = 0; current !== undefined && hop < MAX_LINK_HOPS; hop += 1) {
       const folder = await realFolder(view, posix.dirname(current), real);
       const path = posix.join(folder, posix.basename(current));
+      // Its folder joins the trees, so a change of this hop is rule 1's.
       toolHomes.push(folder);
-      const change = byPath.get(path);
-      if (change === 'added') flag(path, change, `the link chain of ${tool} was changed`);
-      const live = await view.fingerprint(path, 'live');
+      const hopInImage = await view.fingerprint(path, 'image');
       current =
-        live?.type === 'symlink' && live.linkname !== undefined
-          ? posix.resolve(folder, live.linkname)
+        hopInImage?.type === 'symlink' && hopInImage.linkname !== undefined
+          ? posix.resolve(folder, hopInImage.linkname)
           : undefined;
     }
   }
@@ -248,7 +247,7 @@ export async function findToolchainTampering(
     const parent = posix.dirname(path);
     if (change === 'added') {
       if (!pathDirectories.includes(parent)) continue;
-      if (PYTHON_MODULE.test(name) || (await view.stat(path))?.type === 'directory') {
+      if (PYTHON_MODULE.test(name) || (await view.stat(path, 'live'))?.type === 'directory') {
         flag(
           path,
           change,
@@ -271,7 +270,7 @@ export async function findToolchainTampering(
       flag(path, change, 'an image file the verifier may run or load was removed');
       continue;
     }
-    const live = await view.stat(path);
+    const live = await view.stat(path, 'live');
     if (live?.type === 'directory') continue; // its changed children are listed on their own
     const [now, before] = await Promise.all([
       view.fingerprint(path, 'live'),
@@ -308,7 +307,7 @@ async function checkSiteChange(
   const top = inside[0] ?? '';
   if (RUNNER_PACKAGES.has(top) && !wasAdded(posix.join(site, top))) {
     // A folder is listed because something in it changed, which is listed on its own.
-    if (change === 'modified' && (await view.stat(path))?.type === 'directory') return;
+    if (change === 'modified' && (await view.stat(path, 'live'))?.type === 'directory') return;
     flag(path, change, "the image's own test runner (pytest and what it loads) was changed");
     return;
   }

@@ -15,6 +15,7 @@ import { type HarborTestRun, verifyScript } from '../../environments/verifiers/s
 import type { Verdict } from '../../environments/verifiers/verifier.ts';
 import type { SandboxHandle } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
+import { overlayChanges, overlayFolders } from '../../providers/docker/overlay-changes.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
 
@@ -242,6 +243,54 @@ describe.skipIf(skipReason !== undefined)('the script verifier against a tampere
       expect(result.tampered.find((finding) => finding.path === '/usr/bin/bash')?.change).toBe('removed');
     } finally {
       await client.destroySandbox(sandbox.id).catch(() => {});
+    }
+  });
+});
+
+describe.skipIf(skipReason !== undefined)("the host's reading of a container's overlay folders", () => {
+  it("lists what the engine's own change list does", { timeout: 120_000 }, async (context) => {
+    // Only a daemon run as root beside the engine reads the folders; elsewhere the engine's list is used.
+    if (process.getuid?.() !== 0) context.skip();
+    const container = await docker.createContainer({
+      Image: image,
+      Entrypoint: ['sleep', '120'],
+      Labels: { 'gym.test': 'overlay-changes' },
+      HostConfig: { NetworkMode: 'none' },
+    });
+    try {
+      await container.start();
+      const run = await container.exec({
+        Cmd: [
+          'sh',
+          '-c',
+          'rm /usr/bin/grep; echo x >> /usr/bin/env; touch /usr/bin/bash; mkdir -p /new/deep && echo y > /new/deep/f; ' +
+            'rm -rf /usr/local/share && mkdir /usr/local/share && echo z > /usr/local/share/f; ln -s /tmp /usr/local/bin/l',
+        ],
+        AttachStdout: true,
+        AttachStderr: true,
+      });
+      const stream = await run.start({});
+      await new Promise((resolve) => stream.on('end', resolve).resume());
+      const info = await container.inspect();
+      const folders = await overlayFolders(info.GraphDriver);
+      expect(folders).not.toBeNull();
+      const ours = await overlayChanges(folders!);
+      const raw = await container.changes();
+      const engine = JSON.parse(Buffer.isBuffer(raw) ? raw.toString() : JSON.stringify(raw)) as Array<{
+        Path: string;
+        Kind: number;
+      }>;
+      const kinds = ['modified', 'added', 'removed'];
+      // The engine leaves out folders whose own metadata did not change; every other entry matches.
+      const engineSet = new Set(engine.map((entry) => `${kinds[entry.Kind]} ${entry.Path}`));
+      const oursSet = new Set(ours.map((entry) => `${entry.change} ${entry.path}`));
+      for (const entry of engineSet) expect(oursSet).toContain(entry);
+      for (const entry of oursSet) if (!entry.startsWith('modified ')) expect(engineSet).toContain(entry);
+      expect(oursSet).toContain('removed /usr/bin/grep');
+      expect(oursSet).toContain('removed /usr/local/share/man');
+      expect(oursSet).toContain('added /usr/local/bin/l');
+    } finally {
+      await container.remove({ force: true }).catch(() => {});
     }
   });
 });
