@@ -8,7 +8,8 @@
  * looked up in the image's lower folders and the merged view only below folders that are real
  * folders in the upper one (which hide whatever the image had there), never through a link.
  */
-import { lstat, readdir } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { lstat, readdir, readlink } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import type { PathChange } from '../shared/toolchain-rules.ts';
 
@@ -78,7 +79,8 @@ async function imageChildren(lowers: ReadonlyArray<string>, folder: string): Pro
 /** The changes, in the same terms as the engine's list: added, modified (folders too), removed. */
 export async function overlayChanges(folders: OverlayFolders): Promise<PathChange[]> {
   const changes: PathChange[] = [];
-  const walk = async (relative: string): Promise<void> => {
+  // Below a folder the image did not have, nothing was the image's: no lookup in its layers.
+  const walk = async (relative: string, inImage: boolean): Promise<void> => {
     const entries = await readdir(join(folders.upper, relative), { withFileTypes: true });
     const names = new Set(entries.map((entry) => entry.name));
     for (const entry of entries) {
@@ -89,22 +91,53 @@ export async function overlayChanges(folders: OverlayFolders): Promise<PathChang
         changes.push({ path: absolute, change: 'removed' });
         continue;
       }
-      const existed = await imageHas(folders.lowers, path);
-      changes.push({ path: absolute, change: existed ? 'modified' : 'added' });
-      if (stat.isDirectory()) await walk(path);
+      const existed = inImage && (await imageHas(folders.lowers, path));
+      changes.push({
+        path: absolute,
+        change: existed ? 'modified' : 'added',
+        isDirectory: stat.isDirectory(),
+      });
+      if (stat.isDirectory()) await walk(path, existed);
     }
-    if (relative === '') return;
+    if (relative === '' || !inImage) return;
     // A folder the agent removed and made again (an opaque folder) hides what the image had in
     // it: each image entry the merged view no longer shows was removed.
-    for (const name of await imageChildren(folders.lowers, relative)) {
-      if (names.has(name)) continue;
-      try {
-        await lstat(join(folders.merged, relative, name));
-      } catch {
+    const image = await imageChildren(folders.lowers, relative);
+    if ([...image].every((name) => names.has(name))) return;
+    const visible = new Set(await readdir(join(folders.merged, relative)));
+    for (const name of image)
+      if (!names.has(name) && !visible.has(name))
         changes.push({ path: `/${posix.join(relative, name)}`, change: 'removed' });
-      }
-    }
   };
-  await walk('');
+  await walk('', true);
   return changes;
+}
+
+/**
+ * A file or link the container copied up or added, read from its upper folder (what the
+ * sandbox sees there now), or null when the upper folder does not hold it as such (the engine is
+ * asked then). Every folder on the way must be a real folder of the upper layer: no link is
+ * followed on the host.
+ */
+export async function upperFingerprint(
+  folders: OverlayFolders,
+  path: string,
+  hash: (chunks: AsyncIterable<Buffer>) => Promise<string>,
+): Promise<{ type: 'file' | 'symlink'; mode: number; linkname?: string; sha256?: string } | null> {
+  const parts = path.split('/').filter((part) => part !== '');
+  let current = folders.upper;
+  try {
+    for (const part of parts.slice(0, -1)) {
+      current = join(current, part);
+      if (!(await lstat(current)).isDirectory()) return null;
+    }
+    const target = join(current, parts.at(-1) ?? '');
+    const stat = await lstat(target);
+    if (stat.isSymbolicLink())
+      return { type: 'symlink', mode: stat.mode & 0o7777, linkname: await readlink(target) };
+    if (!stat.isFile()) return null;
+    return { type: 'file', mode: stat.mode & 0o7777, sha256: await hash(createReadStream(target)) };
+  } catch {
+    return null;
+  }
 }

@@ -25,7 +25,7 @@ import {
 } from '../shared/toolchain-rules.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
 import { BUILD_DEADLINE_LABEL, BUILD_LABEL } from './docker-images.ts';
-import { overlayChanges, overlayFolders } from './overlay-changes.ts';
+import { type OverlayFolders, overlayChanges, overlayFolders, upperFingerprint } from './overlay-changes.ts';
 
 /** The PATH a command gets when the image sets none (Docker's own default). */
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -35,6 +35,10 @@ const ALWAYS_UNSEEN = ['/dev', '/proc', '/sys'];
 const VIEW_DEADLINE_MS = 10 * 60_000;
 /** Image-side fingerprints kept across checks (images are immutable by id). */
 const MAX_CACHED_FINGERPRINTS = 8192;
+
+/** Small image files kept (a loader cache is tens of KiB), and how many. */
+const MAX_CACHED_FILE_BYTES = 1024 * 1024;
+const MAX_CACHED_FILES = 64;
 
 const CHANGE_KINDS: Record<number, PathChange['change']> = { 0: 'modified', 1: 'added', 2: 'removed' };
 
@@ -126,6 +130,8 @@ export class DockerToolchainCheck {
   readonly #clock: Clock;
   /** `imageId\0path` to the image's fingerprint of that path. */
   readonly #imageFingerprints = new Map<string, Fingerprint | null>();
+  /** `imageId\0path` to a small file of the image (its loader configuration). */
+  readonly #imageFiles = new Map<string, Buffer | null>();
   /** `imageId\0path` to the image's stat of that path. */
   readonly #imageStats = new Map<string, PathStat | null>();
 
@@ -141,10 +147,9 @@ export class DockerToolchainCheck {
   /** The container's changes: from its overlay folders when this host can read them, else the engine's list. */
   async #changes(
     container: Docker.Container,
-    info: Docker.ContainerInspectInfo,
+    folders: OverlayFolders | null,
     sandboxId: string,
   ): Promise<PathChange[]> {
-    const folders = this.#useOverlayFolders ? await overlayFolders(info.GraphDriver) : null;
     if (folders !== null) return overlayChanges(folders);
     return engineChanges(await container.changes(), sandboxId).flatMap((entry) => {
       const change = CHANGE_KINDS[entry.Kind];
@@ -183,9 +188,11 @@ export class DockerToolchainCheck {
     const started = performance.now();
     let info: Docker.ContainerInspectInfo;
     let changes: PathChange[];
+    let folders: OverlayFolders | null;
     try {
       info = await container.inspect();
-      changes = await this.#changes(container, info, sandboxId);
+      folders = this.#useOverlayFolders ? await overlayFolders(info.GraphDriver) : null;
+      changes = await this.#changes(container, folders, sandboxId);
     } catch (error) {
       throw wrapDockerError(error, { operation: 'toolchain check', sandboxId });
     }
@@ -224,7 +231,11 @@ export class DockerToolchainCheck {
           : { type };
       },
       fingerprint: async (path, side) => {
-        if (side === 'live') return engineFingerprint(container, path);
+        if (side === 'live')
+          return (
+            (folders === null ? null : await upperFingerprint(folders, path, sha256Of)) ??
+            engineFingerprint(container, path)
+          );
         const key = `${info.Image}\0${path}`;
         if (this.#imageFingerprints.has(key)) return this.#imageFingerprints.get(key) ?? null;
         const fingerprint = await engineFingerprint(await image(), path);
@@ -232,8 +243,18 @@ export class DockerToolchainCheck {
         this.#imageFingerprints.set(key, fingerprint);
         return fingerprint;
       },
-      read: async (path, side, maxBytes) =>
-        engineRead(side === 'live' ? container : await image(), path, maxBytes),
+      read: async (path, side, maxBytes) => {
+        if (side === 'live') return engineRead(container, path, maxBytes);
+        const key = `${info.Image}\0${path}`;
+        const known = this.#imageFiles.get(key);
+        if (known !== undefined && (known === null || known.length <= maxBytes)) return known;
+        const bytes = await engineRead(await image(), path, maxBytes);
+        if (bytes === null || bytes.length <= MAX_CACHED_FILE_BYTES) {
+          if (this.#imageFiles.size >= MAX_CACHED_FILES) this.#imageFiles.clear();
+          this.#imageFiles.set(key, bytes);
+        }
+        return bytes;
+      },
     };
     try {
       const tampered = await findToolchainTampering(view, tools);

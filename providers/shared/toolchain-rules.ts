@@ -24,7 +24,8 @@
  *    every start; setuptools' editable finders and `distutils-precedence.pth` are such files, so an
  *    agent that upgrades setuptools or installs the repository editable in the system site is
  *    graded tampered) or that adds a folder the engine does not see (`/dev/shm`); any change in
- *    the image's own `pytest`, `_pytest`, `pluggy`, `iniconfig` or `py` package; a distribution's
+ *    the image's own `pytest`, `_pytest`, `pluggy`, `iniconfig` or `py` package or in what pytest
+ *    imports from there (`packaging`, `attrs`, `exceptiongroup`, `tomli`, ...); a distribution's
  *    entry points that declare a pytest plugin (`pytest11`, loaded by every pytest run). At `/`,
  *    the folder above `/tests`: `conftest.py` and the files pytest takes its configuration from.
  * 4. **The dynamic loader's configuration.** `/etc/ld.so.preload` and musl's `/etc/ld-musl-*.path`
@@ -47,6 +48,8 @@ export type PathChangeKind = 'added' | 'modified' | 'removed';
 export interface PathChange {
   path: string;
   change: PathChangeKind;
+  /** Whether the path is a folder in the sandbox now, when the listing tells (saves a stat). */
+  isDirectory?: boolean;
 }
 
 /** What a path is, seen from outside; `resolved` is a link's target with every link followed. */
@@ -105,8 +108,27 @@ const SYSTEM_TREES = [
   '/usr/local/libexec',
 ];
 const SITE_FOLDERS = new Set(['site-packages', 'dist-packages']);
-/** The test runner's own packages: a change in the image's copy changes what every test run does. */
-const RUNNER_PACKAGES = new Set(['pytest', '_pytest', 'pluggy', 'iniconfig', 'py', 'pytest.py', 'py.py']);
+/**
+ * The test runner's own packages and what pytest imports from the site folders at every run: a
+ * change in the image's copy changes what every test run does.
+ */
+const RUNNER_PACKAGES = new Set([
+  'pytest',
+  '_pytest',
+  'pluggy',
+  'iniconfig',
+  'py',
+  'pytest.py',
+  'py.py',
+  'packaging',
+  'attr',
+  'attrs',
+  'exceptiongroup',
+  'tomli',
+  'colorama',
+  'more_itertools',
+  'atomicwrites',
+]);
 /** What pytest reads in the ancestors of `/tests` (that is, `/`) before any test. */
 const ROOT_PYTEST_FILES = new Set([
   '/conftest.py',
@@ -151,6 +173,11 @@ export async function findToolchainTampering(
     if (!findings.has(path)) findings.set(path, { path, change, why });
   };
   const byPath = new Map(view.changes.map((entry) => [entry.path, entry.change]));
+  const listedFolders = new Set(
+    view.changes.flatMap((entry) => (entry.isDirectory === true ? [entry.path] : [])),
+  );
+  const isLiveFolder = async (path: string) =>
+    listedFolders.has(path) || (await view.stat(path, 'live'))?.type === 'directory';
   const wasAdded = (path: string) => {
     for (let current = path; current !== '/'; current = posix.dirname(current))
       if (byPath.get(current) === 'added') return true;
@@ -217,7 +244,7 @@ export async function findToolchainTampering(
     return undefined;
   };
 
-  for (const { path, change } of view.changes) {
+  for (const { path, change, isDirectory } of view.changes) {
     const name = posix.basename(path);
     if (change !== 'removed' && STARTUP_MODULE.test(name))
       flag(path, change, 'python imports it at every start (a site customization module)');
@@ -241,13 +268,13 @@ export async function findToolchainTampering(
     const tree = treeOf(path);
     const site = tree === undefined ? undefined : siteFolderOf(path, tree);
     if (site !== undefined) {
-      await checkSiteChange(view, path, change, site, wasAdded, view.unseenFolders, flag);
+      await checkSiteChange(view, path, change, site, wasAdded, isLiveFolder, view.unseenFolders, flag);
       continue;
     }
     const parent = posix.dirname(path);
     if (change === 'added') {
       if (!pathDirectories.includes(parent)) continue;
-      if (PYTHON_MODULE.test(name) || (await view.stat(path, 'live'))?.type === 'directory') {
+      if (PYTHON_MODULE.test(name) || (isDirectory ?? (await isLiveFolder(path)))) {
         flag(
           path,
           change,
@@ -270,8 +297,7 @@ export async function findToolchainTampering(
       flag(path, change, 'an image file the verifier may run or load was removed');
       continue;
     }
-    const live = await view.stat(path, 'live');
-    if (live?.type === 'directory') continue; // its changed children are listed on their own
+    if (isDirectory ?? (await isLiveFolder(path))) continue; // its changed children are listed on their own
     const [now, before] = await Promise.all([
       view.fingerprint(path, 'live'),
       view.fingerprint(path, 'image'),
@@ -300,6 +326,7 @@ async function checkSiteChange(
   change: PathChangeKind,
   site: string,
   wasAdded: (path: string) => boolean,
+  isLiveFolder: (path: string) => Promise<boolean>,
   unseenFolders: ReadonlyArray<string>,
   flag: (path: string, change: PathChangeKind, why: string) => void,
 ): Promise<void> {
@@ -307,7 +334,7 @@ async function checkSiteChange(
   const top = inside[0] ?? '';
   if (RUNNER_PACKAGES.has(top) && !wasAdded(posix.join(site, top))) {
     // A folder is listed because something in it changed, which is listed on its own.
-    if (change === 'modified' && (await view.stat(path, 'live'))?.type === 'directory') return;
+    if (change === 'modified' && (await isLiveFolder(path))) return;
     flag(path, change, "the image's own test runner (pytest and what it loads) was changed");
     return;
   }
