@@ -24,6 +24,7 @@ import type {
 } from '../core/schemas/image.ts';
 import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
 import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
+import type { ToolchainCheckRequestInput, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 
 export interface GymClientOptions {
   /** `http://127.0.0.1:7380` (TCP) ... */
@@ -410,6 +411,14 @@ export class GymClient {
    */
   stopProcesses(id: string): Promise<{ killed: number }> {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/stop-processes`, { json: {} });
+  }
+
+  /**
+   * Which files of a verifier's toolchain differ from the sandbox's image, seen from outside it.
+   * @throws GymError `CAPABILITY_UNSUPPORTED` when its provider cannot.
+   */
+  checkToolchain(id: string, request: ToolchainCheckRequestInput = {}): Promise<ToolchainCheckResult> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/toolchain-check`, { json: request });
   }
 
   snapshot(id: string, image: string): Promise<{ image: string }> {

@@ -67,7 +67,7 @@ export function sessionOrOneShot(
 }
 
 /** The optional operations a capability flag stands for. */
-type OptionalOperation = 'snapshot' | 'stopProcesses' | 'exposeGateway';
+type OptionalOperation = 'snapshot' | 'stopProcesses' | 'exposeGateway' | 'checkToolchain';
 
 /** An optional operation bound to its provider; CAPABILITY_UNSUPPORTED unless both it and its flag are there. */
 function requireOperation<Name extends OptionalOperation>(
@@ -78,7 +78,7 @@ function requireOperation<Name extends OptionalOperation>(
   missing: string,
 ): NonNullable<SandboxProvider[Name]> {
   const method = provider[operation];
-  if (method === undefined || !provider.capabilities[capability]) {
+  if (method === undefined || provider.capabilities[capability] !== true) {
     throw unsupported(providerName, capability, missing);
   }
   return method.bind(provider) as NonNullable<SandboxProvider[Name]>;
@@ -109,6 +109,24 @@ export function requireStopProcesses(
     'stopProcesses',
     'stopProcesses',
     'cannot stop the processes of a sandbox',
+  );
+}
+
+/**
+ * `checkToolchain()`, bound to its provider.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` without the `toolchainCheck` capability: the provider
+ *   has no view of a sandbox's files from outside it.
+ */
+export function requireToolchainCheck(
+  providerName: string,
+  provider: SandboxProvider,
+): NonNullable<SandboxProvider['checkToolchain']> {
+  return requireOperation(
+    providerName,
+    provider,
+    'checkToolchain',
+    'toolchainCheck',
+    "cannot compare a sandbox's files with its image from outside the sandbox",
   );
 }
 

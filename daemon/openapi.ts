@@ -27,6 +27,7 @@ import {
 } from '../core/schemas/image.ts';
 import { PoolDefinitionSchema, PoolStatsSchema } from '../core/schemas/pool.ts';
 import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { ToolchainCheckRequestSchema, ToolchainCheckResultSchema } from '../core/schemas/toolchain.ts';
 
 function schema(zodSchema: z.ZodType, io: 'input' | 'output' = 'output'): Record<string, unknown> {
   const { $schema: _ignored, ...rest } = z.toJSONSchema(zodSchema, { io, unrepresentable: 'any' }) as Record<
@@ -387,6 +388,22 @@ export function openApiDocument(version: string): Record<string, unknown> {
             'kill every process in the sandbox but its keeper (nothing can fork meanwhile); the sandbox stays ready. What a verifier calls before it judges',
           responses: {
             200: { description: 'how many were killed', ...json(StopProcessesResponseSchema) },
+            404: errorResponse,
+            501: errorResponse,
+          },
+        },
+      },
+      '/v1/sandboxes/{id}/toolchain-check': {
+        parameters: [idParameter],
+        post: {
+          summary:
+            "which files of a verifier's interpreters and tools (and what they read before any test) differ from the sandbox's image, seen from outside the sandbox; what a verifier calls before it runs",
+          requestBody: { required: false, ...json(ToolchainCheckRequestSchema, 'input') },
+          responses: {
+            200: {
+              description: "the tampered paths, none when the toolchain is the image's",
+              ...json(ToolchainCheckResultSchema),
+            },
             404: errorResponse,
             501: errorResponse,
           },

@@ -11,6 +11,7 @@ import type { Logger } from '../core/logger.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxSpec } from '../core/schemas/sandbox.ts';
+import type { ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 import type { ExecOptions, FileContent, RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
 import type { DaemonConfig } from './config.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
@@ -224,6 +225,15 @@ export class SandboxManager implements SandboxCounts {
    */
   stopProcesses(id: string): Promise<{ killed: number }> {
     return this.#operations.stopProcesses(id);
+  }
+
+  /**
+   * Which files of the verifier's toolchain differ from the sandbox's image, seen from outside it
+   * (see `SandboxProvider.checkToolchain`).
+   * @throws GymError `CAPABILITY_UNSUPPORTED` when the sandbox's provider cannot, `VALIDATION_FAILED`.
+   */
+  checkToolchain(id: string, request: unknown): Promise<ToolchainCheckResult> {
+    return this.#operations.checkToolchain(id, request);
   }
 
   snapshot(id: string, image: string): Promise<{ image: string }> {

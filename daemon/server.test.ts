@@ -406,6 +406,7 @@ describe('HTTP API', () => {
       '/v1/pools/{name}',
       '/v1/sandboxes/{id}/gateway',
       '/v1/sandboxes/{id}/stop-processes',
+      '/v1/sandboxes/{id}/toolchain-check',
       '/v1/gateway/rollouts',
       '/v1/gateway/rollouts/{rolloutId}/records',
       '/v1/gateway/rollouts/{rolloutId}',

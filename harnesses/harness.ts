@@ -51,6 +51,14 @@ export interface SandboxHandle {
    * verifier that needs it reports an infra error without it.
    */
   stopProcesses?(): Promise<{ killed: number }>;
+  /**
+   * Which files of a verifier's toolchain (the always-checked tools and `tools`) differ from the
+   * sandbox's image, seen from outside the sandbox. Optional; absent, or CAPABILITY_UNSUPPORTED,
+   * where the provider has no such view.
+   */
+  checkToolchain?(
+    tools: ReadonlyArray<string>,
+  ): Promise<import('../core/schemas/toolchain.ts').ToolchainCheckResult>;
 }
 
 export interface HarnessTask {

@@ -11,5 +11,6 @@ export function clientSandboxHandle(client: GymClient, id: string): SandboxHandl
       client.readFileBytes(id, path, { maxBytes: options?.maxBytes ?? DEFAULT_READ_FILE_MAX_BYTES }),
     exposeGateway: () => client.exposeGateway(id),
     stopProcesses: () => client.stopProcesses(id),
+    checkToolchain: (tools) => client.checkToolchain(id, { tools: [...tools] }),
   };
 }

@@ -11,6 +11,7 @@
  * | destroy | force-remove the container (idempotent: a missing one is success) | delete the Pod | `apptainer instance stop -F NAME` | kill the start channel, `enroot remove -f NAME` |
  * | list | containers filtered by our labels | Pods filtered by label selector | `apptainer instance list --json` per host, joined with our state files | `enroot list` per host, joined with our state files |
  * | gateway reach (`exposeGateway`) | a daemon-held listener in the container's network namespace, relayed to the gateway socket | a relay over the exec channel, or a Service plus a NetworkPolicy that admits only the Pod | the static relay run in the instance over an SSH channel, listening on the instance's own loopback and framed to the gateway socket (a port on the host's shared network would be open to every sandbox there) | likewise |
+ * | toolchain check (`checkToolchain`) | the container's overlay2 folders read on the host (else the engine's change list), files through the archive endpoints of the container and of a never-started container of its image | none: exec and tar run inside the Pod | none yet (the host could read the instance's overlay over SSH) | none yet (the host could read the container's root folder over SSH) |
  * | images (`prepareImage`) | `docker import` of the root filesystem; a derived image or a build plan: a container of the base (no network), files written, commands run, committed with the settings | an image pushed to a registry the nodes pull from, or preloaded on them | a SIF built from the root filesystem, copied to the hosts | a squashfs of the root filesystem (`mksquashfs`), copied to the hosts |
  *
  * A backend that cannot store labels on the resource itself (Apptainer, Enroot) keeps the same
@@ -43,6 +44,7 @@ import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
+import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 
 /** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
 export interface ProviderCapabilities {
@@ -84,6 +86,12 @@ export interface ProviderCapabilities {
   timeoutKill: 'cgroup' | 'tagged';
   /** `stopProcesses()`: stop every process in a sandbox but its keeper, before a verifier runs. */
   stopProcesses: boolean;
+  /**
+   * `checkToolchain()`: which of the files a verifier's tools are made of differ from the image,
+   * seen from outside the sandbox (absent: false). Without it a verifier cannot tell that it runs
+   * on the agent's tools.
+   */
+  toolchainCheck?: boolean;
   /**
    * The image sources `prepareImage()` accepts (see `ImageSource`); absent or empty: the provider
    * has no image part, and preparing an image on it is `CAPABILITY_UNSUPPORTED` (its images are
@@ -468,6 +476,17 @@ export interface SandboxProvider {
    *   appearing, or the host refused the kill).
    */
   stopProcesses?(id: string): Promise<{ killed: number }>;
+
+  /**
+   * Which files that a verifier's interpreters and tools consist of, or that they read before any
+   * test code (the loader's configuration, python's startup files, the test runner's package),
+   * differ from the sandbox's pristine image, by the rules of `shared/toolchain-rules.ts`. Seen
+   * from outside the sandbox only: nothing runs in it, so nothing the agent left there can answer
+   * for it. Called with the sandbox's processes stopped. Read-only and idempotent.
+   * Optional: present only with the `toolchainCheck` capability.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `PROVIDER_ERROR` (the backend could not show the files).
+   */
+  checkToolchain?(id: string, request: ToolchainCheckRequest): Promise<ToolchainCheckResult>;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

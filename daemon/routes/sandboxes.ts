@@ -127,6 +127,10 @@ export function registerSandboxRoutes(
 
   app.post('/v1/sandboxes/:id/stop-processes', async (request) => manager.stopProcesses(sandboxId(request)));
 
+  app.post('/v1/sandboxes/:id/toolchain-check', async (request) =>
+    manager.checkToolchain(sandboxId(request), request.body ?? {}),
+  );
+
   app.post('/v1/sandboxes/:id/snapshot', async (request) => {
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
     return manager.snapshot(sandboxId(request), body.image);

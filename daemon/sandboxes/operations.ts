@@ -6,9 +6,19 @@
 import type { Readable } from 'node:stream';
 import type { Sandbox } from '../../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
+import {
+  type ToolchainCheckRequestInput,
+  ToolchainCheckRequestSchema,
+  type ToolchainCheckResult,
+} from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { ExecOptions, FileContent, SandboxProvider } from '../../providers/sandbox-provider.ts';
-import { requireSnapshot, requireStopProcesses, sessionOrOneShot } from '../capabilities.ts';
+import {
+  requireSnapshot,
+  requireStopProcesses,
+  requireToolchainCheck,
+  sessionOrOneShot,
+} from '../capabilities.ts';
 import type { DaemonMetrics } from '../metrics.ts';
 import type { SandboxRecord, StateStore } from '../state-store.ts';
 import type { GatewayReach } from './gateway-reach.ts';
@@ -105,6 +115,11 @@ export class SandboxOperations {
 
   stopProcesses(id: string): Promise<{ killed: number }> {
     return this.#use(id, (provider, record) => requireStopProcesses(record.provider, provider)(id));
+  }
+
+  checkToolchain(id: string, input: ToolchainCheckRequestInput | unknown): Promise<ToolchainCheckResult> {
+    const request = parseOrThrow(ToolchainCheckRequestSchema, input ?? {}, 'toolchain check request');
+    return this.#use(id, (provider, record) => requireToolchainCheck(record.provider, provider)(id, request));
   }
 
   snapshot(id: string, image: string): Promise<{ image: string }> {

@@ -14,11 +14,21 @@
  * runs (which can `kill -9` test.sh). So only the sandbox going away, a kill with no exit code
  * (the engine lost track of the command) and the daemon or provider failing are infra; a step those can break is graded, reward 0 with the reason, and a test.sh
  * that was killed or ran out of memory is graded by the reward it left (none: 0).
+ *
+ * Its tools are checked against the image first, from outside the sandbox (./toolchain.ts): a
+ * replaced `sh`, a shadowing `python3` or a planted `.pth` is reward 0, "verifier toolchain
+ * tampered", before any of them runs.
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { isGymError } from '../../core/errors.ts';
 import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
+import {
+  checkVerifierToolchain,
+  testScriptTools,
+  verifierPythonEnv,
+  withToolchainCheck,
+} from './toolchain.ts';
 import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
@@ -81,6 +91,22 @@ export async function verifyScript(
 ): Promise<Verdict> {
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
+  // Nothing of the agent runs now: its tools are compared with the image's before any is used.
+  const toolchain = await checkVerifierToolchain(
+    sandbox,
+    await testScriptTools(join(testsDirectory, 'test.sh')),
+  );
+  if ('verdict' in toolchain) return toolchain.verdict;
+  return withToolchainCheck(await runTests(sandbox, testsDirectory, timeoutMs, harbor), toolchain);
+}
+
+/** The tests themselves, once the agent's processes are stopped and its toolchain checked. */
+async function runTests(
+  sandbox: SandboxHandle,
+  testsDirectory: string,
+  timeoutMs: number,
+  harbor: HarborTestRun | undefined,
+): Promise<Verdict> {
   const notPrepared = (why: string, log = ''): Verdict => ({
     outcome: 'reward',
     reward: 0,
@@ -127,11 +153,16 @@ export async function verifyScript(
   }
   const run = await sandbox.exec(
     harbor === undefined
-      ? { command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh', cwd: '/tests', timeoutMs }
+      ? {
+          command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh',
+          cwd: '/tests',
+          env: verifierPythonEnv(),
+          timeoutMs,
+        }
       : {
           argv: ['/tests/test.sh'],
           cwd: harbor.workdir,
-          env: harbor.env,
+          env: { ...verifierPythonEnv(), ...harbor.env },
           ...(harbor.user === undefined ? {} : { user: harbor.user }),
           timeoutMs,
         },

@@ -12,6 +12,7 @@ import {
   type SandboxSpec,
   type SandboxState,
 } from '../../core/schemas/sandbox.ts';
+import type { ToolchainCheckRequest, ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type {
   CreateOptions,
@@ -49,6 +50,7 @@ import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.t
 import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
+import { DockerToolchainCheck } from './toolchain-view.ts';
 
 /** Every label we write starts with this, so one filter finds all our containers. */
 export const DOCKER_LABEL_PREFIX = 'gym.';
@@ -237,12 +239,15 @@ export class DockerProvider implements SandboxProvider {
   readonly #processes: ProcessControl;
   /** Images from root filesystems and derived images (`prepareImage` and its kin). */
   readonly #images: DockerImages;
+  /** Verifier toolchains compared with their images, from the engine's side. */
+  readonly #toolchain: DockerToolchainCheck;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
     this.#context = context;
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
     this.#images = new DockerImages(docker, context.logger, this.#options.buildResources, context.clock);
+    this.#toolchain = new DockerToolchainCheck(docker, context.clock);
     this.#relays = new GatewayRelays({
       maxConnections: this.#options.relayMaxConnections,
       idleTimeoutMs: this.#options.relayIdleTimeoutMs,
@@ -279,6 +284,8 @@ export class DockerProvider implements SandboxProvider {
       gatewayReach: this.#options.gatewayReach,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
       stopProcesses: hasHostControl,
+      // The engine's change list and archive reads need nothing on the host but the engine.
+      toolchainCheck: true,
       imageFormats: ['rootfs', 'derived', 'plan'],
     };
   }
@@ -797,6 +804,11 @@ export class DockerProvider implements SandboxProvider {
       }
       throw wrapDockerError(error, { operation: 'stop processes', sandboxId: id });
     }
+  }
+
+  /** The toolchain check through the engine alone (see `toolchain-view.ts`); nothing runs in the container. */
+  checkToolchain(id: string, request: ToolchainCheckRequest): Promise<ToolchainCheckResult> {
+    return this.#toolchain.check(this.#docker.getContainer(this.containerName(id)), id, request.tools);
   }
 
   async #removeContainer(container: Docker.Container): Promise<void> {
