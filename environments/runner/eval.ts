@@ -556,5 +556,8 @@ async function runRollout(
       : {}),
     timings,
     sandbox: { image },
+    ...(kind.describeRollout === undefined
+      ? {}
+      : { gym_task: kind.describeRollout(row, environment, verdict) }),
   };
 }

@@ -19,9 +19,13 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { isGymError } from '../../core/errors.ts';
 import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
+import { parsePytestLog } from './pytest-log.ts';
 import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
+
+/** Where Terminal-Bench's harness puts the tests (its T_BENCH_TEST_DIR), given to them as TEST_DIR. */
+export const TERMINAL_BENCH_TEST_DIR = '/tests';
 
 /**
  * Fresh, real directories for the tests and the reward, whatever the agent left at those paths.
@@ -32,8 +36,14 @@ export const PREPARE_PATHS_COMMAND =
   'if [ -L /logs ] || { [ -e /logs ] && [ ! -d /logs ]; }; then rm -f /logs || exit 1; fi; ' +
   'rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier';
 
+/** The files below a folder; none when there is no folder (a Terminal-Bench task with only run-tests.sh). */
 async function filesBelow(directory: string): Promise<string[]> {
-  const entries = await readdir(directory, { withFileTypes: true, recursive: true });
+  const entries = await readdir(directory, { withFileTypes: true, recursive: true }).catch(
+    (error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return [];
+      throw error;
+    },
+  );
   return entries.filter((entry) => entry.isFile()).map((entry) => join(entry.parentPath, entry.name));
 }
 
@@ -69,6 +79,12 @@ export interface HarborTestRun {
   workdir: string;
   env: Record<string, string>;
   user?: string;
+  /**
+   * Terminal-Bench's way instead (environments/kinds/harbor/terminal-bench.ts): its run-tests.sh
+   * (null: the task has none, pytest runs /tests) written to /tests/run-tests.sh and run with bash,
+   * `TEST_DIR=/tests`, and the run graded by its pytest parser rather than a reward file.
+   */
+  terminalBench?: { runTests: Buffer | null };
 }
 
 export const REWARD_JSON_FILE = '/logs/verifier/reward.json';
@@ -125,16 +141,36 @@ export async function verifyScript(
       throw error;
     }
   }
+  const terminalBench = harbor?.terminalBench;
+  if (terminalBench?.runTests != null) {
+    try {
+      await sandbox.writeFile('/tests/run-tests.sh', terminalBench.runTests, 0o755);
+    } catch (error) {
+      if (isGymError(error, 'PATH_KIND_MISMATCH') || isSandboxFilesystemRefusal(error))
+        return notPrepared(`copying /tests/run-tests.sh: ${(error as Error).message}`);
+      throw error;
+    }
+  }
   const run = await sandbox.exec(
     harbor === undefined
       ? { command: 'rm -f /logs/verifier/reward.txt; sh /tests/test.sh', cwd: '/tests', timeoutMs }
-      : {
-          argv: ['/tests/test.sh'],
-          cwd: harbor.workdir,
-          env: harbor.env,
-          ...(harbor.user === undefined ? {} : { user: harbor.user }),
-          timeoutMs,
-        },
+      : terminalBench !== undefined
+        ? {
+            argv:
+              terminalBench.runTests === null
+                ? ['sh', '-c', 'python3 -m pytest -rA "$TEST_DIR"']
+                : ['bash', '/tests/run-tests.sh'],
+            cwd: harbor.workdir,
+            env: { ...harbor.env, TEST_DIR: TERMINAL_BENCH_TEST_DIR },
+            timeoutMs,
+          }
+        : {
+            argv: ['/tests/test.sh'],
+            cwd: harbor.workdir,
+            env: harbor.env,
+            ...(harbor.user === undefined ? {} : { user: harbor.user }),
+            timeoutMs,
+          },
   );
   if (run.status === 'timeout')
     return {
@@ -163,6 +199,7 @@ export async function verifyScript(
     ...(run.status === 'ok' ? {} : { testStatus: run.status }),
     testLogTail: `${run.stdout}${run.stderr}`.slice(-4000),
   };
+  if (terminalBench !== undefined) return terminalBenchReward(`${run.stdout}\n${run.stderr}`, details);
   if (harbor !== undefined) return harborReward(sandbox, details, run.status);
   // A reward is a number: a bigger file is not read into memory (and is no reward). Only a file
   // that is really missing or too big is the test's verdict; failing to read it is an infra error.
@@ -249,13 +286,27 @@ async function harborReward(
       Object.entries(parsed).filter((entry): entry is [string, number] => typeof entry[1] === 'number'),
     );
     const values = Object.values(rewards);
-    // The rollout's reward is the `reward` entry, or the only one there is.
-    const reward = rewards.reward ?? (values.length === 1 ? values[0] : undefined);
-    if (reward === undefined || !Number.isFinite(reward))
+    if (values.length === 0 || !values.every(Number.isFinite))
       return error(
-        `${REWARD_JSON_FILE} has no numeric "reward" (it holds ${Object.keys(parsed).join(', ') || 'nothing'})`,
+        `${REWARD_JSON_FILE} holds no numeric reward (it holds ${Object.keys(parsed).join(', ') || 'nothing'})`,
       );
-    return { outcome: 'reward', reward, details: { ...details, rewards } };
+    // Harbor's own reward of a trial is the `reward` metric, or the only one there is. With several
+    // and none named `reward` it has no single one (its job metrics average each metric apart):
+    // the rollout's scalar is then their mean, and `rewards` keeps each of them.
+    const reward =
+      rewards.reward ??
+      (values.length === 1 ? values[0]! : values.reduce((sum, value) => sum + value, 0) / values.length);
+    return {
+      outcome: 'reward',
+      reward,
+      details: {
+        ...details,
+        rewards,
+        ...(rewards.reward === undefined && values.length > 1
+          ? { reward_derived: `the mean of ${values.length} metrics (reward.json names no "reward")` }
+          : {}),
+      },
+    };
   }
   const text = await readRewardFile(sandbox, REWARD_FILE, details);
   if (text !== null && typeof text === 'object') return text;
@@ -267,4 +318,47 @@ async function harborReward(
   const reward = Number(text);
   if (!Number.isFinite(reward)) return error(`${REWARD_FILE} holds "${text.slice(0, 100)}", not a number`);
   return { outcome: 'reward', reward, details };
+}
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: stripping terminal colour codes is the point.
+const ANSI_COLOUR = /\u001b\[[0-9;]*m/g;
+
+/**
+ * Terminal-Bench's grading: its pytest parser reads the lines after pytest's "short test summary
+ * info" header (run-tests.sh passes `-rA`); the task is resolved when that lists tests and every
+ * one passed (PASSED, XFAIL or SKIPPED; FAILED, ERROR and XPASS fail it). No summary: unresolved.
+ */
+export function terminalBenchReward(output: string, details: Record<string, unknown>): Verdict {
+  const at = output.lastIndexOf('short test summary info');
+  if (at === -1)
+    return {
+      outcome: 'reward',
+      reward: 0,
+      details: { ...details, reason: 'the tests printed no pytest short test summary (run pytest with -rA)' },
+    };
+  const summary = output.slice(output.indexOf('\n', at) + 1);
+  const results = parsePytestLog(summary);
+  const unexpectedPass = summary
+    .split('\n')
+    .some((line) => /^XPASS /.test(line.replace(ANSI_COLOUR, '').trim()));
+  const failed = [...results]
+    .filter(([, status]) => status === 'FAILED' || status === 'ERROR')
+    .map(([id]) => id);
+  const resolved = results.size > 0 && failed.length === 0 && !unexpectedPass;
+  return {
+    outcome: 'reward',
+    reward: resolved ? 1 : 0,
+    details: {
+      ...details,
+      tests: Object.fromEntries(results),
+      ...(resolved
+        ? {}
+        : {
+            reason:
+              results.size === 0
+                ? 'the short test summary lists no test'
+                : `not every test passed: ${[...failed, ...(unexpectedPass ? ['(an XPASS)'] : [])].join(', ')}`,
+          }),
+    },
+  };
 }

@@ -1,9 +1,8 @@
-/** What a Harbor dataset may take from the host: no operator variables unless allowed, no host folders from JSONL rows, no more resources than the environment's. */
+/** What a Harbor dataset may take from the host: no operator variables unless allowed, no host folders from JSONL rows, no more resources than the operator's cap. */
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_RESOURCES } from '../../../daemon/config.ts';
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../../environment.ts';
 import { inferEnvironment } from '../../infer-format.ts';
 import { parseRow } from '../kind.ts';
@@ -106,22 +105,23 @@ describe('a JSONL row naming a task directory', () => {
 });
 
 describe("a task's resources", () => {
-  it('may ask for less than the environment gives, and is held to it when it asks for more', async () => {
+  it("gets what it asks for over the environment's defaults, and is refused (never lowered) past the operator's cap", async () => {
+    // Seen: memory_mb = 2048 ran with the environment's 512 MiB, and only a warning said so.
     const row = await readHarborTask(
-      await taskDir('[environment]\ndocker_image = "busybox"\ncpus = 64\nmemory_mb = 1048576\n'),
+      await taskDir('[environment]\ndocker_image = "busybox"\ncpus = 2\nmemory_mb = 2048\n'),
     );
-    // environments/harbor gives 1 CPU and 512 MiB.
-    expect(sandboxOf(row).resources).toEqual({ cpus: 1, memoryMiB: 512, pidsLimit: 256 });
+    // environments/harbor's defaults are 1 CPU and 512 MiB: the task's own values win.
+    expect(sandboxOf(row).resources).toEqual({ cpus: 2, memoryMiB: 2048, pidsLimit: 256 });
+    expect(() => kind.checkRow!(row, harbor)).not.toThrow();
+    const capped = { ...harbor, options: { ...harbor.options, maxResources: { cpus: 4, memoryMiB: 1024 } } };
+    expect(() => kind.checkRow!(row, capped)).toThrow(
+      'task.toml asks for memory_mb = 2048, more than the operator allows (maxResources.memoryMiB is 1024)',
+    );
     const small = await readHarborTask(
       await taskDir('[environment]\ndocker_image = "busybox"\ncpus = 0.5\nmemory_mb = 128\n'),
     );
-    expect(sandboxOf(small).resources).toEqual({ cpus: 0.5, memoryMiB: 128, pidsLimit: 256 });
-    // An environment that sets none: the daemon's defaults are the ceiling.
-    const bare = { ...harbor, sandbox: {} };
-    expect(sandboxOf(row, bare).resources).toEqual({
-      cpus: DEFAULT_RESOURCES.cpus,
-      memoryMiB: DEFAULT_RESOURCES.memoryMiB,
-    });
+    expect(sandboxOf(small, capped).resources).toEqual({ cpus: 0.5, memoryMiB: 128, pidsLimit: 256 });
+    expect(() => kind.checkRow!(small, capped)).not.toThrow();
   });
 });
 
