@@ -109,6 +109,15 @@ export interface EnvironmentKind {
    */
   prepareImages?(context: PrepareImagesContext): Promise<void>;
   /**
+   * Runs once the agent's sandbox is up, before the harness (a Harbor image's ENTRYPOINT, started
+   * in the background). A throw is an infra error of the rollout. Optional.
+   */
+  startSandbox?(context: {
+    row: TaskRow;
+    sandbox: SandboxHandle;
+    environment: LoadedEnvironment;
+  }): Promise<void>;
+  /**
    * This kind's own facts about a rollout (a Harbor task's declared and applied network, every
    * metric of its reward.json), which the rollout line keeps under `gym_task`, one name that
    * collides with no NeMo Gym field. Optional.

@@ -85,6 +85,11 @@ export interface HarborTestRun {
    * `TEST_DIR=/tests`, and the run graded by its pytest parser rather than a reward file.
    */
   terminalBench?: { runTests: Buffer | null };
+  /**
+   * Started again once the agent's processes are stopped, before the tests (a Harbor image's
+   * ENTRYPOINT, whose services the tests may need; the stop ended them with the agent's).
+   */
+  startCommand?: string;
 }
 
 export const REWARD_JSON_FILE = '/logs/verifier/reward.json';
@@ -140,6 +145,19 @@ export async function verifyScript(
         return notPrepared(`copying ${target}: ${(error as Error).message}`);
       throw error;
     }
+  }
+  if (harbor?.startCommand !== undefined) {
+    const restarted = await sandbox.exec({
+      command: harbor.startCommand,
+      cwd: harbor.workdir,
+      timeoutMs: 30_000,
+    });
+    if (endedFromOutside(restarted))
+      return {
+        outcome: 'infra_error',
+        reward: 0,
+        details: { reason: `starting the image's ENTRYPOINT again ended with status ${restarted.status}` },
+      };
   }
   const terminalBench = harbor?.terminalBench;
   if (terminalBench?.runTests != null) {

@@ -212,6 +212,9 @@ export class DockerImages {
         sizeBytes: image.Size,
         createdAt: new Date(image.Created).toISOString(),
         ...(image.Config?.WorkingDir ? { workdir: image.Config.WorkingDir } : {}),
+        ...((asList(image.Config?.Entrypoint as string | string[] | null) ?? []).length > 0
+          ? { entrypoint: asList(image.Config?.Entrypoint as string | string[] | null)! }
+          : {}),
       };
     } catch (error) {
       if (engineStatus(error) === 404) return null;

@@ -298,6 +298,33 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     expect(notices).toEqual([expect.stringMatching(/task gym\/gym-formats-capped: .*ran with none/)]);
   }, 600_000);
 
+  it("runs the image's ENTRYPOINT as Harbor does (CMD replaced by a keepalive), its services up while the tests run", async () => {
+    // Seen: the image's ENTRYPOINT never ran, so a task whose entrypoint starts a service failed.
+    const root = join(directory, 'entrypoint');
+    const salt = randomBytes(4).toString('hex');
+    await harborTask(root, 'service', `${TOML_HEAD('gym-formats-entrypoint')}${ENVIRONMENT}`, {
+      'environment/Dockerfile': [
+        'FROM gym/busybox:latest',
+        'WORKDIR /app',
+        'COPY --chmod=755 start.sh /usr/local/bin/start.sh',
+        'ENTRYPOINT ["/usr/local/bin/start.sh"]',
+        'CMD ["sh", "-c", "touch /tmp/cmd-ran"]',
+      ].join('\n'),
+      'environment/start.sh': `#!/bin/sh\n# ${salt}\necho "$*" > /tmp/entrypoint-args\n(while true; do date > /tmp/heartbeat; sleep 1; done) &\nexec "$@"\n`,
+      'tests/test.sh': [
+        '#!/bin/sh',
+        'rm -f /tmp/heartbeat; sleep 3',
+        'if [ -e /tmp/heartbeat ] && [ "$(cat /tmp/entrypoint-args)" = "sh -c sleep infinity" ] && [ ! -e /tmp/cmd-ran ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt',
+        '',
+      ].join('\n'),
+    });
+    const { rollouts } = await run(root, 'noop');
+    expect(rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+      ['gym/gym-formats-entrypoint', 'reward', 1],
+    ]);
+    expect(rollouts[0]!.entrypoint).toEqual(['/usr/local/bin/start.sh']);
+  }, 600_000);
+
   it('runs a Terminal-Bench folder in its own format: the oracle scores 1, noop 0, a broken task is a failure line', async () => {
     // Seen: task.yaml folders gave EISDIR: illegal operation on a directory.
     const root = join(directory, 'terminal-bench');

@@ -58,7 +58,7 @@ export async function buildHarborImages(
   } = {},
 ): Promise<void> {
   const total = new Set(rows.map((row) => String(row.image))).size;
-  const workdirs = new Map<string, string | undefined>();
+  const workdirs = new Map<string, { workdir?: string | undefined; entrypoint?: string[] | undefined }>();
   const failed = new Map<string, string>();
   for (const row of rows) {
     const reference = String(row.image);
@@ -79,9 +79,11 @@ export async function buildHarborImages(
       continue;
     }
     // The agent and test.sh start where the image says (a prebuilt image's WORKDIR is known only now).
-    const workdir = workdirs.get(String(row.image));
+    const { workdir, entrypoint } = workdirs.get(String(row.image)) ?? {};
     if (row.workdir_from_task !== true && typeof workdir === 'string' && workdir.startsWith('/'))
       row.workdir = workdir;
+    // Harbor keeps the image's ENTRYPOINT (only its CMD gives way to a keepalive): it runs too.
+    if (entrypoint !== undefined && entrypoint.length > 0) row.entrypoint = entrypoint;
   }
 }
 
@@ -106,7 +108,7 @@ async function prepareRowImage(
   reference: string,
   logger: Logger,
   onImage?: (reference: string, built: boolean, durationMs: number) => void,
-): Promise<string | undefined> {
+): Promise<{ workdir?: string | undefined; entrypoint?: string[] | undefined }> {
   const started = Date.now();
   if (row.build === true) {
     const taskDir = String(row.task_dir);
@@ -150,7 +152,7 @@ async function prepareRowImage(
       { details: { image: reference } },
     );
   if (row.build !== true) onImage?.(reference, false, 0);
-  return info.workdir;
+  return { workdir: info.workdir, entrypoint: info.entrypoint };
 }
 
 /**

@@ -210,6 +210,15 @@ export const kind: EnvironmentKind = {
       resources: { ...((environment.sandbox as { resources?: object }).resources ?? {}), ...asked },
     };
   },
+  async startSandbox({ row, sandbox }) {
+    const command = entrypointCommand(row);
+    if (command === undefined) return;
+    const started = await sandbox.exec({ command, cwd: String(row.workdir), timeoutMs: 30_000 });
+    if (started.status !== 'ok' || started.exitCode !== 0)
+      throw new Error(
+        `the image's ENTRYPOINT could not be started (${started.status}, exit ${started.exitCode})`,
+      );
+  },
   limits: (row) =>
     typeof row.agent_timeout_sec === 'number' ? { wallTimeMs: row.agent_timeout_sec * 1000 } : {},
   task: (row, environment, options) => {
@@ -236,6 +245,7 @@ export const kind: EnvironmentKind = {
       env: taskEnv(row, environment, 'verifier_env', '[verifier]'),
       ...(typeof row.verifier_user === 'string' ? { user: row.verifier_user } : {}),
       ...(isTerminalBench(row) ? { terminalBench: { runTests: runTestsOf(String(row.task_dir)) } } : {}),
+      ...(entrypointCommand(row) === undefined ? {} : { startCommand: entrypointCommand(row)! }),
     }),
   // What the task declared and what it got, so a reward earned without the network it declared
   // is never taken for a real one; and every metric of reward.json.
@@ -276,6 +286,21 @@ export const kind: EnvironmentKind = {
     });
   },
 };
+
+const quote = (word: string) => `'${word.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * The image's ENTRYPOINT as Harbor runs it: with Harbor's keepalive (`sh -c "sleep infinity"`)
+ * for arguments in place of the image's CMD, so an entrypoint that starts services and then
+ * `exec "$@"`s keeps them up. Here the sandbox's own keeper is its first process, so it runs in
+ * the background from the working directory; undefined when the image has none.
+ */
+export function entrypointCommand(row: TaskRow): string | undefined {
+  const entrypoint = row.entrypoint;
+  if (!Array.isArray(entrypoint) || entrypoint.length === 0) return undefined;
+  const argv = [...entrypoint.map(String), 'sh', '-c', 'sleep infinity'];
+  return `${argv.map(quote).join(' ')} </dev/null >/dev/null 2>&1 &`;
+}
 
 /** A Terminal-Bench task's run-tests.sh, or null when it has none. */
 function runTestsOf(taskDir: string): Buffer | null {
