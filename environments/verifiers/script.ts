@@ -37,6 +37,10 @@ export const PREPARE_PATHS_COMMAND =
   'rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier';
 
 /** The files below a folder; none when there is no folder (a Terminal-Bench task with only run-tests.sh). */
+/** A fresh reward folder, and the image's own test.sh made executable as Harbor makes it. */
+export const PREPARE_REWARD_PATH_COMMAND =
+  'rm -rf /logs/verifier && mkdir -p /logs/verifier && { [ ! -e /tests/test.sh ] || chmod +x /tests/test.sh; }';
+
 async function filesBelow(directory: string): Promise<string[]> {
   const entries = await readdir(directory, { withFileTypes: true, recursive: true }).catch(
     (error: NodeJS.ErrnoException) => {
@@ -96,7 +100,8 @@ export const REWARD_JSON_FILE = '/logs/verifier/reward.json';
 
 export async function verifyScript(
   sandbox: SandboxHandle,
-  testsDirectory: string,
+  /** Copied to /tests; null: the sandbox's image has its own /tests (Harbor's separate verifier). */
+  testsDirectory: string | null,
   timeoutMs: number,
   harbor?: HarborTestRun,
 ): Promise<Verdict> {
@@ -113,7 +118,7 @@ export async function verifyScript(
   // As root, with the sandbox's own tools: a failure or a hang is the agent's doing (it replaced
   // them or planted something they cannot remove).
   const prepared = await sandbox.exec({
-    command: PREPARE_PATHS_COMMAND,
+    command: testsDirectory === null ? PREPARE_REWARD_PATH_COMMAND : PREPARE_PATHS_COMMAND,
     cwd: '/',
     user: '0',
     timeoutMs: 60_000,
@@ -131,8 +136,8 @@ export async function verifyScript(
       `preparing /tests and /logs/verifier ended with status ${prepared.status}, exit ${prepared.exitCode}`,
       `${prepared.stdout}${prepared.stderr}`,
     );
-  for (const path of await filesBelow(testsDirectory)) {
-    const target = `/tests/${relative(testsDirectory, path)}`;
+  for (const path of testsDirectory === null ? [] : await filesBelow(testsDirectory)) {
+    const target = `/tests/${relative(testsDirectory!, path)}`;
     // Harbor makes test.sh executable before it runs it.
     const mode =
       ((await stat(path)).mode & 0o777) | (harbor !== undefined && target === '/tests/test.sh' ? 0o111 : 0);

@@ -246,6 +246,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     ]);
     // Declared nothing: ran with none, and the line says so.
     expect(rollouts[0]!.gym_task).toEqual({
+      verifier_environment: 'shared',
       network: { declared: { agent: null, verifier: null }, applied: { agent: 'none', verifier: 'none' } },
     });
     const reasons = Object.fromEntries(
@@ -323,6 +324,73 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       ['gym/gym-formats-entrypoint', 'reward', 1],
     ]);
     expect(rollouts[0]!.entrypoint).toEqual(['/usr/local/bin/start.sh']);
+  }, 600_000);
+
+  it("runs the tests of a separate verifier in their own sandbox with only the agent's artifacts, whatever its tar writes", async () => {
+    const root = join(directory, 'separate');
+    const salt = randomBytes(4).toString('hex');
+    const toml = (name: string) =>
+      `artifacts = ["/app/result.txt"]\n${TOML_HEAD(name)}${ENVIRONMENT}\n[verifier.environment]\nbuild_timeout_sec = 120.0\ncpus = 1\nmemory_mb = 256\nnetwork_mode = "no-network"\n`;
+    const verifierFiles = {
+      'tests/Dockerfile':
+        'FROM gym/busybox:latest\nWORKDIR /grading\nCOPY --chmod=755 test.sh /tests/test.sh\n',
+      'tests/test.sh': [
+        '#!/bin/sh',
+        `# ${salt}`,
+        // Only what was published reaches this sandbox: the agent's other files do not.
+        'if [ "$(cat /logs/artifacts/answer.txt)" = 42 ] && [ "$(cat /app/result.txt)" = done ] && [ ! -e /app/agent-only ] && [ "$(pwd)" = /grading ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt',
+        '',
+      ].join('\n'),
+    };
+    await harborTask(root, 'a-honest', toml('gym-formats-separate'), {
+      ...verifierFiles,
+      'solution/solve.sh':
+        '#!/bin/sh\nmkdir -p /logs/artifacts\necho 42 > /logs/artifacts/answer.txt\necho done > /app/result.txt\ntouch /app/agent-only\n',
+    });
+    // The agent owns its sandbox's tar: this one packs a test.sh that writes reward 1 and a
+    // reward file, hoping they land on the verifier's. Only files under the declared sources may.
+    const fakeTar = [
+      '#!/bin/sh',
+      'exec python3 - <<PY',
+      'import tarfile',
+      "archive = tarfile.open('/tmp/.gym-artifacts.tar', 'w')",
+      "archive.add('/tmp/forged/tests', arcname='tests')",
+      "archive.add('/tmp/forged/logs', arcname='logs')",
+      "archive.add('/tmp/forged/marker', arcname='logs/artifacts/marker')",
+      'archive.close()',
+      'PY',
+    ].join('\n');
+    await harborTask(root, 'b-forging', toml('gym-formats-separate-forge'), {
+      ...verifierFiles,
+      'environment/Dockerfile': `FROM gym/debian-base:latest\nWORKDIR /app\nRUN echo ${salt}\n`,
+      'solution/fake-tar': `${fakeTar}\n`,
+      'solution/solve.sh': [
+        '#!/bin/sh',
+        'mkdir -p /logs/artifacts /tmp/forged/tests /tmp/forged/logs/verifier /tmp/forged/logs/artifacts',
+        'echo 41 > /tmp/forged/logs/artifacts/answer.txt; touch /tmp/forged/marker',
+        "printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > /tmp/forged/tests/test.sh",
+        'chmod 755 /tmp/forged/tests/test.sh; echo 1 > /tmp/forged/logs/verifier/reward.txt',
+        'ln -s /tests/test.sh /logs/artifacts/link',
+        'install -m 755 /solution/fake-tar /usr/bin/tar; install -m 755 /solution/fake-tar /bin/tar',
+        '',
+      ].join('\n'),
+    });
+    const { rollouts, failures } = await run(root, 'oracle');
+    expect(failures).toEqual([]);
+    expect(rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+      ['gym/gym-formats-separate', 'reward', 1],
+      ['gym/gym-formats-separate-forge', 'reward', 0],
+    ]);
+    expect(rollouts[0]!.verifier).toMatchObject({
+      verifier_environment: 'separate',
+      artifacts_copied: expect.arrayContaining(['/logs/artifacts/answer.txt', '/app/result.txt']),
+    });
+    // The forged tar was the one read (its marker came through); its tests and reward did not.
+    expect((rollouts[1]!.verifier as { artifacts_copied: string[] }).artifacts_copied.sort()).toEqual([
+      '/logs/artifacts/answer.txt',
+      '/logs/artifacts/marker',
+    ]);
+    expect(rollouts[0]!.gym_task).toMatchObject({ verifier_environment: 'separate' });
   }, 600_000);
 
   it('runs a Terminal-Bench folder in its own format: the oracle scores 1, noop 0, a broken task is a failure line', async () => {

@@ -173,7 +173,7 @@ describe('a folder of tasks, each on its own', () => {
       `${ok}[[environment.mcp_servers]]\nname = "x"\ntransport = "stdio"\ncommand = "x"\n`,
       join(folder, 'c-mcp'),
     );
-    await taskDir(`${ok}[verifier]\nenvironment_mode = "separate"\n`, join(folder, 'd-separate'));
+    await taskDir(`${ok}[verifier.environment]\ncpus = 1\n`, join(folder, 'd-separate'));
     await taskDir('[environment\nbroken', join(folder, 'e-broken'));
     const rows = await readRows(folder);
     expect(rows.map((row) => [row.id, row.refused === undefined])).toEqual([
@@ -186,7 +186,7 @@ describe('a folder of tasks, each on its own', () => {
     const reasons = rows.slice(1).map((row) => String(row.refused));
     expect(reasons[0]).toMatch(/environment\/docker-compose\.yaml: Docker Compose tasks/);
     expect(reasons[1]).toMatch(/MCP servers/);
-    expect(reasons[2]).toMatch(/separate verifier environment/);
+    expect(reasons[2]).toMatch(/a separate verifier is built from tests\/Dockerfile .* and there is none/);
     expect(reasons[3]).toMatch(/task\.toml cannot be read/);
     // The run fails each with its reason alone, never with the fields a refused row lacks.
     expect(() => parseRow(kind, rows[1]!, 1)).toThrow(

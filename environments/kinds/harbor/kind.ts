@@ -16,7 +16,8 @@ import { nonEmpty, sandboxPath } from '../fields.ts';
 import { type EnvironmentKind, parseRow, type TaskRow } from '../kind.ts';
 import { buildHarborImages } from './images.ts';
 import { DEFAULT_TASK_NETWORK, type DeclaredNetwork, decideNetwork, sandboxNetwork } from './network.ts';
-import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
+import { verifySeparately } from './separate-verifier.ts';
+import { type HarborRow, MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
 
 const Env = z.record(z.string(), z.string());
 const Seconds = z
@@ -80,7 +81,10 @@ export function operatorTaskNetwork(environment: LoadedEnvironment): TaskNetwork
 
 function networkOf(row: TaskRow, environment: LoadedEnvironment) {
   const declared = (row.declared_network ?? { agent: null, verifier: null }) as DeclaredNetwork;
-  return { declared, decision: decideNetwork(declared, operatorTaskNetwork(environment), false) };
+  return {
+    declared,
+    decision: decideNetwork(declared, operatorTaskNetwork(environment), separateOf(row) !== undefined),
+  };
 }
 
 /**
@@ -239,20 +243,57 @@ export const kind: EnvironmentKind = {
         : {}),
     };
   },
-  verify: ({ row, sandbox, environment }) =>
-    verifyScript(sandbox, join(String(row.task_dir), 'tests'), Number(row.verifier_timeout_sec) * 1000, {
-      workdir: String(row.workdir),
+  verify: (context) => {
+    const { row, sandbox, environment } = context;
+    const separate = separateOf(row);
+    const test = {
+      workdir: separate?.workdir ?? String(row.workdir),
       env: taskEnv(row, environment, 'verifier_env', '[verifier]'),
       ...(typeof row.verifier_user === 'string' ? { user: row.verifier_user } : {}),
-      ...(isTerminalBench(row) ? { terminalBench: { runTests: runTestsOf(String(row.task_dir)) } } : {}),
-      ...(entrypointCommand(row) === undefined ? {} : { startCommand: entrypointCommand(row)! }),
-    }),
+    };
+    if (separate !== undefined)
+      return verifySeparately(context, {
+        image: separate.image,
+        workdir: separate.workdir,
+        artifacts: (row.artifacts as string[] | undefined) ?? [],
+        timeoutMs: Number(row.verifier_timeout_sec) * 1000,
+        test,
+        spec: {
+          env: {
+            ...((environment.sandbox as { env?: object }).env ?? {}),
+            ...resolveTaskEnv(
+              separate.env,
+              process.env,
+              'task.toml [verifier.environment] env',
+              allowedTaskEnv(environment),
+            ),
+          },
+          resources: {
+            ...((environment.sandbox as { resources?: object }).resources ?? {}),
+            ...(separate.cpus === undefined ? {} : { cpus: separate.cpus }),
+            ...(separate.memory_mb === undefined ? {} : { memoryMiB: separate.memory_mb }),
+          },
+          network: sandboxNetwork(networkOf(row, environment).decision.applied.verifier),
+        },
+      });
+    return verifyScript(
+      sandbox,
+      join(String(row.task_dir), 'tests'),
+      Number(row.verifier_timeout_sec) * 1000,
+      {
+        ...test,
+        ...(isTerminalBench(row) ? { terminalBench: { runTests: runTestsOf(String(row.task_dir)) } } : {}),
+        ...(entrypointCommand(row) === undefined ? {} : { startCommand: entrypointCommand(row)! }),
+      },
+    );
+  },
   // What the task declared and what it got, so a reward earned without the network it declared
   // is never taken for a real one; and every metric of reward.json.
   describeRollout: (row, environment, verdict) => {
     const { declared, decision } = networkOf(row, environment);
     const rewards = verdict.details.rewards;
     return {
+      verifier_environment: separateOf(row) === undefined ? 'shared' : 'separate',
       network: {
         declared,
         applied: decision.applied,
@@ -280,12 +321,50 @@ export const kind: EnvironmentKind = {
     }
     // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
     // built-in base it starts FROM first); nothing again for those it has already.
-    await buildHarborImages(client, accepted, logger, {
+    const progress = {
       ...(onStart === undefined ? {} : { onStart }),
       ...(onImage === undefined ? {} : { onImage }),
+    };
+    await buildHarborImages(client, accepted, logger, progress);
+    // A separate verifier's image, from tests/ (or its docker_image): a task whose verifier
+    // image cannot be made fails like one whose own image cannot.
+    const verifiers = accepted.flatMap((row) => {
+      const separate = separateOf(row);
+      if (row.refused !== undefined || separate === undefined) return [];
+      const tests = join(String(row.task_dir), 'tests');
+      return [
+        {
+          owner: row,
+          row: {
+            id: `${String(row.id)} (its separate verifier)`,
+            task_dir: String(row.task_dir),
+            image: separate.image,
+            build: separate.build,
+            workdir: separate.workdir,
+            build_context: tests,
+            dockerfile: join(tests, 'Dockerfile'),
+            build_timeout_sec: separate.build_timeout_sec,
+          } as Record<string, unknown>,
+        },
+      ];
     });
+    await buildHarborImages(
+      client,
+      verifiers.map((verifier) => verifier.row),
+      logger,
+      progress,
+    );
+    for (const { owner, row } of verifiers) {
+      if (typeof row.refused === 'string') owner.refused = `the separate verifier's image: ${row.refused}`;
+      else owner.verifier_environment = { ...separateOf(owner)!, workdir: String(row.workdir) };
+    }
   },
 };
+
+/** A row's separate verifier, when the task has one. */
+function separateOf(row: TaskRow): NonNullable<HarborRow['verifier_environment']> | undefined {
+  return row.verifier_environment as HarborRow['verifier_environment'];
+}
 
 const quote = (word: string) => `'${word.replaceAll("'", `'\\''`)}'`;
 

@@ -21,6 +21,7 @@ import {
   declaredNetwork,
   PhaseNetworkFields,
 } from './network.ts';
+import { refusedArtifact } from './separate-verifier.ts';
 import { isTerminalBenchTask, readTerminalBenchTask } from './terminal-bench.ts';
 
 /** Bump when what a task's image holds changes for the same inputs (the image tag includes it). */
@@ -116,6 +117,18 @@ export interface HarborRow {
   dockerfile?: string;
   /** Whether `workdir` is task.toml's [environment] workdir (which wins over the image's WORKDIR). */
   workdir_from_task?: boolean;
+  /** A separate verifier's sandbox (separate-verifier.ts): its image, working directory, env and resources. */
+  verifier_environment?: {
+    image: string;
+    build: boolean;
+    workdir: string;
+    env: Record<string, string>;
+    cpus?: number;
+    memory_mb?: number;
+    build_timeout_sec: number;
+  };
+  /** task.toml's `artifacts`: copied from the agent's sandbox into a separate verifier's. */
+  artifacts?: string[];
   /** What task.toml declares for the network of the agent's run and of the tests (network.ts). */
   declared_network: DeclaredNetwork;
   /**
@@ -227,11 +240,8 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
       );
   const separateVerifier =
     config.verifier.environment_mode === 'separate' || config.verifier.environment !== undefined;
-  if (separateVerifier)
-    fail(
-      'a separate verifier environment ([verifier.environment] or environment_mode = "separate") is not supported yet: the tests run in the agent\'s sandbox only',
-    );
   if (!(await exists(where('tests/test.sh')))) fail('tests/test.sh is missing');
+  const separate = separateVerifier ? await separateVerifierFields(taskDir, config, fail) : {};
   let network: DeclaredNetwork;
   try {
     network = declaredNetwork({
@@ -276,6 +286,61 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     ...(config.environment.memory_mb === undefined ? {} : { memory_mb: config.environment.memory_mb }),
     ...(config.environment.workdir === undefined ? {} : { workdir_from_task: true }),
     declared_network: network,
+    ...separate,
+  };
+}
+
+/**
+ * A separate verifier as Harbor resolves it: `[verifier.environment]`, else a copy of
+ * `[environment]`; its image that environment's docker_image, else built from tests/ (whose
+ * Dockerfile puts /tests/test.sh in the image).
+ */
+async function separateVerifierFields(
+  taskDir: string,
+  config: z.output<typeof TaskTomlSchema>,
+  fail: (message: string) => never,
+): Promise<Partial<HarborRow>> {
+  const environment = config.verifier.environment ?? config.environment;
+  const artifacts = ((config as { artifacts?: unknown }).artifacts ?? []) as unknown[];
+  const sources = artifacts.map((entry) =>
+    typeof entry === 'string' ? entry : String((entry as { source?: unknown } | null)?.source ?? ''),
+  );
+  for (const [index, entry] of artifacts.entries()) {
+    const service =
+      typeof entry === 'object' && entry !== null ? (entry as { service?: unknown }).service : undefined;
+    if (service !== undefined && service !== 'main')
+      fail(
+        `artifacts[${index}] names the Compose service ${String(service)}: Docker Compose tasks are not supported`,
+      );
+    const refused = refusedArtifact(sources[index]!);
+    if (refused !== undefined) fail(`task.toml ${refused}`);
+  }
+  const tests = join(taskDir, 'tests');
+  let image: string;
+  let workdir = '/';
+  if (environment.docker_image !== undefined) image = environment.docker_image;
+  else {
+    const dockerfile = join(tests, 'Dockerfile');
+    if (!(await exists(dockerfile)))
+      fail(
+        'a separate verifier is built from tests/Dockerfile (which must put /tests/test.sh in its image), and there is none',
+      );
+    const outside = await linkOutOf(tests, 'tests/');
+    if (outside !== undefined) fail(outside);
+    image = `${imageRepository(`${config.task?.name ?? basename(taskDir)}-verifier`)}:${await imageTagOf(tests)}`;
+    workdir = planDockerfile(parseDockerfile(await readFile(dockerfile, 'utf8'))).settings.workdir;
+  }
+  return {
+    verifier_environment: {
+      image,
+      build: environment.docker_image === undefined,
+      workdir,
+      env: environment.env,
+      ...(environment.cpus === undefined ? {} : { cpus: environment.cpus }),
+      ...(environment.memory_mb === undefined ? {} : { memory_mb: environment.memory_mb }),
+      build_timeout_sec: environment.build_timeout_sec,
+    },
+    artifacts: sources,
   };
 }
 
