@@ -62,7 +62,7 @@ export const HarborRowSchema: z.ZodType<TaskRow> = z.unknown().transform((row, c
   }
   const parsed = TaskRowSchema.safeParse(row);
   if (parsed.success) return parsed.data as TaskRow;
-  for (const issue of parsed.error.issues) context.addIssue({ ...issue, message: issue.message } as never);
+  for (const issue of parsed.error.issues) context.addIssue(issue as never);
   return z.NEVER;
 });
 
