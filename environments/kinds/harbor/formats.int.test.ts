@@ -4,6 +4,7 @@
  * and a Terminal-Bench dataset in its own format. The fixtures are written here in each format's
  * published shape (every field), on images this project builds (busybox, debian-base).
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,6 +21,7 @@ import { readJsonl } from '../../runner/files.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const EXAMPLES = join(import.meta.dirname, '../../harbor/tasks');
+const CLI = join(import.meta.dirname, '../../../cli/main.ts');
 
 async function put(path: string, text: string, mode = 0o644): Promise<void> {
   await mkdir(join(path, '..'), { recursive: true });
@@ -392,6 +394,41 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     ]);
     expect(rollouts[0]!.gym_task).toMatchObject({ verifier_environment: 'separate' });
   }, 600_000);
+
+  it('gym eval run exits after a failed image build, with the build error on its failure line', async () => {
+    // Seen: after printing the build error, gym eval run did not exit (killed at 600 s).
+    const root = join(directory, 'cli-build');
+    const salt = randomBytes(4).toString('hex');
+    await harborTask(root, 'fails', `${TOML_HEAD('gym-formats-cli')}${ENVIRONMENT}`, {
+      'environment/Dockerfile': `FROM gym/busybox:latest\nRUN echo ${salt} && exit 7\n`,
+    });
+    const stateDir = await mkdtemp(join(tmpdir(), 'gym-formats-cli-'));
+    const output = join(directory, `cli-${salt}.jsonl`);
+    const cli = spawn(
+      process.execPath,
+      [CLI, 'eval', 'run', '--input', root, '--harness', 'oracle', '--output', output],
+      {
+        env: { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'error' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let stderr = '';
+    cli.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const code = await Promise.race([
+      new Promise((resolve) => cli.once('exit', resolve)),
+      new Promise((resolve) => setTimeout(resolve, 240_000, 'still running')),
+    ]);
+    cli.kill('SIGKILL');
+    await rm(stateDir, { recursive: true, force: true });
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/RUN .*failed with exit 7/);
+    const failures = await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl'));
+    expect(failures.map((row) => row.reason)).toEqual([
+      expect.stringMatching(/Dockerfile line 2: RUN .*exit 7/),
+    ]);
+  }, 300_000);
 
   it('runs a Terminal-Bench folder in its own format: the oracle scores 1, noop 0, a broken task is a failure line', async () => {
     // Seen: task.yaml folders gave EISDIR: illegal operation on a directory.
