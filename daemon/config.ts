@@ -21,6 +21,27 @@ import { DEFAULT_OWNER_GRACE_MS } from './owners.ts';
  */
 export const DEFAULT_RESOURCES = { cpus: 2, memoryMiB: 4096, pidsLimit: 1024 } as const;
 
+/**
+ * What network a benchmark task may declare and still run (`taskNetwork`): the most any task
+ * sandbox is given, and what becomes of a task that declares more.
+ */
+export const TaskNetworkPolicySchema = z
+  .object({
+    /**
+     * `none` (default): no task sandbox gets a network. `public`: a task that declares `public`
+     * gets the provider's bridge (Docker's `bridge` network; a Docker engine started with
+     * `--bridge=none` has none, and the sandbox's create fails).
+     */
+    maximum: z.enum(['none', 'public']).default('none'),
+    /**
+     * A task that declares more than `maximum`: `refuse` (default: its failure line says why) or
+     * `cap` (it runs with `maximum`, and its rollout records what it declared and what it got).
+     */
+    overMaximum: z.enum(['refuse', 'cap']).default('refuse'),
+  })
+  .strict();
+export type TaskNetworkPolicy = z.output<typeof TaskNetworkPolicySchema>;
+
 export const ProviderConfigSchema = z
   .object({
     /** Registry name; also what specs say in `provider`, and the name of its state directory. */
@@ -135,6 +156,12 @@ export const DaemonConfigSchema = z
       })
       .strict()
       .default({}),
+    /**
+     * What network a benchmark task (Harbor's task.toml network_mode) may declare and still run,
+     * read by `gym eval run` (environments/kinds/harbor/network.ts). Default: no task sandbox
+     * gets a network, and a task that declares one is refused with the reason.
+     */
+    taskNetwork: TaskNetworkPolicySchema.prefault({}),
     /** Destroy live sandboxes on shutdown (default: keep them for the next start to adopt). */
     destroyOnShutdown: z.boolean().default(false),
     /** How long a graceful shutdown waits for in-flight requests. */

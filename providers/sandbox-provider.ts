@@ -232,6 +232,8 @@ export interface ImageInfo {
   createdAt?: string;
   /** The working directory a sandbox of the image starts in, when the image sets one. */
   workdir?: string;
+  /** The image's ENTRYPOINT, when it sets one and the backend can tell (Harbor tasks run it). */
+  entrypoint?: string[];
 }
 
 export interface ImageFilter {

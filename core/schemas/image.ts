@@ -208,6 +208,8 @@ export const ImageInfoSchema = z.object({
   createdAt: z.string().optional(),
   /** The working directory a sandbox of it starts in, when the image sets one. */
   workdir: z.string().optional(),
+  /** The image's ENTRYPOINT, when it sets one and the provider can tell. */
+  entrypoint: z.array(z.string()).optional(),
 });
 export type ImageInfoResponse = z.infer<typeof ImageInfoSchema>;
 

@@ -66,7 +66,7 @@ export interface PrepareImagesContext {
   onStart?(reference: string, index: number, total: number): void;
   /** After each image: whether it had to be built, and how long that took. */
   onImage?(reference: string, built: boolean, durationMs: number): void;
-  /** A line for the user about the run's tasks or images (a task's resources lowered, say). */
+  /** A line for the user about the run's tasks or images (a task's network capped, say). */
   onNotice?(message: string): void;
 }
 
@@ -108,6 +108,21 @@ export interface EnvironmentKind {
    * that the run cannot go on from is thrown; one it can (images that may exist) is a notice.
    */
   prepareImages?(context: PrepareImagesContext): Promise<void>;
+  /**
+   * Runs once the agent's sandbox is up, before the harness (a Harbor image's ENTRYPOINT, started
+   * in the background). A throw is an infra error of the rollout. Optional.
+   */
+  startSandbox?(context: {
+    row: TaskRow;
+    sandbox: SandboxHandle;
+    environment: LoadedEnvironment;
+  }): Promise<void>;
+  /**
+   * This kind's own facts about a rollout (a Harbor task's declared and applied network, every
+   * metric of its reward.json), which the rollout line keeps under `gym_task`, one name that
+   * collides with no NeMo Gym field. Optional.
+   */
+  describeRollout?(row: TaskRow, environment: LoadedEnvironment, verdict: Verdict): Record<string, unknown>;
   /** Writes the kind's own report files beside the run's (SWE-bench's report.json). */
   writeReports?(context: RunReportContext): Promise<void>;
 }

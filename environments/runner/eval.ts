@@ -442,6 +442,7 @@ async function runRollout(
           `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
         );
     }
+    await kind.startSandbox?.({ row, sandbox, environment });
     timings.sandboxMs = Date.now() - started;
     let endpoint = { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
     if (harness.needsModel) {
@@ -556,5 +557,8 @@ async function runRollout(
       : {}),
     timings,
     sandbox: { image },
+    ...(kind.describeRollout === undefined
+      ? {}
+      : { gym_task: kind.describeRollout(row, environment, verdict) }),
   };
 }

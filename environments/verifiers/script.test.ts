@@ -205,3 +205,100 @@ describe("script verifier: the agent's files and tools where the tests go", () =
     await expect(verifying).rejects.toBe(error);
   });
 });
+
+describe("Harbor's reward.json and Terminal-Bench's pytest grading", () => {
+  const harbor = { workdir: '/app', env: {} };
+  const files =
+    (json: string): SandboxHandle['readFile'] =>
+    async (path) => {
+      if (path === '/logs/verifier/reward.json') return Buffer.from(json);
+      throw new GymError('FILE_NOT_FOUND', 'no such file');
+    };
+
+  it('keeps every metric of a reward.json that names no "reward", and takes their mean as the scalar', async () => {
+    // Seen: several metrics without "reward" were a verifier error, and the scores were lost.
+    const verdict = await verifyScript(
+      handle(result('ok', 0), files('{"accuracy": 1, "style": 0.5, "note": "text is not a metric"}')),
+      await testsDirectory(),
+      1000,
+      harbor,
+    );
+    expect(verdict).toMatchObject({
+      outcome: 'reward',
+      reward: 0.75,
+      details: {
+        rewards: { accuracy: 1, style: 0.5 },
+        reward_derived: expect.stringMatching(/mean of 2 metrics/),
+      },
+    });
+    const named = await verifyScript(
+      handle(result('ok', 0), files('{"reward": 0, "accuracy": 1}')),
+      await testsDirectory(),
+      1000,
+      harbor,
+    );
+    expect(named).toMatchObject({
+      outcome: 'reward',
+      reward: 0,
+      details: { rewards: { reward: 0, accuracy: 1 } },
+    });
+    const none = await verifyScript(
+      handle(result('ok', 0), files('{"note": "nothing numeric"}')),
+      await testsDirectory(),
+      1000,
+      harbor,
+    );
+    expect(none).toMatchObject({ outcome: 'verifier_error' });
+  });
+
+  const runs = (stdout: string) => {
+    const commands: unknown[] = [];
+    const sandbox: SandboxHandle = {
+      ...handle({ ...result('ok', 0), stdout }, noRewardFile),
+      exec: async (request) => {
+        commands.push(request);
+        return request.command === PREPARE_PATHS_COMMAND ? result('ok', 0) : { ...result('ok', 0), stdout };
+      },
+    };
+    return { sandbox, commands };
+  };
+  const summary = (lines: string[]) =>
+    `============ test session starts ============\n...\n=========================== short test summary info ============================\n${lines.join('\n')}\n======= done =======\n`;
+
+  it("runs run-tests.sh with bash and TEST_DIR=/tests, resolved only when pytest's summary lists tests that all passed", async () => {
+    const passing = runs(
+      summary([
+        'PASSED ../tests/test_outputs.py::test_a',
+        'SKIPPED [1] x.py:3: slow',
+        'XFAIL ../tests/test_outputs.py::test_b',
+      ]),
+    );
+    const verdict = await verifyScript(passing.sandbox, await testsDirectory(), 1000, {
+      ...harbor,
+      terminalBench: { runTests: Buffer.from('pytest -rA "$TEST_DIR"') },
+    });
+    expect(verdict).toMatchObject({ outcome: 'reward', reward: 1 });
+    expect(passing.commands.at(-1)).toMatchObject({
+      argv: ['bash', '/tests/run-tests.sh'],
+      cwd: '/app',
+      env: { TEST_DIR: '/tests' },
+    });
+    for (const [output, reason] of [
+      [
+        summary(['PASSED t.py::test_a', 'FAILED t.py::test_b - assert 1 == 2']),
+        /not every test passed: t\.py::test_b/,
+      ],
+      [summary(['PASSED t.py::test_a', 'XPASS t.py::test_c']), /XPASS/],
+      [summary([]), /lists no test/],
+      ['PASSED t.py::test_a\n', /no pytest short test summary/],
+    ] as const) {
+      const { sandbox } = runs(output);
+      const graded = await verifyScript(sandbox, await testsDirectory(), 1000, {
+        ...harbor,
+        terminalBench: { runTests: null },
+      });
+      expect(graded).toMatchObject({ outcome: 'reward', reward: 0 });
+      expect(String(graded.details.reason)).toMatch(reason);
+    }
+  });
+});

@@ -23,6 +23,7 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { isGymError } from '../../core/errors.ts';
 import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
+import { parsePytestLog } from './pytest-log.ts';
 import {
   checkVerifierToolchain,
   testScriptTools,
@@ -33,6 +34,9 @@ import { endedFromOutside, type Verdict } from './verifier.ts';
 
 export const REWARD_FILE = '/logs/verifier/reward.txt';
 
+/** Where Terminal-Bench's harness puts the tests (its T_BENCH_TEST_DIR), given to them as TEST_DIR. */
+export const TERMINAL_BENCH_TEST_DIR = '/tests';
+
 /**
  * Fresh, real directories for the tests and the reward, whatever the agent left at those paths.
  * `/logs` is kept when it is a real directory (other logs may be there), else removed first, so
@@ -42,8 +46,18 @@ export const PREPARE_PATHS_COMMAND =
   'if [ -L /logs ] || { [ -e /logs ] && [ ! -d /logs ]; }; then rm -f /logs || exit 1; fi; ' +
   'rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier';
 
+/** The files below a folder; none when there is no folder (a Terminal-Bench task with only run-tests.sh). */
+/** A fresh reward folder, and the image's own test.sh made executable as Harbor makes it. */
+export const PREPARE_REWARD_PATH_COMMAND =
+  'rm -rf /logs/verifier && mkdir -p /logs/verifier && { [ ! -e /tests/test.sh ] || chmod +x /tests/test.sh; }';
+
 async function filesBelow(directory: string): Promise<string[]> {
-  const entries = await readdir(directory, { withFileTypes: true, recursive: true });
+  const entries = await readdir(directory, { withFileTypes: true, recursive: true }).catch(
+    (error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return [];
+      throw error;
+    },
+  );
   return entries.filter((entry) => entry.isFile()).map((entry) => join(entry.parentPath, entry.name));
 }
 
@@ -79,22 +93,38 @@ export interface HarborTestRun {
   workdir: string;
   env: Record<string, string>;
   user?: string;
+  /**
+   * Terminal-Bench's way instead (environments/kinds/harbor/terminal-bench.ts): its run-tests.sh
+   * (null: the task has none, pytest runs /tests) written to /tests/run-tests.sh and run with bash,
+   * `TEST_DIR=/tests`, and the run graded by its pytest parser rather than a reward file.
+   */
+  terminalBench?: { runTests: Buffer | null };
+  /**
+   * Started again once the agent's processes are stopped, before the tests (a Harbor image's
+   * ENTRYPOINT, whose services the tests may need; the stop ended them with the agent's).
+   */
+  startCommand?: string;
 }
 
 export const REWARD_JSON_FILE = '/logs/verifier/reward.json';
 
 export async function verifyScript(
   sandbox: SandboxHandle,
-  testsDirectory: string,
+  /** Copied to /tests; null: the sandbox's image has its own /tests (Harbor's separate verifier). */
+  testsDirectory: string | null,
   timeoutMs: number,
   harbor?: HarborTestRun,
 ): Promise<Verdict> {
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
   // Nothing of the agent runs now: its tools are compared with the image's before any is used.
+  // A separate verifier's sandbox has its image's own /tests; Terminal-Bench's run-tests.sh is run
+  // by bash, which the check covers whatever the script names.
+  const testScript =
+    testsDirectory === null || harbor?.terminalBench !== undefined ? null : join(testsDirectory, 'test.sh');
   const toolchain = await checkVerifierToolchain(
     sandbox,
-    await testScriptTools(join(testsDirectory, 'test.sh')),
+    testScript === null ? [] : await testScriptTools(testScript),
   );
   if ('verdict' in toolchain) return toolchain.verdict;
   return withToolchainCheck(await runTests(sandbox, testsDirectory, timeoutMs, harbor), toolchain);
@@ -103,7 +133,7 @@ export async function verifyScript(
 /** The tests themselves, once the agent's processes are stopped and its toolchain checked. */
 async function runTests(
   sandbox: SandboxHandle,
-  testsDirectory: string,
+  testsDirectory: string | null,
   timeoutMs: number,
   harbor: HarborTestRun | undefined,
 ): Promise<Verdict> {
@@ -118,7 +148,7 @@ async function runTests(
   // As root, with the sandbox's own tools: a failure or a hang is the agent's doing (it replaced
   // them or planted something they cannot remove).
   const prepared = await sandbox.exec({
-    command: PREPARE_PATHS_COMMAND,
+    command: testsDirectory === null ? PREPARE_REWARD_PATH_COMMAND : PREPARE_PATHS_COMMAND,
     cwd: '/',
     user: '0',
     timeoutMs: 60_000,
@@ -136,8 +166,8 @@ async function runTests(
       `preparing /tests and /logs/verifier ended with status ${prepared.status}, exit ${prepared.exitCode}`,
       `${prepared.stdout}${prepared.stderr}`,
     );
-  for (const path of await filesBelow(testsDirectory)) {
-    const target = `/tests/${relative(testsDirectory, path)}`;
+  for (const path of testsDirectory === null ? [] : await filesBelow(testsDirectory)) {
+    const target = `/tests/${relative(testsDirectory!, path)}`;
     // Harbor makes test.sh executable before it runs it.
     const mode =
       ((await stat(path)).mode & 0o777) | (harbor !== undefined && target === '/tests/test.sh' ? 0o111 : 0);
@@ -151,6 +181,29 @@ async function runTests(
       throw error;
     }
   }
+  if (harbor?.startCommand !== undefined) {
+    const restarted = await sandbox.exec({
+      command: harbor.startCommand,
+      cwd: harbor.workdir,
+      timeoutMs: 30_000,
+    });
+    if (endedFromOutside(restarted))
+      return {
+        outcome: 'infra_error',
+        reward: 0,
+        details: { reason: `starting the image's ENTRYPOINT again ended with status ${restarted.status}` },
+      };
+  }
+  const terminalBench = harbor?.terminalBench;
+  if (terminalBench?.runTests != null) {
+    try {
+      await sandbox.writeFile('/tests/run-tests.sh', terminalBench.runTests, 0o755);
+    } catch (error) {
+      if (isGymError(error, 'PATH_KIND_MISMATCH') || isSandboxFilesystemRefusal(error))
+        return notPrepared(`copying /tests/run-tests.sh: ${(error as Error).message}`);
+      throw error;
+    }
+  }
   const run = await sandbox.exec(
     harbor === undefined
       ? {
@@ -159,13 +212,23 @@ async function runTests(
           env: verifierPythonEnv(),
           timeoutMs,
         }
-      : {
-          argv: ['/tests/test.sh'],
-          cwd: harbor.workdir,
-          env: { ...verifierPythonEnv(), ...harbor.env },
-          ...(harbor.user === undefined ? {} : { user: harbor.user }),
-          timeoutMs,
-        },
+      : terminalBench !== undefined
+        ? {
+            argv:
+              terminalBench.runTests === null
+                ? ['sh', '-c', 'python3 -m pytest -rA "$TEST_DIR"']
+                : ['bash', '/tests/run-tests.sh'],
+            cwd: harbor.workdir,
+            env: { ...verifierPythonEnv(), ...harbor.env, TEST_DIR: TERMINAL_BENCH_TEST_DIR },
+            timeoutMs,
+          }
+        : {
+            argv: ['/tests/test.sh'],
+            cwd: harbor.workdir,
+            env: { ...verifierPythonEnv(), ...harbor.env },
+            ...(harbor.user === undefined ? {} : { user: harbor.user }),
+            timeoutMs,
+          },
   );
   if (run.status === 'timeout')
     return {
@@ -194,6 +257,7 @@ async function runTests(
     ...(run.status === 'ok' ? {} : { testStatus: run.status }),
     testLogTail: `${run.stdout}${run.stderr}`.slice(-4000),
   };
+  if (terminalBench !== undefined) return terminalBenchReward(`${run.stdout}\n${run.stderr}`, details);
   if (harbor !== undefined) return harborReward(sandbox, details, run.status);
   // A reward is a number: a bigger file is not read into memory (and is no reward). Only a file
   // that is really missing or too big is the test's verdict; failing to read it is an infra error.
@@ -280,13 +344,27 @@ async function harborReward(
       Object.entries(parsed).filter((entry): entry is [string, number] => typeof entry[1] === 'number'),
     );
     const values = Object.values(rewards);
-    // The rollout's reward is the `reward` entry, or the only one there is.
-    const reward = rewards.reward ?? (values.length === 1 ? values[0] : undefined);
-    if (reward === undefined || !Number.isFinite(reward))
+    if (values.length === 0 || !values.every(Number.isFinite))
       return error(
-        `${REWARD_JSON_FILE} has no numeric "reward" (it holds ${Object.keys(parsed).join(', ') || 'nothing'})`,
+        `${REWARD_JSON_FILE} holds no numeric reward (it holds ${Object.keys(parsed).join(', ') || 'nothing'})`,
       );
-    return { outcome: 'reward', reward, details: { ...details, rewards } };
+    // Harbor's own reward of a trial is the `reward` metric, or the only one there is. With several
+    // and none named `reward` it has no single one (its job metrics average each metric apart):
+    // the rollout's scalar is then their mean, and `rewards` keeps each of them.
+    const reward =
+      rewards.reward ??
+      (values.length === 1 ? values[0]! : values.reduce((sum, value) => sum + value, 0) / values.length);
+    return {
+      outcome: 'reward',
+      reward,
+      details: {
+        ...details,
+        rewards,
+        ...(rewards.reward === undefined && values.length > 1
+          ? { reward_derived: `the mean of ${values.length} metrics (reward.json names no "reward")` }
+          : {}),
+      },
+    };
   }
   const text = await readRewardFile(sandbox, REWARD_FILE, details);
   if (text !== null && typeof text === 'object') return text;
@@ -298,4 +376,47 @@ async function harborReward(
   const reward = Number(text);
   if (!Number.isFinite(reward)) return error(`${REWARD_FILE} holds "${text.slice(0, 100)}", not a number`);
   return { outcome: 'reward', reward, details };
+}
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: stripping terminal colour codes is the point.
+const ANSI_COLOUR = /\u001b\[[0-9;]*m/g;
+
+/**
+ * Terminal-Bench's grading: its pytest parser reads the lines after pytest's "short test summary
+ * info" header (run-tests.sh passes `-rA`); the task is resolved when that lists tests and every
+ * one passed (PASSED, XFAIL or SKIPPED; FAILED, ERROR and XPASS fail it). No summary: unresolved.
+ */
+export function terminalBenchReward(output: string, details: Record<string, unknown>): Verdict {
+  const at = output.lastIndexOf('short test summary info');
+  if (at === -1)
+    return {
+      outcome: 'reward',
+      reward: 0,
+      details: { ...details, reason: 'the tests printed no pytest short test summary (run pytest with -rA)' },
+    };
+  const summary = output.slice(output.indexOf('\n', at) + 1);
+  const results = parsePytestLog(summary);
+  const unexpectedPass = summary
+    .split('\n')
+    .some((line) => /^XPASS /.test(line.replace(ANSI_COLOUR, '').trim()));
+  const failed = [...results]
+    .filter(([, status]) => status === 'FAILED' || status === 'ERROR')
+    .map(([id]) => id);
+  const resolved = results.size > 0 && failed.length === 0 && !unexpectedPass;
+  return {
+    outcome: 'reward',
+    reward: resolved ? 1 : 0,
+    details: {
+      ...details,
+      tests: Object.fromEntries(results),
+      ...(resolved
+        ? {}
+        : {
+            reason:
+              results.size === 0
+                ? 'the short test summary lists no test'
+                : `not every test passed: ${[...failed, ...(unexpectedPass ? ['(an XPASS)'] : [])].join(', ')}`,
+          }),
+    },
+  };
 }

@@ -24,7 +24,11 @@ import type {
   RootfsImageSource,
 } from '../sandbox-provider.ts';
 import { OOM_COUNTER_COMMAND, parseOomKillCount, SIGKILL_EXIT_CODE } from '../shared/exec-output.ts';
+import { SYSTEM_LABELS } from '../shared/labels.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
+
+/** The label every sandbox container carries (docker-provider.ts's prefix), and no build container. */
+const SANDBOX_NAMESPACE_LABEL = `gym.${SYSTEM_LABELS.namespace}`;
 
 /** `repo:tag` split at the tag's colon (a registry host's port colon comes before a slash). */
 export function splitReference(reference: string): { repo: string; tag: string } {
@@ -128,6 +132,11 @@ export class DockerImages {
     const now = this.#clock.now();
     let removed = 0;
     for (const info of containers) {
+      // A container inherits its image's labels, and an image built here carries its build
+      // container's (docker commit keeps them): every sandbox of a built image shows the build
+      // label and a long-past deadline. A sandbox is never a build container: it is its own
+      // daemon's to remove (removing it here killed live sandboxes, and commits of them, under load).
+      if (info.Labels?.[SANDBOX_NAMESPACE_LABEL] !== undefined) continue;
       const labelled = Number(info.Labels?.[BUILD_DEADLINE_LABEL]);
       const deadline = Number.isFinite(labelled) ? labelled : info.Created * 1000 + UNLABELLED_BUILD_MAX_MS;
       if (deadline > now) continue;
@@ -212,6 +221,9 @@ export class DockerImages {
         sizeBytes: image.Size,
         createdAt: new Date(image.Created).toISOString(),
         ...(image.Config?.WorkingDir ? { workdir: image.Config.WorkingDir } : {}),
+        ...((asList(image.Config?.Entrypoint as string | string[] | null) ?? []).length > 0
+          ? { entrypoint: asList(image.Config?.Entrypoint as string | string[] | null)! }
+          : {}),
       };
     } catch (error) {
       if (engineStatus(error) === 404) return null;

@@ -281,6 +281,19 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     const stale = await leftover(Date.now() - 1000);
     const live = await leftover(Date.now() + 600_000);
     await live.start();
+    // A sandbox of an image built here: it inherits the build container's labels (docker commit
+    // keeps them), deadline long past. Seen: any daemon's start removed such live sandboxes.
+    const sandbox = await docker.createContainer({
+      Image: busybox,
+      Cmd: ['sleep', '600'],
+      HostConfig: { NetworkMode: 'none' },
+      Labels: {
+        [BUILD_LABEL]: reference,
+        [BUILD_DEADLINE_LABEL]: String(Date.now() - 1000),
+        'gym.namespace': `sweep-${context.daemonId}`,
+      },
+    });
+    await sandbox.start();
     try {
       const started = await createDockerProvider({}, testContext());
       await started.close();
@@ -288,9 +301,9 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
         all: true,
         filters: { label: [`${BUILD_LABEL}=${reference}`] },
       });
-      expect(left.map((container) => container.Id)).toEqual([live.id]);
+      expect(left.map((container) => container.Id).sort()).toEqual([live.id, sandbox.id].sort());
     } finally {
-      await Promise.all([stale, live].map((container) => container.remove({ force: true }).catch(() => {})));
+      await Promise.all([stale, live, sandbox].map((container) => container.remove({ force: true }).catch(() => {})));
     }
   });
 

@@ -66,6 +66,24 @@ export async function policyConfig(
  * The run's policy (env.yaml, flags) replaces the configured upstream whole (its key never goes
  * to another URL); the other gateway settings stay. Once, this daemon read no config file at all.
  */
+/**
+ * What the operator's configuration (GYM_CONFIG and its environment variables) says of the tasks
+ * a run may take: `taskNetwork` and `maxResources`. Read here whether or not a daemon runs (one
+ * started with the same configuration enforces `maxResources` again at each create): a task
+ * over them is refused with the reason before any sandbox starts.
+ */
+export async function operatorTaskSettings(
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<Pick<DaemonConfig, 'taskNetwork' | 'maxResources'>> {
+  const { configPath, ...fromEnvironment } = configFromEnvironment(env);
+  const config = await loadConfig({
+    ...(configPath === undefined ? {} : { configPath }),
+    overrides: [fromEnvironment],
+    env,
+  });
+  return { taskNetwork: config.taskNetwork, maxResources: config.maxResources };
+}
+
 export async function evalDaemonConfig(
   stateDir: string,
   policy: PolicyConfig,
@@ -182,6 +200,12 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         options: { ...environment.options, taskEnv: [...own, ...values.taskEnv] },
       };
     }
+    // Harbor and Terminal-Bench tasks declare their network and resources: the operator's rule applies.
+    if (environment.implementation.name === 'harbor')
+      environment = {
+        ...environment,
+        options: { ...environment.options, ...(await operatorTaskSettings(env)) },
+      };
     rows ??= await readRows(environment.dataPath);
     if (rows.length === 0)
       throw new UsageError(
@@ -230,6 +254,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       stderr.write(`gym: no daemon running; started one in-process (${inProcess.address.url})\n`);
     }
     if (harness.needsModel && inProcess !== undefined && !hasUpstream) {
+      await inProcess.stop({ destroy: true });
       throw new GymError(
         'VALIDATION_FAILED',
         `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url (or gateway.upstream in GYM_CONFIG)`,
@@ -260,6 +285,10 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
           },
           onNotice: (message) => stderr.write(`${clear}gym: ${message}\n`),
         });
+      } catch (error) {
+        // A daemon started for this run would keep the process alive after the error is printed.
+        await inProcess?.stop({ destroy: true });
+        throw error;
       } finally {
         ticker?.stop();
       }

@@ -9,7 +9,7 @@
 import { createWriteStream } from 'node:fs';
 import { lstat, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, posix } from 'node:path';
+import { join, posix, resolve, sep } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
@@ -40,6 +40,12 @@ export interface DockerfileBuildRequest {
   timeoutSeconds?: number;
 }
 
+/**
+ * Makes each distinct image of the rows, one after the other. A task whose image cannot be made
+ * (a RUN that fails, a base or a docker_image this machine lacks) gets `refused` with the reason,
+ * it and every row of the same image: the run writes them as failure lines and runs the rest. An
+ * error that is not the task's (the daemon gone) is thrown.
+ */
 export async function buildHarborImages(
   client: ImageClient,
   /** Their `workdir` is set to the image's working directory. */
@@ -52,48 +58,101 @@ export async function buildHarborImages(
   } = {},
 ): Promise<void> {
   const total = new Set(rows.map((row) => String(row.image))).size;
-  const workdirs = new Map<string, string | undefined>();
+  const workdirs = new Map<string, { workdir?: string | undefined; entrypoint?: string[] | undefined }>();
+  const failed = new Map<string, string>();
   for (const row of rows) {
     const reference = String(row.image);
-    if (workdirs.has(reference)) continue;
-    options.onStart?.(reference, workdirs.size, total);
-    const started = Date.now();
-    if (row.build === true) {
-      const taskDir = String(row.task_dir);
-      const result = await buildDockerfileImage(
-        client,
-        {
-          dockerfile: await readFile(join(taskDir, 'environment', 'Dockerfile'), 'utf8'),
-          contextDirectory: join(taskDir, 'environment'),
-          reference,
-          timeoutSeconds: Number(row.build_timeout_sec ?? 600),
-        },
-        logger,
-      ).catch((error: unknown) => {
-        if (error instanceof GymError)
-          throw new GymError(error.code, `task ${String(row.id)} (${taskDir}): ${error.message}`, {
-            details: error.details,
-            cause: error,
-          });
-        throw error;
-      });
-      options.onImage?.(reference, result.built, Date.now() - started);
+    if (workdirs.has(reference) || failed.has(reference)) continue;
+    options.onStart?.(reference, workdirs.size + failed.size, total);
+    try {
+      workdirs.set(reference, await prepareRowImage(client, row, reference, logger, options.onImage));
+    } catch (error) {
+      if (!(error instanceof GymError) || !TASK_IMAGE_ERRORS.has(error.code)) throw error;
+      logger.warn({ task: row.id, image: reference }, error.message);
+      failed.set(reference, error.message);
     }
-    const info = await client.inspectImage(reference);
-    if (info === null)
-      throw new GymError(
-        'IMAGE_NOT_FOUND',
-        `task ${String(row.id)} names the image "${reference}" (task.toml docker_image), which the provider does not have; nothing is pulled here: load it (docker load -i FILE.tar), or remove docker_image to build environment/Dockerfile`,
-        { details: { image: reference } },
-      );
-    if (row.build !== true) options.onImage?.(reference, false, 0);
-    workdirs.set(reference, info.workdir);
   }
-  // The agent and test.sh start where the image says (a prebuilt image's WORKDIR is known only now).
   for (const row of rows) {
-    const workdir = workdirs.get(String(row.image));
-    if (typeof workdir === 'string' && workdir.startsWith('/')) row.workdir = workdir;
+    const reason = failed.get(String(row.image));
+    if (reason !== undefined) {
+      row.refused = reason;
+      continue;
+    }
+    // The agent and test.sh start where the image says (a prebuilt image's WORKDIR is known only now).
+    const { workdir, entrypoint } = workdirs.get(String(row.image)) ?? {};
+    if (row.workdir_from_task !== true && typeof workdir === 'string' && workdir.startsWith('/'))
+      row.workdir = workdir;
+    // Harbor keeps the image's ENTRYPOINT (only its CMD gives way to a keepalive): it runs too.
+    if (entrypoint !== undefined && entrypoint.length > 0) row.entrypoint = entrypoint;
   }
+}
+
+/**
+ * The codes of a failure that is the task's own (its Dockerfile, its base, its image): that task
+ * fails, the others run. A provider that failed mid-build is the task's too: a RUN can crash a
+ * build container, and the next task's build says whether the provider is really gone.
+ */
+const TASK_IMAGE_ERRORS = new Set([
+  'VALIDATION_FAILED',
+  'IMAGE_NOT_FOUND',
+  'PROVIDER_ERROR',
+  'PROVIDER_TIMEOUT',
+]);
+
+const isInside = (folder: string, path: string) => path === folder || path.startsWith(folder + sep);
+
+/** Builds (when the row builds one) and inspects a row's image; its working directory. */
+async function prepareRowImage(
+  client: ImageClient,
+  row: Record<string, unknown>,
+  reference: string,
+  logger: Logger,
+  onImage?: (reference: string, built: boolean, durationMs: number) => void,
+): Promise<{ workdir?: string | undefined; entrypoint?: string[] | undefined }> {
+  const started = Date.now();
+  if (row.build === true) {
+    const taskDir = String(row.task_dir);
+    // A JSONL row names its task folder (checked to be beside the file): what is built must be in it.
+    for (const field of ['build_context', 'dockerfile'] as const) {
+      const path = row[field];
+      if (path !== undefined && (typeof path !== 'string' || !isInside(taskDir, resolve(path))))
+        throw new GymError(
+          'VALIDATION_FAILED',
+          `task ${String(row.id)}: ${field} is not inside its task folder ${taskDir}`,
+        );
+    }
+    const result = await buildDockerfileImage(
+      client,
+      {
+        dockerfile: await readFile(
+          typeof row.dockerfile === 'string' ? row.dockerfile : join(taskDir, 'environment', 'Dockerfile'),
+          'utf8',
+        ),
+        contextDirectory:
+          typeof row.build_context === 'string' ? row.build_context : join(taskDir, 'environment'),
+        reference,
+        timeoutSeconds: Number(row.build_timeout_sec ?? 600),
+      },
+      logger,
+    ).catch((error: unknown) => {
+      if (error instanceof GymError)
+        throw new GymError(error.code, `task ${String(row.id)} (${taskDir}): ${error.message}`, {
+          details: error.details,
+          cause: error,
+        });
+      throw error;
+    });
+    onImage?.(reference, result.built, Date.now() - started);
+  }
+  const info = await client.inspectImage(reference);
+  if (info === null)
+    throw new GymError(
+      'IMAGE_NOT_FOUND',
+      `task ${String(row.id)} names the image "${reference}" (task.toml docker_image), which the provider does not have; nothing is pulled here: load it (docker load -i FILE.tar), or remove docker_image to build environment/Dockerfile`,
+      { details: { image: reference } },
+    );
+  if (row.build !== true) onImage?.(reference, false, 0);
+  return { workdir: info.workdir, entrypoint: info.entrypoint };
 }
 
 /**

@@ -1,9 +1,8 @@
-/** What a Harbor dataset may take from the host: no operator variables unless allowed, no host folders from JSONL rows, no more resources than the environment's. */
+/** What a Harbor dataset may take from the host: no operator variables unless allowed, no host folders from JSONL rows, no more resources than the operator's cap. */
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_RESOURCES } from '../../../daemon/config.ts';
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../../environment.ts';
 import { inferEnvironment } from '../../infer-format.ts';
 import { parseRow } from '../kind.ts';
@@ -106,22 +105,23 @@ describe('a JSONL row naming a task directory', () => {
 });
 
 describe("a task's resources", () => {
-  it('may ask for less than the environment gives, and is held to it when it asks for more', async () => {
+  it("gets what it asks for over the environment's defaults, and is refused (never lowered) past the operator's cap", async () => {
+    // Seen: memory_mb = 2048 ran with the environment's 512 MiB, and only a warning said so.
     const row = await readHarborTask(
-      await taskDir('[environment]\ndocker_image = "busybox"\ncpus = 64\nmemory_mb = 1048576\n'),
+      await taskDir('[environment]\ndocker_image = "busybox"\ncpus = 2\nmemory_mb = 2048\n'),
     );
-    // environments/harbor gives 1 CPU and 512 MiB.
-    expect(sandboxOf(row).resources).toEqual({ cpus: 1, memoryMiB: 512, pidsLimit: 256 });
+    // environments/harbor's defaults are 1 CPU and 512 MiB: the task's own values win.
+    expect(sandboxOf(row).resources).toEqual({ cpus: 2, memoryMiB: 2048, pidsLimit: 256 });
+    expect(() => kind.checkRow!(row, harbor)).not.toThrow();
+    const capped = { ...harbor, options: { ...harbor.options, maxResources: { cpus: 4, memoryMiB: 1024 } } };
+    expect(() => kind.checkRow!(row, capped)).toThrow(
+      'task.toml asks for memory_mb = 2048, more than the operator allows (maxResources.memoryMiB is 1024)',
+    );
     const small = await readHarborTask(
       await taskDir('[environment]\ndocker_image = "busybox"\ncpus = 0.5\nmemory_mb = 128\n'),
     );
-    expect(sandboxOf(small).resources).toEqual({ cpus: 0.5, memoryMiB: 128, pidsLimit: 256 });
-    // An environment that sets none: the daemon's defaults are the ceiling.
-    const bare = { ...harbor, sandbox: {} };
-    expect(sandboxOf(row, bare).resources).toEqual({
-      cpus: DEFAULT_RESOURCES.cpus,
-      memoryMiB: DEFAULT_RESOURCES.memoryMiB,
-    });
+    expect(sandboxOf(small, capped).resources).toEqual({ cpus: 0.5, memoryMiB: 128, pidsLimit: 256 });
+    expect(() => kind.checkRow!(small, capped)).not.toThrow();
   });
 });
 
@@ -157,5 +157,111 @@ describe("a task's links to the host", () => {
     await writeFile(join(host, 'tests', 'test.sh'), 'true\n');
     await symlink(join(host, 'tests'), join(linked, 'tests'));
     await expect(readHarborTask(linked)).rejects.toThrow('tests/ is a symbolic link');
+  });
+});
+
+describe('a folder of tasks, each on its own', () => {
+  it("refuses each task it cannot run with the feature's name, and reads the others", async () => {
+    // Seen: one unsupported task aborted the whole folder, and Compose and MCP tasks passed unremarked.
+    const folder = await mkdtemp(join(tmpdir(), 'harbor-folder-'));
+    const ok = '[environment]\ndocker_image = "busybox"\n';
+    await taskDir(ok, join(folder, 'a-good'));
+    await taskDir(ok, join(folder, 'b-compose'));
+    await mkdir(join(folder, 'b-compose', 'environment'));
+    await writeFile(join(folder, 'b-compose', 'environment', 'docker-compose.yaml'), 'services: {}\n');
+    await taskDir(
+      `${ok}[[environment.mcp_servers]]\nname = "x"\ntransport = "stdio"\ncommand = "x"\n`,
+      join(folder, 'c-mcp'),
+    );
+    await taskDir(`${ok}[verifier.environment]\ncpus = 1\n`, join(folder, 'd-separate'));
+    await taskDir('[environment\nbroken', join(folder, 'e-broken'));
+    const rows = await readRows(folder);
+    expect(rows.map((row) => [row.id, row.refused === undefined])).toEqual([
+      [rows[0]!.id, true],
+      ['b-compose', false],
+      ['c-mcp', false],
+      ['d-separate', false],
+      ['e-broken', false],
+    ]);
+    const reasons = rows.slice(1).map((row) => String(row.refused));
+    expect(reasons[0]).toMatch(/environment\/docker-compose\.yaml: Docker Compose tasks/);
+    expect(reasons[1]).toMatch(/MCP servers/);
+    expect(reasons[2]).toMatch(/a separate verifier is built from tests\/Dockerfile .* and there is none/);
+    expect(reasons[3]).toMatch(/task\.toml cannot be read/);
+    // The run fails each with its reason alone, never with the fields a refused row lacks.
+    expect(() => parseRow(kind, rows[1]!, 1)).toThrow(
+      /is not a valid harbor task: \(row\): .*Docker Compose tasks/,
+    );
+    expect(inferEnvironment(rows, folder).environment).toBe('harbor');
+    await rm(folder, { recursive: true, force: true });
+  });
+
+  it('reads a Terminal-Bench task.yaml folder, and refuses Compose files of more than one sandbox', async () => {
+    const task = await mkdtemp(join(tmpdir(), 'tb-kind-'));
+    await writeFile(
+      join(task, 'task.yaml'),
+      'instruction: |-\n  Do the thing.\nauthor_name: x\ndifficulty: easy\nparser_name: pytest\nmax_agent_timeout_sec: 90.0\nrun_tests_in_same_shell: false\n',
+    );
+    await writeFile(join(task, 'Dockerfile'), 'FROM gym/busybox:latest\nWORKDIR /work\n');
+    await writeFile(join(task, 'run-tests.sh'), 'pytest -rA $TEST_DIR\n');
+    const compose = (service: string) =>
+      writeFile(
+        join(task, 'docker-compose.yaml'),
+        `services:\n  client:\n    build:\n      dockerfile: Dockerfile\n    image: \${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}\n    environment:\n      - TEST_DIR=\${T_BENCH_TEST_DIR}\n      - MODE=fast\n${service}`,
+      );
+    await compose('');
+    const [row] = await readRows(task);
+    expect(row).toMatchObject({
+      instruction: 'Do the thing.',
+      workdir: '/work',
+      build: true,
+      agent_timeout_sec: 90,
+      verifier_timeout_sec: 60,
+      environment_env: { MODE: 'fast' },
+      format: 'terminal-bench',
+    });
+    expect(() => parseRow(kind, row!, 0)).not.toThrow();
+    for (const [extra, reason] of [
+      ['    ports:\n      - "8080:8080"\n', /service client: ports is not supported/],
+      ['    volumes:\n      - /etc:/host-etc\n', /volumes \["\/etc:\/host-etc"\] are not supported/],
+      ['networks:\n  outside: {}\n', /networks \(beyond one service\) is not supported/],
+    ] as const) {
+      await compose(extra);
+      await expect(readRows(task)).rejects.toThrow(reason);
+    }
+    await rm(task, { recursive: true, force: true });
+  });
+
+  it('builds nothing from a JSONL row whose build_context or dockerfile is outside its task folder', async () => {
+    // A downloaded rows file names its task folder (checked to be beside it); the fields that say
+    // what is built must not reach another host folder (COPY would put its files in the image).
+    const { buildHarborImages } = await import('./images.ts');
+    const built: string[] = [];
+    const client = {
+      inspectImage: async () => null,
+      prepareImage: async () => ({ images: [] }),
+      buildImagePlan: async (request: { reference: string }) => {
+        built.push(request.reference);
+      },
+    };
+    const task = await mkdtemp(join(tmpdir(), 'harbor-outside-'));
+    const rows: Array<Record<string, unknown>> = [
+      {
+        id: 'steal',
+        task_dir: task,
+        image: 'gym/harbor-steal:1',
+        build: true,
+        build_context: '/root/.ssh',
+        dockerfile: join(task, 'Dockerfile'),
+      },
+      { id: 'steal-2', task_dir: task, image: 'gym/harbor-steal:2', build: true, dockerfile: '/etc/passwd' },
+    ];
+    await buildHarborImages(client as never, rows, (await import('../../../core/logger.ts')).silentLogger);
+    expect(built).toEqual([]);
+    expect(rows.map((row) => row.refused)).toEqual([
+      expect.stringMatching(/build_context is not inside its task folder/),
+      expect.stringMatching(/dockerfile is not inside its task folder/),
+    ]);
+    await rm(task, { recursive: true, force: true });
   });
 });

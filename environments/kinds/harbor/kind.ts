@@ -8,13 +8,16 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
-import { DEFAULT_RESOURCES } from '../../../daemon/config.ts';
+import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../daemon/config.ts';
+import type { HarnessTask } from '../../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
 import { verifyScript } from '../../verifiers/script.ts';
 import { nonEmpty, sandboxPath } from '../fields.ts';
 import { type EnvironmentKind, parseRow, type TaskRow } from '../kind.ts';
 import { buildHarborImages } from './images.ts';
-import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
+import { DEFAULT_TASK_NETWORK, type DeclaredNetwork, decideNetwork, sandboxNetwork } from './network.ts';
+import { verifySeparately } from './separate-verifier.ts';
+import { type HarborRow, MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
 
 const Env = z.record(z.string(), z.string());
 const Seconds = z
@@ -22,7 +25,12 @@ const Seconds = z
   .positive()
   .max(7 * 24 * 3600);
 
-export const HarborRowSchema = z.looseObject({
+const PolicySchema = z.object({
+  mode: z.enum(['public', 'no-network', 'allowlist']),
+  allowed_hosts: z.array(z.string()).optional(),
+});
+
+const TaskRowSchema = z.looseObject({
   id: nonEmpty,
   instruction: nonEmpty,
   task_dir: sandboxPath,
@@ -37,7 +45,47 @@ export const HarborRowSchema = z.looseObject({
   cpus: z.number().positive().optional(),
   memory_mb: z.number().int().positive().optional(),
   build_timeout_sec: z.number().positive().max(MAX_BUILD_TIMEOUT_SEC).optional(),
+  declared_network: z
+    .object({ agent: PolicySchema.nullable(), verifier: PolicySchema.nullable() })
+    .default({ agent: null, verifier: null }),
 });
+
+/**
+ * A Harbor row: a task the reader refused (`refused`: a feature not supported, an image that
+ * could not be built) fails with its reason alone, never with the fields it lacks for that.
+ */
+export const HarborRowSchema: z.ZodType<TaskRow> = z.unknown().transform((row, context) => {
+  const refused = (row as { refused?: unknown } | null)?.refused;
+  if (typeof refused === 'string') {
+    context.addIssue({ code: 'custom', message: refused });
+    return z.NEVER;
+  }
+  const parsed = TaskRowSchema.safeParse(row);
+  if (parsed.success) return parsed.data as TaskRow;
+  for (const issue of parsed.error.issues) context.addIssue(issue as never);
+  return z.NEVER;
+});
+
+/** The operator's rule for tasks' network (`taskNetwork` of GYM_CONFIG, which `gym eval run` puts in the options). */
+export function operatorTaskNetwork(environment: LoadedEnvironment): TaskNetworkPolicy {
+  const given = (environment.options as { taskNetwork?: unknown } | undefined)?.taskNetwork;
+  if (given === undefined) return DEFAULT_TASK_NETWORK;
+  const parsed = TaskNetworkPolicySchema.safeParse(given);
+  if (!parsed.success)
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `environment ${environment.name}: options.taskNetwork: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`,
+    );
+  return parsed.data;
+}
+
+function networkOf(row: TaskRow, environment: LoadedEnvironment) {
+  const declared = (row.declared_network ?? { agent: null, verifier: null }) as DeclaredNetwork;
+  return {
+    declared,
+    decision: decideNetwork(declared, operatorTaskNetwork(environment), separateOf(row) !== undefined),
+  };
+}
 
 /**
  * The host variables a task's `${VAR}` may read: the environment's `options.taskEnv` (which
@@ -59,36 +107,41 @@ const taskEnv = (row: TaskRow, environment: LoadedEnvironment, key: EnvKey, what
   resolveTaskEnv(envOf(row, key), process.env, `task.toml ${what} env`, allowedTaskEnv(environment));
 
 /**
- * The most a task's sandbox may have: the environment's sandbox resources, else the daemon's
- * defaults. A task may ask for less (task.toml cpus, memory_mb), never more.
+ * The most a task's sandbox may have: the operator's `maxResources` (GYM_CONFIG, which `gym eval
+ * run` puts in the environment's options), else no cap but the schema's. A task asks for its own
+ * cpus and memory_mb over the environment's defaults; one that asks for more than the cap is
+ * refused, never run with less than it asked for.
  */
-export function resourceCeiling(environment: LoadedEnvironment): { cpus: number; memoryMiB: number } {
-  const own = (environment.sandbox as { resources?: { cpus?: number; memoryMiB?: number } }).resources ?? {};
+export function resourceCeiling(environment: LoadedEnvironment): { cpus?: number; memoryMiB?: number } {
+  const caps = (environment.options as { maxResources?: { cpus?: number; memoryMiB?: number } } | undefined)
+    ?.maxResources;
   return {
-    cpus: own.cpus ?? DEFAULT_RESOURCES.cpus,
-    memoryMiB: own.memoryMiB ?? DEFAULT_RESOURCES.memoryMiB,
+    ...(typeof caps?.cpus === 'number' ? { cpus: caps.cpus } : {}),
+    ...(typeof caps?.memoryMiB === 'number' ? { memoryMiB: caps.memoryMiB } : {}),
   };
 }
 
-/** A task's cpus and memory_mb held to the ceiling, with what was lowered (for a warning). */
+/** A task's cpus and memory_mb as it asks, with what is over the operator's cap (it then cannot run). */
 export function taskResources(
   row: TaskRow,
   environment: LoadedEnvironment,
-): { cpus?: number; memoryMiB?: number; lowered: string[] } {
+): { cpus?: number; memoryMiB?: number; over: string[] } {
   const ceiling = resourceCeiling(environment);
-  const lowered: string[] = [];
-  const hold = (asked: unknown, most: number, field: string) => {
+  const over: string[] = [];
+  const check = (asked: unknown, most: number | undefined, field: string, setting: string) => {
     if (typeof asked !== 'number') return undefined;
-    if (asked <= most) return asked;
-    lowered.push(`${field} ${asked} is more than the environment's sandbox allows: ${most} used`);
-    return most;
+    if (most !== undefined && asked > most)
+      over.push(
+        `task.toml asks for ${field} = ${asked}, more than the operator allows (maxResources.${setting} is ${most})`,
+      );
+    return asked;
   };
-  const cpus = hold(row.cpus, ceiling.cpus, 'cpus');
-  const memoryMiB = hold(row.memory_mb, ceiling.memoryMiB, 'memory_mb');
+  const cpus = check(row.cpus, ceiling.cpus, 'cpus', 'cpus');
+  const memoryMiB = check(row.memory_mb, ceiling.memoryMiB, 'memory_mb', 'memoryMiB');
   return {
     ...(cpus === undefined ? {} : { cpus }),
     ...(memoryMiB === undefined ? {} : { memoryMiB }),
-    lowered,
+    over,
   };
 }
 
@@ -105,13 +158,31 @@ function solutionFiles(taskDir: string): Array<{ path: string; content: Buffer; 
     });
 }
 
-const hasSolution = (taskDir: string) => {
+const isFile = (path: string) => {
   try {
-    return statSync(join(taskDir, 'solution', 'solve.sh')).isFile();
+    return statSync(path).isFile();
   } catch {
     return false;
   }
 };
+
+const isTerminalBench = (row: TaskRow) => row.format === 'terminal-bench';
+
+/** The oracle's script and its files: Harbor's solution/solve.sh, Terminal-Bench's solution.sh. */
+function oracleOf(row: TaskRow): Pick<HarnessTask, 'solution' | 'solutionFiles'> | undefined {
+  const taskDir = String(row.task_dir);
+  if (isTerminalBench(row)) {
+    const script = join(taskDir, 'solution.sh');
+    if (!isFile(script)) return undefined;
+    // Terminal-Bench's harness runs it with bash from the container's working directory.
+    return {
+      solution: 'bash /solution/solution.sh',
+      solutionFiles: [{ path: '/solution/solution.sh', content: readFileSync(script), mode: 0o755 }],
+    };
+  }
+  if (!isFile(join(taskDir, 'solution', 'solve.sh'))) return undefined;
+  return { solution: '/solution/solve.sh', solutionFiles: solutionFiles(taskDir) };
+}
 
 export const kind: EnvironmentKind = {
   name: 'harbor',
@@ -119,16 +190,23 @@ export const kind: EnvironmentKind = {
   image: (row) => String(row.image),
   // Fails before any sandbox starts: a `${VAR}` the operator did not allow, in any of the three.
   checkRow: (row, environment) => {
+    const { over } = taskResources(row, environment);
+    if (over.length > 0)
+      throw new GymError('VALIDATION_FAILED', `task ${String(row.id)}: ${over.join('; ')}`);
+    const { decision } = networkOf(row, environment);
+    if (decision.refused !== undefined)
+      throw new GymError('VALIDATION_FAILED', `task ${String(row.id)} ${decision.refused}`);
     taskEnv(row, environment, 'environment_env', '[environment]');
     taskEnv(row, environment, 'verifier_env', '[verifier]');
     taskEnv(row, environment, 'solution_env', '[solution]');
   },
-  // task.toml's env over the environment's; its cpus and memory_mb only below the environment's
-  // (whose pids limit stays).
+  // task.toml's env over the environment's, its cpus and memory_mb over the environment's
+  // defaults (whose pids limit stays), the network its agent phase gets.
   sandbox: (row, environment) => {
-    const { lowered: _lowered, ...asked } = taskResources(row, environment);
+    const { over: _over, ...asked } = taskResources(row, environment);
     return {
       workdir: String(row.workdir),
+      network: sandboxNetwork(networkOf(row, environment).decision.applied.agent),
       env: {
         ...((environment.sandbox as { env?: object }).env ?? {}),
         ...taskEnv(row, environment, 'environment_env', '[environment]'),
@@ -136,20 +214,27 @@ export const kind: EnvironmentKind = {
       resources: { ...((environment.sandbox as { resources?: object }).resources ?? {}), ...asked },
     };
   },
+  async startSandbox({ row, sandbox }) {
+    const command = entrypointCommand(row);
+    if (command === undefined) return;
+    const started = await sandbox.exec({ command, cwd: String(row.workdir), timeoutMs: 30_000 });
+    if (started.status !== 'ok' || started.exitCode !== 0)
+      throw new Error(
+        `the image's ENTRYPOINT could not be started (${started.status}, exit ${started.exitCode})`,
+      );
+  },
   limits: (row) =>
     typeof row.agent_timeout_sec === 'number' ? { wallTimeMs: row.agent_timeout_sec * 1000 } : {},
   task: (row, environment, options) => {
-    const taskDir = String(row.task_dir);
     return {
       id: String(row.id),
       instruction: String(row.instruction),
       workdir: String(row.workdir),
       // tests/test.sh judges the final state; the workdir need not be a git repository.
       graded: 'state',
-      ...(options.usesGoldPatch && hasSolution(taskDir)
+      ...(options.usesGoldPatch && oracleOf(row) !== undefined
         ? {
-            solution: '/solution/solve.sh',
-            solutionFiles: solutionFiles(taskDir),
+            ...oracleOf(row),
             solutionEnv: {
               DEBIAN_FRONTEND: 'noninteractive',
               ...taskEnv(row, environment, 'solution_env', '[solution]'),
@@ -158,12 +243,65 @@ export const kind: EnvironmentKind = {
         : {}),
     };
   },
-  verify: ({ row, sandbox, environment }) =>
-    verifyScript(sandbox, join(String(row.task_dir), 'tests'), Number(row.verifier_timeout_sec) * 1000, {
-      workdir: String(row.workdir),
+  verify: (context) => {
+    const { row, sandbox, environment } = context;
+    const separate = separateOf(row);
+    const test = {
+      workdir: separate?.workdir ?? String(row.workdir),
       env: taskEnv(row, environment, 'verifier_env', '[verifier]'),
       ...(typeof row.verifier_user === 'string' ? { user: row.verifier_user } : {}),
-    }),
+    };
+    if (separate !== undefined)
+      return verifySeparately(context, {
+        image: separate.image,
+        workdir: separate.workdir,
+        artifacts: (row.artifacts as string[] | undefined) ?? [],
+        timeoutMs: Number(row.verifier_timeout_sec) * 1000,
+        test,
+        spec: {
+          env: {
+            ...((environment.sandbox as { env?: object }).env ?? {}),
+            ...resolveTaskEnv(
+              separate.env,
+              process.env,
+              'task.toml [verifier.environment] env',
+              allowedTaskEnv(environment),
+            ),
+          },
+          resources: {
+            ...((environment.sandbox as { resources?: object }).resources ?? {}),
+            ...(separate.cpus === undefined ? {} : { cpus: separate.cpus }),
+            ...(separate.memory_mb === undefined ? {} : { memoryMiB: separate.memory_mb }),
+          },
+          network: sandboxNetwork(networkOf(row, environment).decision.applied.verifier),
+        },
+      });
+    return verifyScript(
+      sandbox,
+      join(String(row.task_dir), 'tests'),
+      Number(row.verifier_timeout_sec) * 1000,
+      {
+        ...test,
+        ...(isTerminalBench(row) ? { terminalBench: { runTests: runTestsOf(String(row.task_dir)) } } : {}),
+        ...(entrypointCommand(row) === undefined ? {} : { startCommand: entrypointCommand(row)! }),
+      },
+    );
+  },
+  // What the task declared and what it got, so a reward earned without the network it declared
+  // is never taken for a real one; and every metric of reward.json.
+  describeRollout: (row, environment, verdict) => {
+    const { declared, decision } = networkOf(row, environment);
+    const rewards = verdict.details.rewards;
+    return {
+      verifier_environment: separateOf(row) === undefined ? 'shared' : 'separate',
+      network: {
+        declared,
+        applied: decision.applied,
+        ...(decision.capped.length === 0 ? {} : { capped: decision.capped }),
+      },
+      ...(typeof rewards === 'object' && rewards !== null ? { rewards } : {}),
+    };
+  },
   // The final state is gone with the sandbox: a Harbor rollout keeps its reward.
   async prepareImages({ client, environment, rows, logger, onStart, onImage, onNotice }) {
     // Only rows the kind accepts are built (a row's build_timeout_sec and ${VAR} are checked
@@ -178,17 +316,76 @@ export const kind: EnvironmentKind = {
       }
     });
     for (const row of accepted) {
-      const { lowered } = taskResources(row, environment);
-      if (lowered.length > 0) onNotice?.(`task ${String(row.id)}: ${lowered.join('; ')}`);
+      const { capped } = networkOf(row, environment).decision;
+      if (capped.length > 0) onNotice?.(`task ${String(row.id)}: ${capped.join('; ')}`);
     }
     // Each task's image from its environment/Dockerfile, built by the daemon's provider (a
     // built-in base it starts FROM first); nothing again for those it has already.
-    await buildHarborImages(client, accepted, logger, {
+    const progress = {
       ...(onStart === undefined ? {} : { onStart }),
       ...(onImage === undefined ? {} : { onImage }),
+    };
+    await buildHarborImages(client, accepted, logger, progress);
+    // A separate verifier's image, from tests/ (or its docker_image): a task whose verifier
+    // image cannot be made fails like one whose own image cannot.
+    const verifiers = accepted.flatMap((row) => {
+      const separate = separateOf(row);
+      if (row.refused !== undefined || separate === undefined) return [];
+      const tests = join(String(row.task_dir), 'tests');
+      return [
+        {
+          owner: row,
+          row: {
+            id: `${String(row.id)} (its separate verifier)`,
+            task_dir: String(row.task_dir),
+            image: separate.image,
+            build: separate.build,
+            workdir: separate.workdir,
+            build_context: tests,
+            dockerfile: join(tests, 'Dockerfile'),
+            build_timeout_sec: separate.build_timeout_sec,
+          } as Record<string, unknown>,
+        },
+      ];
     });
+    await buildHarborImages(
+      client,
+      verifiers.map((verifier) => verifier.row),
+      logger,
+      progress,
+    );
+    for (const { owner, row } of verifiers) {
+      if (typeof row.refused === 'string') owner.refused = `the separate verifier's image: ${row.refused}`;
+      else owner.verifier_environment = { ...separateOf(owner)!, workdir: String(row.workdir) };
+    }
   },
 };
+
+/** A row's separate verifier, when the task has one. */
+function separateOf(row: TaskRow): NonNullable<HarborRow['verifier_environment']> | undefined {
+  return row.verifier_environment as HarborRow['verifier_environment'];
+}
+
+const quote = (word: string) => `'${word.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * The image's ENTRYPOINT as Harbor runs it: with Harbor's keepalive (`sh -c "sleep infinity"`)
+ * for arguments in place of the image's CMD, so an entrypoint that starts services and then
+ * `exec "$@"`s keeps them up. Here the sandbox's own keeper is its first process, so it runs in
+ * the background from the working directory; undefined when the image has none.
+ */
+export function entrypointCommand(row: TaskRow): string | undefined {
+  const entrypoint = row.entrypoint;
+  if (!Array.isArray(entrypoint) || entrypoint.length === 0) return undefined;
+  const argv = [...entrypoint.map(String), 'sh', '-c', 'sleep infinity'];
+  return `${argv.map(quote).join(' ')} </dev/null >/dev/null 2>&1 &`;
+}
+
+/** A Terminal-Bench task's run-tests.sh, or null when it has none. */
+function runTestsOf(taskDir: string): Buffer | null {
+  const path = join(taskDir, 'run-tests.sh');
+  return isFile(path) ? readFileSync(path) : null;
+}
 
 type EnvKey = 'environment_env' | 'solution_env' | 'verifier_env';
 

@@ -15,6 +15,14 @@ import { parse as parseToml } from 'smol-toml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
+import {
+  BaselineNetworkFields,
+  type DeclaredNetwork,
+  declaredNetwork,
+  PhaseNetworkFields,
+} from './network.ts';
+import { refusedArtifact } from './separate-verifier.ts';
+import { isTerminalBenchTask, readTerminalBenchTask } from './terminal-bench.ts';
 
 /** Bump when what a task's image holds changes for the same inputs (the image tag includes it). */
 export const HARBOR_IMAGE_RECIPE_VERSION = 1;
@@ -28,6 +36,35 @@ const Seconds = z
   .positive()
   .max(7 * 24 * 3600);
 
+const EnvironmentSectionSchema = z.looseObject({
+  build_timeout_sec: z
+    .number()
+    .positive()
+    .max(MAX_BUILD_TIMEOUT_SEC, `must be at most ${MAX_BUILD_TIMEOUT_SEC} s (1 hour)`)
+    .default(600),
+  env: EnvTableSchema.default({}),
+  docker_image: z.string().min(1).optional(),
+  os: z
+    .string()
+    .transform((value) => value.toLowerCase())
+    .pipe(z.enum(['linux'], { message: 'only linux tasks run here' }))
+    .optional(),
+  cpus: z.number().positive().optional(),
+  memory_mb: z.number().int().positive().optional(),
+  gpus: z.number().int().max(0, 'no GPUs here: a task that needs one cannot run').optional(),
+  tpu: z.undefined({ message: 'no TPUs here: a task that needs one cannot run' }).optional(),
+  /** Harbor's `workdir` overrides the image's WORKDIR. */
+  workdir: z.string().startsWith('/').optional(),
+  mcp_servers: z
+    .array(z.unknown())
+    .max(
+      0,
+      'MCP servers ([[environment.mcp_servers]]) are not supported: no harness here connects an agent to them',
+    )
+    .optional(),
+  ...BaselineNetworkFields,
+});
+
 /** The part of task.toml we use; other keys pass (Harbor adds them often). */
 export const TaskTomlSchema = z.looseObject({
   task: z.looseObject({ name: z.string().min(1).optional() }).optional(),
@@ -36,30 +73,17 @@ export const TaskTomlSchema = z.looseObject({
       timeout_sec: Seconds.default(600),
       env: EnvTableSchema.default({}),
       user: z.union([z.string(), z.number()]).transform(String).optional(),
-      environment_mode: z
-        .enum(['shared'], {
-          message: 'only "shared" (the verifier runs in the agent\'s sandbox) is supported',
-        })
-        .optional(),
+      environment_mode: z.enum(['shared', 'separate']).optional(),
+      environment: EnvironmentSectionSchema.optional(),
+      ...PhaseNetworkFields,
+    })
+    .refine((verifier) => !(verifier.environment_mode === 'shared' && verifier.environment !== undefined), {
+      message: 'environment_mode = "shared" cannot have a [verifier.environment] (Harbor refuses it too)',
     })
     .default({ timeout_sec: 600, env: {} }),
-  agent: z.looseObject({ timeout_sec: Seconds.optional() }).default({}),
+  agent: z.looseObject({ timeout_sec: Seconds.optional(), ...PhaseNetworkFields }).default({}),
   solution: z.looseObject({ env: EnvTableSchema.default({}) }).default({ env: {} }),
-  environment: z
-    .looseObject({
-      build_timeout_sec: z
-        .number()
-        .positive()
-        .max(MAX_BUILD_TIMEOUT_SEC, `must be at most ${MAX_BUILD_TIMEOUT_SEC} s (1 hour)`)
-        .default(600),
-      env: EnvTableSchema.default({}),
-      docker_image: z.string().min(1).optional(),
-      os: z.enum(['linux'], { message: 'only linux tasks run here' }).optional(),
-      cpus: z.number().positive().optional(),
-      memory_mb: z.number().int().positive().optional(),
-      gpus: z.number().int().max(0, 'no GPUs here: a task that needs one cannot run').optional(),
-    })
-    .default({ build_timeout_sec: 600, env: {} }),
+  environment: EnvironmentSectionSchema.default({ build_timeout_sec: 600, env: {} }),
   steps: z.undefined({ message: 'multi-step tasks are not supported' }).optional(),
 });
 
@@ -86,6 +110,32 @@ export interface HarborRow {
   verifier_user?: string;
   cpus?: number;
   memory_mb?: number;
+  /** `terminal-bench` for a Terminal-Bench task folder (task.yaml; terminal-bench.ts), else Harbor's. */
+  format?: 'terminal-bench';
+  /** The build context and Dockerfile when they are not environment/ and environment/Dockerfile. */
+  build_context?: string;
+  dockerfile?: string;
+  /** Whether `workdir` is task.toml's [environment] workdir (which wins over the image's WORKDIR). */
+  workdir_from_task?: boolean;
+  /** A separate verifier's sandbox (separate-verifier.ts): its image, working directory, env and resources. */
+  verifier_environment?: {
+    image: string;
+    build: boolean;
+    workdir: string;
+    env: Record<string, string>;
+    cpus?: number;
+    memory_mb?: number;
+    build_timeout_sec: number;
+  };
+  /** task.toml's `artifacts`: copied from the agent's sandbox into a separate verifier's. */
+  artifacts?: string[];
+  /** What task.toml declares for the network of the agent's run and of the tests (network.ts). */
+  declared_network: DeclaredNetwork;
+  /**
+   * Why the task cannot run here (a feature we do not support, a build that failed): the run
+   * writes it as the task's failure line and goes on with the others.
+   */
+  refused?: string;
 }
 
 const exists = (path: string) =>
@@ -104,7 +154,7 @@ async function contextFiles(directory: string): Promise<string[]> {
 }
 
 /** The tag of a task's image: a hash of the Dockerfile and every file of its build context. */
-async function imageTag(contextDirectory: string): Promise<string> {
+export async function imageTagOf(contextDirectory: string): Promise<string> {
   const hash = createHash('sha256');
   hash.update(`harbor-image-recipe-${HARBOR_IMAGE_RECIPE_VERSION}\n`);
   for (const path of await contextFiles(contextDirectory)) {
@@ -142,7 +192,11 @@ async function linkOutside(taskDir: string): Promise<string | undefined> {
     if (info?.isSymbolicLink() === true)
       return `${folder}/ is a symbolic link (it must be a folder of the task)`;
   }
-  const environment = join(taskDir, 'environment');
+  return linkOutOf(join(taskDir, 'environment'), 'environment/');
+}
+
+/** Why a build context would reach outside itself (a link out of it), or undefined. */
+export async function linkOutOf(environment: string, name: string): Promise<string | undefined> {
   if (!(await exists(environment))) return undefined;
   const real = await realpath(environment);
   for (const path of await contextFiles(environment)) {
@@ -151,7 +205,7 @@ async function linkOutside(taskDir: string): Promise<string | undefined> {
     const target = resolve(dirname(absolute), await readlink(absolute));
     const resolved = await realpath(absolute).catch(() => undefined);
     if (!inside(environment, target) || (resolved !== undefined && !inside(real, resolved)))
-      return `environment/${path} is a symbolic link out of environment/ (a build could copy host files through it)`;
+      return `${name}${path} is a symbolic link out of ${name} (a build could copy host files through it)`;
   }
   return undefined;
 }
@@ -179,7 +233,26 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     fail('instruction.md is missing'),
   );
   if (instruction.trim() === '') fail('instruction.md is empty');
+  for (const compose of ['docker-compose.yaml', 'docker-compose.yml'])
+    if (await exists(where(`environment/${compose}`)))
+      fail(
+        `environment/${compose}: Docker Compose tasks (several services) are not supported: each rollout runs in one sandbox`,
+      );
+  const separateVerifier =
+    config.verifier.environment_mode === 'separate' || config.verifier.environment !== undefined;
   if (!(await exists(where('tests/test.sh')))) fail('tests/test.sh is missing');
+  const separate = separateVerifier ? await separateVerifierFields(taskDir, config, fail) : {};
+  let network: DeclaredNetwork;
+  try {
+    network = declaredNetwork({
+      environment: config.environment,
+      agent: config.agent,
+      verifier: config.verifier,
+      separateVerifier,
+    });
+  } catch (error) {
+    return fail(`task.toml: ${(error as Error).message}`);
+  }
   const outside = await linkOutside(taskDir);
   if (outside !== undefined) fail(outside);
   const id = config.task?.name ?? basename(taskDir);
@@ -188,12 +261,13 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
   let image: string;
   let workdir = '/';
   if (config.environment.docker_image !== undefined) image = config.environment.docker_image;
-  else if (hasDockerfile) image = `${imageRepository(id)}:${await imageTag(where('environment'))}`;
+  else if (hasDockerfile) image = `${imageRepository(id)}:${await imageTagOf(where('environment'))}`;
   else return fail('environment/Dockerfile is missing (and task.toml names no [environment] docker_image)');
   if (hasDockerfile && config.environment.docker_image === undefined) {
     const plan = planDockerfile(parseDockerfile(await readFile(dockerfile, 'utf8')));
     workdir = plan.settings.workdir;
   }
+  if (config.environment.workdir !== undefined) workdir = config.environment.workdir;
   return {
     id,
     instruction,
@@ -210,33 +284,128 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     ...(config.verifier.user === undefined ? {} : { verifier_user: config.verifier.user }),
     ...(config.environment.cpus === undefined ? {} : { cpus: config.environment.cpus }),
     ...(config.environment.memory_mb === undefined ? {} : { memory_mb: config.environment.memory_mb }),
+    ...(config.environment.workdir === undefined ? {} : { workdir_from_task: true }),
+    declared_network: network,
+    ...separate,
   };
 }
 
-/** Whether a path is a Harbor task directory, or a folder holding some. */
+/**
+ * A separate verifier as Harbor resolves it: `[verifier.environment]`, else a copy of
+ * `[environment]`; its image that environment's docker_image, else built from tests/ (whose
+ * Dockerfile puts /tests/test.sh in the image).
+ */
+async function separateVerifierFields(
+  taskDir: string,
+  config: z.output<typeof TaskTomlSchema>,
+  fail: (message: string) => never,
+): Promise<Partial<HarborRow>> {
+  const environment = config.verifier.environment ?? config.environment;
+  const artifacts = ((config as { artifacts?: unknown }).artifacts ?? []) as unknown[];
+  const sources = artifacts.map((entry) =>
+    typeof entry === 'string' ? entry : String((entry as { source?: unknown } | null)?.source ?? ''),
+  );
+  for (const [index, entry] of artifacts.entries()) {
+    const service =
+      typeof entry === 'object' && entry !== null ? (entry as { service?: unknown }).service : undefined;
+    if (service !== undefined && service !== 'main')
+      fail(
+        `artifacts[${index}] names the Compose service ${String(service)}: Docker Compose tasks are not supported`,
+      );
+    const refused = refusedArtifact(sources[index]!);
+    if (refused !== undefined) fail(`task.toml ${refused}`);
+  }
+  const tests = join(taskDir, 'tests');
+  let image: string;
+  let workdir = '/';
+  if (environment.docker_image !== undefined) image = environment.docker_image;
+  else {
+    const dockerfile = join(tests, 'Dockerfile');
+    if (!(await exists(dockerfile)))
+      fail(
+        'a separate verifier is built from tests/Dockerfile (which must put /tests/test.sh in its image), and there is none',
+      );
+    const outside = await linkOutOf(tests, 'tests/');
+    if (outside !== undefined) fail(outside);
+    image = `${imageRepository(`${config.task?.name ?? basename(taskDir)}-verifier`)}:${await imageTagOf(tests)}`;
+    workdir = planDockerfile(parseDockerfile(await readFile(dockerfile, 'utf8'))).settings.workdir;
+  }
+  return {
+    verifier_environment: {
+      image,
+      build: environment.docker_image === undefined,
+      workdir,
+      env: environment.env,
+      ...(environment.cpus === undefined ? {} : { cpus: environment.cpus }),
+      ...(environment.memory_mb === undefined ? {} : { memory_mb: environment.memory_mb }),
+      build_timeout_sec: environment.build_timeout_sec,
+    },
+    artifacts: sources,
+  };
+}
+
+/**
+ * A task the run cannot take, as a row that says why: the run writes it as that task's failure
+ * line and runs the others (a folder is never refused whole for one task).
+ */
+export function refusedHarborRow(taskDir: string, reason: string): HarborRow {
+  return {
+    id: basename(taskDir),
+    instruction: '',
+    task_dir: taskDir,
+    image: '',
+    build: false,
+    workdir: '/',
+    verifier_timeout_sec: 600,
+    build_timeout_sec: 600,
+    environment_env: {},
+    verifier_env: {},
+    solution_env: {},
+    declared_network: { agent: null, verifier: null },
+    refused: reason,
+  };
+}
+
+/** Whether a folder is one task: Harbor's (task.toml) or Terminal-Bench's (task.yaml). */
+const isTask = async (directory: string) =>
+  (await exists(join(directory, 'task.toml'))) || (await isTerminalBenchTask(directory));
+
+/** One task folder, in whichever of the two formats it is. */
+const readTask = async (directory: string) =>
+  (await exists(join(directory, 'task.toml'))) ? readHarborTask(directory) : readTerminalBenchTask(directory);
+
+/** Whether a path is a task directory (Harbor's or Terminal-Bench's), or a folder holding some. */
 export async function isHarborPath(path: string): Promise<boolean> {
   const info = await stat(path).catch(() => undefined);
   if (info?.isDirectory() !== true) return false;
-  if (await exists(join(path, 'task.toml'))) return true;
+  if (await isTask(path)) return true;
   const entries = await readdir(path, { withFileTypes: true });
-  for (const entry of entries)
-    if (entry.isDirectory() && (await exists(join(path, entry.name, 'task.toml')))) return true;
+  for (const entry of entries) if (entry.isDirectory() && (await isTask(join(path, entry.name)))) return true;
   return false;
 }
 
 /** The rows of a task directory (one) or of a folder of them (each, by folder name). */
 export async function readHarborTasks(path: string): Promise<HarborRow[]> {
-  if (await exists(join(path, 'task.toml'))) return [await readHarborTask(path)];
+  if (await isTask(path)) return [await readTask(path)];
   const entries = await readdir(path, { withFileTypes: true }).catch((error: Error) => {
     throw new GymError('VALIDATION_FAILED', `cannot read ${path}: ${error.message}`);
   });
   const tasks: string[] = [];
   for (const entry of entries.sort((left, right) => left.name.localeCompare(right.name)))
-    if (entry.isDirectory() && (await exists(join(path, entry.name, 'task.toml'))))
-      tasks.push(join(path, entry.name));
+    if (entry.isDirectory() && (await isTask(join(path, entry.name)))) tasks.push(join(path, entry.name));
   if (tasks.length === 0)
-    throw new GymError('VALIDATION_FAILED', `${path} holds no Harbor task (a folder with task.toml)`);
-  return Promise.all(tasks.map(readHarborTask));
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `${path} holds no Harbor task (a folder with task.toml) and no Terminal-Bench task (a folder with task.yaml)`,
+    );
+  return Promise.all(
+    tasks.map((task) =>
+      readTask(task).catch((error: unknown) => {
+        if (!(error instanceof GymError)) throw error;
+        return refusedHarborRow(resolve(task), error.message);
+      }),
+    ),
+  );
 }
 
 /**
