@@ -26,6 +26,7 @@ import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics } from './metrics.ts';
+import { buildResponse, GYM_FIELDS, type GymRolloutFields, gymFields } from './rollout-line.ts';
 import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
 
 export interface EvalOptions {
@@ -141,7 +142,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           _ng_task_index: taskIndex,
           _ng_failure_class: 'invalid_row',
           _ng_failure_terminal: true,
-          reason,
+          [GYM_FIELDS]: { reason },
         });
     }
   }
@@ -149,7 +150,9 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     throw new GymError(
       'VALIDATION_FAILED',
       `no row is a valid ${kind.name} task (see ${paths.failures}); the first: ${
-        (await readJsonl(paths.failures)).find((row) => row._ng_failure_class === 'invalid_row')?.reason
+        gymFields(
+          (await readJsonl(paths.failures)).find((row) => row._ng_failure_class === 'invalid_row') ?? {},
+        ).reason
       }`,
     );
   const pending = materialized.filter(
@@ -186,7 +189,10 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
           attempt,
         );
-        if (result.outcome === 'infra_error') {
+        const ours = gymFields(result);
+        const outcome = ours.outcome as RolloutOutcome;
+        const reason = (ours.verifier as { reason?: string } | undefined)?.reason;
+        if (outcome === 'infra_error') {
           progress.infraErrors += 1;
           await appendJsonl(paths.failures, {
             ...result,
@@ -198,7 +204,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
               task: row._ng_task_index,
               rollout: row._ng_rollout_index,
               attempt,
-              reason: (result.verifier as { reason?: string }).reason,
+              reason,
             },
             'infra error; retrying',
           );
@@ -206,7 +212,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
             await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
           continue;
         }
-        if (result.outcome === 'verifier_timeout') {
+        if (outcome === 'verifier_timeout') {
           // Not a reward: the verifier never judged the final state (README, "verifier timeouts").
           // Not retried either: a state that makes the tests hang would hang them again.
           progress.verifierTimeouts += 1;
@@ -222,7 +228,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           );
           break;
         }
-        if (result.outcome === 'verifier_error') {
+        if (outcome === 'verifier_error') {
           // The verifier gave no reward (a Harbor test wrote no reward file): never a 0 among the
           // rewards, and not retried (the same tests would do the same).
           await appendJsonl(paths.failures, {
@@ -235,7 +241,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
             {
               task: row._ng_task_index,
               rollout: row._ng_rollout_index,
-              reason: (result.verifier as { reason?: string }).reason,
+              reason,
             },
             'verifier error: no reward',
           );
@@ -246,7 +252,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
         progress.last = {
           task: row._ng_task_index,
           rollout: row._ng_rollout_index,
-          outcome: result.outcome as RolloutOutcome,
+          outcome,
           reward: Number(result.reward),
         };
         break;
@@ -532,14 +538,15 @@ async function runRollout(
     if (harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
   }
   timings.totalMs = Date.now() - started;
-  return {
-    ...row,
-    _ng_attempt_index: attempt,
-    _ng_rollout_id: rolloutId,
-    reward: verdict.reward,
+  // NeMo Gym's keys at the top level, with its types (rollout-line.ts); ours in one object beside them.
+  const usage = harness.needsModel
+    ? // Tokens summed from the gateway's records, priced when environment.json or the run sets both prices.
+      sumUsage(modelCalls, configuredPrices(environment.limits, options.limits))
+    : undefined;
+  const gym: GymRolloutFields = {
     outcome: verdict.outcome,
     verifier: verdict.details,
-    response: {
+    harness: {
       outcome: harnessResult?.outcome ?? null,
       submission: harnessResult?.submission ?? null,
       message: harnessResult?.message ?? null,
@@ -549,12 +556,26 @@ async function runRollout(
     ...(modelCallsError === undefined ? {} : { model_calls_error: modelCallsError }),
     ...(agentLogs.length === 0 ? {} : { agent_logs: agentLogs }),
     ...(agentLogsError === undefined ? {} : { agent_logs_error: agentLogsError }),
-    // Tokens summed from the gateway's records (a harness without a model has none to count),
-    // priced when environment.json or the run sets both prices.
-    ...(harness.needsModel
-      ? { usage: sumUsage(modelCalls, configuredPrices(environment.limits, options.limits)) }
-      : {}),
+    ...(usage === undefined ? {} : { usage }),
     timings,
     sandbox: { image },
+  };
+  return {
+    ...row,
+    _ng_attempt_index: attempt,
+    _ng_rollout_id: rolloutId,
+    // Before `response` and `reward`, so a verifier's field can never stand in for either.
+    ...verdict.fields,
+    response: buildResponse({
+      rolloutId,
+      startedAtMs: started,
+      modelName: options.modelName,
+      params: row.responses_create_params,
+      harnessResult,
+      modelCalls,
+      usage,
+    }),
+    reward: verdict.reward,
+    [GYM_FIELDS]: gym,
   };
 }
