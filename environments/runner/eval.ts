@@ -25,7 +25,7 @@ import { promptText, rowConversation, rowSampling } from '../kinds/responses-inp
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
-import { computeRewardMetrics } from './metrics.ts';
+import { computeRewardMetrics, fieldStats, taskProfile } from './metrics.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields, gymFields } from './rollout-line.ts';
 import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
 
@@ -276,7 +276,21 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   const terminalFailures = (await readJsonl(paths.failures)).filter(
     (row) => row._ng_failure_terminal === true,
   );
-  const metrics = await writeMetrics(paths.metrics, rollouts, options.harnessName, terminalFailures);
+  // What each task was to have: its repeats, unless its row was invalid (never run).
+  const expectedByTask = new Map<number, number>();
+  for (const [index, row] of materialized.entries())
+    if (!invalid.has(Math.floor(index / options.numRepeats)))
+      expectedByTask.set(
+        Number(row._ng_task_index),
+        (expectedByTask.get(Number(row._ng_task_index)) ?? 0) + 1,
+      );
+  const metrics = await writeMetrics(
+    paths.metrics,
+    rollouts,
+    options.harnessName,
+    terminalFailures,
+    expectedByTask,
+  );
   await kind.writeReports?.({
     output: options.output,
     rows: options.rows,
@@ -334,20 +348,24 @@ export async function writeMetrics(
   rollouts: Array<Record<string, unknown>>,
   harnessName: string,
   failures: Array<Record<string, unknown>> = [],
+  expectedByTask: ReadonlyMap<number, number> = new Map(),
 ): Promise<Record<string, number>> {
-  const byTask = new Map<number, number[]>();
+  const byTask = new Map<number, Array<Record<string, unknown>>>();
   for (const row of rollouts) {
     const task = Number(row._ng_task_index);
-    byTask.set(task, [...(byTask.get(task) ?? []), Number(row.reward)]);
+    byTask.set(task, [...(byTask.get(task) ?? []), row]);
   }
   const tasks = [...byTask.entries()].sort(([left], [right]) => left - right);
+  const rewardsOf = (lines: Array<Record<string, unknown>>) => lines.map((row) => Number(row.reward));
   const unjudged = Object.fromEntries(
     UNJUDGED_CLASSES.map((name) => [name, failures.filter((row) => row._ng_failure_class === name).length]),
   ) as Record<(typeof UNJUDGED_CLASSES)[number], number>;
   const attempted = rollouts.length + unjudged.verifier_timeout + unjudged.verifier_error;
   const rewardSum = rollouts.reduce((sum, row) => sum + Number(row.reward), 0);
+  // NeMo Gym's stats of every numeric field (metrics.ts), then ours over them.
   const agentMetrics = {
-    ...computeRewardMetrics(tasks.map(([, rewards]) => rewards)),
+    ...fieldStats(rollouts),
+    ...computeRewardMetrics(tasks.map(([, lines]) => rewardsOf(lines))),
     ...usageMetrics(rollouts),
     ...(attempted === 0
       ? {}
@@ -360,10 +378,12 @@ export async function writeMetrics(
   const keyMetrics = Object.fromEntries(
     Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
   );
-  const groupLevel = tasks.map(([task, rewards]) => ({
-    _ng_task_index: task,
-    ...computeRewardMetrics([rewards]),
-    ...usageMetrics(rollouts.filter((row) => Number(row._ng_task_index) === task)),
+  const groupLevel = tasks.map(([task, lines]) => ({
+    ...taskProfile(task, lines, expectedByTask.get(task) ?? lines.length, {
+      agent_ref: { name: harnessName },
+    }),
+    ...computeRewardMetrics([rewardsOf(lines)]),
+    ...usageMetrics(lines),
   }));
   await writeFile(
     path,

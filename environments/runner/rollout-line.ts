@@ -83,6 +83,16 @@ export function storedOutputText(line: Json): string | null {
   return gymFields(line).harness?.submission ?? null;
 }
 
+/**
+ * The patch a stored SWE line was graded on: NeMo Gym's top-level `model_patch`, else ours (in the
+ * verifier's details, where lines of earlier versions keep it too); null when it has none.
+ */
+export function storedPatch(line: Json): string | null {
+  if (typeof line.model_patch === 'string') return line.model_patch;
+  const stored = gymFields(line).verifier ?? {};
+  return typeof stored.modelPatch === 'string' ? stored.modelPatch : null;
+}
+
 export interface ResponseInputs {
   rolloutId: string;
   /** When the agent started (ms since the epoch). */
