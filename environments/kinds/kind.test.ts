@@ -63,7 +63,10 @@ describe('environment kinds', () => {
     const rows = await readRows(environment.dataPath);
     const oracle = await run(environment, rows, 'oracle');
     expect(oracle.summary.metrics['mean/reward']).toBe(1);
-    expect(oracle.rollouts[0]).toMatchObject({ id: 'w1', _gym: { verifier: { expected: '3', submitted: '3' } } });
+    expect(oracle.rollouts[0]).toMatchObject({
+      id: 'w1',
+      _gym: { verifier: { expected: '3', submitted: '3' } },
+    });
     expect((await run(environment, rows, 'noop')).summary.metrics['mean/reward']).toBe(0);
   });
 

@@ -107,7 +107,9 @@ describe('gym eval on mcqa (no sandbox)', () => {
       extracted_answer: 'B',
       response: {
         object: 'response',
-        output: [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'Answer: B' }] }],
+        output: [
+          { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'Answer: B' }] },
+        ],
         usage: { input_tokens: 10, output_tokens: 3, total_tokens: 13 },
       },
       _gym: { verifier: { expected_answer: 'B', extracted_answer: 'B' } },

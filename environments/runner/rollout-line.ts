@@ -190,5 +190,7 @@ export function buildResponse(inputs: ResponseInputs): Json {
             total_tokens: usage.input_tokens + usage.output_tokens,
           },
     user: echo('user'),
+    // Nothing of the rollout is kept upstream for a later request to build on.
+    store: false,
   };
 }
