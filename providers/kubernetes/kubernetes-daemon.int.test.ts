@@ -268,7 +268,7 @@ describe.skipIf(skipReason !== undefined)(
         );
         expect(run.code, run.stderr).toBe(0);
         const [rollout] = await readJsonl(output);
-        expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
+        expect(rollout).toMatchObject({ id: 'count-errors', _gym: { outcome: 'reward' }, reward: 1 });
         expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
       } finally {
         child?.kill('SIGTERM');

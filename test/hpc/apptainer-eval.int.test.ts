@@ -121,7 +121,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on apptainer over ssh', 
     );
     expect(run.code, run.stderr).toBe(0);
     const [rollout] = await readJsonl(output);
-    expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
+    expect(rollout).toMatchObject({ id: 'count-errors', _gym: { outcome: 'reward' }, reward: 1 });
     expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
     const left = await gym(['sandbox', 'ls', '--json'], stateDir);
     expect(JSON.parse(left.stdout)).toEqual([]);

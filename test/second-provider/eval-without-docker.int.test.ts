@@ -116,7 +116,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on a provider without Do
     );
     expect(run.code, run.stderr).toBe(0);
     const [rollout] = await readJsonl(output);
-    expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
+    expect(rollout).toMatchObject({ id: 'count-errors', _gym: { outcome: 'reward' }, reward: 1 });
     expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
   }, 120_000);
 });

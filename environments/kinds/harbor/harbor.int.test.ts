@@ -109,7 +109,7 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
     expect(rollouts).toEqual([]);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatchObject({
-      outcome: 'verifier_error',
+      _gym: { outcome: 'verifier_error' },
       _ng_failure_class: 'verifier_error',
       _ng_failure_terminal: true,
     });
