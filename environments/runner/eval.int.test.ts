@@ -189,7 +189,7 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
       });
       expect(await readJsonl(output)).toEqual([]);
       expect(await readJsonl(join(outputDir, 'slow_failures.jsonl'))).toMatchObject([
-        { outcome: 'verifier_timeout', reward: null, _ng_failure_class: 'verifier_timeout' },
+        { _gym: { outcome: 'verifier_timeout' }, reward: null, _ng_failure_class: 'verifier_timeout' },
       ]);
       await rm(slowDirectory, { recursive: true, force: true });
     } finally {
@@ -236,7 +236,11 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
         logger: silentLogger,
       });
       const [rollout] = await readJsonl(output);
-      expect(rollout).toMatchObject({ outcome: 'reward', reward: 1, response: { outcome: 'submitted' } });
+      expect(rollout).toMatchObject({
+        reward: 1,
+        response: { object: 'response', status: 'completed' },
+        _gym: { outcome: 'reward', harness: { outcome: 'submitted' } },
+      });
       expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
     } finally {
       await daemon.stop({ destroy: true });

@@ -51,12 +51,10 @@ export function baselineStats(name: string, values: readonly number[]): Record<s
   };
 }
 
-const INDEX_KEYS = new Set(['_ng_task_index', '_ng_rollout_index']);
-
 /**
- * The numbers NeMo Gym profiles in a rollout line: each top-level number or boolean (as 0/1) but the
- * task and rollout indices, and those of `response.usage` over them. Our own fields are one object,
- * so none of theirs is counted.
+ * The numbers NeMo Gym profiles in a rollout line: each top-level number or boolean (as 0/1), and
+ * those of `response.usage` over them. Not its `_ng_*` bookkeeping (the indices, the attempt: NeMo
+ * Gym would report a `mean/_ng_attempt_index`), and not ours, which are one object.
  */
 export function numericFields(line: Record<string, unknown>): Record<string, number> {
   const fields: Record<string, number> = {};
@@ -66,7 +64,7 @@ export function numericFields(line: Record<string, unknown>): Record<string, num
     unknown
   >;
   for (const [key, value] of Object.entries(merged)) {
-    if (INDEX_KEYS.has(key)) continue;
+    if (key.startsWith('_ng_')) continue;
     if (typeof value === 'boolean') fields[key] = value ? 1 : 0;
     else if (typeof value === 'number' && Number.isFinite(value)) fields[key] = value;
   }

@@ -5,10 +5,12 @@
  * publishes `resources_servers/mcqa/data/example*.jsonl`, `resources_servers/swebench/data/
  * example.jsonl` and `responses_api_agents/swe_agents/data/example.jsonl`.
  */
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../../cli/program.ts';
 import { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import { silentLogger } from '../../core/logger.ts';
@@ -225,6 +227,45 @@ describe('NeMo Gym rows through gym eval (scripted model)', () => {
       rollout_infos: [{ rollout_id: '0:0', _ng_task_index: 0, _ng_rollout_index: 0, reward: 0 }],
     });
     expect(metrics.agent_metrics).toMatchObject({ 'mean/total_tokens': expect.any(Number) });
+  });
+
+  it("gym eval reverify and profile read NeMo Gym's rollout files", async () => {
+    const input = join(directory, 'nemo.jsonl');
+    await writeFile(input, await readFile(fixture('mcqa-example-rollouts.jsonl')));
+    const output = join(directory, 'nemo-reverified.jsonl');
+    let said = '';
+    const stdout = new PassThrough().on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const quiet = { stdout, stderr: new PassThrough(), env: {} };
+    const reverify = ['eval', 'reverify', '--input', input, '--output', output, '--env', 'mcqa'];
+    expect(await runCli([...reverify, '--state-dir', daemon.stateDir], quiet)).toBe(0);
+    expect(said).toContain('5 rollouts reverified, 0 rewards changed; mean/reward 0.600');
+    expect((await readJsonl(output)).map((line) => line.reward)).toEqual([1, 0, 1, 0, 1]);
+
+    // A run of ours, profiled with its materialized inputs: NeMo Gym's line shape.
+    const rows = (await mcqaRows(true)).slice(0, 2);
+    await run('mcqa', rows, 'profiled.jsonl');
+    expect(await runCli(['eval', 'profile', '--input', join(directory, 'profiled.jsonl')], quiet)).toBe(0);
+    const profile = await readJsonl(join(directory, 'profiled_reward_profiling.jsonl'));
+    expect(profile).toHaveLength(2);
+    expect(profile[1]).toMatchObject({
+      _ng_task_index: 1,
+      'mean/reward': 1,
+      'std/reward': 0,
+      'mean/total_tokens': expect.any(Number),
+      sample: {
+        uuid: (rows[1] as Record<string, unknown>).uuid,
+        agent_ref: { name: 'single-turn' },
+        expected_answer: 'E',
+      },
+      num_rollouts: 1,
+      expected_num_rollouts: 1,
+      reward_profile_completion_pct: 100,
+      rollout_infos: [{ rollout_id: '1:0', reward: 1 }],
+    });
+    expect(profile[1]!.sample).not.toHaveProperty('_ng_task_index');
+    expect(said).not.toContain('undefined');
   });
 
   it('takes swebench rows as NeMo Gym publishes them to the image stage: IMAGE_NOT_FOUND naming the image', async () => {
