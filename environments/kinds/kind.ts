@@ -108,6 +108,14 @@ export interface EnvironmentKind {
    * that the run cannot go on from is thrown; one it can (images that may exist) is a notice.
    */
   prepareImages?(context: PrepareImagesContext): Promise<void>;
+  /**
+   * The kind's own metrics over a run's judged rollouts, as its NeMo Gym resources server's
+   * `compute_metrics` gives them (`tasks[i]`: task i's lines in rollout order); merged into the
+   * agent metrics. Optional.
+   */
+  computeMetrics?(tasks: ReadonlyArray<ReadonlyArray<Record<string, unknown>>>): Record<string, number>;
+  /** The headline metrics, as that server's `get_key_metrics`; default: every `mean/` and `pass@` one. */
+  keyMetrics?(agentMetrics: Record<string, number>): Record<string, number>;
   /** Writes the kind's own report files beside the run's (SWE-bench's report.json). */
   writeReports?(context: RunReportContext): Promise<void>;
 }

@@ -20,7 +20,7 @@ import {
 } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
-import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
+import { type EnvironmentKind, parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
 import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
@@ -290,6 +290,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     options.harnessName,
     terminalFailures,
     expectedByTask,
+    kind,
   );
   await kind.writeReports?.({
     output: options.output,
@@ -349,6 +350,7 @@ export async function writeMetrics(
   harnessName: string,
   failures: Array<Record<string, unknown>> = [],
   expectedByTask: ReadonlyMap<number, number> = new Map(),
+  kind?: Pick<EnvironmentKind, 'computeMetrics' | 'keyMetrics'>,
 ): Promise<Record<string, number>> {
   const byTask = new Map<number, Array<Record<string, unknown>>>();
   for (const row of rollouts) {
@@ -374,10 +376,13 @@ export async function writeMetrics(
           'rate/verifier_timeout': unjudged.verifier_timeout / attempted,
           'rate/verifier_error': unjudged.verifier_error / attempted,
         }),
+    ...(rollouts.length === 0 ? {} : kind?.computeMetrics?.(tasks.map(([, lines]) => lines))),
   };
-  const keyMetrics = Object.fromEntries(
-    Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
-  );
+  const keyMetrics =
+    kind?.keyMetrics?.(agentMetrics) ??
+    Object.fromEntries(
+      Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
+    );
   const groupLevel = tasks.map(([task, lines]) => ({
     ...taskProfile(task, lines, expectedByTask.get(task) ?? lines.length, {
       agent_ref: { name: harnessName },

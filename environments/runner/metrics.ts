@@ -152,3 +152,112 @@ export function computeRewardMetrics(tasks: ReadonlyArray<readonly number[]>): R
   }
   return metrics;
 }
+
+/**
+ * NeMo Gym's `compute_pass_majority_metrics` (reward_profile.py), which its servers call from their
+ * own `compute_metrics` (mcqa's: score `accuracy` = the reward, answers from `extracted_answer`).
+ * For each k up to the most rollouts of a task and each score: `pass@{k}/{name}` (the unbiased
+ * estimator for 0/1 scores, else the max of the first k), `pass@1[avg-of-{k}]/{name}`, with an answer
+ * key `majority@{k}/{name}` and the score `no_answer`; for k >= 2 the sample std and standard error
+ * across runs of `pass@1[avg-of-{k}]`. Percentages. Not its nested `per_sample_aggregate`.
+ */
+export function passMajorityMetrics(
+  tasks: ReadonlyArray<ReadonlyArray<Record<string, unknown>>>,
+  scoreOf: (line: Record<string, unknown>) => Record<string, number>,
+  answerKey?: string,
+): Record<string, number> {
+  if (tasks.length === 0) return {};
+  const scores = tasks.map((lines) =>
+    lines.map(
+      (line): Record<string, number> => ({
+        ...scoreOf(line),
+        ...(answerKey === undefined
+          ? {}
+          : { no_answer: line[answerKey] === null || line[answerKey] === undefined ? 1 : 0 }),
+      }),
+    ),
+  );
+  const answers = tasks.map((lines) =>
+    lines.map((line) => (answerKey === undefined ? null : line[answerKey])),
+  );
+  const names = [...new Set(scores.flatMap((task) => task.flatMap((score) => Object.keys(score))))].sort();
+  const maxK = Math.max(...tasks.map((lines) => lines.length));
+  const metrics: Record<string, number> = {};
+  const mean = (values: readonly number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+  for (let k = 1; k <= maxK; k += 1) {
+    for (const name of names) {
+      const passValues: number[] = [];
+      const averages: number[] = [];
+      const majorities: number[] = [];
+      for (const [index, task] of scores.entries()) {
+        const values = task.flatMap((score) => (name in score ? [score[name]!] : []));
+        if (values.length >= k) passValues.push(taskPassAtK(values, k));
+        const first = task.slice(0, k).flatMap((score) => (name in score ? [score[name]!] : []));
+        if (first.length > 0) averages.push(mean(first));
+        if (answerKey === undefined) continue;
+        const valid = task.slice(0, k).flatMap((score, position) => {
+          const answer = answers[index]![position];
+          return answer === null || answer === undefined || !(name in score)
+            ? []
+            : [JSON.stringify([answer, score[name]])];
+        });
+        if (valid.length === 0) {
+          majorities.push(0);
+          continue;
+        }
+        const counts = new Map<string, number>();
+        for (const pair of valid) counts.set(pair, (counts.get(pair) ?? 0) + 1);
+        const top = Math.max(...counts.values());
+        const tied = [...counts]
+          .filter(([, count]) => count === top)
+          .map(([pair]) => JSON.parse(pair)[1] as number);
+        majorities.push(mean(tied));
+      }
+      if (passValues.length > 0) metrics[`pass@${k}/${name}`] = 100 * mean(passValues);
+      if (averages.length > 0) metrics[`pass@1[avg-of-${k}]/${name}`] = 100 * mean(averages);
+      if (answerKey !== undefined && majorities.length > 0)
+        metrics[`majority@${k}/${name}`] = 100 * mean(majorities);
+    }
+  }
+  // Each run's pass@1 over the tasks that have it, then their spread over the first k runs.
+  for (const name of names) {
+    const runs: number[] = [];
+    for (let run = 0; run < maxK; run += 1) {
+      const values = scores.flatMap((task) =>
+        run < task.length && name in task[run]! ? [task[run]![name]!] : [],
+      );
+      if (values.length > 0) runs.push(100 * mean(values));
+    }
+    for (let k = 2; k <= maxK; k += 1) {
+      const first = runs.slice(0, k);
+      if (first.length < 2) continue;
+      const std = sampleStd(first);
+      metrics[`pass@1[avg-of-${k}]/${name}/std_dev_across_runs`] = std;
+      metrics[`pass@1[avg-of-${k}]/${name}/std_err_across_runs`] = std / Math.sqrt(first.length);
+    }
+  }
+  return metrics;
+}
+
+/** NeMo Gym's `highest_k_metrics`: the entries of `pattern` (with `{k}`) at the largest k, stats left out. */
+export function highestKMetrics(
+  metrics: Record<string, number>,
+  pattern: string,
+  scoreNames?: readonly string[],
+): Record<string, number> {
+  const escaped = pattern.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace('\\{k\\}', '(\\d+)');
+  const matcher = new RegExp(`^${escaped}/(.+)$`);
+  const matches = Object.keys(metrics).flatMap((key) => {
+    const match = matcher.exec(key);
+    if (match === null) return [];
+    const name = match[2]!;
+    if (/(std_dev_across_runs|std_err_across_runs|avg_sample_std_dev)$/.test(name)) return [];
+    if (scoreNames !== undefined && !scoreNames.includes(name)) return [];
+    return [{ k: Number(match[1]), key }];
+  });
+  if (matches.length === 0) return {};
+  const top = Math.max(...matches.map((match) => match.k));
+  return Object.fromEntries(
+    matches.filter((match) => match.k === top).map((match) => [match.key, metrics[match.key]!]),
+  );
+}

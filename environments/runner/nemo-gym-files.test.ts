@@ -26,7 +26,13 @@ import { parseRow } from '../kinds/kind.ts';
 import { sweBenchImage } from '../kinds/swebench/row.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
-import { computeRewardMetrics, fieldStats, taskProfile } from './metrics.ts';
+import {
+  computeRewardMetrics,
+  fieldStats,
+  highestKMetrics,
+  passMajorityMetrics,
+  taskProfile,
+} from './metrics.ts';
 import { joinInputs, reverifyRollout } from './reverify.ts';
 import { GYM_FIELDS } from './rollout-line.ts';
 
@@ -226,7 +232,21 @@ describe('NeMo Gym rows through gym eval (scripted model)', () => {
       reward_profile_completion_pct: 100,
       rollout_infos: [{ rollout_id: '0:0', _ng_task_index: 0, _ng_rollout_index: 0, reward: 0 }],
     });
-    expect(metrics.agent_metrics).toMatchObject({ 'mean/total_tokens': expect.any(Number) });
+    expect(metrics.agent_metrics).toMatchObject({
+      'mean/total_tokens': expect.any(Number),
+      'pass@1/accuracy': 0,
+      'majority@1/accuracy': 0,
+      'pass@1/no_answer': 0,
+    });
+    // mcqa's headline metrics, as its NeMo Gym server picks them.
+    expect(Object.keys(metrics.key_metrics).sort()).toEqual([
+      'majority@1/accuracy',
+      'mean/reward',
+      'pass@1/accuracy',
+      'pass@1/no_answer',
+      'pass@1[avg-of-1]/accuracy',
+      'pass@1[avg-of-1]/no_answer',
+    ]);
   });
 
   it("gym eval reverify and profile read NeMo Gym's rollout files", async () => {
@@ -309,6 +329,29 @@ describe("NeMo Gym's recorded rollouts", () => {
       ),
     );
     expect(joined.map((line) => line.reward)).toEqual([1, 0, 1, 0, 1]);
+  });
+
+  it("computes mcqa's metrics as NeMo Gym's mcqa server does: accuracy, majority vote, no-answer rate", () => {
+    const line = (reward: number, extracted_answer: string | null) => ({ reward, extracted_answer });
+    const tasks = [
+      [line(1, 'A'), line(0, 'B'), line(1, 'A')],
+      [line(0, null), line(0, 'C'), line(0, 'C')],
+    ];
+    const metrics = passMajorityMetrics(
+      tasks,
+      (row) => ({ accuracy: Number(row.reward) }),
+      'extracted_answer',
+    );
+    // Task 0: 1 wrong of 3, pass@1 = 1 - C(1,1)/C(3,1) = 2/3; task 1: none right.
+    expect(metrics['pass@1/accuracy']).toBeCloseTo(100 / 3, 10);
+    expect(metrics['pass@2/accuracy']).toBeCloseTo(50, 10);
+    // The most common (answer, score): (A, 1) in task 0, (C, 0) in task 1.
+    expect(metrics['majority@3/accuracy']).toBe(50);
+    expect(metrics['pass@1[avg-of-3]/no_answer']).toBeCloseTo(100 / 6, 10);
+    // Run 0 scores 50, run 1 scores 0: their sample std, and that over sqrt(2).
+    expect(metrics['pass@1[avg-of-2]/accuracy/std_dev_across_runs']).toBeCloseTo(50 / Math.SQRT2, 10);
+    expect(metrics['pass@1[avg-of-2]/accuracy/std_err_across_runs']).toBeCloseTo(25, 10);
+    expect(highestKMetrics(metrics, 'majority@{k}', ['accuracy'])).toEqual({ 'majority@3/accuracy': 50 });
   });
 
   it("computes NeMo Gym's metrics: the sample std, no pass@k for rewards that are not 0/1", () => {

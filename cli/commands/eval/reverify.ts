@@ -45,7 +45,14 @@ export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
         ? row
         : { ...row, _ng_task_index: position, _ng_rollout_index: 0 },
     );
-    const metrics = await writeMetrics(outputPaths(values.output).metrics, indexed, harnessName);
+    const metrics = await writeMetrics(
+      outputPaths(values.output).metrics,
+      indexed,
+      harnessName,
+      [],
+      new Map(),
+      environment.implementation,
+    );
     // The kind's own reports (SWE-bench's report.json) for the regraded rollouts, beside NEW.jsonl.
     await environment.implementation.writeReports?.({
       output: values.output,

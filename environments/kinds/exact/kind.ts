@@ -3,6 +3,7 @@
  * (the chosen option letter, read as NeMo Gym's MCQA server reads it, or the whole string).
  */
 import { z } from 'zod';
+import { highestKMetrics, passMajorityMetrics } from '../../runner/metrics.ts';
 import { storedOutputText } from '../../runner/rollout-line.ts';
 import {
   answerFor,
@@ -99,6 +100,17 @@ export const kind: EnvironmentKind = {
   },
   verify: async ({ row, harnessResult }) =>
     verifyExact(harnessResult.submission ?? null, String(row.expected_answer), grading(row)),
+  // NeMo Gym's mcqa server's metrics: accuracy (the reward), majority vote and no-answer rate
+  // over extracted_answer, and its headline ones.
+  computeMetrics: (tasks) =>
+    passMajorityMetrics(tasks, (line) => ({ accuracy: Number(line.reward) }), 'extracted_answer'),
+  keyMetrics: (metrics) => ({
+    ...(metrics['mean/reward'] === undefined ? {} : { 'mean/reward': metrics['mean/reward'] }),
+    ...highestKMetrics(metrics, 'pass@1[avg-of-{k}]', ['accuracy', 'no_answer']),
+    ...highestKMetrics(metrics, 'pass@{k}', ['no_answer']),
+    ...highestKMetrics(metrics, 'majority@{k}', ['accuracy']),
+    ...(metrics['pass@1/accuracy'] === undefined ? {} : { 'pass@1/accuracy': metrics['pass@1/accuracy'] }),
+  }),
   // The stored answer is the line's Responses output text, as NeMo Gym's mcqa server reads it.
   reverify: async (_client, _environment, row) =>
     verifyExact(storedOutputText(row), String(row.expected_answer ?? ''), grading(row, true)),
