@@ -259,7 +259,8 @@ describe('NeMo Gym rows through gym eval (scripted model)', () => {
     });
     const quiet = { stdout, stderr: new PassThrough(), env: {} };
     const reverify = ['eval', 'reverify', '--input', input, '--output', output, '--env', 'mcqa'];
-    expect(await runCli([...reverify, '--state-dir', daemon.stateDir], quiet)).toBe(0);
+    // Questions are graded without a sandbox: no daemon is needed (none is named here).
+    expect(await runCli(reverify, quiet)).toBe(0);
     expect(said).toContain('5 rollouts reverified, 0 rewards changed; mean/reward 0.600');
     expect((await readJsonl(output)).map((line) => line.reward)).toEqual([1, 0, 1, 0, 1]);
 

@@ -1,4 +1,5 @@
 import { access, writeFile } from 'node:fs/promises';
+import type { GymClient } from '../../../client/client.ts';
 import { GymError } from '../../../core/errors.ts';
 import { loadEnvironment } from '../../../environments/environment.ts';
 import { writeMetrics } from '../../../environments/runner/eval.ts';
@@ -9,6 +10,18 @@ import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import type { evalReverify } from '../../program.ts';
 import { formatDuration, remainingAtRate } from '../../progress.ts';
+
+/** A client for grading that needs no sandbox: any use of it is a clear error, never a silent one. */
+function withoutDaemon(): GymClient {
+  return new Proxy({} as GymClient, {
+    get(_target, property) {
+      throw new GymError(
+        'DAEMON_UNAVAILABLE',
+        `reverifying these rollouts asked the daemon for ${String(property)}; start one with \`gym daemon start\``,
+      );
+    },
+  });
+}
 
 export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
   async run({ options: values, env, stdout, stderr }) {
@@ -23,7 +36,16 @@ export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
         () => undefined,
       ));
     const inputs = inputsPath === undefined ? [] : joinInputs(rows, await readJsonl(inputsPath));
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    // A kind whose rows get no sandbox (questions) grades without one: no daemon needed.
+    const kind = environment.implementation;
+    const needsSandbox = rows.some((row, index) => {
+      try {
+        return kind.image({ ...row, ...inputs[index] }, environment) !== null;
+      } catch {
+        return true;
+      }
+    });
+    const client = needsSandbox ? await connect(resolveStateDir(values.stateDir, env)) : withoutDaemon();
     const results: Array<Record<string, unknown>> = [];
     let changed = 0;
     const started = Date.now();
