@@ -22,6 +22,7 @@ import type { CreateOptions, ProviderContext } from '../../providers/sandbox-pro
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
 import { loadEnvironment, readRows } from '../environment.ts';
+import { inferEnvironment } from '../infer-format.ts';
 import { parseRow } from '../kinds/kind.ts';
 import { sweBenchImage } from '../kinds/swebench/row.ts';
 import { runEval } from './eval.ts';
@@ -74,6 +75,9 @@ describe("NeMo Gym's published rows load as NeMo Gym loads them", () => {
       ...(await readRows(fixture('swe-agents-example.jsonl'))),
     ];
     expect(rows).toHaveLength(3);
+    // Told apart without --env, the metadata-only row too.
+    expect(inferEnvironment(rows, 'rows').environment).toBe('swebench');
+    expect(inferEnvironment(await readRows(fixture('mcqa-example.jsonl')), 'rows').environment).toBe('mcqa');
     for (const [position, row] of rows.entries()) {
       // Before: "Unmergable intersection. Error path: ["FAIL_TO_PASS"]", and an empty input refused.
       const parsed = parseRow(kind, row, position);
