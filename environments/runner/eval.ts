@@ -378,11 +378,14 @@ export async function writeMetrics(
         }),
     ...(rollouts.length === 0 ? {} : kind?.computeMetrics?.(tasks.map(([, lines]) => lines))),
   };
+  // Headlines: the rewards' and the tokens', not a row field's mean (a task's `memory_mb`), which
+  // NeMo Gym's default (every `mean/`) would list too.
+  const headline = (key: string) =>
+    /^mean\/(reward|input_tokens|output_tokens|total_tokens|cached_tokens|model_calls|cost_usd)/.test(key) ||
+    key.startsWith('pass@');
   const keyMetrics =
     kind?.keyMetrics?.(agentMetrics) ??
-    Object.fromEntries(
-      Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
-    );
+    Object.fromEntries(Object.entries(agentMetrics).filter(([key]) => headline(key)));
   const groupLevel = tasks.map(([task, lines]) => ({
     ...taskProfile(task, lines, expectedByTask.get(task) ?? lines.length, {
       agent_ref: { name: harnessName },
