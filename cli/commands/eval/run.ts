@@ -333,9 +333,12 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       stdout.write(
         `${summary.rollouts} rollouts in ${(summary.durationMs / 1000).toFixed(1)} s, ${summary.failures} failed for good\n`,
       );
-      stdout.write(
-        `mean/reward ${key('mean/reward')}  pass@1 ${key('pass@1/reward')}%  pass@1[avg-of-1] ${key('pass@1[avg-of-1]/reward')}%\n`,
-      );
+      // pass@k only where every reward is 0 or 1 (metrics.ts): for other rewards there is none to print.
+      const passes = ['pass@1', 'pass@1[avg-of-1]']
+        .filter((name) => summary.metrics[`${name}/reward`] !== undefined)
+        .map((name) => `  ${name} ${key(`${name}/reward`)}%`)
+        .join('');
+      stdout.write(`mean/reward ${key('mean/reward')}${passes}\n`);
       stdout.write(
         `rollouts ${summary.paths.rollouts}\nmetrics  ${summary.paths.metrics}\nfailures ${summary.paths.failures}\n`,
       );

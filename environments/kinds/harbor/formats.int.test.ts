@@ -18,6 +18,7 @@ import { dockerTestEnvironment, testImage } from '../../../test/docker-available
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../../environment.ts';
 import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
+import { gymFields } from '../../runner/rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const EXAMPLES = join(import.meta.dirname, '../../harbor/tasks');
@@ -243,16 +244,16 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       'environment/Dockerfile': `FROM gym/busybox:latest\nWORKDIR /app\nRUN echo ${salt} && exit 3\n`,
     });
     const { summary, rollouts, failures } = await run(root, 'oracle');
-    expect(rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       ['gym/gym-formats-good', 'reward', 1],
     ]);
     // Declared nothing: ran with none, and the line says so.
-    expect(rollouts[0]!.gym_task).toEqual({
+    expect(gymFields(rollouts[0]!).task).toEqual({
       verifier_environment: 'shared',
       network: { declared: { agent: null, verifier: null }, applied: { agent: 'none', verifier: 'none' } },
     });
     const reasons = Object.fromEntries(
-      failures.map((row) => [String(row.task_dir).split('/').at(-1), row.reason]),
+      failures.map((row) => [String(row.task_dir).split('/').at(-1), gymFields(row).reason]),
     );
     expect(failures.every((row) => row._ng_failure_class === 'invalid_row')).toBe(true);
     expect(Object.keys(reasons).sort()).toEqual([
@@ -291,7 +292,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       taskNetwork: { maximum: 'none', overMaximum: 'cap' },
     });
     expect(rollouts.map((row) => [row.id, row.reward])).toEqual([['gym/gym-formats-capped', 0]]);
-    expect(rollouts[0]!.gym_task).toMatchObject({
+    expect(gymFields(rollouts[0]!).task).toMatchObject({
       network: {
         declared: { agent: null, verifier: { mode: 'public' } },
         applied: { agent: 'none', verifier: 'none' },
@@ -322,7 +323,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       ].join('\n'),
     });
     const { rollouts } = await run(root, 'noop');
-    expect(rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       ['gym/gym-formats-entrypoint', 'reward', 1],
     ]);
     expect(rollouts[0]!.entrypoint).toEqual(['/usr/local/bin/start.sh']);
@@ -379,20 +380,19 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     });
     const { rollouts, failures } = await run(root, 'oracle');
     expect(failures).toEqual([]);
-    expect(rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       ['gym/gym-formats-separate', 'reward', 1],
       ['gym/gym-formats-separate-forge', 'reward', 0],
     ]);
-    expect(rollouts[0]!.verifier).toMatchObject({
+    expect(gymFields(rollouts[0]!).verifier).toMatchObject({
       verifier_environment: 'separate',
       artifacts_copied: expect.arrayContaining(['/logs/artifacts/answer.txt', '/app/result.txt']),
     });
     // The forged tar was the one read (its marker came through); its tests and reward did not.
-    expect((rollouts[1]!.verifier as { artifacts_copied: string[] }).artifacts_copied.sort()).toEqual([
-      '/logs/artifacts/answer.txt',
-      '/logs/artifacts/marker',
-    ]);
-    expect(rollouts[0]!.gym_task).toMatchObject({ verifier_environment: 'separate' });
+    expect(
+      (gymFields(rollouts[1]!).verifier as { artifacts_copied: string[] }).artifacts_copied.sort(),
+    ).toEqual(['/logs/artifacts/answer.txt', '/logs/artifacts/marker']);
+    expect(gymFields(rollouts[0]!).task).toMatchObject({ verifier_environment: 'separate' });
   }, 600_000);
 
   it('gym eval run exits after a failed image build, with the build error on its failure line', async () => {
@@ -425,7 +425,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     expect(code).toBe(1);
     expect(stderr).toMatch(/RUN .*failed with exit 7/);
     const failures = await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl'));
-    expect(failures.map((row) => row.reason)).toEqual([
+    expect(failures.map((row) => gymFields(row).reason)).toEqual([
       expect.stringMatching(/Dockerfile line 2: RUN .*exit 7/),
     ]);
   }, 300_000);
@@ -442,25 +442,25 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       'services:\n  client:\n    build:\n      dockerfile: Dockerfile\n  redis:\n    image: redis:7\n',
     );
     const oracle = await run(root, 'oracle');
-    expect(oracle.rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(oracle.rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       [`tb-${tag}-count`, 'reward', 1],
     ]);
-    const tests = (oracle.rollouts[0]!.verifier as { tests: Record<string, string> }).tests;
+    const tests = (gymFields(oracle.rollouts[0]!).verifier as { tests: Record<string, string> }).tests;
     expect(Object.entries(tests).map(([id, status]) => [id.split('::').at(-1), status])).toEqual([
       ['test_status_is_ready', 'PASSED'],
       ['test_line_count', 'PASSED'],
     ]);
     expect(oracle.rollouts[0]!.workdir).toBe('/app');
-    expect(oracle.failures.map((row) => row.reason)).toEqual([
+    expect(oracle.failures.map((row) => gymFields(row).reason)).toEqual([
       expect.stringMatching(
         /2 services \(client, redis\): Docker Compose tasks of several services are not supported/,
       ),
     ]);
     const noop = await run(root, 'noop');
-    expect(noop.rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(noop.rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       [`tb-${tag}-count`, 'reward', 0],
     ]);
-    expect(String((noop.rollouts[0]!.verifier as { reason: string }).reason)).toMatch(
+    expect(String((gymFields(noop.rollouts[0]!).verifier as { reason: string }).reason)).toMatch(
       /not every test passed/,
     );
   }, 600_000);
