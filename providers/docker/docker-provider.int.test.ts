@@ -303,7 +303,9 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
       });
       expect(left.map((container) => container.Id).sort()).toEqual([live.id, sandbox.id].sort());
     } finally {
-      await Promise.all([stale, live, sandbox].map((container) => container.remove({ force: true }).catch(() => {})));
+      await Promise.all(
+        [stale, live, sandbox].map((container) => container.remove({ force: true }).catch(() => {})),
+      );
     }
   });
 
