@@ -99,9 +99,9 @@ export interface ModelCallRecord {
   /** Why a call that asked for tokens has none (the upstream did not return them). */
   tokensMissing?: string;
   /**
-   * Set when this call's prompt ids do not start with the previous call's prompt and completion
-   * ids: the history was re-tokenised into other ids than the policy produced (or the call
-   * started another conversation; `matchingTokens` tells which).
+   * Set when this call's prompt ids start with no recent call's prompt and completion ids: the
+   * history was re-tokenised into other ids than the policy produced (or the call started
+   * another conversation; `matchingTokens` tells which).
    */
   tokenDrift?: TokenDrift;
   error?: { code: string; message: string; upstreamStatus?: number };
@@ -141,9 +141,19 @@ export interface OpenRollout {
    * `MAX_RESPONSE_IDS_PER_ROLLOUT`): the only ones its `previous_response_id` may name.
    */
   responseIds: Set<string>;
-  /** The tokens of the rollout's latest call that has them, which the next call's prompt should extend. */
-  lastTokens?: { index: number; tokens: CallTokens };
+  /**
+   * The tokens of the rollout's latest calls that have them (at most
+   * `RECENT_TOKEN_CALLS_PER_ROLLOUT`, oldest first), one of which the next call's prompt should extend.
+   */
+  recentTokens: Array<{ index: number; tokens: CallTokens }>;
 }
+
+/**
+ * Calls whose tokens a rollout keeps to tell drift: an agent's next call continues one of its
+ * latest few (side calls for a title or a summary come between); more would only hold more
+ * token arrays in memory per open rollout.
+ */
+export const RECENT_TOKEN_CALLS_PER_ROLLOUT = 4;
 
 /** Response ids a rollout remembers for `previous_response_id`; older ones drop out (an agent continues its latest). */
 export const MAX_RESPONSE_IDS_PER_ROLLOUT = 1024;
@@ -394,6 +404,7 @@ export class ModelGateway {
       reservedBytes: 0,
       inFlight: 0,
       responseIds: new Set(),
+      recentTokens: [],
     });
     return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
   }
@@ -837,8 +848,8 @@ export class ModelGateway {
   }
 
   /**
-   * The token fields of a call's record: its tokens, and a drift when its prompt does not
-   * extend the rollout's previous call with tokens (which it then becomes).
+   * The token fields of a call's record: its tokens, and a drift when its prompt extends none
+   * of the rollout's recent calls with tokens (among which it then counts).
    */
   #tokenFields(
     rollout: OpenRollout,
@@ -846,11 +857,11 @@ export class ModelGateway {
     found: CallTokens | { missing: string },
   ): Pick<ModelCallRecord, 'tokens' | 'tokensMissing' | 'tokenDrift'> {
     if ('missing' in found) return { tokensMissing: found.missing };
-    const drift = rollout.lastTokens === undefined ? undefined : findDrift(rollout.lastTokens, found);
+    const drift = findDrift(rollout.recentTokens, found);
     if (drift !== undefined)
       this.#options.logger.warn({ rolloutId: rollout.id, index, ...drift }, 'model call tokens drifted');
-    if (rollout.lastTokens === undefined || rollout.lastTokens.index < index)
-      rollout.lastTokens = { index, tokens: found };
+    rollout.recentTokens.push({ index, tokens: found });
+    if (rollout.recentTokens.length > RECENT_TOKEN_CALLS_PER_ROLLOUT) rollout.recentTokens.shift();
     return { tokens: found, ...(drift === undefined ? {} : { tokenDrift: drift }) };
   }
 

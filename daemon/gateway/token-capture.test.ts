@@ -275,17 +275,20 @@ describe('token capture, pure', () => {
     ).toEqual({ choices: [{ index: 0, delta: {}, finish_reason: 'stop', token_ids: null }] });
   });
 
-  it('tells a prompt that extends the previous call from one that departs from it', () => {
-    const previous = { index: 0, tokens: { promptTokenIds: [1, 2, 3], completionTokenIds: [4, 5] } };
+  it('tells a prompt that extends a recent call from one that departs from all of them', () => {
+    const main = { index: 0, tokens: { promptTokenIds: [1, 2, 3], completionTokenIds: [4, 5] } };
+    const side = { index: 1, tokens: { promptTokenIds: [8, 9], completionTokenIds: [7] } };
+    // It continues the main conversation though a side call came between.
     expect(
-      findDrift(previous, { promptTokenIds: [1, 2, 3, 4, 5, 6], completionTokenIds: [] }),
+      findDrift([main, side], { promptTokenIds: [1, 2, 3, 4, 5, 6], completionTokenIds: [] }),
     ).toBeUndefined();
-    expect(findDrift(previous, { promptTokenIds: [1, 2, 3, 9, 5, 6], completionTokenIds: [] })).toEqual({
+    expect(findDrift([main, side], { promptTokenIds: [1, 2, 3, 9, 5, 6], completionTokenIds: [] })).toEqual({
       previousIndex: 0,
       expectedPrefixTokens: 5,
       matchingTokens: 3,
     });
     // A prompt shorter than the history it should hold is a drift too.
-    expect(findDrift(previous, { promptTokenIds: [1, 2], completionTokenIds: [] })?.matchingTokens).toBe(2);
+    expect(findDrift([main], { promptTokenIds: [1, 2], completionTokenIds: [] })?.matchingTokens).toBe(2);
+    expect(findDrift([], { promptTokenIds: [1], completionTokenIds: [] })).toBeUndefined();
   });
 });

@@ -22,8 +22,8 @@
  * on-policy notes describe: an agent sends its history back as text, the server templates and
  * tokenises it again, and a previous generation can come back as other ids than the model
  * produced, so the trainer would train on tokens the policy never sampled. A call keeps the
- * property a trainer needs when its prompt ids start with the previous call's prompt ids
- * followed by that call's completion ids.
+ * property a trainer needs when its prompt ids start with the prompt ids of the call it
+ * continues followed by that call's completion ids.
  */
 
 type Json = Record<string, unknown>;
@@ -172,30 +172,48 @@ export function tokensOfChunks(chunks: readonly unknown[]): CallTokens | { missi
   };
 }
 
-/** A call whose prompt does not continue the previous call's tokens, as recorded on it. */
+/** A call whose prompt does not continue any recent call's tokens, as recorded on it. */
 export interface TokenDrift {
-  /** The index of the call it was compared with (the rollout's previous call with tokens). */
+  /** The index of the call it came closest to continuing (of the rollout's recent calls with tokens). */
   previousIndex: number;
-  /** How many ids the prompt should have started with: the previous prompt and completion. */
+  /** How many ids the prompt should have started with: that call's prompt and completion. */
   expectedPrefixTokens: number;
   /** How many of them it did start with; where the re-tokenised history first differs. */
   matchingTokens: number;
 }
 
+/** How many ids of `expected` the prompt starts with. */
+function matchingPrefix(expected: readonly number[], prompt: readonly number[]): number {
+  let matching = 0;
+  const limit = Math.min(expected.length, prompt.length);
+  while (matching < limit && expected[matching] === prompt[matching]) matching += 1;
+  return matching;
+}
+
 /**
- * Compares a call's prompt ids with the previous call's prompt and completion ids: undefined
- * when the prompt starts with them (the trainer's tokens are the policy's), else where it
- * departs. A call that starts a new conversation (a side call for a title, a sub-agent) is told
- * apart by its small `matchingTokens`: it departs at once, not deep into the history.
+ * Compares a call's prompt ids with recent calls' prompt and completion ids: undefined when it
+ * starts with those of one of them (it continues that call with the policy's own tokens), else
+ * where it departs from the one it came closest to. Several recent calls are looked at, not only
+ * the last, because agents interleave side calls (a title, a summary, a sub-agent) with their
+ * main conversation; a call that starts a new conversation is told apart by its small
+ * `matchingTokens` (it departs at once, not deep into a history).
  */
 export function findDrift(
-  previous: { index: number; tokens: CallTokens },
+  recent: ReadonlyArray<{ index: number; tokens: CallTokens }>,
   current: CallTokens,
 ): TokenDrift | undefined {
-  const expected = [...previous.tokens.promptTokenIds, ...previous.tokens.completionTokenIds];
-  let matching = 0;
-  const limit = Math.min(expected.length, current.promptTokenIds.length);
-  while (matching < limit && expected[matching] === current.promptTokenIds[matching]) matching += 1;
-  if (matching === expected.length) return undefined;
-  return { previousIndex: previous.index, expectedPrefixTokens: expected.length, matchingTokens: matching };
+  let closest: TokenDrift | undefined;
+  for (const previous of recent) {
+    const expected = [...previous.tokens.promptTokenIds, ...previous.tokens.completionTokenIds];
+    const matching = matchingPrefix(expected, current.promptTokenIds);
+    if (matching === expected.length) return undefined;
+    // On a tie the latest call wins: the one an agent most likely continued.
+    if (closest === undefined || matching >= closest.matchingTokens)
+      closest = {
+        previousIndex: previous.index,
+        expectedPrefixTokens: expected.length,
+        matchingTokens: matching,
+      };
+  }
+  return closest;
 }
