@@ -148,6 +148,10 @@ export interface OpenRollout {
   recentTokens: Array<{ index: number; tokens: CallTokens }>;
 }
 
+/** Why a Responses call has no token ids though its upstream's are asked for. */
+const RESPONSES_HAVE_NO_TOKEN_IDS =
+  'the Responses API returns no token ids (vLLM has them on Chat Completions only): use Chat Completions for exact tokens';
+
 /**
  * Calls whose tokens a rollout keeps to tell drift: an agent's next call continues one of its
  * latest few (side calls for a title or a summary come between); more would only hold more
@@ -912,6 +916,12 @@ export class ModelGateway {
     const tokensOf = asksTokens
       ? (found: CallTokens | { missing: string }) => this.#tokenFields(rollout, index, found)
       : undefined;
+    // A trainer must not take a call without ids for one that has them: a Responses call to an
+    // upstream whose tokens are asked for says why it has none.
+    const noTokens: Pick<ModelCallRecord, 'tokensMissing'> =
+      rollout.upstream.requestTokenIds === true && api === 'responses'
+        ? { tokensMissing: RESPONSES_HAVE_NO_TOKEN_IDS }
+        : {};
     const seen: UsageSeen = {};
     const base = {
       index,
@@ -971,7 +981,7 @@ export class ModelGateway {
           status: 'ok',
           response,
           ...usageOfAnswer(seen.usage),
-          ...tokensOf?.(tokensOfResponse(response)),
+          ...(api === 'chat.completions' ? tokensOf?.(tokensOfResponse(response)) : noTokens),
         });
         if (api === 'responses') rememberResponse(rollout, response);
         return added === undefined ? response : hideAddedInResponse(response, added);
@@ -1011,7 +1021,7 @@ export class ModelGateway {
         response,
         events,
         ...usageOfAnswer((response as { usage?: unknown } | undefined)?.usage),
-        ...(api === 'chat.completions' ? tokensOf?.(tokensOfChunks(events)) : {}),
+        ...(api === 'chat.completions' ? tokensOf?.(tokensOfChunks(events)) : noTokens),
       });
       if (api === 'responses') rememberResponse(rollout, response);
       ending?.();

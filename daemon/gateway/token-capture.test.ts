@@ -215,6 +215,22 @@ describe('exact tokens through the gateway', () => {
     }
   });
 
+  it('says a Responses call has no token ids rather than leaving a trainer to guess', async () => {
+    const { rolloutId, key, url } = await openRollout({ requestTokenIds: true });
+    const response = await fetch(`${url}/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'policy', input: 'hi' }),
+    });
+    // This stand-in answers any path with a completion; what matters is what was asked and recorded.
+    expect(response.status).toBe(200);
+    expect(upstream.requests.at(-1)).not.toHaveProperty('return_token_ids');
+    const [record] = await records(rolloutId);
+    expect(record).toMatchObject({ api: 'responses', status: 'ok' });
+    expect(record).not.toHaveProperty('tokens');
+    expect(record!.tokensMissing).toMatch(/Responses API returns no token ids/);
+  });
+
   it('refuses, with the budget error, a call whose tokens would pass the rollout record budget', async () => {
     const small = await startDaemon({ maxRetries: 0, maxRecordBytesPerRollout: 6000 });
     try {
