@@ -377,7 +377,13 @@ export class GymClient {
   openRollout(
     options: {
       rolloutId?: string;
-      upstream?: { baseUrl: string; apiKey?: string; model?: string; api?: 'openai' | 'anthropic' };
+      upstream?: {
+        baseUrl: string;
+        apiKey?: string;
+        model?: string;
+        api?: 'openai' | 'anthropic';
+        requestTokenIds?: boolean;
+      };
     } = {},
   ): Promise<{
     rolloutId: string;

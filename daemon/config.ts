@@ -236,6 +236,7 @@ export function configFromEnvironment(
         ...(env.GYM_POLICY_API_KEY ? { apiKey: env.GYM_POLICY_API_KEY } : {}),
         ...(env.GYM_POLICY_MODEL_NAME ? { model: env.GYM_POLICY_MODEL_NAME } : {}),
         ...(env.GYM_POLICY_API ? { api: env.GYM_POLICY_API as 'openai' | 'anthropic' } : {}),
+        ...(env.GYM_POLICY_REQUEST_TOKEN_IDS === '1' ? { requestTokenIds: true } : {}),
       },
     };
   }

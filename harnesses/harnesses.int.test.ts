@@ -116,6 +116,30 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
             ],
           },
           {
+            match: 'task claude-tokens',
+            rules: [{ hasTools: false, reply: { content: 'Fix add' } }],
+            replies: [
+              {
+                content: 'I will read it first.',
+                toolCalls: [
+                  { name: 'Bash', arguments: { command: 'cat calc.py', description: 'Read calc' } },
+                ],
+              },
+              {
+                content: 'Now the fix.',
+                toolCalls: [
+                  {
+                    name: 'Bash',
+                    arguments: { command: "sed -i 's/a - b/a + b/' calc.py", description: 'Fix add' },
+                  },
+                ],
+                // The upstream tokenises this call's history anew, into other ids: the gateway must flag it.
+                retokeniseHistory: true,
+              },
+              { content: 'Fixed with exact tokens.' },
+            ],
+          },
+          {
             match: 'task qwen-fix',
             rules: [{ hasTools: false, reply: { content: 'Fix add' } }],
             replies: [
@@ -324,6 +348,55 @@ describe.skipIf(skipReason !== undefined)('harnesses in real Docker sandboxes', 
       response: { content: [{ type: 'text', text: 'Fixed with Claude Code.' }] },
     });
   }, 180_000);
+
+  it('Claude Code through a vLLM-style upstream: every call records its token ids, and an injected drift is flagged', async () => {
+    const hostBinary = await ensureAgentOnHost(CLAUDE_CODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
+    const { result, calc, records } = await run(
+      await registry.create('claude-code'),
+      'claude-tokens',
+      { wallTimeMs: 150_000 },
+      {
+        readOnlyBinds: [
+          { hostPath: dirname(hostBinary), path: dirname(CLAUDE_CODE_RECIPE.sandboxBinaryPath) },
+        ],
+      },
+      { upstream: { baseUrl: model.baseUrl, model: 'scripted', requestTokenIds: true } },
+    );
+    expect(result.outcome, `${result.message}\n${JSON.stringify(result.extra).slice(0, 3000)}`).toBe(
+      'submitted',
+    );
+    expect(calc).toContain('return a + b');
+    expect(result.submission).toBe('Fixed with exact tokens.');
+    type Tokens = { promptTokenIds: number[]; completionTokenIds: number[]; completionLogprobs: number[] };
+    // Every model call, side calls too, asked for and recorded its ids.
+    const calls = records.filter((record) => record.api === 'messages');
+    for (const record of calls) {
+      expect(record.upstreamRequest).toMatchObject({ return_token_ids: true, logprobs: true });
+      const tokens = record.tokens as Tokens;
+      expect(tokens.completionTokenIds.length).toBeGreaterThan(0);
+      expect(tokens.completionLogprobs).toHaveLength(tokens.completionTokenIds.length);
+    }
+    const steps = calls.filter((record) => Array.isArray((record.request as { tools?: unknown }).tools));
+    expect(steps.length).toBeGreaterThanOrEqual(3);
+    const [first, drifted, last] = steps.slice(-3) as [
+      Record<string, unknown>,
+      Record<string, unknown>,
+      Record<string, unknown>,
+    ];
+    // The step the script re-tokenised departs from the first step's tokens where its answer begins.
+    expect(drifted.tokenDrift).toMatchObject({
+      previousIndex: first.index,
+      matchingTokens: (first.tokens as Tokens).promptTokenIds.length,
+    });
+    // The last step continues the first one's tokens again, as the policy produced them.
+    const firstIds = [
+      ...(first.tokens as Tokens).promptTokenIds,
+      ...(first.tokens as Tokens).completionTokenIds,
+    ];
+    expect((last.tokens as Tokens).promptTokenIds.slice(0, firstIds.length)).toEqual(firstIds);
+    // Nothing the gateway added reached Claude Code.
+    for (const record of calls) expect(JSON.stringify(record.response)).not.toMatch(/token_ids|logprob/);
+  }, 200_000);
 
   it('Claude Code through the gateway to an Anthropic upstream: Messages forwarded as they are', async () => {
     const hostBinary = await ensureAgentOnHost(CLAUDE_CODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);

@@ -124,6 +124,8 @@ export const UpstreamSchema = z
     model: z.string().optional(),
     /** What the upstream speaks: OpenAI's APIs (default; Anthropic Messages calls are translated to Chat Completions) or Anthropic Messages. */
     api: z.enum(['openai', 'anthropic']).optional(),
+    /** Ask for exact token ids and logprobs on every Chat Completions call and record them (vLLM 0.10.2+; off: other upstreams refuse unknown fields). */
+    requestTokenIds: z.boolean().optional(),
   })
   .strict();
 

@@ -27,6 +27,17 @@ import {
   readSse,
 } from './anthropic.ts';
 import { checkMessagesRequest, checkOpenAiRequest, filterAnthropicHeaders } from './request-policy.ts';
+import {
+  type CallTokens,
+  findDrift,
+  hideAddedInChunk,
+  hideAddedInResponse,
+  type TokenDrift,
+  type TokenRequestAdded,
+  tokensOfChunks,
+  tokensOfResponse,
+  withTokenRequest,
+} from './token-capture.ts';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -38,6 +49,13 @@ export interface UpstreamConfig {
   model?: string;
   /** What the upstream speaks: OpenAI's APIs (the default) or Anthropic Messages. */
   api?: 'openai' | 'anthropic';
+  /**
+   * Ask the upstream for the exact token ids and logprobs of every Chat Completions call (and
+   * of every Messages call translated to one), whatever the agent sent, and record them
+   * (./token-capture.ts). For vLLM (0.10.2 or later); off by default, because other upstreams
+   * (OpenAI's own API among them) refuse a request with fields they do not know.
+   */
+  requestTokenIds?: boolean;
 }
 
 export type ModelApi = 'chat.completions' | 'responses' | 'messages';
@@ -72,6 +90,20 @@ export interface ModelCallRecord {
   usage?: unknown;
   /** Why a call the upstream answered has no usage: its tokens are unknown, not zero. */
   usageMissing?: string;
+  /**
+   * The exact tokens of the call (its upstream's `requestTokenIds` on): what the policy was
+   * conditioned on and sampled, with the logprobs. Also left in `response`/`events` as the
+   * upstream sent them; both count against the record budget.
+   */
+  tokens?: CallTokens;
+  /** Why a call that asked for tokens has none (the upstream did not return them). */
+  tokensMissing?: string;
+  /**
+   * Set when this call's prompt ids start with no recent call's prompt and completion ids: the
+   * history was re-tokenised into other ids than the policy produced (or the call started
+   * another conversation; `matchingTokens` tells which).
+   */
+  tokenDrift?: TokenDrift;
   error?: { code: string; message: string; upstreamStatus?: number };
 }
 
@@ -109,7 +141,23 @@ export interface OpenRollout {
    * `MAX_RESPONSE_IDS_PER_ROLLOUT`): the only ones its `previous_response_id` may name.
    */
   responseIds: Set<string>;
+  /**
+   * The tokens of the rollout's latest calls that have them (at most
+   * `RECENT_TOKEN_CALLS_PER_ROLLOUT`, oldest first), one of which the next call's prompt should extend.
+   */
+  recentTokens: Array<{ index: number; tokens: CallTokens }>;
 }
+
+/** Why a Responses call has no token ids though its upstream's are asked for. */
+const RESPONSES_HAVE_NO_TOKEN_IDS =
+  'the Responses API returns no token ids (vLLM has them on Chat Completions only): use Chat Completions for exact tokens';
+
+/**
+ * Calls whose tokens a rollout keeps to tell drift: an agent's next call continues one of its
+ * latest few (side calls for a title or a summary come between); more would only hold more
+ * token arrays in memory per open rollout.
+ */
+export const RECENT_TOKEN_CALLS_PER_ROLLOUT = 4;
 
 /** Response ids a rollout remembers for `previous_response_id`; older ones drop out (an agent continues its latest). */
 export const MAX_RESPONSE_IDS_PER_ROLLOUT = 1024;
@@ -134,6 +182,19 @@ export const MAX_CALLS_IN_FLIGHT_PER_ROLLOUT = 8;
 
 /** Bytes of record reserved per output token a call may produce (its text, about 4 bytes, and the JSON around it). */
 const RECORD_BYTES_PER_OUTPUT_TOKEN = 16;
+
+/**
+ * Bytes of record reserved per output token when tokens are asked for: its id twice (in the
+ * upstream's answer and in `tokens`) and its logprob entry (token text, logprob, bytes) twice.
+ */
+const RECORD_BYTES_PER_OUTPUT_TOKEN_WITH_IDS = 160;
+
+/**
+ * How many times a request's bytes its prompt's ids take in a record, when tokens are asked
+ * for: an id (up to 6 digits and a comma) stands for about 4 characters of text, and is
+ * recorded twice (the upstream's `prompt_token_ids` and `tokens`).
+ */
+const PROMPT_ID_BYTES_PER_REQUEST_BYTE = 4;
 
 /**
  * The largest error record written past a rollout's budget: one that keeps the usage of a call
@@ -347,6 +408,7 @@ export class ModelGateway {
       reservedBytes: 0,
       inFlight: 0,
       responseIds: new Set(),
+      recentTokens: [],
     });
     return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
   }
@@ -367,8 +429,13 @@ export class ModelGateway {
     const limit = [request.max_tokens, request.max_completion_tokens, request.max_output_tokens].find(
       (value): value is number => typeof value === 'number' && Number.isFinite(value) && value > 0,
     );
-    const answer = Math.min(limit ?? 0, 1_000_000) * RECORD_BYTES_PER_OUTPUT_TOKEN;
-    return requestBytes * (isTranslated ? 3 : 1) + answer;
+    const asksTokens = this.#asksTokens(rollout, api);
+    const perOutputToken = asksTokens
+      ? RECORD_BYTES_PER_OUTPUT_TOKEN_WITH_IDS
+      : RECORD_BYTES_PER_OUTPUT_TOKEN;
+    const answer = Math.min(limit ?? 0, 1_000_000) * perOutputToken;
+    const promptIds = asksTokens ? requestBytes * PROMPT_ID_BYTES_PER_REQUEST_BYTE : 0;
+    return requestBytes * (isTranslated ? 3 : 1) + promptIds + answer;
   }
 
   /**
@@ -568,8 +635,11 @@ export class ModelGateway {
     isStream: boolean,
     sink: StreamSink | undefined,
     seen: UsageSeen,
+    tokensOf: ((found: CallTokens | { missing: string }) => Partial<ModelCallRecord>) | undefined,
   ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
-    const upstreamRequest = messagesToChatRequest(body, upstreamModel);
+    const translated = messagesToChatRequest(body, upstreamModel);
+    // The Messages response is built from content alone, so the token fields never reach the agent.
+    const upstreamRequest = tokensOf === undefined ? translated : withTokenRequest(translated).body;
     const asked = body.model;
     if (!isStream) {
       const completion = (await client.chat.completions.create(
@@ -585,6 +655,7 @@ export class ModelGateway {
           upstreamResponse: completion,
           response,
           ...usageOfAnswer(completion.usage),
+          ...tokensOf?.(tokensOfResponse(completion)),
         },
       };
     }
@@ -618,6 +689,7 @@ export class ModelGateway {
         response,
         events: chunks,
         ...usageOfAnswer(completion.usage),
+        ...tokensOf?.(tokensOfChunks(chunks)),
       },
     };
   }
@@ -773,6 +845,30 @@ export class ModelGateway {
     }
   }
 
+  /** Whether this call asks its upstream for token ids: Chat Completions, sent as such or translated from Messages. */
+  #asksTokens(rollout: OpenRollout, api: ModelApi): boolean {
+    if (rollout.upstream.requestTokenIds !== true || rollout.upstream.api === 'anthropic') return false;
+    return api === 'chat.completions' || api === 'messages';
+  }
+
+  /**
+   * The token fields of a call's record: its tokens, and a drift when its prompt extends none
+   * of the rollout's recent calls with tokens (among which it then counts).
+   */
+  #tokenFields(
+    rollout: OpenRollout,
+    index: number,
+    found: CallTokens | { missing: string },
+  ): Pick<ModelCallRecord, 'tokens' | 'tokensMissing' | 'tokenDrift'> {
+    if ('missing' in found) return { tokensMissing: found.missing };
+    const drift = findDrift(rollout.recentTokens, found);
+    if (drift !== undefined)
+      this.#options.logger.warn({ rolloutId: rollout.id, index, ...drift }, 'model call tokens drifted');
+    rollout.recentTokens.push({ index, tokens: found });
+    if (rollout.recentTokens.length > RECENT_TOKEN_CALLS_PER_ROLLOUT) rollout.recentTokens.shift();
+    return { tokens: found, ...(drift === undefined ? {} : { tokenDrift: drift }) };
+  }
+
   get #policy() {
     return { allowRemoteImageUrls: this.#options.allowRemoteImageUrls === true };
   }
@@ -807,11 +903,25 @@ export class ModelGateway {
     // go unrecorded, and takes out of what the agent sees what asking added, unless it asked too.
     const isUsageAsked = streamOptions.include_usage === true;
     const isUsageForced = api === 'chat.completions' && isStream;
-    const body = {
+    const forwarded = {
       ...request,
       model: upstreamModel,
       ...(isUsageForced ? { stream_options: { ...streamOptions, include_usage: true } } : {}),
     };
+    // Tokens are asked for whatever the agent sent; what that adds is taken out of its answer.
+    const asksTokens = this.#asksTokens(rollout, api);
+    let added: TokenRequestAdded | undefined;
+    let body: Record<string, unknown> = forwarded;
+    if (asksTokens && api === 'chat.completions') ({ body, added } = withTokenRequest(forwarded));
+    const tokensOf = asksTokens
+      ? (found: CallTokens | { missing: string }) => this.#tokenFields(rollout, index, found)
+      : undefined;
+    // A trainer must not take a call without ids for one that has them: a Responses call to an
+    // upstream whose tokens are asked for says why it has none.
+    const noTokens: Pick<ModelCallRecord, 'tokensMissing'> =
+      rollout.upstream.requestTokenIds === true && api === 'responses'
+        ? { tokensMissing: RESPONSES_HAVE_NO_TOKEN_IDS }
+        : {};
     const seen: UsageSeen = {};
     const base = {
       index,
@@ -849,7 +959,7 @@ export class ModelGateway {
               filterAnthropicHeaders(upstreamHeaders),
               seen,
             )
-          : await this.#messagesToChat(client, request, upstreamModel, isStream, held, seen);
+          : await this.#messagesToChat(client, request, upstreamModel, isStream, held, seen, tokensOf);
         await this.#record(rollout, {
           ...base,
           ...done.record,
@@ -871,9 +981,10 @@ export class ModelGateway {
           status: 'ok',
           response,
           ...usageOfAnswer(seen.usage),
+          ...(api === 'chat.completions' ? tokensOf?.(tokensOfResponse(response)) : noTokens),
         });
         if (api === 'responses') rememberResponse(rollout, response);
-        return response;
+        return added === undefined ? response : hideAddedInResponse(response, added);
       }
       const events: unknown[] = [];
       const stream = (api === 'chat.completions'
@@ -884,7 +995,9 @@ export class ModelGateway {
         events.push(event);
         if (api === 'chat.completions') {
           if (isObject(event.usage)) seen.usage = event.usage;
-          const shown = isUsageAsked ? event : withoutAddedUsage(event);
+          const withoutTokens = added === undefined ? event : hideAddedInChunk(event, added);
+          const shown =
+            withoutTokens === null || isUsageAsked ? withoutTokens : withoutAddedUsage(withoutTokens);
           if (shown !== null) held?.event(null, shown);
         } else {
           held?.event(event.type as string, event);
@@ -908,6 +1021,7 @@ export class ModelGateway {
         response,
         events,
         ...usageOfAnswer((response as { usage?: unknown } | undefined)?.usage),
+        ...(api === 'chat.completions' ? tokensOf?.(tokensOfChunks(events)) : noTokens),
       });
       if (api === 'responses') rememberResponse(rollout, response);
       ending?.();

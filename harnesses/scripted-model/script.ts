@@ -24,6 +24,11 @@ export const ScriptedReplySchema = z
     extra: z.record(z.string(), z.unknown()).optional(),
     /** Merged into the choice (chat) or the output message (responses), e.g. logprobs, token_ids. */
     choiceExtra: z.record(z.string(), z.unknown()).optional(),
+    /**
+     * Asked for token ids (vLLM's `return_token_ids`), answer with a prompt whose first assistant
+     * turn was re-tokenised into other ids (see ./token-ids.ts): the drift a trainer must see.
+     */
+    retokeniseHistory: z.boolean().optional(),
   })
   .strict();
 export type ScriptedReply = z.infer<typeof ScriptedReplySchema>;

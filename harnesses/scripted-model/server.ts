@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { chooseReply, type ModelScript, type ScriptedReply, viewConversation } from './script.ts';
+import { type ScriptedTokens, scriptedTokens, WordTokenizer } from './token-ids.ts';
 
 export interface ScriptedRequestLog {
   path: string;
@@ -56,8 +57,20 @@ function chatCompletion(
   stream: boolean,
   response: ServerResponse,
   includeUsage: boolean,
+  /** Set when the request asked for token ids (vLLM's `return_token_ids`); logprobs with them when asked. */
+  tokens?: ScriptedTokens & { isLogprobsAsked: boolean },
 ): void {
   const completionId = id('chatcmpl');
+  // As vLLM writes them: the prompt's ids at the top (streamed: on the first chunk), the
+  // completion's on the choice (streamed: here all on the last chunk), logprobs beside them.
+  const promptIds = tokens === undefined ? {} : { prompt_token_ids: tokens.promptTokenIds };
+  const choiceIds =
+    tokens === undefined
+      ? {}
+      : {
+          token_ids: tokens.completionTokenIds,
+          ...(tokens.isLogprobsAsked ? { logprobs: { content: tokens.logprobs } } : {}),
+        };
   const created = Math.floor(Date.now() / 1000);
   const toolCalls = (reply.toolCalls ?? []).map((call) => ({
     id: id('call'),
@@ -84,10 +97,12 @@ function chatCompletion(
           message: { role: 'assistant', content, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) },
           finish_reason: finishReason,
           logprobs: null,
+          ...choiceIds,
           ...reply.choiceExtra,
         },
       ],
       usage,
+      ...promptIds,
       ...reply.extra,
     });
     return;
@@ -97,7 +112,7 @@ function chatCompletion(
     response.write(
       `data: ${JSON.stringify({ id: completionId, object: 'chat.completion.chunk', created, model, choices, ...extra })}\n\n`,
     );
-  chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]);
+  chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }], promptIds);
   if (content) {
     // Two pieces, so clients really have to concatenate.
     const middle = Math.ceil(content.length / 2);
@@ -124,7 +139,10 @@ function chatCompletion(
       },
     ]);
   });
-  chunk([{ index: 0, delta: {}, finish_reason: finishReason, ...reply.choiceExtra }], reply.extra ?? {});
+  chunk(
+    [{ index: 0, delta: {}, finish_reason: finishReason, ...choiceIds, ...reply.choiceExtra }],
+    reply.extra ?? {},
+  );
   // As OpenAI's API does: a stream reports usage only when asked to (stream_options.include_usage).
   if (includeUsage) chunk([], { usage });
   response.end('data: [DONE]\n\n');
@@ -320,6 +338,7 @@ export async function startScriptedModelServer(
   options: { port?: number; host?: string } = {},
 ): Promise<ScriptedModelServer> {
   const requests: ScriptedRequestLog[] = [];
+  const tokenizer = new WordTokenizer();
   const server: Server = createServer((request, response) => {
     void (async () => {
       const path = (request.url ?? '/').split('?')[0]!;
@@ -366,8 +385,12 @@ export async function startScriptedModelServer(
       const stream = body.stream === true;
       const model = typeof body.model === 'string' ? body.model : script.model;
       const streamOptions = body.stream_options as { include_usage?: unknown } | null | undefined;
+      const tokens =
+        body.return_token_ids === true
+          ? { ...scriptedTokens(body, reply, tokenizer), isLogprobsAsked: body.logprobs === true }
+          : undefined;
       if (path.endsWith('/chat/completions'))
-        chatCompletion(reply, model, stream, response, streamOptions?.include_usage === true);
+        chatCompletion(reply, model, stream, response, streamOptions?.include_usage === true, tokens);
       else if (path.endsWith('/responses')) responsesApi(reply, model, stream, response);
       else if (path.endsWith('/messages')) anthropicMessages(reply, model, stream, response);
       else sendJson(response, 404, { error: { message: `no route ${path}`, type: 'not_found' } });
