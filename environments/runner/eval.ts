@@ -24,7 +24,7 @@ import { type EnvironmentKind, parseRow, rowInstruction, type TaskRow } from '..
 import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
-import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
+import { createJsonlAppender, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics, fieldStats, taskProfile } from './metrics.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields, gymFields } from './rollout-line.ts';
 import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
@@ -109,6 +109,7 @@ export function materialize(
 export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   const started = Date.now();
   const paths = outputPaths(options.output);
+  const appendJsonl = createJsonlAppender();
   await mkdir(dirname(resolve(options.output)), { recursive: true });
   const materialized = materialize(options.rows, options.numRepeats, options.harnessName);
   const done = new Set<string>();

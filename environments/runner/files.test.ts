@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readJsonl, writeJsonlAtomic } from './files.ts';
+import { createJsonlAppender, readJsonl, writeJsonlAtomic } from './files.ts';
 
 let directory = '';
 beforeAll(async () => {
@@ -52,5 +52,31 @@ describe('rollout files', () => {
     })();
     await expect(writeJsonlAtomic(path, unwritable)).rejects.toThrow('disk full');
     expect(await readFile(path, 'utf8')).toBe('{"n":1}\n{"n":2}\n');
+  });
+});
+
+describe('appending rollout lines', () => {
+  // Seen (issue 19, finding 7, in the gateway): appendFile writes a large line in 512 KiB pieces,
+  // so rollouts finishing at once (each carrying MiBs of model calls) interleaved and every one
+  // of them was lost to resume, reverify and the trainer.
+  it('keeps every line whole when large rows are appended at once', async () => {
+    const path = join(directory, 'concurrent.jsonl');
+    const appendJsonl = createJsonlAppender();
+    const rows = Array.from({ length: 8 }, (_, index) => ({
+      _ng_task_index: index,
+      model_calls: [String(index).repeat(3 * 1024 * 1024)],
+    }));
+    await Promise.all(rows.map((row) => appendJsonl(path, row)));
+    const read = await readJsonl(path);
+    expect(read.map((row) => row._ng_task_index).sort()).toEqual(rows.map((row) => row._ng_task_index));
+    await rm(path, { force: true });
+  });
+
+  it('starts a new line after a line torn by a crash, so the next row is not lost with it', async () => {
+    const path = join(directory, 'torn.jsonl');
+    await writeFile(path, `${JSON.stringify({ _ng_task_index: 0 })}\n{"_ng_task_index": 1, "mod`);
+    await createJsonlAppender()(path, { _ng_task_index: 2 });
+    expect((await readJsonl(path)).map((row) => row._ng_task_index)).toEqual([0, 2]);
+    await rm(path, { force: true });
   });
 });

@@ -1,9 +1,10 @@
 /** The files `gym eval run --output X.jsonl` writes, named as NeMo Gym names them. */
 import { once } from 'node:events';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { appendFile, rename, rm } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { finished } from 'node:stream/promises';
+import { LineAppender } from '../../core/line-file.ts';
 
 export function outputPaths(output: string) {
   const stem = output.endsWith('.jsonl') ? output.slice(0, -'.jsonl'.length) : output;
@@ -63,9 +64,16 @@ export async function writeJsonlAtomic(path: string, rows: Iterable<unknown>): P
   }
 }
 
-/** Appends one line; appendFile opens, writes and closes, so the line is out of the process at once. */
-export function appendJsonl(path: string, row: unknown): Promise<void> {
-  return appendFile(path, `${JSON.stringify(row)}\n`);
+/**
+ * An append of one row per call, for one run: each line written whole or not at all, in the order
+ * the calls were made, and a line torn by an earlier crash left on its own line
+ * (`core/line-file.ts`). `fs.appendFile` writes a large line in 512 KiB pieces, so rollouts that
+ * finish at once, each with MiBs of model calls, interleaved and were all lost.
+ */
+export function createJsonlAppender(): (path: string, row: unknown) => Promise<void> {
+  // Results are read by the user's own tools, as appendFile made them (0644 under the usual umask).
+  const lines = new LineAppender({ mode: 0o644 });
+  return (path, row) => lines.append(path, `${JSON.stringify(row)}\n`);
 }
 
 export const rolloutKey = (row: Record<string, unknown>) => `${row._ng_task_index}/${row._ng_rollout_index}`;
