@@ -526,11 +526,16 @@ export class DockerProvider implements SandboxProvider {
       const reason = wrapDockerError(error, { operation: 'list' }).message;
       return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
     }
-    // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL).
+    // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL):
+    // a container of a sandbox's snapshot (a build's, a user's `docker run`) carries that
+    // sandbox's identity labels. Only the container of the sandbox's own name is the sandbox.
     const sandboxes = containers
-      .flatMap(
-        (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
-      )
+      .flatMap((container) => {
+        const info = this.#toInfo(container.Labels, container.State, container.Image, container.Id);
+        return info !== null && (container.Names ?? []).includes(`/${this.containerName(info.id)}`)
+          ? info
+          : [];
+      })
       .filter((info) => hasUserLabels(info.labels, filter.labels));
     return { sandboxes, unreachable: [] };
   }
