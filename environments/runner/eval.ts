@@ -64,11 +64,17 @@ export interface EvalProgress {
   done: number;
   total: number;
   skipped: number;
+  /**
+   * The rewards in the rollouts file so far (a resumed run's earlier ones included), and how many:
+   * their mean is the `mean/reward` the run ends with.
+   */
   rewardSum: number;
+  rewarded: number;
   infraErrors: number;
   /** Rollouts whose verifier ran out of time: in the failures file, never a reward. */
   verifierTimeouts: number;
-  last?: { task: unknown; rollout: unknown; outcome: RolloutOutcome; reward: number };
+  /** The rollout that finished last, whatever its end (reward null when it earned none). */
+  last?: { task: unknown; rollout: unknown; outcome: RolloutOutcome; reward: number | null };
 }
 
 export interface EvalSummary {
@@ -111,8 +117,14 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   await mkdir(dirname(resolve(options.output)), { recursive: true });
   const materialized = materialize(options.rows, options.numRepeats, options.harnessName);
   const done = new Set<string>();
+  let resumedRewardSum = 0;
+  let resumedRewarded = 0;
   if (options.resume) {
-    for (const row of await readJsonl(paths.rollouts)) done.add(rolloutKey(row));
+    for (const row of await readJsonl(paths.rollouts)) {
+      done.add(rolloutKey(row));
+      resumedRewardSum += Number(row.reward);
+      resumedRewarded += 1;
+    }
   } else {
     await Promise.all([writeFile(paths.rollouts, ''), writeFile(paths.failures, '')]);
   }
@@ -159,7 +171,8 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     done: 0,
     total: pending.length,
     skipped: materialized.length - pending.length,
-    rewardSum: 0,
+    rewardSum: resumedRewardSum,
+    rewarded: resumedRewarded,
     infraErrors: 0,
     verifierTimeouts: 0,
   };
@@ -175,6 +188,8 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   const worker = async () => {
     while (next < pending.length) {
       const row = pending[next++]!;
+      let ended: RolloutOutcome | undefined;
+      let earned: number | null = null;
       for (let attempt = 0; attempt < options.maxInfraAttempts; attempt += 1) {
         const result = await runRollout(
           pools,
@@ -186,6 +201,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
           attempt,
         );
+        ended = result.outcome as RolloutOutcome;
         if (result.outcome === 'infra_error') {
           progress.infraErrors += 1;
           await appendJsonl(paths.failures, {
@@ -242,15 +258,19 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           break;
         }
         await appendJsonl(paths.rollouts, result);
-        progress.rewardSum += Number(result.reward);
-        progress.last = {
-          task: row._ng_task_index,
-          rollout: row._ng_rollout_index,
-          outcome: result.outcome as RolloutOutcome,
-          reward: Number(result.reward),
-        };
+        earned = Number(result.reward);
+        progress.rewardSum += earned;
+        progress.rewarded += 1;
         break;
       }
+      // Whatever the end (a verifier error, infra errors to the last attempt): the progress line
+      // once named the previous rollout after one without a reward.
+      progress.last = {
+        task: row._ng_task_index,
+        rollout: row._ng_rollout_index,
+        outcome: ended ?? 'infra_error',
+        reward: earned,
+      };
       progress.done += 1;
       options.onProgress?.({ ...progress });
     }

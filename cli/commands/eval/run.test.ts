@@ -565,3 +565,61 @@ describe('policyConfig, a key and a URL from each pair of sources', () => {
     else await expect(result).resolves.toBeDefined();
   });
 });
+
+describe("gym eval run's stderr", () => {
+  const environment = new URL('../../../test/fixtures/verifier-error-env', import.meta.url).pathname;
+
+  async function run(
+    env: Record<string, string>,
+  ): Promise<{ exitCode: number; said: string; output: string }> {
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-stderr-'));
+    const output = join(outputDir, 'out.jsonl');
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const args = ['eval', 'run', '--env', environment, '--concurrency', '1', '-o', output];
+    const exitCode = await runCli([...args, '--state-dir', daemon.stateDir], {
+      stdout: new PassThrough(),
+      stderr,
+      env,
+    });
+    return { exitCode, said, output };
+  }
+
+  it('names each rollout as it ends, a verifier error too, with the running mean the run ends with; logs are readable lines', async () => {
+    // Seen: after a verifier error the line named the previous rollout, the running mean counted
+    // the rollout without a reward as a 0 (0.500 against a final 0.667), and the warning was a
+    // raw JSON line among the readable ones.
+    const { said, output } = await run({});
+    const lines = said.split('\n').filter((line) => line.startsWith('rollout '));
+    expect(lines).toHaveLength(4);
+    expect(lines[1]).toMatch(/^rollout 2\/4 task 1 repeat 0: verifier_error \(mean 1\.000,/);
+    expect(lines[3]).toMatch(/^rollout 4\/4 task 3 repeat 0: reward 1 \(mean 0\.667,/);
+    const [metrics] = JSON.parse(
+      await readFile(output.replace(/\.jsonl$/, '_aggregate_metrics.json'), 'utf8'),
+    ) as Array<{ agent_metrics: Record<string, number> }>;
+    expect(metrics!.agent_metrics['mean/reward']!.toFixed(3)).toBe('0.667');
+    expect(said).toContain(
+      'gym: warning: verifier error: no reward (task 1, rollout 0, reason the test wrote no reward)',
+    );
+    expect(said.split('\n').filter((line) => line.startsWith('{'))).toEqual([]);
+  });
+
+  it('writes pino JSON log lines when GYM_LOG_FORMAT=json asks for them', async () => {
+    const { said } = await run({ GYM_LOG_FORMAT: 'json' });
+    const json = said
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { msg: string; task: number });
+    expect(json).toContainEqual(expect.objectContaining({ msg: 'verifier error: no reward', task: 1 }));
+  });
+});

@@ -1,9 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { pino } from 'pino';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
-import type { Logger } from '../../../core/logger.ts';
 import { configFromEnvironment, type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
@@ -13,6 +11,7 @@ import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
+import { commandLogger } from '../../log-output.ts';
 import type { evalRun } from '../../program.ts';
 import { formatDuration, remainingAtRate, startTicker } from '../../progress.ts';
 
@@ -141,6 +140,15 @@ export async function evalDaemonConfig(
 }
 
 /**
+ * The mean of the rewards written so far, as the run's `mean/reward` will be: over rewarded
+ * rollouts only (a verifier error or a given-up infra error has none), a resumed run's earlier
+ * ones included.
+ */
+export function runningMean(progress: Pick<EvalProgress, 'rewardSum' | 'rewarded'>): string {
+  return progress.rewarded > 0 ? (progress.rewardSum / progress.rewarded).toFixed(3) : '-';
+}
+
+/**
  * Prints an eval's progress on stderr: on a terminal a bar redrawn every second with the time
  * elapsed and left (at the rate so far), elsewhere a line per finished rollout.
  */
@@ -159,7 +167,7 @@ function progressPrinter(stderr: NodeJS.WritableStream & { isTTY?: boolean }): {
     const progress = latest;
     const minutes = elapsedMs / 60_000;
     const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
-    const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
+    const mean = runningMean(progress);
     const width = 30;
     const filled = Math.round((progress.done / Math.max(1, progress.total)) * width);
     return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${progress.done}/${progress.total} rollouts  mean reward ${mean}  ${rate}/min  infra errors ${progress.infraErrors}  ${timing(elapsedMs, progress)}`;
@@ -181,7 +189,7 @@ function progressPrinter(stderr: NodeJS.WritableStream & { isTTY?: boolean }): {
       const elapsedMs = Date.now() - started;
       const minutes = elapsedMs / 60_000;
       const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
-      const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
+      const mean = runningMean(progress);
       const last = progress.last;
       stderr.write(
         `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome === 'reward' ? `reward ${last.reward}` : last.outcome}` : ''} (mean ${mean}, ${rate}/min, ${timing(elapsedMs, progress)})\n`,
@@ -247,8 +255,8 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       env,
       stderr,
     );
-    const logger = pino({ level: env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
-      ReturnType<typeof pino>;
+    // Readable lines among the progress lines (JSON only with GYM_LOG_FORMAT=json).
+    const logger = commandLogger(env, stderr);
 
     let client: GymClient;
     let inProcess: RunningDaemon | undefined;
