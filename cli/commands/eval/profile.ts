@@ -5,6 +5,19 @@ import type { CommandOf } from '../../command.ts';
 import { formatTable } from '../../format.ts';
 import type { evalProfile } from '../../program.ts';
 
+/**
+ * The task's own id, when its rollouts carry one (SWE-bench's `instance_id`, a row's `id` or
+ * `task_id`); many rows have none (NeMo Gym's mcqa rows), and then the table shows `-`, never
+ * `undefined`.
+ */
+function taskId(row: Record<string, unknown> | undefined): string | number | undefined {
+  for (const key of ['instance_id', 'id', 'task_id']) {
+    const value = row?.[key];
+    if ((typeof value === 'string' && value !== '') || typeof value === 'number') return value;
+  }
+  return undefined;
+}
+
 export const evalProfileCommand: CommandOf<typeof evalProfile> = {
   async run({ options: values, stdout }) {
     const rows = await readJsonl(values.input);
@@ -20,7 +33,7 @@ export const evalProfileCommand: CommandOf<typeof evalProfile> = {
         const metrics = computeRewardMetrics([rewards]);
         return {
           _ng_task_index: task,
-          task_id: taskRows[0]?.instance_id ?? taskRows[0]?.id,
+          ...(taskId(taskRows[0]) === undefined ? {} : { task_id: taskId(taskRows[0]) }),
           rollouts: rewards.length,
           pass_rate: metrics['mean/reward'],
           ...metrics,
@@ -35,7 +48,7 @@ export const evalProfileCommand: CommandOf<typeof evalProfile> = {
           ['TASK', 'ID', 'ROLLOUTS', 'PASS RATE'],
           profile.map((row) => [
             String(row._ng_task_index),
-            String(row.task_id),
+            row.task_id === undefined ? '-' : String(row.task_id),
             String(row.rollouts),
             (row.pass_rate ?? 0).toFixed(2),
           ]),
