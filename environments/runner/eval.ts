@@ -536,11 +536,15 @@ async function runRollout(
   } catch (error) {
     // A mistake in the run's set-up (no such image, no model upstream) fails every rollout alike:
     // stop the run and say so, rather than retrying it as an outage.
-    if (isGymError(error, 'IMAGE_NOT_FOUND') && image !== null && kind.describeMissingImage !== undefined)
-      throw new GymError('IMAGE_NOT_FOUND', kind.describeMissingImage(image, row), {
-        details: { image },
-        cause: error,
-      });
+    if (isGymError(error, 'IMAGE_NOT_FOUND') && image !== null && kind.describeMissingImage !== undefined) {
+      // Where the provider's image sources looked (a tarball folder, a mirror), when it has any.
+      const searched = error.details?.imageSources;
+      throw new GymError(
+        'IMAGE_NOT_FOUND',
+        `${kind.describeMissingImage(image, row)}${typeof searched === 'string' ? ` (image sources: ${searched})` : ''}`,
+        { details: { image }, cause: error },
+      );
+    }
     if (isGymError(error) && CONFIGURATION_ERRORS.has(error.code)) throw error;
     verdict = {
       outcome: 'infra_error',
