@@ -6,7 +6,7 @@
 #   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec),
 #      python3-toolz (a real project's own tests, for the swebench kind's test),
 #      python3-pytest (the Python package's tests, python/tests)
-#      slurm-wlm + munge (a one-node Slurm cluster)
+#      slurm-wlm + munge (a one-node Slurm cluster), docker-registry (a loopback mirror for a test)
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
 #   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
@@ -51,6 +51,9 @@ command -v mksquashfs >/dev/null 2>&1 || missing+=(squashfs-tools)
 # A one-node Slurm cluster for the Slurm mode of the SSH providers (step 2c starts it).
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || missing+=(munge)
+# A registry mirror for the image-source test (providers/docker/image-sources.int.test.ts), which
+# starts its own on loopback with a temporary storage directory.
+[ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null

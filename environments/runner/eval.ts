@@ -65,11 +65,17 @@ export interface EvalProgress {
   done: number;
   total: number;
   skipped: number;
+  /**
+   * The rewards in the rollouts file so far (a resumed run's earlier ones included), and how many:
+   * their mean is the `mean/reward` the run ends with.
+   */
   rewardSum: number;
+  rewarded: number;
   infraErrors: number;
   /** Rollouts whose verifier ran out of time: in the failures file, never a reward. */
   verifierTimeouts: number;
-  last?: { task: unknown; rollout: unknown; outcome: RolloutOutcome; reward: number };
+  /** The rollout that finished last, whatever its end (reward null when it earned none). */
+  last?: { task: unknown; rollout: unknown; outcome: RolloutOutcome; reward: number | null };
 }
 
 export interface EvalSummary {
@@ -113,8 +119,14 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   await mkdir(dirname(resolve(options.output)), { recursive: true });
   const materialized = materialize(options.rows, options.numRepeats, options.harnessName);
   const done = new Set<string>();
+  let resumedRewardSum = 0;
+  let resumedRewarded = 0;
   if (options.resume) {
-    for (const row of await readJsonl(paths.rollouts)) done.add(rolloutKey(row));
+    for (const row of await readJsonl(paths.rollouts)) {
+      done.add(rolloutKey(row));
+      resumedRewardSum += Number(row.reward);
+      resumedRewarded += 1;
+    }
   } else {
     await Promise.all([writeFile(paths.rollouts, ''), writeFile(paths.failures, '')]);
   }
@@ -163,7 +175,8 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     done: 0,
     total: pending.length,
     skipped: materialized.length - pending.length,
-    rewardSum: 0,
+    rewardSum: resumedRewardSum,
+    rewarded: resumedRewarded,
     infraErrors: 0,
     verifierTimeouts: 0,
   };
@@ -179,6 +192,8 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   const worker = async () => {
     while (next < pending.length) {
       const row = pending[next++]!;
+      let ended: RolloutOutcome | undefined;
+      let earned: number | null = null;
       for (let attempt = 0; attempt < options.maxInfraAttempts; attempt += 1) {
         const result = await runRollout(
           pools,
@@ -193,6 +208,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
         const ours = gymFields(result);
         const outcome = ours.outcome as RolloutOutcome;
         const reason = (ours.verifier as { reason?: string } | undefined)?.reason;
+        ended = outcome;
         if (outcome === 'infra_error') {
           progress.infraErrors += 1;
           await appendJsonl(paths.failures, {
@@ -249,15 +265,19 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           break;
         }
         await appendJsonl(paths.rollouts, result);
-        progress.rewardSum += Number(result.reward);
-        progress.last = {
-          task: row._ng_task_index,
-          rollout: row._ng_rollout_index,
-          outcome,
-          reward: Number(result.reward),
-        };
+        earned = Number(result.reward);
+        progress.rewardSum += earned;
+        progress.rewarded += 1;
         break;
       }
+      // Whatever the end (a verifier error, infra errors to the last attempt): the progress line
+      // once named the previous rollout after one without a reward.
+      progress.last = {
+        task: row._ng_task_index,
+        rollout: row._ng_rollout_index,
+        outcome: ended ?? 'infra_error',
+        reward: earned,
+      };
       progress.done += 1;
       options.onProgress?.({ ...progress });
     }
@@ -552,11 +572,15 @@ async function runRollout(
   } catch (error) {
     // A mistake in the run's set-up (no such image, no model upstream) fails every rollout alike:
     // stop the run and say so, rather than retrying it as an outage.
-    if (isGymError(error, 'IMAGE_NOT_FOUND') && image !== null && kind.describeMissingImage !== undefined)
-      throw new GymError('IMAGE_NOT_FOUND', kind.describeMissingImage(image, row), {
-        details: { image },
-        cause: error,
-      });
+    if (isGymError(error, 'IMAGE_NOT_FOUND') && image !== null && kind.describeMissingImage !== undefined) {
+      // Where the provider's image sources looked (a tarball folder, a mirror), when it has any.
+      const searched = error.details?.imageSources;
+      throw new GymError(
+        'IMAGE_NOT_FOUND',
+        `${kind.describeMissingImage(image, row)}${typeof searched === 'string' ? ` (image sources: ${searched})` : ''}`,
+        { details: { image }, cause: error },
+      );
+    }
     if (isGymError(error) && CONFIGURATION_ERRORS.has(error.code)) throw error;
     verdict = {
       outcome: 'infra_error',

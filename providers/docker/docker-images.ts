@@ -7,6 +7,7 @@
  * lines, a task's setup), so they run with no network, under cpu, memory and pids limits, and
  * within a deadline after which they are removed, by the build or by the next daemon's sweep.
  */
+import { randomBytes } from 'node:crypto';
 import { PassThrough, type Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import * as tar from 'tar-stream';
@@ -74,14 +75,36 @@ const DERIVE_TIMEOUT_SECONDS = 540;
 /** How much longer than its build's time limit a build container's keeper lives. */
 const KEEPER_SLACK_SECONDS = 60;
 
-/** On a build container: the reference it builds. */
-export const BUILD_LABEL = 'gym.image-build';
+/**
+ * On a build container: the reference it builds. Not proof that a container is one: a commit
+ * copies the container's labels into the image, so every sandbox of a built image carries this
+ * label and the deadline below too (see {@link isBuildContainerName}). Earlier daemons used
+ * `gym.image-build` and `gym.image-build-deadline-at` and removed whatever carried them past the
+ * deadline: keys of their own keep the sandboxes of images built now out of such a daemon's reach.
+ */
+export const BUILD_LABEL = 'gym.build-reference';
+
+/**
+ * A build container's name: this prefix and 16 hex digits. A name is the one mark of a container
+ * that its image does not pass on, and no sandbox has one like it (sandbox names are
+ * `gym-<namespace>-<id>`, and a namespace has no dot).
+ */
+const BUILD_NAME_PREFIX = 'gym.image-build.';
+
+/** Whether an engine's name of a container (`/name`, as listings give it) is a build container's. */
+export function isBuildContainerName(name: string): boolean {
+  return /^\/?gym\.image-build\.[0-9a-f]{16}$/.test(name);
+}
+
+export function buildContainerName(): string {
+  return `${BUILD_NAME_PREFIX}${randomBytes(8).toString('hex')}`;
+}
 
 /**
  * On a build container: when its keeper ends (epoch milliseconds), after which nothing waits for
  * it and a daemon's start removes it (see `sweepLeftovers`).
  */
-export const BUILD_DEADLINE_LABEL = 'gym.image-build-deadline-at';
+export const BUILD_DEADLINE_LABEL = 'gym.build-deadline-at';
 
 /** The longest a build container without a deadline label (an older daemon's) may live: a plan's longest time limit. */
 const UNLABELLED_BUILD_MAX_MS = (24 * 3600 + KEEPER_SLACK_SECONDS) * 1000;
@@ -121,6 +144,10 @@ export class DockerImages {
    * left past the deadline is a daemon's that died: one it made but never started (auto-remove
    * acts only on exit), or one whose keeper (the base image's own `sleep`, which a dataset
    * chooses) did not end. Returns how many it removed.
+   *
+   * A build container is told by its name, never by its labels alone: every sandbox of a built
+   * image inherits the build's labels, its deadline long past, and a daemon's start once removed
+   * another live daemon's sandboxes (a user's `docker run` of the image too) as leftovers.
    */
   async sweepLeftovers(): Promise<number> {
     let containers: Docker.ContainerInfo[];
@@ -132,10 +159,11 @@ export class DockerImages {
     const now = this.#clock.now();
     let removed = 0;
     for (const info of containers) {
-      // A container inherits its image's labels, and an image built here carries its build
-      // container's (docker commit keeps them): every sandbox of a built image shows the build
-      // label and a long-past deadline. A sandbox is never a build container: it is its own
-      // daemon's to remove (removing it here killed live sandboxes, and commits of them, under load).
+      // Only what this code made as a build container (its name says so). A container inherits
+      // its image's labels, and images built before build containers were named carry their build
+      // container's (docker commit keeps them): sandboxes of those show the build label and a
+      // long-past deadline, and removing them here killed live sandboxes of other daemons.
+      if (!(info.Names ?? []).some(isBuildContainerName)) continue;
       if (info.Labels?.[SANDBOX_NAMESPACE_LABEL] !== undefined) continue;
       const labelled = Number(info.Labels?.[BUILD_DEADLINE_LABEL]);
       const deadline = Number.isFinite(labelled) ? labelled : info.Created * 1000 + UNLABELLED_BUILD_MAX_MS;
@@ -310,6 +338,7 @@ export class DockerImages {
     let container: Docker.Container;
     try {
       container = await this.#docker.createContainer({
+        name: buildContainerName(),
         Image: source.base,
         Entrypoint: ['sh', '-c', `sleep ${keeperSeconds}`],
         Cmd: [],
@@ -388,6 +417,7 @@ export class DockerImages {
     let container: Docker.Container;
     try {
       container = await this.#docker.createContainer({
+        name: buildContainerName(),
         Image: source.base,
         ...(baseEntrypoint.length > 0 ? { Entrypoint: keeper, Cmd: [] } : { Cmd: keeper }),
         User: '0',

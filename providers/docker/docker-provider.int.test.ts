@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { readdirSync, readlinkSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GymError } from '../../core/errors.ts';
@@ -9,7 +10,7 @@ import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { waitFor } from '../../test/wait-for.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
-import { BUILD_DEADLINE_LABEL, BUILD_LABEL } from './docker-images.ts';
+import { BUILD_DEADLINE_LABEL, BUILD_LABEL, isBuildContainerName } from './docker-images.ts';
 import { DEFAULT_BUILD_RESOURCES, DockerProvider } from './docker-provider.ts';
 import { createDockerClient, createDockerProvider } from './index.ts';
 
@@ -35,7 +36,9 @@ const removeImage = async (image: string) => {
 
 /** The build containers of a plan image still there (none once its build ended, however). */
 const buildLeftovers = async (reference: string) =>
-  (await docker.listContainers({ all: true, filters: { label: [`${BUILD_LABEL}=${reference}`] } })).length;
+  (await docker.listContainers({ all: true, filters: { label: [`${BUILD_LABEL}=${reference}`] } })).filter(
+    (container) => container.Names.some(isBuildContainerName),
+  ).length;
 
 describeSandboxProviderContract({
   name: 'docker (busybox)',
@@ -269,17 +272,41 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
 
   // A daemon killed between creating a build container and starting it leaves one that
   // auto-remove never removes; one whose keeper (the dataset's own `sleep`) never ends likewise.
-  it("removes build containers past their deadline at start, and keeps another build's", async () => {
+  it("lists a sandbox once, not a container that only carries its labels (one of the sandbox's snapshot)", async () => {
+    const sandbox = await provider.create(spec());
+    const inspected = await docker.getContainer(provider.containerName(sandbox.id)).inspect();
+    const lookalike = await docker.createContainer({
+      name: `gym-test-lookalike-${randomBytes(6).toString('hex')}`,
+      Image: busybox,
+      Cmd: ['sleep', '600'],
+      HostConfig: { NetworkMode: 'none' },
+      Labels: inspected.Config.Labels,
+    });
+    try {
+      const listed = (await provider.list()).sandboxes.filter((info) => info.id === sandbox.id);
+      expect(listed.map((info) => info.providerRef)).toEqual([inspected.Id]);
+    } finally {
+      await lookalike.remove({ force: true }).catch(() => {});
+      await provider.destroy(sandbox.id);
+    }
+  });
+
+  it("removes build containers past their deadline at start, and keeps another build's and whatever only inherited a build's labels", async () => {
     const reference = `gym-test/build-sweep-${context.daemonId}:left`;
-    const leftover = (deadlineAt: number) =>
+    const leftover = (deadlineAt: number, name: string) =>
       docker.createContainer({
+        name,
         Image: busybox,
         Cmd: ['sleep', '600'],
         HostConfig: { NetworkMode: 'none' },
         Labels: { [BUILD_LABEL]: reference, [BUILD_DEADLINE_LABEL]: String(deadlineAt) },
       });
-    const stale = await leftover(Date.now() - 1000);
-    const live = await leftover(Date.now() + 600_000);
+    const buildName = () => `gym.image-build.${randomBytes(8).toString('hex')}`;
+    const stale = await leftover(Date.now() - 1000, buildName());
+    const live = await leftover(Date.now() + 600_000, buildName());
+    // A sandbox (or a user's container) of a built image carries the build's labels, as a commit
+    // copies them into the image: it is no build container, whatever its deadline label says.
+    const inherited = await leftover(Date.now() - 1000, `gym-test-${randomBytes(6).toString('hex')}`);
     await live.start();
     // A sandbox of an image built here: it inherits the build container's labels (docker commit
     // keeps them), deadline long past. Seen: any daemon's start removed such live sandboxes.
@@ -294,6 +321,7 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
       },
     });
     await sandbox.start();
+    await inherited.start();
     try {
       const started = await createDockerProvider({}, testContext());
       await started.close();
@@ -301,10 +329,14 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
         all: true,
         filters: { label: [`${BUILD_LABEL}=${reference}`] },
       });
-      expect(left.map((container) => container.Id).sort()).toEqual([live.id, sandbox.id].sort());
+      expect(left.map((container) => container.Id).sort()).toEqual(
+        [live.id, inherited.id, sandbox.id].sort(),
+      );
     } finally {
       await Promise.all(
-        [stale, live, sandbox].map((container) => container.remove({ force: true }).catch(() => {})),
+        [stale, live, inherited, sandbox].map((container) =>
+          container.remove({ force: true }).catch(() => {}),
+        ),
       );
     }
   });

@@ -47,6 +47,7 @@ import { DockerImages } from './docker-images.ts';
 import { openDockerSession } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
+import { ImageSources, ImageSourcesSchema } from './image-sources.ts';
 import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
@@ -149,6 +150,11 @@ export const DockerProviderOptionsSchema = z
      * fork-bomb the host or take its memory. Each unset field defaults to the same value as the
      * daemon's `defaults.resources`.
      */
+    /**
+     * Where a missing image may be loaded from (a folder of `docker save` tarballs, a registry
+     * mirror of the operator's); nothing is pulled without it. See `image-sources.ts`.
+     */
+    imageSources: ImageSourcesSchema.default({}),
     buildResources: z
       .object({
         cpus: ResourcesSchema.shape.cpus.unwrap().default(DEFAULT_BUILD_RESOURCES.cpus),
@@ -241,6 +247,7 @@ export class DockerProvider implements SandboxProvider {
   readonly #images: DockerImages;
   /** Verifier toolchains compared with their images, from the engine's side. */
   readonly #toolchain: DockerToolchainCheck;
+  readonly #imageSources: ImageSources;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -248,6 +255,7 @@ export class DockerProvider implements SandboxProvider {
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
     this.#images = new DockerImages(docker, context.logger, this.#options.buildResources, context.clock);
     this.#toolchain = new DockerToolchainCheck(docker, context.clock);
+    this.#imageSources = new ImageSources(docker, this.#options.imageSources, context.logger);
     this.#relays = new GatewayRelays({
       maxConnections: this.#options.relayMaxConnections,
       idleTimeoutMs: this.#options.relayIdleTimeoutMs,
@@ -288,6 +296,29 @@ export class DockerProvider implements SandboxProvider {
       toolchainCheck: true,
       imageFormats: ['rootfs', 'derived', 'plan'],
     };
+  }
+
+  /**
+   * Creates the container; an image missing from the engine is first fetched from the configured
+   * image sources (once), else it is IMAGE_NOT_FOUND naming where it was looked for.
+   */
+  async #createContainer(image: string, options: Docker.ContainerCreateOptions): Promise<Docker.Container> {
+    try {
+      return await this.#docker.createContainer(options);
+    } catch (error) {
+      const wrapped = wrapDockerError(error, { operation: 'create', image });
+      if (wrapped.code !== 'IMAGE_NOT_FOUND' || !this.#imageSources.isConfigured) throw wrapped;
+      if (!(await this.#imageSources.fetch(image)))
+        throw new GymError(
+          'IMAGE_NOT_FOUND',
+          `${wrapped.message}; the configured image sources have none: ${this.#imageSources.describe(image)}`,
+          {
+            details: { ...wrapped.details, image, imageSources: this.#imageSources.describe(image) },
+            cause: error,
+          },
+        );
+    }
+    return this.#docker.createContainer(options);
   }
 
   /** Container names embed the namespace, so a lookup by name never crosses deployments. */
@@ -381,7 +412,7 @@ export class DockerProvider implements SandboxProvider {
 
     let container: Docker.Container;
     try {
-      container = await this.#docker.createContainer({
+      container = await this.#createContainer(spec.image, {
         name: this.containerName(id),
         Image: spec.image,
         // With the exec helper mounted, PID 1 is the helper's keeper: it runs nothing of the
@@ -533,11 +564,16 @@ export class DockerProvider implements SandboxProvider {
       const reason = wrapDockerError(error, { operation: 'list' }).message;
       return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
     }
-    // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL).
+    // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL):
+    // a container of a sandbox's snapshot (a build's, a user's `docker run`) carries that
+    // sandbox's identity labels. Only the container of the sandbox's own name is the sandbox.
     const sandboxes = containers
-      .flatMap(
-        (container) => this.#toInfo(container.Labels, container.State, container.Image, container.Id) ?? [],
-      )
+      .flatMap((container) => {
+        const info = this.#toInfo(container.Labels, container.State, container.Image, container.Id);
+        return info !== null && (container.Names ?? []).includes(`/${this.containerName(info.id)}`)
+          ? info
+          : [];
+      })
       .filter((info) => hasUserLabels(info.labels, filter.labels));
     return { sandboxes, unreachable: [] };
   }

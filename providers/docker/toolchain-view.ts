@@ -24,7 +24,7 @@ import {
   type ToolchainView,
 } from '../shared/toolchain-rules.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
-import { BUILD_DEADLINE_LABEL, BUILD_LABEL } from './docker-images.ts';
+import { BUILD_DEADLINE_LABEL, BUILD_LABEL, buildContainerName } from './docker-images.ts';
 import { type OverlayFolders, overlayChanges, overlayFolders, upperFingerprint } from './overlay-changes.ts';
 
 /** The PATH a command gets when the image sets none (Docker's own default). */
@@ -203,6 +203,9 @@ export class DockerToolchainCheck {
     let pristine: Promise<Docker.Container> | undefined;
     const image = () => {
       pristine ??= this.#docker.createContainer({
+        // Named as a build container, so a daemon's start removes it past its deadline if this
+        // daemon died holding it.
+        name: buildContainerName(),
         Image: info.Image,
         // Never started: the command is only what the engine needs to create it.
         Entrypoint: ['/gym-toolchain-view-never-started'],

@@ -11,15 +11,19 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
+import { type Clock, systemClock } from '../../core/clock.ts';
 import { silentLogger } from '../../core/logger.ts';
+import { ImageService } from '../../daemon/images.ts';
 import { type OwnerRecord, procHostProcesses } from '../../daemon/owners.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
+import { DockerProvider } from '../../providers/docker/index.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, localImages, testImage } from '../docker-available.ts';
+import { testContext } from '../fixtures/provider-context.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -67,6 +71,73 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
     expect(await first.manager.exec(ofFirst.id, { argv: ['true'] })).toMatchObject({ status: 'ok' });
     expect(await second.manager.exec(ofSecond.id, { argv: ['true'] })).toMatchObject({ status: 'ok' });
   }, 60_000);
+
+  it('starts beside a peer that is creating sandboxes and touches none of them, whatever the start order, though their image was built long ago', async () => {
+    // Seen: two `gym eval run` on swe-mini, the second started 4 s after the first: the first lost
+    // verifier sandboxes as the second daemon started. A build commits its container's labels into
+    // the image, so every sandbox of a task image carried the build's labels with a deadline long
+    // past, and a starting daemon's sweep of leftover build containers removed them.
+    const hourAgo: Clock = { ...systemClock, now: () => systemClock.now() - 3600_000 };
+    const builder = new ImageService({
+      providers: new Map([['docker', new DockerProvider(docker, testContext({ clock: hourAgo }))]]),
+      defaultProvider: () => 'docker',
+      logger: silentLogger,
+    });
+    const image = `gym/share-engine-built-long-ago:${randomBytes(4).toString('hex')}`;
+    await builder.prepare({
+      kind: 'derived',
+      reference: image,
+      base: busybox,
+      workdir: '/work',
+      files: { 'marker.txt': 'built an hour ago\n' },
+      command: 'true',
+      env: {},
+    });
+    const namespace = `order-${randomBytes(3).toString('hex')}`;
+    try {
+      // Each daemon in turn is the one creating while the other starts (a restart on its state
+      // directory is a start too).
+      const first = await startTestDaemon({ namespace, orphanScanIntervalMs: 300 });
+      daemons.push(first);
+      const secondStateDir = await mkdtemp(join(tmpdir(), 'gym-share-second-'));
+      directories.push(secondStateDir);
+      const creating = (daemon: TestDaemon) =>
+        Promise.all(Array.from({ length: 4 }, () => daemon.manager.create({ image })));
+      const [ofFirst, second] = await Promise.all([
+        creating(first),
+        new Promise((resolve) => setTimeout(resolve, 200)).then(() =>
+          startTestDaemon({ namespace, stateDir: secondStateDir, orphanScanIntervalMs: 300 }),
+        ),
+      ]);
+      daemons.push(second);
+      const [ofSecond, restartedFirst] = await Promise.all([
+        creating(second),
+        (async () => {
+          await first.stop({ destroy: false });
+          return startTestDaemon({ namespace, stateDir: first.stateDir, orphanScanIntervalMs: 300 });
+        })(),
+      ]);
+      daemons.push(restartedFirst);
+      // A few orphan scans of both.
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const everyId = [...ofFirst, ...ofSecond].map((sandbox) => sandbox.id).sort();
+      expect(await containerIds(namespace)).toEqual(everyId);
+      for (const sandbox of ofFirst)
+        expect(
+          await restartedFirst.manager.exec(sandbox.id, { argv: ['cat', '/work/marker.txt'] }),
+        ).toMatchObject({
+          status: 'ok',
+          stdout: 'built an hour ago\n',
+        });
+      for (const sandbox of ofSecond)
+        expect(await second.manager.exec(sandbox.id, { argv: ['true'] })).toMatchObject({ status: 'ok' });
+    } finally {
+      await docker
+        .getImage(image)
+        .remove({ force: true })
+        .catch(() => {});
+    }
+  }, 120_000);
 
   it("reclaims a crashed daemon's sandboxes only once its record shows a dead pid past the grace", async () => {
     const namespace = `crash-${randomBytes(3).toString('hex')}`;

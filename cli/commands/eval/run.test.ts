@@ -366,3 +366,260 @@ describe('gym eval run on Harbor rows from a JSONL file', () => {
     expect(said).toMatch(/preparing the task images \(1 of 1: \S+task-b\S*\), 0 s elapsed/);
   });
 });
+
+describe("gym eval run's policy key and URL from different sources", () => {
+  const memoryModule = new URL('../../../test/fixtures/memory-provider.ts', import.meta.url).pathname;
+
+  /**
+   * Runs `gym eval run` (one mcqa rollout) in a folder whose ./env.yaml is `envYaml`, as a
+   * downloaded folder would be run; the loopback model server stands in for the URL the file
+   * names and records what arrives. Returns the exit code, what was said, and the
+   * Authorization headers the file's URL received.
+   */
+  async function runInFoundFolder(options: {
+    envYaml: (url: string) => string;
+    args?: string[];
+    env?: Record<string, string>;
+    /** Run against a daemon already running (else the run starts one in-process under GYM_CONFIG). */
+    runningDaemon?: boolean;
+    /** Extra lines for GYM_CONFIG (in-process daemon only). */
+    configLines?: string[];
+  }): Promise<{ exitCode: number; said: string; authorizations: Array<string | undefined> }> {
+    model = await startScriptedModelServer(
+      ModelScriptSchema.parse({ conversations: [{ replies: [{ content: 'Answer: B' }] }] }),
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-found-key-'));
+    await writeFile(join(outputDir, 'env.yaml'), options.envYaml(model.baseUrl));
+    const env: Record<string, string> = { ...options.env };
+    const args = ['eval', 'run', '--env', 'mcqa', '--limit', '1', '-o', join(outputDir, 'out.jsonl')];
+    if (options.runningDaemon === true) {
+      daemon = await startTestDaemon(
+        { providers: [{ name: 'memory' }] },
+        {
+          factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+          listen: true,
+        },
+      );
+      args.push('--state-dir', daemon.stateDir);
+    } else {
+      const config = join(outputDir, 'gym.yaml');
+      await writeFile(
+        config,
+        [
+          `stateDir: ${join(outputDir, 'state')}`,
+          'providers:',
+          `  - { name: memory, module: ${memoryModule} }`,
+          ...(options.configLines ?? []),
+          '',
+        ].join('\n'),
+      );
+      env.GYM_CONFIG = config;
+    }
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const before = process.cwd();
+    process.chdir(outputDir);
+    let exitCode: number;
+    try {
+      exitCode = await runCli([...args, ...(options.args ?? [])], { stdout: new PassThrough(), stderr, env });
+    } finally {
+      process.chdir(before);
+    }
+    const authorizations = model.requests.map(
+      (request) => request.headers.authorization as string | undefined,
+    );
+    return { exitCode, said, authorizations };
+  }
+
+  it.each([
+    { runningDaemon: false, label: 'an in-process daemon' },
+    { runningDaemon: true, label: 'a running daemon' },
+  ])(
+    "never sends --policy-api-key to a found env.yaml's policy_base_url ($label)",
+    async ({ runningDaemon }) => {
+      // Seen: a downloaded folder's env.yaml with only policy_base_url got the operator's key.
+      const { exitCode, said, authorizations } = await runInFoundFolder({
+        envYaml: (url) => `policy_base_url: ${url}\n`,
+        args: ['--policy-api-key', 'sk-operator-secret'],
+        runningDaemon,
+      });
+      expect(authorizations.filter((header) => header?.includes('sk-operator-secret'))).toEqual([]);
+      expect(exitCode).not.toBe(0);
+      expect(said).toContain(
+        'the key of --policy-api-key would go to the URL of policy_base_url in ./env.yaml (only found in the current directory)',
+      );
+    },
+  );
+
+  it("never sends the daemon's configured key (GYM_CONFIG or GYM_POLICY_API_KEY) to a found file's URL", async () => {
+    const fromConfig = await runInFoundFolder({
+      envYaml: (url) => `policy_base_url: ${url}\n`,
+      configLines: [
+        'gateway: { upstream: { baseUrl: http://127.0.0.1:9/v1, apiKey: sk-from-config }, maxRetries: 0 }',
+      ],
+    });
+    expect(fromConfig.exitCode).toBe(0);
+    expect(fromConfig.authorizations.length).toBeGreaterThan(0);
+    expect(fromConfig.authorizations.filter((header) => header?.includes('sk-from-config'))).toEqual([]);
+    await model?.close();
+    await rm(outputDir!, { recursive: true, force: true });
+
+    const fromEnvironment = await runInFoundFolder({
+      envYaml: (url) => `policy_base_url: ${url}\n`,
+      env: { GYM_POLICY_BASE_URL: 'http://127.0.0.1:9/v1', GYM_POLICY_API_KEY: 'sk-from-environment' },
+    });
+    expect(fromEnvironment.exitCode).toBe(0);
+    expect(fromEnvironment.authorizations.length).toBeGreaterThan(0);
+    expect(
+      fromEnvironment.authorizations.filter((header) => header?.includes('sk-from-environment')),
+    ).toEqual([]);
+  });
+
+  it("lets a found file's own key go to its own URL, and the operator's key to a URL the operator gave", async () => {
+    // The file's key is its author's, not the operator's: nothing of the operator's leaves.
+    const own = await runInFoundFolder({
+      envYaml: (url) => `policy_base_url: ${url}\npolicy_api_key: sk-folder-author\n`,
+    });
+    expect(own.exitCode).toBe(0);
+    expect(own.authorizations[0]).toBe('Bearer sk-folder-author');
+    await model?.close();
+    await rm(outputDir!, { recursive: true, force: true });
+
+    // Given with --env-yaml, the same file is the operator's choice: the flag's key goes to its URL.
+    const given = await runInFoundFolder({
+      envYaml: (url) => `policy_base_url: ${url}\n`,
+      args: ['--env-yaml', 'env.yaml', '--policy-api-key', 'sk-operator'],
+    });
+    expect(given.exitCode).toBe(0);
+    expect(given.authorizations[0]).toBe('Bearer sk-operator');
+  });
+});
+
+describe('policyConfig, a key and a URL from each pair of sources', () => {
+  const cases: Array<{
+    name: string;
+    file?: string;
+    given?: boolean;
+    flags?: { baseUrl?: string; apiKey?: string };
+    refused: boolean;
+  }> = [
+    {
+      name: 'flag key, found URL',
+      file: 'policy_base_url: http://found/v1\n',
+      flags: { apiKey: 'k' },
+      refused: true,
+    },
+    {
+      name: "flag key over a found file's own key, found URL",
+      file: 'policy_base_url: http://found/v1\npolicy_api_key: theirs\n',
+      flags: { apiKey: 'k' },
+      refused: true,
+    },
+    {
+      name: 'flag key, flag URL, found file',
+      file: 'policy_base_url: http://found/v1\n',
+      flags: { apiKey: 'k', baseUrl: 'http://mine/v1' },
+      refused: false,
+    },
+    {
+      name: 'found key, flag URL',
+      file: 'policy_api_key: theirs\n',
+      flags: { baseUrl: 'http://mine/v1' },
+      refused: false,
+    },
+    {
+      name: 'found key, found URL',
+      file: 'policy_base_url: http://found/v1\npolicy_api_key: theirs\n',
+      refused: false,
+    },
+    {
+      name: 'flag key, given file URL',
+      file: 'policy_base_url: http://given/v1\n',
+      given: true,
+      flags: { apiKey: 'k' },
+      refused: false,
+    },
+    {
+      name: 'given file key, flag URL',
+      file: 'policy_api_key: mine\n',
+      given: true,
+      flags: { baseUrl: 'http://mine/v1' },
+      refused: false,
+    },
+    { name: 'flag key, no URL', flags: { apiKey: 'k' }, refused: false },
+  ];
+  it.each(cases)('$name: refused $refused', async ({ file, given, flags, refused }) => {
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-policy-sources-'));
+    if (file !== undefined) await writeFile(join(outputDir, 'env.yaml'), file);
+    const result = policyConfig(
+      given === true ? join(outputDir, 'env.yaml') : undefined,
+      flags ?? {},
+      {},
+      new PassThrough(),
+      outputDir,
+    );
+    if (refused) await expect(result).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+    else await expect(result).resolves.toBeDefined();
+  });
+});
+
+describe("gym eval run's stderr", () => {
+  const environment = new URL('../../../test/fixtures/verifier-error-env', import.meta.url).pathname;
+
+  async function run(
+    env: Record<string, string>,
+  ): Promise<{ exitCode: number; said: string; output: string }> {
+    daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    outputDir = await mkdtemp(join(tmpdir(), 'gym-eval-stderr-'));
+    const output = join(outputDir, 'out.jsonl');
+    const stderr = new PassThrough();
+    let said = '';
+    stderr.on('data', (chunk: Buffer) => {
+      said += chunk.toString();
+    });
+    const args = ['eval', 'run', '--env', environment, '--concurrency', '1', '-o', output];
+    const exitCode = await runCli([...args, '--state-dir', daemon.stateDir], {
+      stdout: new PassThrough(),
+      stderr,
+      env,
+    });
+    return { exitCode, said, output };
+  }
+
+  it('names each rollout as it ends, a verifier error too, with the running mean the run ends with; logs are readable lines', async () => {
+    // Seen: after a verifier error the line named the previous rollout, the running mean counted
+    // the rollout without a reward as a 0 (0.500 against a final 0.667), and the warning was a
+    // raw JSON line among the readable ones.
+    const { said, output } = await run({});
+    const lines = said.split('\n').filter((line) => line.startsWith('rollout '));
+    expect(lines).toHaveLength(4);
+    expect(lines[1]).toMatch(/^rollout 2\/4 task 1 repeat 0: verifier_error \(mean 1\.000,/);
+    expect(lines[3]).toMatch(/^rollout 4\/4 task 3 repeat 0: reward 1 \(mean 0\.667,/);
+    const [metrics] = JSON.parse(
+      await readFile(output.replace(/\.jsonl$/, '_aggregate_metrics.json'), 'utf8'),
+    ) as Array<{ agent_metrics: Record<string, number> }>;
+    expect(metrics!.agent_metrics['mean/reward']!.toFixed(3)).toBe('0.667');
+    expect(said).toContain(
+      'gym: warning: verifier error: no reward (task 1, rollout 0, reason the test wrote no reward)',
+    );
+    expect(said.split('\n').filter((line) => line.startsWith('{'))).toEqual([]);
+  });
+
+  it('writes pino JSON log lines when GYM_LOG_FORMAT=json asks for them', async () => {
+    const { said } = await run({ GYM_LOG_FORMAT: 'json' });
+    const json = said
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { msg: string; task: number });
+    expect(json).toContainEqual(expect.objectContaining({ msg: 'verifier error: no reward', task: 1 }));
+  });
+});

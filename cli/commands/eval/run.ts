@@ -1,9 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { pino } from 'pino';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
-import type { Logger } from '../../../core/logger.ts';
 import { configFromEnvironment, type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
@@ -13,6 +11,7 @@ import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
+import { commandLogger } from '../../log-output.ts';
 import type { evalRun } from '../../program.ts';
 import { formatDuration, remainingAtRate, startTicker } from '../../progress.ts';
 
@@ -22,11 +21,35 @@ interface PolicyConfig {
   model?: string;
 }
 
+/** Where a policy setting came from: a flag, the file given with --env-yaml, or a ./env.yaml only found. */
+type PolicySource = 'flag' | 'env-yaml' | 'found';
+
+/**
+ * How far the operator vouched for each source. Flags and a file named with --env-yaml are the
+ * operator's own choice (such a file may read the host environment, so it is trusted with the
+ * keys in it anyway); a ./env.yaml that was only found in the current directory is whoever
+ * wrote the folder's. The daemon's own upstream (GYM_CONFIG, GYM_POLICY_*) never mixes with
+ * these: a run's URL replaces it whole, key included (evalDaemonConfig, the gateway's per-rollout
+ * upstream).
+ */
+const TRUST: Readonly<Record<PolicySource, number>> = { found: 0, 'env-yaml': 1, flag: 1 };
+
+const SOURCE_NAMES: Readonly<Record<PolicySource, (key: string) => string>> = {
+  flag: (key) => `--${key.replaceAll('_', '-')}`,
+  'env-yaml': (key) => `${key} in the file given with --env-yaml`,
+  found: (key) => `${key} in ./env.yaml (only found in the current directory)`,
+};
+
 /**
  * NeMo Gym's env.yaml keys (policy_base_url, policy_api_key, policy_model_name; `${oc.env:VAR}`
  * resolved), then flags. Which file was read is said on stderr. A ./env.yaml that was only found
  * (not given with --env-yaml) may not read the host environment: a downloaded folder's env.yaml
- * could otherwise send `${oc.env:OPENAI_API_KEY}` to its own policy_base_url.
+ * could otherwise send `${oc.env:OPENAI_API_KEY}` to its own policy_base_url. For the same
+ * reason a key never goes to a URL from a less trusted source than its own (a
+ * --policy-api-key with a found file's policy_base_url is refused): mixing sources must not
+ * get round the guard on found files.
+ *
+ * @throws GymError VALIDATION_FAILED when the key would go to a less trusted source's URL.
  */
 export async function policyConfig(
   path: string | undefined,
@@ -44,15 +67,28 @@ export async function policyConfig(
         : `gym: reading ${candidate} (--env-yaml)\n`,
     );
   const fromFile = candidate === undefined ? {} : await readEnvYaml(candidate, found ? null : env);
-  const pick = (flag: string | undefined, key: string) =>
-    flag ?? (typeof fromFile[key] === 'string' ? (fromFile[key] as string) : undefined);
-  const config: PolicyConfig = {};
+  const fileSource: PolicySource = found ? 'found' : 'env-yaml';
+  const pick = (
+    flag: string | undefined,
+    key: string,
+  ): { value: string; source: PolicySource } | undefined => {
+    if (flag !== undefined) return { value: flag, source: 'flag' };
+    const value = fromFile[key];
+    return typeof value === 'string' ? { value, source: fileSource } : undefined;
+  };
   const baseUrl = pick(flags.baseUrl, 'policy_base_url');
   const apiKey = pick(flags.apiKey, 'policy_api_key');
   const model = pick(flags.model, 'policy_model_name');
-  if (baseUrl !== undefined) config.baseUrl = baseUrl;
-  if (apiKey !== undefined) config.apiKey = apiKey;
-  if (model !== undefined) config.model = model;
+  if (baseUrl !== undefined && apiKey !== undefined && TRUST[apiKey.source] > TRUST[baseUrl.source])
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `the key of ${SOURCE_NAMES[apiKey.source]('policy_api_key')} would go to the URL of ${SOURCE_NAMES[baseUrl.source]('policy_base_url')}, which may be anyone's: give the URL too (--policy-base-url), or the file with --env-yaml if you trust it`,
+      { details: { keySource: apiKey.source, urlSource: baseUrl.source } },
+    );
+  const config: PolicyConfig = {};
+  if (baseUrl !== undefined) config.baseUrl = baseUrl.value;
+  if (apiKey !== undefined) config.apiKey = apiKey.value;
+  if (model !== undefined) config.model = model.value;
   return config;
 }
 
@@ -122,6 +158,15 @@ export async function evalDaemonConfig(
 }
 
 /**
+ * The mean of the rewards written so far, as the run's `mean/reward` will be: over rewarded
+ * rollouts only (a verifier error or a given-up infra error has none), a resumed run's earlier
+ * ones included.
+ */
+export function runningMean(progress: Pick<EvalProgress, 'rewardSum' | 'rewarded'>): string {
+  return progress.rewarded > 0 ? (progress.rewardSum / progress.rewarded).toFixed(3) : '-';
+}
+
+/**
  * Prints an eval's progress on stderr: on a terminal a bar redrawn every second with the time
  * elapsed and left (at the rate so far), elsewhere a line per finished rollout.
  */
@@ -140,7 +185,7 @@ function progressPrinter(stderr: NodeJS.WritableStream & { isTTY?: boolean }): {
     const progress = latest;
     const minutes = elapsedMs / 60_000;
     const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
-    const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
+    const mean = runningMean(progress);
     const width = 30;
     const filled = Math.round((progress.done / Math.max(1, progress.total)) * width);
     return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${progress.done}/${progress.total} rollouts  mean reward ${mean}  ${rate}/min  infra errors ${progress.infraErrors}  ${timing(elapsedMs, progress)}`;
@@ -162,7 +207,7 @@ function progressPrinter(stderr: NodeJS.WritableStream & { isTTY?: boolean }): {
       const elapsedMs = Date.now() - started;
       const minutes = elapsedMs / 60_000;
       const rate = minutes > 0 ? (progress.done / minutes).toFixed(1) : '-';
-      const mean = progress.done > 0 ? (progress.rewardSum / progress.done).toFixed(3) : '-';
+      const mean = runningMean(progress);
       const last = progress.last;
       stderr.write(
         `rollout ${progress.done}/${progress.total}${last ? ` task ${last.task} repeat ${last.rollout}: ${last.outcome === 'reward' ? `reward ${last.reward}` : last.outcome}` : ''} (mean ${mean}, ${rate}/min, ${timing(elapsedMs, progress)})\n`,
@@ -234,8 +279,8 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       env,
       stderr,
     );
-    const logger = pino({ level: env.GYM_LOG_LEVEL ?? 'warn' }, pino.destination(2)) as unknown as Logger &
-      ReturnType<typeof pino>;
+    // Readable lines among the progress lines (JSON only with GYM_LOG_FORMAT=json).
+    const logger = commandLogger(env, stderr);
 
     let client: GymClient;
     let inProcess: RunningDaemon | undefined;

@@ -7,6 +7,28 @@ export const sandboxCreateCommand: CommandOf<typeof sandboxCreate> = {
   async run({ options: values, env, stdout }) {
     if (values.image === undefined && values.pool === undefined)
       throw new UsageError('--image or --pool is required (see `gym image ls`, `gym pool ls`)');
+    if (values.pool !== undefined) {
+      // A pooled sandbox was made from the pool's spec before it was asked for: these cannot
+      // apply, and the API refuses them too. Silently dropping them once handed out a sandbox
+      // with other resources than the ones asked for.
+      const specOptions = {
+        '--image': values.image,
+        '--cpus': values.cpus,
+        '--memory': values.memory,
+        '--pids': values.pids,
+        '--workdir': values.workdir,
+        '--user': values.user,
+        '--network': values.network,
+        '--provider': values.provider,
+      };
+      const given = Object.entries(specOptions)
+        .filter(([, value]) => value !== undefined)
+        .map(([flag]) => flag);
+      if (given.length > 0)
+        throw new UsageError(
+          `--pool takes the pool's spec as it is: ${given.join(', ')} cannot be used with it (only --ttl, --label and --env apply per sandbox; see \`gym pool ls\`, or create with --image)`,
+        );
+    }
     const client = await connect(resolveStateDir(values.stateDir, env));
     if (values.pool !== undefined) {
       const sandbox = await client.createSandbox({
