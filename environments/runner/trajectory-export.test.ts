@@ -10,6 +10,11 @@ import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../cli/program.ts';
 import { silentLogger } from '../../core/logger.ts';
+import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
+import { startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
+import type { ProviderContext } from '../../providers/sandbox-provider.ts';
+import { startTestDaemon } from '../../test/daemon-harness.ts';
+import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
 import { readJsonl } from './files.ts';
 import { toAtif, toNgTrajectory, trajectoryPaths } from './trajectory-export.ts';
 import { atifTrajectorySchema, ngTrajectorySchema } from './trajectory-schemas.ts';
@@ -410,5 +415,52 @@ describe('gym eval export', () => {
     expect(await runCli(['eval', 'export', broken, '--format', 'ng'], { ...streams, stderr })).not.toBe(0);
     expect(complained).toContain('ng_trajectory does not match its schema');
     await expect(readFile(trajectoryPaths(broken).ng)).rejects.toThrow();
+  });
+});
+
+describe('gym eval run --trajectories both', () => {
+  it("writes each rollout's trajectories beside the results, from the gateway's records", async () => {
+    const daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        factories: { memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context) },
+        listen: true,
+      },
+    );
+    const model = await startScriptedModelServer(
+      ModelScriptSchema.parse({
+        model: 'scripted',
+        conversations: [{ replies: [{ content: 'Answer: B' }] }],
+      }),
+    );
+    const directory = await mkdtemp(join(tmpdir(), 'gym-run-trajectories-'));
+    try {
+      const output = join(directory, 'rollouts.jsonl');
+      const args = ['eval', 'run', '--env', 'mcqa', '--limit', '1', '-o', output, '--trajectories', 'both'];
+      const policy = ['--model-url', model.baseUrl, '--model', 'scripted', '--env-yaml', '/dev/null'];
+      const streams = { stdout: new PassThrough(), stderr: new PassThrough(), logger: silentLogger, env: {} };
+      expect(await runCli([...args, ...policy, '--state-dir', daemon.stateDir], streams)).toBe(0);
+      const [line] = await readJsonl(output);
+      const paths = trajectoryPaths(output);
+      const [ng] = (await readJsonl(paths.ng)).map((record) => ngTrajectorySchema.parse(record));
+      const [atif] = (await readJsonl(paths.atif)).map((record) => atifTrajectorySchema.parse(record));
+      const gym = line!._gym as {
+        model_calls: Json[];
+        usage: { input_tokens: number; output_tokens: number };
+      };
+      expect(ng!.model_calls).toHaveLength(gym.model_calls.length);
+      expect(ng!.rollout_id).toBe(line!._ng_rollout_id);
+      const agentSteps = atif!.steps.filter((step) => step.source === 'agent');
+      expect(agentSteps.map((step) => step.message)).toContain('Answer: B');
+      expect(atif!.final_metrics).toMatchObject({
+        total_prompt_tokens: gym.usage.input_tokens,
+        total_completion_tokens: gym.usage.output_tokens,
+      });
+      expect(atif!.extra).toMatchObject({ reward: line!.reward, outcome: 'reward' });
+    } finally {
+      await model.close();
+      await daemon.cleanup();
+      await rm(directory, { recursive: true, force: true });
+    }
   });
 });
