@@ -232,6 +232,95 @@ describe('ng_trajectory export', () => {
     expect(record.turns).toHaveLength(2);
   });
 
+  it("of an agent CLI: its commands and their outputs from the gateway's records (Messages and Chat shapes)", () => {
+    const line = ourLine();
+    const gym = line._gym as Json;
+    gym.trajectory = [];
+    const usage = { input_tokens: 40, output_tokens: 9, cache_read_input_tokens: 30 };
+    gym.model_calls = [
+      {
+        index: 0,
+        api: 'messages',
+        startedAt: '2026-12-01T10:00:00.000Z',
+        durationMs: 300,
+        status: 'ok',
+        request: { messages: [{ role: 'user', content: 'Fix it.' }] },
+        response: {
+          model: 'claude-x',
+          stop_reason: 'tool_use',
+          content: [
+            { type: 'text', text: 'Running the tests.' },
+            { type: 'tool_use', id: 'toolu_1', name: 'Bash', input: { command: 'pytest -q' } },
+          ],
+        },
+        usage,
+        tokens: tokensOfCall,
+      },
+      {
+        index: 1,
+        api: 'messages',
+        startedAt: '2026-12-01T10:00:02.000Z',
+        durationMs: 200,
+        status: 'ok',
+        request: {
+          messages: [
+            { role: 'user', content: 'Fix it.' },
+            { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'Bash', input: {} }] },
+            { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '1 failed' }] },
+          ],
+        },
+        response: { model: 'claude-x', stop_reason: 'end_turn', content: [{ type: 'text', text: 'Done.' }] },
+        usage,
+      },
+      chatRecord(2, '', { prompt_tokens: 5, completion_tokens: 1 }),
+    ];
+    const chat = (gym.model_calls as Json[])[2]!;
+    ((chat.response as Json).choices as Json[])[0]!.message = {
+      role: 'assistant',
+      content: null,
+      tool_calls: [
+        { id: 'call_9', type: 'function', function: { name: 'shell', arguments: '{"cmd":"ls"}' } },
+      ],
+    };
+    const record = toNgTrajectory(line);
+    const items = (record.invocations![0]!.conversation as Json[]).slice(2);
+    expect(
+      items.map((item) => [item.type, item.name ?? item.call_id ?? (item.content as Json[])[0]!.text]),
+    ).toEqual([
+      ['message', 'Running the tests.'],
+      ['function_call', 'Bash'],
+      ['function_call_output', 'toolu_1'],
+      ['message', 'Done.'],
+      ['function_call', 'shell'],
+    ]);
+    expect(items[1]).toMatchObject({
+      arguments: '{"command":"pytest -q"}',
+      generation_token_ids: tokensOfCall.completionTokenIds,
+    });
+    expect(items[2]!.output).toBe('1 failed');
+    expect(record.tool_calls!.map((call) => [call.tool_call_id, call.status, call.output])).toEqual([
+      ['toolu_1', 'completed', '1 failed'],
+      ['call_9', 'unknown', null],
+    ]);
+    // Messages' input_tokens leave out cache reads: the prompt is all of them.
+    expect(record.model_calls![0]!.token_stats).toMatchObject({ prompt_tokens: 70, cached_tokens: 30 });
+    const atif = toAtif(line);
+    const agent = atif.steps.filter((step) => step.source === 'agent');
+    expect(
+      agent.map((step) => [step.message, step.tool_calls?.map((call) => call.function_name) ?? []]),
+    ).toEqual([
+      ['Running the tests.', ['Bash']],
+      ['Done.', []],
+      ['', ['shell']],
+    ]);
+    expect(agent[0]!.observation).toEqual({ results: [{ source_call_id: 'toolu_1', content: '1 failed' }] });
+    expect(agent[0]!.metrics).toMatchObject({
+      prompt_tokens: 70,
+      completion_token_ids: tokensOfCall.completionTokenIds,
+    });
+    expect(agent[2]!.tool_calls![0]!.arguments).toEqual({ cmd: 'ls' });
+  });
+
   it("takes NeMo Gym's own ng_trajectory as it is, and makes one of its response items without it", async () => {
     const nemo = {
       _ng_task_index: 2,

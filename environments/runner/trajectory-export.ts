@@ -67,6 +67,71 @@ interface ModelCall {
   tokenDrift: unknown;
   /** The assistant's text in the response (Chat Completions, Responses or Messages). */
   text: string;
+  /** The tool calls in the response, as the agent got it (its own API). */
+  toolCalls: Array<{ callId: string; name: string; arguments: string }>;
+  /** The tool outputs the request fed back, by call id (what the agent's tools returned). */
+  toolOutputs: Map<string, string>;
+}
+
+const contentText = (content: unknown): string =>
+  typeof content === 'string'
+    ? content
+    : Array.isArray(content)
+      ? content
+          .flatMap((part) => (isObject(part) && typeof part.text === 'string' ? [part.text] : []))
+          .join('')
+      : JSON.stringify(content ?? null);
+
+/** The tool calls of a response in any of the three APIs. */
+function toolCallsOf(response: unknown): ModelCall['toolCalls'] {
+  if (!isObject(response)) return [];
+  const calls: ModelCall['toolCalls'] = [];
+  if (Array.isArray(response.choices)) {
+    const message = (response.choices[0] as Json | undefined)?.message;
+    for (const call of isObject(message) && Array.isArray(message.tool_calls) ? message.tool_calls : [])
+      if (isObject(call) && isObject(call.function) && typeof call.id === 'string')
+        calls.push({
+          callId: call.id,
+          name: String(call.function.name),
+          arguments: typeof call.function.arguments === 'string' ? call.function.arguments : '{}',
+        });
+  } else if (Array.isArray(response.output)) {
+    for (const item of response.output)
+      if (isObject(item) && item.type === 'function_call' && typeof item.call_id === 'string')
+        calls.push({
+          callId: item.call_id,
+          name: String(item.name),
+          arguments: String(item.arguments ?? '{}'),
+        });
+  } else if (Array.isArray(response.content)) {
+    for (const block of response.content)
+      if (isObject(block) && block.type === 'tool_use' && typeof block.id === 'string')
+        calls.push({
+          callId: block.id,
+          name: String(block.name),
+          arguments: JSON.stringify(block.input ?? {}),
+        });
+  }
+  return calls;
+}
+
+/** The tool outputs a request carries back (Chat `tool` messages, Responses outputs, Messages results). */
+function toolOutputsOf(request: unknown): Map<string, string> {
+  const outputs = new Map<string, string>();
+  if (!isObject(request)) return outputs;
+  for (const message of Array.isArray(request.messages) ? request.messages : []) {
+    if (!isObject(message)) continue;
+    if (message.role === 'tool' && typeof message.tool_call_id === 'string')
+      outputs.set(message.tool_call_id, contentText(message.content));
+    if (Array.isArray(message.content))
+      for (const block of message.content)
+        if (isObject(block) && block.type === 'tool_result' && typeof block.tool_use_id === 'string')
+          outputs.set(block.tool_use_id, contentText(block.content));
+  }
+  for (const item of Array.isArray(request.input) ? request.input : [])
+    if (isObject(item) && item.type === 'function_call_output' && typeof item.call_id === 'string')
+      outputs.set(item.call_id, contentText(item.output));
+  return outputs;
 }
 
 const isIntegers = (value: unknown): value is number[] =>
@@ -145,6 +210,8 @@ function modelCallOf(record: unknown, rolloutId: string, position: number): Mode
         : undefined,
     tokenDrift: fields.tokenDrift,
     text: responseText(response),
+    toolCalls: toolCallsOf(fields.response),
+    toolOutputs: toolOutputsOf(fields.request),
   };
 }
 
@@ -270,7 +337,14 @@ const outputMessage = (id: string, text: string, call: ModelCall | undefined): N
 });
 
 /** An ng_trajectory record of one of our lines. */
-function ngOfOurs(line: Json): NgTrajectory {
+/** Where each agent turn's items start in the conversation, and the model call it was. */
+interface TurnGroup {
+  start: number;
+  callId: string | undefined;
+  timestamp: number | undefined;
+}
+
+function ngOfOurs(line: Json): { record: NgTrajectory; groups: TurnGroup[] } {
   const parsed = parseOurs(line);
   const { taskId, rolloutId, steps, calls } = parsed;
   const gym = gymFields(line);
@@ -278,9 +352,13 @@ function ngOfOurs(line: Json): NgTrajectory {
   const conversation: NgConversationItem[] = promptItems(line);
   const gaps: NgTrajectory['gaps'] = [];
   const callRef = (call: ModelCall) => ({ model_call_id: call.id });
+  /** The tool calls an agent CLI made, read from the gateway's records (no step reported them). */
+  const agentToolCalls: NonNullable<NgTrajectory['tool_calls']> = [];
+  const groups: TurnGroup[] = [];
   if (steps.length > 0) {
     steps.forEach((step, position) => {
       const call = parsed.callOfStep(position);
+      groups.push({ start: conversation.length, callId: call?.id, timestamp: step.startedAt });
       const callId = `call_${step.index}`;
       // The item the sampled tokens belong to: the action when there is one, else the text.
       if (step.assistant !== undefined || step.action === undefined)
@@ -314,9 +392,40 @@ function ngOfOurs(line: Json): NgTrajectory {
         detail: `${steps.length} steps, ${calls.length} model calls: calls are not attributed to steps`,
       });
   } else {
-    // No steps reported (an agent CLI): the answers the gateway saw are the agent's turns.
+    // No steps reported (an agent CLI): the answers the gateway saw are the agent's turns, their
+    // tool calls its actions, and what later requests fed back for them their outputs.
+    const outputs = new Map<string, string>();
     for (const call of calls)
-      if (call.ok) conversation.push(outputMessage(`msg_${call.id}`, call.text, call));
+      for (const [id, output] of call.toolOutputs) if (!outputs.has(id)) outputs.set(id, output);
+    for (const call of calls) {
+      if (!call.ok) continue;
+      groups.push({ start: conversation.length, callId: call.id, timestamp: call.startedAt });
+      const last = call.toolCalls.length - 1;
+      if (call.text !== '' || last < 0)
+        conversation.push(outputMessage(`msg_${call.id}`, call.text, last < 0 ? call : undefined));
+      call.toolCalls.forEach((toolCall, position) => {
+        conversation.push({
+          type: 'function_call',
+          call_id: toolCall.callId,
+          name: toolCall.name,
+          arguments: toolCall.arguments,
+          status: 'completed',
+          ...(position === last ? trainingFields(call) : {}),
+        });
+        const output = outputs.get(toolCall.callId);
+        if (output !== undefined)
+          conversation.push({ type: 'function_call_output', call_id: toolCall.callId, output });
+        agentToolCalls.push({
+          kind: 'tool_call',
+          invocation_id: invocationId,
+          tool_call_id: toolCall.callId,
+          tool_name: toolCall.name,
+          timing_source: null,
+          status: output === undefined ? 'unknown' : 'completed',
+          output: output ?? null,
+        });
+      });
+    }
   }
   for (const call of calls)
     if (call.tokens !== undefined && call.tokens.completionLogprobs === undefined)
@@ -363,7 +472,7 @@ function ngOfOurs(line: Json): NgTrajectory {
     gaps.push({ code: 'model_call_capture_failed', detail: gym.model_calls_error });
   if (calls.length === 0) gaps.push({ code: 'model_calls_unavailable' });
   if (turns.length === 0) gaps.push({ code: 'turns_unavailable' });
-  return {
+  const record: NgTrajectory = {
     schema_version: '1.0',
     task_id: taskId,
     rollout_id: rolloutId,
@@ -408,30 +517,34 @@ function ngOfOurs(line: Json): NgTrajectory {
               reasoning_tokens: call.reasoningTokens ?? null,
             },
     })),
-    tool_calls: steps.flatMap((step) =>
-      step.action === undefined
-        ? []
-        : [
-            {
-              kind: 'tool_call' as const,
-              invocation_id: invocationId,
-              tool_call_id: `call_${step.index}`,
-              tool_name: step.action.tool,
-              started_at: step.startedAt ?? null,
-              completed_at:
-                step.startedAt === undefined || step.durationMs === undefined
-                  ? null
-                  : step.startedAt + step.durationMs / 1000,
-              duration_ms: step.durationMs ?? null,
-              timing_source: 'harness' as const,
-              status: step.error === undefined ? ('completed' as const) : ('failed' as const),
-              error_type: step.error ?? null,
-              output: step.observation ?? null,
-            },
-          ],
-    ),
+    tool_calls: [
+      ...agentToolCalls,
+      ...steps.flatMap((step) =>
+        step.action === undefined
+          ? []
+          : [
+              {
+                kind: 'tool_call' as const,
+                invocation_id: invocationId,
+                tool_call_id: `call_${step.index}`,
+                tool_name: step.action.tool,
+                started_at: step.startedAt ?? null,
+                completed_at:
+                  step.startedAt === undefined || step.durationMs === undefined
+                    ? null
+                    : step.startedAt + step.durationMs / 1000,
+                duration_ms: step.durationMs ?? null,
+                timing_source: 'harness' as const,
+                status: step.error === undefined ? ('completed' as const) : ('failed' as const),
+                error_type: step.error ?? null,
+                output: step.observation ?? null,
+              },
+            ],
+      ),
+    ],
     gaps,
   };
+  return { record, groups };
 }
 
 /** An ng_trajectory record of one of NeMo Gym's lines: its own, else one made of its response items. */
@@ -488,7 +601,7 @@ const isOurs = (line: Json) => isObject(line[GYM_FIELDS]) || typeof line.outcome
 export function toNgTrajectory(line: Json): NgTrajectory {
   return parseWith(
     ngTrajectorySchema,
-    isOurs(line) ? ngOfOurs(line) : ngOfNemoGym(line),
+    isOurs(line) ? ngOfOurs(line).record : ngOfNemoGym(line),
     'the ng_trajectory export',
   );
 }
@@ -524,16 +637,20 @@ export function toAtif(line: Json): AtifTrajectory {
   const turns = (ng.turns ?? []).filter((turn) => turn.invocation_id === invocation?.invocation_id);
   const toolTimes = new Map((ng.tool_calls ?? []).map((call) => [call.tool_call_id, call]));
   const steps: AtifStep[] = [];
+  // Our lines say which items each model turn produced; NeMo Gym's are read in order: an answer
+  // after a tool's output, or a tool call after one, is the next turn.
+  const groups = isOurs(line) ? ngOfOurs(line).groups : undefined;
+  const groupAt = new Map((groups ?? []).map((group) => [group.start, group]));
   let agentTurns = 0;
   let current: AtifStep | undefined;
   // A reasoning item opens the step its answer then completes.
   let awaitingAnswer = false;
-  const openAgentStep = (): AtifStep => {
-    const turn = turns[agentTurns];
+  const openAgentStep = (group?: TurnGroup): AtifStep => {
+    const turn = group === undefined ? turns[agentTurns] : undefined;
     agentTurns += 1;
-    const call = turn?.model_calls?.[0]?.model_call_id
-      ? callsById.get(turn.model_calls[0].model_call_id)
-      : undefined;
+    const callId = group === undefined ? turn?.model_calls?.[0]?.model_call_id : group.callId;
+    const timestamp = group === undefined ? turn?.timestamp : group.timestamp;
+    const call = callId == null ? undefined : callsById.get(callId);
     const stats = call?.token_stats ?? {};
     const metrics = {
       ...(stats.prompt_tokens == null ? {} : { prompt_tokens: stats.prompt_tokens }),
@@ -546,7 +663,7 @@ export function toAtif(line: Json): AtifTrajectory {
       step_id: steps.length + 1,
       source: 'agent',
       message: '',
-      ...(turn === undefined ? {} : { timestamp: iso(turn.timestamp) }),
+      ...(timestamp == null ? {} : { timestamp: iso(timestamp) }),
       ...(model == null ? {} : { model_name: model }),
       ...(Object.keys(metrics).length === 0 ? {} : { metrics }),
       ...(call === undefined ? {} : { llm_call_count: 1, extra: { model_call_id: call.model_call_id } }),
@@ -563,9 +680,21 @@ export function toAtif(line: Json): AtifTrajectory {
       logprobs: item.generation_log_probs as number[],
     };
   };
-  for (const raw of invocation?.conversation ?? []) {
+  /** The step an item of a model turn goes in: its group's, else as the order says. */
+  const stepFor = (opensTurn: boolean): AtifStep =>
+    groups !== undefined
+      ? (current ?? openAgentStep())
+      : current === undefined || opensTurn
+        ? openAgentStep()
+        : current;
+  for (const [position, raw] of (invocation?.conversation ?? []).entries()) {
     const item = raw as Json;
     const type = item.type ?? 'message';
+    const group = groupAt.get(position);
+    if (group !== undefined) {
+      current = openAgentStep(group);
+      awaitingAnswer = false;
+    }
     if (type === 'message' && item.role !== 'assistant') {
       current = undefined;
       awaitingAnswer = false;
@@ -575,12 +704,12 @@ export function toAtif(line: Json): AtifTrajectory {
         message: textOf(item.content),
       });
     } else if (type === 'message') {
-      if (current === undefined || !awaitingAnswer) current = openAgentStep();
+      current = stepFor(!awaitingAnswer);
       awaitingAnswer = false;
       current.message = textOf(item.content);
       addTokens(current, item);
     } else if (type === 'reasoning') {
-      current = openAgentStep();
+      current = stepFor(true);
       awaitingAnswer = true;
       const summary = Array.isArray(item.summary)
         ? item.summary.map((part) => textOf([part])).join('\n')
@@ -588,8 +717,7 @@ export function toAtif(line: Json): AtifTrajectory {
       current.reasoning_content = summary;
       addTokens(current, item);
     } else if (type === 'function_call') {
-      if (current === undefined || (current.observation !== undefined && !awaitingAnswer))
-        current = openAgentStep();
+      current = stepFor(current?.observation !== undefined && !awaitingAnswer);
       awaitingAnswer = false;
       let args: Json;
       try {
