@@ -504,6 +504,15 @@ describe('gym eval export', () => {
     expect(await runCli(['eval', 'export', broken, '--format', 'ng'], { ...streams, stderr })).not.toBe(0);
     expect(complained).toContain('ng_trajectory does not match its schema');
     await expect(readFile(trajectoryPaths(broken).ng)).rejects.toThrow();
+
+    // --output-dir: the same files, named after the rollouts, in a folder made for them.
+    const elsewhere = join(directory, 'out', 'nested');
+    expect(
+      await runCli(['eval', 'export', results, '--format', 'atif', '--output-dir', elsewhere], streams),
+    ).toBe(0);
+    expect(await readFile(join(elsewhere, 'results_atif.jsonl'), 'utf8')).toBe(
+      await readFile(paths.atif, 'utf8'),
+    );
   });
 });
 

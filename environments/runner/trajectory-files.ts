@@ -1,4 +1,5 @@
 /** Writes the standard trajectory files of a rollouts file (trajectory-export.ts makes each record). */
+import { mkdir } from 'node:fs/promises';
 import { readJsonl, writeJsonlAtomic } from './files.ts';
 import { type TrajectoryFormat, toAtif, toNgTrajectory, trajectoryPaths } from './trajectory-export.ts';
 
@@ -24,11 +25,15 @@ export async function exportTrajectories(
   if (outputDirectory !== undefined) {
     const name = rollouts.split('/').pop() ?? rollouts;
     paths = trajectoryPaths(`${outputDirectory.replace(/\/$/, '')}/${name}`);
+    await mkdir(outputDirectory, { recursive: true });
   }
   const files: Partial<Record<TrajectoryFormat, string>> = {};
-  for (const format of formats) {
-    const records = lines.map((line) => (format === 'ng' ? toNgTrajectory(line) : toAtif(line)));
-    await writeJsonlAtomic(paths[format], records);
+  // Every record of every format first: a line that fails leaves no file half the story.
+  const records = formats.map((format) =>
+    lines.map((line) => (format === 'ng' ? toNgTrajectory(line) : toAtif(line))),
+  );
+  for (const [position, format] of formats.entries()) {
+    await writeJsonlAtomic(paths[format], records[position]!);
     files[format] = paths[format];
   }
   return { rollouts: lines.length, files };

@@ -5,8 +5,9 @@
  * - NeMo Gym's `ng_trajectory`, schema version `1.0`: the `TrajectoryRecord` NeMo Gym attaches to a
  *   rollout (its task and rollout identity, agent invocations with their model-visible
  *   conversation, turns, model calls with token stats, tool calls, and explicit evidence gaps).
- *   NeMo Gym's models forbid unknown fields, so these objects are strict too. A conversation item
- *   is a Responses API input item; the training variants of the message, function call and
+ *   NeMo Gym's trajectory models forbid unknown fields, so these objects are strict too. A
+ *   conversation item is a Responses API input item (whose models, there as here, let extra fields
+ *   through); the training variants of the message, function call and
  *   reasoning items carry `prompt_token_ids`, `generation_token_ids` and `generation_log_probs`,
  *   all three or none. Only the item types this project writes or reads are checked in full;
  *   another item type is accepted as an object with a string `type`.
@@ -160,7 +161,7 @@ const functionCallSchema = z
     ...tokenFields,
   })
   .refine(tokenFieldsComplete, TOKEN_FIELDS_MESSAGE);
-const functionCallOutputSchema = z.strictObject({
+const functionCallOutputSchema = z.looseObject({
   type: z.literal('function_call_output'),
   call_id: z.string(),
   output: z.union([z.string(), z.array(z.unknown())]),
