@@ -214,6 +214,28 @@ describe('ng_trajectory export', () => {
     ]);
     const items = record.invocations![0]!.conversation as Json[];
     expect(items.some((item) => item.prompt_token_ids !== undefined)).toBe(false);
+    // The steps keep the tokens their harness counted; no call is claimed for them.
+    const agent = toAtif(line).steps.filter((step) => step.source === 'agent');
+    expect(agent.map((step) => [step.metrics, step.llm_call_count])).toEqual([
+      [{ prompt_tokens: 120, completion_tokens: 12 }, undefined],
+      [{ prompt_tokens: 150, completion_tokens: 3 }, undefined],
+    ]);
+  });
+
+  it("carries the gateway's re-tokenisation flag: a gap in ng_trajectory, the step's extra in ATIF", () => {
+    const line = ourLine();
+    const drift = { previousIndex: 0, expectedPrefixTokens: 140, matchingTokens: 97 };
+    ((line._gym as Json).model_calls as Json[])[1]!.tokenDrift = drift;
+    expect(toNgTrajectory(line).gaps).toEqual([
+      {
+        code: 'token_ids_retokenized',
+        invocation_id: 'rollout-7/agent',
+        detail: `rollout-7/call-1: ${JSON.stringify(drift)}`,
+      },
+    ]);
+    const agent = toAtif(line).steps.filter((step) => step.source === 'agent');
+    expect(agent[0]!.extra).toEqual({ model_call_id: 'rollout-7/call-0' });
+    expect(agent[1]!.extra).toEqual({ model_call_id: 'rollout-7/call-1', token_drift: drift });
   });
 
   it("of an agent CLI (no steps): the gateway's answers are the turns, with their tokens", () => {

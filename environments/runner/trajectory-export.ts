@@ -225,6 +225,8 @@ interface Step {
   observation: string | undefined;
   exitCode: number | null | undefined;
   error: string | undefined;
+  /** The tokens the harness counted for the step (when no model call is joined to it). */
+  usage: { inputTokens: number; outputTokens: number } | undefined;
 }
 
 function stepOf(raw: unknown, position: number): Step {
@@ -243,6 +245,15 @@ function stepOf(raw: unknown, position: number): Step {
     observation: stringOr(fields.observation),
     exitCode: typeof fields.exitCode === 'number' || fields.exitCode === null ? fields.exitCode : undefined,
     error: stringOr(fields.error),
+    usage:
+      isObject(fields.usage) &&
+      Number.isInteger(fields.usage.inputTokens) &&
+      Number.isInteger(fields.usage.outputTokens)
+        ? {
+            inputTokens: fields.usage.inputTokens as number,
+            outputTokens: fields.usage.outputTokens as number,
+          }
+        : undefined,
   };
 }
 
@@ -342,6 +353,10 @@ interface TurnGroup {
   start: number;
   callId: string | undefined;
   timestamp: number | undefined;
+  /** The harness's count of the step's tokens, for a step no model call is joined to. */
+  stepUsage?: { inputTokens: number; outputTokens: number };
+  /** The gateway's flag on the call: its prompt did not extend the ids the policy produced. */
+  tokenDrift?: unknown;
 }
 
 function ngOfOurs(line: Json): { record: NgTrajectory; groups: TurnGroup[] } {
@@ -358,7 +373,13 @@ function ngOfOurs(line: Json): { record: NgTrajectory; groups: TurnGroup[] } {
   if (steps.length > 0) {
     steps.forEach((step, position) => {
       const call = parsed.callOfStep(position);
-      groups.push({ start: conversation.length, callId: call?.id, timestamp: step.startedAt });
+      groups.push({
+        start: conversation.length,
+        callId: call?.id,
+        timestamp: step.startedAt,
+        ...(call === undefined && step.usage !== undefined ? { stepUsage: step.usage } : {}),
+        ...(call?.tokenDrift === undefined ? {} : { tokenDrift: call.tokenDrift }),
+      });
       const callId = `call_${step.index}`;
       // The item the sampled tokens belong to: the action when there is one, else the text.
       if (step.assistant !== undefined || step.action === undefined)
@@ -399,7 +420,12 @@ function ngOfOurs(line: Json): { record: NgTrajectory; groups: TurnGroup[] } {
       for (const [id, output] of call.toolOutputs) if (!outputs.has(id)) outputs.set(id, output);
     for (const call of calls) {
       if (!call.ok) continue;
-      groups.push({ start: conversation.length, callId: call.id, timestamp: call.startedAt });
+      groups.push({
+        start: conversation.length,
+        callId: call.id,
+        timestamp: call.startedAt,
+        ...(call.tokenDrift === undefined ? {} : { tokenDrift: call.tokenDrift }),
+      });
       const last = call.toolCalls.length - 1;
       if (call.text !== '' || last < 0)
         conversation.push(outputMessage(`msg_${call.id}`, call.text, last < 0 ? call : undefined));
@@ -427,6 +453,13 @@ function ngOfOurs(line: Json): { record: NgTrajectory; groups: TurnGroup[] } {
       });
     }
   }
+  for (const call of calls)
+    if (isObject(call.tokenDrift))
+      gaps.push({
+        code: 'token_ids_retokenized',
+        invocation_id: invocationId,
+        detail: `${call.id}: ${JSON.stringify(call.tokenDrift)}`,
+      });
   for (const call of calls)
     if (call.tokens !== undefined && call.tokens.completionLogprobs === undefined)
       gaps.push({ code: 'generation_log_probs_unavailable', invocation_id: invocationId, detail: call.id });
@@ -651,7 +684,10 @@ export function toAtif(line: Json): AtifTrajectory {
     const callId = group === undefined ? turn?.model_calls?.[0]?.model_call_id : group.callId;
     const timestamp = group === undefined ? turn?.timestamp : group.timestamp;
     const call = callId == null ? undefined : callsById.get(callId);
-    const stats = call?.token_stats ?? {};
+    const stats = call?.token_stats ?? {
+      prompt_tokens: group?.stepUsage?.inputTokens,
+      completion_tokens: group?.stepUsage?.outputTokens,
+    };
     const metrics = {
       ...(stats.prompt_tokens == null ? {} : { prompt_tokens: stats.prompt_tokens }),
       ...(stats.completion_tokens == null ? {} : { completion_tokens: stats.completion_tokens }),
@@ -666,7 +702,15 @@ export function toAtif(line: Json): AtifTrajectory {
       ...(timestamp == null ? {} : { timestamp: iso(timestamp) }),
       ...(model == null ? {} : { model_name: model }),
       ...(Object.keys(metrics).length === 0 ? {} : { metrics }),
-      ...(call === undefined ? {} : { llm_call_count: 1, extra: { model_call_id: call.model_call_id } }),
+      ...(call === undefined
+        ? {}
+        : {
+            llm_call_count: 1,
+            extra: {
+              model_call_id: call.model_call_id,
+              ...(group?.tokenDrift === undefined ? {} : { token_drift: group.tokenDrift }),
+            },
+          }),
     };
     steps.push(step);
     return step;
