@@ -134,6 +134,9 @@ function toolOutputsOf(request: unknown): Map<string, string> {
   return outputs;
 }
 
+/** A count both schemas can hold (a whole number), else null: an upstream's odd usage is no count. */
+const tokenCount = (value: number): number | null => (Number.isInteger(value) && value >= 0 ? value : null);
+
 const isIntegers = (value: unknown): value is number[] =>
   Array.isArray(value) && value.every((entry) => Number.isInteger(entry));
 const isNumbers = (value: unknown): value is number[] =>
@@ -543,10 +546,10 @@ function ngOfOurs(line: Json): { record: NgTrajectory; groups: TurnGroup[] } {
         call.usage === null
           ? {}
           : {
-              prompt_tokens: call.usage.input_tokens,
-              completion_tokens: call.usage.output_tokens,
-              total_tokens: call.usage.input_tokens + call.usage.output_tokens,
-              cached_tokens: call.usage.cached_tokens,
+              prompt_tokens: tokenCount(call.usage.input_tokens),
+              completion_tokens: tokenCount(call.usage.output_tokens),
+              total_tokens: tokenCount(call.usage.input_tokens + call.usage.output_tokens),
+              cached_tokens: tokenCount(call.usage.cached_tokens),
               reasoning_tokens: call.reasoningTokens ?? null,
             },
     })),
@@ -831,9 +834,9 @@ export function toAtif(line: Json): AtifTrajectory {
       ? {}
       : {
           final_metrics: {
-            total_prompt_tokens: usage.input_tokens,
-            total_completion_tokens: usage.output_tokens,
-            total_cached_tokens: usage.cached_tokens,
+            total_prompt_tokens: tokenCount(usage.input_tokens),
+            total_completion_tokens: tokenCount(usage.output_tokens),
+            total_cached_tokens: tokenCount(usage.cached_tokens),
             ...(typeof usage.cost_usd === 'number' ? { total_cost_usd: usage.cost_usd } : {}),
             total_steps: steps.length,
             extra: { model_calls: usage.calls, calls_without_usage: usage.calls_without_usage },
