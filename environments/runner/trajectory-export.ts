@@ -17,6 +17,7 @@
  * (ng_trajectory) and in the step's metrics (ATIF).
  */
 import { GymError } from '../../core/errors.ts';
+import { VERSION } from '../../core/version.ts';
 import { GYM_FIELDS, gymFields } from './rollout-line.ts';
 import {
   ATIF_SCHEMA_VERSION,
@@ -38,9 +39,6 @@ const seconds = (iso: unknown): number | undefined => {
   const ms = typeof iso === 'string' ? Date.parse(iso) : Number.NaN;
   return Number.isFinite(ms) ? ms / 1000 : undefined;
 };
-
-/** This project's version, named as the ATIF agent's producer version. */
-const PRODUCER_VERSION = '0.1.0';
 
 /** The trajectory formats `gym eval export` and `gym eval run --trajectories` write. */
 export type TrajectoryFormat = 'ng' | 'atif';
@@ -823,7 +821,8 @@ export function toAtif(line: Json): AtifTrajectory {
     trajectory_id: ng.rollout_id,
     agent: {
       name: agentName,
-      version: PRODUCER_VERSION,
+      // The agent ran through this project's harness of that name: its version is ours.
+      version: VERSION,
       ...(model === undefined ? {} : { model_name: model }),
       ...(Array.isArray(params.tools) && params.tools.length > 0
         ? { tool_definitions: params.tools.filter(isObject) }
