@@ -374,6 +374,55 @@ describe('ng_trajectory export', () => {
   });
 });
 
+describe("NeMo Gym's training lines", () => {
+  it('carry their reasoning, tool calls and token ids into ATIF steps', () => {
+    const training = {
+      prompt_token_ids: [1, 2, 3],
+      generation_token_ids: [4, 5],
+      generation_log_probs: [-0.5, -0.25],
+    };
+    const line = {
+      _ng_task_index: 0,
+      _ng_rollout_index: 0,
+      responses_create_params: { input: [{ role: 'user', content: 'What is 6*7?', type: 'message' }] },
+      response: {
+        object: 'response',
+        model: 'policy',
+        status: 'completed',
+        output: [
+          { type: 'reasoning', id: 'rs_1', summary: [{ type: 'summary_text', text: 'Use the tool.' }] },
+          { type: 'function_call', call_id: 'c1', name: 'calc', arguments: '{"expr":"6*7"}', ...training },
+          { type: 'function_call_output', call_id: 'c1', output: '42' },
+          {
+            type: 'message',
+            id: 'msg_2',
+            role: 'assistant',
+            status: 'completed',
+            content: [{ type: 'output_text', text: '42', annotations: [] }],
+            ...training,
+          },
+        ],
+      },
+      reward: 1,
+    };
+    const ng = toNgTrajectory(line);
+    expect(ng.invocations![0]!.conversation).toHaveLength(5);
+    const atif = toAtif(line);
+    expect(atif.steps.map((step) => [step.source, step.message, step.reasoning_content])).toEqual([
+      ['user', 'What is 6*7?', undefined],
+      ['agent', '', 'Use the tool.'],
+      ['agent', '42', undefined],
+    ]);
+    expect(atif.steps[1]).toMatchObject({
+      tool_calls: [{ tool_call_id: 'c1', function_name: 'calc', arguments: { expr: '6*7' } }],
+      observation: { results: [{ source_call_id: 'c1', content: '42' }] },
+      metrics: { prompt_token_ids: [1, 2, 3], completion_token_ids: [4, 5], logprobs: [-0.5, -0.25] },
+    });
+    expect(atif.steps[2]!.metrics).toMatchObject({ completion_token_ids: [4, 5] });
+    expect(atif.extra).toMatchObject({ reward: 1 });
+  });
+});
+
 describe('ATIF export', () => {
   it('validates against ATIF-v1.7 and carries every field it can hold', () => {
     const line = ourLine();
