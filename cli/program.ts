@@ -285,6 +285,12 @@ Uses the daemon of the state directory when one runs, else starts one in-process
         return [...previous, name];
       }),
     )
+    .addOption(
+      new Option(
+        '--trajectories <FORMAT>',
+        'also write each trajectory: ng (FILE_ng_trajectory.jsonl), atif (FILE_atif.jsonl), both',
+      ).choices(['ng', 'atif', 'both'] as const),
+    )
     .addOption(stateDirOption());
 
 export const evalReverify = () =>
@@ -312,6 +318,20 @@ export const evalProfile = () =>
       '--materialized-inputs <FILE>',
       'the inputs the rollouts were run from (default: FILE_materialized_inputs.jsonl beside them, if any)',
     )
+    .addOption(jsonOption());
+
+export const evalExport = () =>
+  new Command('export')
+    .summary(
+      "write stored rollouts' trajectories (ours or NeMo Gym's) as NeMo Gym ng_trajectory and/or Harbor ATIF",
+    )
+    .argument('<results>', 'stored rollouts (JSONL)')
+    .addOption(
+      new Option('--format <FORMAT>', 'ng, atif or both')
+        .choices(['ng', 'atif', 'both'] as const)
+        .default('both' as const),
+    )
+    .option('--output-dir <DIR>', 'where the files go (default: beside the rollouts)')
     .addOption(jsonOption());
 
 // ---- dev and doctor -------------------------------------------------------------------------
@@ -476,6 +496,9 @@ export function buildProgram(streams: Streams, outcome: Outcome): CommandUnknown
       ),
       runs(evalProfile(), () =>
         import('./commands/eval/profile.ts').then((module) => module.evalProfileCommand),
+      ),
+      runs(evalExport(), () =>
+        import('./commands/eval/export.ts').then((module) => module.evalExportCommand),
       ),
     ]),
   );

@@ -7,6 +7,7 @@ import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
 import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
+import { exportTrajectories, formatsOf } from '../../../environments/runner/trajectory-files.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
@@ -373,6 +374,10 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         onProgress: progress.onProgress,
       });
       progress.stop();
+      if (values.trajectories !== undefined) {
+        const exported = await exportTrajectories(summary.paths.rollouts, formatsOf(values.trajectories));
+        for (const path of Object.values(exported.files)) stdout.write(`trajectories ${path}\n`);
+      }
       const key = (name: string) =>
         summary.metrics[name] === undefined ? '-' : summary.metrics[name]!.toFixed(2);
       stdout.write(
