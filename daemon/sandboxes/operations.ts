@@ -73,8 +73,8 @@ export class SandboxOperations {
         },
         (performance.now() - started) / 1000,
       );
-      if (result.status === 'sandbox_gone') {
-        // The resource died under us: forget it now rather than at the next scan.
+      if (result.status === 'sandbox_gone' || result.sandboxLost === true) {
+        // The resource died under us (or of the command): forget it now rather than at the next scan.
         void this.#lifecycle.destroy(id, 'gone').catch(() => {});
       }
       return result;

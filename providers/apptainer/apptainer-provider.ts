@@ -78,9 +78,20 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
-import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from '../shared/abnormal-end.ts';
+import {
+  classifyAbnormalEnd,
+  OomKillCounts,
+  type OutsideView,
+  type SandboxLoss,
+} from '../shared/abnormal-end.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
+import {
+  CommandCannotStart,
+  cannotStartResult,
+  markSandboxLost,
+  parseOomKillCount,
+  stdinBytes,
+} from '../shared/exec-output.ts';
 import { DEFAULT_RELAY_HELPER_PATH, type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
@@ -459,17 +470,34 @@ export class ApptainerProvider implements SandboxProvider {
       // Tagged from its first process: one the agent stops before `env` ran is still killed.
       ...(tag === undefined ? [] : ['--env', `${EXEC_ID_ENV}=${tag}`]),
       '--pwd',
-      cwd,
+      '/',
       `instance://${this.#instanceName(id)}`,
       TOOLS,
       'env',
       '-i',
       ...Object.entries(env).map(([key, value]) => `${key}=${value}`),
+      // The bound shell enters the working directory: one the sandbox lacks is then a shell's
+      // 126 with its message, where Apptainer's own `--pwd` fails as it fails for anything (255).
+      TOOLS,
+      'sh',
+      '-c',
+      'cd "$1" || exit 126; shift; exec "$@"',
+      'gym-exec',
+      cwd,
       ...argv,
     ]);
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    try {
+      return await this.#exec(id, request, options);
+    } catch (error) {
+      if (error instanceof CommandCannotStart) return cannotStartResult(error.message);
+      throw error;
+    }
+  }
+
+  async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     await this.#resumed();
     const host = await this.fleet.locate(id);
     if (request.session !== undefined) {
@@ -559,13 +587,16 @@ export class ApptainerProvider implements SandboxProvider {
       (exit?.code === 255 && /no instance found/.test(stderrText) && !(await this.fleet.exists(host, id)));
     let status: ExecResult['status'] = timedOut ? 'timeout' : gone ? 'sandbox_gone' : 'ok';
     const sigkilled = exit !== null && (exit.signal === 'SIGKILL' || exit.code === 137);
-    if (status === 'ok' && sigkilled)
-      status = await classifyAbnormalEnd(id, this.#oomKills, {
+    let loss: SandboxLoss | null = null;
+    if (status === 'ok' && sigkilled) {
+      const end = await classifyAbnormalEnd(id, this.#oomKills, {
         outsideView: () => this.#outsideView(host, id),
         probe: async () => null,
       });
-    else if (status === 'ok' && (exit?.signal != null || exit?.code === null)) status = 'killed';
-    return {
+      if (typeof end === 'object') loss = end;
+      else status = end;
+    } else if (status === 'ok' && (exit?.signal != null || exit?.code === null)) status = 'killed';
+    const result: ExecResult = {
       status,
       exitCode:
         status === 'ok'
@@ -583,6 +614,7 @@ export class ApptainerProvider implements SandboxProvider {
       stderrBytes: stderr.totalBytes,
       durationMs: Date.now() - started,
     };
+    return loss === null ? result : markSandboxLost(result, loss.lost, loss.reason);
   }
 
   /** The instance seen from its host: whether its keeper runs, and its cgroup's OOM kills. */
@@ -609,8 +641,7 @@ export class ApptainerProvider implements SandboxProvider {
         .split('\n')
         .map((line) => line.split(':'))
         .find((fields) => fields[0] === name);
-      if (entry === undefined)
-        throw new GymError('VALIDATION_FAILED', `no user ${name} in the sandbox's /etc/passwd`);
+      if (entry === undefined) throw new CommandCannotStart(`no user ${name} in the sandbox's /etc/passwd`);
       uid = Number(entry[2]);
       if (group === undefined) gid = Number(entry[3]);
     }

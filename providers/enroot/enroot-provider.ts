@@ -79,7 +79,7 @@ import type {
   WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { stdinBytes } from '../shared/exec-output.ts';
+import { CommandCannotStart, cannotStartResult, stdinBytes } from '../shared/exec-output.ts';
 import { DEFAULT_RELAY_HELPER_PATH, type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
@@ -569,6 +569,15 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    try {
+      return await this.#exec(id, request, options);
+    } catch (error) {
+      if (error instanceof CommandCannotStart) return cannotStartResult(error.message);
+      throw error;
+    }
+  }
+
+  async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     await this.#resumed();
     const host = await this.fleet.locate(id);
     if (request.session !== undefined) {
@@ -622,7 +631,8 @@ export class EnrootProvider implements SandboxProvider {
         TOOLS,
         'sh',
         '-c',
-        'cd "$1" || exit 1; shift; exec "$@"',
+        // 126: a shell's "cannot run", for a working directory the sandbox lacks.
+        'cd "$1" || exit 126; shift; exec "$@"',
         'gym-exec',
         cwd,
         ...argv,
@@ -701,8 +711,7 @@ export class EnrootProvider implements SandboxProvider {
         .split('\n')
         .map((line) => line.split(':'))
         .find((fields) => fields[0] === name);
-      if (entry === undefined)
-        throw new GymError('VALIDATION_FAILED', `no user ${name} in the sandbox's /etc/passwd`);
+      if (entry === undefined) throw new CommandCannotStart(`no user ${name} in the sandbox's /etc/passwd`);
       uid = Number(entry[2]);
       if (group === undefined) gid = Number(entry[3]);
     }
@@ -770,7 +779,8 @@ export class EnrootProvider implements SandboxProvider {
         TOOLS,
         'sh',
         '-c',
-        'cd "$1" || exit 1; shift; exec "$@"',
+        // 126: a shell's "cannot run", for a working directory the sandbox lacks.
+        'cd "$1" || exit 126; shift; exec "$@"',
         'gym-session',
         spec.workdir ?? imageConfig?.workdir ?? '/',
         '/bin/sh',
@@ -1141,7 +1151,8 @@ export class EnrootProvider implements SandboxProvider {
         TOOLS,
         'sh',
         '-c',
-        'cd "$1" || exit 1; shift; exec "$@"',
+        // 126: a shell's "cannot run", for a working directory the sandbox lacks.
+        'cd "$1" || exit 126; shift; exec "$@"',
         'gym-build',
         source.workdir,
         '/bin/sh',

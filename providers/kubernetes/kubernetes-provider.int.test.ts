@@ -244,7 +244,7 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
         created.push(info.id);
         const container = docker.getContainer(emulator!.containerOf(NAMESPACE, provider.podName(info.id))!);
         // The loop stops the kill script as it starts, so the Pod has to go.
-        if ((await runStopperAttack(provider, info.id, container, session)) !== 'sandbox_gone') return;
+        if ((await runStopperAttack(provider, info.id, container, session)) !== 'lost') return;
         await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
       }),
     );

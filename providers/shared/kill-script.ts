@@ -72,8 +72,10 @@ export type KillReach = 'tagged-only' | 'tagged-and-their-sessions';
  * - `sandbox_killed`: it did not (the agent stopped or killed it, it ran 50 passes against a fork
  *   loop and gave up, the exec channel failed), so nothing proves the command is dead; the
  *   provider killed the whole sandbox from outside (the engine, the kubelet), which nothing in
- *   the sandbox can resist. The exec's result is then `sandbox_gone` (see
- *   {@link KILL_FAILED_NOTE}), and the daemon forgets the sandbox as for any `sandbox_gone`.
+ *   the sandbox can resist. The command's processes resisted their kill, so the loss is its own:
+ *   the result is `timeout` (or `killed` for a cancel) with `sandboxLost` and
+ *   {@link KILL_FAILED_REASON} (the note in stderr too), never `sandbox_gone`, and the daemon
+ *   forgets the sandbox.
  */
 export type KillOutcome = 'killed' | 'sandbox_killed';
 
@@ -81,6 +83,10 @@ export type KillOutcome = 'killed' | 'sandbox_killed';
 export const KILL_FAILED_NOTE = Buffer.from(
   '\n[gym: the timeout kill did not take effect inside the sandbox (stopped, killed or outrun); the sandbox was killed]\n',
 );
+
+/** The `reason` of a result whose sandbox was killed because the command resisted its kill. */
+export const KILL_FAILED_REASON =
+  "the command's processes resisted their kill (stopped, killed or outran the kill script), so the provider killed the sandbox";
 
 /** The command that runs the kill script for one exec inside a sandbox (through any exec channel). */
 export function killScriptArgv(execId: string, reach: KillReach): string[] {

@@ -15,9 +15,9 @@
 import { createId, pooledRandomBytes } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
-import type { ExecHooks } from './abnormal-end.ts';
+import { type AbnormalEnd, abnormalEndResult, type ExecHooks } from './abnormal-end.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from './exec-output.ts';
-import { EXEC_ID_ENV, KILL_FAILED_NOTE, type KillOutcome } from './kill-script.ts';
+import { EXEC_ID_ENV, KILL_FAILED_NOTE, KILL_FAILED_REASON, type KillOutcome } from './kill-script.ts';
 import { printfFormatFor, shellJoin, shellQuote } from './shell.ts';
 
 /** After a kill of tagged processes, how long the session may take to print its markers before it is dropped. */
@@ -100,7 +100,7 @@ export interface ShellChannel {
  *   script. When the markers do not come within `SESSION_KILL_GRACE_MS` after it, the shell is
  *   wedged (or taken over) and the session is dropped. When the script did not take effect the
  *   backend killed the whole sandbox (`sandbox_killed`, see `kill-script.ts`): the session is
- *   dropped and the result is `sandbox_gone`.
+ *   dropped and the result says the command lost its sandbox (`sandboxLost`).
  */
 export type SessionKill =
   | {
@@ -199,16 +199,20 @@ export class ShellSession {
     return killing;
   }
 
-  /** A lost session is `sandbox_gone` when the sandbox is, else `killed` (the shell itself died). */
-  async #lostCause(hooks: ExecHooks): Promise<'sandbox_gone' | 'killed'> {
-    return (await hooks.classifyAbnormalEnd()) === 'sandbox_gone' ? 'sandbox_gone' : 'killed';
+  /**
+   * A lost session is the sandbox's end when the sandbox died (taken away, or of what ran in it),
+   * else `killed` (the shell itself died).
+   */
+  async #lostCause(hooks: ExecHooks): Promise<AbnormalEnd> {
+    const end = await hooks.classifyAbnormalEnd();
+    return end === 'sandbox_gone' || typeof end === 'object' ? end : 'killed';
   }
 
   async #runNow(request: ExecRequest, options: ExecOptions, hooks: ExecHooks): Promise<ExecResult> {
     const output = new ExecOutput(request, options);
     // Cancelled while it waited its turn: it never starts.
     if (options.signal?.aborted) return output.result('killed', null);
-    if (!this.#isAlive) return output.result(await this.#lostCause(hooks), null);
+    if (!this.#isAlive) return abnormalEndResult(output, await this.#lostCause(hooks), null);
     const execId = createId('exec');
     const marker = `__gym_end_${pooledRandomBytes(12).toString('hex')}__`;
     const markerBytes = Buffer.from(marker);
@@ -245,7 +249,7 @@ export class ShellSession {
       // The result says "timeout" only once the kill has finished: nothing it reached runs on.
       if ((await killing) === 'sandbox_killed') {
         output.push('stderr', KILL_FAILED_NOTE);
-        return output.result('sandbox_gone', null);
+        return output.lost(isCancelled ? 'killed' : 'timeout', KILL_FAILED_REASON);
       }
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
@@ -253,13 +257,12 @@ export class ShellSession {
     if (outcome === 'lost') {
       // The OOM killer may have ended the shell with the command (a Kubernetes container killed
       // whole under `memory.oom.group`): that is the command's `oom`.
-      return output.result(await hooks.classifyAbnormalEnd(), null);
+      return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), null);
     }
     const exitCode = Number.parseInt(running.stdout.trailer ?? '', 10);
     if (!Number.isInteger(exitCode)) return output.result('killed', null);
     if (exitCode === SIGKILL_EXIT_CODE) {
-      const cause = await hooks.classifyAbnormalEnd();
-      return output.result(cause, cause === 'sandbox_gone' ? null : exitCode);
+      return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), exitCode);
     }
     return output.result('ok', exitCode);
   }

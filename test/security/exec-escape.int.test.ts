@@ -147,7 +147,7 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
         created.push(info.id);
         const container = docker.getContainer(provider.containerName(info.id));
         // The loop stops the kill script as it starts, so the container has to go.
-        if ((await runStopperAttack(provider, info.id, container, session)) !== 'sandbox_gone') return;
+        if ((await runStopperAttack(provider, info.id, container, session)) !== 'lost') return;
         expect((await container.inspect()).State.Running).toBe(false);
       }),
     );
