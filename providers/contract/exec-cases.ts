@@ -199,7 +199,7 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
   for (const [what, request] of cannotStart) {
     it(`reports a command that cannot start for ${what} as a result, with a message`, async () => {
       const result = await run(request);
-      expect(result).toMatchObject({ status: 'ok' });
+      expect(result, JSON.stringify(result)).toMatchObject({ status: 'ok' });
       expect([126, 127]).toContain(result.exitCode);
       expect(result.sandboxLost).toBeUndefined();
       expect(`${result.stdout}${result.stderr}`.trim()).not.toBe('');

@@ -287,9 +287,10 @@ export async function confineExec(
   confinement: ExecConfinement,
   name: string,
   ready: { seen: Promise<unknown>; nsPid: number | null } | null = null,
+  waitMs = PID_WAIT_MS,
 ): Promise<{ cgroup: string; pid: number } | { failure: string; notStarted?: number }> {
   try {
-    const pid = await startedHostPid(exec, confinement, ready);
+    const pid = await startedHostPid(exec, confinement, ready, waitMs);
     const cgroup = await confinement.cgroup.createChild(name);
     await confinement.cgroup.move(pid, cgroup);
     return { cgroup, pid };
@@ -335,15 +336,24 @@ export async function runOneShotExec(
   const demuxer = new DockerStreamDemuxer((name, payload) => ready.push(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
+  // The command's own timer bounds its whole wait, the wait for its exec to start included: a
+  // start held up (an engine busy with a stopper an earlier command left) is this command's time.
+  const startedMs = performance.now();
   const attempt =
     confinement === null
       ? null
-      : await confineExec(exec, confinement, `gym-${execId}`, {
-          seen: Promise.race([ready.seen, streamDone(stream)]),
-          get nsPid() {
-            return ready.nsPid;
+      : await confineExec(
+          exec,
+          confinement,
+          `gym-${execId}`,
+          {
+            seen: Promise.race([ready.seen, streamDone(stream)]),
+            get nsPid() {
+              return ready.nsPid;
+            },
           },
-        });
+          Math.min(PID_WAIT_MS, request.timeoutMs),
+        );
   const confined = attempt !== null && 'cgroup' in attempt ? attempt : null;
   if (attempt !== null && 'failure' in attempt) {
     // Fail closed: an unconfined command could outlive its timeout. Closing the helper's stdin
@@ -359,6 +369,8 @@ export async function runOneShotExec(
     }
     stream.end();
     stream.destroy();
+    // Its time ran out before it could start: nothing of it ran (no go byte), so a timeout.
+    if (performance.now() - startedMs >= request.timeoutMs) return output.result('timeout', null);
     // Most often the sandbox went away under the exec: that is a result, not an error.
     // Or it was OOM-killed before it could start (a sandbox whose memory is full): the command's `oom`.
     const end = await hooks.classifyAbnormalEnd();
@@ -387,7 +399,7 @@ export async function runOneShotExec(
       () => stream.destroy(),
     );
   };
-  const timer = setTimeout(kill, request.timeoutMs);
+  const timer = setTimeout(kill, Math.max(0, request.timeoutMs - (performance.now() - startedMs)));
   // A caller that gives up (a streaming client that went away) cancels exactly as a timeout would.
   const cancel = () => {
     isCancelled = true;

@@ -234,7 +234,7 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     expect((await run('echo alive')).stdout).toBe('alive\n');
   });
 
-  it('leaves nothing of a timed-out command that stops the kill script: the Pod is killed, the command sandbox_gone', {
+  it('leaves nothing of a timed-out command that stops the kill script: the Pod is killed, the command lost its sandbox', {
     timeout: 90_000,
   }, async () => {
     // One-shot and through a session at once: the two paths of a timeout kill.
@@ -365,7 +365,7 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider: an archive of ma
 describe.skipIf(skipReason !== undefined)(
   'kubernetes provider on nodes whose OOM kill ends the whole container',
   () => {
-    it('reports oom for the command, one-shot or in a session, then the sandbox as failed and gone', async () => {
+    it('reports oom and the sandbox lost for the command, one-shot or in a session, then the sandbox as failed', async () => {
       // As a kubelet 1.28+ on cgroup v2 (memory.oom.group): the container terminates OOMKilled.
       const grouped = await KubernetesEmulator.start(docker, { oomKillsContainer: true });
       const kubeConfig = new KubeConfig();
@@ -381,11 +381,12 @@ describe.skipIf(skipReason !== undefined)(
             provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
           if (session !== undefined) expect((await run({ argv: ['true'], session })).status).toBe('ok');
           const result = await run({ command: 'tail /dev/zero', timeoutMs: 60_000, session });
-          expect(result.status).toBe('oom');
+          // The command's memory ended the Pod: its own loss, never the cluster's `sandbox_gone`.
+          expect(result).toMatchObject({ status: 'oom', sandboxLost: true });
           const pod = await core.readNamespacedPod({ name: provider.podName(info.id), namespace: NAMESPACE });
           expect(pod.status?.containerStatuses?.[0]?.state?.terminated?.reason).toBe('OOMKilled');
           expect((await provider.get(info.id)).state).toBe('failed');
-          expect((await run({ argv: ['true'] })).status).toBe('sandbox_gone');
+          expect(await run({ argv: ['true'] })).toMatchObject({ status: 'oom', sandboxLost: true });
           await provider.destroy(info.id);
         }
       } finally {

@@ -60,6 +60,12 @@ export class MarkerScanner {
     this.#onData(buffer.subarray(0, buffer.length - keep));
     this.#pending = Buffer.from(buffer.subarray(buffer.length - keep));
   }
+
+  /** No marker will come (the stream ended): what was held back as a possible one is output. */
+  flush(): void {
+    if (this.#after === null && this.#pending.length > 0) this.#onData(this.#pending);
+    this.#pending = Buffer.alloc(0);
+  }
 }
 
 /** The text the session shell reads for one command: the subshell, then the two end markers. */
@@ -125,6 +131,10 @@ export class ShellSession {
   #running: RunningCommand | null = null;
   #queue: Promise<unknown> = Promise.resolve();
   #isAlive = true;
+  /** Whether a command has run to its end marker: before one has, the shell may never have started. */
+  #hasRun = false;
+  /** How the shell's process exited, when the backend said. */
+  #exitCode: number | undefined;
 
   constructor(
     channel: ShellChannel,
@@ -144,9 +154,13 @@ export class ShellSession {
     if (running.stdout.trailer !== null && running.stderr.trailer !== null) running.settle('done');
   }
 
-  /** The channel ended or broke: the running command, and every later one, is lost. */
-  channelLost(): void {
+  /**
+   * The channel ended or broke: the running command, and every later one, is lost. `exitCode`:
+   * how the shell's process exited, when the backend knows.
+   */
+  channelLost(exitCode?: number): void {
     this.#isAlive = false;
+    if (exitCode !== undefined) this.#exitCode = exitCode;
     this.#running?.settle('lost');
   }
 
@@ -254,11 +268,25 @@ export class ShellSession {
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (this.#kill.kind === 'whole-session' && outcome === 'done') await this.#kill.releaseBackground();
+    if (outcome === 'lost' && !this.#hasRun && (this.#exitCode === 126 || this.#exitCode === 127)) {
+      // The shell never started (its wrapper could not become the user, say): a command that
+      // cannot start, as a shell says it (126, 127), with the wrapper's message.
+      running.stdout.flush();
+      running.stderr.flush();
+      output.push(
+        'stderr',
+        Buffer.from(
+          `\n[gym: the session's shell could not start (exit ${this.#exitCode}): its user or working directory is missing or not usable]\n`,
+        ),
+      );
+      return output.result('ok', this.#exitCode);
+    }
     if (outcome === 'lost') {
       // The OOM killer may have ended the shell with the command (a Kubernetes container killed
       // whole under `memory.oom.group`): that is the command's `oom`.
       return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), null);
     }
+    this.#hasRun = true;
     const exitCode = Number.parseInt(running.stdout.trailer ?? '', 10);
     if (!Number.isInteger(exitCode)) return output.result('killed', null);
     if (exitCode === SIGKILL_EXIT_CODE) {

@@ -135,7 +135,7 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
     expect(String(health.details?.timeoutKillReason)).toContain('/nonexistent/gym-exec');
   });
 
-  it('leaves nothing of a timed-out command that stops the kill script: the container is killed, the command sandbox_gone', {
+  it('leaves nothing of a timed-out command that stops the kill script: the container is killed, the command lost its sandbox', {
     timeout: 90_000,
   }, async () => {
     // One-shot and through a session at once: the two paths of a timeout kill.
