@@ -97,8 +97,12 @@ import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
 import {
   EXEC_ID_ENV,
+  hostKillNamespaceArgv,
   hostKillScriptArgv,
   hostStopScriptArgv,
+  KILL_FAILED_NOTE,
+  KILL_FAILED_REASON,
+  type KillOutcome,
   type KillReach,
 } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
@@ -551,11 +555,16 @@ export class ApptainerProvider implements SandboxProvider {
     const stderr = new OutputCapture(request.maxOutputBytes);
     const abort = new AbortController();
     let timedOut = false;
+    let killing: Promise<KillOutcome> | null = null;
+    const kill = () => {
+      killing ??= this.#killTagged(host, id, tag);
+      void killing.finally(() => abort.abort());
+    };
     const timer = setTimeout(() => {
       timedOut = true;
-      void this.#killTagged(host, id, tag).finally(() => abort.abort());
+      kill();
     }, request.timeoutMs);
-    const stop = () => void this.#killTagged(host, id, tag).finally(() => abort.abort());
+    const stop = () => kill();
     options.signal?.addEventListener('abort', stop, { once: true });
     const input = stdinBytes(request);
     let exit: { code: number | null; signal: string | null } | null = null;
@@ -614,6 +623,13 @@ export class ApptainerProvider implements SandboxProvider {
       stderrBytes: stderr.totalBytes,
       durationMs: Date.now() - started,
     };
+    if (killing !== null && (await killing) === 'sandbox_killed') {
+      return markSandboxLost(
+        { ...result, stderr: `${result.stderr}${KILL_FAILED_NOTE.toString()}` },
+        timedOut ? 'timeout' : 'killed',
+        KILL_FAILED_REASON,
+      );
+    }
     return loss === null ? result : markSandboxLost(result, loss.lost, loss.reason);
   }
 
@@ -937,16 +953,27 @@ export class ApptainerProvider implements SandboxProvider {
     id: string,
     tag: string,
     reach: KillReach = 'tagged-and-their-sessions',
-  ): Promise<void> {
+  ): Promise<KillOutcome> {
     try {
       const pid = await this.#instancePid(host, id);
-      if (pid === null) return;
-      await this.#run(
+      if (pid === null) return 'killed';
+      const namespace = `/proc/${pid}/ns/pid_for_children`;
+      const ran = await this.#run(
         host,
-        shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${pid}/ns/pid_for_children`, tag, reach)),
+        shellJoin(hostKillScriptArgv(host.busyboxPath, namespace, tag, reach)),
       );
+      if (ran.code === 0) return 'killed';
+      // It gave up (a fork loop outran its passes): the instance's namespace goes whole, which
+      // no fork outruns; resisting its kill cost the command its sandbox.
+      this.#context.logger.warn(
+        { sandboxId: id },
+        'the timeout kill did not take effect; killing the instance',
+      );
+      await this.#run(host, shellJoin(hostKillNamespaceArgv(host.busyboxPath, namespace)));
+      return 'sandbox_killed';
     } catch {
       // A host that does not answer: its commands end as it does.
+      return 'killed';
     }
   }
 
@@ -1122,7 +1149,7 @@ export class ApptainerProvider implements SandboxProvider {
       // Only the command's processes: the shell shares their session. From the host, out of
       // the agent's reach: a failed pass is not escalated to the sandbox (yet).
       return openSshSession(host.connection, line, (execId) =>
-        this.#killTagged(host, id, execId, 'tagged-only').then(() => 'killed' as const),
+        this.#killTagged(host, id, execId, 'tagged-only'),
       );
     })();
     sessions.set(key, opening);

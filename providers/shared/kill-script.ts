@@ -160,6 +160,36 @@ export function hostKillScriptArgv(
 }
 
 /**
+ * The escalation of a host-side kill that did not take effect (a fork loop that outran its 50
+ * passes), run on the host (`$1`: a file of the sandbox's pid namespace): SIGKILL to that
+ * namespace's init (the process there whose innermost pid is 1), after which the kernel kills
+ * every process of the namespace at once, forks included. The sandbox ends with it. Exits 0 once
+ * no process of the namespace is left (bounded), 1 otherwise.
+ */
+export const HOST_KILL_NAMESPACE_SCRIPT = `
+ns="$1"; pass=0
+while [ "$pass" -lt 100 ]; do
+  left=0
+  for dir in /proc/[0-9]*; do
+    [ "$dir/ns/pid" -ef "$ns" ] || continue
+    left=1
+    while read -r key rest; do
+      if [ "$key" = NSpid: ]; then set -- $rest; for inner; do :; done; [ "$inner" = 1 ] && kill -9 "\${dir#/proc/}" 2>/dev/null; fi
+    done < "$dir/status" 2>/dev/null
+  done
+  [ "$left" = 0 ] && exit 0
+  pass=$((pass + 1))
+  sleep 0.05 2>/dev/null || :
+done
+exit 1
+`;
+
+/** The host command that runs {@link HOST_KILL_NAMESPACE_SCRIPT} with the host's static busybox. */
+export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): string[] {
+  return [busybox, 'sh', '-c', HOST_KILL_NAMESPACE_SCRIPT, 'gym-kill-sandbox', pidNamespace];
+}
+
+/**
  * Stops every process of a sandbox but its init, run on the host (`$1`: a file of the sandbox's
  * pid namespace, `$2`: the init's host pid): each process of the host's /proc in that namespace
  * is stopped, then killed, repeated while any is found (nothing forks while stopped). Prints how
