@@ -153,7 +153,15 @@ export async function openDockerSession(
   deliver = (name, payload) => session.receive(name, payload);
   const lost = () => {
     ready.flush();
-    session.channelLost();
+    // How the shell's exec exited says whether it ever started (the runtime's 126 for a user the
+    // sandbox lacks): asked once, bounded, as the session is lost anyway.
+    void withTimeout(exec.inspect(), 2_000).then(
+      (inspected) =>
+        session.channelLost(
+          inspected === null || inspected.Running || inspected.ExitCode === null ? undefined : inspected.ExitCode,
+        ),
+      () => session.channelLost(),
+    );
   };
   if (stream.destroyed || stream.readableEnded) lost();
   stream.once('end', lost);

@@ -120,3 +120,38 @@ describe.skipIf(skipReason !== undefined)('an agent that kills its own sandbox',
     expect(result).toMatchObject({ status: 'killed', sandboxLost: true });
   });
 });
+
+describe.skipIf(skipReason !== undefined)(
+  'a command its sandbox does not let start, without the exec helper',
+  () => {
+    // Issue 19, finding 6, on the fallback path (the runtime, not the helper, refuses to start it):
+    // a result with a shell's exit code, never a provider error an eval would retry as infra.
+    const owner = new DockerProvider(
+      docker,
+      testContext({ namespace: `no-start-${randomBytes(3).toString('hex')}`, maxLifetimeSeconds: 600 }),
+      { execHelperPath: '/nonexistent/gym-exec' },
+    );
+    let id = '';
+    afterAll(async () => {
+      if (id !== '') await owner.destroy(id).catch(() => {});
+      await owner.close();
+    });
+
+    const cases: Array<[string, ExecRequestInput]> = [
+      ['a missing working directory', { command: 'pwd', cwd: '/no/such/testbed' }],
+      ['a missing program', { argv: ['no-such-program-in-path'] }],
+      ['a missing user', { command: 'id', user: 'no-such-user-here' }],
+    ];
+    for (const session of [undefined, 'agent']) {
+      for (const [what, request] of cases) {
+        it(`answers ${what} with 126 or 127 (${session ?? 'one-shot'})`, async () => {
+          if (id === '') id = (await owner.create(SandboxSpecSchema.parse({ image: busybox }))).id;
+          const result = await owner.exec(id, ExecRequestSchema.parse({ ...request, session }));
+          expect(result, JSON.stringify(result)).toMatchObject({ status: 'ok' });
+          expect([126, 127]).toContain(result.exitCode);
+          expect(`${result.stdout}${result.stderr}`.trim()).not.toBe('');
+        });
+      }
+    }
+  },
+);
