@@ -41,6 +41,7 @@
 import type { Readable } from 'node:stream';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
+import type { StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
 
@@ -467,7 +468,7 @@ export interface SandboxProvider {
    * @throws GymError `SANDBOX_NOT_FOUND`, `SANDBOX_NOT_READY`, `PROVIDER_ERROR` (processes kept
    *   appearing, or the host refused the kill).
    */
-  stopProcesses?(id: string): Promise<{ killed: number }>;
+  stopProcesses?(id: string): Promise<StopProcessesResult>;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

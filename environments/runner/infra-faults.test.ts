@@ -110,7 +110,9 @@ function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClie
       strike(`writeFile:${path}`, id);
     },
     stopProcesses: async (id: string) => {
-      strike('stopProcesses', id);
+      const struck = strike('stopProcesses', id);
+      // Its processes resisted the stop, and the provider killed the sandbox.
+      if (struck?.sandboxLost === true) return { killed: 0, sandboxLost: true, reason: struck.reason };
       return { killed: 0 };
     },
     readFileBytes: async (id: string, path: string) => {
@@ -251,6 +253,7 @@ describe("a command that destroyed its own sandbox is the agent's failure, never
   const cases: FaultPlan[] = [
     { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'lost' },
     { at: 'exec:git add -A', fault: 'lost' },
+    { at: 'stopProcesses', fault: 'lost' },
     { at: `exec:${ROW.test_command}`, fault: 'lost' },
   ];
   it.each(cases)('oracle on swe: $fault at $at is agent_error, reward 0, not retried', async (plan) => {

@@ -45,6 +45,17 @@ export function watchSandboxLoss(client: GymClient): SandboxLossWatch {
           note(id, result);
           return result;
         };
+      if (property === 'stopProcesses')
+        return async (id: string) => {
+          const result = await target.stopProcesses(id);
+          if (isWatching && first === null && result.sandboxLost === true)
+            first = {
+              sandboxId: id,
+              status: 'killed',
+              reason: result.reason ?? 'the sandbox did not survive being stopped',
+            };
+          return result;
+        };
       if (property === 'execStream')
         return async function* (id: string, request: Parameters<GymClient['execStream']>[1]) {
           for await (const event of target.execStream(id, request)) {

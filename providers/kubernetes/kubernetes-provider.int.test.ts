@@ -250,6 +250,29 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     );
   });
 
+  it('deletes the Pod when a stopper left running resists stop-processes: the sandbox lost, never an error', {
+    timeout: 90_000,
+  }, async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    // Left by an earlier command: stops every process of the Pod but itself, the stop script too.
+    const left = await provider.exec(
+      info.id,
+      parseOrThrow(
+        ExecRequestSchema,
+        {
+          command: `sh -c 'while :; do for p in /proc/[0-9]*; do [ "\${p#/proc/}" = "$$" ] || kill -STOP "\${p#/proc/}" 2>/dev/null; done; done' >/dev/null 2>&1 &`,
+        },
+        'exec',
+      ),
+    );
+    expect(left.status).toBe('ok');
+    const stopped = await provider.stopProcesses!(info.id);
+    expect(stopped).toMatchObject({ killed: 0, sandboxLost: true });
+    expect(stopped.reason).toMatch(/resisted being stopped/);
+    await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+  });
+
   it('fails a create whose Pod cannot be scheduled at the create deadline, with the reason, leaving no Pod', async () => {
     const gpuProvider = new KubernetesProvider(kubeConfig, testContext({ namespace: 'nogpu' }), {
       gpus: true,

@@ -31,6 +31,7 @@ import {
 import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
+import type { StopProcessesResult } from '../../core/schemas/api.ts';
 import type { ExecRequest, ExecResult, ExecStatus } from '../../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec, SandboxState } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
@@ -1371,18 +1372,50 @@ export class KubernetesProvider implements SandboxProvider {
    * Kills every process of the Pod but its keeper, from inside (`STOP_SCRIPT`), and drops its
    * sessions and gateway relay (a later `exposeGateway` starts the relay again).
    */
-  async stopProcesses(id: string): Promise<{ killed: number }> {
+  async stopProcesses(id: string): Promise<StopProcessesResult> {
     this.#closeSessions(id);
     await this.#releaseRelay(id, false);
     if ((await this.get(id)).state !== 'ready') {
       throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`, { details: { sandboxId: id } });
     }
-    const result = await runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
-      maxBytes: 1024,
-      timeoutMs: 30_000,
-    });
+    // The stop runs inside the Pod, where the agent's processes can stop or outrun it: bounded,
+    // and when it does not finish the Pod goes, which nothing in it resists (as a timeout kill).
+    const result = await withTimeout(
+      runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
+        maxBytes: 1024,
+        timeoutMs: KILL_SCRIPT_WAIT_MS,
+      }).catch(() => null),
+      KILL_SCRIPT_WAIT_MS + 5_000,
+    );
+    if (result === null || result.end.kind !== 'exited' || result.end.exitCode !== 0) {
+      this.#context.logger.warn(
+        { sandboxId: id },
+        'stopping the processes did not finish in the Pod; deleting the Pod',
+      );
+      const isGone = await withTimeout(
+        this.#deletePodAndWait(id, KILLED_POD_GRACE_SECONDS).then(
+          () => true,
+          () => false,
+        ),
+        KILLED_POD_WAIT_MS,
+      );
+      if (isGone === true)
+        return {
+          killed: 0,
+          sandboxLost: true,
+          reason:
+            "the sandbox's processes resisted being stopped (the stop inside the Pod was stopped or outrun), so the Pod was deleted",
+        };
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `could not stop the processes of sandbox ${id}, nor delete its Pod`,
+        {
+          details: { sandboxId: id },
+        },
+      );
+    }
     const killed = Number.parseInt(result.stdout.toString('utf8').trim(), 10);
-    if (result.end.kind !== 'exited' || result.end.exitCode !== 0 || !Number.isInteger(killed)) {
+    if (!Number.isInteger(killed)) {
       throw new GymError(
         'PROVIDER_ERROR',
         `could not stop the processes of sandbox ${id}: ${JSON.stringify(result.end)} ${result.stderr}`,
