@@ -11,7 +11,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
-import type { Sandbox } from '../core/schemas/api.ts';
+import type { Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 import type {
   ImageInfoResponse,
@@ -415,7 +415,7 @@ export class GymClient {
    * Kills every process in the sandbox but its keeper; the sandbox stays ready.
    * @throws GymError `CAPABILITY_UNSUPPORTED` when its provider cannot.
    */
-  stopProcesses(id: string): Promise<{ killed: number }> {
+  stopProcesses(id: string): Promise<StopProcessesResult> {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/stop-processes`, { json: {} });
   }
 

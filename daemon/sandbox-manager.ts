@@ -8,7 +8,7 @@
 import type { Readable } from 'node:stream';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
-import type { Sandbox } from '../core/schemas/api.ts';
+import type { Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckResult } from '../core/schemas/toolchain.ts';
@@ -223,7 +223,7 @@ export class SandboxManager implements SandboxCounts {
    * that nothing an agent left running can touch what a verifier is about to judge.
    * @throws GymError `CAPABILITY_UNSUPPORTED` when the sandbox's provider cannot.
    */
-  stopProcesses(id: string): Promise<{ killed: number }> {
+  stopProcesses(id: string): Promise<StopProcessesResult> {
     return this.#operations.stopProcesses(id);
   }
 

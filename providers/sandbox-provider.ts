@@ -42,6 +42,7 @@
 import type { Readable } from 'node:stream';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
+import type { StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
@@ -477,7 +478,7 @@ export interface SandboxProvider {
    * @throws GymError `SANDBOX_NOT_FOUND`, `SANDBOX_NOT_READY`, `PROVIDER_ERROR` (processes kept
    *   appearing, or the host refused the kill).
    */
-  stopProcesses?(id: string): Promise<{ killed: number }>;
+  stopProcesses?(id: string): Promise<StopProcessesResult>;
 
   /**
    * Which files that a verifier's interpreters and tools consist of, or that they read before any

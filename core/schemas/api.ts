@@ -72,7 +72,16 @@ export const GatewayReachSchema = z.object({
 export const StopProcessesResponseSchema = z.object({
   /** How many processes were killed (0 when only the sandbox's keeper was running). */
   killed: z.number().int().nonnegative(),
+  /**
+   * The sandbox did not survive the stop, by its processes' doing: they resisted being stopped,
+   * so the provider killed the sandbox (as `ExecResult.sandboxLost`). The daemon forgets it; an
+   * evaluation grades the rollout as the agent's failure.
+   */
+  sandboxLost: z.literal(true).optional(),
+  /** Why, with `sandboxLost`. */
+  reason: z.string().max(500).optional(),
 });
+export type StopProcessesResult = z.infer<typeof StopProcessesResponseSchema>;
 
 export const PathQuerySchema = z
   .object({

@@ -11,6 +11,9 @@ export const MAX_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
 /** Standard input of one exec (characters, UTF-8 or base64): within the exec body limit (96 MiB). */
 export const MAX_STDIN_CHARS = 64 * 1024 * 1024;
 
+/** An exec result's `reason`: one sentence, never output (which has its own fields and caps). */
+export const MAX_EXEC_REASON_CHARS = 500;
+
 export const SessionNameSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, {
   message: 'session names are 1-64 characters of letters, digits, ".", "_" or "-"',
 });
@@ -49,8 +52,9 @@ export type ExecRequest = z.output<typeof ExecRequestSchema>;
  * - `timeout`: it ran past `timeoutMs`; all its processes were killed.
  * - `killed`: something other than our timeout killed it (a signal from inside, a lost session).
  * - `oom`: the kernel killed it for exceeding the sandbox's memory limit.
- * - `sandbox_gone`: the sandbox died or was destroyed while the command ran (or was killed by the
- *   provider because the command's timeout kill inside it did not take effect).
+ * - `sandbox_gone`: the sandbox was taken away from outside while the command ran (destroyed,
+ *   reaped, its engine or host lost): never the command's doing. A sandbox the command itself
+ *   ended is one of the other statuses with `sandboxLost` (see {@link ExecResultSchema}).
  */
 export const ExecStatusSchema = z.enum(['ok', 'timeout', 'killed', 'oom', 'sandbox_gone']);
 export type ExecStatus = z.infer<typeof ExecStatusSchema>;
@@ -73,5 +77,16 @@ export const ExecResultSchema = z.object({
    * a request with a session ran in it.
    */
   session: z.literal(false).optional(),
+  /**
+   * The sandbox did not survive the command, by the command's own doing: it died of its own
+   * memory or process use, or the provider had to kill it because the command's processes
+   * resisted their kill. `status` says how the command ended (`oom`, `timeout`, `killed`), and
+   * `reason` why the sandbox was lost. The daemon forgets the sandbox, as for `sandbox_gone`; an
+   * evaluation grades the rollout as the agent's failure, never as an infrastructure fault.
+   * Absent when the sandbox lives on (or was taken away from outside: `sandbox_gone`).
+   */
+  sandboxLost: z.literal(true).optional(),
+  /** Why the sandbox was lost (with `sandboxLost`), for people: one short sentence. */
+  reason: z.string().max(MAX_EXEC_REASON_CHARS).optional(),
 });
 export type ExecResult = z.infer<typeof ExecResultSchema>;

@@ -4,7 +4,7 @@
  * write overlapping the operation. Capability checks go through `../capabilities.ts`.
  */
 import type { Readable } from 'node:stream';
-import type { Sandbox } from '../../core/schemas/api.ts';
+import type { Sandbox, StopProcessesResult } from '../../core/schemas/api.ts';
 import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
 import {
   type ToolchainCheckRequestInput,
@@ -83,8 +83,8 @@ export class SandboxOperations {
         },
         (performance.now() - started) / 1000,
       );
-      if (result.status === 'sandbox_gone') {
-        // The resource died under us: forget it now rather than at the next scan.
+      if (result.status === 'sandbox_gone' || result.sandboxLost === true) {
+        // The resource died under us (or of the command): forget it now rather than at the next scan.
         void this.#lifecycle.destroy(id, 'gone').catch(() => {});
       }
       return result;
@@ -113,8 +113,13 @@ export class SandboxOperations {
     return this.#use(id, (provider, record) => this.#gateway.expose(provider, record));
   }
 
-  stopProcesses(id: string): Promise<{ killed: number }> {
-    return this.#use(id, (provider, record) => requireStopProcesses(record.provider, provider)(id));
+  stopProcesses(id: string): Promise<StopProcessesResult> {
+    return this.#use(id, async (provider, record) => {
+      const result = await requireStopProcesses(record.provider, provider)(id);
+      // Its processes resisted, and the provider killed it: forget it now, as after an exec.
+      if (result.sandboxLost === true) void this.#lifecycle.destroy(id, 'gone').catch(() => {});
+      return result;
+    });
   }
 
   checkToolchain(id: string, input: ToolchainCheckRequestInput | unknown): Promise<ToolchainCheckResult> {

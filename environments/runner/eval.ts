@@ -27,6 +27,7 @@ import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import { createJsonlAppender, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics, fieldStats, taskProfile } from './metrics.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields, gymFields } from './rollout-line.ts';
+import { watchSandboxLoss } from './sandbox-loss.ts';
 import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
 
 export interface EvalOptions {
@@ -457,7 +458,11 @@ async function runRollout(
   rolloutId: string,
   attempt: number,
 ): Promise<Record<string, unknown>> {
-  const { client, harness, environment } = options;
+  const { harness, environment } = options;
+  // Every exec of the rollout goes through this client: a command that destroyed its sandbox
+  // makes the rollout the agent's failure, whatever came after (see `sandbox-loss.ts`).
+  const watch = watchSandboxLoss(options.client);
+  const { client } = watch;
   const kind = environment.implementation;
   const timings: Timings = { sandboxMs: 0, agentMs: 0, verifyMs: 0, totalMs: 0 };
   const started = Date.now();
@@ -499,6 +504,7 @@ async function runRollout(
     }
     await kind.startSandbox?.({ row, sandbox, environment });
     timings.sandboxMs = Date.now() - started;
+    watch.start();
     let endpoint = { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
     if (harness.needsModel) {
       const rollout = await client.openRollout({
@@ -591,6 +597,17 @@ async function runRollout(
     await releaseSandbox();
     if (harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
   }
+  // The agent's code destroyed a sandbox (its own, or the verifier's through what it left):
+  // `agent_error`, reward 0, as for any harness run the agent made fail. Not a reward (the
+  // verifier did not judge a final state) and not an infra error, which would be retried and
+  // dropped, so that destroying the sandbox would hide any rollout the agent would fail.
+  const loss = watch.loss();
+  if (loss !== null)
+    verdict = {
+      outcome: 'agent_error',
+      reward: 0,
+      details: { reason: `a command of the rollout lost its sandbox: ${loss.reason}`, sandboxLost: loss },
+    };
   timings.totalMs = Date.now() - started;
   // NeMo Gym's keys at the top level, with its types (rollout-line.ts); ours in one object beside them.
   const usage = harness.needsModel

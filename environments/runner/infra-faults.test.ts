@@ -48,6 +48,8 @@ type Fault =
   | 'oom'
   /** The command ran and exited 128 (git in a repo the agent broke). */
   | 'exit128'
+  /** The command destroyed its sandbox (its memory took the keeper): `sandboxLost`, then no sandbox. */
+  | 'lost'
   | 'PROVIDER_ERROR'
   | 'FILE_TOO_LARGE'
   | 'VALIDATION_FAILED'
@@ -69,17 +71,28 @@ function result(status: ExecResult['status'], exitCode: number | null, stdout = 
 /** The daemon as the runner sees it, healthy except for the one planned fault. */
 function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClient {
   let created = 0;
-  const strike = (at: string): ExecResult | null => {
+  const lost = new Set<string>();
+  const strike = (at: string, id = ''): ExecResult | null => {
+    // The daemon forgot a lost sandbox: whatever comes after finds none.
+    if (lost.has(id)) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
     if (plan === null || !at.includes(plan.at)) return null;
+    if (plan.fault === 'lost') {
+      lost.add(id);
+      return {
+        ...result('oom', null),
+        sandboxLost: true,
+        reason: 'the sandbox ran out of memory and its keeper was killed',
+      };
+    }
     if (plan.fault === 'sandbox_gone') return result('sandbox_gone', null);
     if (plan.fault === 'timeout') return result(plan.fault, null);
     if (plan.fault === 'killed' || plan.fault === 'oom') return result(plan.fault, 137);
     if (plan.fault === 'exit128') return result('ok', 128);
     throw new GymError(plan.fault, plan.message ?? `injected ${plan.fault} at ${plan.at}`);
   };
-  const exec = async (_id: string, request: ExecRequestInput): Promise<ExecResult> => {
+  const exec = async (id: string, request: ExecRequestInput): Promise<ExecResult> => {
     const command = request.command ?? request.argv?.join(' ') ?? '';
-    const struck = strike(`exec:${command}`);
+    const struck = strike(`exec:${command}`, id);
     if (struck !== null) return struck;
     if (command.includes('git diff')) return result('ok', 0, ROW.patch);
     // pytest exits 0 when every selected test passed.
@@ -95,15 +108,17 @@ function fakeClient(plan: FaultPlan | null, url = 'http://127.0.0.1:9'): GymClie
     },
     destroySandbox: async () => {},
     exec,
-    writeFile: async (_id: string, path: string) => {
-      strike(`writeFile:${path}`);
+    writeFile: async (id: string, path: string) => {
+      strike(`writeFile:${path}`, id);
     },
-    stopProcesses: async () => {
-      strike('stopProcesses');
+    stopProcesses: async (id: string) => {
+      const struck = strike('stopProcesses', id);
+      // Its processes resisted the stop, and the provider killed the sandbox.
+      if (struck?.sandboxLost === true) return { killed: 0, sandboxLost: true, reason: struck.reason };
       return { killed: 0 };
     },
-    readFileBytes: async (_id: string, path: string) => {
-      strike(`readFile:${path}`);
+    readFileBytes: async (id: string, path: string) => {
+      strike(`readFile:${path}`, id);
       return Buffer.from('content\n');
     },
     readFile: async (_id: string, path: string) => {
@@ -231,6 +246,23 @@ describe("what the agent's own files or code can cause is graded, never infra", 
     expect(failures).toEqual([]);
     expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 0]]);
     expect(String((gymFields(rollouts[0]!).verifier as { reason?: unknown }).reason)).not.toBe('undefined');
+  });
+});
+
+describe("a command that destroyed its own sandbox is the agent's failure, never infra", () => {
+  // Issue 19: an agent (or the code its patch adds, run by the tests) that kills its sandbox
+  // would otherwise have the rollout retried and dropped: a way out of any rollout it would fail.
+  const cases: FaultPlan[] = [
+    { at: 'exec:cat > /tmp/gym-oracle.patch', fault: 'lost' },
+    { at: 'exec:git add -A', fault: 'lost' },
+    { at: 'stopProcesses', fault: 'lost' },
+    { at: `exec:${ROW.test_command}`, fault: 'lost' },
+  ];
+  it.each(cases)('oracle on swe: $fault at $at is agent_error, reward 0, not retried', async (plan) => {
+    const { rollouts, failures } = await runOnce(fakeClient(plan), createOracleHarness(), `lost-${plan.at}`);
+    expect(failures).toEqual([]);
+    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['agent_error', 0]]);
+    expect(String((rollouts[0]!.verifier as { reason?: unknown }).reason)).toMatch(/ran out of memory/);
   });
 });
 

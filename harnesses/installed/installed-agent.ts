@@ -513,6 +513,15 @@ export function createInstalledAgentHarness(
           extra,
           agentFiles,
         );
+      // The agent destroyed its own sandbox (its memory, or processes that resisted their kill).
+      if (result.sandboxLost === true)
+        return fail(
+          'agent_error',
+          `the agent lost its sandbox: ${result.reason ?? result.status}`,
+          parsed.steps,
+          extra,
+          agentFiles,
+        );
       if (result.status === 'timeout')
         return fail(
           'time_limit',

@@ -125,6 +125,9 @@ export function createMiniSweHarness(): Harness {
         loop.finishStep(step);
         if (result.status === 'sandbox_gone')
           return end('sandbox_gone', null, 'the sandbox went away during a command');
+        // The command destroyed its own sandbox: the agent's failure, and nothing left to run in.
+        if (result.sandboxLost === true)
+          return end('agent_error', null, `a command lost the sandbox: ${result.reason ?? result.status}`);
         const output = `${result.stdout}${result.stderr}`;
         const submission = result.status === 'ok' ? submissionOf(result.stdout, result.exitCode) : null;
         if (submission !== null) {

@@ -97,7 +97,7 @@ async function runTool(
   name: string,
   args: Record<string, unknown>,
   timeoutMs: number,
-): Promise<{ text: string; exitCode: number | null; isGone: boolean }> {
+): Promise<{ text: string; exitCode: number | null; isGone: boolean; lostReason?: string }> {
   const resolve = (path: string) => posix.resolve(workdir, path);
   switch (name) {
     case 'bash': {
@@ -112,6 +112,7 @@ async function runTool(
         text: `exit code ${result.exitCode ?? -1}${note}\n${result.stdout}${result.stderr}`,
         exitCode: result.exitCode,
         isGone: result.status === 'sandbox_gone',
+        ...(result.sandboxLost === true ? { lostReason: result.reason ?? result.status } : {}),
       };
     }
     case 'read_file':
@@ -181,6 +182,9 @@ export function createToolCallingHarness(): Harness {
             const timeoutMs = Math.max(1000, Math.min(limits.commandTimeoutMs, clock.remainingMs));
             const outcome = await runTool(sandbox, task.workdir, call.function.name, args, timeoutMs);
             if (outcome.isGone) return end('sandbox_gone', null, 'the sandbox went away during a tool call');
+            // The command destroyed its own sandbox: the agent's failure, and nothing left to run in.
+            if (outcome.lostReason !== undefined)
+              return end('agent_error', null, `a tool call lost the sandbox: ${outcome.lostReason}`);
             step.exitCode = outcome.exitCode;
             text = clipObservation(outcome.text, limits.maxObservationChars);
           } catch (error) {

@@ -78,16 +78,31 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
-import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from '../shared/abnormal-end.ts';
+import {
+  classifyAbnormalEnd,
+  OomKillCounts,
+  type OutsideView,
+  type SandboxLoss,
+} from '../shared/abnormal-end.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { parseOomKillCount, stdinBytes } from '../shared/exec-output.ts';
+import {
+  CommandCannotStart,
+  cannotStartResult,
+  markSandboxLost,
+  parseOomKillCount,
+  stdinBytes,
+} from '../shared/exec-output.ts';
 import { DEFAULT_RELAY_HELPER_PATH, type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
 import {
   EXEC_ID_ENV,
+  hostKillNamespaceArgv,
   hostKillScriptArgv,
   hostStopScriptArgv,
+  KILL_FAILED_NOTE,
+  KILL_FAILED_REASON,
+  type KillOutcome,
   type KillReach,
 } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
@@ -459,17 +474,34 @@ export class ApptainerProvider implements SandboxProvider {
       // Tagged from its first process: one the agent stops before `env` ran is still killed.
       ...(tag === undefined ? [] : ['--env', `${EXEC_ID_ENV}=${tag}`]),
       '--pwd',
-      cwd,
+      '/',
       `instance://${this.#instanceName(id)}`,
       TOOLS,
       'env',
       '-i',
       ...Object.entries(env).map(([key, value]) => `${key}=${value}`),
+      // The bound shell enters the working directory: one the sandbox lacks is then a shell's
+      // 126 with its message, where Apptainer's own `--pwd` fails as it fails for anything (255).
+      TOOLS,
+      'sh',
+      '-c',
+      'cd "$1" || exit 126; shift; exec "$@"',
+      'gym-exec',
+      cwd,
       ...argv,
     ]);
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    try {
+      return await this.#exec(id, request, options);
+    } catch (error) {
+      if (error instanceof CommandCannotStart) return cannotStartResult(error.message);
+      throw error;
+    }
+  }
+
+  async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     await this.#resumed();
     const host = await this.fleet.locate(id);
     if (request.session !== undefined) {
@@ -523,11 +555,16 @@ export class ApptainerProvider implements SandboxProvider {
     const stderr = new OutputCapture(request.maxOutputBytes);
     const abort = new AbortController();
     let timedOut = false;
+    let killing: Promise<KillOutcome> | null = null;
+    const kill = () => {
+      killing ??= this.#killTagged(host, id, tag);
+      void killing.finally(() => abort.abort());
+    };
     const timer = setTimeout(() => {
       timedOut = true;
-      void this.#killTagged(host, id, tag).finally(() => abort.abort());
+      kill();
     }, request.timeoutMs);
-    const stop = () => void this.#killTagged(host, id, tag).finally(() => abort.abort());
+    const stop = () => kill();
     options.signal?.addEventListener('abort', stop, { once: true });
     const input = stdinBytes(request);
     let exit: { code: number | null; signal: string | null } | null = null;
@@ -559,13 +596,16 @@ export class ApptainerProvider implements SandboxProvider {
       (exit?.code === 255 && /no instance found/.test(stderrText) && !(await this.fleet.exists(host, id)));
     let status: ExecResult['status'] = timedOut ? 'timeout' : gone ? 'sandbox_gone' : 'ok';
     const sigkilled = exit !== null && (exit.signal === 'SIGKILL' || exit.code === 137);
-    if (status === 'ok' && sigkilled)
-      status = await classifyAbnormalEnd(id, this.#oomKills, {
+    let loss: SandboxLoss | null = null;
+    if (status === 'ok' && sigkilled) {
+      const end = await classifyAbnormalEnd(id, this.#oomKills, {
         outsideView: () => this.#outsideView(host, id),
         probe: async () => null,
       });
-    else if (status === 'ok' && (exit?.signal != null || exit?.code === null)) status = 'killed';
-    return {
+      if (typeof end === 'object') loss = end;
+      else status = end;
+    } else if (status === 'ok' && (exit?.signal != null || exit?.code === null)) status = 'killed';
+    const result: ExecResult = {
       status,
       exitCode:
         status === 'ok'
@@ -583,6 +623,14 @@ export class ApptainerProvider implements SandboxProvider {
       stderrBytes: stderr.totalBytes,
       durationMs: Date.now() - started,
     };
+    if (killing !== null && (await killing) === 'sandbox_killed') {
+      return markSandboxLost(
+        { ...result, stderr: `${result.stderr}${KILL_FAILED_NOTE.toString()}` },
+        timedOut ? 'timeout' : 'killed',
+        KILL_FAILED_REASON,
+      );
+    }
+    return loss === null ? result : markSandboxLost(result, loss.lost, loss.reason);
   }
 
   /** The instance seen from its host: whether its keeper runs, and its cgroup's OOM kills. */
@@ -609,8 +657,7 @@ export class ApptainerProvider implements SandboxProvider {
         .split('\n')
         .map((line) => line.split(':'))
         .find((fields) => fields[0] === name);
-      if (entry === undefined)
-        throw new GymError('VALIDATION_FAILED', `no user ${name} in the sandbox's /etc/passwd`);
+      if (entry === undefined) throw new CommandCannotStart(`no user ${name} in the sandbox's /etc/passwd`);
       uid = Number(entry[2]);
       if (group === undefined) gid = Number(entry[3]);
     }
@@ -906,16 +953,27 @@ export class ApptainerProvider implements SandboxProvider {
     id: string,
     tag: string,
     reach: KillReach = 'tagged-and-their-sessions',
-  ): Promise<void> {
+  ): Promise<KillOutcome> {
     try {
       const pid = await this.#instancePid(host, id);
-      if (pid === null) return;
-      await this.#run(
+      if (pid === null) return 'killed';
+      const namespace = `/proc/${pid}/ns/pid_for_children`;
+      const ran = await this.#run(
         host,
-        shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${pid}/ns/pid_for_children`, tag, reach)),
+        shellJoin(hostKillScriptArgv(host.busyboxPath, namespace, tag, reach)),
       );
+      if (ran.code === 0) return 'killed';
+      // It gave up (a fork loop outran its passes): the instance's namespace goes whole, which
+      // no fork outruns; resisting its kill cost the command its sandbox.
+      this.#context.logger.warn(
+        { sandboxId: id },
+        'the timeout kill did not take effect; killing the instance',
+      );
+      await this.#run(host, shellJoin(hostKillNamespaceArgv(host.busyboxPath, namespace)));
+      return 'sandbox_killed';
     } catch {
       // A host that does not answer: its commands end as it does.
+      return 'killed';
     }
   }
 
@@ -1091,7 +1149,7 @@ export class ApptainerProvider implements SandboxProvider {
       // Only the command's processes: the shell shares their session. From the host, out of
       // the agent's reach: a failed pass is not escalated to the sandbox (yet).
       return openSshSession(host.connection, line, (execId) =>
-        this.#killTagged(host, id, execId, 'tagged-only').then(() => 'killed' as const),
+        this.#killTagged(host, id, execId, 'tagged-only'),
       );
     })();
     sessions.set(key, opening);

@@ -185,4 +185,26 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
     expect(result.status).toBe('ok');
     expect(result.exitCode).not.toBe(0);
   });
+
+  // What the sandbox holds is the task's or the agent's doing: a command it does not let start is
+  // a result, as a shell gives one (126 cannot run, 127 not found), never a provider error (which
+  // an evaluation would retry as an infrastructure fault).
+  const cannotStart: Array<[string, Parameters<SandboxFixture['exec']>[1]]> = [
+    ['a working directory the sandbox lacks', { command: 'pwd', cwd: '/no/such/testbed' }],
+    ['a working directory that is a file', { command: 'pwd', cwd: '/etc/passwd' }],
+    ['a program not in PATH', { argv: ['no-such-program-in-path'] }],
+    ['a file that is not executable', { argv: ['/etc/passwd'] }],
+    ['a user the sandbox does not have', { command: 'id', user: 'no-such-user-here' }],
+  ];
+  for (const [what, request] of cannotStart) {
+    it(`reports a command that cannot start for ${what} as a result, with a message`, async () => {
+      const result = await run(request);
+      expect(result, JSON.stringify(result)).toMatchObject({ status: 'ok' });
+      expect([126, 127]).toContain(result.exitCode);
+      expect(result.sandboxLost).toBeUndefined();
+      expect(`${result.stdout}${result.stderr}`.trim()).not.toBe('');
+      // The sandbox is no worse for it.
+      expect(await run({ argv: ['true'] })).toMatchObject({ status: 'ok', exitCode: 0 });
+    });
+  }
 }

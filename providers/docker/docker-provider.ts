@@ -30,9 +30,21 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
-import { classifyAbnormalEnd, type ExecHooks, OomKillCounts } from '../shared/abnormal-end.ts';
+import {
+  abnormalEndResult,
+  classifyAbnormalEnd,
+  type ExecHooks,
+  KEEPER_OOM_REASON,
+  OomKillCounts,
+  type SandboxLoss,
+} from '../shared/abnormal-end.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { OOM_COUNTER_COMMAND } from '../shared/exec-output.ts';
+import {
+  ExecOutput,
+  markSandboxLost,
+  OOM_COUNTER_COMMAND,
+  SIGKILL_EXIT_CODE,
+} from '../shared/exec-output.ts';
 import {
   decodeLabels,
   encodeLabels,
@@ -44,11 +56,11 @@ import { waitUntilReady } from '../shared/readiness.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerImages } from './docker-images.ts';
-import { openDockerSession } from './docker-session.ts';
+import { openDockerSession, SessionNotStarted } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { ImageSources, ImageSourcesSchema } from './image-sources.ts';
-import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
+import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
@@ -71,6 +83,30 @@ export const DEFAULT_CAPABILITIES = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID'
 
 /** Keeps the container alive doing nothing; the init process (tini) reaps zombies under it. */
 const IDLE_SCRIPT = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
+
+/**
+ * The engine's default read-only paths (HostConfig.ReadonlyPaths replaces them, so they are
+ * repeated), and the OOM score of the keeper, PID 1: root in the container could otherwise raise
+ * it to 1000 (raising needs no capability), fill its memory, and have the kernel's OOM killer end
+ * the keeper, and with it the sandbox. Left at 0 and out of reach, the keeper, the smallest
+ * process there, is the OOM killer's last choice. (Lowering it, which would make it immune,
+ * needs CAP_SYS_RESOURCE in the engine, which not every host grants; `task/1` is the same
+ * process's other name.)
+ */
+export const SANDBOX_READONLY_PATHS = [
+  '/proc/bus',
+  '/proc/fs',
+  '/proc/irq',
+  '/proc/sys',
+  '/proc/sysrq-trigger',
+  '/proc/1/oom_score_adj',
+  '/proc/1/oom_adj',
+  '/proc/1/task/1/oom_score_adj',
+  '/proc/1/task/1/oom_adj',
+];
+
+/** How long the engine may take to record the end of a container whose keeper was seen dead. */
+const EXIT_RECORD_WAIT_MS = 5_000;
 
 /** Exit codes the runtime gives when it could not start a command (126) or SIGKILLed it (137). */
 const RUNTIME_EXIT_CODES = new Set([126, 137]);
@@ -248,6 +284,8 @@ export class DockerProvider implements SandboxProvider {
   /** Verifier toolchains compared with their images, from the engine's side. */
   readonly #toolchain: DockerToolchainCheck;
   readonly #imageSources: ImageSources;
+  /** Sandboxes this provider is destroying: their end is never a command's doing. */
+  readonly #destroying = new Set<string>();
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -427,6 +465,8 @@ export class DockerProvider implements SandboxProvider {
         ...(spec.user === undefined ? {} : { User: spec.user }),
         HostConfig: {
           Init: this.#processes.helperBind === null ? this.#options.init : false,
+          // runc's; another runtime (gVisor) is left its own defaults.
+          ...(this.#options.runtime === undefined ? { ReadonlyPaths: SANDBOX_READONLY_PATHS } : {}),
           NetworkMode: spec.network,
           CapDrop: ['ALL'],
           CapAdd: [...new Set([...DEFAULT_CAPABILITIES, ...specOptions.capAdd])],
@@ -591,6 +631,7 @@ export class DockerProvider implements SandboxProvider {
           // From the host when it can: the probe runs the sandbox's own `sh`, and an agent that
           // deleted it would make every kill look like a sandbox gone (an infra error).
           outsideView: () => this.#processes.hostView(container),
+          lossCause: () => this.#lossCause(id, container),
           // The engine answers "cannot exec in a stopped state" (or exit 126) for a sandbox gone.
           probe: () =>
             runOneShotExec(
@@ -610,34 +651,71 @@ export class DockerProvider implements SandboxProvider {
     };
   }
 
+  /**
+   * Whether a container seen dead died of what ran in it, by the engine's record of how its first
+   * process (the keeper) ended, once the engine has recorded it. Taken away from outside (null):
+   * removed or being removed, by this daemon or another; stopped (the keeper ends, 0, only on a
+   * signal from outside its pid namespace: `docker stop`, an engine shutting down); killed from
+   * outside without an OOM. The agent's doing: the OOM killer took the keeper (the engine saw an
+   * OOM kill and the keeper ended by SIGKILL, which nothing inside the sandbox can send PID 1); or,
+   * in a container whose keeper is tini and a shell loop (no exec helper), the loop ended by
+   * anything but a stop.
+   */
+  async #lossCause(id: string, container: Docker.Container): Promise<SandboxLoss | null> {
+    const deadline = performance.now() + EXIT_RECORD_WAIT_MS;
+    for (;;) {
+      if (this.#destroying.has(id)) return null;
+      let inspected: Docker.ContainerInspectInfo;
+      try {
+        inspected = await container.inspect();
+      } catch {
+        return null;
+      }
+      const { State: state } = inspected;
+      if (state.Status === 'removing' || state.Status === 'dead') return null;
+      if (!state.Running) {
+        if (state.OOMKilled && state.ExitCode === SIGKILL_EXIT_CODE)
+          return { lost: 'oom', reason: KEEPER_OOM_REASON };
+        const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
+        if (!isHelperKeeper && state.ExitCode !== 0 && state.ExitCode !== 143)
+          return {
+            lost: 'killed',
+            reason: `the sandbox's first process (its keeper) ended with code ${state.ExitCode}, killed from inside, so the sandbox died`,
+          };
+        return null;
+      }
+      if (performance.now() > deadline) return null;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
     const container = this.#docker.getContainer(this.containerName(id));
     const hooks = this.#hooks(id, container);
     try {
       if (request.session !== undefined) {
         const session = await this.#session(id, container, request.session, request.user);
-        return await this.#confirmAlive(id, await session.run(request, options, hooks));
+        return await this.#confirmAlive(id, container, await session.run(request, options, hooks));
       }
       const confinement = await this.#processes.confinement(id, container);
       return await this.#confirmAlive(
         id,
+        container,
         await runOneShotExec(container, request, options, hooks, confinement),
       );
     } catch (error) {
+      if (error instanceof SessionNotStarted) {
+        const output = new ExecOutput(request, options);
+        output.push('stdout', Buffer.from(error.output));
+        output.push('stderr', notStartedNote(error.exitCode));
+        return output.result('ok', error.exitCode);
+      }
       const wrapped = wrapDockerError(error, { operation: 'exec', sandboxId: id });
       // A container that exists but is not running (it died) is a result, not an error.
-      if (wrapped.code === 'SANDBOX_NOT_READY' && (await hooks.classifyAbnormalEnd()) === 'sandbox_gone') {
-        return {
-          status: 'sandbox_gone',
-          exitCode: null,
-          stdout: '',
-          stderr: '',
-          stdoutTruncated: false,
-          stderrTruncated: false,
-          stdoutBytes: 0,
-          stderrBytes: 0,
-          durationMs: 0,
-        };
+      if (wrapped.code === 'SANDBOX_NOT_READY') {
+        const end = await hooks.classifyAbnormalEnd();
+        if (end === 'sandbox_gone' || typeof end === 'object')
+          return abnormalEndResult(new ExecOutput(request), end, null);
       }
       throw wrapped;
     }
@@ -649,13 +727,17 @@ export class DockerProvider implements SandboxProvider {
    * `sandbox_gone`, never output a harness or verifier would take for the command's own. (A
    * container removed as an exec starts answers "OCI runtime exec failed", 126.)
    */
-  async #confirmAlive(id: string, result: ExecResult): Promise<ExecResult> {
+  async #confirmAlive(id: string, container: Docker.Container, result: ExecResult): Promise<ExecResult> {
     if (result.status !== 'ok' || !RUNTIME_EXIT_CODES.has(result.exitCode ?? 0)) return result;
     const isAlive = await this.get(id).then(
       (info) => info.state === 'ready',
       (error: unknown) => !(error instanceof GymError && error.code === 'SANDBOX_NOT_FOUND'),
     );
-    return isAlive ? result : { ...result, status: 'sandbox_gone', exitCode: null };
+    if (isAlive) return result;
+    const loss = await this.#lossCause(id, container);
+    return loss === null
+      ? { ...result, status: 'sandbox_gone', exitCode: null }
+      : markSandboxLost(result, loss.lost, loss.reason);
   }
 
   async #session(
@@ -798,10 +880,14 @@ export class DockerProvider implements SandboxProvider {
     this.#relays.close(id);
     this.#oomCounts.forget(id);
     this.#processes.forget(id);
+    this.#destroying.add(id);
     try {
       await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));
     } catch (error) {
       throw wrapDockerError(error, { operation: 'destroy', sandboxId: id });
+    } finally {
+      // Commands that ended with the container have looked already: nothing runs in it now.
+      setTimeout(() => this.#destroying.delete(id), EXIT_RECORD_WAIT_MS).unref();
     }
   }
 

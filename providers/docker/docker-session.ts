@@ -20,6 +20,7 @@ import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
 import { createId, pooledRandomBytes } from '../../core/ids.ts';
 import { type SessionKill, ShellSession } from '../shared/shell-session.ts';
+import { withTimeout } from '../shared/with-timeout.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 import {
   confineExec,
@@ -34,6 +35,18 @@ import { openHelperPipes, PIPES_GO_BYTE, SESSION_PIPES_ENV, type SessionPipes } 
 
 /** How long a confined shell's helper may take to print its ready token before the pipes are given up. */
 const PIPES_READY_WAIT_MS = 10_000;
+
+/** A session shell the sandbox's contents did not let start (see `ExecNotStarted`), with the runtime's message. */
+export class SessionNotStarted extends Error {
+  readonly exitCode: number;
+  readonly output: string;
+
+  constructor(exitCode: number, output: string) {
+    super(`the session shell could not start (exit ${exitCode}): ${output.trim()}`);
+    this.exitCode = exitCode;
+    this.output = output;
+  }
+}
 
 /** Opens a session shell in `container` as `user`, confined when `confinement` is given. */
 export async function openDockerSession(
@@ -80,6 +93,16 @@ export async function openDockerSession(
         return ready.nsPid;
       },
     });
+    if ('failure' in confined && confined.notStarted !== undefined) {
+      // The runtime refused to start the shell (a user the sandbox lacks): a result for the
+      // command that asked for it, with the runtime's message.
+      const said: Buffer[] = [];
+      deliver = (_name, payload) => said.push(payload);
+      await withTimeout(ended, 5_000);
+      stream.destroy();
+      ready.flush();
+      throw new SessionNotStarted(confined.notStarted, Buffer.concat(said).toString('utf8'));
+    }
     if ('failure' in confined) {
       // Fail closed: an unconfined shell's commands could outlive their timeouts. Closing its
       // stdin before the go byte makes the helper exit (125) without running anything.
@@ -130,7 +153,15 @@ export async function openDockerSession(
   deliver = (name, payload) => session.receive(name, payload);
   const lost = () => {
     ready.flush();
-    session.channelLost();
+    // How the shell's exec exited says whether it ever started (the runtime's 126 for a user the
+    // sandbox lacks): asked once, bounded, as the session is lost anyway.
+    void withTimeout(exec.inspect(), 2_000).then(
+      (inspected) =>
+        session.channelLost(
+          inspected === null || inspected.Running || inspected.ExitCode === null ? undefined : inspected.ExitCode,
+        ),
+      () => session.channelLost(),
+    );
   };
   if (stream.destroyed || stream.readableEnded) lost();
   stream.once('end', lost);

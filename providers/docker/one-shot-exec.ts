@@ -17,11 +17,12 @@ import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
-import type { ExecHooks } from '../shared/abnormal-end.ts';
+import { abnormalEndResult, type ExecHooks } from '../shared/abnormal-end.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output.ts';
 import {
   EXEC_ID_ENV,
   KILL_FAILED_NOTE,
+  KILL_FAILED_REASON,
   type KillOutcome,
   type KillReach,
   killScriptArgv,
@@ -88,6 +89,29 @@ export function streamDone(stream: Duplex): Promise<void> {
     stream.once('close', resolve);
     stream.once('error', () => resolve());
   });
+}
+
+/**
+ * The runtime ended an exec before its first process ran: what the sandbox holds does not let it
+ * start (no such working directory, no such user). Its message is in the exec's output.
+ */
+export class ExecNotStarted extends Error {
+  readonly exitCode: number;
+
+  constructor(exitCode: number) {
+    super(`the exec ended (exit ${exitCode}) before it showed a pid`);
+    this.exitCode = exitCode;
+  }
+}
+
+/**
+ * Added to the stderr of a command the sandbox's contents did not let start: a result, as a shell
+ * gives one (126, 127), never a provider error. The runtime's own message says which.
+ */
+export function notStartedNote(exitCode: number): Buffer {
+  return Buffer.from(
+    `\n[gym: the command could not start in the sandbox (exit ${exitCode}): its working directory, user or program is missing or not usable]\n`,
+  );
 }
 
 export function sleep(ms: number): Promise<'timeout'> {
@@ -248,7 +272,7 @@ export async function startedHostPid(
     const inspected = await exec.inspect();
     if (inspected.Pid > 0) return inspected.Pid;
     if (!inspected.Running && inspected.ExitCode !== null && inspected.ExitCode !== undefined)
-      throw new Error(`the exec ended (exit ${inspected.ExitCode}) before it showed a pid`);
+      throw new ExecNotStarted(inspected.ExitCode);
     if (performance.now() > deadline) throw new Error(`the exec showed no pid within ${waitMs} ms`);
     await (isTokenPending && ready !== null ? Promise.race([ready.seen, sleep(pause)]) : sleep(pause));
   }
@@ -263,14 +287,18 @@ export async function confineExec(
   confinement: ExecConfinement,
   name: string,
   ready: { seen: Promise<unknown>; nsPid: number | null } | null = null,
-): Promise<{ cgroup: string; pid: number } | { failure: string }> {
+  waitMs = PID_WAIT_MS,
+): Promise<{ cgroup: string; pid: number } | { failure: string; notStarted?: number }> {
   try {
-    const pid = await startedHostPid(exec, confinement, ready);
+    const pid = await startedHostPid(exec, confinement, ready, waitMs);
     const cgroup = await confinement.cgroup.createChild(name);
     await confinement.cgroup.move(pid, cgroup);
     return { cgroup, pid };
   } catch (error) {
-    return { failure: (error as Error)?.message ?? String(error) };
+    return {
+      failure: (error as Error)?.message ?? String(error),
+      ...(error instanceof ExecNotStarted ? { notStarted: error.exitCode } : {}),
+    };
   }
 }
 
@@ -308,23 +336,45 @@ export async function runOneShotExec(
   const demuxer = new DockerStreamDemuxer((name, payload) => ready.push(name, payload));
   stream.on('data', (chunk: Buffer) => demuxer.push(chunk));
   stream.on('error', () => {});
+  // The command's own timer bounds its whole wait, the wait for its exec to start included: a
+  // start held up (an engine busy with a stopper an earlier command left) is this command's time.
+  const startedMs = performance.now();
   const attempt =
     confinement === null
       ? null
-      : await confineExec(exec, confinement, `gym-${execId}`, {
-          seen: Promise.race([ready.seen, streamDone(stream)]),
-          get nsPid() {
-            return ready.nsPid;
+      : await confineExec(
+          exec,
+          confinement,
+          `gym-${execId}`,
+          {
+            seen: Promise.race([ready.seen, streamDone(stream)]),
+            get nsPid() {
+              return ready.nsPid;
+            },
           },
-        });
+          Math.min(PID_WAIT_MS, request.timeoutMs),
+        );
   const confined = attempt !== null && 'cgroup' in attempt ? attempt : null;
   if (attempt !== null && 'failure' in attempt) {
     // Fail closed: an unconfined command could outlive its timeout. Closing the helper's stdin
     // before the go byte makes it exit (125) without running anything.
+    if (attempt.notStarted !== undefined) {
+      // The runtime refused to start it (a cwd or user the sandbox lacks; its message is on the
+      // exec's stdout): the sandbox's contents, so a result. The exec has ended: its output with it.
+      await withTimeout(streamDone(stream), KILL_GRACE_MS);
+      stream.destroy();
+      ready.flush();
+      output.push('stderr', notStartedNote(attempt.notStarted));
+      return output.result('ok', attempt.notStarted);
+    }
     stream.end();
     stream.destroy();
+    // Its time ran out before it could start: nothing of it ran (no go byte), so a timeout.
+    if (performance.now() - startedMs >= request.timeoutMs) return output.result('timeout', null);
     // Most often the sandbox went away under the exec: that is a result, not an error.
-    if ((await hooks.classifyAbnormalEnd()) === 'sandbox_gone') return output.result('sandbox_gone', null);
+    // Or it was OOM-killed before it could start (a sandbox whose memory is full): the command's `oom`.
+    const end = await hooks.classifyAbnormalEnd();
+    if (end !== 'killed') return abnormalEndResult(output, end, null);
     throw new GymError('PROVIDER_ERROR', 'could not move the command into its own cgroup; it was not run', {
       details: { reason: attempt.failure },
     });
@@ -349,7 +399,7 @@ export async function runOneShotExec(
       () => stream.destroy(),
     );
   };
-  const timer = setTimeout(kill, request.timeoutMs);
+  const timer = setTimeout(kill, Math.max(0, request.timeoutMs - (performance.now() - startedMs)));
   // A caller that gives up (a streaming client that went away) cancels exactly as a timeout would.
   const cancel = () => {
     isCancelled = true;
@@ -366,10 +416,11 @@ export async function runOneShotExec(
   }
   const timedOut = killing !== null;
   // The result says "timeout" only once the kill has finished: nothing it started runs on.
-  // When the kill had to take the container, the command ran on until then: the sandbox is gone.
+  // When the kill had to take the container, the command ran on until then, and resisting its
+  // kill cost it the sandbox: its own doing, not the engine's.
   if (killing !== null && (await killing) === 'sandbox_killed') {
     output.push('stderr', KILL_FAILED_NOTE);
-    return output.result('sandbox_gone', null);
+    return output.lost(isCancelled ? 'killed' : 'timeout', KILL_FAILED_REASON);
   }
   if (confined !== null && confinement !== null) {
     // Background jobs a command left on purpose outlive it, as they would without a cgroup.
@@ -386,8 +437,7 @@ export async function runOneShotExec(
     // The exec record disappears with its container: fall through to the sandbox check.
   }
   if (exitCode === null || exitCode === SIGKILL_EXIT_CODE) {
-    const cause = await hooks.classifyAbnormalEnd();
-    return output.result(cause, cause === 'sandbox_gone' ? null : exitCode);
+    return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), exitCode);
   }
   return output.result('ok', exitCode);
 }

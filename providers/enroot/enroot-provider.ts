@@ -79,14 +79,18 @@ import type {
   WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { stdinBytes } from '../shared/exec-output.ts';
+import { CommandCannotStart, cannotStartResult, markSandboxLost, stdinBytes } from '../shared/exec-output.ts';
 import { DEFAULT_RELAY_HELPER_PATH, type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
 import { imageFolderName } from '../shared/image-folder.ts';
 import {
   EXEC_ID_ENV,
+  hostKillNamespaceArgv,
   hostKillScriptArgv,
   hostStopScriptArgv,
+  KILL_FAILED_NOTE,
+  KILL_FAILED_REASON,
+  type KillOutcome,
   type KillReach,
 } from '../shared/kill-script.ts';
 import { OutputCapture } from '../shared/output-capture.ts';
@@ -569,6 +573,15 @@ export class EnrootProvider implements SandboxProvider {
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    try {
+      return await this.#exec(id, request, options);
+    } catch (error) {
+      if (error instanceof CommandCannotStart) return cannotStartResult(error.message);
+      throw error;
+    }
+  }
+
+  async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     await this.#resumed();
     const host = await this.fleet.locate(id);
     if (request.session !== undefined) {
@@ -622,7 +635,8 @@ export class EnrootProvider implements SandboxProvider {
         TOOLS,
         'sh',
         '-c',
-        'cd "$1" || exit 1; shift; exec "$@"',
+        // 126: a shell's "cannot run", for a working directory the sandbox lacks.
+        'cd "$1" || exit 126; shift; exec "$@"',
         'gym-exec',
         cwd,
         ...argv,
@@ -633,7 +647,11 @@ export class EnrootProvider implements SandboxProvider {
     const stderr = new OutputCapture(request.maxOutputBytes);
     const abort = new AbortController();
     let timedOut = false;
-    const kill = () => void this.#killTagged(host, keeper, tag).finally(() => abort.abort());
+    let killing: Promise<KillOutcome> | null = null;
+    const kill = () => {
+      killing ??= this.#killTagged(host, keeper, tag);
+      void killing.finally(() => abort.abort());
+    };
     const timer = setTimeout(() => {
       timedOut = true;
       kill();
@@ -672,8 +690,10 @@ export class EnrootProvider implements SandboxProvider {
     // Enroot has no memory limit, so a SIGKILL is never an OOM kill of ours: a kill, unless the sandbox died.
     if (status === 'ok' && (sigkilled || exit?.signal != null || exit?.code === null))
       status = (await this.fleet.exists(host, id)) ? 'killed' : 'sandbox_gone';
-    if (status === 'sandbox_gone') this.#keepers.delete(id);
-    return {
+    // The kill had to take the sandbox: the command resisted it, so the loss is its own.
+    const isKilledWhole = killing !== null && (await killing) === 'sandbox_killed';
+    if (status === 'sandbox_gone' || isKilledWhole) this.#keepers.delete(id);
+    const result: ExecResult = {
       status,
       exitCode: status === 'ok' ? (exit?.code ?? null) : status === 'killed' && sigkilled ? 137 : null,
       stdout: stdout.toBuffer().toString('utf8'),
@@ -684,6 +704,12 @@ export class EnrootProvider implements SandboxProvider {
       stderrBytes: stderr.totalBytes,
       durationMs: Date.now() - started,
     };
+    if (!isKilledWhole) return result;
+    return markSandboxLost(
+      { ...result, stderr: `${result.stderr}${KILL_FAILED_NOTE.toString()}` },
+      timedOut ? 'timeout' : 'killed',
+      KILL_FAILED_REASON,
+    );
   }
 
   /**
@@ -701,8 +727,7 @@ export class EnrootProvider implements SandboxProvider {
         .split('\n')
         .map((line) => line.split(':'))
         .find((fields) => fields[0] === name);
-      if (entry === undefined)
-        throw new GymError('VALIDATION_FAILED', `no user ${name} in the sandbox's /etc/passwd`);
+      if (entry === undefined) throw new CommandCannotStart(`no user ${name} in the sandbox's /etc/passwd`);
       uid = Number(entry[2]);
       if (group === undefined) gid = Number(entry[3]);
     }
@@ -727,13 +752,30 @@ export class EnrootProvider implements SandboxProvider {
     keeper: Keeper,
     tag: string,
     reach: KillReach = 'tagged-and-their-sessions',
-  ): Promise<void> {
-    const script = [
+  ): Promise<KillOutcome> {
+    const namespace = `/proc/${keeper.pid}/ns/pid_for_children`;
+    // Only while the keeper is the one we started (its pid not reused).
+    const guard = [
       `{ read -r stat < /proc/${keeper.pid}/stat; } 2>/dev/null; rest=\${stat##*) }; set -- $rest`,
       `[ "\${20:-}" = ${shellJoin([keeper.startTime])} ] || exit 0`,
-      `exec ${shellJoin(hostKillScriptArgv(host.busyboxPath, `/proc/${keeper.pid}/ns/pid_for_children`, tag, reach))}`,
-    ].join('\n');
-    await this.#run(host, script).catch(() => {});
+    ];
+    const script = [
+      ...guard,
+      `exec ${shellJoin(hostKillScriptArgv(host.busyboxPath, namespace, tag, reach))}`,
+    ];
+    const ran = await this.#run(host, script.join('\n')).catch(() => null);
+    if (ran === null || ran.code === 0) return 'killed';
+    // It gave up (a fork loop outran its passes): the sandbox's namespace goes whole, which no
+    // fork outruns; resisting its kill cost the command its sandbox.
+    this.#context.logger.warn(
+      { keeper: keeper.pid },
+      'the timeout kill did not take effect; killing the sandbox',
+    );
+    await this.#run(
+      host,
+      [...guard, `exec ${shellJoin(hostKillNamespaceArgv(host.busyboxPath, namespace))}`].join('\n'),
+    ).catch(() => null);
+    return 'sandbox_killed';
   }
 
   /**
@@ -770,7 +812,8 @@ export class EnrootProvider implements SandboxProvider {
         TOOLS,
         'sh',
         '-c',
-        'cd "$1" || exit 1; shift; exec "$@"',
+        // 126: a shell's "cannot run", for a working directory the sandbox lacks.
+        'cd "$1" || exit 126; shift; exec "$@"',
         'gym-session',
         spec.workdir ?? imageConfig?.workdir ?? '/',
         '/bin/sh',
@@ -778,7 +821,7 @@ export class EnrootProvider implements SandboxProvider {
       // Only the command's processes: the shell shares their session. From the host, out of
       // the agent's reach: a failed pass is not escalated to the sandbox (yet).
       return openSshSession(host.connection, line, (execId) =>
-        this.#killTagged(host, keeper, execId, 'tagged-only').then(() => 'killed' as const),
+        this.#killTagged(host, keeper, execId, 'tagged-only'),
       );
     })();
     sessions.set(key, opening);
@@ -1141,7 +1184,8 @@ export class EnrootProvider implements SandboxProvider {
         TOOLS,
         'sh',
         '-c',
-        'cd "$1" || exit 1; shift; exec "$@"',
+        // 126: a shell's "cannot run", for a working directory the sandbox lacks.
+        'cd "$1" || exit 126; shift; exec "$@"',
         'gym-build',
         source.workdir,
         '/bin/sh',

@@ -234,7 +234,7 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
     expect((await run('echo alive')).stdout).toBe('alive\n');
   });
 
-  it('leaves nothing of a timed-out command that stops the kill script: the Pod is killed, the command sandbox_gone', {
+  it('leaves nothing of a timed-out command that stops the kill script: the Pod is killed, the command lost its sandbox', {
     timeout: 90_000,
   }, async () => {
     // One-shot and through a session at once: the two paths of a timeout kill.
@@ -244,10 +244,33 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
         created.push(info.id);
         const container = docker.getContainer(emulator!.containerOf(NAMESPACE, provider.podName(info.id))!);
         // The loop stops the kill script as it starts, so the Pod has to go.
-        if ((await runStopperAttack(provider, info.id, container, session)) !== 'sandbox_gone') return;
+        if ((await runStopperAttack(provider, info.id, container, session)) !== 'lost') return;
         await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
       }),
     );
+  });
+
+  it('deletes the Pod when a stopper left running resists stop-processes: the sandbox lost, never an error', {
+    timeout: 90_000,
+  }, async () => {
+    const info = await provider.create(spec());
+    created.push(info.id);
+    // Left by an earlier command: stops every process of the Pod but itself, the stop script too.
+    const left = await provider.exec(
+      info.id,
+      parseOrThrow(
+        ExecRequestSchema,
+        {
+          command: `sh -c 'while :; do for p in /proc/[0-9]*; do [ "\${p#/proc/}" = "$$" ] || kill -STOP "\${p#/proc/}" 2>/dev/null; done; done' >/dev/null 2>&1 &`,
+        },
+        'exec',
+      ),
+    );
+    expect(left.status).toBe('ok');
+    const stopped = await provider.stopProcesses!(info.id);
+    expect(stopped).toMatchObject({ killed: 0, sandboxLost: true });
+    expect(stopped.reason).toMatch(/resisted being stopped/);
+    await expect(provider.get(info.id)).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
   });
 
   it('fails a create whose Pod cannot be scheduled at the create deadline, with the reason, leaving no Pod', async () => {
@@ -365,7 +388,7 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider: an archive of ma
 describe.skipIf(skipReason !== undefined)(
   'kubernetes provider on nodes whose OOM kill ends the whole container',
   () => {
-    it('reports oom for the command, one-shot or in a session, then the sandbox as failed and gone', async () => {
+    it('reports oom and the sandbox lost for the command, one-shot or in a session, then the sandbox as failed', async () => {
       // As a kubelet 1.28+ on cgroup v2 (memory.oom.group): the container terminates OOMKilled.
       const grouped = await KubernetesEmulator.start(docker, { oomKillsContainer: true });
       const kubeConfig = new KubeConfig();
@@ -381,11 +404,12 @@ describe.skipIf(skipReason !== undefined)(
             provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
           if (session !== undefined) expect((await run({ argv: ['true'], session })).status).toBe('ok');
           const result = await run({ command: 'tail /dev/zero', timeoutMs: 60_000, session });
-          expect(result.status).toBe('oom');
+          // The command's memory ended the Pod: its own loss, never the cluster's `sandbox_gone`.
+          expect(result).toMatchObject({ status: 'oom', sandboxLost: true });
           const pod = await core.readNamespacedPod({ name: provider.podName(info.id), namespace: NAMESPACE });
           expect(pod.status?.containerStatuses?.[0]?.state?.terminated?.reason).toBe('OOMKilled');
           expect((await provider.get(info.id)).state).toBe('failed');
-          expect((await run({ argv: ['true'] })).status).toBe('sandbox_gone');
+          expect(await run({ argv: ['true'] })).toMatchObject({ status: 'oom', sandboxLost: true });
           await provider.destroy(info.id);
         }
       } finally {

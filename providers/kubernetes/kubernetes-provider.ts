@@ -31,6 +31,7 @@ import {
 import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
+import type { StopProcessesResult } from '../../core/schemas/api.ts';
 import type { ExecRequest, ExecResult, ExecStatus } from '../../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec, SandboxState } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
@@ -47,10 +48,17 @@ import type {
   SandboxProvider,
   WriteFileOptions,
 } from '../sandbox-provider.ts';
-import { type ExecHooks, OomKillCounts } from '../shared/abnormal-end.ts';
+import {
+  type AbnormalEnd,
+  abnormalEndResult,
+  type ExecHooks,
+  OomKillCounts,
+  type SandboxLoss,
+} from '../shared/abnormal-end.ts';
 import { firstEntry, packSingleFile, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import {
   ExecOutput,
+  markSandboxLost,
   OOM_COUNTER_COMMAND,
   parseOomKillCount,
   SIGKILL_EXIT_CODE,
@@ -59,6 +67,7 @@ import {
 import {
   EXEC_ID_ENV,
   KILL_FAILED_NOTE,
+  KILL_FAILED_REASON,
   type KillOutcome,
   type KillReach,
   killScriptArgv,
@@ -306,6 +315,15 @@ function sandboxContainer(pod: V1Pod): V1ContainerStatus | undefined {
  * Only its current state counts: with `restartPolicy: Never` it is never restarted, so there is
  * no earlier run (`lastState`) to confuse with this one.
  */
+/**
+ * A Pod whose sandbox container the OOM killer ended (with `memory.oom.group`, every process of
+ * it): the Pod does not restart, so the sandbox is lost, by what ran in it.
+ */
+const POD_OOM_LOSS: SandboxLoss = {
+  lost: 'oom',
+  reason: "the sandbox ran out of memory and the kernel's OOM killer ended its container, so the Pod is lost",
+};
+
 function endedOutOfMemory(pod: V1Pod): boolean {
   return sandboxContainer(pod)?.state?.terminated?.reason === 'OOMKilled';
 }
@@ -836,10 +854,10 @@ export class KubernetesProvider implements SandboxProvider {
    * moment after the exec stream breaks, so a Pod that still looks running but cannot be probed
    * is read again for a few seconds before it is called gone.
    */
-  async #classifyAbnormalEnd(id: string): Promise<'sandbox_gone' | 'oom' | 'killed'> {
+  async #classifyAbnormalEnd(id: string): Promise<AbnormalEnd> {
     let pod = await this.#readPod(id);
     if (pod === null) return 'sandbox_gone';
-    if (endedOutOfMemory(pod)) return 'oom';
+    if (endedOutOfMemory(pod)) return POD_OOM_LOSS;
     if (podState(pod) === 'ready') {
       const probe = await runPodCommand(
         this.#kubeConfig,
@@ -859,7 +877,7 @@ export class KubernetesProvider implements SandboxProvider {
       await new Promise((resolve) => setTimeout(resolve, delayMs));
       pod = await this.#readPod(id);
       if (pod === null) return 'sandbox_gone';
-      if (endedOutOfMemory(pod)) return 'oom';
+      if (endedOutOfMemory(pod)) return POD_OOM_LOSS;
     }
     return 'sandbox_gone';
   }
@@ -960,6 +978,10 @@ export class KubernetesProvider implements SandboxProvider {
         // 404: no such Pod; 400: the Pod exists but does not run (ended, or being deleted).
         if (error.httpStatus === 404 || error.httpStatus === 400) {
           await this.get(id); // throws SANDBOX_NOT_FOUND when the Pod is not there at all
+          // A Pod whose container the OOM killer ended is the commands' loss, not the cluster's.
+          const pod = await this.#readPod(id);
+          if (pod !== null && endedOutOfMemory(pod))
+            return markSandboxLost(emptyResult('sandbox_gone'), POD_OOM_LOSS.lost, POD_OOM_LOSS.reason);
           return emptyResult('sandbox_gone');
         }
         throw new GymError(
@@ -1026,17 +1048,20 @@ export class KubernetesProvider implements SandboxProvider {
     }
     if (killing !== null) {
       // The result says "timeout" only once the kill has finished: nothing it started runs on.
-      // When the kill had to take the Pod, the command ran on until then: the sandbox is gone.
+      // When the kill had to take the Pod, the command ran on until then, and resisting its kill
+      // cost it the sandbox: its own doing.
       if ((await killing) === 'sandbox_killed') {
         output.push('stderr', KILL_FAILED_NOTE);
-        return output.result('sandbox_gone', null);
+        return output.lost(isCancelled ? 'killed' : 'timeout', KILL_FAILED_REASON);
       }
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (end.kind === 'exited' && end.exitCode !== SIGKILL_EXIT_CODE) return output.result('ok', end.exitCode);
-    const cause = await this.#classifyAbnormalEnd(id);
-    if (cause === 'sandbox_gone') return output.result('sandbox_gone', null);
-    return output.result(cause, end.kind === 'exited' ? end.exitCode : null);
+    return abnormalEndResult(
+      output,
+      await this.#classifyAbnormalEnd(id),
+      end.kind === 'exited' ? end.exitCode : null,
+    );
   }
 
   /**
@@ -1347,18 +1372,50 @@ export class KubernetesProvider implements SandboxProvider {
    * Kills every process of the Pod but its keeper, from inside (`STOP_SCRIPT`), and drops its
    * sessions and gateway relay (a later `exposeGateway` starts the relay again).
    */
-  async stopProcesses(id: string): Promise<{ killed: number }> {
+  async stopProcesses(id: string): Promise<StopProcessesResult> {
     this.#closeSessions(id);
     await this.#releaseRelay(id, false);
     if ((await this.get(id)).state !== 'ready') {
       throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`, { details: { sandboxId: id } });
     }
-    const result = await runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
-      maxBytes: 1024,
-      timeoutMs: 30_000,
-    });
+    // The stop runs inside the Pod, where the agent's processes can stop or outrun it: bounded,
+    // and when it does not finish the Pod goes, which nothing in it resists (as a timeout kill).
+    const result = await withTimeout(
+      runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
+        maxBytes: 1024,
+        timeoutMs: KILL_SCRIPT_WAIT_MS,
+      }).catch(() => null),
+      KILL_SCRIPT_WAIT_MS + 5_000,
+    );
+    if (result === null || result.end.kind !== 'exited' || result.end.exitCode !== 0) {
+      this.#context.logger.warn(
+        { sandboxId: id },
+        'stopping the processes did not finish in the Pod; deleting the Pod',
+      );
+      const isGone = await withTimeout(
+        this.#deletePodAndWait(id, KILLED_POD_GRACE_SECONDS).then(
+          () => true,
+          () => false,
+        ),
+        KILLED_POD_WAIT_MS,
+      );
+      if (isGone === true)
+        return {
+          killed: 0,
+          sandboxLost: true,
+          reason:
+            "the sandbox's processes resisted being stopped (the stop inside the Pod was stopped or outrun), so the Pod was deleted",
+        };
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `could not stop the processes of sandbox ${id}, nor delete its Pod`,
+        {
+          details: { sandboxId: id },
+        },
+      );
+    }
     const killed = Number.parseInt(result.stdout.toString('utf8').trim(), 10);
-    if (result.end.kind !== 'exited' || result.end.exitCode !== 0 || !Number.isInteger(killed)) {
+    if (!Number.isInteger(killed)) {
       throw new GymError(
         'PROVIDER_ERROR',
         `could not stop the processes of sandbox ${id}: ${JSON.stringify(result.end)} ${result.stderr}`,

@@ -42,6 +42,6 @@ export async function openPodSession(
     { user: undefined, kill: { kind: 'tagged', kill: (execId) => killTagged(execId) } },
   );
   const opened = session;
-  exec.done.then(() => opened.channelLost());
+  exec.done.then((end) => opened.channelLost(end.kind === 'exited' ? end.exitCode : undefined));
   return opened;
 }

@@ -5,9 +5,29 @@
  * runs a probe in the sandbox; another backend asks its own API).
  */
 import type { ExecResult } from '../../core/schemas/exec.ts';
-import { parseOomKillCount } from './exec-output.ts';
+import { type ExecOutput, parseOomKillCount, type SandboxLossStatus } from './exec-output.ts';
 
-export type AbnormalEnd = 'sandbox_gone' | 'oom' | 'killed';
+/**
+ * A sandbox that died of what ran in it (its keeper OOM-killed, its first process ended by the
+ * agent): the command's own loss, never `sandbox_gone`. Read from outside the sandbox only (the
+ * engine's record of how its first process ended, the Pod's container status).
+ */
+export interface SandboxLoss {
+  lost: Exclude<SandboxLossStatus, 'timeout'>;
+  reason: string;
+}
+
+export type AbnormalEnd = 'sandbox_gone' | 'oom' | 'killed' | SandboxLoss;
+
+/** The result of a command that ended abnormally, as `end` says (`exitCode` when it still lives). */
+export function abnormalEndResult(output: ExecOutput, end: AbnormalEnd, exitCode: number | null): ExecResult {
+  if (typeof end === 'object') return output.lost(end.lost, end.reason);
+  return output.result(end, end === 'sandbox_gone' ? null : exitCode);
+}
+
+/** The reason of a sandbox whose keeper the kernel's OOM killer took. */
+export const KEEPER_OOM_REASON =
+  "the sandbox ran out of memory and the kernel's OOM killer ended its first process (the keeper), so the sandbox died";
 
 /** What a backend's exec path calls after an abnormal end. */
 export interface ExecHooks {
@@ -63,6 +83,11 @@ export interface ClassifySources {
    * is gone.
    */
   probe: () => Promise<ExecResult | null>;
+  /**
+   * Once the sandbox is seen dead: whether it died of what ran in it (a {@link SandboxLoss}), by
+   * evidence from outside it; null when it was taken away from outside or nothing says.
+   */
+  lossCause?: () => Promise<SandboxLoss | null>;
   /** Waits between looks (a test passes an instant one). */
   sleep?: (ms: number) => Promise<void>;
 }
@@ -87,8 +112,9 @@ export async function classifyAbnormalEnd(
     await sleep(waitMs);
     view = await look();
   }
-  if (view !== null) return view.isAlive ? counts.classify(id, view.oomKills) : 'sandbox_gone';
+  const dead = async () => (await sources.lossCause?.().catch(() => null)) ?? 'sandbox_gone';
+  if (view !== null) return view.isAlive ? counts.classify(id, view.oomKills) : await dead();
   const probe = await sources.probe().catch(() => null);
-  if (probe === null || probe.status !== 'ok' || probe.exitCode !== 0) return 'sandbox_gone';
+  if (probe === null || probe.status !== 'ok' || probe.exitCode !== 0) return await dead();
   return counts.classify(id, parseOomKillCount(probe.stdout));
 }

@@ -1,4 +1,10 @@
-import type { ExecRequest, ExecResult, ExecStatus } from '../../core/schemas/exec.ts';
+import { GymError } from '../../core/errors.ts';
+import {
+  type ExecRequest,
+  type ExecResult,
+  type ExecStatus,
+  MAX_EXEC_REASON_CHARS,
+} from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import { OutputCapture } from './output-capture.ts';
 
@@ -21,6 +27,14 @@ export class ExecOutput {
     this.#onOutput?.(stream, chunk);
   }
 
+  /**
+   * The result of a command whose sandbox did not survive it, by its own doing (see
+   * `ExecResult.sandboxLost`): `status` is how the command ended, `reason` why the sandbox died.
+   */
+  lost(status: SandboxLossStatus, reason: string): ExecResult {
+    return markSandboxLost(this.result(status, null), status, reason);
+  }
+
   result(status: ExecStatus, exitCode: number | null): ExecResult {
     return {
       status,
@@ -34,6 +48,48 @@ export class ExecOutput {
       durationMs: Math.round((performance.now() - this.#startedMs) * 1000) / 1000,
     };
   }
+}
+
+/** How a command ended whose sandbox it ended too. */
+export type SandboxLossStatus = 'oom' | 'timeout' | 'killed';
+
+/** `result` as the command's own loss of its sandbox: the output kept, no exit code. */
+export function markSandboxLost(result: ExecResult, status: SandboxLossStatus, reason: string): ExecResult {
+  return {
+    ...result,
+    status,
+    exitCode: null,
+    sandboxLost: true,
+    reason:
+      reason.length > MAX_EXEC_REASON_CHARS ? `${reason.slice(0, MAX_EXEC_REASON_CHARS - 3)}...` : reason,
+  };
+}
+
+/**
+ * A command the sandbox's contents do not let start (a user its /etc/passwd lacks): a result, as
+ * a shell gives one (exit 126 with the message), never an error an evaluation would retry as an
+ * infrastructure fault. Thrown where it is found, made a result at the provider's exec.
+ */
+export class CommandCannotStart extends GymError {
+  constructor(message: string) {
+    super('VALIDATION_FAILED', message);
+  }
+}
+
+/** The result of a command that could not start: exit 126 (a shell's "cannot run"), the message on stderr. */
+export function cannotStartResult(message: string): ExecResult {
+  const text = `${message}\n`;
+  return {
+    status: 'ok',
+    exitCode: 126,
+    stdout: '',
+    stderr: text,
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    stdoutBytes: 0,
+    stderrBytes: Buffer.byteLength(text),
+    durationMs: 0,
+  };
 }
 
 /** Exit code of a process killed by SIGKILL, as shells and container runtimes report it. */

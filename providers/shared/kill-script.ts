@@ -72,8 +72,10 @@ export type KillReach = 'tagged-only' | 'tagged-and-their-sessions';
  * - `sandbox_killed`: it did not (the agent stopped or killed it, it ran 50 passes against a fork
  *   loop and gave up, the exec channel failed), so nothing proves the command is dead; the
  *   provider killed the whole sandbox from outside (the engine, the kubelet), which nothing in
- *   the sandbox can resist. The exec's result is then `sandbox_gone` (see
- *   {@link KILL_FAILED_NOTE}), and the daemon forgets the sandbox as for any `sandbox_gone`.
+ *   the sandbox can resist. The command's processes resisted their kill, so the loss is its own:
+ *   the result is `timeout` (or `killed` for a cancel) with `sandboxLost` and
+ *   {@link KILL_FAILED_REASON} (the note in stderr too), never `sandbox_gone`, and the daemon
+ *   forgets the sandbox.
  */
 export type KillOutcome = 'killed' | 'sandbox_killed';
 
@@ -81,6 +83,10 @@ export type KillOutcome = 'killed' | 'sandbox_killed';
 export const KILL_FAILED_NOTE = Buffer.from(
   '\n[gym: the timeout kill did not take effect inside the sandbox (stopped, killed or outrun); the sandbox was killed]\n',
 );
+
+/** The `reason` of a result whose sandbox was killed because the command resisted its kill. */
+export const KILL_FAILED_REASON =
+  "the command's processes resisted their kill (stopped, killed or outran the kill script), so the provider killed the sandbox";
 
 /** The command that runs the kill script for one exec inside a sandbox (through any exec channel). */
 export function killScriptArgv(execId: string, reach: KillReach): string[] {
@@ -151,6 +157,36 @@ export function hostKillScriptArgv(
     execId,
     reach === 'tagged-and-their-sessions' ? 'with-sessions' : 'tagged-only',
   ];
+}
+
+/**
+ * The escalation of a host-side kill that did not take effect (a fork loop that outran its 50
+ * passes), run on the host (`$1`: a file of the sandbox's pid namespace): SIGKILL to that
+ * namespace's init (the process there whose innermost pid is 1), after which the kernel kills
+ * every process of the namespace at once, forks included. The sandbox ends with it. Exits 0 once
+ * no process of the namespace is left (bounded), 1 otherwise.
+ */
+export const HOST_KILL_NAMESPACE_SCRIPT = `
+ns="$1"; pass=0
+while [ "$pass" -lt 100 ]; do
+  left=0
+  for dir in /proc/[0-9]*; do
+    [ "$dir/ns/pid" -ef "$ns" ] || continue
+    left=1
+    while read -r key rest; do
+      if [ "$key" = NSpid: ]; then set -- $rest; for inner; do :; done; [ "$inner" = 1 ] && kill -9 "\${dir#/proc/}" 2>/dev/null; fi
+    done < "$dir/status" 2>/dev/null
+  done
+  [ "$left" = 0 ] && exit 0
+  pass=$((pass + 1))
+  sleep 0.05 2>/dev/null || :
+done
+exit 1
+`;
+
+/** The host command that runs {@link HOST_KILL_NAMESPACE_SCRIPT} with the host's static busybox. */
+export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): string[] {
+  return [busybox, 'sh', '-c', HOST_KILL_NAMESPACE_SCRIPT, 'gym-kill-sandbox', pidNamespace];
 }
 
 /**

@@ -107,7 +107,7 @@ describe('ShellSession over a local shell', () => {
     expect(session.isAlive).toBe(false);
   });
 
-  it('says sandbox_gone, never timeout, when the tagged kill did not take effect and the sandbox was killed', async () => {
+  it('says the command lost its sandbox, never a plain timeout or sandbox_gone, when the tagged kill did not take effect', async () => {
     const { session, shell } = localSession({
       kind: 'tagged',
       // As a backend whose kill script was stopped by the agent: it killed the whole sandbox.
@@ -121,7 +121,8 @@ describe('ShellSession over a local shell', () => {
       {},
       alive,
     );
-    expect(result).toMatchObject({ status: 'sandbox_gone', exitCode: null });
+    expect(result).toMatchObject({ status: 'timeout', exitCode: null, sandboxLost: true });
+    expect(result.reason).toMatch(/resisted their kill/);
     expect(result.stderr).toContain('the sandbox was killed');
     expect(session.isAlive).toBe(false);
   });

@@ -15,9 +15,9 @@
 import { createId, pooledRandomBytes } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
-import type { ExecHooks } from './abnormal-end.ts';
+import { type AbnormalEnd, abnormalEndResult, type ExecHooks } from './abnormal-end.ts';
 import { ExecOutput, SIGKILL_EXIT_CODE, stdinBytes } from './exec-output.ts';
-import { EXEC_ID_ENV, KILL_FAILED_NOTE, type KillOutcome } from './kill-script.ts';
+import { EXEC_ID_ENV, KILL_FAILED_NOTE, KILL_FAILED_REASON, type KillOutcome } from './kill-script.ts';
 import { printfFormatFor, shellJoin, shellQuote } from './shell.ts';
 
 /** After a kill of tagged processes, how long the session may take to print its markers before it is dropped. */
@@ -60,6 +60,12 @@ export class MarkerScanner {
     this.#onData(buffer.subarray(0, buffer.length - keep));
     this.#pending = Buffer.from(buffer.subarray(buffer.length - keep));
   }
+
+  /** No marker will come (the stream ended): what was held back as a possible one is output. */
+  flush(): void {
+    if (this.#after === null && this.#pending.length > 0) this.#onData(this.#pending);
+    this.#pending = Buffer.alloc(0);
+  }
 }
 
 /** The text the session shell reads for one command: the subshell, then the two end markers. */
@@ -100,7 +106,7 @@ export interface ShellChannel {
  *   script. When the markers do not come within `SESSION_KILL_GRACE_MS` after it, the shell is
  *   wedged (or taken over) and the session is dropped. When the script did not take effect the
  *   backend killed the whole sandbox (`sandbox_killed`, see `kill-script.ts`): the session is
- *   dropped and the result is `sandbox_gone`.
+ *   dropped and the result says the command lost its sandbox (`sandboxLost`).
  */
 export type SessionKill =
   | {
@@ -125,6 +131,10 @@ export class ShellSession {
   #running: RunningCommand | null = null;
   #queue: Promise<unknown> = Promise.resolve();
   #isAlive = true;
+  /** Whether a command has run to its end marker: before one has, the shell may never have started. */
+  #hasRun = false;
+  /** How the shell's process exited, when the backend said. */
+  #exitCode: number | undefined;
 
   constructor(
     channel: ShellChannel,
@@ -144,9 +154,13 @@ export class ShellSession {
     if (running.stdout.trailer !== null && running.stderr.trailer !== null) running.settle('done');
   }
 
-  /** The channel ended or broke: the running command, and every later one, is lost. */
-  channelLost(): void {
+  /**
+   * The channel ended or broke: the running command, and every later one, is lost. `exitCode`:
+   * how the shell's process exited, when the backend knows.
+   */
+  channelLost(exitCode?: number): void {
     this.#isAlive = false;
+    if (exitCode !== undefined) this.#exitCode = exitCode;
     this.#running?.settle('lost');
   }
 
@@ -199,16 +213,20 @@ export class ShellSession {
     return killing;
   }
 
-  /** A lost session is `sandbox_gone` when the sandbox is, else `killed` (the shell itself died). */
-  async #lostCause(hooks: ExecHooks): Promise<'sandbox_gone' | 'killed'> {
-    return (await hooks.classifyAbnormalEnd()) === 'sandbox_gone' ? 'sandbox_gone' : 'killed';
+  /**
+   * A lost session is the sandbox's end when the sandbox died (taken away, or of what ran in it),
+   * else `killed` (the shell itself died).
+   */
+  async #lostCause(hooks: ExecHooks): Promise<AbnormalEnd> {
+    const end = await hooks.classifyAbnormalEnd();
+    return end === 'sandbox_gone' || typeof end === 'object' ? end : 'killed';
   }
 
   async #runNow(request: ExecRequest, options: ExecOptions, hooks: ExecHooks): Promise<ExecResult> {
     const output = new ExecOutput(request, options);
     // Cancelled while it waited its turn: it never starts.
     if (options.signal?.aborted) return output.result('killed', null);
-    if (!this.#isAlive) return output.result(await this.#lostCause(hooks), null);
+    if (!this.#isAlive) return abnormalEndResult(output, await this.#lostCause(hooks), null);
     const execId = createId('exec');
     const marker = `__gym_end_${pooledRandomBytes(12).toString('hex')}__`;
     const markerBytes = Buffer.from(marker);
@@ -245,21 +263,34 @@ export class ShellSession {
       // The result says "timeout" only once the kill has finished: nothing it reached runs on.
       if ((await killing) === 'sandbox_killed') {
         output.push('stderr', KILL_FAILED_NOTE);
-        return output.result('sandbox_gone', null);
+        return output.lost(isCancelled ? 'killed' : 'timeout', KILL_FAILED_REASON);
       }
       return output.result(isCancelled ? 'killed' : 'timeout', null);
     }
     if (this.#kill.kind === 'whole-session' && outcome === 'done') await this.#kill.releaseBackground();
+    if (outcome === 'lost' && !this.#hasRun && (this.#exitCode === 126 || this.#exitCode === 127)) {
+      // The shell never started (its wrapper could not become the user, say): a command that
+      // cannot start, as a shell says it (126, 127), with the wrapper's message.
+      running.stdout.flush();
+      running.stderr.flush();
+      output.push(
+        'stderr',
+        Buffer.from(
+          `\n[gym: the session's shell could not start (exit ${this.#exitCode}): its user or working directory is missing or not usable]\n`,
+        ),
+      );
+      return output.result('ok', this.#exitCode);
+    }
     if (outcome === 'lost') {
       // The OOM killer may have ended the shell with the command (a Kubernetes container killed
       // whole under `memory.oom.group`): that is the command's `oom`.
-      return output.result(await hooks.classifyAbnormalEnd(), null);
+      return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), null);
     }
+    this.#hasRun = true;
     const exitCode = Number.parseInt(running.stdout.trailer ?? '', 10);
     if (!Number.isInteger(exitCode)) return output.result('killed', null);
     if (exitCode === SIGKILL_EXIT_CODE) {
-      const cause = await hooks.classifyAbnormalEnd();
-      return output.result(cause, cause === 'sandbox_gone' ? null : exitCode);
+      return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), exitCode);
     }
     return output.result('ok', exitCode);
   }

@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { killScriptArgv } from './kill-script.ts';
+import { hostKillNamespaceArgv, killScriptArgv } from './kill-script.ts';
 import { parseProcessState } from './proc-stat.ts';
 import { printfFormatFor, shellJoin } from './shell.ts';
 
@@ -103,4 +103,41 @@ describe('killScriptArgv reach', () => {
       await new Promise((resolve) => setTimeout(resolve, 10));
     expect(isRunning(wider.childPid)).toBe(false);
   });
+});
+
+describe('HOST_KILL_NAMESPACE_SCRIPT', () => {
+  // The escalation when a host kill was outrun: the namespace's init goes, and with it every
+  // process of the namespace, however fast they fork. Needs root (a pid namespace of its own).
+  it.skipIf(process.getuid?.() !== 0)(
+    'kills every process of a pid namespace, a fork loop included',
+    async () => {
+      const outer = spawn(
+        'unshare',
+        ['--fork', '--pid', 'sh', '-c', 'while :; do sleep 1015 & sleep 0.05; done & sleep 1015 & wait'],
+        { stdio: 'ignore' },
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const namespace = `/proc/${outer.pid}/ns/pid_for_children`;
+      const inNamespace = () =>
+        execFileSync('sh', [
+          '-c',
+          `n=0; for d in /proc/[0-9]*; do [ "$d/ns/pid" -ef ${namespace} ] && n=$((n+1)); done; echo $n`,
+        ])
+          .toString()
+          .trim();
+      expect(Number(inNamespace())).toBeGreaterThan(1);
+      const exited = new Promise((resolve) => outer.once('exit', resolve));
+      try {
+        execFileSync('sh', hostKillNamespaceArgv('busybox', namespace).slice(2));
+        await exited;
+        expect(existsSync(namespace)).toBe(false);
+      } finally {
+        // Whatever the script left of the loop must not outlive the test.
+        execFileSync('sh', [
+          '-c',
+          `for d in /proc/[0-9]*; do [ "$d/ns/pid" -ef ${namespace} ] && kill -9 "\${d#/proc/}"; done 2>/dev/null; true`,
+        ]);
+      }
+    },
+  );
 });

@@ -135,7 +135,7 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
     expect(String(health.details?.timeoutKillReason)).toContain('/nonexistent/gym-exec');
   });
 
-  it('leaves nothing of a timed-out command that stops the kill script: the container is killed, the command sandbox_gone', {
+  it('leaves nothing of a timed-out command that stops the kill script: the container is killed, the command lost its sandbox', {
     timeout: 90_000,
   }, async () => {
     // One-shot and through a session at once: the two paths of a timeout kill.
@@ -147,7 +147,7 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
         created.push(info.id);
         const container = docker.getContainer(provider.containerName(info.id));
         // The loop stops the kill script as it starts, so the container has to go.
-        if ((await runStopperAttack(provider, info.id, container, session)) !== 'sandbox_gone') return;
+        if ((await runStopperAttack(provider, info.id, container, session)) !== 'lost') return;
         expect((await container.inspect()).State.Running).toBe(false);
       }),
     );
