@@ -261,8 +261,10 @@ describe("a command that destroyed its own sandbox is the agent's failure, never
   it.each(cases)('oracle on swe: $fault at $at is agent_error, reward 0, not retried', async (plan) => {
     const { rollouts, failures } = await runOnce(fakeClient(plan), createOracleHarness(), `lost-${plan.at}`);
     expect(failures).toEqual([]);
-    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['agent_error', 0]]);
-    expect(String((rollouts[0]!.verifier as { reason?: unknown }).reason)).toMatch(/ran out of memory/);
+    expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['agent_error', 0]]);
+    expect(String((gymFields(rollouts[0]!).verifier as { reason?: unknown }).reason)).toMatch(
+      /ran out of memory/,
+    );
   });
 });
 
