@@ -293,15 +293,25 @@ export const evalReverify = () =>
     .description(
       `Recompute rewards from stored rollouts (their patches or answers), running no agent. Needs a running daemon for SWE environments (grading runs in fresh sandboxes).`,
     )
-    .requiredOption('-i, --input <FILE>', 'stored rollouts (JSONL)')
+    .requiredOption('-i, --input <FILE>', "stored rollouts (JSONL), ours or NeMo Gym's")
     .requiredOption('-o, --output <FILE>', 'where the reverified rollouts go')
     .requiredOption('--env <NAME>', 'the environment they came from')
+    .option(
+      '--inputs <FILE>',
+      'the rows the rollouts were run from (materialized inputs or task rows), joined by task and rollout index, else by prompt; default: FILE_materialized_inputs.jsonl beside them, if any',
+    )
     .addOption(stateDirOption());
 
 export const evalProfile = () =>
   new Command('profile')
-    .summary('per-task pass rates of stored rollouts (FILE_reward_profiling.jsonl)')
+    .summary(
+      "per-task stats of stored rollouts, ours or NeMo Gym's (FILE_reward_profiling.jsonl, FILE_agent_metrics.json)",
+    )
     .requiredOption('-i, --input <FILE>', 'stored rollouts (JSONL)')
+    .option(
+      '--materialized-inputs <FILE>',
+      'the inputs the rollouts were run from (default: FILE_materialized_inputs.jsonl beside them, if any)',
+    )
     .addOption(jsonOption());
 
 // ---- dev and doctor -------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 /** Row fields that several kinds check the same way. */
 import { z } from 'zod';
-import { ResponsesCreateParamsSchema } from './responses-input.ts';
+import { rowConversation } from './responses-input.ts';
 
 export const nonEmpty = z.string().trim().min(1, 'must be a non-empty string');
 
@@ -32,6 +32,6 @@ export function hasPrompt(row: Record<string, unknown>): boolean {
   return (
     ['problem_statement', 'instruction', 'question'].some(
       (field) => typeof row[field] === 'string' && (row[field] as string).trim() !== '',
-    ) || ResponsesCreateParamsSchema.safeParse(row.responses_create_params).success
+    ) || rowConversation(row) !== undefined
   );
 }

@@ -8,6 +8,7 @@ import { HarnessRegistry } from '../../harnesses/registry.ts';
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../environment.ts';
 import { runEval } from '../runner/eval.ts';
 import { readJsonl } from '../runner/files.ts';
+import { gymFields } from '../runner/rollout-line.ts';
 import { builtInKinds, loadKind, parseRow } from './kind.ts';
 
 // Neither kind below asks for a sandbox, so the runner never calls the daemon.
@@ -62,7 +63,10 @@ describe('environment kinds', () => {
     const rows = await readRows(environment.dataPath);
     const oracle = await run(environment, rows, 'oracle');
     expect(oracle.summary.metrics['mean/reward']).toBe(1);
-    expect(oracle.rollouts[0]).toMatchObject({ id: 'w1', verifier: { expected: '3', submitted: '3' } });
+    expect(oracle.rollouts[0]).toMatchObject({
+      id: 'w1',
+      _gym: { verifier: { expected: '3', submitted: '3' } },
+    });
     expect((await run(environment, rows, 'noop')).summary.metrics['mean/reward']).toBe(0);
   });
 
@@ -76,7 +80,9 @@ describe('environment kinds', () => {
     expect(rollouts.every((row) => row.id === other!.id)).toBe(true);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatchObject({ _ng_failure_class: 'invalid_row', _ng_task_index: 0 });
-    expect(String(failures[0]!.reason)).toMatch(/row 1 \(q1\) is not a valid exact task: expected_answer/);
+    expect(String(gymFields(failures[0]!).reason)).toMatch(
+      /row 1 \(q1\) is not a valid exact task: expected_answer/,
+    );
     expect(summary.failures).toBe(1);
   });
 

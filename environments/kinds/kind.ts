@@ -8,7 +8,7 @@
 import { access } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
@@ -108,6 +108,14 @@ export interface EnvironmentKind {
    * that the run cannot go on from is thrown; one it can (images that may exist) is a notice.
    */
   prepareImages?(context: PrepareImagesContext): Promise<void>;
+  /**
+   * The kind's own metrics over a run's judged rollouts, as its NeMo Gym resources server's
+   * `compute_metrics` gives them (`tasks[i]`: task i's lines in rollout order); merged into the
+   * agent metrics. Optional.
+   */
+  computeMetrics?(tasks: ReadonlyArray<ReadonlyArray<Record<string, unknown>>>): Record<string, number>;
+  /** The headline metrics, as that server's `get_key_metrics`; default: every `mean/` and `pass@` one. */
+  keyMetrics?(agentMetrics: Record<string, number>): Record<string, number>;
   /** Writes the kind's own report files beside the run's (SWE-bench's report.json). */
   writeReports?(context: RunReportContext): Promise<void>;
 }
@@ -178,25 +186,36 @@ export async function loadKind(specifier: string, environmentDirectory: string):
   return kind;
 }
 
-/** Checks a row against its kind's schema; the error names the row (1-based) and the field. */
+/**
+ * Checks a row against its kind's schema; the error names the row (1-based) and the field. A row's
+ * NeMo Gym prompt (`responses_create_params`) is checked on its own, then the kind's fields: one
+ * intersected schema cannot merge a field the kind decodes (SWE-bench's JSON-encoded test lists)
+ * with the same field passed through as it came, and refused every such row.
+ */
 export function parseRow(kind: EnvironmentKind, row: TaskRow, position: number): TaskRow {
   // Any kind's row may carry NeMo Gym's prompt: when it does, it must be one a model can be sent.
-  const result =
-    row.responses_create_params === undefined
-      ? kind.rowSchema.safeParse(row)
-      : z
-          .looseObject({ responses_create_params: ResponsesCreateParamsSchema })
-          .and(kind.rowSchema)
-          .safeParse(row);
-  if (result.success) return result.data;
-  const issues = result.error.issues
+  const issues: z.core.$ZodIssue[] = [];
+  if (row.responses_create_params !== undefined) {
+    const params = ResponsesCreateParamsSchema.safeParse(row.responses_create_params);
+    if (!params.success)
+      issues.push(
+        ...params.error.issues.map((issue) => ({
+          ...issue,
+          path: ['responses_create_params', ...issue.path],
+        })),
+      );
+  }
+  const result = kind.rowSchema.safeParse(row);
+  if (!result.success) issues.push(...result.error.issues);
+  if (result.success && issues.length === 0) return result.data;
+  const text = issues
     .map((issue) => `${issue.path.length === 0 ? '(row)' : issue.path.join('.')}: ${issue.message}`)
     .join('; ');
   const id = row.instance_id ?? row.id;
   throw new GymError(
     'VALIDATION_FAILED',
-    `row ${position + 1}${id === undefined ? '' : ` (${String(id)})`} is not a valid ${kind.name} task: ${issues}`,
-    { details: { row: position + 1, issues: result.error.issues } },
+    `row ${position + 1}${id === undefined ? '' : ` (${String(id)})`} is not a valid ${kind.name} task: ${text}`,
+    { details: { row: position + 1, issues } },
   );
 }
 

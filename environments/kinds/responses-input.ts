@@ -23,15 +23,20 @@ const InputMessageSchema = z.looseObject({
   content: z.union([z.string(), z.array(TextPartSchema)]),
 });
 
+/**
+ * The create parameters a row may carry. An empty `input` list is a row whose agent reads its task
+ * elsewhere (NeMo Gym's `swe_agents` rows keep it under `metadata`): the kind's own fields must then
+ * give the prompt. The sampling settings may be null, as NeMo Gym echoes unset ones.
+ */
 export const ResponsesCreateParamsSchema = z.looseObject({
   input: z.union([
     z.string().trim().min(1, 'must not be empty'),
-    z.array(InputMessageSchema).min(1, 'must hold at least one message'),
+    z.array(InputMessageSchema, { message: 'must be a string or a list of messages' }),
   ]),
-  instructions: z.string().optional(),
-  temperature: z.number().min(0).max(2).optional(),
-  top_p: z.number().min(0).max(1).optional(),
-  max_output_tokens: z.number().int().positive().optional(),
+  instructions: z.string().nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  max_output_tokens: z.number().int().positive().nullish(),
 });
 export type ResponsesCreateParams = z.output<typeof ResponsesCreateParamsSchema>;
 
@@ -44,7 +49,7 @@ export interface PromptMessage {
 /** The conversation of valid create parameters: `instructions` first, developer turns as system. */
 export function promptMessages(params: ResponsesCreateParams): PromptMessage[] {
   const messages: PromptMessage[] = [];
-  if (params.instructions !== undefined && params.instructions.trim() !== '')
+  if (typeof params.instructions === 'string' && params.instructions.trim() !== '')
     messages.push({ role: 'system', content: params.instructions });
   if (typeof params.input === 'string') return [...messages, { role: 'user', content: params.input }];
   for (const item of params.input) {
@@ -55,10 +60,12 @@ export function promptMessages(params: ResponsesCreateParams): PromptMessage[] {
   return messages;
 }
 
-/** The row's conversation, or undefined when it has no (valid) `responses_create_params`. */
+/** The row's conversation, or undefined when it has no (valid, non-empty) `responses_create_params`. */
 export function rowConversation(row: Record<string, unknown>): PromptMessage[] | undefined {
   const parsed = ResponsesCreateParamsSchema.safeParse(row.responses_create_params);
-  return parsed.success ? promptMessages(parsed.data) : undefined;
+  if (!parsed.success) return undefined;
+  const messages = promptMessages(parsed.data);
+  return messages.length === 0 ? undefined : messages;
 }
 
 /** One prompt from a conversation: its system and user texts, in order (answers of few-shot turns left out). */
@@ -77,9 +84,9 @@ export function rowSampling(
   if (!parsed.success) return undefined;
   const { temperature, top_p, max_output_tokens } = parsed.data;
   const sampling = {
-    ...(temperature === undefined ? {} : { temperature }),
-    ...(top_p === undefined ? {} : { top_p }),
-    ...(max_output_tokens === undefined ? {} : { max_tokens: max_output_tokens }),
+    ...(typeof temperature === 'number' ? { temperature } : {}),
+    ...(typeof top_p === 'number' ? { top_p } : {}),
+    ...(typeof max_output_tokens === 'number' ? { max_tokens: max_output_tokens } : {}),
   };
   return Object.keys(sampling).length === 0 ? undefined : sampling;
 }

@@ -17,6 +17,7 @@ import { loadEnvironment, readRows } from '../environment.ts';
 import { AGENT_FILE_MAX_BYTES, keepAgentFiles } from './agent-logs.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
+import { gymFields } from './rollout-line.ts';
 
 let directory = '';
 beforeAll(async () => {
@@ -122,7 +123,7 @@ describe("gym eval keeps a harness's agent files beside the rollouts (they were 
     });
     const [rollout] = await readJsonl(output);
     const id = String(rollout!._ng_rollout_id);
-    expect(rollout!.agent_logs).toEqual([
+    expect(gymFields(rollout!).agent_logs).toEqual([
       { path: `rollouts_agent_logs/${id}/stdout.txt`, bytes: 16 },
       {
         path: `rollouts_agent_logs/${id}/trajectory.json`,

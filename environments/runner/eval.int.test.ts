@@ -18,6 +18,7 @@ import { loadEnvironment, readRows } from '../environment.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
 import { reverifyRollout } from './reverify.ts';
+import { gymFields } from './rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const cliEntry = new URL('../../cli/main.ts', import.meta.url).pathname;
@@ -66,29 +67,32 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
         });
         const rollouts = await readJsonl(output);
         expect(summary.rollouts).toBe(rows.length);
-        expect(rollouts.map((row) => [row.instance_id, row.reward, row.outcome])).toEqual(
+        expect(rollouts.map((row) => [row.instance_id, row.reward, gymFields(row).outcome])).toEqual(
           rows.map((row) => [row.instance_id, expected, 'reward']),
         );
         // Reverifying the stored patches, with no agent, gives the same rewards; a spoiled patch scores 0.
         const again = await reverifyRollout(client, environment, rollouts[0]!);
-        expect(again).toMatchObject({ reverified: true, reward: expected });
+        expect(again).toMatchObject({ _gym: { reverified: true }, reward: expected });
         if (harnessName === 'oracle') {
           const spoiled = {
             ...rollouts[0]!,
-            verifier: {
-              modelPatch: 'diff --git a/nope b/nope\n--- a/nope\n+++ b/nope\n@@ -1 +1 @@\n-a\n+b\n',
+            _gym: {
+              ...gymFields(rollouts[0]!),
+              verifier: {
+                modelPatch: 'diff --git a/nope b/nope\n--- a/nope\n+++ b/nope\n@@ -1 +1 @@\n-a\n+b\n',
+              },
             },
           };
           expect(await reverifyRollout(client, environment, spoiled)).toMatchObject({
             reward: 0,
-            verifier: { reason: 'the patch does not apply' },
+            _gym: { verifier: { reason: 'the patch does not apply' } },
           });
         }
         const metrics = JSON.parse(
           await readFile(join(outputDir, `${harnessName}_aggregate_metrics.json`), 'utf8'),
         );
         expect(metrics[0].agent_metrics['pass@1/reward']).toBe(expected * 100);
-        expect(rollouts[0]?.timings).toMatchObject({
+        expect(gymFields(rollouts[0]!).timings).toMatchObject({
           sandboxMs: expect.any(Number),
           agentMs: expect.any(Number),
           verifyMs: expect.any(Number),
@@ -127,7 +131,7 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
           maxInfraAttempts: 2,
           logger: silentLogger,
         });
-        expect((await readJsonl(output)).map((row) => [row.id, row.reward, row.outcome])).toEqual(
+        expect((await readJsonl(output)).map((row) => [row.id, row.reward, gymFields(row).outcome])).toEqual(
           rows.map((row) => [row.id, expected, 'reward']),
         );
       }
@@ -185,7 +189,7 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
       });
       expect(await readJsonl(output)).toEqual([]);
       expect(await readJsonl(join(outputDir, 'slow_failures.jsonl'))).toMatchObject([
-        { outcome: 'verifier_timeout', reward: null, _ng_failure_class: 'verifier_timeout' },
+        { _gym: { outcome: 'verifier_timeout' }, reward: null, _ng_failure_class: 'verifier_timeout' },
       ]);
       await rm(slowDirectory, { recursive: true, force: true });
     } finally {
@@ -232,8 +236,12 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
         logger: silentLogger,
       });
       const [rollout] = await readJsonl(output);
-      expect(rollout).toMatchObject({ outcome: 'reward', reward: 1, response: { outcome: 'submitted' } });
-      expect((rollout!.model_calls as unknown[]).length).toBe(2);
+      expect(rollout).toMatchObject({
+        reward: 1,
+        response: { object: 'response', status: 'completed' },
+        _gym: { outcome: 'reward', harness: { outcome: 'submitted' } },
+      });
+      expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
     } finally {
       await daemon.stop({ destroy: true });
       await model.close();
@@ -331,10 +339,12 @@ describe.skipIf(skipReason !== undefined)('gym eval against real Docker', () => 
       const rollouts = await readJsonl(output);
       const failures = await readJsonl(join(outputDir, 'outage_failures.jsonl'));
       expect(summary.rollouts).toBe(4);
-      expect(rollouts.every((row) => row.reward === 1 && row.outcome === 'reward')).toBe(true);
+      expect(rollouts.every((row) => row.reward === 1 && gymFields(row).outcome === 'reward')).toBe(true);
       expect(failures.length).toBeGreaterThan(0);
       expect(
-        failures.every((row) => row.outcome === 'infra_error' && row._ng_failure_terminal === false),
+        failures.every(
+          (row) => gymFields(row).outcome === 'infra_error' && row._ng_failure_terminal === false,
+        ),
       ).toBe(true);
       // Whatever a cut-off create left behind, the orphan scan removes.
       await new Promise((resolve) => setTimeout(resolve, 1500));

@@ -14,6 +14,7 @@ import { loadEnvironment, readRows } from '../environment.ts';
 import { extractAnswer, verifyExact } from '../verifiers/exact.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
+import { gymFields } from './rollout-line.ts';
 
 describe('exact verifier', () => {
   it('extracts the chosen letter and matches it; a whole string otherwise', async () => {
@@ -90,7 +91,7 @@ describe('gym eval on mcqa (no sandbox)', () => {
     const oracle = await run('oracle');
     expect(oracle.summary.metrics['mean/reward']).toBe(1);
     // No model, no tokens to count: no usage and no token metrics (never a made-up 0).
-    expect(oracle.rollouts[0]!.usage).toBeUndefined();
+    expect(gymFields(oracle.rollouts[0]!).usage).toBeUndefined();
     expect(oracle.summary.metrics['mean/input_tokens']).toBeUndefined();
     expect((await run('noop')).summary.metrics['mean/reward']).toBe(0);
     const { summary, rollouts } = await run('single-turn', 2);
@@ -98,14 +99,24 @@ describe('gym eval on mcqa (no sandbox)', () => {
     expect(summary.rollouts).toBe(20);
     expect(summary.metrics['pass@1/reward']).toBeCloseTo(30, 10);
     expect(summary.metrics['pass@2/reward']).toBeCloseTo(30, 10);
+    // NeMo Gym's mcqa fields at the top level, the answer in a Responses object.
     expect(rollouts[0]).toMatchObject({
       id: 'q1',
       reward: 1,
-      verifier: { expected_answer: 'B', extracted_answer: 'B' },
+      expected_answer: 'B',
+      extracted_answer: 'B',
+      response: {
+        object: 'response',
+        output: [
+          { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'Answer: B' }] },
+        ],
+        usage: { input_tokens: 10, output_tokens: 3, total_tokens: 13 },
+      },
+      _gym: { verifier: { expected_answer: 'B', extracted_answer: 'B' } },
     });
-    expect((rollouts[0]!.model_calls as unknown[]).length).toBe(1);
+    expect((gymFields(rollouts[0]!).model_calls as unknown[]).length).toBe(1);
     // Tokens from the gateway's record (the scripted model reports 10 prompt tokens, 3 for "Answer: B").
-    expect(rollouts[0]!.usage).toEqual({
+    expect(gymFields(rollouts[0]!).usage).toEqual({
       input_tokens: 10,
       output_tokens: 3,
       cached_tokens: 0,
@@ -124,7 +135,7 @@ describe('gym eval on mcqa (no sandbox)', () => {
       pricePerMillionInputTokens: 2,
       pricePerMillionOutputTokens: 10,
     });
-    const costs = priced.rollouts.map((row) => (row.usage as { cost_usd: number }).cost_usd);
+    const costs = priced.rollouts.map((row) => (gymFields(row).usage as { cost_usd: number }).cost_usd);
     expect(costs[0]).toBeCloseTo((10 * 2 + 3 * 10) / 1e6, 15);
     expect(priced.summary.metrics['mean/cost_usd']).toBeCloseTo(
       costs.reduce((sum, cost) => sum + cost, 0) / costs.length,

@@ -20,12 +20,13 @@ import {
 } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { LoadedEnvironment } from '../environment.ts';
-import { parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
+import { type EnvironmentKind, parseRow, rowInstruction, type TaskRow } from '../kinds/kind.ts';
 import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
 import type { RolloutOutcome, Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import { appendJsonl, outputPaths, readJsonl, rolloutKey, writeJsonlAtomic } from './files.ts';
-import { computeRewardMetrics } from './metrics.ts';
+import { computeRewardMetrics, fieldStats, taskProfile } from './metrics.ts';
+import { buildResponse, GYM_FIELDS, type GymRolloutFields, gymFields } from './rollout-line.ts';
 import { configuredPrices, sumUsage, usageMetrics } from './usage.ts';
 
 export interface EvalOptions {
@@ -141,7 +142,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           _ng_task_index: taskIndex,
           _ng_failure_class: 'invalid_row',
           _ng_failure_terminal: true,
-          reason,
+          [GYM_FIELDS]: { reason },
         });
     }
   }
@@ -149,7 +150,9 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
     throw new GymError(
       'VALIDATION_FAILED',
       `no row is a valid ${kind.name} task (see ${paths.failures}); the first: ${
-        (await readJsonl(paths.failures)).find((row) => row._ng_failure_class === 'invalid_row')?.reason
+        gymFields(
+          (await readJsonl(paths.failures)).find((row) => row._ng_failure_class === 'invalid_row') ?? {},
+        ).reason
       }`,
     );
   const pending = materialized.filter(
@@ -186,7 +189,10 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
           attempt,
         );
-        if (result.outcome === 'infra_error') {
+        const ours = gymFields(result);
+        const outcome = ours.outcome as RolloutOutcome;
+        const reason = (ours.verifier as { reason?: string } | undefined)?.reason;
+        if (outcome === 'infra_error') {
           progress.infraErrors += 1;
           await appendJsonl(paths.failures, {
             ...result,
@@ -198,7 +204,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
               task: row._ng_task_index,
               rollout: row._ng_rollout_index,
               attempt,
-              reason: (result.verifier as { reason?: string }).reason,
+              reason,
             },
             'infra error; retrying',
           );
@@ -206,7 +212,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
             await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
           continue;
         }
-        if (result.outcome === 'verifier_timeout') {
+        if (outcome === 'verifier_timeout') {
           // Not a reward: the verifier never judged the final state (README, "verifier timeouts").
           // Not retried either: a state that makes the tests hang would hang them again.
           progress.verifierTimeouts += 1;
@@ -222,7 +228,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
           );
           break;
         }
-        if (result.outcome === 'verifier_error') {
+        if (outcome === 'verifier_error') {
           // The verifier gave no reward (a Harbor test wrote no reward file): never a 0 among the
           // rewards, and not retried (the same tests would do the same).
           await appendJsonl(paths.failures, {
@@ -235,7 +241,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
             {
               task: row._ng_task_index,
               rollout: row._ng_rollout_index,
-              reason: (result.verifier as { reason?: string }).reason,
+              reason,
             },
             'verifier error: no reward',
           );
@@ -246,7 +252,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
         progress.last = {
           task: row._ng_task_index,
           rollout: row._ng_rollout_index,
-          outcome: result.outcome as RolloutOutcome,
+          outcome,
           reward: Number(result.reward),
         };
         break;
@@ -270,7 +276,22 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   const terminalFailures = (await readJsonl(paths.failures)).filter(
     (row) => row._ng_failure_terminal === true,
   );
-  const metrics = await writeMetrics(paths.metrics, rollouts, options.harnessName, terminalFailures);
+  // What each task was to have: its repeats, unless its row was invalid (never run).
+  const expectedByTask = new Map<number, number>();
+  for (const [index, row] of materialized.entries())
+    if (!invalid.has(Math.floor(index / options.numRepeats)))
+      expectedByTask.set(
+        Number(row._ng_task_index),
+        (expectedByTask.get(Number(row._ng_task_index)) ?? 0) + 1,
+      );
+  const metrics = await writeMetrics(
+    paths.metrics,
+    rollouts,
+    options.harnessName,
+    terminalFailures,
+    expectedByTask,
+    kind,
+  );
   await kind.writeReports?.({
     output: options.output,
     rows: options.rows,
@@ -328,20 +349,25 @@ export async function writeMetrics(
   rollouts: Array<Record<string, unknown>>,
   harnessName: string,
   failures: Array<Record<string, unknown>> = [],
+  expectedByTask: ReadonlyMap<number, number> = new Map(),
+  kind?: Pick<EnvironmentKind, 'computeMetrics' | 'keyMetrics'>,
 ): Promise<Record<string, number>> {
-  const byTask = new Map<number, number[]>();
+  const byTask = new Map<number, Array<Record<string, unknown>>>();
   for (const row of rollouts) {
     const task = Number(row._ng_task_index);
-    byTask.set(task, [...(byTask.get(task) ?? []), Number(row.reward)]);
+    byTask.set(task, [...(byTask.get(task) ?? []), row]);
   }
   const tasks = [...byTask.entries()].sort(([left], [right]) => left - right);
+  const rewardsOf = (lines: Array<Record<string, unknown>>) => lines.map((row) => Number(row.reward));
   const unjudged = Object.fromEntries(
     UNJUDGED_CLASSES.map((name) => [name, failures.filter((row) => row._ng_failure_class === name).length]),
   ) as Record<(typeof UNJUDGED_CLASSES)[number], number>;
   const attempted = rollouts.length + unjudged.verifier_timeout + unjudged.verifier_error;
   const rewardSum = rollouts.reduce((sum, row) => sum + Number(row.reward), 0);
+  // NeMo Gym's stats of every numeric field (metrics.ts), then ours over them.
   const agentMetrics = {
-    ...computeRewardMetrics(tasks.map(([, rewards]) => rewards)),
+    ...fieldStats(rollouts),
+    ...computeRewardMetrics(tasks.map(([, lines]) => rewardsOf(lines))),
     ...usageMetrics(rollouts),
     ...(attempted === 0
       ? {}
@@ -350,14 +376,19 @@ export async function writeMetrics(
           'rate/verifier_timeout': unjudged.verifier_timeout / attempted,
           'rate/verifier_error': unjudged.verifier_error / attempted,
         }),
+    ...(rollouts.length === 0 ? {} : kind?.computeMetrics?.(tasks.map(([, lines]) => lines))),
   };
-  const keyMetrics = Object.fromEntries(
-    Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
-  );
-  const groupLevel = tasks.map(([task, rewards]) => ({
-    _ng_task_index: task,
-    ...computeRewardMetrics([rewards]),
-    ...usageMetrics(rollouts.filter((row) => Number(row._ng_task_index) === task)),
+  const keyMetrics =
+    kind?.keyMetrics?.(agentMetrics) ??
+    Object.fromEntries(
+      Object.entries(agentMetrics).filter(([key]) => key.startsWith('mean/') || key.startsWith('pass@')),
+    );
+  const groupLevel = tasks.map(([task, lines]) => ({
+    ...taskProfile(task, lines, expectedByTask.get(task) ?? lines.length, {
+      agent_ref: { name: harnessName },
+    }),
+    ...computeRewardMetrics([rewardsOf(lines)]),
+    ...usageMetrics(lines),
   }));
   await writeFile(
     path,
@@ -532,14 +563,15 @@ async function runRollout(
     if (harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
   }
   timings.totalMs = Date.now() - started;
-  return {
-    ...row,
-    _ng_attempt_index: attempt,
-    _ng_rollout_id: rolloutId,
-    reward: verdict.reward,
+  // NeMo Gym's keys at the top level, with its types (rollout-line.ts); ours in one object beside them.
+  const usage = harness.needsModel
+    ? // Tokens summed from the gateway's records, priced when environment.json or the run sets both prices.
+      sumUsage(modelCalls, configuredPrices(environment.limits, options.limits))
+    : undefined;
+  const gym: GymRolloutFields = {
     outcome: verdict.outcome,
     verifier: verdict.details,
-    response: {
+    harness: {
       outcome: harnessResult?.outcome ?? null,
       submission: harnessResult?.submission ?? null,
       message: harnessResult?.message ?? null,
@@ -549,12 +581,26 @@ async function runRollout(
     ...(modelCallsError === undefined ? {} : { model_calls_error: modelCallsError }),
     ...(agentLogs.length === 0 ? {} : { agent_logs: agentLogs }),
     ...(agentLogsError === undefined ? {} : { agent_logs_error: agentLogsError }),
-    // Tokens summed from the gateway's records (a harness without a model has none to count),
-    // priced when environment.json or the run sets both prices.
-    ...(harness.needsModel
-      ? { usage: sumUsage(modelCalls, configuredPrices(environment.limits, options.limits)) }
-      : {}),
+    ...(usage === undefined ? {} : { usage }),
     timings,
     sandbox: { image },
+  };
+  return {
+    ...row,
+    _ng_attempt_index: attempt,
+    _ng_rollout_id: rolloutId,
+    // Before `response` and `reward`, so a verifier's field can never stand in for either.
+    ...verdict.fields,
+    response: buildResponse({
+      rolloutId,
+      startedAtMs: started,
+      modelName: options.modelName,
+      params: row.responses_create_params,
+      harnessResult,
+      modelCalls,
+      usage,
+    }),
+    reward: verdict.reward,
+    [GYM_FIELDS]: gym,
   };
 }

@@ -25,6 +25,7 @@ import type { LoadedEnvironment } from '../environment.ts';
 import { kind as sweKind } from '../kinds/swe/kind.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
+import { gymFields } from './rollout-line.ts';
 
 const TEST_ID = 'tests/test_fix.py::test_fix';
 const ROW = {
@@ -166,7 +167,7 @@ async function runOnce(client: GymClient, harness: Harness, name: string) {
 describe('an infrastructure fault is an infra error, never a reward', () => {
   it('gives the fault-free run reward 1 (the baseline every fault is measured against)', async () => {
     const { rollouts, failures } = await runOnce(fakeClient(null), createOracleHarness(), 'baseline');
-    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
+    expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 1]]);
     expect(failures).toEqual([]);
   });
 
@@ -200,7 +201,7 @@ describe('an infrastructure fault is an infra error, never a reward', () => {
       `${plan.at}-${plan.fault}`,
     );
     expect(rollouts).toEqual([]);
-    expect(failures.map((row) => row.outcome)).toEqual(['infra_error']);
+    expect(failures.map((row) => gymFields(row).outcome)).toEqual(['infra_error']);
   });
 });
 
@@ -227,8 +228,8 @@ describe("what the agent's own files or code can cause is graded, never infra", 
       `graded-${plan.at}-${plan.fault}`,
     );
     expect(failures).toEqual([]);
-    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 0]]);
-    expect(String((rollouts[0]!.verifier as { reason?: unknown }).reason)).not.toBe('undefined');
+    expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 0]]);
+    expect(String((gymFields(rollouts[0]!).verifier as { reason?: unknown }).reason)).not.toBe('undefined');
   });
 });
 
@@ -252,7 +253,12 @@ describe('a verifier timeout is never a reward', () => {
     expect(await readJsonl(output)).toEqual([]);
     const failures = await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl'));
     expect(
-      failures.map((row) => [row.outcome, row._ng_failure_class, row._ng_failure_terminal, row.reward]),
+      failures.map((row) => [
+        gymFields(row).outcome,
+        row._ng_failure_class,
+        row._ng_failure_terminal,
+        row.reward,
+      ]),
     ).toEqual([['verifier_timeout', 'verifier_timeout', true, null]]);
     expect(summary).toMatchObject({ rollouts: 0, failures: 1 });
     expect(summary.metrics['mean/reward']).toBeUndefined();
@@ -304,7 +310,7 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
       `tools-${plan.at}-${plan.fault}`,
     );
     expect(rollouts).toEqual([]);
-    expect(failures.map((row) => row.outcome)).toEqual(['infra_error']);
+    expect(failures.map((row) => gymFields(row).outcome)).toEqual(['infra_error']);
   });
 
   // What the agent's files cause is an error the model sees; the run goes on and is graded.
@@ -324,8 +330,8 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
       `tools-mistake-${plan.at}-${plan.fault}`,
     );
     expect(failures).toEqual([]);
-    expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
-    const [first] = rollouts[0]!.trajectory as Array<{ observation?: string }>;
+    expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 1]]);
+    const [first] = gymFields(rollouts[0]!).trajectory as Array<{ observation?: string }>;
     expect(first?.observation).toMatch(/error:/);
   });
 
@@ -346,8 +352,8 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
           `tools-arguments-${raw}`,
         );
         expect(failures).toEqual([]);
-        expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
-        const [first] = rollouts[0]!.trajectory as Array<{ observation?: string }>;
+        expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 1]]);
+        const [first] = gymFields(rollouts[0]!).trajectory as Array<{ observation?: string }>;
         expect(first?.observation).toMatch(/must be a JSON object/);
       } finally {
         await own.close();
@@ -373,8 +379,8 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
       );
       expect(failures).toEqual([]);
       // Three steps (the limit), then graded as SWE-bench grades a run that hit its limit.
-      expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual([['reward', 1]]);
-      const [first] = rollouts[0]!.trajectory as Array<{ observation?: string }>;
+      expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 1]]);
+      const [first] = gymFields(rollouts[0]!).trajectory as Array<{ observation?: string }>;
       expect(first?.observation).toMatch(/refused/);
     } finally {
       await own.close();

@@ -24,6 +24,7 @@ import {
 } from '../verifiers/exact.ts';
 import { runEval } from './eval.ts';
 import { readJsonl } from './files.ts';
+import { gymFields } from './rollout-line.ts';
 
 const NEMO_GYM_ROWS = join(import.meta.dirname, '../mcqa/data/nemo-gym.jsonl');
 
@@ -281,7 +282,7 @@ describe('NeMo Gym question rows through gym eval (scripted model)', () => {
       expect.not.objectContaining({ max_tokens: expect.anything() }),
     ]);
     const rollouts = await readJsonl(output);
-    expect(rollouts.map((row) => [row.uuid, row.reward, row.outcome])).toEqual([
+    expect(rollouts.map((row) => [row.uuid, row.reward, gymFields(row).outcome])).toEqual([
       ['gym-nemo-row-1', 1, 'reward'],
       ['gym-nemo-row-2', 1, 'reward'],
       ['gym-nemo-row-3', 0, 'reward'],

@@ -107,7 +107,8 @@ describe('token usage from the gateway records', () => {
       'mean/output_tokens': 32.5,
       'mean/cached_tokens': 101,
       'mean/model_calls': 2,
-      'std/model_calls': 1,
+      // The sample std (n - 1), as NeMo Gym's pandas computes it: [1, 3] -> sqrt(2).
+      'std/model_calls': Math.SQRT2,
     });
     expect(metrics['mean/cost_usd']).toBeUndefined();
     // The cost's stats are over the rollouts that have one: one without prices is not a 0.
@@ -129,7 +130,7 @@ describe('token usage from the gateway records', () => {
       'max/x': 10,
       'min/x': 1,
       'median/x': 2.5,
-      'std/x': Math.sqrt((9 + 4 + 1 + 36) / 4),
+      'std/x': Math.sqrt((9 + 4 + 1 + 36) / 3),
     });
   });
 });

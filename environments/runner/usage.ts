@@ -16,6 +16,10 @@
  * `pricePerMillionOutputTokens` (cached tokens at the input price): only when both are set, and
  * only when some call reported usage; otherwise there is no cost at all, never a cost of 0.
  */
+import { baselineStats } from './metrics.ts';
+import { gymFields } from './rollout-line.ts';
+
+export { baselineStats };
 
 export interface RolloutUsage {
   input_tokens: number;
@@ -119,28 +123,10 @@ export function sumUsage(records: readonly unknown[], prices?: TokenPrices): Rol
   return total;
 }
 
-/** `mean/`, `max/`, `min/`, `median/`, `std/` of `name` (population std, as NeMo Gym's). */
-export function baselineStats(name: string, values: readonly number[]): Record<string, number> {
-  if (values.length === 0) return {};
-  const sorted = [...values].sort((left, right) => left - right);
-  const mean = values.reduce((sum, value) => sum + value, 0) / values.length;
-  const middle = sorted.length / 2;
-  return {
-    [`mean/${name}`]: mean,
-    [`max/${name}`]: sorted.at(-1)!,
-    [`min/${name}`]: sorted[0]!,
-    [`median/${name}`]:
-      sorted.length % 2 === 1
-        ? sorted[(sorted.length - 1) / 2]!
-        : (sorted[middle - 1]! + sorted[middle]!) / 2,
-    [`std/${name}`]: Math.sqrt(values.reduce((sum, value) => sum + (value - mean) ** 2, 0) / values.length),
-  };
-}
-
 /** Token metrics over the rollouts that carry a `usage` (rollouts without one are not counted as zero). */
 export function usageMetrics(rollouts: ReadonlyArray<Record<string, unknown>>): Record<string, number> {
   const usages = rollouts
-    .map((row) => row.usage)
+    .map((row) => gymFields(row).usage)
     .filter((usage): usage is RolloutUsage => typeof usage === 'object' && usage !== null);
   return {
     ...baselineStats(

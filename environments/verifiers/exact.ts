@@ -250,11 +250,14 @@ export async function verifyExact(
         ...mode,
         reason: `template_metadata.output_regex could not read this answer: ${error.message}`,
       },
+      fields: { expected_answer: wanted, extracted_answer: null },
     };
   }
   return {
     outcome: 'reward',
     reward: extracted === wanted ? 1 : 0,
     details: { expected_answer: wanted, extracted_answer: extracted, ...mode },
+    // NeMo Gym's mcqa server writes these two at the top level of the rollout line.
+    fields: { expected_answer: wanted, extracted_answer: extracted },
   };
 }

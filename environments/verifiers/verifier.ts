@@ -12,6 +12,12 @@ export interface Verdict {
   reward: number;
   /** Verifier-specific: FAIL_TO_PASS / PASS_TO_PASS lists, the test log tail, the reason a patch did not apply. */
   details: Record<string, unknown>;
+  /**
+   * The fields NeMo Gym's resources server for this kind writes at the top level of a rollout line
+   * (mcqa: `expected_answer`, `extracted_answer`; swebench: `resolved`, `model_patch`, ...), with its
+   * names and types. Absent when NeMo Gym has no such server.
+   */
+  fields?: Record<string, unknown>;
 }
 
 /**

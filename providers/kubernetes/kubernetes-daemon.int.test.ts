@@ -13,6 +13,7 @@ import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
+import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
@@ -89,7 +90,7 @@ describe.skipIf(skipReason !== undefined)(
           const rollouts = await readJsonl(output);
           expect(
             rollouts
-              .map((row) => [row.instance_id, row.reward, row.outcome])
+              .map((row) => [row.instance_id, row.reward, gymFields(row).outcome])
               .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
           ).toEqual(
             rows
@@ -267,8 +268,8 @@ describe.skipIf(skipReason !== undefined)(
         );
         expect(run.code, run.stderr).toBe(0);
         const [rollout] = await readJsonl(output);
-        expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
-        expect((rollout!.model_calls as unknown[]).length).toBe(2);
+        expect(rollout).toMatchObject({ id: 'count-errors', _gym: { outcome: 'reward' }, reward: 1 });
+        expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
       } finally {
         child?.kill('SIGTERM');
         await new Promise((resolve) =>

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
+import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { imageFolderName } from '../../providers/shared/image-folder.ts';
@@ -101,8 +102,8 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
       expect(run.code, run.stderr).toBe(0);
       const rollouts = await readJsonl(output);
       expect(
-        rollouts.map((row) => [row.outcome, row.reward]),
-        JSON.stringify(rollouts.map((row) => [row.verifier, row.response])).slice(0, 3000),
+        rollouts.map((row) => [gymFields(row).outcome, row.reward]),
+        JSON.stringify(rollouts.map((row) => [gymFields(row).verifier, row.response])).slice(0, 3000),
       ).toEqual([['reward', expected]]);
     }
     const left = await gym(['sandbox', 'ls', '--json'], stateDir);
@@ -125,8 +126,8 @@ describe.skipIf(skipReason !== undefined)('gym eval run on enroot over ssh', () 
     );
     expect(run.code, run.stderr).toBe(0);
     const [rollout] = await readJsonl(output);
-    expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
-    expect((rollout!.model_calls as unknown[]).length).toBe(2);
+    expect(rollout).toMatchObject({ id: 'count-errors', _gym: { outcome: 'reward' }, reward: 1 });
+    expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
     const left = await gym(['sandbox', 'ls', '--json'], stateDir);
     expect(JSON.parse(left.stdout)).toEqual([]);
     expect(node.enroot('list').stdout).toBe('');

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readJsonl } from '../../environments/runner/files.ts';
+import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { imageFolderName } from '../../providers/shared/image-folder.ts';
@@ -91,7 +92,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on a provider without Do
       expect(run.code, run.stderr).toBe(0);
       const rollouts = await readJsonl(output);
       expect(rollouts).toHaveLength(8);
-      expect(rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual(
+      expect(rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual(
         rollouts.map((row) => [row.id, 'reward', expected]),
       );
     }
@@ -115,7 +116,7 @@ describe.skipIf(skipReason !== undefined)('gym eval run on a provider without Do
     );
     expect(run.code, run.stderr).toBe(0);
     const [rollout] = await readJsonl(output);
-    expect(rollout).toMatchObject({ id: 'count-errors', outcome: 'reward', reward: 1 });
-    expect((rollout!.model_calls as unknown[]).length).toBe(2);
+    expect(rollout).toMatchObject({ id: 'count-errors', _gym: { outcome: 'reward' }, reward: 1 });
+    expect((gymFields(rollout!).model_calls as unknown[]).length).toBe(2);
   }, 120_000);
 });

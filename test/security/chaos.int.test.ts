@@ -19,6 +19,7 @@ import { silentLogger } from '../../core/logger.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
+import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { createDockerProvider } from '../../providers/docker/index.ts';
 import type { ProviderContext, SandboxProvider } from '../../providers/sandbox-provider.ts';
@@ -252,12 +253,14 @@ describe.skipIf(skipReason !== undefined)('chaos: gym eval under injected faults
       expect(summaries[index]!.rollouts).toBe(rows.length * 2);
       // Every line is the fault-free reward: the oracle resolves every task.
       expect(
-        rollouts.filter((row) => row.outcome !== 'reward' || row.reward !== 1),
+        rollouts.filter((row) => gymFields(row).outcome !== 'reward' || row.reward !== 1),
         `${run.name}: lines that are not the fault-free reward`,
       ).toEqual([]);
       // Every failure was an infra error that was retried (none was given up on).
       expect(
-        failures.every((row) => row.outcome === 'infra_error' && row._ng_failure_terminal === false),
+        failures.every(
+          (row) => gymFields(row).outcome === 'infra_error' && row._ng_failure_terminal === false,
+        ),
       ).toBe(true);
     }
     console.log(`chaos figures ${JSON.stringify(figures)}`);

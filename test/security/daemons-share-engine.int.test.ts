@@ -16,6 +16,7 @@ import { type OwnerRecord, procHostProcesses } from '../../daemon/owners.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
+import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, localImages, testImage } from '../docker-available.ts';
@@ -153,7 +154,9 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
       }),
     );
     for (const { rollouts, failures } of results) {
-      expect(rollouts.map((row) => [row.outcome, row.reward])).toEqual(rows.map(() => ['reward', 1]));
+      expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual(
+        rows.map(() => ['reward', 1]),
+      );
       expect(failures).toEqual([]);
     }
   }, 180_000);

@@ -1,9 +1,10 @@
-import { writeFile } from 'node:fs/promises';
+import { access, writeFile } from 'node:fs/promises';
 import { GymError } from '../../../core/errors.ts';
 import { loadEnvironment } from '../../../environments/environment.ts';
 import { writeMetrics } from '../../../environments/runner/eval.ts';
 import { outputPaths, readJsonl } from '../../../environments/runner/files.ts';
-import { reverifyRollout } from '../../../environments/runner/reverify.ts';
+import { joinInputs, reverifyRollout } from '../../../environments/runner/reverify.ts';
+import { gymFields } from '../../../environments/runner/rollout-line.ts';
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import type { evalReverify } from '../../program.ts';
@@ -14,13 +15,21 @@ export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
     const environment = await loadEnvironment(values.env);
     const rows = await readJsonl(values.input);
     if (rows.length === 0) throw new GymError('VALIDATION_FAILED', `${values.input} holds no rollouts`);
+    const beside = outputPaths(values.input).materialized;
+    const inputsPath =
+      values.inputs ??
+      (await access(beside).then(
+        () => beside,
+        () => undefined,
+      ));
+    const inputs = inputsPath === undefined ? [] : joinInputs(rows, await readJsonl(inputsPath));
     const client = await connect(resolveStateDir(values.stateDir, env));
     const results: Array<Record<string, unknown>> = [];
     let changed = 0;
     const started = Date.now();
     for (const [index, row] of rows.entries()) {
-      const result = await reverifyRollout(client, environment, row);
-      if (result.reverified === true && result.reward !== row.reward) changed += 1;
+      const result = await reverifyRollout(client, environment, row, inputs[index]);
+      if (gymFields(result).reverified === true && result.reward !== row.reward) changed += 1;
       results.push(result);
       const elapsedMs = Date.now() - started;
       const leftMs = remainingAtRate(elapsedMs, index + 1, rows.length);
@@ -30,7 +39,20 @@ export const evalReverifyCommand: CommandOf<typeof evalReverify> = {
     }
     await writeFile(values.output, results.map((row) => `${JSON.stringify(row)}\n`).join(''));
     const harnessName = String((rows[0]?.agent_ref as { name?: string } | undefined)?.name ?? 'unknown');
-    const metrics = await writeMetrics(outputPaths(values.output).metrics, results, harnessName);
+    // NeMo Gym's older files carry no indices: each line is then a task of its own.
+    const indexed = results.map((row, position) =>
+      typeof row._ng_task_index === 'number'
+        ? row
+        : { ...row, _ng_task_index: position, _ng_rollout_index: 0 },
+    );
+    const metrics = await writeMetrics(
+      outputPaths(values.output).metrics,
+      indexed,
+      harnessName,
+      [],
+      new Map(),
+      environment.implementation,
+    );
     // The kind's own reports (SWE-bench's report.json) for the regraded rollouts, beside NEW.jsonl.
     await environment.implementation.writeReports?.({
       output: values.output,

@@ -75,8 +75,8 @@ describe('gym eval run against a running daemon', () => {
     const [rollout] = (await readFile(output, 'utf8'))
       .trim()
       .split('\n')
-      .map((line) => JSON.parse(line) as { reward: number; outcome: string });
-    expect(rollout).toMatchObject({ outcome: 'reward', reward: 1 });
+      .map((line) => JSON.parse(line) as { reward: number; _gym: { outcome: string } });
+    expect(rollout).toMatchObject({ _gym: { outcome: 'reward' }, reward: 1 });
   });
 });
 
@@ -117,7 +117,7 @@ describe('gym eval run --input without --env', () => {
     expect(said).toContain('holds questions with expected answers: running them as --env mcqa');
     expect(exitCode).toBe(0);
     expect(JSON.parse((await readFile(output, 'utf8')).trim())).toMatchObject({
-      outcome: 'reward',
+      _gym: { outcome: 'reward' },
       reward: 1,
     });
   });
@@ -177,9 +177,9 @@ describe('gym eval run without a running daemon, under GYM_CONFIG', () => {
     expect(exitCode).toBe(0);
     // The single-turn harness asked the configured upstream (no --policy-base-url given).
     expect(JSON.parse((await readFile(output, 'utf8')).trim())).toMatchObject({
-      outcome: 'reward',
       reward: 1,
-      verifier: { extracted_answer: 'B' },
+      extracted_answer: 'B',
+      _gym: { outcome: 'reward', verifier: { extracted_answer: 'B' } },
     });
     // Its state went to the file's stateDir, and the one provider it started was the file's.
     const stateDir = join(outputDir, 'state', 'eval-daemon');

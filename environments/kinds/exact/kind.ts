@@ -3,6 +3,8 @@
  * (the chosen option letter, read as NeMo Gym's MCQA server reads it, or the whole string).
  */
 import { z } from 'zod';
+import { highestKMetrics, passMajorityMetrics } from '../../runner/metrics.ts';
+import { storedOutputText } from '../../runner/rollout-line.ts';
 import {
   answerFor,
   type ChoiceGrading,
@@ -42,11 +44,33 @@ export const ExactRowSchema = z
     path: ['instruction'],
   });
 
-/** The row's options, NeMo Gym grading mode and template regex, when it gives them. */
-function grading(row: Record<string, unknown>): ChoiceGrading {
+/**
+ * The options a prompt lists, one a line (`A: Karyotyping`, `B) PCR`), when it lists at least two
+ * from A in order; else undefined.
+ */
+export function promptOptions(row: Record<string, unknown>): Array<Record<string, string>> | undefined {
+  const options: Array<Record<string, string>> = [];
+  for (const line of rowInstruction(row).split('\n')) {
+    const match = /^\s*([A-Z])\s*[:.)]\s*(\S.*)$/.exec(line);
+    if (match === null) continue;
+    const letter = match[1]!;
+    // Only the next letter continues the list: a stray "I: ..." line in the question is no option.
+    if (letter.charCodeAt(0) !== 'A'.charCodeAt(0) + options.length) continue;
+    options.push({ [letter]: match[2]!.trim() });
+  }
+  return options.length >= 2 ? options : undefined;
+}
+
+/**
+ * The row's options, NeMo Gym grading mode and template regex, when it gives them. A stored
+ * rollout line without the row's options (NeMo Gym's own example rollouts keep only the prompt)
+ * is graded on the options its prompt lists, the ones the row had.
+ */
+function grading(row: Record<string, unknown>, fromPrompt = false): ChoiceGrading {
   const template = row.template_metadata as { output_regex?: string | string[] } | undefined;
+  const options = row.options ?? (fromPrompt ? promptOptions(row) : undefined);
   return {
-    ...(row.options === undefined ? {} : { options: row.options }),
+    ...(options === undefined ? {} : { options }),
     ...(typeof row.grading_mode === 'string'
       ? { gradingMode: row.grading_mode as ChoiceGrading['gradingMode'] }
       : {}),
@@ -76,12 +100,18 @@ export const kind: EnvironmentKind = {
   },
   verify: async ({ row, harnessResult }) =>
     verifyExact(harnessResult.submission ?? null, String(row.expected_answer), grading(row)),
-  async reverify(_client, _environment, row) {
-    const response = (row.response ?? {}) as Record<string, unknown>;
-    return verifyExact(
-      typeof response.submission === 'string' ? response.submission : null,
-      String(row.expected_answer ?? ''),
-      grading(row),
-    );
-  },
+  // NeMo Gym's mcqa server's metrics: accuracy (the reward), majority vote and no-answer rate
+  // over extracted_answer, and its headline ones.
+  computeMetrics: (tasks) =>
+    passMajorityMetrics(tasks, (line) => ({ accuracy: Number(line.reward) }), 'extracted_answer'),
+  keyMetrics: (metrics) => ({
+    ...(metrics['mean/reward'] === undefined ? {} : { 'mean/reward': metrics['mean/reward'] }),
+    ...highestKMetrics(metrics, 'pass@1[avg-of-{k}]', ['accuracy', 'no_answer']),
+    ...highestKMetrics(metrics, 'pass@{k}', ['no_answer']),
+    ...highestKMetrics(metrics, 'majority@{k}', ['accuracy']),
+    ...(metrics['pass@1/accuracy'] === undefined ? {} : { 'pass@1/accuracy': metrics['pass@1/accuracy'] }),
+  }),
+  // The stored answer is the line's Responses output text, as NeMo Gym's mcqa server reads it.
+  reverify: async (_client, _environment, row) =>
+    verifyExact(storedOutputText(row), String(row.expected_answer ?? ''), grading(row, true)),
 };

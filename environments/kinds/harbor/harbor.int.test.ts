@@ -11,6 +11,7 @@ import { dockerTestEnvironment, testImage } from '../../../test/docker-available
 import { loadEnvironment, readRows } from '../../environment.ts';
 import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
+import { gymFields } from '../../runner/rollout-line.ts';
 import { buildDockerfileImage, buildHarborImages } from './images.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -73,16 +74,16 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
   it('scores every example task 1 with the oracle and 0 with noop, from images built here', async () => {
     const oracle = await run(EXAMPLES, 'oracle');
     expect(oracle.rows.map((row) => row.id)).toEqual(['gym/hello-file', 'gym/sales-total']);
-    expect(oracle.rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(oracle.rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       ['gym/hello-file', 'reward', 1],
       ['gym/sales-total', 'reward', 1],
     ]);
     // reward.json's every metric is kept; its `reward` is the rollout's.
-    expect(oracle.rollouts[1]!.verifier).toMatchObject({
+    expect(gymFields(oracle.rollouts[1]!).verifier).toMatchObject({
       rewards: { reward: 1, correct_value: 1, two_decimals: 1 },
     });
     const noop = await run(EXAMPLES, 'noop');
-    expect(noop.rollouts.map((row) => [row.id, row.outcome, row.reward])).toEqual([
+    expect(noop.rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       ['gym/hello-file', 'reward', 0],
       ['gym/sales-total', 'reward', 0],
     ]);
@@ -108,11 +109,11 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
     expect(rollouts).toEqual([]);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toMatchObject({
-      outcome: 'verifier_error',
+      _gym: { outcome: 'verifier_error' },
       _ng_failure_class: 'verifier_error',
       _ng_failure_terminal: true,
     });
-    expect(String((failures[0]!.verifier as { reason: string }).reason)).toMatch(
+    expect(String((gymFields(failures[0]!).verifier as { reason: string }).reason)).toMatch(
       /wrote no \/logs\/verifier\/reward\.json or \/logs\/verifier\/reward\.txt/,
     );
     expect(summary.failures).toBe(1);

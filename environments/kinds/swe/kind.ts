@@ -4,6 +4,7 @@
  * (environments/verifiers/swe.ts), as SWE-bench grades.
  */
 import { z } from 'zod';
+import { storedPatch } from '../../runner/rollout-line.ts';
 import { extractPatch, sweTaskFromRow, verifySwe } from '../../verifiers/swe.ts';
 import { nonEmpty, sandboxPath, testNames } from '../fields.ts';
 import { type EnvironmentKind, rowInstruction } from '../kind.ts';
@@ -54,10 +55,10 @@ export const kind: EnvironmentKind = {
     );
   },
   async reverify(client, _environment, row) {
-    const stored = (row.verifier ?? {}) as Record<string, unknown>;
-    if (typeof stored.modelPatch !== 'string') return null;
-    const verdict = await verifySwe(client, sweTaskFromRow(row), stored.modelPatch);
-    verdict.details.modelPatch = stored.modelPatch;
+    const patch = storedPatch(row);
+    if (patch === null) return null;
+    const verdict = await verifySwe(client, sweTaskFromRow(row), patch);
+    verdict.details.modelPatch = patch;
     return verdict;
   },
 };

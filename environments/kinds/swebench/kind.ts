@@ -13,7 +13,9 @@ import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { parseOrThrow } from '../../../core/validate.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
+import { storedPatch } from '../../runner/rollout-line.ts';
 import { extractPatch } from '../../verifiers/swe.ts';
+import type { Verdict } from '../../verifiers/verifier.ts';
 import type { EnvironmentKind, TaskRow } from '../kind.ts';
 import { LOG_PARSERS } from './log-parsers.ts';
 import { writeSweBenchReports } from './report-files.ts';
@@ -79,6 +81,27 @@ function specFor(row: SweBenchRow, options: SweBenchOptions): RepositorySpec {
   return spec;
 }
 
+/**
+ * The verdict with the patch in its details and the top-level fields NeMo Gym's swebench server
+ * writes: `resolved`, `evaluation_completed` (SWE-bench's harness wrote its report), `instance_id`,
+ * `model_patch`, `patch_verification_time_taken` (seconds). Its `eval_sandbox_start_time_taken`,
+ * `test_output` and `log_dir` are not written: the details hold the log tail, and no log folder is kept.
+ */
+function withNemoGymFields(verdict: Verdict, row: SweBenchRow, patch: string, startedMs: number): Verdict {
+  verdict.details.modelPatch = patch;
+  if (verdict.outcome !== 'reward') return verdict;
+  return {
+    ...verdict,
+    fields: {
+      evaluation_completed: verdict.details.report !== undefined,
+      resolved: verdict.reward === 1,
+      patch_verification_time_taken: (Date.now() - startedMs) / 1000,
+      instance_id: row.instance_id,
+      model_patch: patch,
+    },
+  };
+}
+
 export const kind: EnvironmentKind = {
   name: 'swebench',
   rowSchema: SweBenchRowSchema,
@@ -107,19 +130,20 @@ export const kind: EnvironmentKind = {
     await releaseSandbox();
     if ('verdict' in extracted) return extracted.verdict;
     const image = sweBenchImage(parsed, options.imageTemplate);
+    const started = Date.now();
     const verdict = await gradeSweBench(
       client,
       { row: parsed, image, spec, testTimeoutSec: options.testTimeoutSec },
       extracted.patch,
     );
-    verdict.details.modelPatch = extracted.patch;
-    return verdict;
+    return withNemoGymFields(verdict, parsed, extracted.patch, started);
   },
   async reverify(client, environment, row) {
-    const stored = (row.verifier ?? {}) as Record<string, unknown>;
-    if (typeof stored.modelPatch !== 'string') return null;
+    const patch = storedPatch(row);
+    if (patch === null) return null;
     const parsed = parse(row);
     const options = sweBenchOptions(environment);
+    const started = Date.now();
     const verdict = await gradeSweBench(
       client,
       {
@@ -128,10 +152,9 @@ export const kind: EnvironmentKind = {
         spec: specFor(parsed, options),
         testTimeoutSec: options.testTimeoutSec,
       },
-      stored.modelPatch,
+      patch,
     );
-    verdict.details.modelPatch = stored.modelPatch;
-    return verdict;
+    return withNemoGymFields(verdict, parsed, patch, started);
   },
   describeMissingImage: (image, row) => missingImageHint(image, String(row.instance_id)),
   writeReports: writeSweBenchReports,

@@ -11,6 +11,7 @@
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { gymFields } from '../../runner/rollout-line.ts';
 import type { RunReportContext } from '../kind.ts';
 
 export function sweBenchDirectory(output: string): string {
@@ -28,7 +29,7 @@ export async function writeSweBenchReports(context: RunReportContext): Promise<v
     const id = String(rollout.instance_id);
     // Ids come from validated rows; one that is not a plain name never becomes a path.
     if (!SAFE_ID.test(id) || id === '.' || id === '..') continue;
-    const verifier = (rollout.verifier ?? {}) as Record<string, unknown>;
+    const verifier = (gymFields(rollout).verifier ?? {}) as Record<string, unknown>;
     const repeat = Number(rollout._ng_rollout_index ?? 0);
     if (repeat === 0 || !firstRollout.has(id)) firstRollout.set(id, rollout);
     const patch = typeof verifier.modelPatch === 'string' ? verifier.modelPatch : null;
@@ -57,7 +58,7 @@ export async function writeSweBenchReports(context: RunReportContext): Promise<v
       sets.incomplete.push(id);
       continue;
     }
-    const verifier = (rollout.verifier ?? {}) as Record<string, unknown>;
+    const verifier = (gymFields(rollout).verifier ?? {}) as Record<string, unknown>;
     const patch = verifier.modelPatch;
     if (typeof patch !== 'string' || patch.trim() === '') {
       sets.empty_patch.push(id);

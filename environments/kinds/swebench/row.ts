@@ -24,7 +24,46 @@ const testIds = z.union([z.array(z.string()), z.string()]).transform((value, con
   return parsed as string[];
 });
 
-export const SweBenchRowSchema = z.looseObject({
+/**
+ * The SWE-bench fields of a row, as NeMo Gym's `swe_agents` agent reads them when the row keeps
+ * them under `responses_create_params.metadata` (its `instance_dict`, the whole instance JSON-encoded,
+ * and `instance_id`, `base_commit`, `problem_statement`, `golden_patch` beside it): each fills only
+ * a field the row's top level lacks, so a published row reads as it always did.
+ */
+export function withInstanceFields(row: unknown): unknown {
+  if (typeof row !== 'object' || row === null) return row;
+  const record = row as Record<string, unknown>;
+  const params = record.responses_create_params as { metadata?: unknown } | undefined;
+  const metadata = params?.metadata;
+  if (typeof metadata !== 'object' || metadata === null) return row;
+  const fields = metadata as Record<string, unknown>;
+  let instance: Record<string, unknown> = {};
+  if (typeof fields.instance_dict === 'string') {
+    try {
+      const decoded: unknown = JSON.parse(fields.instance_dict);
+      if (typeof decoded === 'object' && decoded !== null && !Array.isArray(decoded))
+        instance = decoded as Record<string, unknown>;
+    } catch {
+      // Not JSON: the row's own fields are checked as they are and name what is missing.
+    }
+  } else if (typeof fields.instance_dict === 'object' && fields.instance_dict !== null)
+    instance = fields.instance_dict as Record<string, unknown>;
+  const fromMetadata = {
+    ...instance,
+    ...Object.fromEntries(
+      ['instance_id', 'base_commit', 'problem_statement', 'repo', 'version'].flatMap((key) =>
+        fields[key] === undefined ? [] : [[key, fields[key]]],
+      ),
+    ),
+    ...(fields.golden_patch === undefined ? {} : { patch: fields.golden_patch }),
+  };
+  const merged: Record<string, unknown> = { ...record };
+  for (const [key, value] of Object.entries(fromMetadata))
+    if (merged[key] === undefined && value !== undefined && value !== null) merged[key] = value;
+  return merged;
+}
+
+const SweBenchFieldsSchema = z.looseObject({
   instance_id: z.string().regex(/^[A-Za-z0-9._-]+$/, 'must be letters, digits, ".", "_" or "-"'),
   repo: z.string().regex(/^[A-Za-z0-9._-]+\/[A-Za-z0-9._-]+$/, 'must be "owner/name"'),
   base_commit: z.string().regex(/^[0-9a-f]{7,40}$/, 'must be a git commit id (hex)'),
@@ -45,11 +84,13 @@ export const SweBenchRowSchema = z.looseObject({
   image: z.string().min(1).optional(),
   workdir: z.string().startsWith('/').optional(),
 });
-export type SweBenchRow = z.output<typeof SweBenchRowSchema>;
+export const SweBenchRowSchema = z.preprocess(withInstanceFields, SweBenchFieldsSchema);
+export type SweBenchRow = z.output<typeof SweBenchFieldsSchema>;
 
 /** Whether a row looks like SWE-bench's (for telling the input format without `--env`). */
 export function looksLikeSweBench(row: Record<string, unknown>): boolean {
-  return ['instance_id', 'repo', 'base_commit', 'test_patch', 'FAIL_TO_PASS'].every((key) => key in row);
+  const merged = withInstanceFields(row) as Record<string, unknown>;
+  return ['instance_id', 'repo', 'base_commit', 'test_patch', 'FAIL_TO_PASS'].every((key) => key in merged);
 }
 
 /** The workdir SWE-bench's images keep the repository in. */

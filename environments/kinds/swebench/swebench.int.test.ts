@@ -31,6 +31,7 @@ import { loadEnvironment, readRows } from '../../environment.ts';
 import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
 import { reverifyRollout } from '../../runner/reverify.ts';
+import { gymFields } from '../../runner/rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 
@@ -85,14 +86,20 @@ describe.skipIf(skipReason !== undefined)('SWE-bench rows as published, against 
     expect(await readJsonl(oracle)).toHaveLength(1);
     expect(rollout).toMatchObject({
       instance_id: TOOLZ_INSTANCE_ID,
-      outcome: 'reward',
       reward: 1,
-      sandbox: { image: instance.image },
-      verifier: { resolution: 'RESOLVED_FULL', resolved: true },
+      // NeMo Gym's swebench fields at the top level; ours under _gym.
+      resolved: true,
+      evaluation_completed: true,
+      model_patch: row.patch,
+      _gym: {
+        outcome: 'reward',
+        sandbox: { image: instance.image },
+        verifier: { resolution: 'RESOLVED_FULL', resolved: true },
+      },
     });
     const failures = await readJsonl(join(directory, 'oracle_failures.jsonl'));
     expect(failures.map((failure) => failure._ng_failure_class)).toEqual(['invalid_row']);
-    expect(String(failures[0]!.reason)).toMatch(
+    expect(String(gymFields(failures[0]!).reason)).toMatch(
       /row 2 \(pytoolz__toolz-2\).*FAIL_TO_PASS: must be a JSON-encoded list/,
     );
 
@@ -141,7 +148,7 @@ describe.skipIf(skipReason !== undefined)('SWE-bench rows as published, against 
     ];
     const quiet = { stdout: new PassThrough(), stderr: new PassThrough(), env: {} };
     expect(await runCli([...reverifyArgs, '--state-dir', daemon.stateDir], quiet)).toBe(0);
-    expect(await readJsonl(reverified)).toMatchObject([{ reverified: true, reward: 1 }]);
+    expect(await readJsonl(reverified)).toMatchObject([{ _gym: { reverified: true }, reward: 1 }]);
     const again = JSON.parse(
       await readFile(join(directory, `reverified_swebench/${TOOLZ_INSTANCE_ID}/report.json`), 'utf8'),
     );
@@ -150,7 +157,7 @@ describe.skipIf(skipReason !== undefined)('SWE-bench rows as published, against 
     const noop = join(directory, 'noop.jsonl');
     await run(environmentDirectory, 'noop', noop);
     expect(await readJsonl(noop)).toMatchObject([
-      { outcome: 'reward', reward: 0, verifier: { swebench: 'empty_patch' } },
+      { reward: 0, _gym: { outcome: 'reward', verifier: { swebench: 'empty_patch' } } },
     ]);
     expect(
       JSON.parse(await readFile(join(directory, 'noop_swebench/run_report.json'), 'utf8')),
@@ -165,15 +172,17 @@ describe.skipIf(skipReason !== undefined)('SWE-bench rows as published, against 
     const wrong = patchAgainstBase(instance, {
       'toolz/itertoolz.py': instance.files['toolz/itertoolz.py']!.replace('d[item] = 1\n', 'd[item] = 2\n'),
     });
-    expect(
-      await reverifyRollout(client, environment, { ...rollout!, verifier: { modelPatch: wrong } }),
-    ).toMatchObject({
-      reverified: true,
+    expect(await reverifyRollout(client, environment, { ...rollout!, model_patch: wrong })).toMatchObject({
       reward: 0,
-      verifier: {
-        resolution: 'RESOLVED_NO',
-        FAIL_TO_PASS: { success: [], failure: failToPass },
-        report: { [TOOLZ_INSTANCE_ID]: { patch_successfully_applied: true, resolved: false } },
+      resolved: false,
+      model_patch: wrong,
+      _gym: {
+        reverified: true,
+        verifier: {
+          resolution: 'RESOLVED_NO',
+          FAIL_TO_PASS: { success: [], failure: failToPass },
+          report: { [TOOLZ_INSTANCE_ID]: { patch_successfully_applied: true, resolved: false } },
+        },
       },
     });
     const testFile = instance.files[TOOLZ_TEST_FILE]!;
@@ -186,8 +195,8 @@ describe.skipIf(skipReason !== undefined)('SWE-bench rows as published, against 
       ),
     });
     expect(
-      await reverifyRollout(client, environment, { ...rollout!, verifier: { modelPatch: touchedTests } }),
-    ).toMatchObject({ reverified: true, reward: 1, verifier: { resolution: 'RESOLVED_FULL' } });
+      await reverifyRollout(client, environment, { ...rollout!, model_patch: touchedTests }),
+    ).toMatchObject({ reward: 1, _gym: { reverified: true, verifier: { resolution: 'RESOLVED_FULL' } } });
   }, 240_000);
 
   it('stops with IMAGE_NOT_FOUND saying how to get the image when the template names none', async () => {
