@@ -314,6 +314,22 @@ export const evalProfile = () =>
     )
     .addOption(jsonOption());
 
+export const evalView = () =>
+  new Command('view')
+    .summary('serve a local page of stored rollouts: metrics, a filterable table, each rollout step by step')
+    .description(
+      `Serve a page of stored rollouts, ours or NeMo Gym's, on 127.0.0.1: the run's metrics and reward distribution, a table filterable by task, outcome and reward, each rollout step by step, and a run in flight as its file grows. Prints a login URL that works once (it sets a session cookie). Runs until interrupted.`,
+    )
+    .argument(
+      '<RESULTS>',
+      'the rollouts file (FILE.jsonl); FILE_failures.jsonl and FILE_aggregate_metrics.json are read beside it',
+    )
+    .addOption(
+      new Option('--port <PORT>', 'TCP port on 127.0.0.1 (0: any free port)')
+        .argParser(integer(0, 65_535))
+        .default(0),
+    );
+
 // ---- dev and doctor -------------------------------------------------------------------------
 
 export const devModelServer = () =>
@@ -477,6 +493,7 @@ export function buildProgram(streams: Streams, outcome: Outcome): CommandUnknown
       runs(evalProfile(), () =>
         import('./commands/eval/profile.ts').then((module) => module.evalProfileCommand),
       ),
+      runs(evalView(), () => import('./commands/eval/view.ts').then((module) => module.evalViewCommand)),
     ]),
   );
   program.addCommand(

@@ -1,0 +1,188 @@
+/**
+ * The results viewer's HTTP server (`gym eval view`): a page and a read-only JSON API over one
+ * results file and the files beside it, on 127.0.0.1 only.
+ *
+ * Who may read: the results hold agents' and models' text and possibly task data a user keeps
+ * private, and any local user or process can connect to a loopback port. So the server makes one
+ * random login token, printed once as a URL; its first use exchanges it for a session cookie
+ * (HttpOnly, SameSite=Strict, never in a URL again) and the token is spent, so the URL in the
+ * browser's history or a terminal scrollback opens nothing. Every other request needs the cookie.
+ *
+ * What the page may do: only GET and HEAD are answered; the page's own script and style only
+ * (a Content-Security-Policy with no inline code, no other origin, no framing); the Host header
+ * must be the loopback address it listens on, so a DNS-rebound name cannot read it either.
+ */
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { readFile, stat } from 'node:fs/promises';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import { outputPaths, readJsonl } from '../../environments/runner/files.ts';
+import { computeRewardMetrics } from '../../environments/runner/metrics.ts';
+import { summarizeFailure, summarizeRollout, viewRollout } from './results.ts';
+
+const STATIC_FILES: Record<string, { file: string; type: string }> = {
+  '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
+  '/viewer.js': { file: 'viewer.js', type: 'text/javascript; charset=utf-8' },
+  '/viewer.css': { file: 'viewer.css', type: 'text/css; charset=utf-8' },
+};
+
+/** No inline script or style, nothing from another origin, no forms, no framing, no plugins. */
+export const CONTENT_SECURITY_POLICY = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self'",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+const SESSION_COOKIE = 'gym_view_session';
+
+export interface ViewerServerOptions {
+  /** The results file (`FILE.jsonl`); its `_failures.jsonl`, `_aggregate_metrics.json` and `_materialized_inputs.jsonl` are read beside it. */
+  resultsPath: string;
+}
+
+export interface ViewerServer {
+  app: FastifyInstance;
+  /** The one-time login path (`/login?token=...`); its first use spends it. */
+  loginPath: string;
+  /** Starts listening on 127.0.0.1 (port 0: any free port); resolves to the origin. */
+  listen(port: number): Promise<string>;
+}
+
+type Json = Record<string, unknown>;
+
+const sameSecret = (left: string, right: string) => {
+  const a = Buffer.from(left);
+  const b = Buffer.from(right);
+  return a.length === b.length && timingSafeEqual(a, b);
+};
+
+function cookieValue(header: string | undefined, name: string): string | undefined {
+  for (const part of (header ?? '').split(';')) {
+    const [key, ...rest] = part.trim().split('=');
+    if (key === name) return rest.join('=');
+  }
+  return undefined;
+}
+
+/** Rereads the files only when the results file changed (size or time), so polling a large run is cheap. */
+function createRunReader(resultsPath: string) {
+  const paths = outputPaths(resultsPath);
+  let cached: { key: string; lines: Json[] } | undefined;
+  const readJson = async (path: string): Promise<unknown> => {
+    try {
+      return JSON.parse(await readFile(path, 'utf8'));
+    } catch {
+      // Missing (a run in flight writes it at the end) or half-written: no metrics yet.
+      return undefined;
+    }
+  };
+  const lines = async (): Promise<Json[]> => {
+    const info = await stat(resultsPath).catch(() => undefined);
+    const key = info === undefined ? 'missing' : `${info.size}:${info.mtimeMs}`;
+    if (cached?.key !== key) cached = { key, lines: await readJsonl(resultsPath) };
+    return cached.lines;
+  };
+  return {
+    lines,
+    async run() {
+      const rollouts = (await lines()).map(summarizeRollout);
+      const failures = (await readJsonl(paths.failures)).map(summarizeFailure);
+      const expected = (await readJsonl(paths.materialized)).length;
+      const stored = await readJson(paths.metrics);
+      const agent = Array.isArray(stored) && typeof stored[0] === 'object' ? (stored[0] as Json) : undefined;
+      const numbers = (value: unknown): Record<string, number> =>
+        Object.fromEntries(
+          Object.entries(typeof value === 'object' && value !== null ? value : {}).filter(
+            ([, entry]) => typeof entry === 'number' && Number.isFinite(entry),
+          ),
+        );
+      // Without a metrics file (a run in flight, NeMo Gym's rollouts alone) the page still shows pass@k, from the lines.
+      const byTask = new Map<number, number[]>();
+      for (const rollout of rollouts)
+        if (rollout.reward !== null)
+          byTask.set(rollout.taskIndex, [...(byTask.get(rollout.taskIndex) ?? []), rollout.reward]);
+      return {
+        file: resultsPath,
+        rollouts,
+        failures,
+        expectedRollouts: expected,
+        isComplete: agent !== undefined,
+        metrics:
+          agent === undefined ? computeRewardMetrics([...byTask.values()]) : numbers(agent.agent_metrics),
+        keyMetrics: agent === undefined ? {} : numbers(agent.key_metrics),
+        metricsSource: agent === undefined ? 'computed from the rollouts' : paths.metrics,
+      };
+    },
+  };
+}
+
+function refuse(reply: FastifyReply, status: number, message: string) {
+  return reply.code(status).type('text/plain; charset=utf-8').send(`${message}\n`);
+}
+
+export async function buildViewerServer(options: ViewerServerOptions): Promise<ViewerServer> {
+  const staticRoot = new URL('./static/', import.meta.url);
+  const assets = new Map<string, { body: Buffer; type: string }>();
+  for (const [path, { file, type }] of Object.entries(STATIC_FILES))
+    assets.set(path, { body: await readFile(new URL(file, staticRoot)), type });
+  let loginToken: string | undefined = randomBytes(32).toString('base64url');
+  const loginPath = `/login?token=${loginToken}`;
+  const sessions = new Set<string>();
+  const reader = createRunReader(options.resultsPath);
+  let origin: string | undefined;
+
+  const app = Fastify({ logger: false });
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('content-security-policy', CONTENT_SECURITY_POLICY);
+    reply.header('x-content-type-options', 'nosniff');
+    reply.header('referrer-policy', 'no-referrer');
+    reply.header('x-frame-options', 'DENY');
+    reply.header('cross-origin-resource-policy', 'same-origin');
+    reply.header('cache-control', 'no-store');
+    if (origin !== undefined && request.headers.host !== new URL(origin).host)
+      return refuse(reply, 421, 'this viewer answers only at its own address');
+    if (request.method !== 'GET' && request.method !== 'HEAD')
+      return refuse(reply, 405, 'the viewer only reads');
+    if (request.url.split('?')[0] === '/login') return;
+    const session = cookieValue(request.headers.cookie, SESSION_COOKIE);
+    if (session === undefined || ![...sessions].some((known) => sameSecret(known, session)))
+      return refuse(reply, 401, 'open the login URL gym eval view printed (it works once)');
+  });
+
+  app.get<{ Querystring: { token?: string } }>('/login', async (request, reply) => {
+    const token = request.query.token;
+    if (loginToken === undefined || typeof token !== 'string' || !sameSecret(token, loginToken))
+      return refuse(reply, 403, 'this login URL is not valid or was used already; restart gym eval view');
+    loginToken = undefined;
+    const session = randomBytes(32).toString('base64url');
+    sessions.add(session);
+    reply.header('set-cookie', `${SESSION_COOKIE}=${session}; HttpOnly; SameSite=Strict; Path=/`);
+    return reply.redirect('/', 303);
+  });
+
+  for (const [path, asset] of assets)
+    app.get(path, async (_request, reply) => reply.type(asset.type).send(asset.body));
+
+  app.get('/api/run', async () => reader.run());
+  app.get<{ Params: { position: string } }>('/api/rollouts/:position', async (request, reply) => {
+    const position = Number(request.params.position);
+    const lines = await reader.lines();
+    const line = Number.isSafeInteger(position) ? lines[position] : undefined;
+    if (line === undefined) return refuse(reply, 404, 'no such rollout');
+    return viewRollout(line, position);
+  });
+
+  return {
+    app,
+    loginPath,
+    async listen(port) {
+      const address = await app.listen({ host: '127.0.0.1', port });
+      origin = address.replace('localhost', '127.0.0.1');
+      return origin;
+    },
+  };
+}

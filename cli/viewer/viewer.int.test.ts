@@ -1,0 +1,155 @@
+/**
+ * The viewer's page in a real headless Chromium: it loads through the one-time login link, its
+ * filters narrow the table, a rollout opens step by step, hostile agent text stays text, and a
+ * growing results file shows up live. Screenshots go to a temporary folder the test prints (and
+ * to GYM_VIEWER_SCREENSHOTS_DIR when set).
+ */
+import { appendFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HOSTILE_TEXT, writeViewerResults } from '../../test/fixtures/viewer-results.ts';
+import { chromiumSkipReason, type HeadlessChromium, launchChromium } from '../../test/headless-chromium.ts';
+import { buildViewerServer, type ViewerServer } from './server.ts';
+
+const skipReason = chromiumSkipReason();
+
+describe.skipIf(skipReason !== undefined)('gym eval view in headless Chromium', () => {
+  let folder: string;
+  let shots: string;
+  let browser: HeadlessChromium;
+  const servers: ViewerServer[] = [];
+
+  const serve = async (resultsPath: string) => {
+    const viewer = await buildViewerServer({ resultsPath });
+    servers.push(viewer);
+    return `${await viewer.listen(0)}${viewer.loginPath}`;
+  };
+  const saveShot = async (name: string, png: Buffer) => {
+    await writeFile(join(shots, name), png);
+    const extra = process.env.GYM_VIEWER_SCREENSHOTS_DIR;
+    if (extra !== undefined && extra !== '') {
+      await mkdir(extra, { recursive: true });
+      await writeFile(join(extra, name), png);
+    }
+  };
+  const rowTasks = () =>
+    browser.page.evaluate<string[]>(
+      "[...document.querySelectorAll('#rollouts tbody tr td:first-child')].map((cell) => cell.textContent)",
+    );
+
+  beforeAll(async () => {
+    folder = await mkdtemp(join(tmpdir(), 'gym-viewer-'));
+    shots = join(folder, 'screenshots');
+    await mkdir(shots);
+    console.log(`viewer screenshots: ${shots}`);
+    browser = await launchChromium();
+  });
+  afterAll(async () => {
+    await browser?.close();
+    for (const server of servers) await server.app.close();
+  });
+
+  it('loads the run, filters the table by task, outcome and reward, and opens a rollout step by step', async () => {
+    const { resultsPath, lineCount } = await writeViewerResults(folder);
+    const page = browser.page;
+    await page.navigate(await serve(resultsPath));
+    await page.waitUntil(
+      'the table',
+      `document.querySelectorAll('#rollouts tbody tr').length === ${lineCount}`,
+    );
+    expect(await page.evaluate('location.pathname')).toBe('/');
+    expect(await page.evaluate("document.querySelector('#status').textContent")).toMatch(
+      /^Finished: 10 rollouts, 1 failed/,
+    );
+    expect(await page.evaluate("document.querySelector('#metrics').textContent")).toContain('pass@2/reward');
+    // The chart: one bar per reward value (0 and 1), drawn as SVG.
+    expect(await page.evaluate("document.querySelectorAll('#reward-chart svg rect').length")).toBe(2);
+    expect(await page.evaluate("document.querySelector('#failures-table').textContent")).toContain(
+      'verifier_timeout',
+    );
+    await saveShot('run.png', await page.screenshot());
+
+    // By task, typed as a person would.
+    await page.evaluate("document.querySelector('#filter-task').focus()");
+    await page.type('money');
+    expect(await rowTasks()).toEqual(['money-1', 'money-1']);
+    expect(await page.evaluate("document.querySelector('#rollouts-count').textContent")).toBe(
+      `2 of ${lineCount} rollouts shown`,
+    );
+    // And by reward: the one that passed.
+    await page.evaluate("document.querySelector('#filter-reward-min').focus()");
+    await page.type('1');
+    expect(await rowTasks()).toEqual(['money-1']);
+    // By outcome alone: the line an earlier version wrote.
+    await page.evaluate(`(() => {
+      document.querySelector('#filter-task').value = '';
+      document.querySelector('#filter-reward-min').value = '';
+      const outcome = document.querySelector('#filter-outcome');
+      outcome.value = 'agent_error';
+      outcome.dispatchEvent(new Event('input', { bubbles: true }));
+    })()`);
+    expect(await rowTasks()).toEqual(['legacy-task']);
+
+    // Open the hostile rollout from the keyboard.
+    await page.evaluate(`(() => {
+      const outcome = document.querySelector('#filter-outcome');
+      outcome.value = '';
+      outcome.dispatchEvent(new Event('input', { bubbles: true }));
+      [...document.querySelectorAll('#rollouts a')].find((link) => link.textContent === 'parser-2').focus();
+    })()`);
+    await page.pressKey('Enter');
+    await page.waitUntil(
+      'the rollout',
+      "document.querySelector('#rollout-heading').textContent === 'parser-2, repeat 0'",
+    );
+    expect(await page.evaluate("document.querySelectorAll('ol.steps > li').length")).toBe(2);
+    expect(await page.evaluate("document.querySelector('pre.command').textContent")).toBe(
+      `echo '${HOSTILE_TEXT}'`,
+    );
+    expect(await page.evaluate("document.querySelectorAll('#model-calls tbody tr').length")).toBe(2);
+    expect(await page.evaluate("document.querySelector('#model-calls tbody').textContent")).toContain(
+      'scripted-model',
+    );
+    expect(await page.evaluate("document.querySelectorAll('#rollout svg rect').length")).toBe(7);
+    expect(await page.evaluate("document.querySelector('#verifier').textContent")).toContain('FAIL_TO_PASS');
+    // The agent's markup is shown as text: nothing of it became an element or ran.
+    expect(
+      await page.evaluate(
+        "document.querySelector('#injected') === null && document.querySelectorAll('main img, main script').length === 0",
+      ),
+    ).toBe(true);
+    expect(await page.evaluate('document.title')).toBe('parser-2 – gym eval view');
+    expect(await page.evaluate('document.activeElement.id')).toBe('rollout-heading');
+    await saveShot('rollout.png', await page.screenshot());
+
+    await page.evaluate("location.hash = '#/'");
+    await page.waitUntil('the run page again', "!document.querySelector('#run-page').hidden");
+    expect(page.errors).toEqual([]);
+  });
+
+  it('refuses the spent login link, and shows a run in flight as its file grows', async () => {
+    const live = join(folder, 'live');
+    await mkdir(live);
+    const { resultsPath } = await writeViewerResults(live, { withMetrics: false });
+    const lines = (await readFile(resultsPath, 'utf8')).split('\n').filter((line) => line !== '');
+    const [first, second] = lines;
+    await writeFile(resultsPath, `${first}\n`);
+    const page = browser.page;
+    const login = await serve(resultsPath);
+    await page.navigate(login);
+    await page.waitUntil('one row', "document.querySelectorAll('#rollouts tbody tr').length === 1");
+    expect(await page.evaluate("document.querySelector('#status').textContent")).toMatch(/watching the file/);
+    await appendFile(resultsPath, `${second}\n`);
+    await page.waitUntil(
+      'the new row',
+      "document.querySelectorAll('#rollouts tbody tr').length === 2",
+      10_000,
+    );
+    expect(await rowTasks()).toEqual(['money-1', 'money-1']);
+
+    await page.navigate(login);
+    expect(await page.evaluate('document.body.textContent')).toMatch(/not valid or was used already/);
+    await rm(live, { recursive: true, force: true });
+  });
+});
