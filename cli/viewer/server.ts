@@ -12,9 +12,10 @@
  * (a Content-Security-Policy with no inline code, no other origin, no framing); the Host header
  * must be the loopback address it listens on, so a DNS-rebound name cannot read it either.
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import { cookieValue, PAGE_HEADERS, sameSecret, sessionCookie } from '../../core/page-security.ts';
 import { outputPaths, readJsonl } from '../../environments/runner/files.ts';
 import { computeRewardMetrics } from '../../environments/runner/metrics.ts';
 import { summarizeFailure, summarizeRollout, viewRollout } from './results.ts';
@@ -25,17 +26,7 @@ const STATIC_FILES: Record<string, { file: string; type: string }> = {
   '/viewer.css': { file: 'viewer.css', type: 'text/css; charset=utf-8' },
 };
 
-/** No inline script or style, nothing from another origin, no forms, no framing, no plugins. */
-export const CONTENT_SECURITY_POLICY = [
-  "default-src 'none'",
-  "script-src 'self'",
-  "style-src 'self'",
-  "img-src 'self'",
-  "connect-src 'self'",
-  "base-uri 'none'",
-  "form-action 'none'",
-  "frame-ancestors 'none'",
-].join('; ');
+export { CONTENT_SECURITY_POLICY } from '../../core/page-security.ts';
 
 const SESSION_COOKIE = 'gym_view_session';
 
@@ -53,20 +44,6 @@ export interface ViewerServer {
 }
 
 type Json = Record<string, unknown>;
-
-const sameSecret = (left: string, right: string) => {
-  const a = Buffer.from(left);
-  const b = Buffer.from(right);
-  return a.length === b.length && timingSafeEqual(a, b);
-};
-
-function cookieValue(header: string | undefined, name: string): string | undefined {
-  for (const part of (header ?? '').split(';')) {
-    const [key, ...rest] = part.trim().split('=');
-    if (key === name) return rest.join('=');
-  }
-  return undefined;
-}
 
 /** Rereads the files only when the results file changed (size or time), so polling a large run is cheap. */
 function createRunReader(resultsPath: string) {
@@ -137,12 +114,7 @@ export async function buildViewerServer(options: ViewerServerOptions): Promise<V
 
   const app = Fastify({ logger: false });
   app.addHook('onRequest', async (request, reply) => {
-    reply.header('content-security-policy', CONTENT_SECURITY_POLICY);
-    reply.header('x-content-type-options', 'nosniff');
-    reply.header('referrer-policy', 'no-referrer');
-    reply.header('x-frame-options', 'DENY');
-    reply.header('cross-origin-resource-policy', 'same-origin');
-    reply.header('cache-control', 'no-store');
+    reply.headers(PAGE_HEADERS);
     if (origin !== undefined && request.headers.host !== new URL(origin).host)
       return refuse(reply, 421, 'this viewer answers only at its own address');
     if (request.method !== 'GET' && request.method !== 'HEAD')
@@ -160,7 +132,7 @@ export async function buildViewerServer(options: ViewerServerOptions): Promise<V
     loginToken = undefined;
     const session = randomBytes(32).toString('base64url');
     sessions.add(session);
-    reply.header('set-cookie', `${SESSION_COOKIE}=${session}; HttpOnly; SameSite=Strict; Path=/`);
+    reply.header('set-cookie', sessionCookie(SESSION_COOKIE, session, '/'));
     return reply.redirect('/', 303);
   });
 
