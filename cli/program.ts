@@ -67,6 +67,11 @@ export const daemonStatus = () =>
     .addOption(stateDirOption())
     .addOption(jsonOption());
 
+export const daemonUi = () =>
+  new Command('ui')
+    .summary("print a login link to the daemon's page of sandboxes and pools (/ui); it works once, for 60 s")
+    .addOption(stateDirOption());
+
 export const daemonStop = () =>
   new Command('stop')
     .summary('stop the daemon gracefully (it drains requests; sandboxes are kept)')
@@ -443,6 +448,7 @@ export function buildProgram(streams: Streams, outcome: Outcome): CommandUnknown
       runs(daemonStop(), () =>
         import('./commands/daemon/stop.ts').then((module) => module.daemonStopCommand),
       ),
+      runs(daemonUi(), () => import('./commands/daemon/ui.ts').then((module) => module.daemonUiCommand)),
     ]),
   );
   program.addCommand(

@@ -7,9 +7,15 @@
 import { appendFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../core/logger.ts';
+import type { ProviderContext } from '../../providers/sandbox-provider.ts';
+import { startTestDaemon } from '../../test/daemon-harness.ts';
+import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
 import { HOSTILE_TEXT, writeViewerResults } from '../../test/fixtures/viewer-results.ts';
 import { chromiumSkipReason, type HeadlessChromium, launchChromium } from '../../test/headless-chromium.ts';
+import { daemonUiCommand } from '../commands/daemon/ui.ts';
 import { buildViewerServer, type ViewerServer } from './server.ts';
 
 const skipReason = chromiumSkipReason();
@@ -151,5 +157,57 @@ describe.skipIf(skipReason !== undefined)('gym eval view in headless Chromium', 
     await page.navigate(login);
     expect(await page.evaluate('document.body.textContent')).toMatch(/not valid or was used already/);
     await rm(live, { recursive: true, force: true });
+  });
+
+  it("shows the daemon's sandboxes at /ui through the link gym daemon ui prints", async () => {
+    const daemon = await startTestDaemon(
+      { providers: [{ name: 'memory' }] },
+      {
+        listen: true,
+        factories: {
+          memory: (_options: unknown, context: ProviderContext) => new MemoryProvider(context, {}),
+        },
+      },
+    );
+    try {
+      const created = await daemon.app.inject({
+        method: 'POST',
+        url: '/v1/sandboxes',
+        headers: daemon.auth,
+        payload: { image: 'gym/debian-base:latest', labels: { run: 'eval-1' } },
+      });
+      const id = (created.json() as { id: string }).id;
+      const stdout = new PassThrough();
+      let printed = '';
+      stdout.on('data', (chunk: Buffer) => {
+        printed += chunk.toString();
+      });
+      const code = await daemonUiCommand.run({
+        options: { stateDir: daemon.stateDir },
+        args: [],
+        env: {},
+        stdout,
+        stderr: new PassThrough(),
+        logger: silentLogger,
+      });
+      expect(code).toBe(0);
+      const link = /open (\S+)/.exec(printed)![1]!;
+      expect(link).not.toContain(daemon.token);
+      const page = browser.page;
+      await page.navigate(link);
+      await page.waitUntil(
+        'the sandbox row',
+        `document.querySelector('#sandboxes tbody').textContent.includes(${JSON.stringify(id)})`,
+      );
+      expect(await page.evaluate('location.pathname')).toBe('/ui/');
+      expect(await page.evaluate("document.querySelector('#sandboxes tbody').textContent")).toContain(
+        'run=eval-1',
+      );
+      // The page's session reads /ui and nothing else of the API.
+      expect(await page.evaluate("fetch('/v1/sandboxes').then((response) => response.status)")).toBe(401);
+      await saveShot('daemon.png', await page.screenshot());
+    } finally {
+      await daemon.cleanup();
+    }
   });
 });
