@@ -13,12 +13,13 @@
  * must be the loopback address it listens on, so a DNS-rebound name cannot read it either.
  */
 import { randomBytes } from 'node:crypto';
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { cookieValue, PAGE_HEADERS, sameSecret, sessionCookie } from '../../core/page-security.ts';
 import { outputPaths, readJsonl } from '../../environments/runner/files.ts';
 import { computeRewardMetrics } from '../../environments/runner/metrics.ts';
-import { summarizeFailure, summarizeRollout, viewRollout } from './results.ts';
+import { summarizeFailure, viewRollout } from './results.ts';
+import { ResultsIndex } from './results-index.ts';
 
 const STATIC_FILES: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
@@ -45,10 +46,10 @@ export interface ViewerServer {
 
 type Json = Record<string, unknown>;
 
-/** Rereads the files only when the results file changed (size or time), so polling a large run is cheap. */
+/** The run's files, the rollouts through an index that reads only what was appended since the last poll. */
 function createRunReader(resultsPath: string) {
   const paths = outputPaths(resultsPath);
-  let cached: { key: string; lines: Json[] } | undefined;
+  const index = new ResultsIndex(resultsPath);
   const readJson = async (path: string): Promise<unknown> => {
     try {
       return JSON.parse(await readFile(path, 'utf8'));
@@ -57,16 +58,10 @@ function createRunReader(resultsPath: string) {
       return undefined;
     }
   };
-  const lines = async (): Promise<Json[]> => {
-    const info = await stat(resultsPath).catch(() => undefined);
-    const key = info === undefined ? 'missing' : `${info.size}:${info.mtimeMs}`;
-    if (cached?.key !== key) cached = { key, lines: await readJsonl(resultsPath) };
-    return cached.lines;
-  };
   return {
-    lines,
+    line: (position: number) => index.line(position),
     async run() {
-      const rollouts = (await lines()).map(summarizeRollout);
+      const rollouts = await index.summaries();
       const failures = (await readJsonl(paths.failures)).map(summarizeFailure);
       const expected = (await readJsonl(paths.materialized)).length;
       const stored = await readJson(paths.metrics);
@@ -142,8 +137,7 @@ export async function buildViewerServer(options: ViewerServerOptions): Promise<V
   app.get('/api/run', async () => reader.run());
   app.get<{ Params: { position: string } }>('/api/rollouts/:position', async (request, reply) => {
     const position = Number(request.params.position);
-    const lines = await reader.lines();
-    const line = Number.isSafeInteger(position) ? lines[position] : undefined;
+    const line = Number.isSafeInteger(position) && position >= 0 ? await reader.line(position) : undefined;
     if (line === undefined) return refuse(reply, 404, 'no such rollout');
     return viewRollout(line, position);
   });
