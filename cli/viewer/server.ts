@@ -107,7 +107,8 @@ export async function buildViewerServer(options: ViewerServerOptions): Promise<V
   const reader = createRunReader(options.resultsPath);
   let origin: string | undefined;
 
-  const app = Fastify({ logger: false });
+  // A browser keeps connections open; closing the viewer must not wait for them.
+  const app = Fastify({ logger: false, forceCloseConnections: true });
   app.addHook('onRequest', async (request, reply) => {
     reply.headers(PAGE_HEADERS);
     if (origin !== undefined && request.headers.host !== new URL(origin).host)
