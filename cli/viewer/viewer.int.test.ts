@@ -141,11 +141,20 @@ describe.skipIf(skipReason !== undefined)('gym eval view in headless Chromium', 
     const lines = (await readFile(resultsPath, 'utf8')).split('\n').filter((line) => line !== '');
     const [first, second] = lines;
     await writeFile(resultsPath, `${first}\n`);
+    // What gym eval run writes before any rollout: every (task, repeat) it will run.
+    await writeFile(
+      join(live, 'results_materialized_inputs.jsonl'),
+      [0, 1, 2, 3]
+        .map((task) => `${JSON.stringify({ _ng_task_index: task, _ng_rollout_index: 0 })}\n`)
+        .join(''),
+    );
     const page = browser.page;
     const login = await serve(resultsPath);
     await page.navigate(login);
     await page.waitUntil('one row', "document.querySelectorAll('#rollouts tbody tr').length === 1");
-    expect(await page.evaluate("document.querySelector('#status').textContent")).toMatch(/watching the file/);
+    expect(await page.evaluate("document.querySelector('#status').textContent")).toMatch(
+      /^In progress: 1 of 4 rollouts written, 1 failed/,
+    );
     await appendFile(resultsPath, `${second}\n`);
     await page.waitUntil(
       'the new row',
@@ -153,6 +162,9 @@ describe.skipIf(skipReason !== undefined)('gym eval view in headless Chromium', 
       10_000,
     );
     expect(await rowTasks()).toEqual(['money-1', 'money-1']);
+    expect(await page.evaluate("document.querySelector('#status').textContent")).toMatch(
+      /^In progress: 2 of 4/,
+    );
 
     await page.navigate(login);
     expect(await page.evaluate('document.body.textContent')).toMatch(/not valid or was used already/);

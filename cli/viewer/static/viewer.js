@@ -242,12 +242,13 @@ function renderFailures(failures) {
 
 function renderStatus(run) {
   byId('file').textContent = run.file;
-  const done = run.rollouts.length + run.failures.length;
+  // Failures are counted apart: the failures file keeps every infra error, also of a rollout retried since.
+  const failed = run.failures.length === 0 ? '' : `, ${run.failures.length} failed (no reward)`;
   byId('status').textContent = run.isComplete
-    ? `Finished: ${run.rollouts.length} rollouts, ${run.failures.length} failed (no reward).`
+    ? `Finished: ${run.rollouts.length} rollouts${failed}.`
     : run.expectedRollouts > 0
-      ? `In progress: ${done} of ${run.expectedRollouts} rollouts done (updates every ${POLL_MS / 1000} s).`
-      : `${run.rollouts.length} rollouts (watching the file for more).`;
+      ? `In progress: ${run.rollouts.length} of ${run.expectedRollouts} rollouts written${failed} (updates every ${POLL_MS / 1000} s).`
+      : `${run.rollouts.length} rollouts${failed} (watching the file for more).`;
 }
 
 async function refreshRun() {
