@@ -67,6 +67,11 @@ export const daemonStatus = () =>
     .addOption(stateDirOption())
     .addOption(jsonOption());
 
+export const daemonUi = () =>
+  new Command('ui')
+    .summary("print a login link to the daemon's page of sandboxes and pools (/ui); it works once, for 60 s")
+    .addOption(stateDirOption());
+
 export const daemonStop = () =>
   new Command('stop')
     .summary('stop the daemon gracefully (it drains requests; sandboxes are kept)')
@@ -334,6 +339,22 @@ export const evalExport = () =>
     .option('--output-dir <DIR>', 'where the files go (default: beside the rollouts)')
     .addOption(jsonOption());
 
+export const evalView = () =>
+  new Command('view')
+    .summary('serve a local page of stored rollouts: metrics, a filterable table, each rollout step by step')
+    .description(
+      `Serve a page of stored rollouts, ours or NeMo Gym's, on 127.0.0.1: the run's metrics and reward distribution, a table filterable by task, outcome and reward, each rollout step by step, and a run in flight as its file grows. Prints a login URL that works once (it sets a session cookie). Runs until interrupted.`,
+    )
+    .argument(
+      '<RESULTS>',
+      'the rollouts file (FILE.jsonl); FILE_failures.jsonl and FILE_aggregate_metrics.json are read beside it',
+    )
+    .addOption(
+      new Option('--port <PORT>', 'TCP port on 127.0.0.1 (0: any free port)')
+        .argParser(integer(0, 65_535))
+        .default(0),
+    );
+
 // ---- dev and doctor -------------------------------------------------------------------------
 
 export const devModelServer = () =>
@@ -447,6 +468,7 @@ export function buildProgram(streams: Streams, outcome: Outcome): CommandUnknown
       runs(daemonStop(), () =>
         import('./commands/daemon/stop.ts').then((module) => module.daemonStopCommand),
       ),
+      runs(daemonUi(), () => import('./commands/daemon/ui.ts').then((module) => module.daemonUiCommand)),
     ]),
   );
   program.addCommand(
@@ -500,6 +522,7 @@ export function buildProgram(streams: Streams, outcome: Outcome): CommandUnknown
       runs(evalExport(), () =>
         import('./commands/eval/export.ts').then((module) => module.evalExportCommand),
       ),
+      runs(evalView(), () => import('./commands/eval/view.ts').then((module) => module.evalViewCommand)),
     ]),
   );
   program.addCommand(

@@ -22,6 +22,7 @@ import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes
 import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
+import { registerUiRoutes } from './routes/ui.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
 
 /** JSON bodies other than exec's are specs and small requests. */
@@ -111,7 +112,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // against the rollout's key, before their body is read.
   app.addHook('onRequest', async (request, reply) => {
     const auth = request.routeOptions.config.auth ?? 'token';
-    if (auth === 'rollout-key' || auth === 'optional-token') return;
+    // The /ui page's routes check their own session cookie (routes/ui.ts); it grants nothing else.
+    if (auth === 'rollout-key' || auth === 'optional-token' || auth === 'ui-session') return;
     if (!hasToken(request, options.token)) {
       reply.header('www-authenticate', 'Bearer');
       throw new GymError(
@@ -165,6 +167,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerImageRoutes(app, options.images);
   registerGatewayAdminRoutes(app, options.gateway);
   registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
+  registerUiRoutes(app, options.manager, options.pools);
   return app;
 }
 

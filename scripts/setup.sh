@@ -6,6 +6,7 @@
 #   2. Debian packages: docker.io, busybox-static, debootstrap, gcc + libc6-dev (for gym-exec),
 #      python3-toolz (a real project's own tests, for the swebench kind's test),
 #      python3-pytest (the Python package's tests, python/tests)
+#      chromium (the results viewer's browser tests, cli/viewer)
 #      slurm-wlm + munge (a one-node Slurm cluster), docker-registry (a loopback mirror for a test)
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
@@ -41,6 +42,8 @@ dpkg -s libc6-dev >/dev/null 2>&1 || missing+=(libc6-dev)
 dpkg -s python3-toolz >/dev/null 2>&1 || missing+=(python3-toolz)
 # pytest for Debian's python3: the Python package's tests (python/tests) run under it.
 dpkg -s python3-pytest >/dev/null 2>&1 || missing+=(python3-pytest)
+# A headless browser drives the results viewer's page in its tests (cli/viewer/viewer.int.test.ts).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # The second, minimal provider of the tests (test/fixtures/bwrap-provider.ts) runs commands under it.
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # Real SSH servers stand for compute nodes in the SSH transport tests (providers/ssh/).

@@ -19,7 +19,7 @@ import {
 } from '../gateway/gateway.ts';
 
 /** What a route says about who may call it; read by the API's auth hook. */
-export type RouteAuth = 'token' | 'rollout-key' | 'optional-token';
+export type RouteAuth = 'token' | 'rollout-key' | 'optional-token' | 'ui-session';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
