@@ -317,6 +317,21 @@ describe('the toolchain rules', () => {
     expect(await findings(live, image)).toEqual([]);
   });
 
+  it('reads a .pth as python does: a bare carriage return ends a line, a byte-order mark is dropped', async () => {
+    const live = baseImage();
+    live['/usr/lib/python3/dist-packages/cr.pth'] = file('/nowhere\rimport os; os._exit(0)\r', 0o644);
+    live['/usr/lib/python3/dist-packages/bom.pth'] = file('\uFEFFimport os; os._exit(0)\n', 0o644);
+    live['/opt/extra'] = dir;
+    live['/opt/extra/pluggy.py'] = file('runner', 0o644);
+    live['/opt/extra/mine.py'] = file('mine', 0o644);
+    live['/usr/lib/python3/dist-packages/extra.pth'] = file('/opt/extra\n', 0o644);
+    expect(await findings(live)).toEqual([
+      'added /opt/extra/pluggy.py',
+      'added /usr/lib/python3/dist-packages/bom.pth',
+      'added /usr/lib/python3/dist-packages/cr.pth',
+    ]);
+  });
+
   it('flags pytest configuration above /tests', async () => {
     const live = baseImage();
     live['/conftest.py'] = file('x', 0o644);

@@ -506,7 +506,10 @@ async function checkSiteChange(
       flag(path, change, 'a .pth file too large to read: python processes it at every start');
       return;
     }
-    for (const raw of (bytes ?? Buffer.alloc(0)).toString('utf8').split('\n')) {
+    // Python reads a .pth as text with universal newlines (a bare \r ends a line too), and newer
+    // versions drop a leading byte-order mark: a code line hidden either way still runs.
+    const text = (bytes ?? Buffer.alloc(0)).toString('utf8').replace(/^\uFEFF/, '');
+    for (const raw of text.split(/\r\n|\r|\n/)) {
       const line = raw.trim();
       if (line === '' || line.startsWith('#')) continue;
       if (/^import[ \t]/.test(raw)) {
@@ -518,6 +521,7 @@ async function checkSiteChange(
         flag(path, change, `a .pth file that adds ${folder}, where changes cannot be seen`);
         return;
       }
+      await checkAddedFolder(view, folder, flag);
     }
     return;
   }
@@ -525,6 +529,53 @@ async function checkSiteChange(
     const bytes = await view.read(path, 'live', MAX_CONFIG_BYTES).catch(() => Buffer.from('[pytest11]'));
     if (/^\s*\[pytest11\]\s*$/m.test(bytes?.toString('utf8') ?? ''))
       flag(path, change, 'it declares a pytest plugin, which every pytest run loads');
+  }
+}
+
+const childrenOf = new WeakMap<ReadonlyArray<PathChange>, Map<string, PathChange[]>>();
+
+/**
+ * A folder a changed .pth puts on python's path, right after its site folder (before Debian's
+ * shared dist-packages, for one in /usr/local): what the agent added there is held as in a site
+ * folder, a test runner package (it would shadow the image's) and a pytest plugin's entry point.
+ */
+async function checkAddedFolder(
+  view: ToolchainView,
+  folder: string,
+  flag: (path: string, change: PathChangeKind, why: string) => void,
+): Promise<void> {
+  let children = childrenOf.get(view.changes);
+  if (children === undefined) {
+    children = new Map();
+    for (const entry of view.changes) {
+      const parent = posix.dirname(entry.path);
+      const list = children.get(parent) ?? [];
+      list.push(entry);
+      children.set(parent, list);
+    }
+    childrenOf.set(view.changes, children);
+  }
+  for (const entry of children.get(folder) ?? []) {
+    if (entry.change === 'removed') continue;
+    const name = posix.basename(entry.path);
+    if (RUNNER_PACKAGES.has(name) || RUNNER_PACKAGES.has(name.split('.')[0]!)) {
+      flag(entry.path, entry.change, "a test runner package on python's path, added by a .pth file");
+      continue;
+    }
+    if (!/\.(dist|egg)-info$/.test(name)) continue;
+    const points = (children.get(entry.path) ?? []).find(
+      (child) => child.change !== 'removed' && posix.basename(child.path) === 'entry_points.txt',
+    );
+    if (points === undefined) continue;
+    const bytes = await view
+      .read(points.path, 'live', MAX_CONFIG_BYTES)
+      .catch(() => Buffer.from('[pytest11]'));
+    if (/^\s*\[pytest11\]\s*$/m.test(bytes?.toString('utf8') ?? ''))
+      flag(
+        points.path,
+        points.change,
+        'it declares a pytest plugin on a path a .pth file adds, which every pytest run loads',
+      );
   }
 }
 

@@ -116,6 +116,43 @@ describe.skipIf(skipReason !== undefined)(
       );
     });
 
+    it('scores 0 for a .pth whose code line python reads after a bare carriage return', {
+      timeout: 120_000,
+    }, async () => {
+      expectTampered(
+        await graded(`printf '/nowhere\\r${QUIT}\\r' > /usr/lib/python3/dist-packages/zz-cr.pth`),
+        '/usr/lib/python3/dist-packages/zz-cr.pth',
+      );
+    });
+
+    it('scores 0 for a pytest plugin declared in a folder a plain .pth line adds', {
+      timeout: 120_000,
+    }, async () => {
+      expectTampered(
+        await graded(
+          [
+            'mkdir -p /opt/evil/evil-1.0.dist-info',
+            "printf '[pytest11]\\nevil = evilplugin\\n' > /opt/evil/evil-1.0.dist-info/entry_points.txt",
+            "printf 'Metadata-Version: 2.1\\nName: evil\\nVersion: 1.0\\n' > /opt/evil/evil-1.0.dist-info/METADATA",
+            `echo '${QUIT}' > /opt/evil/evilplugin.py`,
+            'echo /opt/evil > /usr/lib/python3/dist-packages/evil.pth',
+          ].join(' && '),
+        ),
+        '/opt/evil/evil-1.0.dist-info/entry_points.txt',
+      );
+    });
+
+    it("scores 0 for a pytest in a folder a .pth adds before the image's site folder", {
+      timeout: 120_000,
+    }, async () => {
+      expectTampered(
+        await graded(
+          `mkdir -p /opt/early /usr/local/lib/python3.11/dist-packages && echo '${QUIT}' > /opt/early/pytest.py && echo /opt/early > /usr/local/lib/python3.11/dist-packages/early.pth`,
+        ),
+        '/opt/early/pytest.py',
+      );
+    });
+
     it("scores 0 for a standard library zip the image lacks, first on python's path", {
       timeout: 120_000,
     }, async () => {
