@@ -96,7 +96,7 @@ export async function verifyScript(
     sandbox,
     await testScriptTools(join(testsDirectory, 'test.sh')),
     // Where test.sh runs: a module planted there shadows the image's for `python -m pytest`.
-    harbor === undefined ? [] : [harbor.workdir],
+    harbor === undefined || !harbor.workdir.startsWith('/') ? [] : [harbor.workdir],
   );
   if ('verdict' in toolchain) return toolchain.verdict;
   return withToolchainCheck(await runTests(sandbox, testsDirectory, timeoutMs, harbor), toolchain);
