@@ -58,6 +58,8 @@ export interface SandboxHandle {
    */
   checkToolchain?(
     tools: ReadonlyArray<string>,
+    /** The folders the verifier's python runs in (see `ToolchainCheckRequest.workdirs`). */
+    workdirs?: ReadonlyArray<string>,
   ): Promise<import('../core/schemas/toolchain.ts').ToolchainCheckResult>;
 }
 

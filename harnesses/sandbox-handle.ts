@@ -11,6 +11,7 @@ export function clientSandboxHandle(client: GymClient, id: string): SandboxHandl
       client.readFileBytes(id, path, { maxBytes: options?.maxBytes ?? DEFAULT_READ_FILE_MAX_BYTES }),
     exposeGateway: () => client.exposeGateway(id),
     stopProcesses: () => client.stopProcesses(id),
-    checkToolchain: (tools) => client.checkToolchain(id, { tools: [...tools] }),
+    checkToolchain: (tools, workdirs = []) =>
+      client.checkToolchain(id, { tools: [...tools], workdirs: [...workdirs] }),
   };
 }

@@ -20,6 +20,21 @@ export const ToolchainCheckRequestSchema = z
      * `python`, `pytest`, `uv`), by name (looked up on the sandbox's PATH in the image) or path.
      */
     tools: z.array(ToolSchema).max(64).default([]),
+    /**
+     * Folders the verifier's python runs in (its working folder): `python -m` and `-c` import from
+     * there first, so a module added there under a name python finds in the image (pytest, a
+     * standard module) replaces the image's.
+     */
+    workdirs: z
+      .array(
+        z
+          .string()
+          .min(1)
+          .max(4096)
+          .regex(/^\/[^\0]*$/, 'an absolute path'),
+      )
+      .max(8)
+      .default([]),
   })
   .strict();
 export type ToolchainCheckRequest = z.output<typeof ToolchainCheckRequestSchema>;

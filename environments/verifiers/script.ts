@@ -125,6 +125,8 @@ export async function verifyScript(
   const toolchain = await checkVerifierToolchain(
     sandbox,
     testScript === null ? [] : await testScriptTools(testScript),
+    // Where the tests run: a module planted there shadows the image's for `python -m pytest`.
+    harbor === undefined || !harbor.workdir.startsWith('/') ? [] : [harbor.workdir],
   );
   if ('verdict' in toolchain) return toolchain.verdict;
   return withToolchainCheck(await runTests(sandbox, testsDirectory, timeoutMs, harbor), toolchain);

@@ -68,12 +68,13 @@ export async function testScriptTools(testScript: string): Promise<string[]> {
 export async function checkVerifierToolchain(
   sandbox: SandboxHandle,
   tools: ReadonlyArray<string>,
+  workdirs: ReadonlyArray<string> = [],
 ): Promise<{ verdict: Verdict } | { toolchainCheck: ToolchainCheckState; toolchainCheckReason?: string }> {
   if (sandbox.checkToolchain === undefined)
     return { toolchainCheck: 'unavailable', toolchainCheckReason: 'this sandbox offers no toolchain check' };
   let result: Awaited<ReturnType<NonNullable<SandboxHandle['checkToolchain']>>>;
   try {
-    result = await sandbox.checkToolchain(tools);
+    result = await sandbox.checkToolchain(tools, workdirs);
   } catch (error) {
     if (isGymError(error, 'CAPABILITY_UNSUPPORTED'))
       return { toolchainCheck: 'unavailable', toolchainCheckReason: error.message };

@@ -930,7 +930,12 @@ export class DockerProvider implements SandboxProvider {
 
   /** The toolchain check through the engine alone (see `toolchain-view.ts`); nothing runs in the container. */
   checkToolchain(id: string, request: ToolchainCheckRequest): Promise<ToolchainCheckResult> {
-    return this.#toolchain.check(this.#docker.getContainer(this.containerName(id)), id, request.tools);
+    return this.#toolchain.check(
+      this.#docker.getContainer(this.containerName(id)),
+      id,
+      request.tools,
+      request.workdirs,
+    );
   }
 
   async #removeContainer(container: Docker.Container): Promise<void> {

@@ -184,6 +184,7 @@ export class DockerToolchainCheck {
     container: Docker.Container,
     sandboxId: string,
     tools: ReadonlyArray<string>,
+    workdirs: ReadonlyArray<string> = [],
   ): Promise<ToolchainCheckResult> {
     const started = performance.now();
     let info: Docker.ContainerInspectInfo;
@@ -260,7 +261,7 @@ export class DockerToolchainCheck {
       },
     };
     try {
-      const tampered = await findToolchainTampering(view, tools);
+      const tampered = await findToolchainTampering(view, tools, workdirs);
       return { tampered, changedPaths: changes.length, durationMs: performance.now() - started };
     } catch (error) {
       throw wrapDockerError(error, { operation: 'toolchain check', sandboxId });

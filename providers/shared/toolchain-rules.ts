@@ -143,6 +143,8 @@ const STARTUP_MODULE = /^(sitecustomize|usercustomize)(\.[^/]*)?$/;
 const PYTHON_MODULE = /\.(py|pyc|pyo|so|pth)$/;
 const MAX_CONFIG_BYTES = 1024 * 1024;
 const MAX_LINK_HOPS = 16;
+/** New top-level entries of the verifier's working folders checked one by one (a repository has far fewer). */
+const MAX_WORKDIR_MODULES = 1000;
 
 const isUnder = (path: string, folder: string) => path === folder || path.startsWith(`${folder}/`);
 
@@ -167,6 +169,7 @@ async function realFolder(view: ToolchainView, folder: string, cache: Map<string
 export async function findToolchainTampering(
   view: ToolchainView,
   tools: ReadonlyArray<string>,
+  workdirs: ReadonlyArray<string> = [],
 ): Promise<ToolchainFinding[]> {
   const findings = new Map<string, ToolchainFinding>();
   const flag = (path: string, change: PathChangeKind, why: string) => {
@@ -232,6 +235,11 @@ export async function findToolchainTampering(
     }
   }
   const literalRoots = [...literalTrees, ...toolHomes];
+  const workFolders = new Set<string>();
+  for (const folder of workdirs)
+    if (folder.startsWith('/')) workFolders.add(await realFolder(view, posix.normalize(folder), real));
+  let workModules = 0;
+  const imageModules = workFolders.size === 0 ? undefined : await imagePythonFolders(view, [...trees]);
   const treeOf = (path: string) => [...trees].find((tree) => isUnder(path, tree));
   /** The site folder a path lies in (`.../site-packages`), if any. */
   const siteFolderOf = (path: string, tree: string): string | undefined => {
@@ -265,7 +273,33 @@ export async function findToolchainTampering(
       if (why !== null) flag(path, change, why);
       continue;
     }
+    if (change === 'added' && imageModules !== undefined && workFolders.has(posix.dirname(path))) {
+      // Each name costs a few looks at the image: past a bound, the folder is not checked name by
+      // name but flagged, so that planting many files cannot make the check slow.
+      workModules += 1;
+      if (workModules > MAX_WORKDIR_MODULES) {
+        flag(
+          posix.dirname(path),
+          'modified',
+          `more than ${MAX_WORKDIR_MODULES} new entries where python runs, too many to check`,
+        );
+        continue;
+      }
+      const module = moduleName(name, isDirectory ?? (await isLiveFolder(path)));
+      const home = module === undefined ? undefined : await imageModuleHome(view, imageModules, module);
+      if (home !== undefined) {
+        flag(path, change, `python run in this folder imports it instead of the image's ${home}`);
+        continue;
+      }
+    }
     const tree = treeOf(path);
+    if (change === 'added' && tree !== undefined) {
+      const why = await importPathShadowing(view, path, isDirectory ?? (await isLiveFolder(path)), wasAdded);
+      if (why !== null) {
+        flag(path, change, why);
+        continue;
+      }
+    }
     const site = tree === undefined ? undefined : siteFolderOf(path, tree);
     if (site !== undefined) {
       await checkSiteChange(view, path, change, site, wasAdded, isLiveFolder, view.unseenFolders, flag);
@@ -310,6 +344,130 @@ export async function findToolchainTampering(
   );
 }
 
+/** A python version's standard library folder (`/usr/lib/python3.11`), its prefix and version. */
+const STANDARD_LIBRARY = /^(.*\/lib(?:64)?)\/python(\d+\.\d+)$/;
+/** The standard library's zip (`/usr/lib/python311.zip`), first on python's import path when present. */
+const STANDARD_ZIP = /\/lib(?:64)?\/python\d+\.zip$/;
+
+/** The module a folder entry defines (`argparse.py`, `_json.cpython-311-x86_64-linux-gnu.so`, `pytest/`). */
+function moduleName(name: string, isDirectory: boolean): string | undefined {
+  if (isDirectory) return name;
+  return PYTHON_MODULE.test(name) && !name.endsWith('.pth') ? name.split('.')[0] : undefined;
+}
+
+/**
+ * The site folders python searches after a version's standard library (as Debian's and the
+ * official images' pythons do): a module added before one of them under a name the image has there
+ * replaces the image's without changing any of its files.
+ */
+function laterSiteFolders(library: string, version: string): string[] {
+  return [
+    `${library}/python${version}/site-packages`,
+    `${library}/python${version}/dist-packages`,
+    `/usr/local/lib/python${version}/dist-packages`,
+    `/usr/local/lib/python${version}/site-packages`,
+    '/usr/lib/python3/dist-packages',
+  ];
+}
+
+/**
+ * Rule 5, python's import path: why an added path makes python load the agent's module where the
+ * image's stood, or null. Python takes the first module of a name along its path (the standard
+ * library's zip, its folder, lib-dynload, then the site folders in order), so a module added to
+ * an earlier folder under a name the image has in a later one (pytest into the standard library's
+ * folder or an earlier site folder, `_json.so` beside lib-dynload) shadows it, and a standard
+ * library zip the image lacks comes before everything. An honest install adds new names, or puts
+ * packages in the site folders; only the test runner's own packages are held there.
+ */
+async function importPathShadowing(
+  view: ToolchainView,
+  path: string,
+  isDirectory: boolean,
+  wasAdded: (path: string) => boolean,
+): Promise<string | null> {
+  if (STANDARD_ZIP.test(path) && !isDirectory)
+    return 'a standard library zip, which python searches before its own folders';
+  const parent = posix.dirname(path);
+  const name = posix.basename(path);
+  const module = moduleName(name, isDirectory);
+  if (module === undefined) return null;
+  const imageHasModule = async (folder: string) =>
+    (await view.stat(posix.join(folder, module), 'image')) !== null ||
+    (await view.stat(posix.join(folder, `${module}.py`), 'image')) !== null;
+  const library = STANDARD_LIBRARY.exec(parent) ?? STANDARD_LIBRARY.exec(posix.dirname(parent));
+  if (library === null) return null;
+  const [, prefix, version] = library;
+  const standard = `${prefix}/python${version}`;
+  const inSite = parent !== standard && SITE_FOLDERS.has(posix.basename(parent));
+  const inDynload = parent === `${standard}/lib-dynload`;
+  if (parent !== standard && !inSite && !inDynload) return null;
+  if (
+    !inSite &&
+    (await view.stat(posix.join(`${standard}/lib-dynload`, name), 'image')) !== null &&
+    !inDynload
+  )
+    return `it shadows the image's ${standard}/lib-dynload/${name} on python's import path`;
+  const later = laterSiteFolders(prefix!, version!);
+  // The same prefix's site-packages and dist-packages are both taken as later (whichever python uses).
+  const after = [...new Set(inSite ? later.slice(later.indexOf(parent) + 1) : later)].filter(
+    (folder) => folder !== parent,
+  );
+  // In a site folder only the runner's packages are held (an install or upgrade of others is honest).
+  if (inSite && !RUNNER_PACKAGES.has(module)) return null;
+  for (const folder of after) {
+    if (wasAdded(folder) || !(await imageHasModule(folder))) continue;
+    return `it shadows the image's ${module} in ${folder} on python's import path`;
+  }
+  return null;
+}
+
+/**
+ * The image's python import folders (each version's standard library, lib-dynload and site
+ * folders, Debian's shared dist-packages) under the usual prefixes and the protected trees' `lib`.
+ */
+async function imagePythonFolders(view: ToolchainView, trees: ReadonlyArray<string>): Promise<string[]> {
+  const libraries = new Set([
+    '/usr/lib',
+    '/usr/local/lib',
+    ...trees.filter((tree) => /\/lib(64)?$/.test(tree)),
+  ]);
+  const folders: string[] = [];
+  for (const library of libraries)
+    for (let minor = 6; minor <= 15; minor += 1) {
+      const standard = `${library}/python3.${minor}`;
+      if ((await view.stat(standard, 'image'))?.type !== 'directory') continue;
+      folders.push(
+        standard,
+        `${standard}/lib-dynload`,
+        `${standard}/site-packages`,
+        `${standard}/dist-packages`,
+      );
+      if (library === '/usr/local/lib') folders.push(`/usr/lib/python3.${minor}/dist-packages`);
+    }
+  if ((await view.stat('/usr/lib/python3/dist-packages', 'image'))?.type === 'directory')
+    folders.push('/usr/lib/python3/dist-packages');
+  return folders;
+}
+
+/**
+ * Where the image has a python module of this name (a package or a `.py`), or the test runner's
+ * own name: a module in the verifier's working folder by that name replaces it for `python -m`
+ * and `python -c`. (An extension module of lib-dynload is not looked up by name here.)
+ */
+async function imageModuleHome(
+  view: ToolchainView,
+  folders: ReadonlyArray<string>,
+  module: string,
+): Promise<string | undefined> {
+  if (RUNNER_PACKAGES.has(module)) return `test runner (${module})`;
+  for (const folder of folders)
+    for (const candidate of [module, `${module}.py`]) {
+      const path = posix.join(folder, candidate);
+      if ((await view.stat(path, 'image')) !== null) return path;
+    }
+  return undefined;
+}
+
 function sameFingerprint(left: Fingerprint | null, right: Fingerprint | null): boolean {
   if (left === null || right === null) return left === right;
   return (
@@ -348,7 +506,10 @@ async function checkSiteChange(
       flag(path, change, 'a .pth file too large to read: python processes it at every start');
       return;
     }
-    for (const raw of (bytes ?? Buffer.alloc(0)).toString('utf8').split('\n')) {
+    // Python reads a .pth as text with universal newlines (a bare \r ends a line too), and newer
+    // versions drop a leading byte-order mark: a code line hidden either way still runs.
+    const text = (bytes ?? Buffer.alloc(0)).toString('utf8').replace(/^\uFEFF/, '');
+    for (const raw of text.split(/\r\n|\r|\n/)) {
       const line = raw.trim();
       if (line === '' || line.startsWith('#')) continue;
       if (/^import[ \t]/.test(raw)) {
@@ -360,6 +521,7 @@ async function checkSiteChange(
         flag(path, change, `a .pth file that adds ${folder}, where changes cannot be seen`);
         return;
       }
+      await checkAddedFolder(view, folder, flag);
     }
     return;
   }
@@ -367,6 +529,53 @@ async function checkSiteChange(
     const bytes = await view.read(path, 'live', MAX_CONFIG_BYTES).catch(() => Buffer.from('[pytest11]'));
     if (/^\s*\[pytest11\]\s*$/m.test(bytes?.toString('utf8') ?? ''))
       flag(path, change, 'it declares a pytest plugin, which every pytest run loads');
+  }
+}
+
+const childrenOf = new WeakMap<ReadonlyArray<PathChange>, Map<string, PathChange[]>>();
+
+/**
+ * A folder a changed .pth puts on python's path, right after its site folder (before Debian's
+ * shared dist-packages, for one in /usr/local): what the agent added there is held as in a site
+ * folder, a test runner package (it would shadow the image's) and a pytest plugin's entry point.
+ */
+async function checkAddedFolder(
+  view: ToolchainView,
+  folder: string,
+  flag: (path: string, change: PathChangeKind, why: string) => void,
+): Promise<void> {
+  let children = childrenOf.get(view.changes);
+  if (children === undefined) {
+    children = new Map();
+    for (const entry of view.changes) {
+      const parent = posix.dirname(entry.path);
+      const list = children.get(parent) ?? [];
+      list.push(entry);
+      children.set(parent, list);
+    }
+    childrenOf.set(view.changes, children);
+  }
+  for (const entry of children.get(folder) ?? []) {
+    if (entry.change === 'removed') continue;
+    const name = posix.basename(entry.path);
+    if (RUNNER_PACKAGES.has(name) || RUNNER_PACKAGES.has(name.split('.')[0]!)) {
+      flag(entry.path, entry.change, "a test runner package on python's path, added by a .pth file");
+      continue;
+    }
+    if (!/\.(dist|egg)-info$/.test(name)) continue;
+    const points = (children.get(entry.path) ?? []).find(
+      (child) => child.change !== 'removed' && posix.basename(child.path) === 'entry_points.txt',
+    );
+    if (points === undefined) continue;
+    const bytes = await view
+      .read(points.path, 'live', MAX_CONFIG_BYTES)
+      .catch(() => Buffer.from('[pytest11]'));
+    if (/^\s*\[pytest11\]\s*$/m.test(bytes?.toString('utf8') ?? ''))
+      flag(
+        points.path,
+        points.change,
+        'it declares a pytest plugin on a path a .pth file adds, which every pytest run loads',
+      );
   }
 }
 
