@@ -158,7 +158,9 @@ export async function openDockerSession(
     void withTimeout(exec.inspect(), 2_000).then(
       (inspected) =>
         session.channelLost(
-          inspected === null || inspected.Running || inspected.ExitCode === null ? undefined : inspected.ExitCode,
+          inspected === null || inspected.Running || inspected.ExitCode === null
+            ? undefined
+            : inspected.ExitCode,
         ),
       () => session.channelLost(),
     );
