@@ -3,6 +3,7 @@ import { posix } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseLdCache } from './ld-cache.ts';
 import {
+  changesInScope,
   type Fingerprint,
   findToolchainTampering,
   type PathChange,
@@ -109,7 +110,7 @@ function viewOf(
     };
   };
   return {
-    changes: diff(image, live),
+    listChanges: async (scope, limit) => changesInScope(diff(image, live), scope, limit),
     pathDirectories,
     unseenFolders: ['/dev', '/proc', '/sys'],
     stat: async (path, side) => {
@@ -216,17 +217,19 @@ describe('the toolchain rules', () => {
     expect(await findings(live)).toContain('modified /usr/local/bin');
   });
 
-  it('flags .pth files that run code or add an unseen folder, and startup modules anywhere', async () => {
+  it("flags .pth files that run code or add an unseen folder, and startup modules on python's path", async () => {
     const live = baseImage();
     live['/usr/lib/python3/dist-packages/run.pth'] = file('import os; os._exit(0)\n', 0o644);
     live['/usr/lib/python3/dist-packages/shm.pth'] = file('/dev/shm/x\n', 0o644);
     live['/etc/python3.11'] = dir;
     live['/etc/python3.11/sitecustomize.py'] = file('import os', 0o644);
-    live['/opt'] = dir;
-    live['/opt/usercustomize'] = dir;
+    for (const folder of ['/root', '/root/.local', '/root/.local/lib', '/root/.local/lib/python3.11'])
+      live[folder] = dir;
+    live['/root/.local/lib/python3.11/site-packages'] = dir;
+    live['/root/.local/lib/python3.11/site-packages/usercustomize'] = dir;
     expect(await findings(live)).toEqual([
       'added /etc/python3.11/sitecustomize.py',
-      'added /opt/usercustomize',
+      'added /root/.local/lib/python3.11/site-packages/usercustomize',
       'added /usr/lib/python3/dist-packages/run.pth',
       'added /usr/lib/python3/dist-packages/shm.pth',
     ]);
