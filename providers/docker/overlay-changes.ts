@@ -156,8 +156,8 @@ export async function overlayChanges(
     let relative = '';
     let inImage = true;
     for (const part of parts) {
+      // The way is a few names (as many as the path has parts), not counted against the limit.
       const path = posix.join(relative, part);
-      if (over()) return false;
       const found = await entryChange(path, inImage);
       if (found === 'absent') {
         // Not in the upper folder: unchanged, unless its folder is opaque and hides the image's.

@@ -454,6 +454,7 @@ describe('the toolchain rules', () => {
       '/usr',
     ]);
     expect(changesInScope(all, scope, 2)).toBeNull();
+    expect(changesInScope(all, { trees: ['/'], folders: [], paths: [] }, 10)).toHaveLength(all.length);
   });
 
   it('flags a startup module in a folder a .pth adds', async () => {

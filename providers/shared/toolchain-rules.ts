@@ -208,7 +208,8 @@ const MAX_LINK_HOPS = 16;
 /** New top-level entries of the verifier's working folders checked one by one (a repository has far fewer). */
 const MAX_WORKDIR_MODULES = 1000;
 
-const isUnder = (path: string, folder: string) => path === folder || path.startsWith(`${folder}/`);
+const isUnder = (path: string, folder: string) =>
+  folder === '/' || path === folder || path.startsWith(`${folder}/`);
 
 /**
  * The folder's path with its links resolved in the image (as the change list names paths). A link
