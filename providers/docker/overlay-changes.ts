@@ -9,9 +9,9 @@
  * folders in the upper one (which hide whatever the image had there), never through a link.
  */
 import { createReadStream } from 'node:fs';
-import { lstat, readdir, readlink } from 'node:fs/promises';
+import { lstat, opendir, readdir, readlink } from 'node:fs/promises';
 import { join, posix } from 'node:path';
-import type { PathChange } from '../shared/toolchain-rules.ts';
+import { type ChangeScope, inScope, type PathChange } from '../shared/toolchain-rules.ts';
 
 /** The layer folders of an overlay2 container, as the engine's inspect shows them. */
 export interface OverlayFolders {
@@ -76,41 +76,123 @@ async function imageChildren(lowers: ReadonlyArray<string>, folder: string): Pro
   return present;
 }
 
-/** The changes, in the same terms as the engine's list: added, modified (folders too), removed. */
-export async function overlayChanges(folders: OverlayFolders): Promise<PathChange[]> {
+/**
+ * The changes inside `scope`, in the same terms as the engine's list: added, modified (folders
+ * too), removed; or null past `limit` entries read there. Only the scope is read: the way to each
+ * of its folders is looked up name by name (never by listing a folder above it), so what the agent
+ * put elsewhere costs nothing, and the entries read inside it are counted as they stream.
+ */
+export async function overlayChanges(
+  folders: OverlayFolders,
+  scope: ChangeScope,
+  limit: number,
+): Promise<PathChange[] | null> {
   const changes: PathChange[] = [];
+  const recorded = new Set<string>();
+  let read = 0;
+  const over = () => {
+    read += 1;
+    return read > limit;
+  };
+  const record = (change: PathChange) => {
+    if (recorded.has(change.path)) return;
+    recorded.add(change.path);
+    changes.push(change);
+  };
+  /** An entry of the upper folder, recorded; whether it is a folder (and in the image) to go on. */
+  const entryChange = async (
+    path: string,
+    inImage: boolean,
+  ): Promise<{ folder: boolean; existed: boolean } | 'absent'> => {
+    let stat: Awaited<ReturnType<typeof lstat>>;
+    try {
+      stat = await lstat(join(folders.upper, path));
+    } catch {
+      return 'absent';
+    }
+    if (isWhiteout(stat)) {
+      if (inScope(`/${path}`, scope)) record({ path: `/${path}`, change: 'removed' });
+      return { folder: false, existed: false };
+    }
+    const existed = inImage && (await imageHas(folders.lowers, path));
+    if (inScope(`/${path}`, scope))
+      record({ path: `/${path}`, change: existed ? 'modified' : 'added', isDirectory: stat.isDirectory() });
+    return { folder: stat.isDirectory(), existed };
+  };
   // Below a folder the image did not have, nothing was the image's: no lookup in its layers.
-  const walk = async (relative: string, inImage: boolean): Promise<void> => {
-    const entries = await readdir(join(folders.upper, relative), { withFileTypes: true });
-    const names = new Set(entries.map((entry) => entry.name));
-    for (const entry of entries) {
+  // `deep`: the whole subtree is listed; else only the folder's own entries.
+  const list = async (relative: string, inImage: boolean, deep: boolean): Promise<boolean> => {
+    const names = new Set<string>();
+    const handle = await opendir(join(folders.upper, relative));
+    for await (const entry of handle) {
+      if (over()) return false;
+      names.add(entry.name);
       const path = posix.join(relative, entry.name);
-      const absolute = `/${path}`;
       const stat = await lstat(join(folders.upper, path));
       if (isWhiteout(stat)) {
-        changes.push({ path: absolute, change: 'removed' });
+        record({ path: `/${path}`, change: 'removed' });
         continue;
       }
       const existed = inImage && (await imageHas(folders.lowers, path));
-      changes.push({
-        path: absolute,
-        change: existed ? 'modified' : 'added',
-        isDirectory: stat.isDirectory(),
-      });
-      if (stat.isDirectory()) await walk(path, existed);
+      record({ path: `/${path}`, change: existed ? 'modified' : 'added', isDirectory: stat.isDirectory() });
+      if (deep && stat.isDirectory() && !(await list(path, existed, true))) return false;
     }
-    if (relative === '' || !inImage) return;
+    if (!inImage) return true;
     // A folder the agent removed and made again (an opaque folder) hides what the image had in
     // it: each image entry the merged view no longer shows was removed.
     const image = await imageChildren(folders.lowers, relative);
-    if ([...image].every((name) => names.has(name))) return;
+    if ([...image].every((name) => names.has(name))) return true;
     const visible = new Set(await readdir(join(folders.merged, relative)));
     for (const name of image)
-      if (!names.has(name) && !visible.has(name))
-        changes.push({ path: `/${posix.join(relative, name)}`, change: 'removed' });
+      if (!names.has(name) && !visible.has(name)) {
+        if (over()) return false;
+        record({ path: `/${posix.join(relative, name)}`, change: 'removed' });
+      }
+    return true;
   };
-  await walk('', true);
+  /** Follows the way to `target` in the upper folder, then lists it as asked. */
+  const visit = async (target: string, how: 'tree' | 'folder' | 'path'): Promise<boolean> => {
+    const parts = target.split('/').filter((part) => part !== '');
+    let relative = '';
+    let inImage = true;
+    for (const part of parts) {
+      // The way is a few names (as many as the path has parts), not counted against the limit.
+      const path = posix.join(relative, part);
+      const found = await entryChange(path, inImage);
+      if (found === 'absent') {
+        // Not in the upper folder: unchanged, unless its folder is opaque and hides the image's.
+        if (
+          inImage &&
+          inScope(`/${path}`, scope) &&
+          (await imageHas(folders.lowers, path)) &&
+          !(await exists(join(folders.merged, path)))
+        )
+          record({ path: `/${path}`, change: 'removed' });
+        return true;
+      }
+      if (!found.folder) return true;
+      relative = path;
+      inImage = found.existed;
+    }
+    if (how === 'path') return true;
+    return list(relative, inImage, how === 'tree');
+  };
+  const trees = scope.trees.filter(
+    (tree) => !scope.trees.some((other) => other !== tree && tree.startsWith(`${other}/`)),
+  );
+  for (const tree of new Set(trees)) if (!(await visit(tree, 'tree'))) return null;
+  for (const folder of scope.folders) if (!(await visit(folder, 'folder'))) return null;
+  for (const path of scope.paths) if (!(await visit(path, 'path'))) return null;
   return changes;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -16,6 +16,8 @@ import { GymError } from '../../core/errors.ts';
 import type { ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { firstEntry } from '../shared/archive.ts';
 import {
+  type ChangeScope,
+  changesInScope,
   type Fingerprint,
   findToolchainTampering,
   type PathChange,
@@ -144,17 +146,23 @@ export class DockerToolchainCheck {
     this.#useOverlayFolders = options.useOverlayFolders ?? true;
   }
 
-  /** The container's changes: from its overlay folders when this host can read them, else the engine's list. */
+  /**
+   * The container's changes inside a scope: from its overlay folders when this host can read them
+   * (only the scope is read), else the engine's list (which lists everything) cut to the scope.
+   */
   async #changes(
     container: Docker.Container,
     folders: OverlayFolders | null,
     sandboxId: string,
-  ): Promise<PathChange[]> {
-    if (folders !== null) return overlayChanges(folders);
-    return engineChanges(await container.changes(), sandboxId).flatMap((entry) => {
+    scope: ChangeScope,
+    limit: number,
+  ): Promise<PathChange[] | null> {
+    if (folders !== null) return overlayChanges(folders, scope, limit);
+    const all = engineChanges(await container.changes(), sandboxId).flatMap((entry) => {
       const change = CHANGE_KINDS[entry.Kind];
       return change === undefined ? [] : [{ path: entry.Path, change }];
     });
+    return changesInScope(all, scope, limit);
   }
 
   /** The image's stat of a path: the same for every sandbox of the image, so kept. */
@@ -188,12 +196,10 @@ export class DockerToolchainCheck {
   ): Promise<ToolchainCheckResult> {
     const started = performance.now();
     let info: Docker.ContainerInspectInfo;
-    let changes: PathChange[];
     let folders: OverlayFolders | null;
     try {
       info = await container.inspect();
       folders = this.#useOverlayFolders ? await overlayFolders(info.GraphDriver) : null;
-      changes = await this.#changes(container, folders, sandboxId);
     } catch (error) {
       throw wrapDockerError(error, { operation: 'toolchain check', sandboxId });
     }
@@ -221,8 +227,14 @@ export class DockerToolchainCheck {
       });
       return pristine;
     };
+    // Every change listed, over all the scopes the rules ask for (what the result reports).
+    let changedPaths = 0;
     const view: ToolchainView = {
-      changes,
+      listChanges: async (scope, limit) => {
+        const listed = await this.#changes(container, folders, sandboxId, scope, limit);
+        changedPaths += listed?.length ?? limit;
+        return listed;
+      },
       pathDirectories: pathVariable.split(':'),
       unseenFolders: [...ALWAYS_UNSEEN, ...mounts],
       stat: async (path, side) => {
@@ -262,7 +274,7 @@ export class DockerToolchainCheck {
     };
     try {
       const tampered = await findToolchainTampering(view, tools, workdirs);
-      return { tampered, changedPaths: changes.length, durationMs: performance.now() - started };
+      return { tampered, changedPaths, durationMs: performance.now() - started };
     } catch (error) {
       throw wrapDockerError(error, { operation: 'toolchain check', sandboxId });
     } finally {

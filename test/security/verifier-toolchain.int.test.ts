@@ -274,7 +274,8 @@ describe.skipIf(skipReason !== undefined)("the host's reading of a container's o
       const info = await container.inspect();
       const folders = await overlayFolders(info.GraphDriver);
       expect(folders).not.toBeNull();
-      const ours = await overlayChanges(folders!);
+      // The whole tree as scope: the same list the engine gives.
+      const ours = (await overlayChanges(folders!, { trees: ['/'], folders: [], paths: [] }, 100_000)) ?? [];
       const raw = await container.changes();
       const engine = JSON.parse(Buffer.isBuffer(raw) ? raw.toString() : JSON.stringify(raw)) as Array<{
         Path: string;
