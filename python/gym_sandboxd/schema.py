@@ -144,6 +144,8 @@ class ExecResult(TypedDict):
     stderrBytes: int
     durationMs: float
     session: NotRequired[Literal[False]]
+    sandboxLost: NotRequired[Literal[True]]
+    reason: NotRequired[str]
 
 
 class ExecStreamEventStdout(TypedDict):
@@ -175,6 +177,7 @@ class OpenRolloutRequestUpstream(TypedDict):
     apiKey: NotRequired[str]
     model: NotRequired[str]
     api: NotRequired[Literal["openai", "anthropic"]]
+    requestTokenIds: NotRequired[bool]
 
 
 class OpenRolloutRequest(TypedDict):
@@ -216,6 +219,8 @@ class PoolStats(TypedDict):
 
 class StopProcessesResult(TypedDict):
     killed: int
+    sandboxLost: NotRequired[Literal[True]]
+    reason: NotRequired[str]
 
 
 class SnapshotRequest(TypedDict):
