@@ -160,6 +160,12 @@ const KILL_GRACE_MS = 5_000;
  * node, and a sandbox killed for that alone would be lost for nothing.
  */
 const KILL_SCRIPT_WAIT_MS = 15_000;
+/**
+ * How long stop-processes' script may take before it counts as resisted and the Pod is deleted.
+ * Longer than the timeout kill's: an exec can take seconds to start on a loaded node, and here a
+ * Pod deleted for that alone costs an honest rollout its grade.
+ */
+const STOP_SCRIPT_WAIT_MS = 30_000;
 
 /**
  * The grace of a Pod deleted because a timeout's kill script did not take effect: short, and not
@@ -1380,13 +1386,30 @@ export class KubernetesProvider implements SandboxProvider {
     }
     // The stop runs inside the Pod, where the agent's processes can stop or outrun it: bounded,
     // and when it does not finish the Pod goes, which nothing in it resists (as a timeout kill).
-    const result = await withTimeout(
-      runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
-        maxBytes: 1024,
-        timeoutMs: KILL_SCRIPT_WAIT_MS,
-      }).catch(() => null),
-      KILL_SCRIPT_WAIT_MS + 5_000,
-    );
+    // An exec the API refused (it never reached the Pod) is the cluster's fault, not the agent's
+    // (under load an honest rollout was once graded the agent's failure here: a refused exec or a
+    // start slower than the bound, not pinned down; both are handled). Whatever happened in
+    // the Pod (the script stopped, outrun, or not started because the agent broke its shell)
+    // counts as resisting.
+    let result: Awaited<ReturnType<typeof runPodCommand>> | null;
+    try {
+      result = await withTimeout(
+        runPodCommand(this.#kubeConfig, this.#target(id), ['sh', '-c', STOP_SCRIPT], {
+          maxBytes: 1024,
+          timeoutMs: STOP_SCRIPT_WAIT_MS,
+        }),
+        STOP_SCRIPT_WAIT_MS + 5_000,
+      );
+    } catch (error) {
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `could not run the stop in the Pod of sandbox ${id}: ${String(error)}`,
+        {
+          details: { sandboxId: id },
+          cause: error,
+        },
+      );
+    }
     if (result === null || result.end.kind !== 'exited' || result.end.exitCode !== 0) {
       this.#context.logger.warn(
         { sandboxId: id },
