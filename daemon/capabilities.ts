@@ -2,32 +2,24 @@
  * Every capability check of the manager, in one place: what a request needs of its provider
  * beyond the required operations (`ProviderCapabilities`). A missing capability is refused here,
  * before the request reaches the provider, with `CAPABILITY_UNSUPPORTED` and details
- * `{ provider, capability }`; providers may keep their own checks as a second line.
+ * `{ provider, capability }`. The spec check is `providers/shared/spec-capabilities.ts`, which a
+ * provider used on its own runs too.
  *
  * Sessions are the exception: they are a hint. By the exec contract a command behaves the same
  * through a session and one-shot, so where there are none the command runs one-shot and its
  * result says so (`session: false`).
  */
-import { GymError } from '../core/errors.ts';
 import type { ExecRequest } from '../core/schemas/exec.ts';
 import type { SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ImageStore } from '../images/build.ts';
 import type { ImageFormat, ProviderCapabilities, SandboxProvider } from '../providers/sandbox-provider.ts';
-
-function unsupported(
-  providerName: string,
-  capability: keyof ProviderCapabilities,
-  message: string,
-  details: Record<string, unknown> = {},
-): GymError {
-  return new GymError('CAPABILITY_UNSUPPORTED', `provider ${providerName} ${message}`, {
-    details: { provider: providerName, capability, ...details },
-  });
-}
+import {
+  requireSpecCapabilities as requireCapabilities,
+  capabilityUnsupported as unsupported,
+} from '../providers/shared/spec-capabilities.ts';
 
 /**
- * What a spec asks of its provider: gpus, a disk limit, and its network mode (the names are
- * ours; each provider declares which of them it has).
+ * What a spec asks of its provider: gpus, a disk limit, and its network mode.
  * @throws GymError `CAPABILITY_UNSUPPORTED` naming the first capability missing.
  */
 export function requireSpecCapabilities(
@@ -35,21 +27,7 @@ export function requireSpecCapabilities(
   provider: SandboxProvider,
   spec: SandboxSpec,
 ): void {
-  const { capabilities } = provider;
-  if ((spec.resources.gpus ?? 0) > 0 && !capabilities.gpus) {
-    throw unsupported(providerName, 'gpus', 'cannot give a sandbox gpus (resources.gpus)');
-  }
-  if (spec.resources.diskMiB !== undefined && !capabilities.diskLimit) {
-    throw unsupported(providerName, 'diskLimit', "cannot limit a sandbox's disk (resources.diskMiB)");
-  }
-  if (!capabilities.networkModes.includes(spec.network)) {
-    throw unsupported(
-      providerName,
-      'networkModes',
-      `has no network mode "${spec.network}"; it has: ${capabilities.networkModes.join(', ')}`,
-      { network: spec.network, available: [...capabilities.networkModes] },
-    );
-  }
+  requireCapabilities(providerName, provider.capabilities, spec, provider.capabilityHints);
 }
 
 /**

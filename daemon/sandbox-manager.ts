@@ -73,6 +73,7 @@ export class SandboxManager implements SandboxCounts {
       leases,
       metrics,
       logger,
+      clock,
     });
     const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });
     this.#operations = new SandboxOperations({ lifecycle: this.#lifecycle, leases, store, gateway, metrics });

@@ -74,4 +74,36 @@ describe('ProviderRegistry', () => {
     expect(invalid.code).toBe('PROVIDER_INVALID');
     expect(invalid.message).toContain('createProvider');
   });
+
+  it('refuses a provider written against another version of the contract, naming both versions', async () => {
+    const registry = new ProviderRegistry({});
+    const methods = Object.fromEntries(
+      [
+        'health',
+        'create',
+        'get',
+        'list',
+        'exec',
+        'writeFile',
+        'readFile',
+        'writeArchive',
+        'readArchive',
+        'destroy',
+        'close',
+      ].map((method) => [method, () => undefined]),
+    );
+    registry.register(
+      'future',
+      async () => ({ ...methods, name: 'future', specificationVersion: 2 }) as never,
+    );
+    registry.register(
+      'current',
+      async () => ({ ...methods, name: 'current', specificationVersion: 1 }) as never,
+    );
+    const error = await failure(registry.create({ name: 'future' }, context));
+    expect(error.code).toBe('PROVIDER_INVALID');
+    expect(error.message).toContain('version 2');
+    expect(error.details).toMatchObject({ specificationVersion: 2, supported: 1 });
+    expect((await registry.create({ name: 'current' }, context)).name).toBe('current');
+  });
 });

@@ -4,7 +4,12 @@
  */
 import { GymError } from '../core/errors.ts';
 import { loadFactory } from '../core/modules.ts';
-import type { ProviderContext, SandboxProvider, SandboxProviderFactory } from './sandbox-provider.ts';
+import {
+  PROVIDER_SPECIFICATION_VERSION,
+  type ProviderContext,
+  type SandboxProvider,
+  type SandboxProviderFactory,
+} from './sandbox-provider.ts';
 
 /**
  * Built-in providers, each loaded only when a daemon builds it: a provider's SDK (dockerode, and
@@ -110,6 +115,16 @@ function assertIsProvider(candidate: unknown, name: string): asserts candidate i
       `provider "${name}" is missing required methods: ${missing.join(', ')}`,
       {
         details: { provider: name, missing },
+      },
+    );
+  }
+  const version = (candidate as { specificationVersion?: unknown }).specificationVersion;
+  if (version !== undefined && version !== PROVIDER_SPECIFICATION_VERSION) {
+    throw new GymError(
+      'PROVIDER_INVALID',
+      `provider "${name}" implements provider contract version ${String(version)}; this daemon speaks version ${PROVIDER_SPECIFICATION_VERSION}`,
+      {
+        details: { provider: name, specificationVersion: version, supported: PROVIDER_SPECIFICATION_VERSION },
       },
     );
   }

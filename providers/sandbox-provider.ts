@@ -46,6 +46,7 @@ import type { StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
+import type { SandboxTimes } from './shared/sandbox-identity.ts';
 
 /** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
 export interface ProviderCapabilities {
@@ -278,6 +279,12 @@ export interface ProviderContext {
 export interface CreateOptions {
   /** The sandbox id to use (the daemon chooses ids so it can record them first); generated if absent. */
   id?: string;
+  /**
+   * The sandbox's creation time, lease and deadline, as the daemon computed them
+   * (`providers/shared/sandbox-identity.ts`); computed the same way if absent. A provider reports
+   * them as given and does no lease arithmetic of its own.
+   */
+  times?: SandboxTimes;
   /** The pool the sandbox belongs to, written into its labels. */
   pool?: string | null;
 }
@@ -330,6 +337,9 @@ export interface SandboxListing {
   unreachable: UnreachableScope[];
 }
 
+/** How to turn on a capability the provider lacks as configured (`SandboxProvider.capabilityHints`). */
+export type CapabilityHints = Partial<Record<'gpus' | 'diskLimit', string>>;
+
 export interface ProviderHealth {
   ok: boolean;
   /** What was checked or what is wrong, for `gym doctor` and `/healthz`. */
@@ -340,10 +350,21 @@ export interface ProviderHealth {
 /** A file's content: bytes in memory, or a stream with its exact length (tar needs it up front). */
 export type FileContent = Uint8Array | { stream: Readable; sizeBytes: number };
 
+/**
+ * The version of this contract. A provider declares the version it was written against; the
+ * registry refuses a module that declares another, so a third-party provider built for a future
+ * contract fails at load with a clear message instead of misbehaving.
+ */
+export const PROVIDER_SPECIFICATION_VERSION = 1;
+
 export interface SandboxProvider {
+  /** The contract version the provider implements; absent means 1 (providers written before it existed). */
+  readonly specificationVersion?: typeof PROVIDER_SPECIFICATION_VERSION;
   /** The registry name (`docker`, `kubernetes`, ...). */
   readonly name: string;
   readonly capabilities: ProviderCapabilities;
+  /** How the operator turns on a capability this provider lacks as configured (shown when it is refused). */
+  readonly capabilityHints?: CapabilityHints;
 
   /** Whether the backend answers. Never throws. */
   health(): Promise<ProviderHealth>;

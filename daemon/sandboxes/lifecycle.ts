@@ -4,6 +4,8 @@
  * Providers hold the resources; the state store holds the records; this keeps the two in
  * agreement for every create and destroy.
  */
+
+import { type Clock, systemClock } from '../../core/clock.ts';
 import { GymError } from '../../core/errors.ts';
 import { createId } from '../../core/ids.ts';
 import type { Logger } from '../../core/logger.ts';
@@ -11,6 +13,7 @@ import type { Sandbox } from '../../core/schemas/api.ts';
 import { type SandboxSpec, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
+import { sandboxTimes } from '../../providers/shared/sandbox-identity.ts';
 import { Admission, type CreateSlot } from '../admission.ts';
 import { requireSpecCapabilities } from '../capabilities.ts';
 import type { DaemonConfig } from '../config.ts';
@@ -37,6 +40,8 @@ export interface SandboxLifecycleOptions {
   leases: Leases;
   metrics: DaemonMetrics | undefined;
   logger: Logger;
+  /** The clock new sandboxes' times are read from; the system's when absent. */
+  clock?: Clock;
 }
 
 export class SandboxLifecycle {
@@ -47,6 +52,7 @@ export class SandboxLifecycle {
   readonly #leases: Leases;
   readonly #metrics: DaemonMetrics | undefined;
   readonly #logger: Logger;
+  readonly #clock: Clock;
   readonly #admissions = new Map<string, Admission>();
   readonly #removalListeners: RemovalListener[] = [];
   #isShuttingDown = false;
@@ -59,6 +65,7 @@ export class SandboxLifecycle {
     this.#leases = options.leases;
     this.#metrics = options.metrics;
     this.#logger = options.logger;
+    this.#clock = options.clock ?? systemClock;
     for (const provider of options.config.providers) {
       this.#admissions.set(provider.name, new Admission(provider.name, provider));
     }
@@ -211,7 +218,11 @@ export class SandboxLifecycle {
     this.#runtime.creating.set(id, providerName);
     const started = performance.now();
     try {
-      const info = await provider.create({ ...spec, provider: providerName }, { id, pool: membership.pool });
+      const times = sandboxTimes(this.#clock, spec.ttlSeconds, this.#config.maxLifetimeSeconds);
+      const info = await provider.create(
+        { ...spec, provider: providerName },
+        { id, times, pool: membership.pool },
+      );
       const record: SandboxRecord = {
         id,
         provider: providerName,

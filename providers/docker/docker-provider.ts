@@ -3,7 +3,6 @@ import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
-import { createId } from '../../core/ids.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import {
   NetworkModeSchema,
@@ -14,21 +13,22 @@ import {
 } from '../../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
-import type {
-  CreateOptions,
-  ExecOptions,
-  FileContent,
-  ImageFilter,
-  ImageInfo,
-  ImageSource,
-  ListFilter,
-  ProviderCapabilities,
-  ProviderContext,
-  ProviderHealth,
-  RelayStats,
-  SandboxListing,
-  SandboxProvider,
-  WriteFileOptions,
+import {
+  type CreateOptions,
+  type ExecOptions,
+  type FileContent,
+  type ImageFilter,
+  type ImageInfo,
+  type ImageSource,
+  type ListFilter,
+  PROVIDER_SPECIFICATION_VERSION,
+  type ProviderCapabilities,
+  type ProviderContext,
+  type ProviderHealth,
+  type RelayStats,
+  type SandboxListing,
+  type SandboxProvider,
+  type WriteFileOptions,
 } from '../sandbox-provider.ts';
 import {
   abnormalEndResult,
@@ -53,7 +53,10 @@ import {
   selectorLabels,
 } from '../shared/labels.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
+import { sandboxIdentity } from '../shared/sandbox-identity.ts';
+import { SessionTable } from '../shared/session-table.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
+import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerImages } from './docker-images.ts';
 import { openDockerSession, SessionNotStarted } from './docker-session.ts';
@@ -264,13 +267,18 @@ function containerState(state: string | undefined): SandboxState {
 }
 
 export class DockerProvider implements SandboxProvider {
+  readonly specificationVersion = PROVIDER_SPECIFICATION_VERSION;
   readonly name = 'docker';
+  readonly capabilityHints = {
+    gpus: 'set `gpus: true` in its options on an engine with the NVIDIA runtime',
+    diskLimit: 'disk limits need overlay2 on xfs with pquota; then set `diskQuota: true`',
+  };
   readonly capabilities: ProviderCapabilities;
   readonly #docker: Docker;
   readonly #context: ProviderContext;
   readonly #options: z.output<typeof DockerProviderOptionsSchema>;
   /** Sessions by sandbox id, then by session name and user. */
-  readonly #sessions = new Map<string, Map<string, Promise<ShellSession>>>();
+  readonly #sessions = new SessionTable();
   /** The gateway relays started by exposeGateway. */
   readonly #relays: GatewayRelays;
   /** Last OOM-kill count seen per sandbox; a fresh container starts at 0. */
@@ -401,24 +409,8 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
-  #checkCapabilities(spec: SandboxSpec): void {
-    const unsupported = (what: string, hint: string) =>
-      new GymError('CAPABILITY_UNSUPPORTED', `the docker provider is not configured for ${what}: ${hint}`, {
-        details: { provider: this.name, capability: what },
-      });
-    if (spec.resources.gpus !== undefined && spec.resources.gpus > 0 && !this.capabilities.gpus) {
-      throw unsupported('gpus', 'set `gpus: true` in its options on an engine with the NVIDIA runtime');
-    }
-    if (spec.resources.diskMiB !== undefined && !this.capabilities.diskLimit) {
-      throw unsupported(
-        'diskMiB',
-        'disk limits need overlay2 on xfs with pquota; then set `diskQuota: true`',
-      );
-    }
-  }
-
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
-    this.#checkCapabilities(spec);
+    requireSpecCapabilities(this.name, this.capabilities, spec, this.capabilityHints);
     const specOptions = parseOrThrow(
       DockerSpecOptionsSchema,
       spec.providerOptions,
@@ -427,10 +419,11 @@ export class DockerProvider implements SandboxProvider {
     this.#hostAccess.checkNetwork(spec.network);
     this.#hostAccess.checkCapabilities(specOptions.capAdd, DEFAULT_CAPABILITIES);
     const binds = await this.#hostAccess.resolveBinds(specOptions.readOnlyBinds);
-    const id = options.id ?? createId('sbx');
-    const createdAtMs = this.#context.clock.now();
-    const deadlineAtMs = createdAtMs + this.#context.maxLifetimeSeconds * 1000;
-    const leaseExpiresAtMs = Math.min(createdAtMs + spec.ttlSeconds * 1000, deadlineAtMs);
+    const identity = sandboxIdentity(options, this.#context, spec.ttlSeconds);
+    const { id } = identity;
+    const createdAtMs = Date.parse(identity.createdAt);
+    const leaseExpiresAtMs = Date.parse(identity.leaseExpiresAt);
+    const deadlineAtMs = Date.parse(identity.deadlineAt);
     const pool = options.pool ?? null;
     const labels = encodeLabels(
       DOCKER_LABEL_PREFIX,
@@ -532,9 +525,9 @@ export class DockerProvider implements SandboxProvider {
       namespace: this.#context.namespace,
       daemonId: this.#context.daemonId,
       pool,
-      createdAt: new Date(createdAtMs).toISOString(),
-      leaseExpiresAt: new Date(leaseExpiresAtMs).toISOString(),
-      deadlineAt: new Date(deadlineAtMs).toISOString(),
+      createdAt: identity.createdAt,
+      leaseExpiresAt: identity.leaseExpiresAt,
+      deadlineAt: identity.deadlineAt,
       providerRef: container.id,
     };
   }
@@ -740,38 +733,20 @@ export class DockerProvider implements SandboxProvider {
       : markSandboxLost(result, loss.lost, loss.reason);
   }
 
-  async #session(
+  #session(
     id: string,
     container: Docker.Container,
     name: string,
     user: string | undefined,
   ): Promise<ShellSession> {
-    let byName = this.#sessions.get(id);
-    if (byName === undefined) {
-      byName = new Map();
-      this.#sessions.set(id, byName);
-    }
-    const key = `${name}\0${user ?? ''}`;
-    const existing = byName.get(key);
-    if (existing !== undefined) {
-      const session = await existing.catch(() => null);
-      if (session?.isAlive) return session;
-    }
     // Only opening a session looks up the confinement: the per-command path stays as fast as it was.
-    const opening = this.#processes
-      .confinement(id, container)
-      .then((confinement) =>
-        openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
-      );
-    byName.set(key, opening);
-    opening.catch(() => byName.delete(key));
-    return opening;
-  }
-
-  #closeSessions(id: string): void {
-    const byName = this.#sessions.get(id);
-    this.#sessions.delete(id);
-    for (const opening of byName?.values() ?? []) opening.then((session) => session.close()).catch(() => {});
+    return this.#sessions.session(id, name, user, () =>
+      this.#processes
+        .confinement(id, container)
+        .then((confinement) =>
+          openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
+        ),
+    );
   }
 
   async writeFile(
@@ -876,7 +851,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async destroy(id: string): Promise<void> {
-    this.#closeSessions(id);
+    this.#sessions.close(id);
     this.#relays.close(id);
     this.#oomCounts.forget(id);
     this.#processes.forget(id);
@@ -910,7 +885,7 @@ export class DockerProvider implements SandboxProvider {
       );
     }
     const container = this.#docker.getContainer(this.containerName(id));
-    this.#closeSessions(id);
+    this.#sessions.close(id);
     try {
       return { killed: await this.#processes.stopProcesses(id, container) };
     } catch (error) {
@@ -986,7 +961,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async close(): Promise<void> {
-    for (const id of [...this.#sessions.keys()]) this.#closeSessions(id);
+    this.#sessions.closeAll();
     this.#relays.closeAll();
   }
 }

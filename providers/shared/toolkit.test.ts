@@ -1,0 +1,175 @@
+import { describe, expect, it } from 'vitest';
+import type { GymError } from '../../core/errors.ts';
+import { RelayTable } from './relay-table.ts';
+import { sandboxIdentity, sandboxTimes } from './sandbox-identity.ts';
+import { SessionTable } from './session-table.ts';
+import type { ShellSession } from './shell-session.ts';
+import { requireSpecCapabilities } from './spec-capabilities.ts';
+
+const clock = { now: () => Date.parse('2026-01-01T00:00:00.000Z'), monotonicMs: () => 0 };
+
+describe('sandboxTimes', () => {
+  it('caps the lease at the deadline', () => {
+    expect(sandboxTimes(clock, 7200, 3600)).toEqual({
+      createdAt: '2026-01-01T00:00:00.000Z',
+      leaseExpiresAt: '2026-01-01T01:00:00.000Z',
+      deadlineAt: '2026-01-01T01:00:00.000Z',
+    });
+    expect(sandboxTimes(clock, 60, 3600).leaseExpiresAt).toBe('2026-01-01T00:01:00.000Z');
+  });
+
+  it('uses the id and times the daemon passed, and makes its own only when absent', () => {
+    const given = { createdAt: 'a', leaseExpiresAt: 'b', deadlineAt: 'c' };
+    expect(
+      sandboxIdentity({ id: 'sbx-given0000', times: given }, { clock, maxLifetimeSeconds: 10 }, 5),
+    ).toEqual({
+      id: 'sbx-given0000',
+      ...given,
+    });
+    const made = sandboxIdentity({}, { clock, maxLifetimeSeconds: 10 }, 5);
+    expect(made.id).toMatch(/^sbx-[a-z0-9]+$/);
+    expect(made.leaseExpiresAt).toBe('2026-01-01T00:00:05.000Z');
+  });
+});
+
+function fakeSession(): ShellSession & { closed: number } {
+  const session = {
+    closed: 0,
+    isAlive: true,
+    close() {
+      session.closed += 1;
+      session.isAlive = false;
+    },
+  };
+  return session as unknown as ShellSession & { closed: number };
+}
+
+describe('SessionTable', () => {
+  it('shares one opening, reuses a live session and replaces a dead one', async () => {
+    const table = new SessionTable();
+    let opened = 0;
+    const open = async () => {
+      opened += 1;
+      return fakeSession();
+    };
+    const [first, second] = await Promise.all([
+      table.session('sbx-a', 'main', undefined, open),
+      table.session('sbx-a', 'main', undefined, open),
+    ]);
+    expect(first).toBe(second);
+    expect(opened).toBe(1);
+    const other = await table.session('sbx-a', 'main', 'nobody', open);
+    expect(other).not.toBe(first);
+    first.close();
+    const replaced = await table.session('sbx-a', 'main', undefined, open);
+    expect(replaced).not.toBe(first);
+    expect(opened).toBe(3);
+  });
+
+  it('forgets a failed opening and closes every session of a sandbox', async () => {
+    const table = new SessionTable();
+    await expect(
+      table.session('sbx-a', 'x', undefined, () => Promise.reject(new Error('no'))),
+    ).rejects.toThrow('no');
+    const session = await table.session('sbx-a', 'x', undefined, async () => fakeSession());
+    const kept = await table.session('sbx-b', 'x', undefined, async () => fakeSession());
+    table.close('sbx-a');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect((session as ReturnType<typeof fakeSession>).closed).toBe(1);
+    expect(table.sandboxIds).toEqual(['sbx-b']);
+    table.closeAll();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect((kept as ReturnType<typeof fakeSession>).closed).toBe(1);
+  });
+});
+
+function fakeRelay() {
+  const relay = {
+    isOpen: true,
+    closed: 0,
+    close() {
+      relay.closed += 1;
+      relay.isOpen = false;
+    },
+  };
+  return relay;
+}
+
+describe('RelayTable', () => {
+  it('opens one relay per sandbox, shared by concurrent callers, and opens again once it closed', async () => {
+    const table = new RelayTable<ReturnType<typeof fakeRelay>>();
+    let started = 0;
+    const start = async () => {
+      started += 1;
+      return fakeRelay();
+    };
+    const [first, second] = await Promise.all([table.open('sbx-a', start), table.open('sbx-a', start)]);
+    expect(first).toBe(second);
+    expect(await table.current('sbx-a')).toBe(first);
+    expect(table.openRelays.size).toBe(1);
+    first.close();
+    expect(await table.current('sbx-a')).toBeUndefined();
+    await table.open('sbx-a', start);
+    expect(started).toBe(2);
+  });
+
+  it('closes a relay released while it was opening and tells the opener the sandbox is gone', async () => {
+    const table = new RelayTable<ReturnType<typeof fakeRelay>>();
+    let finish: (relay: ReturnType<typeof fakeRelay>) => void = () => {};
+    const opening = table.open('sbx-a', () => new Promise((resolve) => (finish = resolve)));
+    const released = table.release('sbx-a');
+    const relay = fakeRelay();
+    finish(relay);
+    await expect(opening).rejects.toMatchObject({ code: 'SANDBOX_NOT_FOUND' });
+    expect(await released).toBe(relay);
+    expect(relay.closed).toBe(1);
+    expect(table.sandboxIds).toEqual([]);
+    expect(table.openRelays.size).toBe(0);
+  });
+
+  it('forgets a failed opening', async () => {
+    const table = new RelayTable<ReturnType<typeof fakeRelay>>();
+    await expect(table.open('sbx-a', () => Promise.reject(new Error('port taken')))).rejects.toThrow(
+      'port taken',
+    );
+    expect(table.sandboxIds).toEqual([]);
+    const relay = await table.open('sbx-a', async () => fakeRelay());
+    expect(await table.release('sbx-a')).toBe(relay);
+    expect(relay.closed).toBe(1);
+  });
+});
+
+describe('requireSpecCapabilities', () => {
+  const capabilities = {
+    sessions: true,
+    snapshot: false,
+    gpus: false,
+    diskLimit: false,
+    networkModes: ['none'],
+  } as unknown as Parameters<typeof requireSpecCapabilities>[1];
+
+  it('names the first missing capability, with the hint on how to turn it on', () => {
+    const refuse = (spec: Parameters<typeof requireSpecCapabilities>[2]) => {
+      try {
+        requireSpecCapabilities('docker', capabilities, spec, { gpus: 'set gpus: true' });
+      } catch (error) {
+        return error as GymError;
+      }
+      throw new Error('not refused');
+    };
+    const gpus = refuse({ resources: { gpus: 1 } as never, network: 'none' });
+    expect(gpus.code).toBe('CAPABILITY_UNSUPPORTED');
+    expect(gpus.message).toContain('set gpus: true');
+    expect(gpus.details).toMatchObject({ provider: 'docker', capability: 'gpus' });
+    expect(refuse({ resources: { diskMiB: 10 } as never, network: 'none' }).details).toMatchObject({
+      capability: 'diskLimit',
+    });
+    expect(refuse({ resources: {} as never, network: 'bridge' }).details).toMatchObject({
+      capability: 'networkModes',
+      available: ['none'],
+    });
+    expect(() =>
+      requireSpecCapabilities('docker', capabilities, { resources: {} as never, network: 'none' }),
+    ).not.toThrow();
+  });
+});
