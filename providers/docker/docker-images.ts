@@ -16,7 +16,6 @@ import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type {
   DerivedImageSource,
-  ImageBuildStep,
   ImageFilter,
   ImageInfo,
   ImagePlanSettings,
@@ -26,6 +25,7 @@ import type {
 } from '../sandbox-provider.ts';
 import { OOM_COUNTER_COMMAND, parseOomKillCount, SIGKILL_EXIT_CODE } from '../shared/exec-output.ts';
 import { SYSTEM_LABELS } from '../shared/labels.ts';
+import { runPlanSteps } from '../shared/plan-steps.ts';
 import { engineStatus, wrapDockerError } from './docker-errors.ts';
 
 /** The label every sandbox container carries (docker-provider.ts's prefix), and no build container. */
@@ -429,15 +429,16 @@ export class DockerImages {
     }
     await this.#bounded(container, source.reference, timeoutSeconds, async (timedOut) => {
       await container.start();
-      for (const [index, step] of source.steps.entries()) {
-        await this.#step(container, step, baseWorkdir, baseUser).catch((error: unknown) => {
-          if (!(error instanceof GymError) || error.code !== 'VALIDATION_FAILED') throw error;
-          // Which step failed, for a caller that maps steps back to its recipe (a Dockerfile line).
-          throw new GymError(error.code, `(step ${index + 1} of ${source.steps.length}) ${error.message}`, {
-            details: { ...error.details, step: index },
-          });
-        });
-      }
+      await runPlanSteps(
+        source.steps,
+        { workdir: baseWorkdir, user: baseUser },
+        {
+          run: (argv, { cwd, env, user }) => this.#run(container, argv, cwd, env, user),
+          unpack: async (path, archive) => {
+            await container.putArchive(archive as never, { path });
+          },
+        },
+      );
       if (timedOut()) return;
       const { repo, tag } = splitReference(source.reference);
       const { settings } = source;
@@ -451,26 +452,6 @@ export class DockerImages {
         }),
       } as never);
     });
-  }
-
-  async #step(
-    container: Docker.Container,
-    step: ImageBuildStep,
-    baseWorkdir: string,
-    baseUser: string,
-  ): Promise<void> {
-    if (step.kind === 'run') {
-      await this.#run(container, step.argv, step.workdir ?? baseWorkdir, step.env, step.user ?? baseUser);
-      return;
-    }
-    await this.#run(container, ['mkdir', '-p', '--', step.path], '/', {}, '0');
-    await container.putArchive(step.archive() as never, { path: step.path });
-    const top = step.entries.map((entry) => `${step.path.replace(/\/+$/, '')}/${entry}`);
-    if (top.length === 0) return;
-    if (step.chmod !== undefined)
-      await this.#run(container, ['chmod', '-R', step.chmod, '--', ...top], '/', {}, '0');
-    if (step.chown !== undefined)
-      await this.#run(container, ['chown', '-R', step.chown, '--', ...top], '/', {}, '0');
   }
 
   /** Runs a command in the build container; a non-zero exit is VALIDATION_FAILED with its output's tail. */
