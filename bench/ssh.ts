@@ -1,7 +1,7 @@
 /**
  * The apptainer provider over SSH against a raw ssh2 exec on the same host, in one run: a real
  * OpenSSH server on 127.0.0.9 stands for a compute node and the stand-in for `apptainer` (see
- * README, "Apptainer over SSH"). Prints one JSON line: raw `true` over ssh2, the provider's
+ * docs/providers/apptainer.md). Prints one JSON line: raw `true` over ssh2, the provider's
  * one-shot exec of `true`, its session exec of `true` and its create, p50 and p90 in ms, and
  * the provider's paths against the raw exec. Each one-shot exec is one SSH channel plus the
  * apptainer command; with the stand-in that command is a Node process, so the overhead here is

@@ -1,8 +1,8 @@
 /**
  * Agents distributed on PyPI: mini-swe-agent and OpenHands. Our machines cannot reach PyPI, so
  * these adapters are built from the tools' documented CLIs and event formats and tested for the
- * command lines, install commands and parsing; they are not exercised end to end here (see the
- * README). They install inside the sandbox into a virtual environment under /opt/gym-agents, so
+ * command lines, install commands and parsing; they are not exercised end to end here (see
+ * docs/harnesses.md). They install inside the sandbox into a virtual environment under /opt/gym-agents, so
  * the sandbox needs a route to the package index (network `bridge`), or an image that has the
  * agent (harness option `binaryPath`).
  */
