@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { GymError } from '../../core/errors.ts';
+import { superviseExec } from './exec-skeleton.ts';
 import { RelayTable } from './relay-table.ts';
 import { sandboxIdentity, sandboxTimes } from './sandbox-identity.ts';
 import { SessionTable } from './session-table.ts';
@@ -171,5 +172,102 @@ describe('requireSpecCapabilities', () => {
     expect(() =>
       requireSpecCapabilities('docker', capabilities, { resources: {} as never, network: 'none' }),
     ).not.toThrow();
+  });
+});
+
+describe('superviseExec', () => {
+  const request = { timeoutMs: 50, maxOutputBytes: 8 };
+
+  it('kills once on the timeout, waits for the kill, and releases the stream after it', async () => {
+    let kills = 0;
+    let released = false;
+    const result = await superviseExec(
+      request,
+      {},
+      {
+        run: (output, stopped) =>
+          new Promise<string>((resolve) => {
+            output.push('stdout', Buffer.from('0123456789abcdef'));
+            stopped.addEventListener('abort', () => {
+              released = true;
+              resolve('ended');
+            });
+          }),
+        kill: async () => {
+          kills += 1;
+          return 'killed-all';
+        },
+        classify: ({ end, timedOut, aborted, killOutcome }, output) => {
+          expect({ end, timedOut, aborted, killOutcome }).toEqual({
+            end: 'ended',
+            timedOut: true,
+            aborted: false,
+            killOutcome: 'killed-all',
+          });
+          return output.result('timeout', null);
+        },
+      },
+    );
+    expect(kills).toBe(1);
+    expect(released).toBe(true);
+    expect(result).toMatchObject({ status: 'timeout', stdoutTruncated: true, stdoutBytes: 16 });
+  });
+
+  it("kills on the caller's abort, and a command that ends first is never killed", async () => {
+    const controller = new AbortController();
+    let kills = 0;
+    const aborted = superviseExec(
+      { timeoutMs: 60_000, maxOutputBytes: 8 },
+      { signal: controller.signal },
+      {
+        run: (_output, stopped) =>
+          new Promise((resolve) => stopped.addEventListener('abort', () => resolve(0))),
+        kill: async () => {
+          kills += 1;
+        },
+        classify: ({ aborted: wasAborted, timedOut }, output) =>
+          output.result(wasAborted && !timedOut ? 'killed' : 'ok', null),
+      },
+    );
+    controller.abort();
+    expect((await aborted).status).toBe('killed');
+    const quick = await superviseExec(
+      request,
+      { signal: controller.signal },
+      {
+        run: async () => 0,
+        kill: async () => {
+          kills += 1;
+        },
+        classify: ({ end }, output) => output.result('ok', end ?? null),
+      },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    expect(quick).toMatchObject({ status: 'ok', exitCode: 0 });
+    expect(kills).toBe(1);
+  });
+
+  it('hands a failed start to the classification, with the timer released', async () => {
+    let kills = 0;
+    const result = await superviseExec(
+      request,
+      {},
+      {
+        run: async () => {
+          throw new Error('cannot start');
+        },
+        kill: async () => {
+          kills += 1;
+        },
+        classify: ({ end, error }, output) => {
+          expect(end).toBeUndefined();
+          expect(String(error)).toContain('cannot start');
+          return output.result('ok', 126);
+        },
+      },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    expect(result.exitCode).toBe(126);
+    expect(kills).toBe(0);
   });
 });
