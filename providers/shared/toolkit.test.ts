@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { GymError } from '../../core/errors.ts';
 import { superviseExec } from './exec-skeleton.ts';
+import { resolveUserIds } from './passwd.ts';
 import { RelayTable } from './relay-table.ts';
 import { sandboxIdentity, sandboxTimes } from './sandbox-identity.ts';
 import { SessionTable } from './session-table.ts';
@@ -269,5 +270,23 @@ describe('superviseExec', () => {
     await new Promise((resolve) => setTimeout(resolve, 80));
     expect(result.exitCode).toBe(126);
     expect(kills).toBe(0);
+  });
+});
+
+describe('resolveUserIds', () => {
+  const passwd = async () => 'root:x:0:0::/root:/bin/sh\nagent:x:1000:1001::/home/agent:/bin/sh\n';
+
+  it('reads numbers, uid:gid and names, and refuses a name the sandbox lacks as a command that cannot start', async () => {
+    expect(await resolveUserIds('1234', passwd)).toEqual({ uid: 1234, gid: 1234 });
+    expect(await resolveUserIds('1234:5', passwd)).toEqual({ uid: 1234, gid: 5 });
+    expect(await resolveUserIds('agent', passwd)).toEqual({ uid: 1000, gid: 1001 });
+    expect(await resolveUserIds('agent:7', passwd)).toEqual({ uid: 1000, gid: 7 });
+    await expect(resolveUserIds('nobody', passwd)).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+    let read = 0;
+    await resolveUserIds('42', async () => {
+      read += 1;
+      return '';
+    });
+    expect(read).toBe(0);
   });
 });
