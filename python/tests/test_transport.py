@@ -107,3 +107,14 @@ def test_exec_statuses_map_as_nemo_gym_providers_report_them(status: str, exit_c
     )  # fmt: skip
     assert (result.return_code, result.error_type) == expected
     assert result.stdout == "out"
+
+
+def test_a_sandbox_the_command_took_down_says_why_and_stays_the_commands_own_failure() -> None:
+    result = _exec_result(
+        {"status": "oom", "exitCode": None, "stdout": "", "stderr": "", "sandboxLost": True,  # type: ignore[typeddict-item]
+         "reason": "the sandbox ran out of memory", "stdoutTruncated": False, "stderrTruncated": False,
+         "stdoutBytes": 0, "stderrBytes": 0, "durationMs": 1.0},
+        timeout_s=2,
+    )  # fmt: skip
+    assert (result.return_code, result.error_type) == (137, None)
+    assert result.stderr == "killed: out of memory; the sandbox did not survive it: the sandbox ran out of memory"
