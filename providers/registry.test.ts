@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { systemClock } from '../core/clock.ts';
 import { GymError } from '../core/errors.ts';
 import { silentLogger } from '../core/logger.ts';
-import { ProviderRegistry } from './registry.ts';
+import { ProviderRegistry, REQUIRED_METHODS } from './registry.ts';
 import type { ProviderContext } from './sandbox-provider.ts';
 
 const context: ProviderContext = {
@@ -77,21 +77,7 @@ describe('ProviderRegistry', () => {
 
   it('refuses a provider written against another version of the contract, naming both versions', async () => {
     const registry = new ProviderRegistry({});
-    const methods = Object.fromEntries(
-      [
-        'health',
-        'create',
-        'get',
-        'list',
-        'exec',
-        'writeFile',
-        'readFile',
-        'writeArchive',
-        'readArchive',
-        'destroy',
-        'close',
-      ].map((method) => [method, () => undefined]),
-    );
+    const methods = Object.fromEntries(REQUIRED_METHODS.map((method) => [method, () => undefined]));
     registry.register(
       'future',
       async () => ({ ...methods, name: 'future', specificationVersion: 2 }) as never,

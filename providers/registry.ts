@@ -27,7 +27,7 @@ export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>
 });
 
 /** The methods every provider must have; checked when a third-party module is loaded. */
-const REQUIRED_METHODS = [
+export const REQUIRED_METHODS = [
   'health',
   'create',
   'get',
