@@ -7,17 +7,14 @@
  * Anthropic Messages calls go to an Anthropic upstream as they are, or are translated to Chat
  * Completions for an OpenAI-compatible one (./anthropic.ts).
  */
-import { randomBytes } from 'node:crypto';
 import { mkdir, rm, stat } from 'node:fs/promises';
-import { isIP } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
-import { createId } from '../../core/ids.ts';
 import { LineAppender, readLines } from '../../core/line-file.ts';
 import type { Logger } from '../../core/logger.ts';
 import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
-import { tokenMatches } from '../identity.ts';
+import { admitCall, recordBoundOf } from './admission.ts';
 import {
   assembleMessages,
   ChatToMessagesStream,
@@ -26,175 +23,44 @@ import {
   messagesToChatRequest,
   readSse,
 } from './anthropic.ts';
+import { GATEWAY_HOP_HEADER, LoopGuard } from './loop-guard.ts';
+import {
+  asksTokenIds,
+  type DamagedRecord,
+  isObject,
+  type ModelApi,
+  type ModelCallRecord,
+  type StreamSink,
+  type UpstreamConfig,
+  type UsageSeen,
+  usageOfAnswer,
+} from './model-call.ts';
 import { checkMessagesRequest, checkOpenAiRequest, filterAnthropicHeaders } from './request-policy.ts';
+import { type OpenRollout, RolloutTable, rememberResponse, rememberTokens } from './rollouts.ts';
 import {
   type CallTokens,
-  findDrift,
   hideAddedInChunk,
   hideAddedInResponse,
-  type TokenDrift,
   type TokenRequestAdded,
   tokensOfChunks,
   tokensOfResponse,
   withTokenRequest,
 } from './token-capture.ts';
 
+export { MAX_CALLS_IN_FLIGHT_PER_ROLLOUT } from './admission.ts';
+export { GATEWAY_HOP_HEADER } from './loop-guard.ts';
+export type { DamagedRecord, ModelApi, ModelCallRecord, StreamSink, UpstreamConfig } from './model-call.ts';
+export {
+  MAX_RESPONSE_IDS_PER_ROLLOUT,
+  type OpenRollout,
+  RECENT_TOKEN_CALLS_PER_ROLLOUT,
+} from './rollouts.ts';
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export interface UpstreamConfig {
-  /** Up to and including `/v1`. */
-  baseUrl: string;
-  apiKey?: string;
-  /** Replaces the model a client asks for (the policy being trained); recorded beside it. */
-  model?: string;
-  /** What the upstream speaks: OpenAI's APIs (the default) or Anthropic Messages. */
-  api?: 'openai' | 'anthropic';
-  /**
-   * Ask the upstream for the exact token ids and logprobs of every Chat Completions call (and
-   * of every Messages call translated to one), whatever the agent sent, and record them
-   * (./token-capture.ts). For vLLM (0.10.2 or later); off by default, because other upstreams
-   * (OpenAI's own API among them) refuse a request with fields they do not know.
-   */
-  requestTokenIds?: boolean;
-}
-
-export type ModelApi = 'chat.completions' | 'responses' | 'messages';
-
-export interface ModelCallRecord {
-  index: number;
-  rolloutId: string;
-  /** `messages.count_tokens`: a token count asked of the upstream (no model call, no usage). */
-  api: ModelApi | 'messages.count_tokens';
-  startedAt: string;
-  durationMs: number;
-  stream: boolean;
-  /** The request as the agent sent it (the model field as asked). */
-  request: Record<string, unknown>;
-  /** The model the upstream was asked for. */
-  upstreamModel: unknown;
-  /** Set when the call was translated: the API the upstream was called with, and the request it got. */
-  upstreamApi?: ModelApi;
-  upstreamRequest?: Record<string, unknown>;
-  /** Translated calls: the upstream's own (assembled) response, beside `response` as the agent got it. */
-  upstreamResponse?: unknown;
-  status: 'ok' | 'error';
-  /** Non-streamed: the upstream's response object, unchanged. Streamed: the final object assembled. */
-  response?: unknown;
-  /** Streamed: every chunk or event from the upstream, unchanged (token ids and logprobs ride here). */
-  events?: unknown[];
-  /**
-   * The upstream's usage object, in the upstream's own shape (see environments/runner/usage.ts);
-   * `null` on a call the upstream answered without one (then `usageMissing` says so). A failed
-   * call keeps the usage the upstream reported before it failed.
-   */
-  usage?: unknown;
-  /** Why a call the upstream answered has no usage: its tokens are unknown, not zero. */
-  usageMissing?: string;
-  /**
-   * The exact tokens of the call (its upstream's `requestTokenIds` on): what the policy was
-   * conditioned on and sampled, with the logprobs. Also left in `response`/`events` as the
-   * upstream sent them; both count against the record budget.
-   */
-  tokens?: CallTokens;
-  /** Why a call that asked for tokens has none (the upstream did not return them). */
-  tokensMissing?: string;
-  /**
-   * Set when this call's prompt ids start with no recent call's prompt and completion ids: the
-   * history was re-tokenised into other ids than the policy produced (or the call started
-   * another conversation; `matchingTokens` tells which).
-   */
-  tokenDrift?: TokenDrift;
-  error?: { code: string; message: string; upstreamStatus?: number };
-}
-
-/**
- * A line of a rollout's records that is not a whole record (torn by a crash mid-write, or
- * damaged since), served in its place so the others are not lost with it and the call it held
- * counts as one whose usage is unknown.
- */
-export interface DamagedRecord {
-  rolloutId: string;
-  status: 'error';
-  usage: null;
-  error: { code: 'RECORD_DAMAGED'; message: string };
-  /** Where the line is in the records file: its number (from 1), first byte and length. */
-  damaged: { line: number; offset: number; bytes: number; isTorn: boolean };
-}
-
-/** Every call the gateway makes upstream carries this header with the daemon's id: a call that comes back with it is a loop. */
-export const GATEWAY_HOP_HEADER = 'x-gym-gateway-hop';
-
-/** An open rollout, as a model call that presented its key sees it. */
-export interface OpenRollout {
-  id: string;
-  key: string;
-  upstream: UpstreamConfig;
-  calls: number;
-  /** Bytes of records written so far (checked against the per-rollout budget). */
-  recordedBytes: number;
-  /** Bytes reserved by calls in flight (their requests, at least, will be recorded). */
-  reservedBytes: number;
-  /** Calls in flight now. */
-  inFlight: number;
-  /**
-   * Ids of the Responses this rollout received, oldest first (at most
-   * `MAX_RESPONSE_IDS_PER_ROLLOUT`): the only ones its `previous_response_id` may name.
-   */
-  responseIds: Set<string>;
-  /**
-   * The tokens of the rollout's latest calls that have them (at most
-   * `RECENT_TOKEN_CALLS_PER_ROLLOUT`, oldest first), one of which the next call's prompt should extend.
-   */
-  recentTokens: Array<{ index: number; tokens: CallTokens }>;
-}
 
 /** Why a Responses call has no token ids though its upstream's are asked for. */
 const RESPONSES_HAVE_NO_TOKEN_IDS =
   'the Responses API returns no token ids (vLLM has them on Chat Completions only): use Chat Completions for exact tokens';
-
-/**
- * Calls whose tokens a rollout keeps to tell drift: an agent's next call continues one of its
- * latest few (side calls for a title or a summary come between); more would only hold more
- * token arrays in memory per open rollout.
- */
-export const RECENT_TOKEN_CALLS_PER_ROLLOUT = 4;
-
-/** Response ids a rollout remembers for `previous_response_id`; older ones drop out (an agent continues its latest). */
-export const MAX_RESPONSE_IDS_PER_ROLLOUT = 1024;
-
-/** Remembers a response id the upstream gave a rollout, forgetting the oldest past the bound. */
-function rememberResponse(rollout: OpenRollout, response: unknown): void {
-  const id = (response as { id?: unknown } | undefined)?.id;
-  if (typeof id !== 'string' || id === '') return;
-  rollout.responseIds.delete(id);
-  rollout.responseIds.add(id);
-  if (rollout.responseIds.size > MAX_RESPONSE_IDS_PER_ROLLOUT) {
-    const oldest = rollout.responseIds.values().next().value;
-    if (oldest !== undefined) rollout.responseIds.delete(oldest);
-  }
-}
-
-/**
- * Model calls one rollout may have in flight at once: an agent waits for its model, so a few
- * allow for parallel tool calls; hundreds would only multiply the memory a rollout holds.
- */
-export const MAX_CALLS_IN_FLIGHT_PER_ROLLOUT = 8;
-
-/** Bytes of record reserved per output token a call may produce (its text, about 4 bytes, and the JSON around it). */
-const RECORD_BYTES_PER_OUTPUT_TOKEN = 16;
-
-/**
- * Bytes of record reserved per output token when tokens are asked for: its id twice (in the
- * upstream's answer and in `tokens`) and its logprob entry (token text, logprob, bytes) twice.
- */
-const RECORD_BYTES_PER_OUTPUT_TOKEN_WITH_IDS = 160;
-
-/**
- * How many times a request's bytes its prompt's ids take in a record, when tokens are asked
- * for: an id (up to 6 digits and a comma) stands for about 4 characters of text, and is
- * recorded twice (the upstream's `prompt_token_ids` and `tokens`).
- */
-const PROMPT_ID_BYTES_PER_REQUEST_BYTE = 4;
 
 /**
  * The largest error record written past a rollout's budget: one that keeps the usage of a call
@@ -202,20 +68,6 @@ const PROMPT_ID_BYTES_PER_REQUEST_BYTE = 4;
  * calls in flight can add one each, so the budget is passed by a few KiB at most.
  */
 const MAX_PAST_BUDGET_RECORD_BYTES = 8 * 1024;
-
-/** What the upstream reported of a call's usage so far (a failed call keeps it in its record). */
-interface UsageSeen {
-  usage?: unknown;
-}
-
-const isObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/** The usage fields of a record of a call the upstream answered: its usage, or why there is none. */
-function usageOfAnswer(usage: unknown): Pick<ModelCallRecord, 'usage' | 'usageMissing'> {
-  if (isObject(usage)) return { usage };
-  return { usage: null, usageMissing: 'the upstream sent no usage for this call: its tokens are unknown' };
-}
 
 /**
  * A Chat Completions chunk as an agent that did not ask for usage gets it: the gateway asked
@@ -243,26 +95,6 @@ export interface GatewayOptions {
   maxRecordBytesPerRollout: number;
   /** Pass image and document URLs (the upstream downloads them) instead of refusing them. */
   allowRemoteImageUrls?: boolean;
-}
-
-/** Host names that reach this machine's own listeners on a port. */
-function isLocalHost(hostname: string): boolean {
-  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  if (host === 'localhost' || host.endsWith('.localhost') || host === '::' || host === '::1') return true;
-  if (host === '0.0.0.0' || /^127\./.test(host)) return true;
-  if (isIP(host) !== 6) return false;
-  if (/^::ffff:(127\.|0\.0\.0\.0)/.test(host)) return true;
-  // The URL parser writes IPv4-mapped addresses in hex: ::ffff:7f00:1 is 127.0.0.1.
-  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
-  if (mapped === null) return false;
-  const high = Number.parseInt(mapped[1]!, 16);
-  return high >> 8 === 127 || (high === 0 && Number.parseInt(mapped[2]!, 16) === 0);
-}
-
-/** Writes one event of a stream to the agent; the route turns these into SSE. */
-export interface StreamSink {
-  event(name: string | null, data: unknown): void;
-  end(trailer?: string): void;
 }
 
 function toGymError(error: unknown): GymError {
@@ -324,12 +156,11 @@ function assembleChat(chunks: Array<Record<string, unknown>>): Record<string, un
 
 export class ModelGateway {
   readonly #options: GatewayOptions;
-  readonly #rollouts = new Map<string, OpenRollout>();
+  readonly #rollouts = new RolloutTable();
   readonly #directory: string;
   /** Records are appended from concurrent calls: one whole line each, one at a time per file. */
   readonly #appender = new LineAppender({ mode: 0o600 });
-  /** Where the daemon's own API listens (host, port), so no upstream can point at it. */
-  #selfAddresses: Array<{ host: string; port: number }> = [];
+  readonly #loopGuard = new LoopGuard();
 
   constructor(options: GatewayOptions) {
     this.#options = options;
@@ -343,28 +174,8 @@ export class ModelGateway {
 
   /** Tells the gateway where the daemon listens; the configured upstream is checked against it. */
   setSelfAddresses(addresses: Array<{ host: string; port: number }>): void {
-    this.#selfAddresses = addresses;
-    if (this.#options.upstream !== undefined) this.#checkNotSelf(this.#options.upstream);
-  }
-
-  #checkNotSelf(upstream: UpstreamConfig): void {
-    const url = new URL(upstream.baseUrl);
-    const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
-    const hostname = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
-    for (const self of this.#selfAddresses) {
-      const selfHost = self.host.replace(/^\[|\]$/g, '').toLowerCase();
-      // Local names reach the daemon on any bind address; another host's name only when it is the
-      // bind address itself. (A loop through an address we cannot tell apart is caught by the
-      // hop header instead.)
-      const sameHost = hostname === selfHost || isLocalHost(hostname);
-      if (sameHost && port === self.port) {
-        throw new GymError(
-          'VALIDATION_FAILED',
-          `the model upstream ${upstream.baseUrl} is the daemon itself (it listens on port ${self.port}); point it at the policy server`,
-          { details: { upstream: upstream.baseUrl } },
-        );
-      }
-    }
+    this.#loopGuard.setSelfAddresses(addresses);
+    if (this.#options.upstream !== undefined) this.#loopGuard.checkNotSelf(this.#options.upstream);
   }
 
   /**
@@ -381,100 +192,37 @@ export class ModelGateway {
         'no model upstream: configure gateway.upstream (or GYM_POLICY_BASE_URL), or pass one for this rollout',
       );
     }
-    this.#checkNotSelf(upstream);
-    const rolloutId = options.rolloutId ?? createId('ro');
-    if (!ROLLOUT_ID_PATTERN.test(rolloutId))
-      throw new GymError('VALIDATION_FAILED', `invalid rollout id "${rolloutId}"`);
-    if (this.#rollouts.has(rolloutId)) {
-      throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`, {
-        details: { rolloutId },
-      });
-    }
-    const key = `gym-ro-${randomBytes(24).toString('base64url')}`;
-    await mkdir(this.#directory, { recursive: true, mode: 0o700 });
-    // A reopened id appends to what it recorded before: the budget counts that too.
-    const recordedBytes = await stat(this.#recordsPath(rolloutId)).then(
-      (info) => info.size,
-      () => 0,
-    );
-    if (this.#rollouts.has(rolloutId))
-      throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`);
-    this.#rollouts.set(rolloutId, {
-      id: rolloutId,
-      key,
-      upstream,
-      calls: 0,
-      recordedBytes,
-      reservedBytes: 0,
-      inFlight: 0,
-      responseIds: new Set(),
-      recentTokens: [],
+    this.#loopGuard.checkNotSelf(upstream);
+    return this.#rollouts.open(options.rolloutId, upstream, async (rolloutId) => {
+      await mkdir(this.#directory, { recursive: true, mode: 0o700 });
+      // A reopened id appends to what it recorded before: the budget counts that too.
+      return stat(this.#recordsPath(rolloutId)).then(
+        (info) => info.size,
+        () => 0,
+      );
     });
-    return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
   }
 
-  /**
-   * The bytes a call's record is expected to take, reserved at admission: the request; for a
-   * translated Messages call also the translated request (up to twice the request: tool inputs
-   * become JSON strings, escaped again); plus its answer, estimated from its output-token limit.
-   * An estimate for admitting calls in flight; the hard bound is checked as records are written.
-   */
+  /** The bytes a call's record is expected to take, reserved at admission (see ./admission.ts). */
   recordBound(
     rollout: OpenRollout,
     api: ModelApi,
     request: Record<string, unknown>,
     requestBytes: number,
   ): number {
-    const isTranslated = api === 'messages' && rollout.upstream.api !== 'anthropic';
-    const limit = [request.max_tokens, request.max_completion_tokens, request.max_output_tokens].find(
-      (value): value is number => typeof value === 'number' && Number.isFinite(value) && value > 0,
-    );
-    const asksTokens = this.#asksTokens(rollout, api);
-    const perOutputToken = asksTokens
-      ? RECORD_BYTES_PER_OUTPUT_TOKEN_WITH_IDS
-      : RECORD_BYTES_PER_OUTPUT_TOKEN;
-    const answer = Math.min(limit ?? 0, 1_000_000) * perOutputToken;
-    const promptIds = asksTokens ? requestBytes * PROMPT_ID_BYTES_PER_REQUEST_BYTE : 0;
-    return requestBytes * (isTranslated ? 3 : 1) + promptIds + answer;
+    return recordBoundOf(rollout, api, request, requestBytes);
   }
 
   /**
-   * Admits one call: refuses it when the rollout has too many calls in flight, or when what it
-   * recorded plus what calls in flight will record plus this call's bound (see `recordBound`)
-   * would pass its record budget (what a rollout recorded is kept whole, and it cannot grow the
-   * disk, or a later read, without bound). Returns the release function, to call when the call
-   * has ended and been recorded.
+   * Admits one call against the rollout's calls in flight and record budget (see ./admission.ts).
+   * Returns the release function, to call when the call has ended and been recorded.
    */
   admit(rollout: OpenRollout, requestBytes: number): () => void {
-    if (rollout.inFlight >= MAX_CALLS_IN_FLIGHT_PER_ROLLOUT) {
-      throw new GymError(
-        'CAPACITY_EXCEEDED',
-        `rollout ${rollout.id} has ${rollout.inFlight} model calls in flight already (at most ${MAX_CALLS_IN_FLIGHT_PER_ROLLOUT})`,
-        { details: { rolloutId: rollout.id, retryAfterMs: 1000 } },
-      );
-    }
-    const budget = this.#options.maxRecordBytesPerRollout;
-    const committed = rollout.recordedBytes + rollout.reservedBytes;
-    if (committed + requestBytes > budget) {
-      throw new GymError(
-        'PAYLOAD_TOO_LARGE',
-        `rollout ${rollout.id} has recorded or reserved ${committed} bytes of model calls; this call of ${requestBytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
-        { details: { rolloutId: rollout.id, recordedBytes: committed, budget } },
-      );
-    }
-    rollout.inFlight += 1;
-    rollout.reservedBytes += requestBytes;
-    let isReleased = false;
-    return () => {
-      if (isReleased) return;
-      isReleased = true;
-      rollout.inFlight -= 1;
-      rollout.reservedBytes -= requestBytes;
-    };
+    return admitCall(rollout, requestBytes, this.#options.maxRecordBytesPerRollout);
   }
 
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
-    this.#rollouts.delete(rolloutId);
+    this.#rollouts.close(rolloutId);
     if (!options.deleteRecords) return;
     const path = this.#recordsPath(rolloutId);
     await this.#appender.idle(path);
@@ -489,16 +237,10 @@ export class ModelGateway {
 
   /**
    * The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's
-   * token). An unknown rollout and a wrong key answer alike, so a model call cannot probe which
-   * rollout ids exist.
+   * token), the same for an unknown rollout and a wrong key.
    */
   authorize(rolloutId: string, presentedKey: string): OpenRollout {
-    const rollout = this.#rollouts.get(rolloutId);
-    // Compare even when there is no such rollout, so both answers take the same time.
-    const isKeyRight = tokenMatches(presentedKey, rollout?.key ?? `gym-ro-none-${presentedKey}x`);
-    if (rollout === undefined || !isKeyRight)
-      throw new GymError('UNAUTHORIZED', 'no open rollout with this id and key');
-    return rollout;
+    return this.#rollouts.authorize(rolloutId, presentedKey);
   }
 
   /**
@@ -845,30 +587,6 @@ export class ModelGateway {
     }
   }
 
-  /** Whether this call asks its upstream for token ids: Chat Completions, sent as such or translated from Messages. */
-  #asksTokens(rollout: OpenRollout, api: ModelApi): boolean {
-    if (rollout.upstream.requestTokenIds !== true || rollout.upstream.api === 'anthropic') return false;
-    return api === 'chat.completions' || api === 'messages';
-  }
-
-  /**
-   * The token fields of a call's record: its tokens, and a drift when its prompt extends none
-   * of the rollout's recent calls with tokens (among which it then counts).
-   */
-  #tokenFields(
-    rollout: OpenRollout,
-    index: number,
-    found: CallTokens | { missing: string },
-  ): Pick<ModelCallRecord, 'tokens' | 'tokensMissing' | 'tokenDrift'> {
-    if ('missing' in found) return { tokensMissing: found.missing };
-    const drift = findDrift(rollout.recentTokens, found);
-    if (drift !== undefined)
-      this.#options.logger.warn({ rolloutId: rollout.id, index, ...drift }, 'model call tokens drifted');
-    rollout.recentTokens.push({ index, tokens: found });
-    if (rollout.recentTokens.length > RECENT_TOKEN_CALLS_PER_ROLLOUT) rollout.recentTokens.shift();
-    return { tokens: found, ...(drift === undefined ? {} : { tokenDrift: drift }) };
-  }
-
   get #policy() {
     return { allowRemoteImageUrls: this.#options.allowRemoteImageUrls === true };
   }
@@ -909,12 +627,13 @@ export class ModelGateway {
       ...(isUsageForced ? { stream_options: { ...streamOptions, include_usage: true } } : {}),
     };
     // Tokens are asked for whatever the agent sent; what that adds is taken out of its answer.
-    const asksTokens = this.#asksTokens(rollout, api);
+    const asksTokens = asksTokenIds(rollout.upstream, api);
     let added: TokenRequestAdded | undefined;
     let body: Record<string, unknown> = forwarded;
     if (asksTokens && api === 'chat.completions') ({ body, added } = withTokenRequest(forwarded));
     const tokensOf = asksTokens
-      ? (found: CallTokens | { missing: string }) => this.#tokenFields(rollout, index, found)
+      ? (found: CallTokens | { missing: string }) =>
+          rememberTokens(rollout, index, found, this.#options.logger)
       : undefined;
     // A trainer must not take a call without ids for one that has them: a Responses call to an
     // upstream whose tokens are asked for says why it has none.
