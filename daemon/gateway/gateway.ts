@@ -7,13 +7,10 @@
  * Anthropic Messages calls go to an Anthropic upstream as they are, or are translated to Chat
  * Completions for an OpenAI-compatible one (./anthropic.ts).
  */
-import { mkdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
-import { LineAppender, readLines } from '../../core/line-file.ts';
 import type { Logger } from '../../core/logger.ts';
-import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
 import { admitCall, recordBoundOf } from './admission.ts';
 import {
   assembleMessages,
@@ -23,6 +20,7 @@ import {
   messagesToChatRequest,
   readSse,
 } from './anthropic.ts';
+import { CallJournal } from './call-journal.ts';
 import { GATEWAY_HOP_HEADER, LoopGuard } from './loop-guard.ts';
 import {
   asksTokenIds,
@@ -46,6 +44,7 @@ import {
   tokensOfResponse,
   withTokenRequest,
 } from './token-capture.ts';
+import { toGymError, upstreamAnsweredError, upstreamUnreachableError } from './upstream-errors.ts';
 
 export { MAX_CALLS_IN_FLIGHT_PER_ROLLOUT } from './admission.ts';
 export { GATEWAY_HOP_HEADER } from './loop-guard.ts';
@@ -61,13 +60,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** Why a Responses call has no token ids though its upstream's are asked for. */
 const RESPONSES_HAVE_NO_TOKEN_IDS =
   'the Responses API returns no token ids (vLLM has them on Chat Completions only): use Chat Completions for exact tokens';
-
-/**
- * The largest error record written past a rollout's budget: one that keeps the usage of a call
- * the upstream answered (its tokens were spent) when the full record did not fit. At most the
- * calls in flight can add one each, so the budget is passed by a few KiB at most.
- */
-const MAX_PAST_BUDGET_RECORD_BYTES = 8 * 1024;
 
 /**
  * A Chat Completions chunk as an agent that did not ask for usage gets it: the gateway asked
@@ -95,23 +87,6 @@ export interface GatewayOptions {
   maxRecordBytesPerRollout: number;
   /** Pass image and document URLs (the upstream downloads them) instead of refusing them. */
   allowRemoteImageUrls?: boolean;
-}
-
-function toGymError(error: unknown): GymError {
-  if (error instanceof GymError) return error;
-  if (error instanceof OpenAI.APIError && error.status !== undefined) {
-    const upstreamStatus = error.status;
-    const code = upstreamStatus === 429 ? 'MODEL_RATE_LIMITED' : 'MODEL_UPSTREAM_ERROR';
-    return new GymError(code, `the model upstream answered ${upstreamStatus}: ${error.message}`, {
-      details: { upstreamStatus },
-      cause: error,
-    });
-  }
-  return new GymError(
-    'MODEL_UPSTREAM_ERROR',
-    `the model upstream could not be reached: ${(error as Error).message}`,
-    { cause: error },
-  );
 }
 
 /** Puts streamed Chat Completions chunks back together into one completion (content and tool calls). */
@@ -157,14 +132,16 @@ function assembleChat(chunks: Array<Record<string, unknown>>): Record<string, un
 export class ModelGateway {
   readonly #options: GatewayOptions;
   readonly #rollouts = new RolloutTable();
-  readonly #directory: string;
-  /** Records are appended from concurrent calls: one whole line each, one at a time per file. */
-  readonly #appender = new LineAppender({ mode: 0o600 });
+  readonly #journal: CallJournal;
   readonly #loopGuard = new LoopGuard();
 
   constructor(options: GatewayOptions) {
     this.#options = options;
-    this.#directory = join(options.stateDir, 'gateway');
+    this.#journal = new CallJournal({
+      directory: join(options.stateDir, 'gateway'),
+      logger: options.logger,
+      maxRecordBytesPerRollout: options.maxRecordBytesPerRollout,
+    });
   }
 
   /** The value of the hop header this gateway sends upstream. */
@@ -193,14 +170,9 @@ export class ModelGateway {
       );
     }
     this.#loopGuard.checkNotSelf(upstream);
-    return this.#rollouts.open(options.rolloutId, upstream, async (rolloutId) => {
-      await mkdir(this.#directory, { recursive: true, mode: 0o700 });
-      // A reopened id appends to what it recorded before: the budget counts that too.
-      return stat(this.#recordsPath(rolloutId)).then(
-        (info) => info.size,
-        () => 0,
-      );
-    });
+    return this.#rollouts.open(options.rolloutId, upstream, (rolloutId) =>
+      this.#journal.recordedBytes(rolloutId),
+    );
   }
 
   /** The bytes a call's record is expected to take, reserved at admission (see ./admission.ts). */
@@ -224,15 +196,7 @@ export class ModelGateway {
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
     this.#rollouts.close(rolloutId);
     if (!options.deleteRecords) return;
-    const path = this.#recordsPath(rolloutId);
-    await this.#appender.idle(path);
-    await rm(path, { force: true });
-  }
-
-  #recordsPath(rolloutId: string): string {
-    if (!ROLLOUT_ID_PATTERN.test(rolloutId))
-      throw new GymError('ROLLOUT_NOT_FOUND', `no rollout ${rolloutId}`);
-    return join(this.#directory, `${rolloutId}.jsonl`);
+    await this.#journal.delete(rolloutId);
   }
 
   /**
@@ -243,53 +207,9 @@ export class ModelGateway {
     return this.#rollouts.authorize(rolloutId, presentedKey);
   }
 
-  /**
-   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget) up
-   * to the end of the last record written whole, so a call being recorded now is not read half.
-   * A line that is not a whole record (torn by a crash, or damaged since) does not cost the
-   * others: a {@link DamagedRecord} stands in its place, saying where it is, and counts as a call
-   * whose tokens are unknown. Records are appended whole (see core/line-file.ts), so no model
-   * call can produce such a line; hiding the others would only lose honest calls with it.
-   */
+  /** Every record of a rollout; a damaged line stands as a {@link DamagedRecord} (see ./call-journal.ts). */
   async records(rolloutId: string): Promise<Array<ModelCallRecord | DamagedRecord>> {
-    const path = this.#recordsPath(rolloutId);
-    const exists = await stat(path).then(
-      () => true,
-      () => false,
-    );
-    if (!exists) {
-      if (this.#rollouts.has(rolloutId)) return [];
-      throw new GymError('ROLLOUT_NOT_FOUND', `no records for rollout ${rolloutId}`);
-    }
-    const size = await this.#appender.settledSize(path);
-    const records: Array<ModelCallRecord | DamagedRecord> = [];
-    for await (const line of readLines(path, size)) {
-      if (line.isTerminated && line.text.trim() === '') continue;
-      let parsed: unknown;
-      let problem: string | undefined;
-      try {
-        parsed = JSON.parse(line.text);
-        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
-          problem = 'it is not a JSON object';
-      } catch (error) {
-        problem = (error as Error).message;
-      }
-      if (problem === undefined) {
-        records.push(parsed as ModelCallRecord);
-        continue;
-      }
-      const isTorn = !line.isTerminated;
-      const message = `line ${line.number} of the records of rollout ${rolloutId} (${line.bytes} bytes at byte ${line.offset}) is not a whole record${isTorn ? ' (the file ends in it: a write cut short)' : ''}: ${problem}; the call it held is lost and its usage unknown`;
-      this.#options.logger.warn({ rolloutId, line: line.number, offset: line.offset }, message);
-      records.push({
-        rolloutId,
-        status: 'error',
-        usage: null,
-        error: { code: 'RECORD_DAMAGED', message },
-        damaged: { line: line.number, offset: line.offset, bytes: line.bytes, isTorn },
-      });
-    }
-    return records;
+    return this.#journal.read(rolloutId, () => this.#rollouts.has(rolloutId));
   }
 
   #client(upstream: UpstreamConfig): OpenAI {
@@ -300,70 +220,6 @@ export class ModelGateway {
       timeout: this.#options.timeoutMs,
       defaultHeaders: { [GATEWAY_HOP_HEADER]: this.#options.hopId },
     });
-  }
-
-  /**
-   * Appends one record, unless it would take the rollout past its record budget: then nothing is
-   * written and the call fails with the budget's PAYLOAD_TOO_LARGE (a record is whole or absent).
-   */
-  async #record(
-    rollout: OpenRollout,
-    record: ModelCallRecord,
-    options: { mayPassBudget?: boolean } = {},
-  ): Promise<void> {
-    const line = `${JSON.stringify(record)}\n`;
-    const bytes = Buffer.byteLength(line);
-    const budget = this.#options.maxRecordBytesPerRollout;
-    const isPastBudgetAllowed = options.mayPassBudget === true && bytes <= MAX_PAST_BUDGET_RECORD_BYTES;
-    if (rollout.recordedBytes + bytes > budget && !isPastBudgetAllowed) {
-      throw new GymError(
-        'PAYLOAD_TOO_LARGE',
-        `rollout ${rollout.id} has recorded ${rollout.recordedBytes} bytes of model calls; this call's record of ${bytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
-        { details: { rolloutId: rollout.id, recordedBytes: rollout.recordedBytes, budget } },
-      );
-    }
-    rollout.recordedBytes += bytes;
-    await this.#appender.append(this.#recordsPath(record.rolloutId), line);
-  }
-
-  /**
-   * Records a failed call and returns its error, with the usage the upstream reported before the
-   * call failed (a call can fail after the upstream answered: its record past the budget, its
-   * stream cut). When the record with the request does not fit the budget any more, the request
-   * is left out of it; when even that does not fit, it is written past the budget if it carries
-   * usage (small, see MAX_PAST_BUDGET_RECORD_BYTES: spent tokens are never left unrecorded), and
-   * otherwise not at all.
-   */
-  async #recordFailure(
-    rollout: OpenRollout,
-    base: Omit<ModelCallRecord, 'durationMs' | 'status'>,
-    started: number,
-    caught: unknown,
-    seen: UsageSeen = {},
-  ): Promise<GymError> {
-    const error = toGymError(caught);
-    this.#options.logger.warn(
-      { rolloutId: rollout.id, code: error.code, error: error.message },
-      'model call failed',
-    );
-    const record: ModelCallRecord = {
-      ...base,
-      durationMs: performance.now() - started,
-      status: 'error',
-      error: {
-        code: error.code,
-        message: error.message,
-        ...(typeof error.details.upstreamStatus === 'number'
-          ? { upstreamStatus: error.details.upstreamStatus }
-          : {}),
-      },
-      ...(isObject(seen.usage) ? { usage: seen.usage } : {}),
-    };
-    const omitted = { ...record, request: { omitted: 'past the record budget' } };
-    await this.#record(rollout, record)
-      .catch(() => this.#record(rollout, omitted, { mayPassBudget: isObject(seen.usage) }))
-      .catch(() => {});
-    return error;
   }
 
   /**
@@ -510,26 +366,14 @@ export class ModelGateway {
           signal: AbortSignal.timeout(this.#options.timeoutMs),
         });
       } catch (error) {
-        if (isLast)
-          throw new GymError(
-            'MODEL_UPSTREAM_ERROR',
-            `the model upstream could not be reached: ${(error as Error).message}`,
-            { cause: error },
-          );
+        if (isLast) throw upstreamUnreachableError(error);
         await sleep(500 * 2 ** attempt);
         continue;
       }
       if (response.ok) return response;
       const isRetryable = [408, 409, 429].includes(response.status) || response.status >= 500;
       const text = (await response.text().catch(() => '')).slice(0, 2000);
-      if (!isRetryable || isLast) {
-        const upstreamStatus = response.status;
-        throw new GymError(
-          upstreamStatus === 429 ? 'MODEL_RATE_LIMITED' : 'MODEL_UPSTREAM_ERROR',
-          `the model upstream answered ${upstreamStatus}: ${text}`,
-          { details: { upstreamStatus } },
-        );
-      }
+      if (!isRetryable || isLast) throw upstreamAnsweredError(response.status, text);
       const retryAfter = Number(response.headers.get('retry-after'));
       await sleep(
         Number.isFinite(retryAfter) && retryAfter > 0
@@ -575,7 +419,7 @@ export class ModelGateway {
         const text = JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools });
         response = { input_tokens: Math.ceil(text.length / 4), estimated: true };
       }
-      await this.#record(rollout, {
+      await this.#journal.append(rollout, {
         ...base,
         durationMs: performance.now() - started,
         status: 'ok',
@@ -583,7 +427,7 @@ export class ModelGateway {
       });
       return response;
     } catch (caught) {
-      throw await this.#recordFailure(rollout, base, started, caught);
+      throw await this.#journal.appendFailure(rollout, base, started, toGymError(caught));
     }
   }
 
@@ -679,7 +523,7 @@ export class ModelGateway {
               seen,
             )
           : await this.#messagesToChat(client, request, upstreamModel, isStream, held, seen, tokensOf);
-        await this.#record(rollout, {
+        await this.#journal.append(rollout, {
           ...base,
           ...done.record,
           durationMs: performance.now() - started,
@@ -694,7 +538,7 @@ export class ModelGateway {
             ? await client.chat.completions.create(body as never)
             : await client.responses.create(body as never);
         seen.usage = (response as { usage?: unknown }).usage;
-        await this.#record(rollout, {
+        await this.#journal.append(rollout, {
           ...base,
           durationMs: performance.now() - started,
           status: 'ok',
@@ -733,7 +577,7 @@ export class ModelGateway {
       held?.end(api === 'chat.completions' ? 'data: [DONE]\n\n' : undefined);
       const response =
         api === 'chat.completions' ? assembleChat(events as Array<Record<string, unknown>>) : completed;
-      await this.#record(rollout, {
+      await this.#journal.append(rollout, {
         ...base,
         durationMs: performance.now() - started,
         status: 'ok',
@@ -746,7 +590,7 @@ export class ModelGateway {
       ending?.();
       return response;
     } catch (caught) {
-      throw await this.#recordFailure(rollout, base, started, caught, seen);
+      throw await this.#journal.appendFailure(rollout, base, started, toGymError(caught), seen);
     }
   }
 }
