@@ -1,234 +1,51 @@
 /**
  * The model gateway: an OpenAI-compatible endpoint per rollout that forwards to the configured
- * upstream (NeMo Gym's policy_base_url / policy_api_key / policy_model_name) with the openai
- * client, passes through every field a trainer sets (token ids, logprobs, sampling knobs), and
- * records every call exactly: request, response (or every streamed event), usage and timing.
- * Records go to `<state dir>/gateway/<rolloutId>.jsonl` as they happen, so memory stays flat.
- * Anthropic Messages calls go to an Anthropic upstream as they are, or are translated to Chat
- * Completions for an OpenAI-compatible one (./anthropic.ts).
+ * upstream (NeMo Gym's policy_base_url / policy_api_key / policy_model_name), passes through
+ * every field a trainer sets (token ids, logprobs, sampling knobs), and records every call
+ * exactly: request, response (or every streamed event), usage and timing. Anthropic Messages
+ * calls go to an Anthropic upstream as they are, or are translated to Chat Completions for an
+ * OpenAI-compatible one.
+ *
+ * This file is the front the daemon and its routes use; each part lives beside it:
+ * - ./rollouts.ts: open rollouts and their keys, what each remembers between calls;
+ * - ./admission.ts: calls in flight and the record budget reserved at admission;
+ * - ./call-journal.ts: the records, one JSON line a call, and reading them back;
+ * - ./openai-upstream.ts, ./messages-via-chat.ts, ./anthropic-upstream.ts: one upstream call each;
+ * - ./loop-guard.ts: no upstream may lead back to the daemon;
+ * - ./request-policy.ts: what an agent's request may ask of the upstream.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdir, rm, stat } from 'node:fs/promises';
-import { isIP } from 'node:net';
 import { join } from 'node:path';
-import OpenAI from 'openai';
 import { GymError } from '../../core/errors.ts';
-import { createId } from '../../core/ids.ts';
-import { LineAppender, readLines } from '../../core/line-file.ts';
 import type { Logger } from '../../core/logger.ts';
-import { ROLLOUT_ID_PATTERN } from '../../core/schemas/api.ts';
-import { tokenMatches } from '../identity.ts';
+import { admitCall, recordBoundOf } from './admission.ts';
+import { callAnthropicMessages, checkAnthropicTakes, countTokensAtAnthropic } from './anthropic-upstream.ts';
+import { CallJournal } from './call-journal.ts';
+import { LoopGuard } from './loop-guard.ts';
+import { callMessagesViaChat, estimateInputTokens } from './messages-via-chat.ts';
 import {
-  assembleMessages,
-  ChatToMessagesStream,
-  chatToMessagesResponse,
-  type MessagesEvent,
-  messagesToChatRequest,
-  readSse,
-} from './anthropic.ts';
+  asksTokenIds,
+  type DamagedRecord,
+  holdStreamEnd,
+  type ModelApi,
+  type ModelCallRecord,
+  type StreamSink,
+  type UpstreamAnswer,
+  type UpstreamCall,
+  type UpstreamConfig,
+} from './model-call.ts';
+import { callOpenAi, createOpenAiClient } from './openai-upstream.ts';
 import { checkMessagesRequest, checkOpenAiRequest, filterAnthropicHeaders } from './request-policy.ts';
-import {
-  type CallTokens,
-  findDrift,
-  hideAddedInChunk,
-  hideAddedInResponse,
-  type TokenDrift,
-  type TokenRequestAdded,
-  tokensOfChunks,
-  tokensOfResponse,
-  withTokenRequest,
-} from './token-capture.ts';
+import { type OpenRollout, RolloutTable, rememberResponse, rememberTokens } from './rollouts.ts';
+import { toGymError } from './upstream-errors.ts';
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export interface UpstreamConfig {
-  /** Up to and including `/v1`. */
-  baseUrl: string;
-  apiKey?: string;
-  /** Replaces the model a client asks for (the policy being trained); recorded beside it. */
-  model?: string;
-  /** What the upstream speaks: OpenAI's APIs (the default) or Anthropic Messages. */
-  api?: 'openai' | 'anthropic';
-  /**
-   * Ask the upstream for the exact token ids and logprobs of every Chat Completions call (and
-   * of every Messages call translated to one), whatever the agent sent, and record them
-   * (./token-capture.ts). For vLLM (0.10.2 or later); off by default, because other upstreams
-   * (OpenAI's own API among them) refuse a request with fields they do not know.
-   */
-  requestTokenIds?: boolean;
-}
-
-export type ModelApi = 'chat.completions' | 'responses' | 'messages';
-
-export interface ModelCallRecord {
-  index: number;
-  rolloutId: string;
-  /** `messages.count_tokens`: a token count asked of the upstream (no model call, no usage). */
-  api: ModelApi | 'messages.count_tokens';
-  startedAt: string;
-  durationMs: number;
-  stream: boolean;
-  /** The request as the agent sent it (the model field as asked). */
-  request: Record<string, unknown>;
-  /** The model the upstream was asked for. */
-  upstreamModel: unknown;
-  /** Set when the call was translated: the API the upstream was called with, and the request it got. */
-  upstreamApi?: ModelApi;
-  upstreamRequest?: Record<string, unknown>;
-  /** Translated calls: the upstream's own (assembled) response, beside `response` as the agent got it. */
-  upstreamResponse?: unknown;
-  status: 'ok' | 'error';
-  /** Non-streamed: the upstream's response object, unchanged. Streamed: the final object assembled. */
-  response?: unknown;
-  /** Streamed: every chunk or event from the upstream, unchanged (token ids and logprobs ride here). */
-  events?: unknown[];
-  /**
-   * The upstream's usage object, in the upstream's own shape (see environments/runner/usage.ts);
-   * `null` on a call the upstream answered without one (then `usageMissing` says so). A failed
-   * call keeps the usage the upstream reported before it failed.
-   */
-  usage?: unknown;
-  /** Why a call the upstream answered has no usage: its tokens are unknown, not zero. */
-  usageMissing?: string;
-  /**
-   * The exact tokens of the call (its upstream's `requestTokenIds` on): what the policy was
-   * conditioned on and sampled, with the logprobs. Also left in `response`/`events` as the
-   * upstream sent them; both count against the record budget.
-   */
-  tokens?: CallTokens;
-  /** Why a call that asked for tokens has none (the upstream did not return them). */
-  tokensMissing?: string;
-  /**
-   * Set when this call's prompt ids start with no recent call's prompt and completion ids: the
-   * history was re-tokenised into other ids than the policy produced (or the call started
-   * another conversation; `matchingTokens` tells which).
-   */
-  tokenDrift?: TokenDrift;
-  error?: { code: string; message: string; upstreamStatus?: number };
-}
-
-/**
- * A line of a rollout's records that is not a whole record (torn by a crash mid-write, or
- * damaged since), served in its place so the others are not lost with it and the call it held
- * counts as one whose usage is unknown.
- */
-export interface DamagedRecord {
-  rolloutId: string;
-  status: 'error';
-  usage: null;
-  error: { code: 'RECORD_DAMAGED'; message: string };
-  /** Where the line is in the records file: its number (from 1), first byte and length. */
-  damaged: { line: number; offset: number; bytes: number; isTorn: boolean };
-}
-
-/** Every call the gateway makes upstream carries this header with the daemon's id: a call that comes back with it is a loop. */
-export const GATEWAY_HOP_HEADER = 'x-gym-gateway-hop';
-
-/** An open rollout, as a model call that presented its key sees it. */
-export interface OpenRollout {
-  id: string;
-  key: string;
-  upstream: UpstreamConfig;
-  calls: number;
-  /** Bytes of records written so far (checked against the per-rollout budget). */
-  recordedBytes: number;
-  /** Bytes reserved by calls in flight (their requests, at least, will be recorded). */
-  reservedBytes: number;
-  /** Calls in flight now. */
-  inFlight: number;
-  /**
-   * Ids of the Responses this rollout received, oldest first (at most
-   * `MAX_RESPONSE_IDS_PER_ROLLOUT`): the only ones its `previous_response_id` may name.
-   */
-  responseIds: Set<string>;
-  /**
-   * The tokens of the rollout's latest calls that have them (at most
-   * `RECENT_TOKEN_CALLS_PER_ROLLOUT`, oldest first), one of which the next call's prompt should extend.
-   */
-  recentTokens: Array<{ index: number; tokens: CallTokens }>;
-}
-
-/** Why a Responses call has no token ids though its upstream's are asked for. */
-const RESPONSES_HAVE_NO_TOKEN_IDS =
-  'the Responses API returns no token ids (vLLM has them on Chat Completions only): use Chat Completions for exact tokens';
-
-/**
- * Calls whose tokens a rollout keeps to tell drift: an agent's next call continues one of its
- * latest few (side calls for a title or a summary come between); more would only hold more
- * token arrays in memory per open rollout.
- */
-export const RECENT_TOKEN_CALLS_PER_ROLLOUT = 4;
-
-/** Response ids a rollout remembers for `previous_response_id`; older ones drop out (an agent continues its latest). */
-export const MAX_RESPONSE_IDS_PER_ROLLOUT = 1024;
-
-/** Remembers a response id the upstream gave a rollout, forgetting the oldest past the bound. */
-function rememberResponse(rollout: OpenRollout, response: unknown): void {
-  const id = (response as { id?: unknown } | undefined)?.id;
-  if (typeof id !== 'string' || id === '') return;
-  rollout.responseIds.delete(id);
-  rollout.responseIds.add(id);
-  if (rollout.responseIds.size > MAX_RESPONSE_IDS_PER_ROLLOUT) {
-    const oldest = rollout.responseIds.values().next().value;
-    if (oldest !== undefined) rollout.responseIds.delete(oldest);
-  }
-}
-
-/**
- * Model calls one rollout may have in flight at once: an agent waits for its model, so a few
- * allow for parallel tool calls; hundreds would only multiply the memory a rollout holds.
- */
-export const MAX_CALLS_IN_FLIGHT_PER_ROLLOUT = 8;
-
-/** Bytes of record reserved per output token a call may produce (its text, about 4 bytes, and the JSON around it). */
-const RECORD_BYTES_PER_OUTPUT_TOKEN = 16;
-
-/**
- * Bytes of record reserved per output token when tokens are asked for: its id twice (in the
- * upstream's answer and in `tokens`) and its logprob entry (token text, logprob, bytes) twice.
- */
-const RECORD_BYTES_PER_OUTPUT_TOKEN_WITH_IDS = 160;
-
-/**
- * How many times a request's bytes its prompt's ids take in a record, when tokens are asked
- * for: an id (up to 6 digits and a comma) stands for about 4 characters of text, and is
- * recorded twice (the upstream's `prompt_token_ids` and `tokens`).
- */
-const PROMPT_ID_BYTES_PER_REQUEST_BYTE = 4;
-
-/**
- * The largest error record written past a rollout's budget: one that keeps the usage of a call
- * the upstream answered (its tokens were spent) when the full record did not fit. At most the
- * calls in flight can add one each, so the budget is passed by a few KiB at most.
- */
-const MAX_PAST_BUDGET_RECORD_BYTES = 8 * 1024;
-
-/** What the upstream reported of a call's usage so far (a failed call keeps it in its record). */
-interface UsageSeen {
-  usage?: unknown;
-}
-
-const isObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/** The usage fields of a record of a call the upstream answered: its usage, or why there is none. */
-function usageOfAnswer(usage: unknown): Pick<ModelCallRecord, 'usage' | 'usageMissing'> {
-  if (isObject(usage)) return { usage };
-  return { usage: null, usageMissing: 'the upstream sent no usage for this call: its tokens are unknown' };
-}
-
-/**
- * A Chat Completions chunk as an agent that did not ask for usage gets it: the gateway asked
- * the upstream for usage (`stream_options.include_usage`), which adds a last chunk with no
- * choices and `usage: null` on the others; without us the agent would have seen neither. Null
- * for the chunk to leave out.
- */
-function withoutAddedUsage(chunk: Record<string, unknown>): Record<string, unknown> | null {
-  if (!('usage' in chunk)) return chunk;
-  if (Array.isArray(chunk.choices) && chunk.choices.length === 0) return null;
-  const { usage: _added, ...rest } = chunk;
-  return rest;
-}
+export { MAX_CALLS_IN_FLIGHT_PER_ROLLOUT } from './admission.ts';
+export { GATEWAY_HOP_HEADER } from './loop-guard.ts';
+export type { DamagedRecord, ModelApi, ModelCallRecord, StreamSink, UpstreamConfig } from './model-call.ts';
+export {
+  MAX_RESPONSE_IDS_PER_ROLLOUT,
+  type OpenRollout,
+  RECENT_TOKEN_CALLS_PER_ROLLOUT,
+} from './rollouts.ts';
 
 export interface GatewayOptions {
   stateDir: string;
@@ -245,95 +62,25 @@ export interface GatewayOptions {
   allowRemoteImageUrls?: boolean;
 }
 
-/** Host names that reach this machine's own listeners on a port. */
-function isLocalHost(hostname: string): boolean {
-  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  if (host === 'localhost' || host.endsWith('.localhost') || host === '::' || host === '::1') return true;
-  if (host === '0.0.0.0' || /^127\./.test(host)) return true;
-  if (isIP(host) !== 6) return false;
-  if (/^::ffff:(127\.|0\.0\.0\.0)/.test(host)) return true;
-  // The URL parser writes IPv4-mapped addresses in hex: ::ffff:7f00:1 is 127.0.0.1.
-  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
-  if (mapped === null) return false;
-  const high = Number.parseInt(mapped[1]!, 16);
-  return high >> 8 === 127 || (high === 0 && Number.parseInt(mapped[2]!, 16) === 0);
-}
-
-/** Writes one event of a stream to the agent; the route turns these into SSE. */
-export interface StreamSink {
-  event(name: string | null, data: unknown): void;
-  end(trailer?: string): void;
-}
-
-function toGymError(error: unknown): GymError {
-  if (error instanceof GymError) return error;
-  if (error instanceof OpenAI.APIError && error.status !== undefined) {
-    const upstreamStatus = error.status;
-    const code = upstreamStatus === 429 ? 'MODEL_RATE_LIMITED' : 'MODEL_UPSTREAM_ERROR';
-    return new GymError(code, `the model upstream answered ${upstreamStatus}: ${error.message}`, {
-      details: { upstreamStatus },
-      cause: error,
-    });
-  }
-  return new GymError(
-    'MODEL_UPSTREAM_ERROR',
-    `the model upstream could not be reached: ${(error as Error).message}`,
-    { cause: error },
-  );
-}
-
-/** Puts streamed Chat Completions chunks back together into one completion (content and tool calls). */
-function assembleChat(chunks: Array<Record<string, unknown>>): Record<string, unknown> {
-  let content = '';
-  let finishReason: unknown = null;
-  let usage: unknown;
-  const toolCalls: Array<{ id?: string; type: 'function'; function: { name: string; arguments: string } }> =
-    [];
-  for (const chunk of chunks) {
-    if (chunk.usage) usage = chunk.usage;
-    for (const choice of (chunk.choices as Array<Record<string, unknown>> | undefined) ?? []) {
-      const delta = (choice.delta ?? {}) as Record<string, unknown>;
-      if (typeof delta.content === 'string') content += delta.content;
-      for (const call of (delta.tool_calls as Array<Record<string, unknown>> | undefined) ?? []) {
-        const index = call.index as number;
-        const fn = (call.function ?? {}) as { name?: string; arguments?: string };
-        toolCalls[index] ??= { type: 'function', function: { name: '', arguments: '' } };
-        if (call.id) toolCalls[index]!.id = call.id as string;
-        if (fn.name) toolCalls[index]!.function.name += fn.name;
-        if (fn.arguments) toolCalls[index]!.function.arguments += fn.arguments;
-      }
-      if (choice.finish_reason) finishReason = choice.finish_reason;
-    }
-  }
-  return {
-    object: 'chat.completion',
-    choices: [
-      {
-        index: 0,
-        message: {
-          role: 'assistant',
-          content: content === '' && toolCalls.length > 0 ? null : content,
-          ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
-        },
-        finish_reason: finishReason,
-      },
-    ],
-    usage,
-  };
+/** A call once it is counted: its record's first fields and when it started (`performance.now()`). */
+interface StartedCall {
+  base: Omit<ModelCallRecord, 'durationMs' | 'status'>;
+  started: number;
 }
 
 export class ModelGateway {
   readonly #options: GatewayOptions;
-  readonly #rollouts = new Map<string, OpenRollout>();
-  readonly #directory: string;
-  /** Records are appended from concurrent calls: one whole line each, one at a time per file. */
-  readonly #appender = new LineAppender({ mode: 0o600 });
-  /** Where the daemon's own API listens (host, port), so no upstream can point at it. */
-  #selfAddresses: Array<{ host: string; port: number }> = [];
+  readonly #rollouts = new RolloutTable();
+  readonly #journal: CallJournal;
+  readonly #loopGuard = new LoopGuard();
 
   constructor(options: GatewayOptions) {
     this.#options = options;
-    this.#directory = join(options.stateDir, 'gateway');
+    this.#journal = new CallJournal({
+      directory: join(options.stateDir, 'gateway'),
+      logger: options.logger,
+      maxRecordBytesPerRollout: options.maxRecordBytesPerRollout,
+    });
   }
 
   /** The value of the hop header this gateway sends upstream. */
@@ -343,28 +90,8 @@ export class ModelGateway {
 
   /** Tells the gateway where the daemon listens; the configured upstream is checked against it. */
   setSelfAddresses(addresses: Array<{ host: string; port: number }>): void {
-    this.#selfAddresses = addresses;
-    if (this.#options.upstream !== undefined) this.#checkNotSelf(this.#options.upstream);
-  }
-
-  #checkNotSelf(upstream: UpstreamConfig): void {
-    const url = new URL(upstream.baseUrl);
-    const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
-    const hostname = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
-    for (const self of this.#selfAddresses) {
-      const selfHost = self.host.replace(/^\[|\]$/g, '').toLowerCase();
-      // Local names reach the daemon on any bind address; another host's name only when it is the
-      // bind address itself. (A loop through an address we cannot tell apart is caught by the
-      // hop header instead.)
-      const sameHost = hostname === selfHost || isLocalHost(hostname);
-      if (sameHost && port === self.port) {
-        throw new GymError(
-          'VALIDATION_FAILED',
-          `the model upstream ${upstream.baseUrl} is the daemon itself (it listens on port ${self.port}); point it at the policy server`,
-          { details: { upstream: upstream.baseUrl } },
-        );
-      }
-    }
+    this.#loopGuard.setSelfAddresses(addresses);
+    if (this.#options.upstream !== undefined) this.#loopGuard.checkNotSelf(this.#options.upstream);
   }
 
   /**
@@ -381,420 +108,47 @@ export class ModelGateway {
         'no model upstream: configure gateway.upstream (or GYM_POLICY_BASE_URL), or pass one for this rollout',
       );
     }
-    this.#checkNotSelf(upstream);
-    const rolloutId = options.rolloutId ?? createId('ro');
-    if (!ROLLOUT_ID_PATTERN.test(rolloutId))
-      throw new GymError('VALIDATION_FAILED', `invalid rollout id "${rolloutId}"`);
-    if (this.#rollouts.has(rolloutId)) {
-      throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`, {
-        details: { rolloutId },
-      });
-    }
-    const key = `gym-ro-${randomBytes(24).toString('base64url')}`;
-    await mkdir(this.#directory, { recursive: true, mode: 0o700 });
-    // A reopened id appends to what it recorded before: the budget counts that too.
-    const recordedBytes = await stat(this.#recordsPath(rolloutId)).then(
-      (info) => info.size,
-      () => 0,
+    this.#loopGuard.checkNotSelf(upstream);
+    return this.#rollouts.open(options.rolloutId, upstream, (rolloutId) =>
+      this.#journal.recordedBytes(rolloutId),
     );
-    if (this.#rollouts.has(rolloutId))
-      throw new GymError('ROLLOUT_CONFLICT', `rollout ${rolloutId} is already open; close it first`);
-    this.#rollouts.set(rolloutId, {
-      id: rolloutId,
-      key,
-      upstream,
-      calls: 0,
-      recordedBytes,
-      reservedBytes: 0,
-      inFlight: 0,
-      responseIds: new Set(),
-      recentTokens: [],
-    });
-    return { rolloutId, key, basePath: `/v1/gateway/${rolloutId}/v1` };
   }
 
-  /**
-   * The bytes a call's record is expected to take, reserved at admission: the request; for a
-   * translated Messages call also the translated request (up to twice the request: tool inputs
-   * become JSON strings, escaped again); plus its answer, estimated from its output-token limit.
-   * An estimate for admitting calls in flight; the hard bound is checked as records are written.
-   */
+  /** The bytes a call's record is expected to take, reserved at admission (see ./admission.ts). */
   recordBound(
     rollout: OpenRollout,
     api: ModelApi,
     request: Record<string, unknown>,
     requestBytes: number,
   ): number {
-    const isTranslated = api === 'messages' && rollout.upstream.api !== 'anthropic';
-    const limit = [request.max_tokens, request.max_completion_tokens, request.max_output_tokens].find(
-      (value): value is number => typeof value === 'number' && Number.isFinite(value) && value > 0,
-    );
-    const asksTokens = this.#asksTokens(rollout, api);
-    const perOutputToken = asksTokens
-      ? RECORD_BYTES_PER_OUTPUT_TOKEN_WITH_IDS
-      : RECORD_BYTES_PER_OUTPUT_TOKEN;
-    const answer = Math.min(limit ?? 0, 1_000_000) * perOutputToken;
-    const promptIds = asksTokens ? requestBytes * PROMPT_ID_BYTES_PER_REQUEST_BYTE : 0;
-    return requestBytes * (isTranslated ? 3 : 1) + promptIds + answer;
+    return recordBoundOf(rollout, api, request, requestBytes);
   }
 
   /**
-   * Admits one call: refuses it when the rollout has too many calls in flight, or when what it
-   * recorded plus what calls in flight will record plus this call's bound (see `recordBound`)
-   * would pass its record budget (what a rollout recorded is kept whole, and it cannot grow the
-   * disk, or a later read, without bound). Returns the release function, to call when the call
-   * has ended and been recorded.
+   * Admits one call against the rollout's calls in flight and record budget (see ./admission.ts).
+   * Returns the release function, to call when the call has ended and been recorded.
    */
   admit(rollout: OpenRollout, requestBytes: number): () => void {
-    if (rollout.inFlight >= MAX_CALLS_IN_FLIGHT_PER_ROLLOUT) {
-      throw new GymError(
-        'CAPACITY_EXCEEDED',
-        `rollout ${rollout.id} has ${rollout.inFlight} model calls in flight already (at most ${MAX_CALLS_IN_FLIGHT_PER_ROLLOUT})`,
-        { details: { rolloutId: rollout.id, retryAfterMs: 1000 } },
-      );
-    }
-    const budget = this.#options.maxRecordBytesPerRollout;
-    const committed = rollout.recordedBytes + rollout.reservedBytes;
-    if (committed + requestBytes > budget) {
-      throw new GymError(
-        'PAYLOAD_TOO_LARGE',
-        `rollout ${rollout.id} has recorded or reserved ${committed} bytes of model calls; this call of ${requestBytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
-        { details: { rolloutId: rollout.id, recordedBytes: committed, budget } },
-      );
-    }
-    rollout.inFlight += 1;
-    rollout.reservedBytes += requestBytes;
-    let isReleased = false;
-    return () => {
-      if (isReleased) return;
-      isReleased = true;
-      rollout.inFlight -= 1;
-      rollout.reservedBytes -= requestBytes;
-    };
+    return admitCall(rollout, requestBytes, this.#options.maxRecordBytesPerRollout);
   }
 
   async closeRollout(rolloutId: string, options: { deleteRecords?: boolean } = {}): Promise<void> {
-    this.#rollouts.delete(rolloutId);
+    this.#rollouts.close(rolloutId);
     if (!options.deleteRecords) return;
-    const path = this.#recordsPath(rolloutId);
-    await this.#appender.idle(path);
-    await rm(path, { force: true });
-  }
-
-  #recordsPath(rolloutId: string): string {
-    if (!ROLLOUT_ID_PATTERN.test(rolloutId))
-      throw new GymError('ROLLOUT_NOT_FOUND', `no rollout ${rolloutId}`);
-    return join(this.#directory, `${rolloutId}.jsonl`);
+    await this.#journal.delete(rolloutId);
   }
 
   /**
    * The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's
-   * token). An unknown rollout and a wrong key answer alike, so a model call cannot probe which
-   * rollout ids exist.
+   * token), the same for an unknown rollout and a wrong key.
    */
   authorize(rolloutId: string, presentedKey: string): OpenRollout {
-    const rollout = this.#rollouts.get(rolloutId);
-    // Compare even when there is no such rollout, so both answers take the same time.
-    const isKeyRight = tokenMatches(presentedKey, rollout?.key ?? `gym-ro-none-${presentedKey}x`);
-    if (rollout === undefined || !isKeyRight)
-      throw new GymError('UNAUTHORIZED', 'no open rollout with this id and key');
-    return rollout;
+    return this.#rollouts.authorize(rolloutId, presentedKey);
   }
 
-  /**
-   * Every record of a rollout, read line by line (a rollout's file is bounded by its budget) up
-   * to the end of the last record written whole, so a call being recorded now is not read half.
-   * A line that is not a whole record (torn by a crash, or damaged since) does not cost the
-   * others: a {@link DamagedRecord} stands in its place, saying where it is, and counts as a call
-   * whose tokens are unknown. Records are appended whole (see core/line-file.ts), so no model
-   * call can produce such a line; hiding the others would only lose honest calls with it.
-   */
+  /** Every record of a rollout; a damaged line stands as a {@link DamagedRecord} (see ./call-journal.ts). */
   async records(rolloutId: string): Promise<Array<ModelCallRecord | DamagedRecord>> {
-    const path = this.#recordsPath(rolloutId);
-    const exists = await stat(path).then(
-      () => true,
-      () => false,
-    );
-    if (!exists) {
-      if (this.#rollouts.has(rolloutId)) return [];
-      throw new GymError('ROLLOUT_NOT_FOUND', `no records for rollout ${rolloutId}`);
-    }
-    const size = await this.#appender.settledSize(path);
-    const records: Array<ModelCallRecord | DamagedRecord> = [];
-    for await (const line of readLines(path, size)) {
-      if (line.isTerminated && line.text.trim() === '') continue;
-      let parsed: unknown;
-      let problem: string | undefined;
-      try {
-        parsed = JSON.parse(line.text);
-        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
-          problem = 'it is not a JSON object';
-      } catch (error) {
-        problem = (error as Error).message;
-      }
-      if (problem === undefined) {
-        records.push(parsed as ModelCallRecord);
-        continue;
-      }
-      const isTorn = !line.isTerminated;
-      const message = `line ${line.number} of the records of rollout ${rolloutId} (${line.bytes} bytes at byte ${line.offset}) is not a whole record${isTorn ? ' (the file ends in it: a write cut short)' : ''}: ${problem}; the call it held is lost and its usage unknown`;
-      this.#options.logger.warn({ rolloutId, line: line.number, offset: line.offset }, message);
-      records.push({
-        rolloutId,
-        status: 'error',
-        usage: null,
-        error: { code: 'RECORD_DAMAGED', message },
-        damaged: { line: line.number, offset: line.offset, bytes: line.bytes, isTorn },
-      });
-    }
-    return records;
-  }
-
-  #client(upstream: UpstreamConfig): OpenAI {
-    return new OpenAI({
-      baseURL: upstream.baseUrl,
-      apiKey: upstream.apiKey ?? 'none',
-      maxRetries: this.#options.maxRetries,
-      timeout: this.#options.timeoutMs,
-      defaultHeaders: { [GATEWAY_HOP_HEADER]: this.#options.hopId },
-    });
-  }
-
-  /**
-   * Appends one record, unless it would take the rollout past its record budget: then nothing is
-   * written and the call fails with the budget's PAYLOAD_TOO_LARGE (a record is whole or absent).
-   */
-  async #record(
-    rollout: OpenRollout,
-    record: ModelCallRecord,
-    options: { mayPassBudget?: boolean } = {},
-  ): Promise<void> {
-    const line = `${JSON.stringify(record)}\n`;
-    const bytes = Buffer.byteLength(line);
-    const budget = this.#options.maxRecordBytesPerRollout;
-    const isPastBudgetAllowed = options.mayPassBudget === true && bytes <= MAX_PAST_BUDGET_RECORD_BYTES;
-    if (rollout.recordedBytes + bytes > budget && !isPastBudgetAllowed) {
-      throw new GymError(
-        'PAYLOAD_TOO_LARGE',
-        `rollout ${rollout.id} has recorded ${rollout.recordedBytes} bytes of model calls; this call's record of ${bytes} bytes would pass its budget of ${budget} (gateway.maxRecordBytesPerRollout)`,
-        { details: { rolloutId: rollout.id, recordedBytes: rollout.recordedBytes, budget } },
-      );
-    }
-    rollout.recordedBytes += bytes;
-    await this.#appender.append(this.#recordsPath(record.rolloutId), line);
-  }
-
-  /**
-   * Records a failed call and returns its error, with the usage the upstream reported before the
-   * call failed (a call can fail after the upstream answered: its record past the budget, its
-   * stream cut). When the record with the request does not fit the budget any more, the request
-   * is left out of it; when even that does not fit, it is written past the budget if it carries
-   * usage (small, see MAX_PAST_BUDGET_RECORD_BYTES: spent tokens are never left unrecorded), and
-   * otherwise not at all.
-   */
-  async #recordFailure(
-    rollout: OpenRollout,
-    base: Omit<ModelCallRecord, 'durationMs' | 'status'>,
-    started: number,
-    caught: unknown,
-    seen: UsageSeen = {},
-  ): Promise<GymError> {
-    const error = toGymError(caught);
-    this.#options.logger.warn(
-      { rolloutId: rollout.id, code: error.code, error: error.message },
-      'model call failed',
-    );
-    const record: ModelCallRecord = {
-      ...base,
-      durationMs: performance.now() - started,
-      status: 'error',
-      error: {
-        code: error.code,
-        message: error.message,
-        ...(typeof error.details.upstreamStatus === 'number'
-          ? { upstreamStatus: error.details.upstreamStatus }
-          : {}),
-      },
-      ...(isObject(seen.usage) ? { usage: seen.usage } : {}),
-    };
-    const omitted = { ...record, request: { omitted: 'past the record budget' } };
-    await this.#record(rollout, record)
-      .catch(() => this.#record(rollout, omitted, { mayPassBudget: isObject(seen.usage) }))
-      .catch(() => {});
-    return error;
-  }
-
-  /**
-   * A Messages call translated to Chat Completions for an OpenAI-compatible upstream, and its
-   * answer (or stream) translated back.
-   */
-  async #messagesToChat(
-    client: OpenAI,
-    body: Record<string, unknown>,
-    upstreamModel: unknown,
-    isStream: boolean,
-    sink: StreamSink | undefined,
-    seen: UsageSeen,
-    tokensOf: ((found: CallTokens | { missing: string }) => Partial<ModelCallRecord>) | undefined,
-  ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
-    const translated = messagesToChatRequest(body, upstreamModel);
-    // The Messages response is built from content alone, so the token fields never reach the agent.
-    const upstreamRequest = tokensOf === undefined ? translated : withTokenRequest(translated).body;
-    const asked = body.model;
-    if (!isStream) {
-      const completion = (await client.chat.completions.create(
-        upstreamRequest as never,
-      )) as unknown as Record<string, unknown>;
-      seen.usage = completion.usage;
-      const response = chatToMessagesResponse(completion, asked);
-      return {
-        response,
-        record: {
-          upstreamApi: 'chat.completions',
-          upstreamRequest,
-          upstreamResponse: completion,
-          response,
-          ...usageOfAnswer(completion.usage),
-          ...tokensOf?.(tokensOfResponse(completion)),
-        },
-      };
-    }
-    const stream = (await client.chat.completions.create(
-      upstreamRequest as never,
-    )) as unknown as AsyncIterable<Record<string, unknown>>;
-    const translator = new ChatToMessagesStream(asked);
-    const chunks: Array<Record<string, unknown>> = [];
-    const sent: Array<Record<string, unknown>> = [];
-    const send = (events: MessagesEvent[]) => {
-      for (const event of events) {
-        sent.push(event.data);
-        sink?.event(event.name, event.data);
-      }
-    };
-    for await (const chunk of stream) {
-      chunks.push(chunk);
-      if (isObject(chunk.usage)) seen.usage = chunk.usage;
-      send(translator.push(chunk));
-    }
-    send(translator.finish());
-    sink?.end();
-    const completion = assembleChat(chunks);
-    const response = assembleMessages(sent);
-    return {
-      response,
-      record: {
-        upstreamApi: 'chat.completions',
-        upstreamRequest,
-        upstreamResponse: completion,
-        response,
-        events: chunks,
-        ...usageOfAnswer(completion.usage),
-        ...tokensOf?.(tokensOfChunks(chunks)),
-      },
-    };
-  }
-
-  /** A Messages call forwarded to an Anthropic upstream as it is (the model replaced), with bounded retries. */
-  async #messagesToAnthropic(
-    upstream: UpstreamConfig,
-    body: Record<string, unknown>,
-    isStream: boolean,
-    sink: StreamSink | undefined,
-    headers: Record<string, string>,
-    seen: UsageSeen,
-  ): Promise<{ response: unknown; record: Partial<ModelCallRecord> }> {
-    const upstreamBody = { ...body, model: upstream.model ?? body.model };
-    const response = await this.#postAnthropic(upstream, '/messages', upstreamBody, headers);
-    if (!isStream) {
-      const message = (await response.json()) as Record<string, unknown>;
-      seen.usage = message.usage;
-      return { response: message, record: { response: message, ...usageOfAnswer(message.usage) } };
-    }
-    const events: Array<Record<string, unknown>> = [];
-    for await (const event of readSse(response.body as AsyncIterable<Uint8Array>)) {
-      if (typeof event.data !== 'object' || event.data === null) continue;
-      const data = event.data as Record<string, unknown>;
-      events.push(data);
-      // Input tokens come at the start, output tokens in message_delta: keep what came so far.
-      const usage =
-        data.type === 'message_start' ? (data.message as { usage?: unknown } | undefined)?.usage : data.usage;
-      if (isObject(usage)) seen.usage = { ...(isObject(seen.usage) ? seen.usage : {}), ...usage };
-      sink?.event(event.name ?? String(data.type), data);
-      if (data.type === 'error') {
-        const error = (data.error ?? {}) as { message?: string; type?: string };
-        throw new GymError(
-          'MODEL_UPSTREAM_ERROR',
-          `the model upstream failed mid-stream: ${error.type ?? 'error'}: ${error.message ?? ''}`,
-        );
-      }
-    }
-    // A stream cut before message_stop is not an answer (the agent gets an error event instead).
-    if (events.at(-1)?.type !== 'message_stop')
-      throw new GymError('MODEL_UPSTREAM_ERROR', 'the model upstream ended its stream before message_stop');
-    sink?.end();
-    const message = assembleMessages(events);
-    return {
-      response: message,
-      record: {
-        response: message,
-        events,
-        ...usageOfAnswer((message as { usage?: unknown } | undefined)?.usage),
-      },
-    };
-  }
-
-  /** POSTs to an Anthropic upstream, retrying 408/409/429/5xx and connection errors with backoff. */
-  async #postAnthropic(
-    upstream: UpstreamConfig,
-    path: string,
-    body: Record<string, unknown>,
-    headers: Record<string, string>,
-  ): Promise<Response> {
-    const url = `${upstream.baseUrl.replace(/\/+$/, '')}${path}`;
-    for (let attempt = 0; ; attempt += 1) {
-      const isLast = attempt >= this.#options.maxRetries;
-      let response: Response;
-      try {
-        response = await fetch(url, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'anthropic-version': '2023-06-01',
-            ...headers,
-            ...(upstream.apiKey === undefined ? {} : { 'x-api-key': upstream.apiKey }),
-            [GATEWAY_HOP_HEADER]: this.#options.hopId,
-          },
-          body: JSON.stringify(body),
-          signal: AbortSignal.timeout(this.#options.timeoutMs),
-        });
-      } catch (error) {
-        if (isLast)
-          throw new GymError(
-            'MODEL_UPSTREAM_ERROR',
-            `the model upstream could not be reached: ${(error as Error).message}`,
-            { cause: error },
-          );
-        await sleep(500 * 2 ** attempt);
-        continue;
-      }
-      if (response.ok) return response;
-      const isRetryable = [408, 409, 429].includes(response.status) || response.status >= 500;
-      const text = (await response.text().catch(() => '')).slice(0, 2000);
-      if (!isRetryable || isLast) {
-        const upstreamStatus = response.status;
-        throw new GymError(
-          upstreamStatus === 429 ? 'MODEL_RATE_LIMITED' : 'MODEL_UPSTREAM_ERROR',
-          `the model upstream answered ${upstreamStatus}: ${text}`,
-          { details: { upstreamStatus } },
-        );
-      }
-      const retryAfter = Number(response.headers.get('retry-after'));
-      await sleep(
-        Number.isFinite(retryAfter) && retryAfter > 0
-          ? Math.min(retryAfter * 1000, 60_000)
-          : 500 * 2 ** attempt,
-      );
-    }
+    return this.#journal.read(rolloutId, () => this.#rollouts.has(rolloutId));
   }
 
   /**
@@ -807,33 +161,19 @@ export class ModelGateway {
     body: Record<string, unknown>,
     headers: Record<string, string> = {},
   ): Promise<unknown> {
-    const started = performance.now();
-    const upstreamModel = rollout.upstream.model ?? body.model;
-    const base = {
-      index: rollout.calls++,
-      rolloutId: rollout.id,
-      api: 'messages.count_tokens' as const,
-      startedAt: new Date().toISOString(),
-      stream: false,
-      request: body,
-      upstreamModel,
-    };
+    const { base, started } = this.#startCall(rollout, 'messages.count_tokens', body, false);
     try {
       checkMessagesRequest(body, this.#policy);
-      let response: unknown;
-      if (rollout.upstream.api === 'anthropic') {
-        const answer = await this.#postAnthropic(
-          rollout.upstream,
-          '/messages/count_tokens',
-          { ...body, model: upstreamModel },
-          filterAnthropicHeaders(headers),
-        );
-        response = await answer.json();
-      } else {
-        const text = JSON.stringify({ system: body.system, messages: body.messages, tools: body.tools });
-        response = { input_tokens: Math.ceil(text.length / 4), estimated: true };
-      }
-      await this.#record(rollout, {
+      const response =
+        rollout.upstream.api === 'anthropic'
+          ? await countTokensAtAnthropic(
+              this.#options,
+              rollout.upstream,
+              { ...body, model: base.upstreamModel },
+              filterAnthropicHeaders(headers),
+            )
+          : estimateInputTokens(body);
+      await this.#journal.append(rollout, {
         ...base,
         durationMs: performance.now() - started,
         status: 'ok',
@@ -841,41 +181,13 @@ export class ModelGateway {
       });
       return response;
     } catch (caught) {
-      throw await this.#recordFailure(rollout, base, started, caught);
+      throw await this.#journal.appendFailure(rollout, base, started, toGymError(caught));
     }
-  }
-
-  /** Whether this call asks its upstream for token ids: Chat Completions, sent as such or translated from Messages. */
-  #asksTokens(rollout: OpenRollout, api: ModelApi): boolean {
-    if (rollout.upstream.requestTokenIds !== true || rollout.upstream.api === 'anthropic') return false;
-    return api === 'chat.completions' || api === 'messages';
-  }
-
-  /**
-   * The token fields of a call's record: its tokens, and a drift when its prompt extends none
-   * of the rollout's recent calls with tokens (among which it then counts).
-   */
-  #tokenFields(
-    rollout: OpenRollout,
-    index: number,
-    found: CallTokens | { missing: string },
-  ): Pick<ModelCallRecord, 'tokens' | 'tokensMissing' | 'tokenDrift'> {
-    if ('missing' in found) return { tokensMissing: found.missing };
-    const drift = findDrift(rollout.recentTokens, found);
-    if (drift !== undefined)
-      this.#options.logger.warn({ rolloutId: rollout.id, index, ...drift }, 'model call tokens drifted');
-    rollout.recentTokens.push({ index, tokens: found });
-    if (rollout.recentTokens.length > RECENT_TOKEN_CALLS_PER_ROLLOUT) rollout.recentTokens.shift();
-    return { tokens: found, ...(drift === undefined ? {} : { tokenDrift: drift }) };
-  }
-
-  get #policy() {
-    return { allowRemoteImageUrls: this.#options.allowRemoteImageUrls === true };
   }
 
   /**
    * Forwards one call. Non-streamed: resolves with the upstream's object. Streamed: writes every
-   * chunk/event to `sink` as it arrives and resolves once the stream ended.
+   * chunk/event to `sink` as it arrives and resolves once the stream ended and was recorded.
    */
   async forward(
     rollout: OpenRollout,
@@ -885,149 +197,73 @@ export class ModelGateway {
     /** Headers of the agent's request passed on to an Anthropic upstream (anthropic-version, anthropic-beta). */
     upstreamHeaders: Record<string, string> = {},
   ): Promise<unknown> {
-    const isAnthropicUpstream = rollout.upstream.api === 'anthropic';
-    if (isAnthropicUpstream && api !== 'messages') {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        `this rollout's model upstream speaks Anthropic Messages only; ${api} calls cannot reach it`,
-        { details: { api } },
-      );
-    }
-    const index = rollout.calls++;
-    const startedAt = new Date();
-    const started = performance.now();
-    const upstreamModel = rollout.upstream.model ?? request.model;
-    const isStream = request.stream === true;
-    const streamOptions = isObject(request.stream_options) ? request.stream_options : {};
-    // A Chat stream reports usage only when asked: the gateway always asks, so no call's tokens
-    // go unrecorded, and takes out of what the agent sees what asking added, unless it asked too.
-    const isUsageAsked = streamOptions.include_usage === true;
-    const isUsageForced = api === 'chat.completions' && isStream;
-    const forwarded = {
-      ...request,
-      model: upstreamModel,
-      ...(isUsageForced ? { stream_options: { ...streamOptions, include_usage: true } } : {}),
-    };
-    // Tokens are asked for whatever the agent sent; what that adds is taken out of its answer.
-    const asksTokens = this.#asksTokens(rollout, api);
-    let added: TokenRequestAdded | undefined;
-    let body: Record<string, unknown> = forwarded;
-    if (asksTokens && api === 'chat.completions') ({ body, added } = withTokenRequest(forwarded));
-    const tokensOf = asksTokens
-      ? (found: CallTokens | { missing: string }) => this.#tokenFields(rollout, index, found)
-      : undefined;
-    // A trainer must not take a call without ids for one that has them: a Responses call to an
-    // upstream whose tokens are asked for says why it has none.
-    const noTokens: Pick<ModelCallRecord, 'tokensMissing'> =
-      rollout.upstream.requestTokenIds === true && api === 'responses'
-        ? { tokensMissing: RESPONSES_HAVE_NO_TOKEN_IDS }
-        : {};
-    const seen: UsageSeen = {};
-    const base = {
-      index,
-      rolloutId: rollout.id,
+    checkAnthropicTakes(rollout.upstream, api);
+    const { base, started } = this.#startCall(rollout, api, request, request.stream === true);
+    const held = holdStreamEnd(sink);
+    const call: UpstreamCall = {
       api,
-      startedAt: startedAt.toISOString(),
-      stream: isStream,
+      upstream: rollout.upstream,
       request,
-      upstreamModel,
+      upstreamModel: base.upstreamModel,
+      isStream: base.stream,
+      sink: held.sink,
+      seen: {},
+      tokensOf: asksTokenIds(rollout.upstream, api)
+        ? (found) => rememberTokens(rollout, base.index, found, this.#options.logger)
+        : undefined,
     };
-    const client = this.#client(rollout.upstream);
-    // A stream's end goes out only once its record is written: a record past the budget fails
-    // the call, and the agent's stream then ends in an error event, not as a complete answer.
-    let ending: (() => void) | undefined;
-    const held: StreamSink | undefined =
-      sink === undefined
-        ? undefined
-        : {
-            event: (name, data) => sink.event(name, data),
-            end: (trailer) => {
-              ending = () => sink.end(trailer);
-            },
-          };
     try {
-      if (api === 'messages') checkMessagesRequest(request, this.#policy);
-      else
-        checkOpenAiRequest(api, request, this.#policy, { hasResponse: (id) => rollout.responseIds.has(id) });
-      if (api === 'messages') {
-        const done = isAnthropicUpstream
-          ? await this.#messagesToAnthropic(
-              rollout.upstream,
-              request,
-              isStream,
-              held,
-              filterAnthropicHeaders(upstreamHeaders),
-              seen,
-            )
-          : await this.#messagesToChat(client, request, upstreamModel, isStream, held, seen, tokensOf);
-        await this.#record(rollout, {
-          ...base,
-          ...done.record,
-          durationMs: performance.now() - started,
-          status: 'ok',
-        });
-        ending?.();
-        return done.response;
-      }
-      if (!isStream) {
-        const response =
-          api === 'chat.completions'
-            ? await client.chat.completions.create(body as never)
-            : await client.responses.create(body as never);
-        seen.usage = (response as { usage?: unknown }).usage;
-        await this.#record(rollout, {
-          ...base,
-          durationMs: performance.now() - started,
-          status: 'ok',
-          response,
-          ...usageOfAnswer(seen.usage),
-          ...(api === 'chat.completions' ? tokensOf?.(tokensOfResponse(response)) : noTokens),
-        });
-        if (api === 'responses') rememberResponse(rollout, response);
-        return added === undefined ? response : hideAddedInResponse(response, added);
-      }
-      const events: unknown[] = [];
-      const stream = (api === 'chat.completions'
-        ? await client.chat.completions.create(body as never)
-        : await client.responses.create(body as never)) as unknown as AsyncIterable<Record<string, unknown>>;
-      let completed: unknown;
-      for await (const event of stream) {
-        events.push(event);
-        if (api === 'chat.completions') {
-          if (isObject(event.usage)) seen.usage = event.usage;
-          const withoutTokens = added === undefined ? event : hideAddedInChunk(event, added);
-          const shown =
-            withoutTokens === null || isUsageAsked ? withoutTokens : withoutAddedUsage(withoutTokens);
-          if (shown !== null) held?.event(null, shown);
-        } else {
-          held?.event(event.type as string, event);
-          if (
-            event.type === 'response.completed' ||
-            event.type === 'response.failed' ||
-            event.type === 'response.incomplete'
-          ) {
-            completed = event.response;
-            seen.usage = (completed as { usage?: unknown } | undefined)?.usage;
-          }
-        }
-      }
-      held?.end(api === 'chat.completions' ? 'data: [DONE]\n\n' : undefined);
-      const response =
-        api === 'chat.completions' ? assembleChat(events as Array<Record<string, unknown>>) : completed;
-      await this.#record(rollout, {
+      this.#checkRequest(rollout, api, request);
+      const answer = await this.#callUpstream(call, upstreamHeaders);
+      await this.#journal.append(rollout, {
         ...base,
         durationMs: performance.now() - started,
         status: 'ok',
-        response,
-        events,
-        ...usageOfAnswer((response as { usage?: unknown } | undefined)?.usage),
-        ...(api === 'chat.completions' ? tokensOf?.(tokensOfChunks(events)) : noTokens),
+        ...answer.record,
       });
-      if (api === 'responses') rememberResponse(rollout, response);
-      ending?.();
-      return response;
+      if (api === 'responses') rememberResponse(rollout, answer.record.response);
+      held.release();
+      return answer.response;
     } catch (caught) {
-      throw await this.#recordFailure(rollout, base, started, caught, seen);
+      throw await this.#journal.appendFailure(rollout, base, started, toGymError(caught), call.seen);
     }
+  }
+
+  /** Counts a call in its rollout and starts its record. */
+  #startCall(
+    rollout: OpenRollout,
+    api: ModelCallRecord['api'],
+    request: Record<string, unknown>,
+    isStream: boolean,
+  ): StartedCall {
+    const started = performance.now();
+    const base = {
+      index: rollout.calls++,
+      rolloutId: rollout.id,
+      api,
+      startedAt: new Date().toISOString(),
+      stream: isStream,
+      request,
+      upstreamModel: rollout.upstream.model ?? request.model,
+    };
+    return { base, started };
+  }
+
+  /** Refuses a request that asks the upstream for what an agent may not have (./request-policy.ts). */
+  #checkRequest(rollout: OpenRollout, api: ModelApi, request: Record<string, unknown>): void {
+    if (api === 'messages') checkMessagesRequest(request, this.#policy);
+    else checkOpenAiRequest(api, request, this.#policy, { hasResponse: (id) => rollout.responseIds.has(id) });
+  }
+
+  /** The one place a model call goes upstream: to the upstream function for its API and its upstream's. */
+  #callUpstream(call: UpstreamCall, upstreamHeaders: Record<string, string>): Promise<UpstreamAnswer> {
+    if (call.api !== 'messages') return callOpenAi(createOpenAiClient(call.upstream, this.#options), call);
+    if (call.upstream.api === 'anthropic')
+      return callAnthropicMessages(this.#options, call, filterAnthropicHeaders(upstreamHeaders));
+    return callMessagesViaChat(createOpenAiClient(call.upstream, this.#options), call);
+  }
+
+  get #policy() {
+    return { allowRemoteImageUrls: this.#options.allowRemoteImageUrls === true };
   }
 }
