@@ -8,7 +8,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
-import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../daemon/config.ts';
+import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../core/schemas/task-network.ts';
 import type { HarnessTask } from '../../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
 import { verifyScript } from '../../verifiers/script.ts';
