@@ -126,7 +126,9 @@ async function runCliRecording(args: string[]): Promise<{ output: string[]; load
   return { loaded: JSON.parse(lines.pop()!) as string[], output: lines };
 }
 
-const isCommandModule = (url: string) => /\/cli\/commands\//.test(url);
+/** A command's body; each folder's parsers (`definitions.ts`, `index.ts`) load with the program. */
+const isCommandModule = (url: string) =>
+  /\/cli\/commands\//.test(url) && !/\/cli\/commands\/[^/]+\/(definitions|index)\.ts$/.test(url);
 
 describe('lazy loading of CLI commands', () => {
   it('shows `gym daemon start --help` without loading any command body', async () => {

@@ -14,7 +14,7 @@ import { type HostCheck, hostChecksOf } from '../../../providers/host-checks.ts'
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { connectOrStartInProcess, type DaemonConnection } from '../../in-process-daemon.ts';
-import type { doctor } from '../../program.ts';
+import type { doctor } from './definitions.ts';
 
 type Check = HostCheck;
 
