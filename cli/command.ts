@@ -9,7 +9,7 @@ export interface CommandIo {
   env: Readonly<Record<string, string | undefined>>;
 }
 
-/** What a command body gets: its options and arguments, parsed and validated by program.ts. */
+/** What a command body gets: its options and arguments, parsed and validated by its parser (`commands/<noun>/definitions.ts`). */
 export interface CommandContext<Options, Args extends unknown[]> extends CommandIo {
   options: Options;
   args: Args;
@@ -21,7 +21,7 @@ export interface Command<Options, Args extends unknown[] = []> {
 }
 
 /**
- * The body type of a command whose options and arguments a definition in program.ts declares:
+ * The body type of a command whose options and arguments its parser declares (`definitions.ts`):
  * `CommandOf<typeof sandboxExec>` has exactly the option names and value types that the parser
  * produces, so a flag renamed in one place fails the typecheck in the other.
  */

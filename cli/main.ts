@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** The `gym` command's entry point; the commands and their parsing are in program.ts. */
+/** The `gym` command's entry point; program.ts lists the commands, `commands/` defines them. */
 import { runCli } from './program.ts';
 
 process.exitCode = await runCli(process.argv.slice(2), {

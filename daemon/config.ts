@@ -12,6 +12,7 @@ import { GymError } from '../core/errors.ts';
 import { UpstreamSchema } from '../core/schemas/api.ts';
 import { PoolDefinitionSchema, PoolNameSchema } from '../core/schemas/pool.ts';
 import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, ResourcesSchema } from '../core/schemas/sandbox.ts';
+import { TaskNetworkPolicySchema } from '../core/schemas/task-network.ts';
 import { parseOrThrow } from '../core/validate.ts';
 import { DEFAULT_OWNER_GRACE_MS } from './owners.ts';
 
@@ -20,27 +21,6 @@ import { DEFAULT_OWNER_GRACE_MS } from './owners.ts';
  * test suite or a package install comfortably, and cap what a fork bomb or a leak can take.
  */
 export const DEFAULT_RESOURCES = { cpus: 2, memoryMiB: 4096, pidsLimit: 1024 } as const;
-
-/**
- * What network a benchmark task may declare and still run (`taskNetwork`): the most any task
- * sandbox is given, and what becomes of a task that declares more.
- */
-export const TaskNetworkPolicySchema = z
-  .object({
-    /**
-     * `none` (default): no task sandbox gets a network. `public`: a task that declares `public`
-     * gets the provider's bridge (Docker's `bridge` network; a Docker engine started with
-     * `--bridge=none` has none, and the sandbox's create fails).
-     */
-    maximum: z.enum(['none', 'public']).default('none'),
-    /**
-     * A task that declares more than `maximum`: `refuse` (default: its failure line says why) or
-     * `cap` (it runs with `maximum`, and its rollout records what it declared and what it got).
-     */
-    overMaximum: z.enum(['refuse', 'cap']).default('refuse'),
-  })
-  .strict();
-export type TaskNetworkPolicy = z.output<typeof TaskNetworkPolicySchema>;
 
 export const ProviderConfigSchema = z
   .object({

@@ -138,7 +138,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   });
   await manager.start();
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
-  registerCountGauges(metrics, { sandboxes: manager, pools });
+  registerCountGauges(metrics, { sandboxes: manager.lifecycle, relays: manager, pools });
   await pools.start(config.pools);
   const gateway = new ModelGateway({
     stateDir: config.stateDir,
@@ -152,7 +152,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   });
   const images = new ImageService({
     providers,
-    defaultProvider: () => manager.defaultProvider,
+    defaultProvider: () => manager.lifecycle.defaultProvider,
     logger: logger.child({ component: 'images' }),
   });
   const app = await buildServer({

@@ -17,8 +17,11 @@ export interface SandboxCounts {
   /** provider -> state -> count */
   byProviderAndState(): Array<{ provider: string; state: string; count: number }>;
   queued(): Array<{ provider: string; count: number }>;
+}
+
+export interface RelayCounts {
   /** What each provider's gateway relays hold (providers without relays are absent). */
-  relays?(): Array<{ provider: string; listeners: number; connections: number; refusedTotal: number }>;
+  relays(): Array<{ provider: string; listeners: number; connections: number; refusedTotal: number }>;
 }
 
 export class DaemonMetrics {
@@ -100,7 +103,7 @@ export class DaemonMetrics {
 /** Gauges of what the sandboxes and the pools hold, read at each scrape. */
 export function registerCountGauges(
   metrics: DaemonMetrics,
-  sources: { sandboxes: SandboxCounts; pools: PoolCounts },
+  sources: { sandboxes: SandboxCounts; relays?: RelayCounts; pools: PoolCounts },
 ): void {
   const registers = [metrics.registry];
   new Gauge({
@@ -133,7 +136,7 @@ export function registerCountGauges(
     registers,
     collect() {
       this.reset();
-      for (const { provider, connections } of sources.sandboxes.relays?.() ?? [])
+      for (const { provider, connections } of sources.relays?.relays() ?? [])
         this.set({ provider }, connections);
     },
   });
@@ -144,8 +147,7 @@ export function registerCountGauges(
     registers,
     collect() {
       this.reset();
-      for (const { provider, listeners } of sources.sandboxes.relays?.() ?? [])
-        this.set({ provider }, listeners);
+      for (const { provider, listeners } of sources.relays?.relays() ?? []) this.set({ provider }, listeners);
     },
   });
   new Counter({
@@ -155,7 +157,7 @@ export function registerCountGauges(
     registers,
     collect() {
       this.reset();
-      for (const { provider, refusedTotal } of sources.sandboxes.relays?.() ?? [])
+      for (const { provider, refusedTotal } of sources.relays?.relays() ?? [])
         this.inc({ provider }, refusedTotal);
     },
   });

@@ -39,7 +39,7 @@ describe.skipIf(skipReason !== undefined)('a Docker engine that stops answering'
 
       await engine.down();
       isEngineUp = false;
-      expect(await daemon.manager.reconcile('docker')).toEqual({
+      expect(await daemon.manager.reconciler.reconcile('docker')).toEqual({
         adopted: 0,
         destroyed: 0,
         forgotten: 0,
@@ -51,9 +51,12 @@ describe.skipIf(skipReason !== undefined)('a Docker engine that stops answering'
 
       await engine.up();
       isEngineUp = true;
-      expect(await daemon.manager.reconcile('docker')).toMatchObject({ adopted: 1, unreachable: 0 });
+      expect(await daemon.manager.reconciler.reconcile('docker')).toMatchObject({
+        adopted: 1,
+        unreachable: 0,
+      });
       expect(await state(id)).toBe('ready');
-      await daemon.manager.destroy(id);
+      await daemon.manager.lifecycle.destroy(id);
       const left = await docker.listContainers({ all: true, filters: { label: [`gym.sandbox-id=${id}`] } });
       expect(left).toEqual([]);
     } finally {

@@ -66,7 +66,7 @@ async function rig(options: MemoryProviderOptions = {}): Promise<Rig> {
     clock,
   });
   const removed: Rig['removed'] = [];
-  manager.onRemoved((record, reason) => removed.push({ id: record.id, reason }));
+  manager.lifecycle.onRemoved((record, reason) => removed.push({ id: record.id, reason }));
   cleanups.push(async () => {
     await manager.shutdown({ destroy: false });
     await rm(stateDir, { recursive: true, force: true });
@@ -75,7 +75,7 @@ async function rig(options: MemoryProviderOptions = {}): Promise<Rig> {
 }
 
 async function createOn(manager: SandboxManager, scope?: string) {
-  return manager.create({
+  return manager.lifecycle.create({
     image: 'busybox',
     ttlSeconds: TTL_SECONDS,
     ...(scope === undefined ? {} : { providerOptions: { scope } }),
@@ -100,42 +100,46 @@ describe('reconcile with a partial listing', () => {
     provider.unreachable.set('host-a', 'connect ECONNREFUSED');
     provider.sandboxes.delete(goneFromLiveHost.id);
 
-    expect(await manager.reconcile('memory')).toEqual({
+    expect(await manager.reconciler.reconcile('memory')).toEqual({
       adopted: 1,
       destroyed: 0,
       forgotten: 1,
       unreachable: 1,
     });
-    const shown = manager.get(onDownHost.id);
+    const shown = manager.lifecycle.get(onDownHost.id);
     expect(shown.state).toBe('unreachable');
     expect(SandboxSchema.parse(shown).state).toBe('unreachable');
-    expect(manager.get(onLiveHost.id).state).toBe('ready');
+    expect(manager.lifecycle.get(onLiveHost.id).state).toBe('ready');
     // One host down hides only its own sandboxes: what the live host lost is gone.
-    expect(codeOf(() => manager.get(goneFromLiveHost.id))).toBe('SANDBOX_NOT_FOUND');
+    expect(codeOf(() => manager.lifecycle.get(goneFromLiveHost.id))).toBe('SANDBOX_NOT_FOUND');
     expect(removed).toEqual([{ id: goneFromLiveHost.id, reason: 'gone' }]);
     expect(provider.sandboxes.has(onDownHost.id)).toBe(true);
-    expect(manager.byProviderAndState()).toContainEqual({
+    expect(manager.lifecycle.byProviderAndState()).toContainEqual({
       provider: 'memory',
       state: 'unreachable',
       count: 1,
     });
 
     provider.unreachable.delete('host-a');
-    expect(await manager.reconcile('memory')).toMatchObject({ adopted: 2, forgotten: 0, unreachable: 0 });
-    expect(manager.get(onDownHost.id).state).toBe('ready');
+    expect(await manager.reconciler.reconcile('memory')).toMatchObject({
+      adopted: 2,
+      forgotten: 0,
+      unreachable: 0,
+    });
+    expect(manager.lifecycle.get(onDownHost.id).state).toBe('ready');
   });
 
   it('forgets a sandbox its host shows gone once the host answers again', async () => {
     const { manager, provider, removed } = await rig();
     const sandbox = await createOn(manager, 'host-a');
     provider.unreachable.set('host-a', 'timed out');
-    await manager.reconcile('memory');
+    await manager.reconciler.reconcile('memory');
     provider.sandboxes.delete(sandbox.id);
-    await manager.reconcile('memory');
-    expect(manager.get(sandbox.id).state).toBe('unreachable');
+    await manager.reconciler.reconcile('memory');
+    expect(manager.lifecycle.get(sandbox.id).state).toBe('unreachable');
     provider.unreachable.delete('host-a');
-    expect(await manager.reconcile('memory')).toMatchObject({ forgotten: 1, unreachable: 0 });
-    expect(codeOf(() => manager.get(sandbox.id))).toBe('SANDBOX_NOT_FOUND');
+    expect(await manager.reconciler.reconcile('memory')).toMatchObject({ forgotten: 1, unreachable: 0 });
+    expect(codeOf(() => manager.lifecycle.get(sandbox.id))).toBe('SANDBOX_NOT_FOUND');
     expect(removed).toEqual([{ id: sandbox.id, reason: 'gone' }]);
   });
 
@@ -144,22 +148,22 @@ describe('reconcile with a partial listing', () => {
     // No scope: a backend of one part, hidden whole by any unreachable part.
     const sandbox = await createOn(manager);
     provider.unreachable.set('engine', 'the engine cannot be reached');
-    expect(await manager.reconcile('memory')).toMatchObject({ forgotten: 0, unreachable: 1 });
+    expect(await manager.reconciler.reconcile('memory')).toMatchObject({ forgotten: 0, unreachable: 1 });
 
     // Its lease passes: the reaper tries to destroy it, the backend does not answer, it is kept.
     clock.advanceSeconds(TTL_SECONDS * 2);
-    await manager.reap();
-    expect(manager.get(sandbox.id).state).toBe('unreachable');
+    await manager.reaper.reap();
+    expect(manager.lifecycle.get(sandbox.id).state).toBe('unreachable');
     expect(removed).toEqual([]);
 
     clock.advanceSeconds(MAX_LIFETIME_SECONDS);
-    await manager.reap();
-    expect(codeOf(() => manager.get(sandbox.id))).toBe('SANDBOX_NOT_FOUND');
+    await manager.reaper.reap();
+    expect(codeOf(() => manager.lifecycle.get(sandbox.id))).toBe('SANDBOX_NOT_FOUND');
     expect(removed).toEqual([{ id: sandbox.id, reason: 'gone' }]);
 
     // The engine answers again: the forgotten sandbox is this daemon's orphan, and destroyed.
     provider.unreachable.clear();
-    expect(await manager.reconcile('memory')).toMatchObject({ destroyed: 1 });
+    expect(await manager.reconciler.reconcile('memory')).toMatchObject({ destroyed: 1 });
     expect(provider.sandboxes.has(sandbox.id)).toBe(false);
   });
 
@@ -167,13 +171,13 @@ describe('reconcile with a partial listing', () => {
     const { manager, provider } = await rig({ listError: new Error('socket hang up') });
     const first = await createOn(manager, 'host-a');
     const second = await createOn(manager);
-    expect(await manager.reconcile('memory')).toEqual({
+    expect(await manager.reconciler.reconcile('memory')).toEqual({
       adopted: 0,
       destroyed: 0,
       forgotten: 0,
       unreachable: 2,
     });
-    expect(manager.list().map((sandbox) => sandbox.state)).toEqual(['unreachable', 'unreachable']);
+    expect(manager.lifecycle.list().map((sandbox) => sandbox.state)).toEqual(['unreachable', 'unreachable']);
     expect(provider.sandboxes.has(first.id) && provider.sandboxes.has(second.id)).toBe(true);
   });
 });
@@ -192,11 +196,11 @@ describe('reconcile racing a create', () => {
       await gate;
       return listing;
     };
-    const reconciling = manager.reconcile('memory');
+    const reconciling = manager.reconciler.reconcile('memory');
     const created = await createOn(manager);
     release();
     await reconciling;
-    expect(manager.get(created.id).state).toBe('ready');
+    expect(manager.lifecycle.get(created.id).state).toBe('ready');
     expect(removed).toEqual([]);
   });
 });
@@ -221,11 +225,11 @@ describe('reconcile racing a create, the other way', () => {
         ),
       };
     };
-    const reconciling = manager.reconcile('memory');
+    const reconciling = manager.reconciler.reconcile('memory');
     createdId = (await createOn(manager)).id;
     release();
     await reconciling;
-    expect(manager.get(createdId).state).toBe('ready');
+    expect(manager.lifecycle.get(createdId).state).toBe('ready');
     expect(removed).toEqual([]);
   });
 });

@@ -2,31 +2,23 @@
  * The sandboxes behind the API, composed from parts that each do one thing (`sandboxes/`):
  * the lifecycle (admission, create, claim, destroy, removal events), leases, the operations on a
  * live sandbox, gateway reach, the reaper, and reconcile. This class wires them, runs the
- * periodic reaper and orphan scan, and shuts down; its methods are the API routes' and the
- * pools' single entry point.
+ * periodic reaper and orphan scan, and shuts down; the API routes and the pools call the
+ * lifecycle and the operations it exposes directly.
  */
-import type { Readable } from 'node:stream';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
-import type { Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
-import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
-import type { SandboxSpec } from '../core/schemas/sandbox.ts';
-import type { ToolchainCheckResult } from '../core/schemas/toolchain.ts';
-import type { ExecOptions, FileContent, RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
+import type { RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
 import type { DaemonConfig } from './config.ts';
-import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
+import type { DaemonMetrics } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
 import { GatewayReach } from './sandboxes/gateway-reach.ts';
 import { Leases } from './sandboxes/leases.ts';
-import { type ListOptions, type RemovalListener, SandboxLifecycle } from './sandboxes/lifecycle.ts';
+import { SandboxLifecycle } from './sandboxes/lifecycle.ts';
 import { SandboxOperations } from './sandboxes/operations.ts';
 import { Reaper } from './sandboxes/reaper.ts';
-import { Reconciler, type ReconcileSummary } from './sandboxes/reconcile.ts';
+import { Reconciler } from './sandboxes/reconcile.ts';
 import { SandboxRuntime } from './sandboxes/runtime.ts';
-import type { SandboxRecord, StateStore } from './state-store.ts';
-
-export type { ListOptions } from './sandboxes/lifecycle.ts';
-export type { ReconcileSummary } from './sandboxes/reconcile.ts';
+import type { StateStore } from './state-store.ts';
 
 export interface SandboxManagerOptions {
   config: DaemonConfig;
@@ -46,15 +38,22 @@ export interface SandboxManagerOptions {
   gatewaySocket?: string;
 }
 
-export class SandboxManager implements SandboxCounts {
+export class SandboxManager {
+  /**
+   * Admission, create, claim, get, list and destroy, and removal events: what the sandbox
+   * routes, the pools and the count gauges call.
+   */
+  readonly lifecycle: SandboxLifecycle;
+  /** Keepalive, exec, files, gateway reach, stopping processes, snapshots and the health probe. */
+  readonly operations: SandboxOperations;
+  /** Destroys sandboxes whose lease or deadline has passed (run periodically from `start`). */
+  readonly reaper: Reaper;
+  /** Brings the store and one provider into agreement (at `start`, then at each orphan scan). */
+  readonly reconciler: Reconciler;
   readonly #config: DaemonConfig;
   readonly #providers: ReadonlyMap<string, SandboxProvider>;
   readonly #store: StateStore;
   readonly #logger: Logger;
-  readonly #lifecycle: SandboxLifecycle;
-  readonly #operations: SandboxOperations;
-  readonly #reaper: Reaper;
-  readonly #reconciler: Reconciler;
   readonly #timers: NodeJS.Timeout[] = [];
 
   constructor(options: SandboxManagerOptions) {
@@ -65,7 +64,7 @@ export class SandboxManager implements SandboxCounts {
     const { store, logger, clock, metrics } = options;
     const runtime = new SandboxRuntime();
     const leases = new Leases(store, clock);
-    this.#lifecycle = new SandboxLifecycle({
+    this.lifecycle = new SandboxLifecycle({
       config: options.config,
       providers: options.providers,
       store,
@@ -76,13 +75,13 @@ export class SandboxManager implements SandboxCounts {
       clock,
     });
     const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });
-    this.#operations = new SandboxOperations({ lifecycle: this.#lifecycle, leases, store, gateway, metrics });
-    this.#reaper = new Reaper({ store, runtime, leases, lifecycle: this.#lifecycle, clock, logger });
-    this.#reconciler = new Reconciler({
+    this.operations = new SandboxOperations({ lifecycle: this.lifecycle, leases, store, gateway, metrics });
+    this.reaper = new Reaper({ store, runtime, leases, lifecycle: this.lifecycle, clock, logger });
+    this.reconciler = new Reconciler({
       store,
       runtime,
       leases,
-      lifecycle: this.#lifecycle,
+      lifecycle: this.lifecycle,
       gateway,
       daemonId: options.daemonId,
       owners: options.owners,
@@ -92,10 +91,6 @@ export class SandboxManager implements SandboxCounts {
     });
   }
 
-  get defaultProvider(): string {
-    return this.#lifecycle.defaultProvider;
-  }
-
   get providers(): ReadonlyMap<string, SandboxProvider> {
     return this.#providers;
   }
@@ -103,20 +98,24 @@ export class SandboxManager implements SandboxCounts {
   /** Reconciles with every provider (adopting what is still leased), then starts the reaper. */
   async start(): Promise<void> {
     for (const name of this.#providers.keys()) {
-      await this.reconcile(name).catch((error: unknown) =>
-        this.#logger.error(
-          { provider: name, error: String(error) },
-          'reconcile failed; will retry on the next orphan scan',
-        ),
-      );
+      await this.reconciler
+        .reconcile(name)
+        .catch((error: unknown) =>
+          this.#logger.error(
+            { provider: name, error: String(error) },
+            'reconcile failed; will retry on the next orphan scan',
+          ),
+        );
     }
-    this.#lifecycle.syncLiveCounts();
-    const reaper = setInterval(() => void this.reap(), this.#config.reaperIntervalMs);
+    this.lifecycle.syncLiveCounts();
+    const reaper = setInterval(() => void this.reaper.reap(), this.#config.reaperIntervalMs);
     const scanner = setInterval(() => {
       for (const name of this.#providers.keys()) {
-        this.reconcile(name).catch((error: unknown) =>
-          this.#logger.warn({ provider: name, error: String(error) }, 'orphan scan failed'),
-        );
+        this.reconciler
+          .reconcile(name)
+          .catch((error: unknown) =>
+            this.#logger.warn({ provider: name, error: String(error) }, 'orphan scan failed'),
+          );
       }
     }, this.#config.orphanScanIntervalMs);
     reaper.unref();
@@ -124,141 +123,7 @@ export class SandboxManager implements SandboxCounts {
     this.#timers.push(reaper, scanner);
   }
 
-  /** See `SandboxLifecycle.parseSpec`. */
-  parseSpec(input: unknown): SandboxSpec {
-    return this.#lifecycle.parseSpec(input);
-  }
-
-  /** Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback. */
-  create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
-    return this.#lifecycle.create(input, options);
-  }
-
-  /** Creates an idle pool member if there is room right now; null when there is none. */
-  createIdle(spec: SandboxSpec, pool: string, idleTtlSeconds: number): Promise<SandboxRecord | null> {
-    return this.#lifecycle.createIdle(spec, pool, idleTtlSeconds);
-  }
-
-  /**
-   * Whether the spec's provider exists and can make what it asks for (before a pool is defined on it).
-   * @throws GymError `PROVIDER_NOT_FOUND`, `CAPABILITY_UNSUPPORTED`.
-   */
-  checkSpec(spec: SandboxSpec): void {
-    this.#lifecycle.checkSpec(spec);
-  }
-
-  /** Hands an idle pool member out; null when the id is no longer idle (raced, or gone). */
-  claim(
-    id: string,
-    overrides: { ttlSeconds: number; labels: Record<string, string>; env: Record<string, string> },
-  ): Promise<Sandbox | null> {
-    return this.#lifecycle.claim(id, overrides);
-  }
-
-  /** Whether a sandbox still answers: a trivial command through a session (well under a millisecond). */
-  isHealthy(id: string): Promise<boolean> {
-    return this.#operations.isHealthy(id);
-  }
-
-  /** Records of pool members, for a pool to (re)adopt. */
-  poolRecords(pool?: string): SandboxRecord[] {
-    return this.#lifecycle.poolRecords(pool);
-  }
-
-  /** Called after any sandbox record is removed (destroyed, reaped, found gone). */
-  onRemoved(listener: RemovalListener): void {
-    this.#lifecycle.onRemoved(listener);
-  }
-
-  get(id: string): Sandbox {
-    return this.#lifecycle.get(id);
-  }
-
-  list(options: ListOptions = {}): Sandbox[] {
-    return this.#lifecycle.list(options);
-  }
-
-  /** Destroys a sandbox. Idempotent: an unknown or already destroyed id is success. */
-  destroy(id: string, reason = 'request'): Promise<void> {
-    return this.#lifecycle.destroy(id, reason);
-  }
-
-  /** Renews the lease by `ttlSeconds` from now (default: the sandbox's own TTL), never past its deadline. */
-  keepalive(id: string, ttlSeconds?: number): Promise<Sandbox> {
-    return this.#operations.keepalive(id, ttlSeconds);
-  }
-
-  exec(id: string, input: ExecRequestInput | unknown, options: ExecOptions = {}): Promise<ExecResult> {
-    return this.#operations.exec(id, input, options);
-  }
-
-  writeFile(id: string, path: string, content: FileContent, mode?: number): Promise<void> {
-    return this.#operations.writeFile(id, path, content, mode);
-  }
-
-  readFile(id: string, path: string): Promise<Readable> {
-    return this.#operations.readFile(id, path);
-  }
-
-  writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
-    return this.#operations.writeArchive(id, directory, archive);
-  }
-
-  readArchive(id: string, directory: string): Promise<Readable> {
-    return this.#operations.readArchive(id, directory);
-  }
-
-  /**
-   * Makes the model gateway reachable from inside the sandbox and returns the URL its agent must
-   * use (see `SandboxProvider.exposeGateway`); recorded with the sandbox and restored at the same
-   * URL after a restart.
-   * @throws GymError `CAPABILITY_UNSUPPORTED` when the provider cannot, or this daemon serves no
-   *   gateway socket (it does not listen); what the provider throws.
-   */
-  exposeGateway(id: string): Promise<{ url: string }> {
-    return this.#operations.exposeGateway(id);
-  }
-
-  /**
-   * Kills every process in the sandbox but its keeper (see `SandboxProvider.stopProcesses`), so
-   * that nothing an agent left running can touch what a verifier is about to judge.
-   * @throws GymError `CAPABILITY_UNSUPPORTED` when the sandbox's provider cannot.
-   */
-  stopProcesses(id: string): Promise<StopProcessesResult> {
-    return this.#operations.stopProcesses(id);
-  }
-
-  /**
-   * Which files of the verifier's toolchain differ from the sandbox's image, seen from outside it
-   * (see `SandboxProvider.checkToolchain`).
-   * @throws GymError `CAPABILITY_UNSUPPORTED` when the sandbox's provider cannot, `VALIDATION_FAILED`.
-   */
-  checkToolchain(id: string, request: unknown): Promise<ToolchainCheckResult> {
-    return this.#operations.checkToolchain(id, request);
-  }
-
-  snapshot(id: string, image: string): Promise<{ image: string }> {
-    return this.#operations.snapshot(id, image);
-  }
-
-  /** Destroys sandboxes whose lease or deadline has passed. */
-  reap(): Promise<void> {
-    return this.#reaper.reap();
-  }
-
-  /** Brings the store and one provider into agreement (see `sandboxes/reconcile.ts`). */
-  reconcile(providerName: string): Promise<ReconcileSummary> {
-    return this.#reconciler.reconcile(providerName);
-  }
-
-  byProviderAndState(): Array<{ provider: string; state: string; count: number }> {
-    return this.#lifecycle.byProviderAndState();
-  }
-
-  queued(): Array<{ provider: string; count: number }> {
-    return this.#lifecycle.queued();
-  }
-
+  /** What each provider's gateway relays hold (providers without relays are absent). */
   relays(): Array<{ provider: string } & RelayStats> {
     return [...this.#providers].flatMap(([provider, instance]) =>
       instance.relayStats === undefined ? [] : [{ provider, ...instance.relayStats() }],
@@ -267,9 +132,9 @@ export class SandboxManager implements SandboxCounts {
 
   /** Stops the reaper; destroys every sandbox only when asked (the default keeps them for the next start). */
   async shutdown(options: { destroy: boolean }): Promise<void> {
-    this.#lifecycle.beginShutdown();
+    this.lifecycle.beginShutdown();
     for (const timer of this.#timers) clearInterval(timer);
-    await this.#lifecycle.settle(options);
+    await this.lifecycle.settle(options);
     await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));
     await this.#store.close();
   }

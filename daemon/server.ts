@@ -167,7 +167,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerImageRoutes(app, options.images);
   registerGatewayAdminRoutes(app, options.gateway);
   registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
-  registerUiRoutes(app, options.manager, options.pools);
+  registerUiRoutes(app, options.manager.lifecycle, options.pools);
   return app;
 }
 

@@ -5,40 +5,14 @@
 import { access, readdir, readFile, realpath } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
 import { parseOrThrow } from '../core/validate.ts';
+import { EnvironmentDefinitionSchema } from './definition.ts';
 import { isHarborPath, readHarborTasks } from './kinds/harbor/task-directory.ts';
-import { type EnvironmentKind, loadKind } from './kinds/kind.ts';
+import { type LoadedEnvironment, loadKind } from './kinds/kind.ts';
 
-export const EnvironmentDefinitionSchema = z
-  .object({
-    name: z.string(),
-    description: z.string(),
-    /**
-     * How its rows are checked, run and graded (environments/kinds/): a built-in kind (`swe`:
-     * patch + hidden tests, `script`: tests/test.sh writes a reward, `exact`: string match) or a
-     * `./module.ts` in the environment's folder exporting `kind`.
-     */
-    kind: z.string().min(1),
-    defaultHarness: z.string(),
-    data: z.string(),
-    /** A named image set the CLI can build (`gym image build <images>`). */
-    images: z.string().optional(),
-    sandbox: z.record(z.string(), z.unknown()).default({}),
-    /** The kind's own settings (e.g. `swebench`: imageTemplate, repositories, testTimeoutSec). */
-    options: z.record(z.string(), z.unknown()).default({}),
-    limits: z.record(z.string(), z.number()).default({}),
-  })
-  .strict();
-export type EnvironmentDefinition = z.output<typeof EnvironmentDefinitionSchema>;
-
-export interface LoadedEnvironment extends EnvironmentDefinition {
-  directory: string;
-  dataPath: string;
-  /** The kind's implementation, loaded with the environment so a bad kind fails before any run. */
-  implementation: EnvironmentKind;
-}
+export { type EnvironmentDefinition, EnvironmentDefinitionSchema } from './definition.ts';
+export type { LoadedEnvironment } from './kinds/kind.ts';
 
 export const BUILT_IN_ENVIRONMENTS_DIR = fileURLToPath(new URL('.', import.meta.url));
 

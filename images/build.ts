@@ -2,7 +2,7 @@
  * Builds the project's images without a registry: a root filesystem made on this machine
  * (busybox copied in, or `debootstrap` from the machine's configured Debian mirror), streamed
  * as a tar to the provider, which turns it into what it runs (`prepareImage`, see
- * `providers/sandbox-provider.ts`; Docker imports it). Nothing here knows the backend.
+ * `core/image-source.ts`; Docker imports it). Nothing here knows the backend.
  */
 
 import { spawn } from 'node:child_process';
@@ -13,14 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { GymError } from '../core/errors.ts';
+import type { ImageConfig, ImageFilter, ImageFormat, ImageInfo, ImageSource } from '../core/image-source.ts';
 import type { Logger } from '../core/logger.ts';
-import type {
-  ImageConfig,
-  ImageFilter,
-  ImageFormat,
-  ImageInfo,
-  ImageSource,
-} from '../providers/sandbox-provider.ts';
 import {
   BUILDER_VERSION,
   type BusyboxImageDefinition,

@@ -1,7 +1,7 @@
 /**
  * Bakes a repository into an image: a base image, the files written into a directory, a command
  * run there (the base commit). Used for task images (one per swe-mini task). The provider makes
- * it (a `derived` image source, see `providers/sandbox-provider.ts`); an image that already
+ * it (a `derived` image source, see `core/image-source.ts`); an image that already
  * exists under its content-hash reference is not made again.
  */
 import { GymError } from '../core/errors.ts';

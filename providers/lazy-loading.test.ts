@@ -49,9 +49,12 @@ await docker.close();
 console.log(JSON.stringify({ withMemory, withDocker: [...loaded] }));
 `;
 
-const isDockerModule = (url: string) => /\/node_modules\/dockerode\/|\/providers\/docker\//.test(url);
+/** A provider's row (`registration.ts`: its name and loaders, no code of it) loads with the registry. */
+const isRow = (url: string) => /\/providers\/[^/]+\/registration\.ts$/.test(url);
+const isDockerModule = (url: string) =>
+  /\/node_modules\/dockerode\/|\/providers\/docker\//.test(url) && !isRow(url);
 const isKubernetesModule = (url: string) =>
-  /\/node_modules\/@kubernetes\/client-node\/|\/providers\/kubernetes\//.test(url);
+  /\/node_modules\/@kubernetes\/client-node\/|\/providers\/kubernetes\//.test(url) && !isRow(url);
 
 describe('lazy loading of built-in providers', () => {
   it('starts a daemon of another provider without loading dockerode; loads it for a Docker provider', async () => {
@@ -126,7 +129,9 @@ async function runCliRecording(args: string[]): Promise<{ output: string[]; load
   return { loaded: JSON.parse(lines.pop()!) as string[], output: lines };
 }
 
-const isCommandModule = (url: string) => /\/cli\/commands\//.test(url);
+/** A command's body; each folder's parsers (`definitions.ts`, `index.ts`) load with the program. */
+const isCommandModule = (url: string) =>
+  /\/cli\/commands\//.test(url) && !/\/cli\/commands\/[^/]+\/(definitions|index)\.ts$/.test(url);
 
 describe('lazy loading of CLI commands', () => {
   it('shows `gym daemon start --help` without loading any command body', async () => {

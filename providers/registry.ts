@@ -4,6 +4,11 @@
  */
 import { GymError } from '../core/errors.ts';
 import { loadFactory } from '../core/modules.ts';
+import { apptainerRegistration } from './apptainer/registration.ts';
+import type { BuiltInProvider } from './built-in-provider.ts';
+import { dockerRegistration } from './docker/registration.ts';
+import { enrootRegistration } from './enroot/registration.ts';
+import { kubernetesRegistration } from './kubernetes/registration.ts';
 import {
   PROVIDER_SPECIFICATION_VERSION,
   type ProviderContext,
@@ -11,20 +16,34 @@ import {
   type SandboxProviderFactory,
 } from './sandbox-provider.ts';
 
+export type { BuiltInProvider } from './built-in-provider.ts';
+
 /**
- * Built-in providers, each loaded only when a daemon builds it: a provider's SDK (dockerode, and
- * later a Kubernetes client or ssh2) is large, and a process that does not use it never loads it.
+ * The built-in providers, one row each, in the order `gym doctor --help` names them. A row is
+ * its folder's `registration.ts`: a new built-in provider is its folder and one line here. Each
+ * provider's module loads only when a daemon builds it: a provider's SDK (dockerode, a
+ * Kubernetes client, ssh2) is large, and a process that does not use it never loads it.
  */
-export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>> = Object.freeze({
-  docker: async (options, context) =>
-    (await import('./docker/index.ts')).createDockerProvider(options, context),
-  kubernetes: async (options, context) =>
-    (await import('./kubernetes/index.ts')).createKubernetesProvider(options, context),
-  apptainer: async (options, context) =>
-    (await import('./apptainer/index.ts')).createApptainerProvider(options, context),
-  enroot: async (options, context) =>
-    (await import('./enroot/index.ts')).createEnrootProvider(options, context),
-});
+export const BUILT_IN_PROVIDER_ROWS: readonly BuiltInProvider[] = Object.freeze([
+  dockerRegistration,
+  kubernetesRegistration,
+  apptainerRegistration,
+  enrootRegistration,
+]);
+
+/** The built-in providers' factories by name (what a registry starts with). */
+export const BUILT_IN_PROVIDERS: Readonly<Record<string, SandboxProviderFactory>> = Object.freeze(
+  Object.fromEntries(BUILT_IN_PROVIDER_ROWS.map((row) => [row.name, row.create])),
+);
+
+/** A configured provider's row: a built-in one's; none for a third-party module, whatever its name. */
+export function builtInProviderOf(
+  registration: Pick<ProviderRegistration, 'name' | 'module'>,
+): BuiltInProvider | undefined {
+  return registration.module === undefined
+    ? BUILT_IN_PROVIDER_ROWS.find((row) => row.name === registration.name)
+    : undefined;
+}
 
 /** The methods every provider must have; checked when a third-party module is loaded. */
 export const REQUIRED_METHODS = [

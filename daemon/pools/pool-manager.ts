@@ -43,7 +43,7 @@ export class PoolManager implements PoolCounts {
     this.#stateDir = options.stateDir;
     this.#logger = options.logger;
     this.#metrics = options.metrics;
-    this.#manager.onRemoved((record, reason) => {
+    this.#manager.lifecycle.onRemoved((record, reason) => {
       if (record.pool !== null) this.#pools.get(record.pool)?.removed(record, reason);
     });
   }
@@ -57,11 +57,11 @@ export class PoolManager implements PoolCounts {
     for (const [name, definition] of Object.entries({ ...persisted, ...configPools })) {
       this.#pools.set(name, new Pool(name, definition, this.#manager, this.#logger, this.#metrics));
     }
-    for (const record of this.#manager.poolRecords()) {
+    for (const record of this.#manager.lifecycle.poolRecords()) {
       const pool = this.#pools.get(record.pool!);
       if (pool !== undefined) pool.adopt(record);
       else if (record.poolState === 'idle')
-        void this.#manager.destroy(record.id, 'pool-removed').catch(() => {});
+        void this.#manager.lifecycle.destroy(record.id, 'pool-removed').catch(() => {});
     }
     await this.#persist();
     for (const pool of this.#pools.values()) pool.refill();
@@ -132,7 +132,7 @@ export class PoolManager implements PoolCounts {
     parseOrThrow(PoolNameSchema, name, 'pool name');
     const definition = parseOrThrow(PoolDefinitionSchema, input, `pool ${name}`);
     // Refused now, not by every refill in the background.
-    this.#manager.checkSpec(definition.spec);
+    this.#manager.lifecycle.checkSpec(definition.spec);
     const existing = this.#pools.get(name);
     if (existing === undefined)
       this.#pools.set(name, new Pool(name, definition, this.#manager, this.#logger, this.#metrics));

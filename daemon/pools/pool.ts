@@ -90,7 +90,7 @@ export class Pool {
     if (isSpecChanged) {
       const stale = this.#idle;
       this.#idle = [];
-      for (const id of stale) void this.#manager.destroy(id, 'redefined').catch(() => {});
+      for (const id of stale) void this.#manager.lifecycle.destroy(id, 'redefined').catch(() => {});
     }
     this.refill();
   }
@@ -111,7 +111,7 @@ export class Pool {
     }
     this.#misses += 1;
     this.refill();
-    const sandbox = await this.#manager.create(this.#coldSpec(overrides), { pool: this.name });
+    const sandbox = await this.#manager.lifecycle.create(this.#coldSpec(overrides), { pool: this.name });
     this.#leased.add(sandbox.id);
     this.#observe(started, false);
     return sandbox;
@@ -119,13 +119,13 @@ export class Pool {
 
   /** Checks an idle member and claims it; a dead one is discarded. Null when it cannot be handed out. */
   async #handOut(id: string, overrides: AcquireOverrides): Promise<Sandbox | null> {
-    if (!(await this.#manager.isHealthy(id))) {
+    if (!(await this.#manager.operations.isHealthy(id))) {
       this.#discarded += 1;
       this.#logger.warn({ sandboxId: id }, 'idle sandbox failed its health check; discarded');
-      void this.#manager.destroy(id, 'unhealthy').catch(() => {});
+      void this.#manager.lifecycle.destroy(id, 'unhealthy').catch(() => {});
       return null;
     }
-    const sandbox = await this.#manager.claim(id, overrides);
+    const sandbox = await this.#manager.lifecycle.claim(id, overrides);
     if (sandbox !== null) this.#leased.add(id);
     return sandbox;
   }
@@ -170,7 +170,7 @@ export class Pool {
       this.#idle.length + this.#leased.size + this.#creating + this.#handingOut < maxTotal
     ) {
       this.#creating += 1;
-      this.#manager
+      this.#manager.lifecycle
         .createIdle(spec, this.name, idleTtlSeconds)
         .then(async (record) => {
           if (record === null) {
@@ -179,11 +179,13 @@ export class Pool {
             return;
           }
           // Warm the health-check session now, so the first acquire pays well under a millisecond.
-          const isHealthy = await this.#manager.isHealthy(record.id);
+          const isHealthy = await this.#manager.operations.isHealthy(record.id);
           this.#creating -= 1;
           if (this.#isDraining || !isHealthy) {
             if (!isHealthy) this.#noteFailure(`new sandbox ${record.id} failed its first health check`);
-            void this.#manager.destroy(record.id, this.#isDraining ? 'drained' : 'unhealthy').catch(() => {});
+            void this.#manager.lifecycle
+              .destroy(record.id, this.#isDraining ? 'drained' : 'unhealthy')
+              .catch(() => {});
             return;
           }
           this.#failureStreak = 0;
@@ -222,7 +224,7 @@ export class Pool {
     this.#retryTimer = null;
     const idle = this.#idle;
     this.#idle = [];
-    await Promise.all(idle.map((id) => this.#manager.destroy(id, 'drained').catch(() => {})));
+    await Promise.all(idle.map((id) => this.#manager.lifecycle.destroy(id, 'drained').catch(() => {})));
   }
 
   /** Stops background work without destroying anything (daemon shutdown). */

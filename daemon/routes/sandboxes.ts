@@ -10,11 +10,12 @@ import {
   PathQuerySchema,
   SnapshotRequestSchema,
 } from '../../core/schemas/api.ts';
-import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { type ExecRequest, ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { toApiError } from '../errors.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
-import type { SandboxManager } from '../sandbox-manager.ts';
+import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
+import type { SandboxOperations } from '../sandboxes/operations.ts';
 
 /** The largest JSON body an exec accepts (its stdin travels inside it). */
 const EXEC_BODY_LIMIT_BYTES = 96 * 1024 * 1024;
@@ -42,19 +43,25 @@ function parseLabels(raw: string | string[] | undefined): Record<string, string>
   return labels;
 }
 
+/** The parts of the daemon's sandboxes the routes call (`SandboxManager` has both). */
+export interface SandboxRouteTargets {
+  lifecycle: SandboxLifecycle;
+  operations: SandboxOperations;
+}
+
 export function registerSandboxRoutes(
   app: FastifyInstance,
-  manager: SandboxManager,
+  { lifecycle, operations }: SandboxRouteTargets,
   pools: PoolManager,
 ): void {
-  app.post('/v1/sandboxes/:id/gateway', async (request) => manager.exposeGateway(sandboxId(request)));
+  app.post('/v1/sandboxes/:id/gateway', async (request) => operations.exposeGateway(sandboxId(request)));
 
   app.post('/v1/sandboxes', async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;
     const sandbox =
       typeof body === 'object' && body !== null && 'pool' in body
         ? await pools.acquire(body)
-        : await manager.create(body);
+        : await lifecycle.create(body);
     reply.status(201);
     return sandbox;
   });
@@ -62,30 +69,32 @@ export function registerSandboxRoutes(
   app.get('/v1/sandboxes', async (request) => {
     const query = parseOrThrow(ListSandboxesQuerySchema, request.query, 'query');
     return {
-      sandboxes: manager.list({
+      sandboxes: lifecycle.list({
         labels: parseLabels(query.label),
         ...(query.provider === undefined ? {} : { provider: query.provider }),
       }),
     };
   });
 
-  app.get('/v1/sandboxes/:id', async (request) => manager.get(sandboxId(request)));
+  app.get('/v1/sandboxes/:id', async (request) => lifecycle.get(sandboxId(request)));
 
   app.delete('/v1/sandboxes/:id', async (request, reply) => {
-    await manager.destroy(sandboxId(request));
+    await lifecycle.destroy(sandboxId(request));
     reply.status(204);
   });
 
   app.post('/v1/sandboxes/:id/keepalive', async (request) => {
     const body = parseOrThrow(KeepaliveRequestSchema, request.body ?? {}, 'keepalive request');
-    return manager.keepalive(sandboxId(request), body.ttlSeconds);
+    return operations.keepalive(sandboxId(request), body.ttlSeconds);
   });
 
   app.post('/v1/sandboxes/:id/exec', { bodyLimit: EXEC_BODY_LIMIT_BYTES }, async (request, reply) => {
     const id = sandboxId(request);
     const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
-    if (query.stream === undefined) return manager.exec(id, request.body);
-    return streamExec(manager, id, request, reply);
+    // Parsed once, here: the streamed form needs the request's output cap before it starts.
+    const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
+    if (query.stream === undefined) return operations.exec(id, exec);
+    return streamExec({ lifecycle, operations }, id, exec, reply);
   });
 
   app.put('/v1/sandboxes/:id/files', async (request, reply) => {
@@ -98,7 +107,7 @@ export function registerSandboxRoutes(
         'a file upload needs a Content-Length header (the tar header carries the size up front)',
       );
     }
-    await manager.writeFile(
+    await operations.writeFile(
       id,
       query.path,
       { stream: request.raw, sizeBytes: length },
@@ -109,31 +118,33 @@ export function registerSandboxRoutes(
 
   app.get('/v1/sandboxes/:id/files', async (request, reply) => {
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    const stream = await manager.readFile(sandboxId(request), query.path);
+    const stream = await operations.readFile(sandboxId(request), query.path);
     return reply.type('application/octet-stream').send(stream);
   });
 
   app.put('/v1/sandboxes/:id/archive', async (request, reply) => {
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    await manager.writeArchive(sandboxId(request), query.path, request.raw);
+    await operations.writeArchive(sandboxId(request), query.path, request.raw);
     reply.status(204);
   });
 
   app.get('/v1/sandboxes/:id/archive', async (request, reply) => {
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    const stream = await manager.readArchive(sandboxId(request), query.path);
+    const stream = await operations.readArchive(sandboxId(request), query.path);
     return reply.type('application/x-tar').send(stream);
   });
 
-  app.post('/v1/sandboxes/:id/stop-processes', async (request) => manager.stopProcesses(sandboxId(request)));
+  app.post('/v1/sandboxes/:id/stop-processes', async (request) =>
+    operations.stopProcesses(sandboxId(request)),
+  );
 
   app.post('/v1/sandboxes/:id/toolchain-check', async (request) =>
-    manager.checkToolchain(sandboxId(request), request.body ?? {}),
+    operations.checkToolchain(sandboxId(request), request.body ?? {}),
   );
 
   app.post('/v1/sandboxes/:id/snapshot', async (request) => {
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
-    return manager.snapshot(sandboxId(request), body.image);
+    return operations.snapshot(sandboxId(request), body.image);
   });
 }
 
@@ -148,13 +159,12 @@ export function registerSandboxRoutes(
  * would.
  */
 async function streamExec(
-  manager: SandboxManager,
+  { lifecycle, operations }: SandboxRouteTargets,
   id: string,
-  request: FastifyRequest,
+  exec: ExecRequest,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
-  const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
-  manager.get(id);
+  lifecycle.get(id);
   const output = new PassThrough();
   const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   const room = { stdout: exec.maxOutputBytes, stderr: exec.maxOutputBytes };
@@ -163,7 +173,7 @@ async function streamExec(
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) cancel.abort();
   });
-  manager
+  operations
     .exec(id, exec, {
       signal: cancel.signal,
       onOutput: (stream, chunk) => {

@@ -13,7 +13,7 @@ import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { cookieValue, PAGE_HEADERS, sameSecret, sessionCookie } from '../../core/page-security.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
-import type { SandboxManager } from '../sandbox-manager.ts';
+import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
 
 /** Long enough to paste the link into a browser; short enough that a logged link is stale. */
 export const LOGIN_LINK_TTL_MS = 60_000;
@@ -66,7 +66,11 @@ function refuse(reply: FastifyReply, status: number, message: string) {
   return reply.code(status).headers(PAGE_HEADERS).type('text/plain; charset=utf-8').send(`${message}\n`);
 }
 
-export function registerUiRoutes(app: FastifyInstance, manager: SandboxManager, pools: PoolManager): void {
+export function registerUiRoutes(
+  app: FastifyInstance,
+  lifecycle: Pick<SandboxLifecycle, 'list'>,
+  pools: PoolManager,
+): void {
   const links = new ExpiringSecrets(LOGIN_LINK_TTL_MS, MAX_PENDING_LINKS);
   const sessions = new ExpiringSecrets(UI_SESSION_TTL_MS, MAX_SESSIONS);
   const assets = new Map<string, Promise<Buffer>>();
@@ -112,7 +116,7 @@ export function registerUiRoutes(app: FastifyInstance, manager: SandboxManager, 
 
   // What a person needs to see, not the specs: those carry the sandboxes' env, which may hold keys.
   app.get('/ui/api/sandboxes', page, async () => ({
-    sandboxes: manager.list().map((sandbox) => ({
+    sandboxes: lifecycle.list().map((sandbox) => ({
       id: sandbox.id,
       provider: sandbox.provider,
       state: sandbox.state,

@@ -5,7 +5,7 @@
  */
 import type { Readable } from 'node:stream';
 import type { Sandbox, StopProcessesResult } from '../../core/schemas/api.ts';
-import { type ExecRequestInput, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
+import { type ExecRequest, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
 import {
   type ToolchainCheckRequestInput,
   ToolchainCheckRequestSchema,
@@ -63,8 +63,8 @@ export class SandboxOperations {
     return result;
   }
 
-  async exec(id: string, input: ExecRequestInput | unknown, options: ExecOptions = {}): Promise<ExecResult> {
-    const request = parseOrThrow(ExecRequestSchema, input, 'exec request');
+  /** Runs a request the route has parsed already (`ExecRequestSchema`: once, at the edge). */
+  async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
     return this.#use(id, async (provider, record) => {
       const { request: runnable, isSession } = sessionOrOneShot(provider, request);
       const started = performance.now();

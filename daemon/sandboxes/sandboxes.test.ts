@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GymError } from '../../core/errors.ts';
 import { silentLogger } from '../../core/logger.ts';
-import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
+import { type ExecRequest, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import type { ProviderCapabilities, ProviderContext } from '../../providers/sandbox-provider.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
@@ -271,7 +271,10 @@ describe('SandboxOperations', () => {
     const idle = (await lifecycle.createIdle(spec, 'p', 100))!;
     await lifecycle.claim(idle.id, { ttlSeconds: 100, labels: {}, env: { A: 'pool', B: 'pool' } });
     advance(50);
-    const result = await operations.exec(idle.id, { argv: ['env'], session: 'agent', env: { B: 'request' } });
+    const result = await operations.exec(
+      idle.id,
+      ExecRequestSchema.parse({ argv: ['env'], session: 'agent', env: { B: 'request' } }),
+    );
     expect(result).toMatchObject({ status: 'ok', session: false });
     expect(provider.execs.at(-1)).toMatchObject({ argv: ['env'], env: { A: 'pool', B: 'request' } });
     expect(provider.execs.at(-1)).not.toHaveProperty('session');
@@ -288,10 +291,12 @@ describe('SandboxOperations', () => {
       details: { provider: 'memory', capability: 'snapshot' },
     });
     provider.goneOnNextExec = true;
-    expect((await operations.exec(id, { argv: ['true'] })).status).toBe('sandbox_gone');
+    expect((await operations.exec(id, ExecRequestSchema.parse({ argv: ['true'] }))).status).toBe(
+      'sandbox_gone',
+    );
     await vi.waitFor(() => expect(store.get(id)).toBeUndefined());
     expect(await operations.isHealthy(id)).toBe(false);
-    await expect(operations.exec(id, { argv: ['true'] })).rejects.toMatchObject({
+    await expect(operations.exec(id, ExecRequestSchema.parse({ argv: ['true'] }))).rejects.toMatchObject({
       code: 'SANDBOX_NOT_FOUND',
     });
   });

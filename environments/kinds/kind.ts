@@ -13,9 +13,17 @@ import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { HarnessLimits, HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
-import type { LoadedEnvironment } from '../environment.ts';
+import type { EnvironmentDefinition } from '../definition.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import { promptText, ResponsesCreateParamsSchema, rowConversation } from './responses-input.ts';
+
+/** An environment as the runner gets it: its definition, where it lives, and its kind's code. */
+export interface LoadedEnvironment extends EnvironmentDefinition {
+  directory: string;
+  dataPath: string;
+  /** The kind's implementation, loaded with the environment so a bad kind fails before any run. */
+  implementation: EnvironmentKind;
+}
 
 /** A task row after its kind checked it: the row's own fields, kept as they came. */
 export type TaskRow = Record<string, unknown>;

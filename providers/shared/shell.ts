@@ -1,8 +1,6 @@
-/** Quotes one word for a POSIX shell: single quotes, with embedded single quotes spliced in. */
-export function shellQuote(word: string): string {
-  if (/^[A-Za-z0-9_./:=@%+-]+$/.test(word)) return word;
-  return `'${word.replaceAll("'", `'\\''`)}'`;
-}
+import { shellQuote } from '../../core/shell-quote.ts';
+
+export { shellQuote };
 
 export function shellJoin(words: readonly string[]): string {
   return words.map(shellQuote).join(' ');

@@ -580,7 +580,7 @@ describe('API fuzzing', () => {
       });
       expect(removed.statusCode, removed.body).toBe(204);
     }
-    expect(daemon.manager.list({})).toEqual([]);
+    expect(daemon.manager.lifecycle.list({})).toEqual([]);
     expect([...provider.sandboxes.keys()]).toEqual([]);
     await healthy();
   });

@@ -13,6 +13,7 @@ import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
 import { type Clock, systemClock } from '../../core/clock.ts';
 import { silentLogger } from '../../core/logger.ts';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { ImageService } from '../../daemon/images.ts';
 import { type OwnerRecord, procHostProcesses } from '../../daemon/owners.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
@@ -61,15 +62,19 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
     const first = await startTestDaemon({ namespace });
     const second = await startTestDaemon({ namespace });
     daemons.push(first, second);
-    const ofFirst = await first.manager.create({ image: busybox });
-    const ofSecond = await second.manager.create({ image: busybox });
+    const ofFirst = await first.manager.lifecycle.create({ image: busybox });
+    const ofSecond = await second.manager.lifecycle.create({ image: busybox });
     for (let round = 0; round < 2; round += 1) {
-      await first.manager.reconcile('docker');
-      await second.manager.reconcile('docker');
+      await first.manager.reconciler.reconcile('docker');
+      await second.manager.reconciler.reconcile('docker');
     }
     expect(await containerIds(namespace)).toEqual([ofFirst.id, ofSecond.id].sort());
-    expect(await first.manager.exec(ofFirst.id, { argv: ['true'] })).toMatchObject({ status: 'ok' });
-    expect(await second.manager.exec(ofSecond.id, { argv: ['true'] })).toMatchObject({ status: 'ok' });
+    expect(
+      await first.manager.operations.exec(ofFirst.id, ExecRequestSchema.parse({ argv: ['true'] })),
+    ).toMatchObject({ status: 'ok' });
+    expect(
+      await second.manager.operations.exec(ofSecond.id, ExecRequestSchema.parse({ argv: ['true'] })),
+    ).toMatchObject({ status: 'ok' });
   }, 60_000);
 
   it('starts beside a peer that is creating sandboxes and touches none of them, whatever the start order, though their image was built long ago', async () => {
@@ -102,7 +107,7 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
       const secondStateDir = await mkdtemp(join(tmpdir(), 'gym-share-second-'));
       directories.push(secondStateDir);
       const creating = (daemon: TestDaemon) =>
-        Promise.all(Array.from({ length: 4 }, () => daemon.manager.create({ image })));
+        Promise.all(Array.from({ length: 4 }, () => daemon.manager.lifecycle.create({ image })));
       const [ofFirst, second] = await Promise.all([
         creating(first),
         new Promise((resolve) => setTimeout(resolve, 200)).then(() =>
@@ -124,13 +129,18 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
       expect(await containerIds(namespace)).toEqual(everyId);
       for (const sandbox of ofFirst)
         expect(
-          await restartedFirst.manager.exec(sandbox.id, { argv: ['cat', '/work/marker.txt'] }),
+          await restartedFirst.manager.operations.exec(
+            sandbox.id,
+            ExecRequestSchema.parse({ argv: ['cat', '/work/marker.txt'] }),
+          ),
         ).toMatchObject({
           status: 'ok',
           stdout: 'built an hour ago\n',
         });
       for (const sandbox of ofSecond)
-        expect(await second.manager.exec(sandbox.id, { argv: ['true'] })).toMatchObject({ status: 'ok' });
+        expect(
+          await second.manager.operations.exec(sandbox.id, ExecRequestSchema.parse({ argv: ['true'] })),
+        ).toMatchObject({ status: 'ok' });
     } finally {
       await docker
         .getImage(image)
@@ -146,13 +156,13 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
     const crashed = await startTestDaemon({ namespace, owners: { directory, graceMs } });
     const survivor = await startTestDaemon({ namespace, owners: { directory, graceMs } });
     daemons.push(survivor);
-    const orphan = await crashed.manager.create({ image: busybox });
+    const orphan = await crashed.manager.lifecycle.create({ image: busybox });
     // A graceful stop keeps the sandbox and removes the record: what a kill -9 leaves is forged below.
     await crashed.stop({ destroy: false });
     expect(await containerIds(namespace)).toEqual([orphan.id]);
 
     // No record: the owner cannot be proven gone, so its sandbox waits for its hard deadline.
-    await survivor.manager.reconcile('docker');
+    await survivor.manager.reconciler.reconcile('docker');
     expect(await containerIds(namespace)).toEqual([orphan.id]);
 
     const [bootId, pidNamespace] = await Promise.all([
@@ -178,15 +188,15 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
       pid: process.pid,
       processStartTime: (await procHostProcesses.startTime(process.pid)) ?? '',
     });
-    await survivor.manager.reconcile('docker');
+    await survivor.manager.reconciler.reconcile('docker');
     expect(await containerIds(namespace)).toEqual([orphan.id]);
     // Dead, but its last heartbeat is within the grace (it may be restarting): kept.
     await forge({ heartbeatAtMs: Date.now() - 1000 });
-    await survivor.manager.reconcile('docker');
+    await survivor.manager.reconciler.reconcile('docker');
     expect(await containerIds(namespace)).toEqual([orphan.id]);
     // This pid reused by another process (another start time): the owner is gone; reclaimed.
     await forge({ pid: process.pid, processStartTime: 'not-this-one' });
-    const summary = await survivor.manager.reconcile('docker');
+    const summary = await survivor.manager.reconciler.reconcile('docker');
     expect(summary.destroyed).toBe(1);
     expect(await containerIds(namespace)).toEqual([]);
   }, 60_000);

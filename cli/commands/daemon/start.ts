@@ -3,7 +3,7 @@ import type { Logger } from '../../../core/logger.ts';
 import { configFromEnvironment, type DaemonConfigInput, loadConfig } from '../../../daemon/config.ts';
 import { startDaemon } from '../../../daemon/daemon.ts';
 import type { CommandOf } from '../../command.ts';
-import type { daemonStart } from '../../program.ts';
+import type { daemonStart } from './definitions.ts';
 
 /** `gym daemon start`: the daemon in the foreground until SIGTERM or SIGINT. */
 export const daemonStartCommand: CommandOf<typeof daemonStart> = {

@@ -1,7 +1,7 @@
 import { readDaemonInfo } from '../../../daemon/identity.ts';
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { daemonStatus } from '../../program.ts';
+import type { daemonStatus } from './definitions.ts';
 
 export const daemonStatusCommand: CommandOf<typeof daemonStatus> = {
   async run({ options: values, env, stdout }) {

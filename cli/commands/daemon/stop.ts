@@ -2,7 +2,7 @@ import { GymError } from '../../../core/errors.ts';
 import { findRunningDaemon, isProcessAlive } from '../../../daemon/identity.ts';
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
-import type { daemonStop } from '../../program.ts';
+import type { daemonStop } from './definitions.ts';
 
 export const daemonStopCommand: CommandOf<typeof daemonStop> = {
   async run({ options: values, env, stdout }) {

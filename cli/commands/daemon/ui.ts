@@ -4,7 +4,7 @@ import { GymError } from '../../../core/errors.ts';
 import { readDaemonInfo, TOKEN_FILE } from '../../../daemon/identity.ts';
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
-import type { daemonUi } from '../../program.ts';
+import type { daemonUi } from './definitions.ts';
 
 /**
  * Asks the daemon for a one-time login link to /ui and prints it: the browser gets a session

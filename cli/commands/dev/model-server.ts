@@ -5,7 +5,7 @@ import { parseOrThrow } from '../../../core/validate.ts';
 import { ModelScriptSchema } from '../../../harnesses/scripted-model/script.ts';
 import { startScriptedModelServer } from '../../../harnesses/scripted-model/server.ts';
 import type { CommandOf } from '../../command.ts';
-import type { devModelServer } from '../../program.ts';
+import type { devModelServer } from './definitions.ts';
 
 export const devModelServerCommand: CommandOf<typeof devModelServer> = {
   async run({ options: values, stdout }) {

@@ -1,20 +1,21 @@
 /**
  * `gym doctor`: what gym needs on this host, and how to fix what fails. The host checks of a
  * provider (Docker's exec helper and relay privileges, the static relay of the others) come from
- * the providers the daemon runs (`providers/host-checks.ts`), so a host set up for one backend is
- * not failed for another's tools.
+ * the rows of the providers the daemon runs (`providers/registry.ts`), so a host set up for one
+ * backend is not failed for another's tools.
  */
 import { access, constants } from 'node:fs/promises';
 import type { GymClient } from '../../../client/client.ts';
 import { isGymError } from '../../../core/errors.ts';
+import type { HostCheck } from '../../../core/host-check.ts';
 import { type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { taskImage } from '../../../environments/swe-mini/repository.ts';
 import { SWE_MINI_TASKS } from '../../../environments/swe-mini/tasks.ts';
-import { type HostCheck, hostChecksOf } from '../../../providers/host-checks.ts';
+import { builtInProviderOf } from '../../../providers/registry.ts';
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { connectOrStartInProcess, type DaemonConnection } from '../../in-process-daemon.ts';
-import type { doctor } from '../../program.ts';
+import type { doctor } from './definitions.ts';
 
 type Check = HostCheck;
 
@@ -47,8 +48,9 @@ async function providerHostChecks(
         );
   const checks: Check[] = [];
   for (const registration of registrations) {
-    const hooks = hostChecksOf(registration);
-    if (hooks !== undefined) checks.push(...(await hooks.run({ options: registration.options ?? {}, env })));
+    const row = builtInProviderOf(registration);
+    if (row !== undefined)
+      checks.push(...(await row.hostChecks({ options: registration.options ?? {}, env })));
   }
   return checks;
 }
@@ -138,7 +140,7 @@ export const doctorCommand: CommandOf<typeof doctor> = {
           ok: provider.ok,
           detail: provider.message,
           fix:
-            hostChecksOf(registration)?.unhealthyFix ??
+            builtInProviderOf(registration)?.unhealthyFix ??
             'see the daemon log; check the provider options in the config',
         });
       }

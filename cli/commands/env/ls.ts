@@ -1,7 +1,7 @@
 import { listEnvironments, readRows } from '../../../environments/environment.ts';
 import type { CommandOf } from '../../command.ts';
 import { formatTable } from '../../format.ts';
-import type { envLs } from '../../program.ts';
+import type { envLs } from './definitions.ts';
 
 export const envLsCommand: CommandOf<typeof envLs> = {
   async run({ options: values, stdout }) {

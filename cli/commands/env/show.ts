@@ -1,6 +1,6 @@
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
 import type { CommandOf } from '../../command.ts';
-import type { envShow } from '../../program.ts';
+import type { envShow } from './definitions.ts';
 
 export const envShowCommand: CommandOf<typeof envShow> = {
   async run({ options: values, args: [name], stdout }) {

@@ -1,6 +1,6 @@
 import { exportTrajectories, formatsOf } from '../../../environments/runner/trajectory-files.ts';
 import type { CommandOf } from '../../command.ts';
-import type { evalExport } from '../../program.ts';
+import type { evalExport } from './definitions.ts';
 
 /**
  * Writes the trajectories of stored rollouts (ours or NeMo Gym's) as NeMo Gym's `ng_trajectory`

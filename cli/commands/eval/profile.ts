@@ -4,7 +4,7 @@ import { fieldStats, taskProfile } from '../../../environments/runner/metrics.ts
 import { GYM_FIELDS } from '../../../environments/runner/rollout-line.ts';
 import type { CommandOf } from '../../command.ts';
 import { formatTable } from '../../format.ts';
-import type { evalProfile } from '../../program.ts';
+import type { evalProfile } from './definitions.ts';
 
 type Line = Record<string, unknown>;
 

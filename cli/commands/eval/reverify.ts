@@ -8,8 +8,8 @@ import { joinInputs, reverifyRollout } from '../../../environments/runner/reveri
 import { gymFields } from '../../../environments/runner/rollout-line.ts';
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { evalReverify } from '../../program.ts';
 import { formatDuration, remainingAtRate } from '../../progress.ts';
+import type { evalReverify } from './definitions.ts';
 
 /** A client for grading that needs no sandbox: any use of it is a clear error, never a silent one. */
 function withoutDaemon(): GymClient {

@@ -13,8 +13,8 @@ import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { readEnvYaml } from '../../env-yaml.ts';
 import { commandLogger } from '../../log-output.ts';
-import type { evalRun } from '../../program.ts';
 import { formatDuration, remainingAtRate, startTicker } from '../../progress.ts';
+import type { evalRun } from './definitions.ts';
 
 interface PolicyConfig {
   baseUrl?: string;

@@ -1,8 +1,8 @@
 import { access } from 'node:fs/promises';
 import { GymError } from '../../../core/errors.ts';
 import type { CommandOf } from '../../command.ts';
-import type { evalView } from '../../program.ts';
 import { buildViewerServer } from '../../viewer/server.ts';
+import type { evalView } from './definitions.ts';
 
 /**
  * `gym eval view RESULTS.jsonl`: serves the viewer on 127.0.0.1 until interrupted. The login URL

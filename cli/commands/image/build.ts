@@ -4,9 +4,9 @@ import { IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
 import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { connectOrStartInProcess } from '../../in-process-daemon.ts';
-import type { imageBuild } from '../../program.ts';
 import { formatDuration, leftText, startTicker, Timings } from '../../progress.ts';
 import { buildSweMiniImages, IMAGE_SETS } from '../../task-images.ts';
+import type { imageBuild } from './definitions.ts';
 
 /** Builds on the daemon's provider (one started in-process when none runs), never on an engine. */
 export const imageBuildCommand: CommandOf<typeof imageBuild> = {

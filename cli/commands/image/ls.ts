@@ -3,7 +3,7 @@ import type { CommandOf } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { formatTable } from '../../format.ts';
 import { connectOrStartInProcess } from '../../in-process-daemon.ts';
-import type { imageLs } from '../../program.ts';
+import type { imageLs } from './definitions.ts';
 
 /** Lists through the daemon's provider (one started in-process when none runs), never an engine. */
 export const imageLsCommand: CommandOf<typeof imageLs> = {

@@ -1,6 +1,6 @@
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { poolCreate } from '../../program.ts';
+import type { poolCreate } from './definitions.ts';
 
 export const poolCreateCommand: CommandOf<typeof poolCreate> = {
   async run({ options: values, args: [name], env, stdout }) {

@@ -1,7 +1,7 @@
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { formatTable } from '../../format.ts';
-import type { poolLs } from '../../program.ts';
+import type { poolLs } from './definitions.ts';
 
 export const poolLsCommand: CommandOf<typeof poolLs> = {
   async run({ options: values, env, stdout }) {

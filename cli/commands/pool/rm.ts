@@ -1,6 +1,6 @@
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { poolRm } from '../../program.ts';
+import type { poolRm } from './definitions.ts';
 
 export const poolRmCommand: CommandOf<typeof poolRm> = {
   async run({ options: values, args: [positionals], env, stdout }) {

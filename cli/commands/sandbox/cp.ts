@@ -8,7 +8,7 @@ import type { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { sandboxCp } from '../../program.ts';
+import type { sandboxCp } from './definitions.ts';
 
 interface Location {
   sandboxId?: string;

@@ -48,6 +48,6 @@ describe('gym sandbox create --pool', () => {
     );
     expect(exitCode).toBe(2);
     expect(said()).toContain('--image, --cpus, --memory cannot be used with it');
-    expect(daemon.manager.list({}).length).toBe(0);
+    expect(daemon.manager.lifecycle.list({}).length).toBe(0);
   });
 });

@@ -1,7 +1,7 @@
 import type { SandboxSpecInput } from '../../../core/schemas/sandbox.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { sandboxCreate } from '../../program.ts';
+import type { sandboxCreate } from './definitions.ts';
 
 export const sandboxCreateCommand: CommandOf<typeof sandboxCreate> = {
   async run({ options: values, env, stdout }) {

@@ -1,7 +1,7 @@
 import { GymError } from '../../../core/errors.ts';
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { sandboxExec } from '../../program.ts';
+import type { sandboxExec } from './definitions.ts';
 
 /** Exit codes for what is not the command's own, as timeout(1) and shells use them. */
 export const TIMEOUT_EXIT_CODE = 124;

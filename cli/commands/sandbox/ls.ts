@@ -1,7 +1,7 @@
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
 import { formatTable } from '../../format.ts';
-import type { sandboxLs } from '../../program.ts';
+import type { sandboxLs } from './definitions.ts';
 
 export const sandboxLsCommand: CommandOf<typeof sandboxLs> = {
   async run({ options: values, env, stdout }) {

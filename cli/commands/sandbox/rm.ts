@@ -1,6 +1,6 @@
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { sandboxRm } from '../../program.ts';
+import type { sandboxRm } from './definitions.ts';
 
 export const sandboxRmCommand: CommandOf<typeof sandboxRm> = {
   async run({ options: values, args: [positionals], env, stdout }) {

@@ -1,7 +1,7 @@
 import { createInterface } from 'node:readline';
 import type { CommandOf } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
-import type { sandboxShell } from '../../program.ts';
+import type { sandboxShell } from './definitions.ts';
 
 export const sandboxShellCommand: CommandOf<typeof sandboxShell> = {
   async run({ options: values, args: [id], env, stdout, stderr }) {

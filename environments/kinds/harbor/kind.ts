@@ -8,7 +8,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
-import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../daemon/config.ts';
+import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../core/schemas/task-network.ts';
 import type { HarnessTask } from '../../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
 import { verifyScript } from '../../verifiers/script.ts';
@@ -17,7 +17,8 @@ import { type EnvironmentKind, parseRow, type TaskRow } from '../kind.ts';
 import { buildHarborImages } from './images.ts';
 import { DEFAULT_TASK_NETWORK, type DeclaredNetwork, decideNetwork, sandboxNetwork } from './network.ts';
 import { verifySeparately } from './separate-verifier.ts';
-import { type HarborRow, MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
+import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
+import type { HarborRow } from './task-row.ts';
 
 const Env = z.record(z.string(), z.string());
 const Seconds = z

@@ -18,7 +18,7 @@
  */
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
-import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../daemon/config.ts';
+import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../core/schemas/task-network.ts';
 
 export type { TaskNetworkPolicy };
 

@@ -1,19 +1,9 @@
-/**
- * Harbor task directories as task rows: `task.toml` (timeouts, env, resources), `instruction.md`
- * (what the agent is told), `environment/Dockerfile` (its image, built here without a registry),
- * `tests/test.sh` (copied in after the agent finishes) and `solution/solve.sh` (the oracle's).
- * A path is one task directory, or a folder of them (a Harbor dataset).
- *
- * Rows stay JSON (they are written to the materialized inputs and the rollouts), so a row names
- * its directory and keeps `${VAR}` in env values unresolved: secrets a verifier needs are read
- * from the environment when it runs (only those the operator allowed), never written to the results.
- */
-import { createHash } from 'node:crypto';
-import { access, lstat, readdir, readFile, readlink, realpath, stat } from 'node:fs/promises';
-import { basename, dirname, join, relative, resolve, sep } from 'node:path';
+import { lstat, readdir, readFile, stat } from 'node:fs/promises';
+import { basename, join, resolve } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
+import { exists, imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
 import {
   BaselineNetworkFields,
@@ -22,11 +12,11 @@ import {
   PhaseNetworkFields,
 } from './network.ts';
 import { refusedArtifact } from './separate-verifier.ts';
+import type { HarborRow } from './task-row.ts';
 import { isTerminalBenchTask, readTerminalBenchTask } from './terminal-bench.ts';
 
-/** Bump when what a task's image holds changes for the same inputs (the image tag includes it). */
-export const HARBOR_IMAGE_RECIPE_VERSION = 1;
-export const HARBOR_IMAGE_PREFIX = 'gym/harbor-';
+export type { HarborRow } from './task-row.ts';
+
 /** How long building a task's image may take at most (task.toml's build_timeout_sec). */
 export const MAX_BUILD_TIMEOUT_SEC = 3600;
 
@@ -87,99 +77,6 @@ export const TaskTomlSchema = z.looseObject({
   steps: z.undefined({ message: 'multi-step tasks are not supported' }).optional(),
 });
 
-/** A Harbor task as a row of the `harbor` kind. */
-export interface HarborRow {
-  [key: string]: unknown;
-  id: string;
-  instruction: string;
-  /** Absolute path of the task directory. */
-  task_dir: string;
-  /** The image the agent's sandbox runs: built from environment/Dockerfile, or task.toml's docker_image. */
-  image: string;
-  /** Whether `image` is built from environment/Dockerfile (else it must exist already). */
-  build: boolean;
-  /** The working directory of the image (its last WORKDIR), where the agent and test.sh start. */
-  workdir: string;
-  verifier_timeout_sec: number;
-  agent_timeout_sec?: number;
-  build_timeout_sec: number;
-  /** task.toml's [environment] env (the sandbox's), [verifier] env and [solution] env, `${VAR}` unresolved. */
-  environment_env: Record<string, string>;
-  verifier_env: Record<string, string>;
-  solution_env: Record<string, string>;
-  verifier_user?: string;
-  cpus?: number;
-  memory_mb?: number;
-  /** `terminal-bench` for a Terminal-Bench task folder (task.yaml; terminal-bench.ts), else Harbor's. */
-  format?: 'terminal-bench';
-  /** The build context and Dockerfile when they are not environment/ and environment/Dockerfile. */
-  build_context?: string;
-  dockerfile?: string;
-  /** Whether `workdir` is task.toml's [environment] workdir (which wins over the image's WORKDIR). */
-  workdir_from_task?: boolean;
-  /** A separate verifier's sandbox (separate-verifier.ts): its image, working directory, env and resources. */
-  verifier_environment?: {
-    image: string;
-    build: boolean;
-    workdir: string;
-    env: Record<string, string>;
-    cpus?: number;
-    memory_mb?: number;
-    build_timeout_sec: number;
-  };
-  /** task.toml's `artifacts`: copied from the agent's sandbox into a separate verifier's. */
-  artifacts?: string[];
-  /** What task.toml declares for the network of the agent's run and of the tests (network.ts). */
-  declared_network: DeclaredNetwork;
-  /**
-   * Why the task cannot run here (a feature we do not support, a build that failed): the run
-   * writes it as the task's failure line and goes on with the others.
-   */
-  refused?: string;
-}
-
-const exists = (path: string) =>
-  access(path).then(
-    () => true,
-    () => false,
-  );
-
-/** Files below a directory, relative paths sorted, for the image's content hash. */
-async function contextFiles(directory: string): Promise<string[]> {
-  const entries = await readdir(directory, { withFileTypes: true, recursive: true });
-  return entries
-    .filter((entry) => entry.isFile() || entry.isSymbolicLink())
-    .map((entry) => relative(directory, join(entry.parentPath, entry.name)))
-    .sort();
-}
-
-/** The tag of a task's image: a hash of the Dockerfile and every file of its build context. */
-export async function imageTagOf(contextDirectory: string): Promise<string> {
-  const hash = createHash('sha256');
-  hash.update(`harbor-image-recipe-${HARBOR_IMAGE_RECIPE_VERSION}\n`);
-  for (const path of await contextFiles(contextDirectory)) {
-    const absolute = join(contextDirectory, path);
-    const info = await lstat(absolute);
-    hash.update(`${path}\0${info.mode & 0o777}\0`);
-    // A link is built as a link (its target's text), never followed.
-    hash.update(info.isSymbolicLink() ? `->${await readlink(absolute)}` : await readFile(absolute));
-    hash.update('\0');
-  }
-  return hash.digest('hex').slice(0, 12);
-}
-
-/** A Docker repository name from a task name (`org/name` -> `org-name`), lower case. */
-export function imageRepository(taskName: string): string {
-  const slug = taskName
-    .toLowerCase()
-    .replace(/[^a-z0-9._-]+/g, '-')
-    .replace(/^[._-]+|[._-]+$/g, '')
-    .slice(0, 100);
-  return `${HARBOR_IMAGE_PREFIX}${slug === '' ? 'task' : slug}`;
-}
-
-const inside = (folder: string, path: string) => path === folder || path.startsWith(folder + sep);
-
 /**
  * Why the task's files would reach outside it, or undefined: its tests/, solution/ or environment/
  * being a symbolic link, or a link in environment/ pointing out of it (a COPY through such a link,
@@ -193,21 +90,6 @@ async function linkOutside(taskDir: string): Promise<string | undefined> {
       return `${folder}/ is a symbolic link (it must be a folder of the task)`;
   }
   return linkOutOf(join(taskDir, 'environment'), 'environment/');
-}
-
-/** Why a build context would reach outside itself (a link out of it), or undefined. */
-export async function linkOutOf(environment: string, name: string): Promise<string | undefined> {
-  if (!(await exists(environment))) return undefined;
-  const real = await realpath(environment);
-  for (const path of await contextFiles(environment)) {
-    const absolute = join(environment, path);
-    if (!(await lstat(absolute)).isSymbolicLink()) continue;
-    const target = resolve(dirname(absolute), await readlink(absolute));
-    const resolved = await realpath(absolute).catch(() => undefined);
-    if (!inside(environment, target) || (resolved !== undefined && !inside(real, resolved)))
-      return `${name}${path} is a symbolic link out of ${name} (a build could copy host files through it)`;
-  }
-  return undefined;
 }
 
 /** Reads one task directory; errors name the file and the field. */

@@ -22,8 +22,9 @@ import { basename, join, relative, resolve, sep } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
+import { imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
-import { type HarborRow, imageRepository, imageTagOf, linkOutOf } from './task-directory.ts';
+import type { HarborRow } from './task-row.ts';
 
 const exists = (path: string) =>
   access(path).then(

@@ -1,0 +1,126 @@
+/**
+ * The parsers of `gym eval` and its verbs: name, arguments, options and help. The bodies
+ * import their option types from here; `index.ts` pairs each parser with its body.
+ */
+import { Command, InvalidArgumentError, Option } from '@commander-js/extra-typings';
+import { integer } from '../../arguments.ts';
+import { jsonOption, stateDirOption } from '../../options.ts';
+
+export const evalRun = () =>
+  new Command('run')
+    .summary(
+      'run an environment: every task (x repeats) through sandbox, harness and verifier; rollouts and metrics to files',
+    )
+    .description(
+      `Run an environment: every task (x repeats) through sandbox, harness and verifier.
+
+Uses the daemon of the state directory when one runs, else starts one in-process with the configuration of GYM_CONFIG (and stops it after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl, FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts. --pool serves each image several rollouts share from a warm pool sized to the concurrency (off by default: on a 2-core host it costs throughput; it pays where creates are slow). NeMo Gym's flag names work too: -i/--input, -o/--output, --model-url, --model-api-key.`,
+    )
+    .option('--env <NAME>', 'environment (see gym env ls); without it, told from the --input rows')
+    .option(
+      '-i, --input <FILE>',
+      "task rows (JSONL), or a Harbor task directory or folder of them, instead of the environment's own",
+    )
+    .requiredOption('-o, --output <FILE>', 'rollouts file (FILE.jsonl); the other files go next to it')
+    .option('--harness <NAME>', "agent harness (default: the environment's)")
+    .option(
+      '--harness-options <JSON>',
+      'the harness\'s options as a JSON object, e.g. {"binaryPath": "/usr/local/bin/mini"} for an agent the image has',
+    )
+    .addOption(new Option('--limit <N>', 'run only the first N tasks').argParser(integer(1)))
+    .addOption(new Option('--num-repeats <N>', 'rollouts per task').argParser(integer(1)).default(1))
+    .addOption(new Option('--concurrency <N>', 'rollouts at once').argParser(integer(1)).default(4))
+    .option('--resume', 'skip rollouts already in the output file')
+    .addOption(
+      new Option('--max-infra-attempts <N>', 'tries of a rollout that hits an infrastructure error')
+        .argParser(integer(1))
+        .default(3),
+    )
+    .option('--pool', 'serve shared images from warm pools')
+    .option('--model <NAME>', 'model name sent upstream (env.yaml: policy_model_name)')
+    .option(
+      '--model-url, --policy-base-url <URL>',
+      'model upstream, OpenAI-compatible (env.yaml: policy_base_url)',
+    )
+    .option('--model-api-key, --policy-api-key <KEY>', "model upstream's API key (env.yaml: policy_api_key)")
+    .option(
+      '--env-yaml <FILE>',
+      'NeMo Gym env.yaml with the policy_* keys (default: ./env.yaml if present, which may not use ${oc.env:...})',
+    )
+    .option(
+      '--image-template <TEMPLATE>',
+      'swebench: image name per row, e.g. swebench/sweb.eval.{arch}.{instance_id_1776}:latest',
+    )
+    .addOption(
+      new Option(
+        '--task-env <VAR>',
+        "harbor: a host variable task.toml's ${VAR} may read (repeat for more; none by default)",
+      ).argParser((name: string, previous: string[] = []) => {
+        if (!/^[A-Za-z_]\w*$/.test(name)) throw new InvalidArgumentError(`${name} is not a variable name`);
+        return [...previous, name];
+      }),
+    )
+    .addOption(
+      new Option(
+        '--trajectories <FORMAT>',
+        'also write each trajectory: ng (FILE_ng_trajectory.jsonl), atif (FILE_atif.jsonl), both',
+      ).choices(['ng', 'atif', 'both'] as const),
+    )
+    .addOption(stateDirOption());
+
+export const evalReverify = () =>
+  new Command('reverify')
+    .summary('recompute rewards from stored rollouts (their patches or answers), running no agent')
+    .description(
+      `Recompute rewards from stored rollouts (their patches or answers), running no agent. Needs a running daemon for SWE environments (grading runs in fresh sandboxes).`,
+    )
+    .requiredOption('-i, --input <FILE>', "stored rollouts (JSONL), ours or NeMo Gym's")
+    .requiredOption('-o, --output <FILE>', 'where the reverified rollouts go')
+    .requiredOption('--env <NAME>', 'the environment they came from')
+    .option(
+      '--inputs <FILE>',
+      'the rows the rollouts were run from (materialized inputs or task rows), joined by task and rollout index, else by prompt; default: FILE_materialized_inputs.jsonl beside them, if any',
+    )
+    .addOption(stateDirOption());
+
+export const evalProfile = () =>
+  new Command('profile')
+    .summary(
+      "per-task stats of stored rollouts, ours or NeMo Gym's (FILE_reward_profiling.jsonl, FILE_agent_metrics.json)",
+    )
+    .requiredOption('-i, --input <FILE>', 'stored rollouts (JSONL)')
+    .option(
+      '--materialized-inputs <FILE>',
+      'the inputs the rollouts were run from (default: FILE_materialized_inputs.jsonl beside them, if any)',
+    )
+    .addOption(jsonOption());
+
+export const evalExport = () =>
+  new Command('export')
+    .summary(
+      "write stored rollouts' trajectories (ours or NeMo Gym's) as NeMo Gym ng_trajectory and/or Harbor ATIF",
+    )
+    .argument('<results>', 'stored rollouts (JSONL)')
+    .addOption(
+      new Option('--format <FORMAT>', 'ng, atif or both')
+        .choices(['ng', 'atif', 'both'] as const)
+        .default('both' as const),
+    )
+    .option('--output-dir <DIR>', 'where the files go (default: beside the rollouts)')
+    .addOption(jsonOption());
+
+export const evalView = () =>
+  new Command('view')
+    .summary('serve a local page of stored rollouts: metrics, a filterable table, each rollout step by step')
+    .description(
+      `Serve a page of stored rollouts, ours or NeMo Gym's, on 127.0.0.1: the run's metrics and reward distribution, a table filterable by task, outcome and reward, each rollout step by step, and a run in flight as its file grows. Prints a login URL that works once (it sets a session cookie). Runs until interrupted.`,
+    )
+    .argument(
+      '<RESULTS>',
+      'the rollouts file (FILE.jsonl); FILE_failures.jsonl and FILE_aggregate_metrics.json are read beside it',
+    )
+    .addOption(
+      new Option('--port <PORT>', 'TCP port on 127.0.0.1 (0: any free port)')
+        .argParser(integer(0, 65_535))
+        .default(0),
+    );
