@@ -4,6 +4,7 @@
  */
 import type { GymClient } from '../../client/client.ts';
 import type { Logger } from '../../core/logger.ts';
+import type { Tracing } from '../../core/tracing.ts';
 import type { Harness, HarnessLimits } from '../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../environment.ts';
 import type { RolloutOutcome } from '../verifiers/verifier.ts';
@@ -38,6 +39,11 @@ export interface EvalOptions {
   upstream?: { baseUrl: string; apiKey?: string; model?: string };
   limits?: Partial<HarnessLimits>;
   logger: Logger;
+  /**
+   * Spans of each rollout and its phases (docs/tracing.md); the client's requests carry their
+   * `traceparent`, so a traced daemon's spans nest under them. Default: off.
+   */
+  tracing?: Tracing;
   onProgress?: (progress: EvalProgress) => void;
 }
 

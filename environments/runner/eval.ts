@@ -8,6 +8,7 @@
  * (warm pools), `eval-schedule.ts` (workers, retries, where each line goes), `rollout.ts` (one
  * rollout's phases), `eval-metrics.ts` (the sorted rollouts file and the metrics).
  */
+import { NOOP_TRACING } from '../../core/tracing.ts';
 import { DEFAULT_LIMITS, type HarnessLimits } from '../../harnesses/harness.ts';
 import { finishEval } from './eval-metrics.ts';
 import { planEval } from './eval-plan.ts';
@@ -21,8 +22,13 @@ export { writeMetrics } from './eval-metrics.ts';
 export { materialize } from './eval-plan.ts';
 export type { EvalOptions, EvalProgress, EvalSummary } from './eval-types.ts';
 
-export async function runEval(options: EvalOptions): Promise<EvalSummary> {
+export async function runEval(given: EvalOptions): Promise<EvalSummary> {
   const started = Date.now();
+  const tracing = given.tracing ?? NOOP_TRACING;
+  // Traced, each request to the daemon names the span it is made in.
+  const options = tracing.isEnabled
+    ? { ...given, client: given.client.withTraceparent(() => tracing.activeTraceparent()) }
+    : given;
   const appendJsonl = createJsonlAppender();
   const plan = await planEval(options, appendJsonl);
   const { paths, pending } = plan;
@@ -42,7 +48,7 @@ export async function runEval(options: EvalOptions): Promise<EvalSummary> {
   };
   const pools = options.usePools !== true ? new Map<string, string>() : await definePools(options, pending);
   await scheduleRollouts({ options, paths, appendJsonl, progress, pending }, (row, rolloutId, attempt) =>
-    runRollout(pools, options, row, limits, rolloutId, attempt),
+    runRollout(pools, options, row, limits, rolloutId, attempt, tracing),
   );
   await removePools(options, pools);
   const finished = await finishEval(options, plan);

@@ -6,6 +6,8 @@
  */
 import type { GymClient } from '../../client/client.ts';
 import { GymError, isGymError } from '../../core/errors.ts';
+import type { Sandbox } from '../../core/schemas/api.ts';
+import type { Tracing } from '../../core/tracing.ts';
 import type { HarnessLimits, HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
 import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
 import type { TaskRow } from '../kinds/kind.ts';
@@ -28,6 +30,7 @@ export interface RolloutContext {
   client: GymClient;
   /** The agent sandbox's image, or null for a kind that gives its harness none. */
   image: string | null;
+  tracing: Tracing;
 }
 
 /** The model endpoint the harness is given. */
@@ -62,9 +65,9 @@ const CONFIGURATION_ERRORS = new Set<string>([
 
 /**
  * Acquire: the agent's sandbox, from the image's pool when the run has one. A kind without an
- * image (questions) gets none. Returns the sandbox id, if any.
+ * image (questions) gets none. Returns the sandbox, if any.
  */
-export async function acquireSandbox(context: RolloutContext): Promise<string | undefined> {
+export async function acquireSandbox(context: RolloutContext): Promise<Sandbox | undefined> {
   const { image, options, row, client } = context;
   if (image === null) return undefined;
   const { environment } = options;
@@ -76,7 +79,7 @@ export async function acquireSandbox(context: RolloutContext): Promise<string | 
     labels: { role: 'agent' },
   };
   const pool = context.pools.get(image);
-  return (await client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } })).id;
+  return client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } });
 }
 
 /** The harness's handle on the sandbox; without one, a handle that refuses any use. */

@@ -3,10 +3,12 @@
  * up, open the model, run the agent, collect what it left, verify; then release the sandbox and
  * the model whatever happened, and record the line.
  */
+import type { TraceSpan, Tracing } from '../../core/tracing.ts';
 import type { HarnessLimits, HarnessResult } from '../../harnesses/harness.ts';
 import type { TaskRow } from '../kinds/kind.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { EvalOptions, Timings } from './eval-types.ts';
+import { gymFields } from './rollout-line.ts';
 import {
   type AgentRecords,
   acquireSandbox,
@@ -22,6 +24,10 @@ import {
 import { type RolloutEnd, rolloutLine } from './rollout-record.ts';
 import { watchSandboxLoss } from './sandbox-loss.ts';
 
+/**
+ * One attempt, traced as `gym.rollout` with a child span per phase (docs/tracing.md). Its
+ * attributes are the run's and the row's indices, never what the agent wrote.
+ */
 export async function runRollout(
   pools: ReadonlyMap<string, string>,
   options: EvalOptions,
@@ -29,6 +35,43 @@ export async function runRollout(
   limits: HarnessLimits,
   rolloutId: string,
   attempt: number,
+  tracing: Tracing,
+): Promise<Record<string, unknown>> {
+  return tracing.inSpan(
+    'gym.rollout',
+    {
+      'gym.task.index': Number(row._ng_task_index),
+      'gym.rollout.index': Number(row._ng_rollout_index),
+      'gym.rollout.attempt': attempt,
+      'gym.rollout.id': rolloutId,
+      'gym.environment': options.environment.name,
+      'gym.environment.kind': options.environment.implementation.name,
+      'gym.harness': options.harnessName,
+      'gym.model': options.modelName,
+    },
+    async (span) => {
+      const line = await runPhases(pools, options, row, limits, rolloutId, attempt, tracing, span);
+      const outcome = String(gymFields(line).outcome);
+      span.setAttributes({
+        'gym.outcome': outcome,
+        'gym.reward': typeof line.reward === 'number' ? line.reward : undefined,
+      });
+      // An infrastructure fault is the span's error; an agent's failure is an ordinary outcome.
+      if (outcome === 'infra_error') span.fail('infra_error');
+      return line;
+    },
+  );
+}
+
+async function runPhases(
+  pools: ReadonlyMap<string, string>,
+  options: EvalOptions,
+  row: TaskRow,
+  limits: HarnessLimits,
+  rolloutId: string,
+  attempt: number,
+  tracing: Tracing,
+  rolloutSpan: TraceSpan,
 ): Promise<Record<string, unknown>> {
   // Every exec of the rollout goes through this client: a command that destroyed its sandbox
   // makes the rollout the agent's failure, whatever came after (see `sandbox-loss.ts`).
@@ -43,7 +86,10 @@ export async function runRollout(
     pools,
     client,
     image: options.environment.implementation.image(row, options.environment),
+    tracing,
   };
+  const phase = <T>(name: string, work: (span: TraceSpan) => Promise<T>) =>
+    tracing.inSpan(`gym.rollout.${name}`, {}, work);
   const timings: Timings = { sandboxMs: 0, agentMs: 0, verifyMs: 0, totalMs: 0 };
   const started = Date.now();
   let sandboxId: string | undefined;
@@ -56,24 +102,49 @@ export async function runRollout(
     if (id !== undefined) await client.destroySandbox(id).catch(() => {});
   };
   try {
-    sandboxId = await acquireSandbox(context);
+    sandboxId = await phase('acquire', async (span) => {
+      const acquired = await acquireSandbox(context);
+      const attributes = { 'gym.provider': acquired?.provider, 'gym.sandbox.id': acquired?.id };
+      span.setAttributes({ ...attributes, 'gym.pool': pools.get(context.image ?? '') });
+      rolloutSpan.setAttributes(attributes);
+      return acquired?.id;
+    });
     const sandbox = sandboxHandle(context, sandboxId);
-    await setupSandbox(context, sandbox);
+    await phase('setup', () => setupSandbox(context, sandbox));
     timings.sandboxMs = Date.now() - started;
     watch.start();
-    const model = await openModel(context);
+    const model = await phase('model', () => openModel(context));
     const agentStarted = Date.now();
-    harnessResult = await runAgent(context, sandbox, model);
+    harnessResult = await phase('agent', async (span) => {
+      const result = await runAgent(context, sandbox, model);
+      span.setAttributes({ 'gym.harness.outcome': result.outcome });
+      return result;
+    });
     timings.agentMs = Date.now() - agentStarted;
-    records = await collectAgentRecords(context, harnessResult);
+    const ran = harnessResult;
+    records = await phase('collect', async (span) => {
+      const collected = await collectAgentRecords(context, ran);
+      span.setAttributes({
+        'gym.model_calls': collected.modelCalls.length,
+        'gym.agent_logs': collected.agentLogs.length,
+      });
+      if (collected.modelCallsError !== undefined) span.fail('model_calls_unreadable');
+      return collected;
+    });
     const verifyStarted = Date.now();
-    verdict = await verifyRollout(context, sandbox, harnessResult, releaseSandbox);
+    verdict = await phase('verify', async (span) => {
+      const judged = await verifyRollout(context, sandbox, ran, releaseSandbox);
+      span.setAttributes({ 'gym.outcome': judged.outcome, 'gym.reward': judged.reward });
+      return judged;
+    });
     timings.verifyMs = Date.now() - verifyStarted;
   } catch (error) {
     verdict = faultVerdict(context, error);
   } finally {
-    await releaseSandbox();
-    if (options.harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
+    await phase('release', async () => {
+      await releaseSandbox();
+      if (options.harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
+    });
   }
   // The agent's code destroyed a sandbox (its own, or the verifier's through what it left):
   // `agent_error`, reward 0, as for any harness run the agent made fail. Not a reward (the
