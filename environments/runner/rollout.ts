@@ -113,7 +113,9 @@ async function runPhases(
     await phase('setup', () => setupSandbox(context, sandbox));
     timings.sandboxMs = Date.now() - started;
     watch.start();
-    const model = await phase('model', () => openModel(context));
+    // In the rollout's own span, not a phase's: the daemon nests the rollout's model calls
+    // under the span that opened it, and they belong to the rollout, not to a finished phase.
+    const model = await openModel(context);
     const agentStarted = Date.now();
     harnessResult = await phase('agent', async (span) => {
       const result = await runAgent(context, sandbox, model);
