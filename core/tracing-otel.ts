@@ -38,7 +38,7 @@ import {
   type Tracing,
   type TracingConfig,
   type TracingReport,
-} from './tracing.ts';
+} from './tracing-shared.ts';
 
 type ResolvedConfig = TracingConfig & { [Key in keyof typeof TRACING_DEFAULTS]: number } & {
   tracesEndpoint: string;
