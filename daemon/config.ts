@@ -208,8 +208,8 @@ export const DaemonConfigSchema = z
     telemetry: z
       .object({
         /**
-         * The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to `/v1/traces`
-         * below it, unless the URL already ends with `/v1/traces`.
+         * The collector's OTLP/HTTP URL: a base URL (`http://127.0.0.1:4318`) gets `/v1/traces`;
+         * a URL with a path is used as given.
          */
         otlpEndpoint: z.url({ protocol: /^https?$/ }).optional(),
         /** `service.name` of the daemon's spans. */

@@ -12,10 +12,15 @@ export interface DaemonTracing {
   parents: RolloutTraceParents;
 }
 
-/** The OTLP traces URL of a base endpoint (`/v1/traces` below it, unless it names that path already). */
+/**
+ * The OTLP traces URL of an endpoint: a base URL (no path) gets `/v1/traces`, as OpenTelemetry's
+ * `OTEL_EXPORTER_OTLP_ENDPOINT` does; a URL with a path is used as given.
+ */
 export function tracesUrl(endpoint: string): string {
-  const trimmed = endpoint.replace(/\/+$/, '');
-  return trimmed.endsWith('/v1/traces') ? trimmed : `${trimmed}/v1/traces`;
+  const url = new URL(endpoint);
+  if (url.pathname !== '' && url.pathname !== '/') return endpoint;
+  url.pathname = '/v1/traces';
+  return url.toString();
 }
 
 export async function createDaemonTracing(

@@ -10,6 +10,7 @@ import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider, type MemoryProviderOptions } from '../../test/fixtures/memory-provider.ts';
 import { type OtlpCollector, startOtlpCollector } from '../../test/fixtures/otlp-collector.ts';
+import { tracesUrl } from './daemon-tracing.ts';
 
 const traceparent = (traceId: string, spanId: string) => `00-${traceId}-${spanId}-01`;
 const RUNNER = { traceId: 'a'.repeat(32), spanId: 'b'.repeat(16) };
@@ -186,5 +187,14 @@ describe('daemon spans', () => {
     expect(fault!.attributes['error.type']).toEqual(expect.any(String));
     expect(notFound).toMatchObject({ statusCode: 0, attributes: { 'error.type': 'SANDBOX_NOT_FOUND' } });
     expect(Buffer.concat(sink.bodies).includes('engine fell over')).toBe(false);
+  });
+});
+
+describe('tracesUrl', () => {
+  it('appends the traces path to a base URL only', () => {
+    expect(tracesUrl('http://127.0.0.1:4318')).toBe('http://127.0.0.1:4318/v1/traces');
+    expect(tracesUrl('http://127.0.0.1:4318/')).toBe('http://127.0.0.1:4318/v1/traces');
+    expect(tracesUrl('http://collector:4318/v1/traces')).toBe('http://collector:4318/v1/traces');
+    expect(tracesUrl('https://vendor.example/otlp/traces')).toBe('https://vendor.example/otlp/traces');
   });
 });
