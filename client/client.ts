@@ -32,6 +32,11 @@ export interface GymClientOptions {
   /** ... or a unix socket path. */
   socket?: string;
   token: string;
+  /**
+   * The W3C `traceparent` to send with each request (the caller's active span), so the daemon's
+   * spans of it nest under the caller's trace. Unset: none is sent.
+   */
+  traceparent?: () => string | undefined;
 }
 
 interface RequestOptions {
@@ -82,6 +87,11 @@ export class GymClient {
     this.#options = options;
   }
 
+  /** The same daemon and token, each request sent with `traceparent()`'s value when it has one. */
+  withTraceparent(traceparent: () => string | undefined): GymClient {
+    return new GymClient({ ...this.#options, traceparent });
+  }
+
   /** Sends one request; resolves with the response once its headers arrived, or throws the API error. */
   async raw(method: string, path: string, options: RequestOptions = {}): Promise<IncomingMessage> {
     const search = new URLSearchParams();
@@ -91,6 +101,8 @@ export class GymClient {
     const fullPath = `${path}${search.size > 0 ? `?${search}` : ''}`;
     const base = this.#options.url === undefined ? undefined : new URL(this.#options.url);
     const headers: Record<string, string> = { authorization: `Bearer ${this.#options.token}` };
+    const traceparent = this.#options.traceparent?.();
+    if (traceparent !== undefined) headers.traceparent = traceparent;
     let payload: Buffer | Readable | undefined = options.body;
     if (options.json !== undefined) {
       payload = Buffer.from(JSON.stringify(options.json));

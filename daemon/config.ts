@@ -181,6 +181,28 @@ export const DaemonConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /**
+     * OpenTelemetry traces (docs/tracing.md): off unless `otlpEndpoint` is set. An operator's
+     * setting only: nothing a sandbox or a token holder sends can turn it on or point it elsewhere.
+     */
+    telemetry: z
+      .object({
+        /**
+         * The collector's OTLP/HTTP URL: a base URL (`http://127.0.0.1:4318`) gets `/v1/traces`;
+         * a URL with a path is used as given.
+         */
+        otlpEndpoint: z.url({ protocol: /^https?$/ }).optional(),
+        /** `service.name` of the daemon's spans. */
+        serviceName: z.string().min(1).max(128).default('gym-sandboxd'),
+        /** Headers sent with every export (a collector's API key). */
+        headers: z.record(z.string(), z.string()).default({}),
+        /** Spans held for export at most; beyond, new ones are dropped and counted. */
+        maxQueueSpans: z.number().int().min(16).max(1_000_000).default(2048),
+        /** How long one export, and the flush at shutdown, may take. */
+        exportTimeoutMs: z.number().int().min(100).max(60_000).default(2000),
+      })
+      .strict()
+      .prefault({}),
     /** Warm pools created at start (pools defined through the API persist on their own). */
     pools: z.record(PoolNameSchema, PoolDefinitionSchema).default({}),
   })

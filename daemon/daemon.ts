@@ -28,6 +28,7 @@ import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
 import { buildGatewayServer, buildServer } from './server.ts';
 import { StateStore } from './state-store.ts';
+import { createDaemonTracing } from './telemetry/daemon-tracing.ts';
 
 export interface RunningDaemon {
   app: FastifyInstance;
@@ -155,6 +156,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     defaultProvider: () => manager.lifecycle.defaultProvider,
     logger: logger.child({ component: 'images' }),
   });
+  const tracing = await createDaemonTracing(config.telemetry);
   const app = await buildServer({
     manager,
     pools,
@@ -166,7 +168,14 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     version: VERSION,
     maxModelRequestBytes: config.gateway.maxRequestBytes,
     logger,
+    ...(tracing === undefined ? {} : { tracing }),
   });
+  // Bounded (the exporter's timeout): a collector that is down never holds a shutdown.
+  const flushTraces = async () => {
+    const report = await tracing?.tracing.shutdown();
+    if (report !== undefined && report.dropped > 0)
+      logger.warn({ ...report }, 'spans that never reached the trace collector');
+  };
 
   const address: RunningDaemon['address'] = {};
   let gatewayApp: FastifyInstance | undefined;
@@ -176,6 +185,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     await manager.shutdown({ destroy: false });
     clearInterval(heartbeat);
     await owners.remove().catch(() => {});
+    await flushTraces();
   };
   if (options.listen !== false) {
     try {
@@ -203,6 +213,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
         metrics,
         maxModelRequestBytes: config.gateway.maxRequestBytes,
         logger,
+        ...(tracing === undefined ? {} : { tracing }),
       });
       try {
         await gatewayApp.listen({ path: gatewaySocket });
@@ -254,6 +265,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
       await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });
       clearInterval(heartbeat);
       await owners.remove().catch(() => {});
+      await flushTraces();
       if (options.listen !== false) {
         await removeDaemonInfo(config.stateDir);
         if (address.socket !== undefined) await rm(address.socket, { force: true });

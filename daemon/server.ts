@@ -24,6 +24,8 @@ import { registerPoolRoutes } from './routes/pools.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import { registerUiRoutes } from './routes/ui.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
+import type { DaemonTracing } from './telemetry/daemon-tracing.ts';
+import { registerRequestSpans } from './telemetry/request-spans.ts';
 
 /** JSON bodies other than exec's are specs and small requests. */
 const DEFAULT_BODY_LIMIT_BYTES = 16 * 1024 * 1024;
@@ -41,6 +43,8 @@ export interface ServerOptions {
   maxModelRequestBytes: number;
   /** A pino logger; silent when absent. */
   logger?: FastifyBaseLogger;
+  /** Spans of sandbox requests and model calls (docs/tracing.md); absent or off: none. */
+  tracing?: DaemonTracing;
 }
 
 function sendApiError(
@@ -138,6 +142,16 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   installErrorHandlers(app, options.metrics);
+  // After the token check: only a token holder's traceparent is read.
+  registerRequestSpans(app, options.tracing, {
+    providerOf: (id) => {
+      try {
+        return options.manager.lifecycle.get(id).provider;
+      } catch {
+        return undefined;
+      }
+    },
+  });
 
   // Liveness for anyone who can reach the port; versions, ids and provider details only with the token.
   app.get('/healthz', { config: { auth: 'optional-token' } }, async (request) => {
@@ -166,7 +180,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);
   registerGatewayAdminRoutes(app, options.gateway);
-  registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
+  registerGatewayModelRoutes(app, options.gateway, {
+    maxRequestBytes: options.maxModelRequestBytes,
+    ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
+  });
   registerUiRoutes(app, options.manager.lifecycle, options.pools);
   return app;
 }
@@ -176,6 +193,7 @@ export interface GatewayServerOptions {
   metrics: DaemonMetrics;
   maxModelRequestBytes: number;
   logger?: FastifyBaseLogger;
+  tracing?: DaemonTracing;
 }
 
 /**
@@ -192,6 +210,9 @@ export async function buildGatewayServer(options: GatewayServerOptions): Promise
     frameworkErrors: frameworkErrors(options.metrics),
   });
   installErrorHandlers(app, options.metrics);
-  registerGatewayModelRoutes(app, options.gateway, { maxRequestBytes: options.maxModelRequestBytes });
+  registerGatewayModelRoutes(app, options.gateway, {
+    maxRequestBytes: options.maxModelRequestBytes,
+    ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
+  });
   return app;
 }

@@ -17,6 +17,8 @@ import {
   type ModelGateway,
   type OpenRollout,
 } from '../gateway/gateway.ts';
+import type { DaemonTracing } from '../telemetry/daemon-tracing.ts';
+import { traceModelCall } from '../telemetry/model-call-span.ts';
 
 /** What a route says about who may call it; read by the API's auth hook. */
 export type RouteAuth = 'token' | 'rollout-key' | 'optional-token' | 'ui-session';
@@ -69,6 +71,8 @@ export function registerGatewayAdminRoutes(app: FastifyInstance, gateway: ModelG
 export interface ModelRouteOptions {
   /** The largest model request accepted (the body limit of these routes). */
   maxRequestBytes: number;
+  /** A span per model call (docs/tracing.md); absent or off: none. */
+  tracing?: DaemonTracing;
 }
 
 export function registerGatewayModelRoutes(
@@ -113,12 +117,8 @@ export function registerGatewayModelRoutes(
       gateway.recordBound(rollout, api, body as Record<string, unknown>, requestBytes),
     );
     try {
-      return await forwardAdmitted(
-        api,
-        rollout,
-        body as Record<string, unknown>,
-        reply,
-        anthropicHeaders(request),
+      return await traceModelCall(options.tracing, rollout, api, body as Record<string, unknown>, () =>
+        forwardAdmitted(api, rollout, body as Record<string, unknown>, reply, anthropicHeaders(request)),
       );
     } finally {
       release();

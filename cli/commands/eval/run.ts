@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
+import { createTracing, tracingConfigFromEnvironment } from '../../../core/tracing.ts';
 import { configFromEnvironment, type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
 import { loadEnvironment, readRows } from '../../../environments/environment.ts';
@@ -141,6 +142,15 @@ export async function evalDaemonConfig(
         pools: {},
         destroyOnShutdown: true,
         logLevel: 'warn',
+        // The run's collector (OTEL_EXPORTER_OTLP_*) traces the daemon it starts too, unless its config names one.
+        ...(configured.telemetry.otlpEndpoint === undefined && tracingConfigFromEnvironment(env) !== undefined
+          ? {
+              telemetry: {
+                ...configured.telemetry,
+                otlpEndpoint: tracingConfigFromEnvironment(env)!.tracesEndpoint,
+              },
+            }
+          : {}),
         ...(policy.baseUrl === undefined
           ? {}
           : {
@@ -345,8 +355,11 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
     };
     process.once('SIGINT', stop);
     const progress = progressPrinter(stderr);
+    // Off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set (docs/tracing.md).
+    const tracing = await createTracing(tracingConfigFromEnvironment(env), 'gym-eval');
     try {
       const summary = await runEval({
+        tracing,
         client,
         environment,
         rows,
@@ -397,6 +410,9 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       progress.stop();
       process.removeListener('SIGINT', stop);
       await inProcess?.stop({ destroy: true });
+      const traced = await tracing.shutdown();
+      if (traced.dropped > 0)
+        stderr.write(`gym: ${traced.dropped} of ${traced.ended} spans never reached the trace collector\n`);
     }
   },
 };

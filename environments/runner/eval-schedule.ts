@@ -1,0 +1,147 @@
+/**
+ * Scheduling: the pending rollouts through a bounded number of workers, each rollout retried on
+ * infrastructure errors a bounded number of times, and each attempt's line written where its
+ * outcome belongs (the rollouts file for a reward, the failures file for the rest) as it ends.
+ */
+import { randomBytes } from 'node:crypto';
+import type { TaskRow } from '../kinds/kind.ts';
+import type { RolloutOutcome } from '../verifiers/verifier.ts';
+import type { EvalOptions, EvalProgress } from './eval-types.ts';
+import type { createJsonlAppender, outputPaths } from './files.ts';
+import { gymFields } from './rollout-line.ts';
+
+/** Runs one attempt of one rollout and returns its line. */
+export type RunAttempt = (
+  row: TaskRow,
+  rolloutId: string,
+  attempt: number,
+) => Promise<Record<string, unknown>>;
+
+interface Recorder {
+  options: EvalOptions;
+  paths: ReturnType<typeof outputPaths>;
+  appendJsonl: ReturnType<typeof createJsonlAppender>;
+  progress: EvalProgress;
+}
+
+/**
+ * Writes one attempt's line where its outcome belongs. Returns whether the rollout is finished
+ * (`retry` false) and the reward it earned, if any.
+ */
+async function recordAttempt(
+  recorder: Recorder,
+  row: Record<string, unknown>,
+  result: Record<string, unknown>,
+  attempt: number,
+): Promise<{ retry: boolean; earned: number | null }> {
+  const { options, paths, appendJsonl, progress } = recorder;
+  const ours = gymFields(result);
+  const outcome = ours.outcome as RolloutOutcome;
+  const reason = (ours.verifier as { reason?: string } | undefined)?.reason;
+  if (outcome === 'infra_error') {
+    progress.infraErrors += 1;
+    await appendJsonl(paths.failures, {
+      ...result,
+      _ng_failure_class: 'infra_error',
+      _ng_failure_terminal: attempt + 1 >= options.maxInfraAttempts,
+    });
+    options.logger.warn(
+      {
+        task: row._ng_task_index,
+        rollout: row._ng_rollout_index,
+        attempt,
+        reason,
+      },
+      'infra error; retrying',
+    );
+    if (attempt + 1 < options.maxInfraAttempts)
+      await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
+    return { retry: true, earned: null };
+  }
+  if (outcome === 'verifier_timeout') {
+    // Not a reward: the verifier never judged the final state (README, "verifier timeouts").
+    // Not retried either: a state that makes the tests hang would hang them again.
+    progress.verifierTimeouts += 1;
+    await appendJsonl(paths.failures, {
+      ...result,
+      reward: null,
+      _ng_failure_class: 'verifier_timeout',
+      _ng_failure_terminal: true,
+    });
+    options.logger.warn(
+      { task: row._ng_task_index, rollout: row._ng_rollout_index },
+      'verifier timeout: no reward, written to the failures file',
+    );
+    return { retry: false, earned: null };
+  }
+  if (outcome === 'verifier_error') {
+    // The verifier gave no reward (a Harbor test wrote no reward file): never a 0 among the
+    // rewards, and not retried (the same tests would do the same).
+    await appendJsonl(paths.failures, {
+      ...result,
+      reward: null,
+      _ng_failure_class: 'verifier_error',
+      _ng_failure_terminal: true,
+    });
+    options.logger.warn(
+      {
+        task: row._ng_task_index,
+        rollout: row._ng_rollout_index,
+        reason,
+      },
+      'verifier error: no reward',
+    );
+    return { retry: false, earned: null };
+  }
+  await appendJsonl(paths.rollouts, result);
+  const earned = Number(result.reward);
+  progress.rewardSum += earned;
+  progress.rewarded += 1;
+  return { retry: false, earned };
+}
+
+/**
+ * Runs every pending rollout, `options.concurrency` at once, reporting progress as each ends.
+ * Returns when all have ended.
+ */
+export async function scheduleRollouts(
+  recorder: Recorder & { pending: Array<Record<string, unknown>> },
+  runAttempt: RunAttempt,
+): Promise<void> {
+  const { options, pending, progress } = recorder;
+  const runId = `eval-${Date.now().toString(36)}`;
+  let next = 0;
+  const worker = async () => {
+    while (next < pending.length) {
+      const row = pending[next++]!;
+      let ended: RolloutOutcome | undefined;
+      let earned: number | null = null;
+      for (let attempt = 0; attempt < options.maxInfraAttempts; attempt += 1) {
+        const result = await runAttempt(
+          row,
+          // Readable for people, unguessable for agents: the random part is what keeps another
+          // rollout's agent from naming this one.
+          `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
+          attempt,
+        );
+        ended = gymFields(result).outcome as RolloutOutcome;
+        const recorded = await recordAttempt(recorder, row, result, attempt);
+        earned = recorded.earned;
+        if (!recorded.retry) break;
+      }
+      // Whatever the end (a verifier error, infra errors to the last attempt): the progress line
+      // once named the previous rollout after one without a reward.
+      progress.last = {
+        task: row._ng_task_index,
+        rollout: row._ng_rollout_index,
+        outcome: ended ?? 'infra_error',
+        reward: earned,
+      };
+      progress.done += 1;
+      options.onProgress?.({ ...progress });
+    }
+  };
+  await Promise.all(
+    Array.from({ length: Math.max(1, Math.min(options.concurrency, pending.length)) }, worker),
+  );
+}

@@ -1,0 +1,246 @@
+/**
+ * The phases of one rollout, in the order {@link runRollout} runs them: acquire the agent's
+ * sandbox, set it up, open the model, run the agent, collect what it left, verify. Each phase is
+ * a function of the rollout's context and what the phases before it produced; none of them writes
+ * the rollout line (`rollout-record.ts` does).
+ */
+import type { GymClient } from '../../client/client.ts';
+import { GymError, isGymError } from '../../core/errors.ts';
+import type { Sandbox } from '../../core/schemas/api.ts';
+import type { Tracing } from '../../core/tracing.ts';
+import type { HarnessLimits, HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
+import { clientSandboxHandle } from '../../harnesses/sandbox-handle.ts';
+import type { TaskRow } from '../kinds/kind.ts';
+import { promptText, rowConversation, rowSampling } from '../kinds/responses-input.ts';
+import type { Verdict } from '../verifiers/verifier.ts';
+import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
+import type { EvalOptions } from './eval-types.ts';
+import { outputPaths } from './files.ts';
+
+/** What every phase of one rollout attempt reads. */
+export interface RolloutContext {
+  options: EvalOptions;
+  row: TaskRow;
+  limits: HarnessLimits;
+  rolloutId: string;
+  attempt: number;
+  /** The run's warm pools by image. */
+  pools: ReadonlyMap<string, string>;
+  /** The run's client with the rollout's execs watched for sandbox loss (`sandbox-loss.ts`). */
+  client: GymClient;
+  /** The agent sandbox's image, or null for a kind that gives its harness none. */
+  image: string | null;
+  tracing: Tracing;
+}
+
+/** The model endpoint the harness is given. */
+export interface ModelEndpoint {
+  baseUrl: string;
+  basePath: string;
+  apiKey: string;
+  model: string;
+}
+
+/** What the agent left that the rollout line keeps. */
+export interface AgentRecords {
+  modelCalls: unknown[];
+  /** Why the model calls could not be read back, when they could not: never a silent empty list. */
+  modelCallsError?: string;
+  agentLogs: KeptAgentFile[];
+  agentLogsError?: string;
+}
+
+const noSandbox = () =>
+  Promise.reject(new GymError('CAPABILITY_UNSUPPORTED', 'this environment gives its harness no sandbox'));
+const NO_SANDBOX: SandboxHandle = { id: 'none', exec: noSandbox, writeFile: noSandbox, readFile: noSandbox };
+
+/** Errors that are a mistake in the run's set-up: every rollout would fail alike. */
+const CONFIGURATION_ERRORS = new Set<string>([
+  'VALIDATION_FAILED',
+  'IMAGE_NOT_FOUND',
+  'UNAUTHORIZED',
+  'PROVIDER_NOT_FOUND',
+  'POOL_NOT_FOUND',
+]);
+
+/**
+ * Acquire: the agent's sandbox, from the image's pool when the run has one. A kind without an
+ * image (questions) gets none. Returns the sandbox, if any.
+ */
+export async function acquireSandbox(context: RolloutContext): Promise<Sandbox | undefined> {
+  const { image, options, row, client } = context;
+  if (image === null) return undefined;
+  const { environment } = options;
+  const kind = environment.implementation;
+  const spec = {
+    ...(environment.sandbox as object),
+    ...kind.sandbox?.(row, environment),
+    image,
+    labels: { role: 'agent' },
+  };
+  const pool = context.pools.get(image);
+  return client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } });
+}
+
+/** The harness's handle on the sandbox; without one, a handle that refuses any use. */
+export function sandboxHandle(context: RolloutContext, sandboxId: string | undefined): SandboxHandle {
+  return sandboxId === undefined ? NO_SANDBOX : clientSandboxHandle(context.client, sandboxId);
+}
+
+/** Setup: the row's own setup command, then the kind's. A failed setup is an infrastructure fault. */
+export async function setupSandbox(context: RolloutContext, sandbox: SandboxHandle): Promise<void> {
+  const { row, options } = context;
+  if (typeof row.setup === 'string' && row.setup !== '') {
+    const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
+    if (setup.status !== 'ok' || setup.exitCode !== 0)
+      throw new Error(
+        `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
+      );
+  }
+  await options.environment.implementation.startSandbox?.({ row, sandbox, environment: options.environment });
+}
+
+/** Model: the rollout opened at the gateway, for a harness that calls a model. */
+export async function openModel(context: RolloutContext): Promise<ModelEndpoint> {
+  const { options, client, rolloutId } = context;
+  if (!options.harness.needsModel) return { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
+  const rollout = await client.openRollout({
+    rolloutId,
+    ...(options.upstream === undefined ? {} : { upstream: options.upstream }),
+  });
+  return {
+    baseUrl: `${client.url}${rollout.basePath}`,
+    basePath: rollout.basePath,
+    apiKey: rollout.key,
+    model: options.modelName,
+  };
+}
+
+/**
+ * The row's NeMo Gym conversation (and sampling settings) for the harnesses that send one, unless the kind gave its own;
+ * and, for a kind that found no prompt in its fields, the conversation's text as the instruction.
+ */
+function withConversation(task: HarnessTask, row: TaskRow): HarnessTask {
+  const messages = task.messages ?? rowConversation(row);
+  if (messages === undefined) return task;
+  const sampling = task.sampling ?? rowSampling(row);
+  return {
+    ...task,
+    messages,
+    instruction: task.instruction.trim() === '' ? promptText(messages) : task.instruction,
+    ...(sampling === undefined ? {} : { sampling }),
+  };
+}
+
+/** Agent: the harness run on the task, in the sandbox, against the model. */
+export async function runAgent(
+  context: RolloutContext,
+  sandbox: SandboxHandle,
+  model: ModelEndpoint,
+): Promise<HarnessResult> {
+  const { options, row } = context;
+  const { harness, environment } = options;
+  const kind = environment.implementation;
+  return harness.run({
+    sandbox,
+    task: withConversation(
+      kind.task(row, environment, { usesGoldPatch: harness.usesGoldPatch === true }),
+      row,
+    ),
+    model,
+    limits: { ...context.limits, ...kind.limits?.(row) },
+    logger: options.logger,
+  });
+}
+
+/**
+ * Collect: the agent's own files, each cut to size, beside the rollouts file (a host that cannot
+ * write them loses them, not the rollout), and the gateway's records of its model calls.
+ */
+export async function collectAgentRecords(
+  context: RolloutContext,
+  harnessResult: HarnessResult,
+): Promise<AgentRecords> {
+  const { options, client, rolloutId } = context;
+  const records: AgentRecords = { modelCalls: [], agentLogs: [] };
+  records.agentLogs = await keepAgentFiles(
+    outputPaths(options.output).agentLogs,
+    rolloutId,
+    harnessResult.agentFiles ?? [],
+  ).catch((error: unknown) => {
+    records.agentLogsError = String(error);
+    return [];
+  });
+  if (options.harness.needsModel) {
+    records.modelCalls = await client.rolloutRecords(rolloutId).catch((error: unknown) => {
+      records.modelCallsError = isGymError(error) ? `${error.code}: ${error.message}` : String(error);
+      return [];
+    });
+  }
+  return records;
+}
+
+/**
+ * Verify: the kind's verifier on the final state, unless the harness already ended the rollout
+ * (an infrastructure fault, a lost sandbox, an agent error), which no verifier can turn into a
+ * reward.
+ */
+export async function verifyRollout(
+  context: RolloutContext,
+  sandbox: SandboxHandle,
+  harnessResult: HarnessResult,
+  releaseSandbox: () => Promise<void>,
+): Promise<Verdict> {
+  const { options, row, client } = context;
+  if (harnessResult.outcome === 'sandbox_gone' || harnessResult.outcome === 'infra_error')
+    return {
+      outcome: 'infra_error',
+      reward: 0,
+      details: {
+        reason:
+          harnessResult.outcome === 'sandbox_gone'
+            ? 'the agent sandbox went away'
+            : `the harness hit an infrastructure fault: ${harnessResult.message ?? 'unknown'}`,
+      },
+    };
+  if (harnessResult.outcome === 'agent_error')
+    return {
+      outcome: 'agent_error',
+      reward: 0,
+      details: { reason: harnessResult.message ?? 'agent error' },
+    };
+  return options.environment.implementation.verify({
+    client,
+    environment: options.environment,
+    row,
+    sandbox,
+    harnessResult,
+    releaseSandbox,
+    logger: options.logger,
+  });
+}
+
+/**
+ * The verdict of a rollout a phase threw out of: an infrastructure fault, retried. A mistake in
+ * the run's set-up (no such image, no model upstream) fails every rollout alike, so it is thrown
+ * on: the run stops and says so, rather than retrying it as an outage.
+ */
+export function faultVerdict(context: RolloutContext, error: unknown): Verdict {
+  const { image, row } = context;
+  const kind = context.options.environment.implementation;
+  if (isGymError(error, 'IMAGE_NOT_FOUND') && image !== null && kind.describeMissingImage !== undefined) {
+    // Where the provider's image sources looked (a tarball folder, a mirror), when it has any.
+    const searched = error.details?.imageSources;
+    throw new GymError(
+      'IMAGE_NOT_FOUND',
+      `${kind.describeMissingImage(image, row)}${typeof searched === 'string' ? ` (image sources: ${searched})` : ''}`,
+      { details: { image }, cause: error },
+    );
+  }
+  if (isGymError(error) && CONFIGURATION_ERRORS.has(error.code)) throw error;
+  return {
+    outcome: 'infra_error',
+    reward: 0,
+    details: { reason: isGymError(error) ? `${error.code}: ${error.message}` : String(error) },
+  };
+}
