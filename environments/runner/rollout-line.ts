@@ -11,7 +11,18 @@
  */
 import { createHash } from 'node:crypto';
 import type { HarnessResult } from '../../harnesses/harness.ts';
-import type { RolloutUsage } from './usage.ts';
+
+export interface RolloutUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+  /** Model calls recorded (failed ones included). */
+  calls: number;
+  /** Calls whose record has no usage (failed calls, an upstream that sends none): their tokens are not counted. */
+  calls_without_usage: number;
+  /** USD, from the tokens and the configured prices; absent when the prices or the counts are unknown. */
+  cost_usd?: number;
+}
 
 /** The one key of a rollout line that holds this project's own fields. */
 export const GYM_FIELDS = '_gym';

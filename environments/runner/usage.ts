@@ -17,21 +17,11 @@
  * only when some call reported usage; otherwise there is no cost at all, never a cost of 0.
  */
 import { baselineStats } from './metrics.ts';
-import { gymFields } from './rollout-line.ts';
+import { gymFields, type RolloutUsage } from './rollout-line.ts';
+
+export type { RolloutUsage } from './rollout-line.ts';
 
 export { baselineStats };
-
-export interface RolloutUsage {
-  input_tokens: number;
-  output_tokens: number;
-  cached_tokens: number;
-  /** Model calls recorded (failed ones included). */
-  calls: number;
-  /** Calls whose record has no usage (failed calls, an upstream that sends none): their tokens are not counted. */
-  calls_without_usage: number;
-  /** USD, from the tokens and the configured prices; absent when the prices or the counts are unknown. */
-  cost_usd?: number;
-}
 
 /** USD per million tokens. */
 export interface TokenPrices {

@@ -4,7 +4,7 @@
  * relay needs to enter a sandbox's network namespace (nsenter, as root). Loads no dockerode.
  */
 import { readFileSync } from 'node:fs';
-import type { HostCheck, HostCheckContext } from '../host-checks.ts';
+import type { HostCheck, HostCheckContext } from '../../core/host-check.ts';
 import { effectiveCapabilities, findOnPath, hasCapability, isExecutableFile } from '../shared/host-tools.ts';
 import { DEFAULT_EXEC_HELPER_PATH } from './process-control.ts';
 

@@ -3,7 +3,7 @@
  * reach (Kubernetes into the Pod, Apptainer and Enroot to each host): the binary scripts/setup.sh
  * builds must be there, or their sandboxes get no model gateway.
  */
-import type { HostCheck, HostCheckContext } from '../host-checks.ts';
+import type { HostCheck, HostCheckContext } from '../../core/host-check.ts';
 import { DEFAULT_RELAY_HELPER_PATH } from './gateway-relay.ts';
 import { isExecutableFile } from './host-tools.ts';
 
