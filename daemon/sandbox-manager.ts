@@ -10,15 +10,18 @@ import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import type { Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
-import type { SandboxSpec } from '../core/schemas/sandbox.ts';
+import { networkPolicyOf, type SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 import type { ExecOptions, FileContent, RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
 import type { DaemonConfig } from './config.ts';
+import type { EgressAttempt } from './egress/log.ts';
+import type { EgressProxy } from './egress/proxy.ts';
 import type { DaemonMetrics, SandboxCounts } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
 import { GatewayReach } from './sandboxes/gateway-reach.ts';
 import { Leases } from './sandboxes/leases.ts';
 import { type ListOptions, type RemovalListener, SandboxLifecycle } from './sandboxes/lifecycle.ts';
+import { type NetworkView, SandboxNetwork } from './sandboxes/network.ts';
 import { SandboxOperations } from './sandboxes/operations.ts';
 import { Reaper } from './sandboxes/reaper.ts';
 import { Reconciler, type ReconcileSummary } from './sandboxes/reconcile.ts';
@@ -44,6 +47,8 @@ export interface SandboxManagerOptions {
    * without it (a daemon that does not listen) no sandbox gets gateway reach.
    */
   gatewaySocket?: string;
+  /** The egress proxy on the gateway socket; without it no sandbox gets a network policy but `none`. */
+  egress?: EgressProxy;
 }
 
 export class SandboxManager implements SandboxCounts {
@@ -53,6 +58,7 @@ export class SandboxManager implements SandboxCounts {
   readonly #logger: Logger;
   readonly #lifecycle: SandboxLifecycle;
   readonly #operations: SandboxOperations;
+  readonly #network: SandboxNetwork;
   readonly #reaper: Reaper;
   readonly #reconciler: Reconciler;
   readonly #timers: NodeJS.Timeout[] = [];
@@ -76,7 +82,16 @@ export class SandboxManager implements SandboxCounts {
       clock,
     });
     const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });
-    this.#operations = new SandboxOperations({ lifecycle: this.#lifecycle, leases, store, gateway, metrics });
+    this.#network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
+    this.#lifecycle.onRemoved((record) => this.#network.forget(record.id));
+    this.#operations = new SandboxOperations({
+      lifecycle: this.#lifecycle,
+      leases,
+      store,
+      gateway,
+      metrics,
+      network: this.#network,
+    });
     this.#reaper = new Reaper({ store, runtime, leases, lifecycle: this.#lifecycle, clock, logger });
     this.#reconciler = new Reconciler({
       store,
@@ -129,9 +144,45 @@ export class SandboxManager implements SandboxCounts {
     return this.#lifecycle.parseSpec(input);
   }
 
-  /** Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback. */
-  create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
-    return this.#lifecycle.create(input, options);
+  /**
+   * Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback.
+   * A spec whose `network` is a policy gets it before it is handed out (checked against the
+   * operator's cap first: nothing is made for a policy that would be refused).
+   */
+  async create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
+    const requested =
+      typeof input === 'object' && input !== null && 'network' in input
+        ? networkPolicyOf((input as { network: unknown }).network)
+        : null;
+    if (requested !== null) this.#network.check(requested);
+    const sandbox = await this.#lifecycle.create(input, options);
+    if (requested === null) return sandbox;
+    try {
+      await this.setNetwork(sandbox.id, requested);
+    } catch (error) {
+      await this.#lifecycle.destroy(sandbox.id, 'network-policy-failed').catch(() => {});
+      throw error;
+    }
+    return this.#lifecycle.get(sandbox.id);
+  }
+
+  /** The sandbox's egress policy and proxy URL. @throws GymError `SANDBOX_NOT_FOUND`. */
+  network(id: string): NetworkView {
+    return this.#network.view(this.#lifecycle.record(id));
+  }
+
+  /**
+   * Sets the sandbox's egress policy: new connections follow it, open ones are cut.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `VALIDATION_FAILED`, `FORBIDDEN_BY_CONFIG`,
+   *   `CAPABILITY_UNSUPPORTED` (its provider has no gateway reach for the proxy to ride).
+   */
+  setNetwork(id: string, input: unknown): Promise<NetworkView> {
+    return this.#network.set(this.#lifecycle.record(id), input, () => this.#operations.exposeGateway(id));
+  }
+
+  /** Every attempt through the proxy, oldest first, and how many older were dropped. */
+  networkLog(id: string): { attempts: EgressAttempt[]; dropped: number } {
+    return this.#network.log(this.#lifecycle.record(id));
   }
 
   /** Creates an idle pool member if there is room right now; null when there is none. */

@@ -49,6 +49,12 @@ export function registerSandboxRoutes(
 ): void {
   app.post('/v1/sandboxes/:id/gateway', async (request) => manager.exposeGateway(sandboxId(request)));
 
+  app.get('/v1/sandboxes/:id/network', async (request) => manager.network(sandboxId(request)));
+  app.put('/v1/sandboxes/:id/network', async (request) =>
+    manager.setNetwork(sandboxId(request), request.body),
+  );
+  app.get('/v1/sandboxes/:id/network/log', async (request) => manager.networkLog(sandboxId(request)));
+
   app.post('/v1/sandboxes', async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;
     const sandbox =
