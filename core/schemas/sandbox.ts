@@ -130,7 +130,9 @@ export const SandboxSpecSchema = z
     network: z
       .union([NetworkModeSchema, NetworkPolicySchema])
       .default('none')
-      .transform((network): NetworkMode => (typeof network === 'string' ? network : 'none')),
+      .transform((network): NetworkMode => (typeof network === 'string' ? network : 'none'))
+      // The parsed form is an engine mode again: documented (and re-parsed from the store) as one.
+      .pipe(NetworkModeSchema),
     ttlSeconds: z.number().int().positive().max(MAX_TTL_SECONDS).default(DEFAULT_TTL_SECONDS),
     labels: LabelsSchema.default({}),
     files: z.array(SeedFileSchema).max(1000).default([]),

@@ -2,25 +2,11 @@
  * Each sandbox's network log: every attempt through the proxy, allowed or refused, in a ring of
  * bounded size per sandbox. What falls off the front is counted, never silently lost.
  */
+import type { z } from 'zod';
+import type { EgressAttemptSchema } from '../../core/schemas/api.ts';
 
-export interface EgressAttempt {
-  /** ISO time the attempt began. */
-  at: string;
-  /** `connect` (a CONNECT tunnel, e.g. HTTPS) or `http` (a plain request through the proxy). */
-  kind: 'connect' | 'http';
-  host: string;
-  port: number;
-  /** The address connected to, once resolved and allowed. */
-  address?: string;
-  verdict: 'allowed' | 'refused';
-  /** Why it was refused, or why an allowed connection ended early (a limit, a policy change). */
-  reason?: string;
-  /** Bytes from the sandbox to the host. */
-  bytesUp: number;
-  /** Bytes from the host to the sandbox. */
-  bytesDown: number;
-  durationMs: number;
-}
+/** One attempt (its fields are documented on the API's schema). */
+export type EgressAttempt = z.infer<typeof EgressAttemptSchema>;
 
 export class EgressLog {
   readonly #capacity: number;
