@@ -14,6 +14,7 @@ import { PoolDefinitionSchema, PoolNameSchema } from '../core/schemas/pool.ts';
 import { DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, ResourcesSchema } from '../core/schemas/sandbox.ts';
 import { TaskNetworkPolicySchema } from '../core/schemas/task-network.ts';
 import { parseOrThrow } from '../core/validate.ts';
+import { EgressConfigSchema } from './egress/config.ts';
 import { DEFAULT_OWNER_GRACE_MS } from './owners.ts';
 
 /**
@@ -142,6 +143,8 @@ export const DaemonConfigSchema = z
      * gets a network, and a task that declares one is refused with the reason.
      */
     taskNetwork: TaskNetworkPolicySchema.prefault({}),
+    /** What a sandbox's egress policy may open through the daemon's proxy (daemon/egress/config.ts). */
+    egress: EgressConfigSchema.prefault({}),
     /** Destroy live sandboxes on shutdown (default: keep them for the next start to adopt). */
     destroyOnShutdown: z.boolean().default(false),
     /** How long a graceful shutdown waits for in-flight requests. */

@@ -12,6 +12,9 @@ import { VERSION } from '../core/version.ts';
 import { ProviderRegistry } from '../providers/registry.ts';
 import type { SandboxProvider } from '../providers/sandbox-provider.ts';
 import type { DaemonConfig } from './config.ts';
+import { AddressGuard } from './egress/addresses.ts';
+import { EgressCredentials } from './egress/credentials.ts';
+import { EgressProxy, type Resolver } from './egress/proxy.ts';
 import { ModelGateway } from './gateway/gateway.ts';
 import {
   ensureStateDir,
@@ -50,6 +53,8 @@ export interface StartDaemonOptions {
   registry?: ProviderRegistry;
   /** Serve HTTP (default) or only build the app (tests that use inject()). */
   listen?: boolean;
+  /** How the egress proxy resolves names (default: the system's); tests map theirs to 127.0.0.x. */
+  egressResolver?: Resolver;
 }
 
 /**
@@ -126,6 +131,23 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   // Built in one direction: metrics, then the manager recording into them, then the pools on the
   // manager (which tells them of removals through onRemoved), then the gauges reading both.
   const metrics = new DaemonMetrics();
+  // The egress proxy rides the gateway socket (so every provider's relay reaches it); which
+  // sandbox asks is proven by a credential derived from the daemon's token, never by the socket.
+  const egressGuard = new AddressGuard(config.egress.allowPrivateAddresses);
+  const egress =
+    gatewaySocket === undefined
+      ? undefined
+      : new EgressProxy({
+          config: config.egress,
+          credentials: new EgressCredentials(token),
+          guard: egressGuard,
+          policyOf: (sandboxId) => {
+            const record = store.get(sandboxId);
+            return record === undefined ? undefined : (record.egress ?? { mode: 'none', allowedHosts: [] });
+          },
+          ...(options.egressResolver === undefined ? {} : { resolver: options.egressResolver }),
+          logger: logger.child({ component: 'egress' }),
+        });
   const manager = new SandboxManager({
     config,
     providers,
@@ -136,6 +158,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     logger,
     clock,
     ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
+    ...(egress === undefined ? {} : { egress }),
   });
   await manager.start();
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
@@ -215,6 +238,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
         logger,
         ...(tracing === undefined ? {} : { tracing }),
       });
+      egress?.attach(gatewayApp);
       try {
         await gatewayApp.listen({ path: gatewaySocket });
       } catch (error) {
@@ -234,6 +258,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
       const port = typeof bound === 'object' && bound !== null ? bound.port : config.listen.port;
       const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
       address.url = `http://${host}:${port}`;
+      egressGuard.addSelfPort(port);
       try {
         gateway.setSelfAddresses([{ host: config.listen.host, port }]);
       } catch (error) {

@@ -9,6 +9,8 @@ import {
   GatewayReachSchema,
   HealthSchema,
   KeepaliveRequestSchema,
+  NetworkLogSchema,
+  NetworkViewSchema,
   OpenRolloutRequestSchema,
   PoolAcquireRequestSchema,
   SandboxListSchema,
@@ -26,7 +28,7 @@ import {
   PrepareImageResponseSchema,
 } from '../core/schemas/image.ts';
 import { PoolDefinitionSchema, PoolStatsSchema } from '../core/schemas/pool.ts';
-import { SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { NetworkPolicySchema, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 import { ToolchainCheckRequestSchema, ToolchainCheckResultSchema } from '../core/schemas/toolchain.ts';
 
 function schema(zodSchema: z.ZodType, io: 'input' | 'output' = 'output'): Record<string, unknown> {
@@ -216,6 +218,33 @@ export function openApiDocument(version: string): Record<string, unknown> {
             404: errorResponse,
             501: errorResponse,
           },
+        },
+      },
+      '/v1/sandboxes/{id}/network': {
+        parameters: [idParameter],
+        get: {
+          summary: "the sandbox's egress policy and the proxy its commands are pointed at",
+          responses: { 200: { description: 'the policy', ...json(NetworkViewSchema) }, 404: errorResponse },
+        },
+        put: {
+          summary:
+            "set the sandbox's egress policy (capped by the daemon's egress configuration): new connections follow it, open ones are cut",
+          requestBody: { required: true, ...json(NetworkPolicySchema, 'input') },
+          responses: {
+            200: { description: 'the policy now in force', ...json(NetworkViewSchema) },
+            400: errorResponse,
+            403: errorResponse,
+            404: errorResponse,
+            501: errorResponse,
+          },
+        },
+      },
+      '/v1/sandboxes/{id}/network/log': {
+        parameters: [idParameter],
+        get: {
+          summary:
+            'every attempt through the egress proxy, allowed or refused, oldest first (bounded; `dropped` counts the rest)',
+          responses: { 200: { description: 'the attempts', ...json(NetworkLogSchema) }, 404: errorResponse },
         },
       },
       '/v1/gateway/rollouts': {

@@ -7,13 +7,18 @@
  */
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
+import type { Sandbox } from '../core/schemas/api.ts';
+import { networkPolicyOf } from '../core/schemas/sandbox.ts';
 import type { RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
 import type { DaemonConfig } from './config.ts';
+import type { EgressAttempt } from './egress/log.ts';
+import type { EgressProxy } from './egress/proxy.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
 import { GatewayReach } from './sandboxes/gateway-reach.ts';
 import { Leases } from './sandboxes/leases.ts';
 import { SandboxLifecycle } from './sandboxes/lifecycle.ts';
+import { type NetworkView, SandboxNetwork } from './sandboxes/network.ts';
 import { SandboxOperations } from './sandboxes/operations.ts';
 import { Reaper } from './sandboxes/reaper.ts';
 import { Reconciler } from './sandboxes/reconcile.ts';
@@ -36,6 +41,8 @@ export interface SandboxManagerOptions {
    * without it (a daemon that does not listen) no sandbox gets gateway reach.
    */
   gatewaySocket?: string;
+  /** The egress proxy on the gateway socket; without it no sandbox gets a network policy but `none`. */
+  egress?: EgressProxy;
 }
 
 export class SandboxManager {
@@ -50,6 +57,8 @@ export class SandboxManager {
   readonly reaper: Reaper;
   /** Brings the store and one provider into agreement (at `start`, then at each orphan scan). */
   readonly reconciler: Reconciler;
+  /** Each sandbox's egress policy, its proxy credential and its log of attempts. */
+  readonly network: ManagedNetwork;
   readonly #config: DaemonConfig;
   readonly #providers: ReadonlyMap<string, SandboxProvider>;
   readonly #store: StateStore;
@@ -75,7 +84,17 @@ export class SandboxManager {
       clock,
     });
     const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });
-    this.operations = new SandboxOperations({ lifecycle: this.lifecycle, leases, store, gateway, metrics });
+    const network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
+    this.lifecycle.onRemoved((record) => network.forget(record.id));
+    this.operations = new SandboxOperations({
+      lifecycle: this.lifecycle,
+      leases,
+      store,
+      gateway,
+      metrics,
+      network,
+    });
+    this.network = new ManagedNetwork(network, this.lifecycle, this.operations);
     this.reaper = new Reaper({ store, runtime, leases, lifecycle: this.lifecycle, clock, logger });
     this.reconciler = new Reconciler({
       store,
@@ -137,5 +156,59 @@ export class SandboxManager {
     await this.lifecycle.settle(options);
     await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));
     await this.#store.close();
+  }
+}
+
+/** The network routes' part of the daemon: a sandbox's egress policy, set at create or later. */
+export class ManagedNetwork {
+  readonly #network: SandboxNetwork;
+  readonly #lifecycle: SandboxLifecycle;
+  readonly #operations: SandboxOperations;
+
+  constructor(network: SandboxNetwork, lifecycle: SandboxLifecycle, operations: SandboxOperations) {
+    this.#network = network;
+    this.#lifecycle = lifecycle;
+    this.#operations = operations;
+  }
+
+  /**
+   * Creates a sandbox for a request, waiting for admission. A spec whose `network` is a policy
+   * gets it before it is handed out (checked against the operator's cap first: nothing is made
+   * for a policy that would be refused).
+   */
+  async create(input: unknown): Promise<Sandbox> {
+    const requested =
+      typeof input === 'object' && input !== null && 'network' in input
+        ? networkPolicyOf((input as { network: unknown }).network)
+        : null;
+    if (requested !== null) this.#network.check(requested);
+    const sandbox = await this.#lifecycle.create(input);
+    if (requested === null) return sandbox;
+    try {
+      await this.set(sandbox.id, requested);
+    } catch (error) {
+      await this.#lifecycle.destroy(sandbox.id, 'network-policy-failed').catch(() => {});
+      throw error;
+    }
+    return this.#lifecycle.get(sandbox.id);
+  }
+
+  /** The sandbox's egress policy and proxy URL. @throws GymError `SANDBOX_NOT_FOUND`. */
+  view(id: string): NetworkView {
+    return this.#network.view(this.#lifecycle.record(id));
+  }
+
+  /**
+   * Sets the sandbox's egress policy: new connections follow it, open ones are cut.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `VALIDATION_FAILED`, `FORBIDDEN_BY_CONFIG`,
+   *   `CAPABILITY_UNSUPPORTED` (its provider has no gateway reach for the proxy to ride).
+   */
+  set(id: string, input: unknown): Promise<NetworkView> {
+    return this.#network.set(this.#lifecycle.record(id), input, () => this.#operations.exposeGateway(id));
+  }
+
+  /** Every attempt the sandbox made through the proxy, oldest first, and how many were dropped. */
+  log(id: string): { attempts: EgressAttempt[]; dropped: number } {
+    return this.#network.log(this.#lifecycle.record(id));
   }
 }

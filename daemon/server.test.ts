@@ -405,6 +405,8 @@ describe('HTTP API', () => {
       '/v1/pools',
       '/v1/pools/{name}',
       '/v1/sandboxes/{id}/gateway',
+      '/v1/sandboxes/{id}/network',
+      '/v1/sandboxes/{id}/network/log',
       '/v1/sandboxes/{id}/stop-processes',
       '/v1/sandboxes/{id}/toolchain-check',
       '/v1/gateway/rollouts',

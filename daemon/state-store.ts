@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { writeWhole } from '../core/line-file.ts';
 import type { Logger } from '../core/logger.ts';
-import { type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { NetworkPolicySchema, type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
 
 /**
  * A stored spec passed the rules of the day its sandbox was created. Rules tighten (size bounds,
@@ -57,6 +57,8 @@ export const SandboxRecordSchema = z.object({
    * restarted daemon restores reach at exactly this URL.
    */
   gatewayUrl: z.string().nullable().default(null),
+  /** Its egress policy (daemon/sandboxes/network.ts); null: none was set, it reaches nothing. */
+  egress: NetworkPolicySchema.nullable().optional(),
 });
 export type SandboxRecord = z.infer<typeof SandboxRecordSchema>;
 

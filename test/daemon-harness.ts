@@ -8,6 +8,7 @@ import { GymClient } from '../client/client.ts';
 import type { Logger } from '../core/logger.ts';
 import { type DaemonConfigInput, loadConfig } from '../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../daemon/daemon.ts';
+import type { Resolver } from '../daemon/egress/proxy.ts';
 import type { DaemonInfo } from '../daemon/identity.ts';
 import { ProviderRegistry } from '../providers/registry.ts';
 import type { SandboxProviderFactory } from '../providers/sandbox-provider.ts';
@@ -24,7 +25,11 @@ export interface TestDaemon extends RunningDaemon {
 
 export async function startTestDaemon(
   config: Partial<DaemonConfigInput> = {},
-  options: { factories?: Record<string, SandboxProviderFactory>; listen?: boolean } = {},
+  options: {
+    factories?: Record<string, SandboxProviderFactory>;
+    listen?: boolean;
+    egressResolver?: Resolver;
+  } = {},
 ): Promise<TestDaemon> {
   const stateDir = config.stateDir ?? (await mkdtemp(join(tmpdir(), 'gym-daemon-test-')));
   const registry = new ProviderRegistry();
@@ -35,7 +40,13 @@ export async function startTestDaemon(
   });
   const logger = pino({ level: process.env.GYM_TEST_LOG_LEVEL ?? 'silent' }) as unknown as Logger &
     ReturnType<typeof pino>;
-  const daemon = await startDaemon({ config: loaded, logger, registry, listen: options.listen ?? false });
+  const daemon = await startDaemon({
+    config: loaded,
+    logger,
+    registry,
+    listen: options.listen ?? false,
+    ...(options.egressResolver === undefined ? {} : { egressResolver: options.egressResolver }),
+  });
   return {
     ...daemon,
     stateDir,

@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { ERROR_CODES } from '../errors.ts';
 import { AbsolutePathSchema, LabelsSchema } from './common.ts';
-import { SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
+import { NetworkPolicySchema, SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
 
 /** A sandbox as the API shows it: the provider's facts plus the daemon's lease. */
 export const SandboxSchema = z.object({
@@ -66,6 +66,36 @@ export const GatewayReachSchema = z.object({
    * whole life, across daemon restarts.
    */
   url: z.string(),
+});
+
+/** What `GET` and `PUT /v1/sandboxes/{id}/network` answer. */
+export const NetworkViewSchema = z.object({
+  policy: NetworkPolicySchema,
+  /** The proxy URL its commands get in HTTP_PROXY (secret masked); null while the policy opens nothing. */
+  proxy: z.string().nullable(),
+});
+
+/** One attempt through the egress proxy, allowed or refused. */
+export const EgressAttemptSchema = z.object({
+  at: z.string(),
+  /** `connect`: a CONNECT tunnel (HTTPS and any TCP); `http`: a plain `http://` request. */
+  kind: z.enum(['connect', 'http']),
+  host: z.string(),
+  port: z.number().int(),
+  /** The address connected to, once resolved and allowed. */
+  address: z.string().optional(),
+  verdict: z.enum(['allowed', 'refused']),
+  /** Why it was refused, or why an allowed connection was ended (a limit, a policy change). */
+  reason: z.string().optional(),
+  bytesUp: z.number().int().nonnegative(),
+  bytesDown: z.number().int().nonnegative(),
+  durationMs: z.number().nonnegative(),
+});
+
+/** What `GET /v1/sandboxes/{id}/network/log` answers: oldest first; `dropped` fell off the bounded log. */
+export const NetworkLogSchema = z.object({
+  attempts: z.array(EgressAttemptSchema),
+  dropped: z.number().int().nonnegative(),
 });
 
 /** What `POST /v1/sandboxes/{id}/stop-processes` answers. */

@@ -75,6 +75,41 @@ export const SeedFileSchema = z
   .strict();
 
 export const NetworkModeSchema = z.enum(['none', 'host', 'bridge']);
+export type NetworkMode = z.infer<typeof NetworkModeSchema>;
+
+/**
+ * One allow-list entry: a host name (`pypi.test`), every name under a suffix (`*.pypi.test`, not
+ * `pypi.test` itself) or an IP literal, optionally with `:port` (`:*` any port; no port: 80 and
+ * 443). Lower case; at most 253 characters of name.
+ */
+export const AllowedHostSchema = z
+  .string()
+  .min(1)
+  .max(260)
+  .regex(/^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:(\*|[0-9]{1,5}))?$|^\[[0-9a-f:.]+\](:(\*|[0-9]{1,5}))?$/, {
+    message:
+      'must be `host`, `*.suffix` or an IP literal (IPv6 in brackets), lower case, optionally `:port` or `:*`',
+  });
+
+/**
+ * What a sandbox may reach through the daemon's egress proxy (the sandbox itself gets no route,
+ * no DNS): `none` nothing, `allowlist` the hosts listed, `public` any public address. Capped by the
+ * operator's `egress` configuration.
+ */
+export const NetworkPolicySchema = z
+  .object({
+    mode: z.enum(['none', 'allowlist', 'public']),
+    allowedHosts: z.array(AllowedHostSchema).max(256).default([]),
+  })
+  .strict();
+export type NetworkPolicy = z.output<typeof NetworkPolicySchema>;
+export type NetworkPolicyInput = z.input<typeof NetworkPolicySchema>;
+
+/** The egress policy a spec's `network` asks for; null for an engine mode (`none`, `host`, `bridge`). */
+export function networkPolicyOf(network: unknown): NetworkPolicy | null {
+  const parsed = NetworkPolicySchema.safeParse(network);
+  return parsed.success ? parsed.data : null;
+}
 
 export const SandboxSpecSchema = z
   .object({
@@ -86,8 +121,18 @@ export const SandboxSpecSchema = z
     workdir: AbsolutePathSchema.optional(),
     /** User to run as inside the sandbox (`uid`, `uid:gid` or a name the image knows). */
     user: z.string().min(1).max(256).optional(),
-    /** `none` (default): loopback only. `host` and `bridge` only where the provider offers them. */
-    network: NetworkModeSchema.default('none'),
+    /**
+     * `none` (default): loopback only. `host` and `bridge` only where the provider offers them.
+     * The object form (`{mode, allowedHosts}`, see `NetworkPolicySchema`) gives the sandbox no
+     * network of its own (`none`) and the egress proxy with that policy; the parsed spec keeps the
+     * engine mode, and the policy lives with the sandbox (`/v1/sandboxes/{id}/network`).
+     */
+    network: z
+      .union([NetworkModeSchema, NetworkPolicySchema])
+      .default('none')
+      .transform((network): NetworkMode => (typeof network === 'string' ? network : 'none'))
+      // The parsed form is an engine mode again: documented (and re-parsed from the store) as one.
+      .pipe(NetworkModeSchema),
     ttlSeconds: z.number().int().positive().max(MAX_TTL_SECONDS).default(DEFAULT_TTL_SECONDS),
     labels: LabelsSchema.default({}),
     files: z.array(SeedFileSchema).max(1000).default([]),

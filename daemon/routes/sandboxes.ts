@@ -14,6 +14,7 @@ import { type ExecRequest, ExecRequestSchema } from '../../core/schemas/exec.ts'
 import { parseOrThrow } from '../../core/validate.ts';
 import { toApiError } from '../errors.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
+import type { ManagedNetwork } from '../sandbox-manager.ts';
 import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
 import type { SandboxOperations } from '../sandboxes/operations.ts';
 
@@ -47,21 +48,26 @@ function parseLabels(raw: string | string[] | undefined): Record<string, string>
 export interface SandboxRouteTargets {
   lifecycle: SandboxLifecycle;
   operations: SandboxOperations;
+  network: ManagedNetwork;
 }
 
 export function registerSandboxRoutes(
   app: FastifyInstance,
-  { lifecycle, operations }: SandboxRouteTargets,
+  { lifecycle, operations, network }: SandboxRouteTargets,
   pools: PoolManager,
 ): void {
   app.post('/v1/sandboxes/:id/gateway', async (request) => operations.exposeGateway(sandboxId(request)));
+
+  app.get('/v1/sandboxes/:id/network', async (request) => network.view(sandboxId(request)));
+  app.put('/v1/sandboxes/:id/network', async (request) => network.set(sandboxId(request), request.body));
+  app.get('/v1/sandboxes/:id/network/log', async (request) => network.log(sandboxId(request)));
 
   app.post('/v1/sandboxes', async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;
     const sandbox =
       typeof body === 'object' && body !== null && 'pool' in body
         ? await pools.acquire(body)
-        : await lifecycle.create(body);
+        : await network.create(body);
     reply.status(201);
     return sandbox;
   });
@@ -159,7 +165,7 @@ export function registerSandboxRoutes(
  * would.
  */
 async function streamExec(
-  { lifecycle, operations }: SandboxRouteTargets,
+  { lifecycle, operations }: Pick<SandboxRouteTargets, 'lifecycle' | 'operations'>,
   id: string,
   exec: ExecRequest,
   reply: FastifyReply,

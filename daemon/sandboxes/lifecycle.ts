@@ -238,6 +238,7 @@ export class SandboxLifecycle {
         fromPool: false,
         execEnv: {},
         gatewayUrl: null,
+        egress: null,
       };
       try {
         await this.#store.put(record);

@@ -24,8 +24,10 @@ import type { SandboxRecord, StateStore } from '../state-store.ts';
 import type { GatewayReach } from './gateway-reach.ts';
 import type { Leases } from './leases.ts';
 import type { SandboxLifecycle } from './lifecycle.ts';
+import type { SandboxNetwork } from './network.ts';
 
 export class SandboxOperations {
+  readonly #network: SandboxNetwork | undefined;
   readonly #lifecycle: SandboxLifecycle;
   readonly #leases: Leases;
   readonly #store: StateStore;
@@ -38,7 +40,9 @@ export class SandboxOperations {
     store: StateStore;
     gateway: GatewayReach;
     metrics: DaemonMetrics | undefined;
+    network?: SandboxNetwork;
   }) {
+    this.#network = options.network;
     this.#lifecycle = options.lifecycle;
     this.#leases = options.leases;
     this.#store = options.store;
@@ -68,10 +72,10 @@ export class SandboxOperations {
     return this.#use(id, async (provider, record) => {
       const { request: runnable, isSession } = sessionOrOneShot(provider, request);
       const started = performance.now();
+      // The proxy's variables first: what the pool's acquire or the caller sets wins.
+      const added = { ...this.#network?.environment(record), ...record.execEnv };
       const withEnv =
-        Object.keys(record.execEnv).length === 0
-          ? runnable
-          : { ...runnable, env: { ...record.execEnv, ...runnable.env } };
+        Object.keys(added).length === 0 ? runnable : { ...runnable, env: { ...added, ...runnable.env } };
       const ran = await provider.exec(id, withEnv, options);
       // Only a session asked for and not had is worth saying: the caller may rely on its speed.
       const result = request.session !== undefined && !isSession ? { ...ran, session: false as const } : ran;

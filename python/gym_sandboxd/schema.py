@@ -33,6 +33,11 @@ class SandboxSpecResources(TypedDict):
     gpus: NotRequired[int]
 
 
+class SandboxSpecNetwork1(TypedDict):
+    mode: Literal["none", "allowlist", "public"]
+    allowedHosts: NotRequired[list[str]]
+
+
 class SandboxSpecFilesItem(TypedDict):
     path: str
     content: str
@@ -54,7 +59,7 @@ class SandboxSpec(TypedDict):
     env: NotRequired[dict[str, str]]
     workdir: NotRequired[str]
     user: NotRequired[str]
-    network: NotRequired[NetworkMode]
+    network: NotRequired[NetworkMode | SandboxSpecNetwork1]
     ttlSeconds: NotRequired[int]
     labels: NotRequired[dict[str, str]]
     files: NotRequired[list[SandboxSpecFilesItem]]

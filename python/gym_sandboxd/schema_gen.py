@@ -101,9 +101,12 @@ class _Generator:
         for prop, prop_schema in schema["properties"].items():
             enum_name = ENUM_NAMES.get((name, prop))
             annotation = self.type_of(prop_schema, name + _pascal(prop))
-            if enum_name is not None:
-                self.enum_aliases.setdefault(enum_name, annotation)
-                annotation = enum_name
+            # A union led by the enum (a request that also takes an object form) names the enum
+            # part only: the alias must stay a plain Literal, defined before any class.
+            if enum_name is not None and annotation.startswith("Literal["):
+                enum, *others = annotation.split(" | ")
+                self.enum_aliases.setdefault(enum_name, enum)
+                annotation = " | ".join([enum_name, *others])
             if not prop.isidentifier() or keyword.iskeyword(prop):
                 raise ValueError(f"{name}.{prop} is not a Python identifier; extend the generator")
             lines.append(f"    {prop}: {annotation if prop in required else f'NotRequired[{annotation}]'}")
