@@ -51,7 +51,14 @@ import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
 import { wrapApiError } from './errors.ts';
 import { PodCommands, wrapperScript } from './exec.ts';
 import { PodFiles } from './files.ts';
-import { loadRelayBinary, PodRelay, RELAY_PATH_IN_POD, relayStatsOf } from './gateway-relay.ts';
+import {
+  loadRelayBinary,
+  PodRelay,
+  RELAY_PATH_IN_POD,
+  relayStatsOf,
+  type TaggedPodRelay,
+  tagRelay,
+} from './gateway-relay.ts';
 import { PodProcesses } from './kill-scripts.ts';
 import { DenyAllPolicy } from './network-policy.ts';
 import {
@@ -70,14 +77,6 @@ export { DEFAULT_CAPABILITIES, KUBERNETES_LABEL_PREFIX, SANDBOX_CONTAINER } from
 
 /** The one scope of a Kubernetes backend: the API server. */
 const API_SCOPE = 'api-server';
-
-/** A relay in a Pod, with the exec id that tags its process for the kill script. */
-interface TaggedPodRelay {
-  readonly relay: PodRelay;
-  readonly execId: string;
-  readonly isOpen: boolean;
-  close(): void;
-}
 
 export class KubernetesProvider implements SandboxProvider {
   readonly specificationVersion = PROVIDER_SPECIFICATION_VERSION;
@@ -401,14 +400,7 @@ export class KubernetesProvider implements SandboxProvider {
       this.#options.relayMaxConnections,
       this.#relayCounters,
     );
-    return {
-      relay,
-      execId,
-      get isOpen() {
-        return relay.isOpen;
-      },
-      close: () => relay.close(),
-    };
+    return tagRelay(relay, execId);
   }
 
   relayStats(): RelayStats {
