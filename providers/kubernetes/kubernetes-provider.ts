@@ -142,7 +142,7 @@ export class KubernetesProvider implements SandboxProvider {
       networkModes: ['none'],
       gatewayReach: this.#options.gatewayReach && existsSync(this.#options.relayHelperPath),
       timeoutKill: 'tagged',
-      // From inside the Pod, by a script of shell builtins (see STOP_SCRIPT): the tagged guarantee.
+      // From inside the Pod, by a script of shell builtins (`kill-scripts.ts`): the tagged guarantee.
       stopProcesses: true,
     };
   }
@@ -419,7 +419,7 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   /**
-   * Kills every process of the Pod but its keeper, from inside (`STOP_SCRIPT`), and drops its
+   * Kills every process of the Pod but its keeper, from inside (`kill-scripts.ts`), and drops its
    * sessions and gateway relay (a later `exposeGateway` starts the relay again).
    */
   async stopProcesses(id: string): Promise<StopProcessesResult> {
