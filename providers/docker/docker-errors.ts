@@ -90,3 +90,21 @@ export function wrapDockerError(error: unknown, context: DockerErrorContext): Gy
     cause: error,
   });
 }
+
+/**
+ * A failed stop of a sandbox's processes: the engine's refusal as `wrapDockerError` makes it, a
+ * failure on the host's side (no status code: the cgroup, the helper) as `PROVIDER_ERROR`.
+ */
+export function wrapStopError(error: unknown, sandboxId: string): GymError {
+  if (error instanceof Error && !('statusCode' in error)) {
+    return new GymError(
+      'PROVIDER_ERROR',
+      `could not stop the processes of sandbox ${sandboxId}: ${error.message}`,
+      {
+        details: { sandboxId },
+        cause: error,
+      },
+    );
+  }
+  return wrapDockerError(error, { operation: 'stop processes', sandboxId });
+}

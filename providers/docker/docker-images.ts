@@ -139,6 +139,20 @@ export class DockerImages {
   }
 
   /**
+   * `sweepLeftovers` as the daemon's start runs it: never throws; an engine that does not answer
+   * is logged, and the next start tries again.
+   */
+  async sweepLeftoversLogged(): Promise<void> {
+    try {
+      const removed = await this.sweepLeftovers();
+      if (removed > 0)
+        this.#logger.info({ removed }, 'removed image-build containers left past their deadline');
+    } catch (error) {
+      this.#logger.warn({ error: String(error) }, 'could not sweep image-build containers');
+    }
+  }
+
+  /**
    * Removes the build containers past their keeper's deadline, whichever daemon made them. A build
    * removes its own container when it ends, and the engine removes one whose keeper ended; what is
    * left past the deadline is a daemon's that died: one it made but never started (auto-remove

@@ -1,4 +1,3 @@
-import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { z } from 'zod';
@@ -9,7 +8,6 @@ import {
   ResourcesSchema,
   type SandboxInfo,
   type SandboxSpec,
-  type SandboxState,
 } from '../../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
@@ -30,53 +28,36 @@ import {
   type SandboxProvider,
   type WriteFileOptions,
 } from '../sandbox-provider.ts';
-import {
-  abnormalEndResult,
-  classifyAbnormalEnd,
-  type ExecHooks,
-  KEEPER_OOM_REASON,
-  OomKillCounts,
-  type SandboxLoss,
-} from '../shared/abnormal-end.ts';
-import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import {
-  ExecOutput,
-  markSandboxLost,
-  OOM_COUNTER_COMMAND,
-  SIGKILL_EXIT_CODE,
-} from '../shared/exec-output.ts';
-import {
-  decodeLabels,
-  encodeLabels,
-  hasUserLabels,
-  SYSTEM_LABELS,
-  selectorLabels,
-} from '../shared/labels.ts';
+import { abnormalEndResult, OomKillCounts } from '../shared/abnormal-end.ts';
+import { ExecOutput } from '../shared/exec-output.ts';
+import { encodeLabels } from '../shared/labels.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
-import { wrapDockerError } from './docker-errors.ts';
+import {
+  ContainerListing,
+  DOCKER_LABEL_PREFIX,
+  removeContainer,
+  USER_KEYS_LABEL,
+} from './container-listing.ts';
+import { wrapDockerError, wrapStopError } from './docker-errors.ts';
+import { ContainerFiles, writeSeedFiles } from './docker-files.ts';
 import { DockerImages } from './docker-images.ts';
 import { openDockerSession, SessionNotStarted } from './docker-session.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { ImageSources, ImageSourcesSchema } from './image-sources.ts';
+import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
-import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
+import { commitSnapshot } from './snapshot.ts';
+import { DockerSpecOptionsSchema } from './spec-options.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
 
-/** Every label we write starts with this, so one filter finds all our containers. */
-export const DOCKER_LABEL_PREFIX = 'gym.';
-
-/**
- * The keys of the sandbox's own user labels, comma-separated. A container inherits the labels of
- * its image, and a snapshot's image carries those of the sandbox it was taken from: only the keys
- * listed here are the sandbox's. (A container of an older daemon has no list: all are its own.)
- */
-const USER_KEYS_LABEL = `${DOCKER_LABEL_PREFIX}user-keys`;
+export { DOCKER_LABEL_PREFIX } from './container-listing.ts';
+export { DockerSpecOptionsSchema } from './spec-options.ts';
 
 /**
  * The few capabilities a shell, a package manager and a test suite need when running as root in
@@ -107,14 +88,6 @@ export const SANDBOX_READONLY_PATHS = [
   '/proc/1/task/1/oom_score_adj',
   '/proc/1/task/1/oom_adj',
 ];
-
-/** How long the engine may take to record the end of a container whose keeper was seen dead. */
-const EXIT_RECORD_WAIT_MS = 5_000;
-
-/** Exit codes the runtime gives when it could not start a command (126) or SIGKILLed it (137). */
-const RUNTIME_EXIT_CODES = new Set([126, 137]);
-
-/** How many files one `readFile` follows through symlinks before giving up (like the kernel's ELOOP). */
 
 /**
  * Limits of an image build unless the options say otherwise: the values of the daemon's default
@@ -206,66 +179,6 @@ export const DockerProviderOptionsSchema = z
   .strict();
 export type DockerProviderOptions = z.input<typeof DockerProviderOptionsSchema>;
 
-/** What a spec's `providerOptions` may say to the Docker provider. */
-export const DockerSpecOptionsSchema = z
-  .object({
-    /** Capabilities to add back on top of the defaults (for example `NET_BIND_SERVICE`). */
-    capAdd: z
-      .array(z.string().regex(/^[A-Z_]+$/))
-      .max(40)
-      .default([]),
-    /** Size of /dev/shm in MiB. */
-    shmSizeMiB: z
-      .number()
-      .int()
-      .positive()
-      .max(1024 * 1024)
-      .optional(),
-    /** Host directories mounted read-only (`{hostPath, path}`), e.g. a cache of agent binaries. */
-    readOnlyBinds: z
-      .array(z.object({ hostPath: z.string().startsWith('/'), path: z.string().startsWith('/') }).strict())
-      .max(16)
-      .default([]),
-  })
-  .strict();
-
-/** The gateway as an agent inside a Docker sandbox reaches it: its own loopback, the relay's port. */
-function gatewayUrl(port: number): string {
-  return `http://127.0.0.1:${port}`;
-}
-
-/** The port of a URL `gatewayUrl` made before a restart. */
-function recordedGatewayPort(url: string): number {
-  const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(url);
-  const port = Number(match?.[1]);
-  if (match === null || port < 1 || port > 65535) {
-    throw new GymError(
-      'PROVIDER_ERROR',
-      `cannot restore gateway reach at ${url}: not a URL this provider gives`,
-      {
-        details: { url },
-      },
-    );
-  }
-  return port;
-}
-
-/** The one scope of a Docker backend: its sandboxes carry none, all are hidden when it does not answer. */
-const ENGINE_SCOPE = 'engine';
-
-function containerState(state: string | undefined): SandboxState {
-  switch (state) {
-    case 'created':
-      return 'creating';
-    case 'running':
-      return 'ready';
-    case 'removing':
-      return 'destroying';
-    default:
-      return 'failed';
-  }
-}
-
 export class DockerProvider implements SandboxProvider {
   readonly specificationVersion = PROVIDER_SPECIFICATION_VERSION;
   readonly name = 'docker';
@@ -292,8 +205,12 @@ export class DockerProvider implements SandboxProvider {
   /** Verifier toolchains compared with their images, from the engine's side. */
   readonly #toolchain: DockerToolchainCheck;
   readonly #imageSources: ImageSources;
-  /** Sandboxes this provider is destroying: their end is never a command's doing. */
-  readonly #destroying = new Set<string>();
+  /** Sandboxes by name and by label (`get`, `list`). */
+  readonly #listing: ContainerListing;
+  /** Files and archives through the engine's archive API. */
+  readonly #files: ContainerFiles;
+  /** Why a command ended without a normal exit, and whether its sandbox is still there. */
+  readonly #loss: LossCheck;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -326,6 +243,14 @@ export class DockerProvider implements SandboxProvider {
       }),
       context.logger,
     );
+    this.#listing = new ContainerListing(docker, context.namespace, this.name, (id) =>
+      this.containerName(id),
+    );
+    this.#files = new ContainerFiles(
+      (id) => docker.getContainer(this.containerName(id)),
+      (id) => this.get(id),
+    );
+    this.#loss = new LossCheck(this.#processes, this.#oomCounts, (id) => this.get(id));
     const hasHostControl = this.#processes.host.mode === 'cgroup';
     this.capabilities = {
       sessions: true,
@@ -344,29 +269,6 @@ export class DockerProvider implements SandboxProvider {
     };
   }
 
-  /**
-   * Creates the container; an image missing from the engine is first fetched from the configured
-   * image sources (once), else it is IMAGE_NOT_FOUND naming where it was looked for.
-   */
-  async #createContainer(image: string, options: Docker.ContainerCreateOptions): Promise<Docker.Container> {
-    try {
-      return await this.#docker.createContainer(options);
-    } catch (error) {
-      const wrapped = wrapDockerError(error, { operation: 'create', image });
-      if (wrapped.code !== 'IMAGE_NOT_FOUND' || !this.#imageSources.isConfigured) throw wrapped;
-      if (!(await this.#imageSources.fetch(image)))
-        throw new GymError(
-          'IMAGE_NOT_FOUND',
-          `${wrapped.message}; the configured image sources have none: ${this.#imageSources.describe(image)}`,
-          {
-            details: { ...wrapped.details, image, imageSources: this.#imageSources.describe(image) },
-            cause: error,
-          },
-        );
-    }
-    return this.#docker.createContainer(options);
-  }
-
   /** Container names embed the namespace, so a lookup by name never crosses deployments. */
   containerName(id: string): string {
     return `gym-${this.#context.namespace}-${id}`;
@@ -377,14 +279,8 @@ export class DockerProvider implements SandboxProvider {
    * `DockerImages.sweepLeftovers`); what the daemon's start runs. Never throws: an engine that does
    * not answer is logged, and the next start tries again.
    */
-  async sweepBuildLeftovers(): Promise<void> {
-    try {
-      const removed = await this.#images.sweepLeftovers();
-      if (removed > 0)
-        this.#context.logger.info({ removed }, 'removed image-build containers left past their deadline');
-    } catch (error) {
-      this.#context.logger.warn({ error: String(error) }, 'could not sweep image-build containers');
-    }
+  sweepBuildLeftovers(): Promise<void> {
+    return this.#images.sweepLeftoversLogged();
   }
 
   async health(): Promise<ProviderHealth> {
@@ -443,7 +339,7 @@ export class DockerProvider implements SandboxProvider {
 
     let container: Docker.Container;
     try {
-      container = await this.#createContainer(spec.image, {
+      container = await this.#imageSources.createContainer(spec.image, {
         name: this.containerName(id),
         Image: spec.image,
         // With the exec helper mounted, PID 1 is the helper's keeper: it runs nothing of the
@@ -494,11 +390,11 @@ export class DockerProvider implements SandboxProvider {
       await container.start();
       this.#oomCounts.start(id);
       if (this.#processes.helperBind !== null) this.#processes.created(id, container.id);
-      if (spec.files.length > 0) await this.#writeSeedFiles(container, spec);
+      if (spec.files.length > 0) await writeSeedFiles(container, spec);
       if (spec.readiness !== undefined)
         await waitUntilReady(spec.readiness, (request) => this.exec(id, request));
     } catch (error) {
-      await this.#removeContainer(container).catch((removeError: unknown) =>
+      await removeContainer(container).catch((removeError: unknown) =>
         this.#context.logger.warn(
           { sandboxId: id, error: String(removeError) },
           'could not remove a sandbox whose create failed',
@@ -532,166 +428,25 @@ export class DockerProvider implements SandboxProvider {
     };
   }
 
-  async #writeSeedFiles(container: Docker.Container, spec: SandboxSpec): Promise<void> {
-    for (const file of spec.files) {
-      const content = Buffer.from(file.content, file.encoding === 'base64' ? 'base64' : 'utf8');
-      await container.putArchive(packSingleFile(file.path.slice(1), content, file.mode), { path: '/' });
-    }
-  }
-
-  /**
-   * `image` is the container's own record of it (inspect's `Config.Image`, list's `Image`), not
-   * a label: labels hold identity only. (Containers of older daemons also carry a `gym.image`
-   * label; nothing reads it.) A listing shows the image id instead of the reference when that
-   * reference has since been moved to another image.
-   */
-  #toInfo(
-    labels: Record<string, string>,
-    state: string | undefined,
-    image: string,
-    ref: string,
-  ): SandboxInfo | null {
-    const decoded = decodeLabels(DOCKER_LABEL_PREFIX, labels);
-    if (decoded === null || decoded.namespace !== this.#context.namespace) return null;
-    const ownKeys = labels[USER_KEYS_LABEL]?.split(',');
-    return {
-      ...decoded,
-      labels:
-        ownKeys === undefined
-          ? decoded.labels
-          : Object.fromEntries(Object.entries(decoded.labels).filter(([key]) => ownKeys.includes(key))),
-      provider: this.name,
-      state: containerState(state),
-      image,
-      providerRef: ref,
-    };
-  }
-
-  async get(id: string): Promise<SandboxInfo> {
-    let inspected: Docker.ContainerInspectInfo;
-    try {
-      inspected = await this.#docker.getContainer(this.containerName(id)).inspect();
-    } catch (error) {
-      throw wrapDockerError(error, { operation: 'inspect', sandboxId: id });
-    }
-    const info = this.#toInfo(
-      inspected.Config.Labels ?? {},
-      inspected.State.Status,
-      inspected.Config.Image,
-      inspected.Id,
-    );
-    if (info === null || info.id !== id)
-      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-    return info;
+  get(id: string): Promise<SandboxInfo> {
+    return this.#listing.get(id);
   }
 
   /** One listing call: the engine answers whole or not at all, and then it is the one unreachable scope. */
-  async list(filter: ListFilter = {}): Promise<SandboxListing> {
-    const labelFilters = Object.entries(
-      selectorLabels(DOCKER_LABEL_PREFIX, this.#context.namespace, filter),
-    ).map(([key, value]) => `${key}=${value}`);
-    let containers: Docker.ContainerInfo[];
-    try {
-      containers = await this.#docker.listContainers({ all: true, filters: { label: labelFilters } });
-    } catch (error) {
-      const reason = wrapDockerError(error, { operation: 'list' }).message;
-      return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
-    }
-    // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL):
-    // a container of a sandbox's snapshot (a build's, a user's `docker run`) carries that
-    // sandbox's identity labels. Only the container of the sandbox's own name is the sandbox.
-    const sandboxes = containers
-      .flatMap((container) => {
-        const info = this.#toInfo(container.Labels, container.State, container.Image, container.Id);
-        return info !== null && (container.Names ?? []).includes(`/${this.containerName(info.id)}`)
-          ? info
-          : [];
-      })
-      .filter((info) => hasUserLabels(info.labels, filter.labels));
-    return { sandboxes, unreachable: [] };
-  }
-
-  /**
-   * After an abnormal end, one probe exec both proves the sandbox alive (an exec into a dead or
-   * dying container fails) and reads its OOM-kill counter. Inspecting the container instead races
-   * with a destroy: the engine reports "running" until its kill has finished.
-   */
-  #hooks(id: string, container: Docker.Container): ExecHooks {
-    const noHooks: ExecHooks = { classifyAbnormalEnd: async () => 'sandbox_gone' };
-    return {
-      classifyAbnormalEnd: () =>
-        classifyAbnormalEnd(id, this.#oomCounts, {
-          // From the host when it can: the probe runs the sandbox's own `sh`, and an agent that
-          // deleted it would make every kill look like a sandbox gone (an infra error).
-          outsideView: () => this.#processes.hostView(container),
-          lossCause: () => this.#lossCause(id, container),
-          // The engine answers "cannot exec in a stopped state" (or exit 126) for a sandbox gone.
-          probe: () =>
-            runOneShotExec(
-              container,
-              {
-                command: OOM_COUNTER_COMMAND,
-                env: {},
-                stdinEncoding: 'utf8',
-                timeoutMs: 10_000,
-                maxOutputBytes: 4096,
-                user: '0',
-              },
-              {},
-              noHooks,
-            ),
-        }),
-    };
-  }
-
-  /**
-   * Whether a container seen dead died of what ran in it, by the engine's record of how its first
-   * process (the keeper) ended, once the engine has recorded it. Taken away from outside (null):
-   * removed or being removed, by this daemon or another; stopped (the keeper ends, 0, only on a
-   * signal from outside its pid namespace: `docker stop`, an engine shutting down); killed from
-   * outside without an OOM. The agent's doing: the OOM killer took the keeper (the engine saw an
-   * OOM kill and the keeper ended by SIGKILL, which nothing inside the sandbox can send PID 1); or,
-   * in a container whose keeper is tini and a shell loop (no exec helper), the loop ended by
-   * anything but a stop.
-   */
-  async #lossCause(id: string, container: Docker.Container): Promise<SandboxLoss | null> {
-    const deadline = performance.now() + EXIT_RECORD_WAIT_MS;
-    for (;;) {
-      if (this.#destroying.has(id)) return null;
-      let inspected: Docker.ContainerInspectInfo;
-      try {
-        inspected = await container.inspect();
-      } catch {
-        return null;
-      }
-      const { State: state } = inspected;
-      if (state.Status === 'removing' || state.Status === 'dead') return null;
-      if (!state.Running) {
-        if (state.OOMKilled && state.ExitCode === SIGKILL_EXIT_CODE)
-          return { lost: 'oom', reason: KEEPER_OOM_REASON };
-        const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
-        if (!isHelperKeeper && state.ExitCode !== 0 && state.ExitCode !== 143)
-          return {
-            lost: 'killed',
-            reason: `the sandbox's first process (its keeper) ended with code ${state.ExitCode}, killed from inside, so the sandbox died`,
-          };
-        return null;
-      }
-      if (performance.now() > deadline) return null;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+  list(filter: ListFilter = {}): Promise<SandboxListing> {
+    return this.#listing.list(filter);
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
     const container = this.#docker.getContainer(this.containerName(id));
-    const hooks = this.#hooks(id, container);
+    const hooks = this.#loss.hooks(id, container);
     try {
       if (request.session !== undefined) {
         const session = await this.#session(id, container, request.session, request.user);
-        return await this.#confirmAlive(id, container, await session.run(request, options, hooks));
+        return await this.#loss.confirmAlive(id, container, await session.run(request, options, hooks));
       }
       const confinement = await this.#processes.confinement(id, container);
-      return await this.#confirmAlive(
+      return await this.#loss.confirmAlive(
         id,
         container,
         await runOneShotExec(container, request, options, hooks, confinement),
@@ -714,25 +469,6 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
-  /**
-   * An exit code that the runtime also gives when it could not start the command or killed it
-   * (126, 137) is checked against the container itself: when it is gone, the result is
-   * `sandbox_gone`, never output a harness or verifier would take for the command's own. (A
-   * container removed as an exec starts answers "OCI runtime exec failed", 126.)
-   */
-  async #confirmAlive(id: string, container: Docker.Container, result: ExecResult): Promise<ExecResult> {
-    if (result.status !== 'ok' || !RUNTIME_EXIT_CODES.has(result.exitCode ?? 0)) return result;
-    const isAlive = await this.get(id).then(
-      (info) => info.state === 'ready',
-      (error: unknown) => !(error instanceof GymError && error.code === 'SANDBOX_NOT_FOUND'),
-    );
-    if (isAlive) return result;
-    const loss = await this.#lossCause(id, container);
-    return loss === null
-      ? { ...result, status: 'sandbox_gone', exitCode: null }
-      : markSandboxLost(result, loss.lost, loss.reason);
-  }
-
   #session(
     id: string,
     container: Docker.Container,
@@ -749,74 +485,20 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
-  async writeFile(
-    id: string,
-    path: string,
-    content: FileContent,
-    options: WriteFileOptions = {},
-  ): Promise<void> {
-    const container = this.#docker.getContainer(this.containerName(id));
-    const normalized = posix.normalize(path);
-    if (normalized === '/') throw new GymError('PATH_KIND_MISMATCH', 'cannot write a file at /');
-    await refuseLinkedDirectories(container, id, [posix.dirname(normalized)]);
-    try {
-      // Extracting at / with the full relative name creates missing parent directories.
-      await container.putArchive(packSingleFile(normalized.slice(1), content, options.mode ?? 0o644), {
-        path: '/',
-      });
-    } catch (error) {
-      const wrapped = wrapDockerError(error, { operation: 'write file', sandboxId: id });
-      if (
-        wrapped.code === 'PROVIDER_ERROR' &&
-        /directory|not a dir|cannot overwrite/i.test(wrapped.message)
-      ) {
-        throw new GymError('PATH_KIND_MISMATCH', `cannot write file ${path}: ${wrapped.message}`, {
-          cause: wrapped,
-        });
-      }
-      throw wrapped;
-    }
+  writeFile(id: string, path: string, content: FileContent, options: WriteFileOptions = {}): Promise<void> {
+    return this.#files.writeFile(id, path, content, options);
   }
 
-  async #getArchive(id: string, path: string): Promise<Readable> {
-    const container = this.#docker.getContainer(this.containerName(id));
-    try {
-      return (await container.getArchive({ path })) as unknown as Readable;
-    } catch (error) {
-      const wrapped = wrapDockerError(error, { operation: 'read', sandboxId: id });
-      if (
-        wrapped.code === 'SANDBOX_NOT_FOUND' &&
-        /path|file|directory/i.test(wrapped.details.engineMessage as string)
-      ) {
-        throw new GymError('FILE_NOT_FOUND', `${path} does not exist in sandbox ${id}`, {
-          details: { sandboxId: id, path },
-        });
-      }
-      throw wrapped;
-    }
+  readFile(id: string, path: string): Promise<Readable> {
+    return this.#files.readFile(id, path);
   }
 
-  async readFile(id: string, path: string): Promise<Readable> {
-    return readFileThroughLinks(path, (current) => this.#getArchive(id, current));
+  writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    return this.#files.writeArchive(id, directory, archive);
   }
 
-  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
-    const container = this.#docker.getContainer(this.containerName(id));
-    // Check the sandbox first, so an upload to a missing one does not spool for nothing.
-    await this.get(id);
-    const spooled = await spoolSafeArchive(archive, directory);
-    try {
-      await refuseLinkedDirectories(container, id, spooled.directories);
-      await container.putArchive(spooled.open(), { path: '/' });
-    } catch (error) {
-      throw wrapDockerError(error, { operation: 'write archive', sandboxId: id });
-    } finally {
-      await spooled.dispose();
-    }
-  }
-
-  async readArchive(id: string, directory: string): Promise<Readable> {
-    return rebaseArchive(await this.#getArchive(id, posix.normalize(directory)));
+  readArchive(id: string, directory: string): Promise<Readable> {
+    return this.#files.readArchive(id, directory);
   }
 
   /**
@@ -830,19 +512,8 @@ export class DockerProvider implements SandboxProvider {
         details: { provider: this.name, capability: 'gatewayReach' },
       });
     }
-    const open = this.#relays.portOf(id);
-    if (open !== undefined) return { url: gatewayUrl(await open) };
-    const port = options.url === undefined ? 0 : recordedGatewayPort(options.url);
-    let pid: number;
-    try {
-      pid = (await this.#docker.getContainer(this.containerName(id)).inspect()).State.Pid;
-    } catch (error) {
-      throw wrapDockerError(error, { operation: 'expose gateway', sandboxId: id });
-    }
-    if (!pid) throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`);
-    // The listener lives in the sandbox's network namespace (its loopback only); the daemon
-    // reaches the host's socket through the filesystem, which no network namespace fences.
-    return { url: gatewayUrl(await this.#relays.open(id, pid, port, options.socketPath)) };
+    const container = this.#docker.getContainer(this.containerName(id));
+    return { url: await this.#relays.expose(id, container, options) };
   }
 
   /** What the gateway relays hold (listeners, open and refused connections), for metrics. */
@@ -855,14 +526,14 @@ export class DockerProvider implements SandboxProvider {
     this.#relays.close(id);
     this.#oomCounts.forget(id);
     this.#processes.forget(id);
-    this.#destroying.add(id);
+    this.#loss.destroyStarted(id);
     try {
-      await this.#removeContainer(this.#docker.getContainer(this.containerName(id)));
+      await removeContainer(this.#docker.getContainer(this.containerName(id)));
     } catch (error) {
       throw wrapDockerError(error, { operation: 'destroy', sandboxId: id });
     } finally {
       // Commands that ended with the container have looked already: nothing runs in it now.
-      setTimeout(() => this.#destroying.delete(id), EXIT_RECORD_WAIT_MS).unref();
+      this.#loss.destroyEnded(id);
     }
   }
 
@@ -889,17 +560,7 @@ export class DockerProvider implements SandboxProvider {
     try {
       return { killed: await this.#processes.stopProcesses(id, container) };
     } catch (error) {
-      if (error instanceof Error && !('statusCode' in error)) {
-        throw new GymError(
-          'PROVIDER_ERROR',
-          `could not stop the processes of sandbox ${id}: ${error.message}`,
-          {
-            details: { sandboxId: id },
-            cause: error,
-          },
-        );
-      }
-      throw wrapDockerError(error, { operation: 'stop processes', sandboxId: id });
+      throw wrapStopError(error, id);
     }
   }
 
@@ -913,39 +574,8 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
-  async #removeContainer(container: Docker.Container): Promise<void> {
-    try {
-      await container.remove({ force: true, v: true });
-    } catch (error) {
-      const status = (error as { statusCode?: number }).statusCode;
-      // 404: already gone. 409: a removal is already in progress. Both mean "destroyed" to the caller.
-      if (status === 404 || status === 409) return;
-      throw error;
-    }
-  }
-
-  async snapshot(id: string, options: { image: string }): Promise<{ image: string }> {
-    const separator = options.image.lastIndexOf(':');
-    const hasTag = separator > options.image.lastIndexOf('/');
-    const repo = hasTag ? options.image.slice(0, separator) : options.image;
-    const tag = hasTag ? options.image.slice(separator + 1) : 'latest';
-    let existing: Docker.ImageInspectInfo | null = null;
-    try {
-      existing = await this.#docker.getImage(`${repo}:${tag}`).inspect();
-    } catch (error) {
-      if ((error as { statusCode?: number }).statusCode !== 404)
-        throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
-    }
-    // A committed container keeps its labels, so a snapshot carries our sandbox-id label.
-    const isSnapshot =
-      existing?.Config?.Labels?.[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.sandboxId] !== undefined;
-    this.#hostAccess.checkSnapshotTarget(`${repo}:${tag}`, existing === null ? null : { isSnapshot });
-    try {
-      await this.#docker.getContainer(this.containerName(id)).commit({ repo, tag, pause: true });
-    } catch (error) {
-      throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
-    }
-    return { image: `${repo}:${tag}` };
+  snapshot(id: string, options: { image: string }): Promise<{ image: string }> {
+    return commitSnapshot(this.#docker, this.containerName(id), this.#hostAccess, id, options.image);
   }
 
   prepareImage(source: ImageSource): Promise<void> {

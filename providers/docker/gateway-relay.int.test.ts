@@ -62,7 +62,7 @@ describe('gateway relay byte handling', () => {
     // What a restarted daemon does: open again on the port the sandbox had.
     relays.close('sbx-test');
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(relays.portOf('sbx-test')).toBeUndefined();
+    expect(await relays.portOf('sbx-test')).toBeUndefined();
     expect(await relays.open('sbx-test', process.pid, port, socketPath)).toBe(port);
   });
 

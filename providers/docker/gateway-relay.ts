@@ -23,9 +23,12 @@
 import { spawn } from 'node:child_process';
 import { connect, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { RelayStats } from '../sandbox-provider.ts';
+import { RelayTable, type TableRelay } from '../shared/relay-table.ts';
+import { wrapDockerError } from './docker-errors.ts';
 
 /** The helper sits beside this module, with the same extension (`.ts` from source, `.js` when built). */
 const LISTENER_PATH = fileURLToPath(
@@ -42,12 +45,31 @@ export interface GatewayRelayOptions {
   logger: Logger;
 }
 
-interface SandboxRelay {
-  /** The listening socket and its port, once the helper handed it over. */
-  listening: Promise<{ server: Server; port: number }>;
+/** One sandbox's relay: the listening socket the helper handed over, and its open connections. */
+class SandboxRelay implements TableRelay {
+  readonly server: Server;
+  readonly port: number;
   /** Each open connection, by the function that aborts both of its sockets. */
-  connections: Set<() => void>;
-  isClosed: boolean;
+  readonly connections = new Set<() => void>();
+  #isOpen = true;
+
+  constructor(server: Server, port: number) {
+    this.server = server;
+    this.port = port;
+  }
+
+  get isOpen(): boolean {
+    return this.#isOpen;
+  }
+
+  /** Stops listening and closes every connection. Idempotent. */
+  close(): void {
+    if (!this.#isOpen) return;
+    this.#isOpen = false;
+    this.server.close();
+    for (const abort of this.connections) abort();
+    this.connections.clear();
+  }
 }
 
 type HelperMessage =
@@ -56,7 +78,8 @@ type HelperMessage =
 
 export class GatewayRelays {
   readonly #options: GatewayRelayOptions;
-  readonly #bySandbox = new Map<string, SandboxRelay>();
+  /** The relays by sandbox (`../shared/relay-table.ts`: one opening shared, released once). */
+  readonly #table = new RelayTable<SandboxRelay>();
   #refusedTotal = 0;
 
   constructor(options: GatewayRelayOptions) {
@@ -67,8 +90,8 @@ export class GatewayRelays {
    * The port the sandbox's relay listens on (once it does), or undefined when it has none: no
    * call to the engine, so a repeated `open` of a live relay costs nothing.
    */
-  portOf(sandboxId: string): Promise<number> | undefined {
-    return this.#bySandbox.get(sandboxId)?.listening.then(({ port }) => port);
+  async portOf(sandboxId: string): Promise<number | undefined> {
+    return (await this.#table.current(sandboxId))?.port;
   }
 
   /**
@@ -80,65 +103,66 @@ export class GatewayRelays {
    *   opening: the sandbox was destroyed).
    */
   async open(sandboxId: string, pid: number, port: number, socketPath: string): Promise<number> {
-    const existing = this.#bySandbox.get(sandboxId);
-    if (existing !== undefined) return (await existing.listening).port;
-    const relay: SandboxRelay = {
-      listening: this.#listenInNamespace(pid, port),
-      connections: new Set(),
-      isClosed: false,
-    };
-    this.#bySandbox.set(sandboxId, relay);
-    let opened: { server: Server; port: number };
-    try {
-      opened = await relay.listening;
-    } catch (error) {
-      if (this.#bySandbox.get(sandboxId) === relay) this.#bySandbox.delete(sandboxId);
-      throw error;
-    }
-    // Destroyed while the helper was starting: let go of the socket at once.
-    if (relay.isClosed) {
-      opened.server.close();
-      throw new GymError(
-        'SANDBOX_NOT_FOUND',
-        `sandbox ${sandboxId} was destroyed while its gateway relay opened`,
-        {
-          details: { sandboxId },
-        },
+    const relay = await this.#table.open(sandboxId, async () => {
+      const opened = await this.#listenInNamespace(pid, port);
+      const relay = new SandboxRelay(opened.server, opened.port);
+      const { server } = opened;
+      // A client may half-close after its request and still read the answer.
+      // (Node reads this property of the server for every accepted socket; its types omit it.)
+      (server as Server & { allowHalfOpen: boolean }).allowHalfOpen = true;
+      server.on('connection', (socket) => this.#accept(relay, socket, socketPath));
+      server.on('error', (error) =>
+        this.#options.logger.warn(
+          { sandboxId, port: opened.port, error: error.message },
+          'gateway relay listener failed',
+        ),
       );
-    }
-    const { server } = opened;
-    // A client may half-close after its request and still read the answer.
-    // (Node reads this property of the server for every accepted socket; its types omit it.)
-    (server as Server & { allowHalfOpen: boolean }).allowHalfOpen = true;
-    server.on('connection', (socket) => this.#accept(relay, socket, socketPath));
-    server.on('error', (error) =>
-      this.#options.logger.warn(
-        { sandboxId, port: opened.port, error: error.message },
-        'gateway relay listener failed',
-      ),
-    );
-    return opened.port;
+      return relay;
+    });
+    return relay.port;
   }
 
-  /** Stops listening and closes every connection of the sandbox. Idempotent. */
+  /**
+   * The gateway's URL inside the sandbox of `container`: its relay's if it has one, else a new
+   * relay's, on the port of `options.url` (a restart restores the URL the sandbox had) or any
+   * free port.
+   */
+  async expose(
+    sandboxId: string,
+    container: Docker.Container,
+    options: { socketPath: string; url?: string },
+  ): Promise<string> {
+    const open = await this.portOf(sandboxId);
+    if (open !== undefined) return gatewayUrl(open);
+    const port = options.url === undefined ? 0 : recordedGatewayPort(options.url);
+    let pid: number;
+    try {
+      pid = (await container.inspect()).State.Pid;
+    } catch (error) {
+      throw wrapDockerError(error, { operation: 'expose gateway', sandboxId });
+    }
+    if (!pid) throw new GymError('SANDBOX_NOT_READY', `sandbox ${sandboxId} is not running`);
+    // The listener lives in the sandbox's network namespace (its loopback only); the daemon
+    // reaches the host's socket through the filesystem, which no network namespace fences.
+    return gatewayUrl(await this.open(sandboxId, pid, port, options.socketPath));
+  }
+
+  /**
+   * Stops listening and closes every connection of the sandbox (one still opening is closed as
+   * soon as it opens). Idempotent.
+   */
   close(sandboxId: string): void {
-    const relay = this.#bySandbox.get(sandboxId);
-    if (relay === undefined) return;
-    this.#bySandbox.delete(sandboxId);
-    relay.isClosed = true;
-    relay.listening.then(({ server }) => server.close()).catch(() => {});
-    for (const abort of relay.connections) abort();
-    relay.connections.clear();
+    void this.#table.release(sandboxId);
   }
 
   closeAll(): void {
-    for (const sandboxId of [...this.#bySandbox.keys()]) this.close(sandboxId);
+    for (const sandboxId of this.#table.sandboxIds) this.close(sandboxId);
   }
 
   stats(): RelayStats {
     let listeners = 0;
     let connections = 0;
-    for (const relay of this.#bySandbox.values()) {
+    for (const relay of this.#table.openRelays) {
       listeners += 1;
       connections += relay.connections.size;
     }
@@ -146,7 +170,7 @@ export class GatewayRelays {
   }
 
   #accept(relay: SandboxRelay, inbound: Socket, socketPath: string): void {
-    if (relay.isClosed || relay.connections.size >= this.#options.maxConnections) {
+    if (!relay.isOpen || relay.connections.size >= this.#options.maxConnections) {
       this.#refusedTotal += 1;
       inbound.destroy();
       return;
@@ -243,4 +267,25 @@ export class GatewayRelays {
       );
     });
   }
+}
+
+/** The gateway as an agent inside a Docker sandbox reaches it: its own loopback, the relay's port. */
+export function gatewayUrl(port: number): string {
+  return `http://127.0.0.1:${port}`;
+}
+
+/** The port of a URL `gatewayUrl` made before a restart. */
+export function recordedGatewayPort(url: string): number {
+  const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(url);
+  const port = Number(match?.[1]);
+  if (match === null || port < 1 || port > 65535) {
+    throw new GymError(
+      'PROVIDER_ERROR',
+      `cannot restore gateway reach at ${url}: not a URL this provider gives`,
+      {
+        details: { url },
+      },
+    );
+  }
+  return port;
 }

@@ -91,6 +91,29 @@ export class ImageSources {
     this.#logger = logger;
   }
 
+  /**
+   * Creates the container; an image missing from the engine is first fetched from the configured
+   * image sources (once), else it is IMAGE_NOT_FOUND naming where it was looked for.
+   */
+  async createContainer(image: string, options: Docker.ContainerCreateOptions): Promise<Docker.Container> {
+    try {
+      return await this.#docker.createContainer(options);
+    } catch (error) {
+      const wrapped = wrapDockerError(error, { operation: 'create', image });
+      if (wrapped.code !== 'IMAGE_NOT_FOUND' || !this.isConfigured) throw wrapped;
+      if (!(await this.fetch(image)))
+        throw new GymError(
+          'IMAGE_NOT_FOUND',
+          `${wrapped.message}; the configured image sources have none: ${this.describe(image)}`,
+          {
+            details: { ...wrapped.details, image, imageSources: this.describe(image) },
+            cause: error,
+          },
+        );
+    }
+    return this.#docker.createContainer(options);
+  }
+
   get isConfigured(): boolean {
     return this.#options.tarballDirectory !== undefined || this.#options.registryMirror !== undefined;
   }

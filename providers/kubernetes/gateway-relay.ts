@@ -46,3 +46,23 @@ export const PodRelay = {
     );
   },
 };
+
+/** A relay in a Pod, with the exec id that tags its process for the kill script. */
+export interface TaggedPodRelay {
+  readonly relay: PodRelay;
+  readonly execId: string;
+  readonly isOpen: boolean;
+  close(): void;
+}
+
+/** The relay and its exec id, as `RelayTable` keeps them. */
+export function tagRelay(relay: PodRelay, execId: string): TaggedPodRelay {
+  return {
+    relay,
+    execId,
+    get isOpen() {
+      return relay.isOpen;
+    },
+    close: () => relay.close(),
+  };
+}

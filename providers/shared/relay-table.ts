@@ -31,6 +31,8 @@ export class RelayTable<Relay extends TableRelay> {
     if (pending !== undefined) {
       const relay = await pending.catch(() => undefined);
       if (relay?.isOpen) return relay;
+      // It closed by itself (its process ended): replaced, it no longer counts as open.
+      if (relay !== undefined) this.#open.delete(relay);
       if (this.#bySandbox.get(sandboxId) === pending) this.#bySandbox.delete(sandboxId);
     }
     const starting = start();

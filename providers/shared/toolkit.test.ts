@@ -111,8 +111,10 @@ describe('RelayTable', () => {
     expect(table.openRelays.size).toBe(1);
     first.close();
     expect(await table.current('sbx-a')).toBeUndefined();
-    await table.open('sbx-a', start);
+    const reopened = await table.open('sbx-a', start);
     expect(started).toBe(2);
+    // The closed one it replaced no longer counts among the open relays.
+    expect([...table.openRelays]).toEqual([reopened]);
   });
 
   it('closes a relay released while it was opening and tells the opener the sandbox is gone', async () => {

@@ -1,0 +1,145 @@
+/**
+ * Why a Docker sandbox's command ended without a normal exit, and whether its sandbox is still
+ * there: the OOM killer, the sandbox gone (taken away from outside: not the command's doing), or
+ * the sandbox lost by what ran in it (the keeper killed). Read from the host where it can be, as
+ * an agent inside can break any probe that runs in the sandbox.
+ */
+import type Docker from 'dockerode';
+import { GymError } from '../../core/errors.ts';
+import type { ExecResult } from '../../core/schemas/exec.ts';
+import type { SandboxInfo } from '../../core/schemas/sandbox.ts';
+import {
+  classifyAbnormalEnd,
+  type ExecHooks,
+  KEEPER_OOM_REASON,
+  type OomKillCounts,
+  type SandboxLoss,
+} from '../shared/abnormal-end.ts';
+import { markSandboxLost, OOM_COUNTER_COMMAND, SIGKILL_EXIT_CODE } from '../shared/exec-output.ts';
+import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
+import type { ProcessControl } from './process-control.ts';
+
+/** How long the engine may take to record the end of a container whose keeper was seen dead. */
+const EXIT_RECORD_WAIT_MS = 5_000;
+
+/** Exit codes the runtime gives when it could not start a command (126) or SIGKILLed it (137). */
+const RUNTIME_EXIT_CODES = new Set([126, 137]);
+
+export class LossCheck {
+  readonly #processes: ProcessControl;
+  readonly #oomCounts: OomKillCounts;
+  /** The provider's `get`. */
+  readonly #get: (id: string) => Promise<SandboxInfo>;
+  /** Sandboxes this provider is destroying: their end is never a command's doing. */
+  readonly #destroying = new Set<string>();
+
+  constructor(
+    processes: ProcessControl,
+    oomCounts: OomKillCounts,
+    get: (id: string) => Promise<SandboxInfo>,
+  ) {
+    this.#processes = processes;
+    this.#oomCounts = oomCounts;
+    this.#get = get;
+  }
+
+  /** The provider starts destroying the sandbox: from now on its end is not a command's doing. */
+  destroyStarted(id: string): void {
+    this.#destroying.add(id);
+  }
+
+  /** The destroy is done; commands that ended with the container have looked already. */
+  destroyEnded(id: string): void {
+    setTimeout(() => this.#destroying.delete(id), EXIT_RECORD_WAIT_MS).unref();
+  }
+
+  /**
+   * After an abnormal end, one probe exec both proves the sandbox alive (an exec into a dead or
+   * dying container fails) and reads its OOM-kill counter. Inspecting the container instead races
+   * with a destroy: the engine reports "running" until its kill has finished.
+   */
+  hooks(id: string, container: Docker.Container): ExecHooks {
+    const noHooks: ExecHooks = { classifyAbnormalEnd: async () => 'sandbox_gone' };
+    return {
+      classifyAbnormalEnd: () =>
+        classifyAbnormalEnd(id, this.#oomCounts, {
+          // From the host when it can: the probe runs the sandbox's own `sh`, and an agent that
+          // deleted it would make every kill look like a sandbox gone (an infra error).
+          outsideView: () => this.#processes.hostView(container),
+          lossCause: () => this.lossCause(id, container),
+          // The engine answers "cannot exec in a stopped state" (or exit 126) for a sandbox gone.
+          probe: () =>
+            runOneShotExec(
+              container,
+              {
+                command: OOM_COUNTER_COMMAND,
+                env: {},
+                stdinEncoding: 'utf8',
+                timeoutMs: 10_000,
+                maxOutputBytes: 4096,
+                user: '0',
+              },
+              {},
+              noHooks,
+            ),
+        }),
+    };
+  }
+
+  /**
+   * Whether a container seen dead died of what ran in it, by the engine's record of how its first
+   * process (the keeper) ended, once the engine has recorded it. Taken away from outside (null):
+   * removed or being removed, by this daemon or another; stopped (the keeper ends, 0, only on a
+   * signal from outside its pid namespace: `docker stop`, an engine shutting down); killed from
+   * outside without an OOM. The agent's doing: the OOM killer took the keeper (the engine saw an
+   * OOM kill and the keeper ended by SIGKILL, which nothing inside the sandbox can send PID 1); or,
+   * in a container whose keeper is tini and a shell loop (no exec helper), the loop ended by
+   * anything but a stop.
+   */
+  async lossCause(id: string, container: Docker.Container): Promise<SandboxLoss | null> {
+    const deadline = performance.now() + EXIT_RECORD_WAIT_MS;
+    for (;;) {
+      if (this.#destroying.has(id)) return null;
+      let inspected: Docker.ContainerInspectInfo;
+      try {
+        inspected = await container.inspect();
+      } catch {
+        return null;
+      }
+      const { State: state } = inspected;
+      if (state.Status === 'removing' || state.Status === 'dead') return null;
+      if (!state.Running) {
+        if (state.OOMKilled && state.ExitCode === SIGKILL_EXIT_CODE)
+          return { lost: 'oom', reason: KEEPER_OOM_REASON };
+        const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
+        if (!isHelperKeeper && state.ExitCode !== 0 && state.ExitCode !== 143)
+          return {
+            lost: 'killed',
+            reason: `the sandbox's first process (its keeper) ended with code ${state.ExitCode}, killed from inside, so the sandbox died`,
+          };
+        return null;
+      }
+      if (performance.now() > deadline) return null;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /**
+   * An exit code that the runtime also gives when it could not start the command or killed it
+   * (126, 137) is checked against the container itself: when it is gone, the result is
+   * `sandbox_gone`, never output a harness or verifier would take for the command's own. (A
+   * container removed as an exec starts answers "OCI runtime exec failed", 126.)
+   */
+  async confirmAlive(id: string, container: Docker.Container, result: ExecResult): Promise<ExecResult> {
+    if (result.status !== 'ok' || !RUNTIME_EXIT_CODES.has(result.exitCode ?? 0)) return result;
+    const isAlive = await this.#get(id).then(
+      (info) => info.state === 'ready',
+      (error: unknown) => !(error instanceof GymError && error.code === 'SANDBOX_NOT_FOUND'),
+    );
+    if (isAlive) return result;
+    const loss = await this.lossCause(id, container);
+    return loss === null
+      ? { ...result, status: 'sandbox_gone', exitCode: null }
+      : markSandboxLost(result, loss.lost, loss.reason);
+  }
+}
