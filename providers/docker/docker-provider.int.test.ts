@@ -7,6 +7,7 @@ import { type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/san
 import { parseOrThrow } from '../../core/validate.ts';
 import { DEFAULT_RESOURCES } from '../../daemon/config.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { dockerTier } from '../../test/docker-tiers.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { waitFor } from '../../test/wait-for.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
@@ -59,6 +60,21 @@ describeSandboxProviderContract({
   removeImage,
   ...((skipReason ?? debianMissing) === undefined ? {} : { skipReason: skipReason ?? debianMissing }),
 });
+
+// The same contract under gVisor and on Podman's engine (docs/isolation-tiers.md), over busybox
+// only: the glibc userland adds nothing a runtime or engine treats differently.
+for (const name of ['runsc', 'podman'] as const) {
+  const tier = skipReason === undefined ? await dockerTier(name, [busybox]) : undefined;
+  describeSandboxProviderContract({
+    name: `docker (busybox, ${name})`,
+    image: busybox,
+    createProvider: () => new DockerProvider(tier!.docker, testContext(), tier!.providerOptions),
+    removeImage: (image) => tier!.docker.getImage(image).remove({ force: true }),
+    capabilities: tier?.capabilities ?? {},
+    testTimeoutMs: 90_000,
+    ...((skipReason ?? tier?.skipReason) === undefined ? {} : { skipReason: skipReason ?? tier?.skipReason }),
+  });
+}
 
 describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
   const context = testContext();

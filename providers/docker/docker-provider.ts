@@ -40,6 +40,7 @@ import {
 } from '../shared/abnormal-end.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
 import {
+  cannotStartResult,
   ExecOutput,
   markSandboxLost,
   OOM_COUNTER_COMMAND,
@@ -48,7 +49,7 @@ import {
 import {
   decodeLabels,
   encodeLabels,
-  hasUserLabels,
+  matchesListFilter,
   SYSTEM_LABELS,
   selectorLabels,
 } from '../shared/labels.ts';
@@ -57,12 +58,22 @@ import type { ShellSession } from '../shared/shell-session.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import { DockerImages } from './docker-images.ts';
 import { openDockerSession, SessionNotStarted } from './docker-session.ts';
+import { EngineTraits } from './engine-kind.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { ImageSources, ImageSourcesSchema } from './image-sources.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import { refuseLinkedDirectories } from './path-guard.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
+import {
+  checkEngineRuntime,
+  engineKilled,
+  GVISOR_OOM_REASON,
+  type RuntimeTier,
+  runtimeTier,
+  stopGuestProcesses,
+  watchSandboxEnd,
+} from './runtime-tier.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
 
 /** Every label we write starts with this, so one filter finds all our containers. */
@@ -286,6 +297,10 @@ export class DockerProvider implements SandboxProvider {
   readonly #imageSources: ImageSources;
   /** Sandboxes this provider is destroying: their end is never a command's doing. */
   readonly #destroying = new Set<string>();
+  /** What the configured OCI runtime changes (gVisor: see `runtime-tier.ts`). */
+  readonly #tier: RuntimeTier;
+  /** Which engine answers (Docker or Podman) and what its creates need. */
+  readonly #engine: EngineTraits;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -293,6 +308,8 @@ export class DockerProvider implements SandboxProvider {
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
     this.#images = new DockerImages(docker, context.logger, this.#options.buildResources, context.clock);
     this.#toolchain = new DockerToolchainCheck(docker, context.clock);
+    this.#tier = runtimeTier(this.#options.runtime);
+    this.#engine = new EngineTraits(docker);
     this.#imageSources = new ImageSources(docker, this.#options.imageSources, context.logger);
     this.#relays = new GatewayRelays({
       maxConnections: this.#options.relayMaxConnections,
@@ -318,7 +335,10 @@ export class DockerProvider implements SandboxProvider {
       }),
       context.logger,
     );
-    const hasHostControl = this.#processes.host.mode === 'cgroup';
+    // Under gVisor the helper is still the keeper, but the host cannot see the guest's processes.
+    const hasHostControl = this.#processes.host.mode === 'cgroup' && this.#tier.hostControlGap === undefined;
+    // There the keeper stops them from inside (`stopGuestProcesses`), which needs only the helper.
+    const canStopInGuest = this.#processes.helperBind !== null && this.#tier.hasGuestKernel;
     this.capabilities = {
       sessions: true,
       snapshot: true,
@@ -327,9 +347,10 @@ export class DockerProvider implements SandboxProvider {
       // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
       // checked at create as FORBIDDEN_BY_CONFIG).
       networkModes: [...NetworkModeSchema.options],
-      gatewayReach: this.#options.gatewayReach,
+      gatewayReach: this.#options.gatewayReach && !this.#tier.hasGuestKernel,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
-      stopProcesses: hasHostControl,
+      stopProcesses: hasHostControl || canStopInGuest,
+      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const } : {}),
       // The engine's change list and archive reads need nothing on the host but the engine.
       toolchainCheck: true,
       imageFormats: ['rootfs', 'derived', 'plan'],
@@ -382,23 +403,41 @@ export class DockerProvider implements SandboxProvider {
   async health(): Promise<ProviderHealth> {
     try {
       const version = await this.#docker.version();
-      const host = this.#processes.host;
+      const engine = await this.#engine.kind();
+      const gap = this.#hostControlGap();
+      // A runtime the engine lacks, or gVisor without the arguments it needs here, fails every create.
+      const runtimeProblems =
+        this.#options.runtime === undefined
+          ? []
+          : await checkEngineRuntime(this.#docker, this.#options.runtime);
       return {
-        ok: true,
+        ok: runtimeProblems.length === 0,
         message:
-          `Docker engine ${version.Version} (API ${version.ApiVersion})` +
-          (host.mode === 'cgroup'
+          `${engine === 'podman' ? 'Podman' : 'Docker'} engine ${version.Version} (API ${version.ApiVersion}), runtime ${this.#tier.runtime}` +
+          (runtimeProblems.length > 0 ? `: ${runtimeProblems.join('; ')}` : '') +
+          (gap === undefined
             ? '; timed-out commands are killed through their cgroup'
-            : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${host.reason})`),
+            : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`),
         details: {
           version: version.Version,
+          engine,
+          runtime: this.#tier.runtime,
           timeoutKill: this.capabilities.timeoutKill,
-          ...(host.mode === 'cgroup' ? {} : { timeoutKillReason: host.reason }),
+          ...(gap === undefined ? {} : { timeoutKillReason: gap }),
+          ...(runtimeProblems.length === 0 ? {} : { runtimeProblems }),
         },
       };
     } catch (error) {
       return { ok: false, message: wrapDockerError(error, { operation: 'ping' }).message };
     }
+  }
+
+  /** Why commands cannot be confined and stopped from the host; undefined when they can. */
+  #hostControlGap(): string | undefined {
+    return (
+      this.#tier.hostControlGap ??
+      (this.#processes.host.mode === 'tagged' ? this.#processes.host.reason : undefined)
+    );
   }
 
   #checkCapabilities(spec: SandboxSpec): void {
@@ -474,9 +513,15 @@ export class DockerProvider implements SandboxProvider {
           LogConfig: { Type: 'none', Config: {} },
           ...(resources.memoryMiB === undefined
             ? {}
-            : { Memory: resources.memoryMiB * 1024 * 1024, MemorySwap: resources.memoryMiB * 1024 * 1024 }),
+            : {
+                Memory: (resources.memoryMiB + this.#tier.memoryOverheadMiB) * 1024 * 1024,
+                MemorySwap: (resources.memoryMiB + this.#tier.memoryOverheadMiB) * 1024 * 1024,
+              }),
           ...(resources.cpus === undefined ? {} : { NanoCpus: Math.round(resources.cpus * 1e9) }),
-          ...(resources.pidsLimit === undefined ? {} : { PidsLimit: resources.pidsLimit }),
+          // Under gVisor the host's counts include its kernel's own threads and memory.
+          ...(resources.pidsLimit === undefined
+            ? {}
+            : { PidsLimit: resources.pidsLimit + this.#tier.pidsOverhead }),
           ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
           ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
           ...(binds.length === 0 && this.#processes.helperBind === null
@@ -491,6 +536,7 @@ export class DockerProvider implements SandboxProvider {
             ? {}
             : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
           ...(this.#options.runtime === undefined ? {} : { Runtime: this.#options.runtime }),
+          ...(await this.#engine.hostConfig()),
         },
       });
     } catch (error) {
@@ -614,7 +660,8 @@ export class DockerProvider implements SandboxProvider {
           ? info
           : [];
       })
-      .filter((info) => hasUserLabels(info.labels, filter.labels));
+      // Podman's engine joins several label filters with "or": each is checked again here.
+      .filter((info) => matchesListFilter(info, filter));
     return { sandboxes, unreachable: [] };
   }
 
@@ -676,6 +723,13 @@ export class DockerProvider implements SandboxProvider {
       if (!state.Running) {
         if (state.OOMKilled && state.ExitCode === SIGKILL_EXIT_CODE)
           return { lost: 'oom', reason: KEEPER_OOM_REASON };
+        // gVisor's kernel SIGKILLed with no kill by the engine: the host's OOM killer took it.
+        if (
+          this.#tier.hasGuestKernel &&
+          state.ExitCode === SIGKILL_EXIT_CODE &&
+          !(await engineKilled(this.#docker, inspected.Id, new Date(state.StartedAt)).catch(() => true))
+        )
+          return { lost: 'oom', reason: GVISOR_OOM_REASON };
         const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
         if (!isHelperKeeper && state.ExitCode !== 0 && state.ExitCode !== 143)
           return {
@@ -690,6 +744,22 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    // Under gVisor an exec's stream outlives its sandbox: the sandbox's end is watched instead.
+    if (this.#tier.hasGuestKernel)
+      return watchSandboxEnd(this.#docker.getContainer(this.containerName(id)), options, (watched) =>
+        this.#exec(id, request, watched),
+      ).then((ended) => (ended === 'ended' ? this.#endedUnder(id, request) : ended));
+    return this.#exec(id, request, options);
+  }
+
+  /** The result of a command whose gVisor sandbox ended under it: why it ended, read from the engine. */
+  async #endedUnder(id: string, request: ExecRequest): Promise<ExecResult> {
+    const loss = await this.#lossCause(id, this.#docker.getContainer(this.containerName(id)));
+    const output = new ExecOutput(request);
+    return loss === null ? output.result('sandbox_gone', null) : output.lost(loss.lost, loss.reason);
+  }
+
+  async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     const container = this.#docker.getContainer(this.containerName(id));
     const hooks = this.#hooks(id, container);
     try {
@@ -697,7 +767,8 @@ export class DockerProvider implements SandboxProvider {
         const session = await this.#session(id, container, request.session, request.user);
         return await this.#confirmAlive(id, container, await session.run(request, options, hooks));
       }
-      const confinement = await this.#processes.confinement(id, container);
+      const confinement =
+        this.#tier.hostControlGap === undefined ? await this.#processes.confinement(id, container) : null;
       return await this.#confirmAlive(
         id,
         container,
@@ -711,6 +782,8 @@ export class DockerProvider implements SandboxProvider {
         return output.result('ok', error.exitCode);
       }
       const wrapped = wrapDockerError(error, { operation: 'exec', sandboxId: id });
+      // Podman refuses at the exec's create what Docker reports as the exec's exit 126.
+      if (/unable to find user/i.test(wrapped.message)) return cannotStartResult(wrapped.message);
       // A container that exists but is not running (it died) is a result, not an error.
       if (wrapped.code === 'SANDBOX_NOT_READY') {
         const end = await hooks.classifyAbnormalEnd();
@@ -758,11 +831,13 @@ export class DockerProvider implements SandboxProvider {
       if (session?.isAlive) return session;
     }
     // Only opening a session looks up the confinement: the per-command path stays as fast as it was.
-    const opening = this.#processes
-      .confinement(id, container)
-      .then((confinement) =>
-        openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
-      );
+    const opening = (
+      this.#tier.hostControlGap === undefined
+        ? this.#processes.confinement(id, container)
+        : Promise.resolve(null)
+    ).then((confinement) =>
+      openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
+    );
     byName.set(key, opening);
     opening.catch(() => byName.delete(key));
     return opening;
@@ -851,9 +926,16 @@ export class DockerProvider implements SandboxProvider {
    */
   async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
     if (!this.capabilities.gatewayReach) {
-      throw new GymError('CAPABILITY_UNSUPPORTED', 'gatewayReach is off for this docker provider', {
-        details: { provider: this.name, capability: 'gatewayReach' },
-      });
+      const why = this.#tier.hasGuestKernel
+        ? `runtime ${this.#tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
+        : 'it is off in the options';
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `gatewayReach is not offered by this docker provider: ${why}`,
+        {
+          details: { provider: this.name, capability: 'gatewayReach', runtime: this.#tier.runtime },
+        },
+      );
     }
     const open = this.#relays.portOf(id);
     if (open !== undefined) return { url: gatewayUrl(await open) };
@@ -904,7 +986,8 @@ export class DockerProvider implements SandboxProvider {
           details: {
             provider: this.name,
             capability: 'stopProcesses',
-            ...(this.#processes.host.mode === 'tagged' ? { reason: this.#processes.host.reason } : {}),
+            runtime: this.#tier.runtime,
+            ...(this.#hostControlGap() === undefined ? {} : { reason: this.#hostControlGap() }),
           },
         },
       );
@@ -912,6 +995,8 @@ export class DockerProvider implements SandboxProvider {
     const container = this.#docker.getContainer(this.containerName(id));
     this.#closeSessions(id);
     try {
+      if (this.#tier.hasGuestKernel)
+        return { killed: await stopGuestProcesses(container, EXEC_HELPER_MOUNT) };
       return { killed: await this.#processes.stopProcesses(id, container) };
     } catch (error) {
       if (error instanceof Error && !('statusCode' in error)) {
