@@ -68,6 +68,7 @@ import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './p
 import {
   checkEngineRuntime,
   engineKilled,
+  GVISOR_LIMIT_REASON,
   GVISOR_OOM_REASON,
   type RuntimeTier,
   runtimeTier,
@@ -537,6 +538,10 @@ export class DockerProvider implements SandboxProvider {
             : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
           ...(this.#options.runtime === undefined ? {} : { Runtime: this.#options.runtime }),
           ...(await this.#engine.hostConfig()),
+          // gVisor mounts a tmpfs of its own on an empty /tmp, where no archive upload reaches.
+          ...(this.#tier.hasGuestKernel
+            ? { Mounts: [{ Type: 'volume' as const, Source: '', Target: '/tmp' }] }
+            : {}),
         },
       });
     } catch (error) {
@@ -650,12 +655,15 @@ export class DockerProvider implements SandboxProvider {
       const reason = wrapDockerError(error, { operation: 'list' }).message;
       return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
     }
+    const isPodman = (await this.#engine.kind().catch(() => 'docker')) === 'podman';
     // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL):
     // a container of a sandbox's snapshot (a build's, a user's `docker run`) carries that
     // sandbox's identity labels. Only the container of the sandbox's own name is the sandbox.
     const sandboxes = containers
       .flatMap((container) => {
-        const info = this.#toInfo(container.Labels, container.State, container.Image, container.Id);
+        // Podman lists a short name it resolved locally as `localhost/<name>`.
+        const image = isPodman ? container.Image.replace(/^localhost\//, '') : container.Image;
+        const info = this.#toInfo(container.Labels, container.State, image, container.Id);
         return info !== null && (container.Names ?? []).includes(`/${this.containerName(info.id)}`)
           ? info
           : [];
@@ -723,13 +731,16 @@ export class DockerProvider implements SandboxProvider {
       if (!state.Running) {
         if (state.OOMKilled && state.ExitCode === SIGKILL_EXIT_CODE)
           return { lost: 'oom', reason: KEEPER_OOM_REASON };
-        // gVisor's kernel SIGKILLed with no kill by the engine: the host's OOM killer took it.
+        // gVisor's kernel ended with no kill by the engine: the sandbox's own use of its limits
+        // (SIGKILL: the host's OOM killer; otherwise it could not make the threads it needed).
         if (
           this.#tier.hasGuestKernel &&
-          state.ExitCode === SIGKILL_EXIT_CODE &&
+          state.ExitCode !== 0 &&
           !(await engineKilled(this.#docker, inspected.Id, new Date(state.StartedAt)).catch(() => true))
         )
-          return { lost: 'oom', reason: GVISOR_OOM_REASON };
+          return state.ExitCode === SIGKILL_EXIT_CODE
+            ? { lost: 'oom', reason: GVISOR_OOM_REASON }
+            : { lost: 'killed', reason: `${GVISOR_LIMIT_REASON} (exit ${state.ExitCode})` };
         const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
         if (!isHelperKeeper && state.ExitCode !== 0 && state.ExitCode !== 143)
           return {
@@ -769,11 +780,11 @@ export class DockerProvider implements SandboxProvider {
       }
       const confinement =
         this.#tier.hostControlGap === undefined ? await this.#processes.confinement(id, container) : null;
-      return await this.#confirmAlive(
-        id,
-        container,
-        await runOneShotExec(container, request, options, hooks, confinement),
-      );
+      const result = await runOneShotExec(container, this.#launched(request), options, hooks, confinement);
+      // Podman's exit for a command its runtime could not start is 125, Docker's 126.
+      if (result.status === 'ok' && result.exitCode === 125 && (await this.#engine.kind()) === 'podman')
+        return { ...result, exitCode: 126 };
+      return await this.#confirmAlive(id, container, result);
     } catch (error) {
       if (error instanceof SessionNotStarted) {
         const output = new ExecOutput(request, options);
@@ -792,6 +803,25 @@ export class DockerProvider implements SandboxProvider {
       }
       throw wrapped;
     }
+  }
+
+  /**
+   * Under gVisor a one-shot command starts through the exec helper's `--exec` (see gym-exec.c):
+   * its runtime would give the command's first process the container's capabilities whatever its
+   * user, and run it in `/` when the working directory is a file.
+   */
+  #launched(request: ExecRequest): ExecRequest {
+    if (!this.#tier.hasGuestKernel || this.#processes.helperBind === null) return request;
+    const { command: _command, ...rest } = request;
+    return {
+      ...rest,
+      argv: [
+        EXEC_HELPER_MOUNT,
+        '--exec',
+        request.cwd ?? '',
+        ...(request.argv ?? ['sh', '-c', request.command!]),
+      ],
+    };
   }
 
   /**

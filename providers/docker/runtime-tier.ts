@@ -44,6 +44,10 @@ export const GVISOR_MEMORY_OVERHEAD_MIB = 24;
 export const GVISOR_OOM_REASON =
   "the sandbox used all of its memory and the host's OOM killer ended its gVisor kernel (under gVisor a command over the memory limit takes the whole sandbox, not only itself), so the sandbox died";
 
+/** The `reason` of a command whose gVisor sandbox ended otherwise with no stop from the engine. */
+export const GVISOR_LIMIT_REASON =
+  "the sandbox's gVisor kernel ended with no stop from the engine: its processes outran the sandbox's pids or memory limit, which under gVisor takes the whole sandbox";
+
 /** What one runtime changes in the Docker provider's behaviour. */
 export interface RuntimeTier {
   /** The runtime's name as the engine knows it; `runc` for the engine's default. */

@@ -39,6 +39,12 @@
  * Usage: gym-exec PROGRAM [ARGS...]   (PROGRAM is looked up in PATH; argv[0] stays PROGRAM)
  *        gym-exec --keeper
  *        gym-exec --others
+ *        gym-exec --exec DIR PROGRAM [ARGS...]
+ *
+ * `--exec` enters DIR (unless empty) and runs PROGRAM at once, without a go byte: the first
+ * process of a gVisor exec, whose runtime gives it the exec's capabilities as they are, even for a
+ * user other than root (runc's execve drops them); this execve drops them as Linux does. And a DIR
+ * that is not a directory is refused here (exit 126), where that runtime would run in `/`.
  * Exit: 125 when stdin ends before the go byte (nothing ran), else as `docker exec` reports a
  * command that cannot start: 127 when it is not found, 126 when it cannot be executed.
  * Built statically (`cc -static -Os`), so it runs in any image, with or without a libc.
@@ -177,6 +183,16 @@ int main(int argc, char **argv) {
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (argc == 2 && strcmp(argv[1], "--keeper") == 0) return keep();
   if (argc == 2 && strcmp(argv[1], "--others") == 0) return list_others();
+  if (argc >= 4 && strcmp(argv[1], "--exec") == 0) {
+    if (argv[2][0] != '\0' && chdir(argv[2]) != 0) {
+      fprintf(stderr, "gym-exec: cannot enter %s: %s\n", argv[2], strerror(errno));
+      return 126;
+    }
+    execvp(argv[3], argv + 3);
+    int error = errno;
+    fprintf(stderr, "gym-exec: %s: %s\n", argv[3], strerror(error));
+    return error == ENOENT || error == ENOTDIR ? 127 : 126;
+  }
   if (argc < 2) {
     fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
     return 125;
