@@ -26,10 +26,11 @@ const NOFILE_CEILING = 1_048_576;
 const NPROC_CEILING = 32_768;
 
 /** A Docker-API version answer: which engine gave it. */
-export function engineKindOf(
-  version: Pick<Docker.DockerVersion, 'Components'> & { Platform?: { Name?: string } },
-): EngineKind {
-  const components = (version.Components ?? []) as Array<{ Name?: string }>;
+export function engineKindOf(version: {
+  Components?: ReadonlyArray<{ Name?: string }>;
+  Platform?: { Name?: string };
+}): EngineKind {
+  const components = version.Components ?? [];
   if (components.some((component) => component.Name === PODMAN_COMPONENT)) return 'podman';
   return /podman/i.test(version.Platform?.Name ?? '') ? 'podman' : 'docker';
 }
