@@ -34,8 +34,12 @@ const context = {
   // The Docker provider keeps no state of its own.
   stateDirectory: tmpdir(),
 };
-const provider = new DockerProvider(docker, context);
-const engineSessions = new DockerProvider(docker, context, { sessionPipes: false });
+/** `--runtime runsc`: the same figures under gVisor (docs/isolation-tiers.md); default the engine's runc. */
+const runtimeAt = process.argv.indexOf('--runtime');
+const runtime = runtimeAt === -1 ? 'runc' : (process.argv[runtimeAt + 1] ?? 'runc');
+const runtimeOptions = runtime === 'runc' ? {} : { runtime };
+const provider = new DockerProvider(docker, context, runtimeOptions);
+const engineSessions = new DockerProvider(docker, context, { ...runtimeOptions, sessionPipes: false });
 const image = await imageReference(findImageDefinition('busybox')!);
 const sandbox = await provider.create(SandboxSpecSchema.parse({ image, ttlSeconds: 600 }));
 const container = docker.getContainer(provider.containerName(sandbox.id));
@@ -135,6 +139,7 @@ try {
   console.log(
     JSON.stringify({
       bench: 'exec',
+      runtime,
       count,
       dockerExecP50Ms: round(dockerExecP50Ms),
       dockerExecP99Ms: round(percentile(direct, 0.99)),

@@ -20,11 +20,20 @@ import { percentile, round } from './stats.ts';
 const coldCount = Number(process.env.BENCH_POOL_COLD ?? 20);
 const warmCount = Number(process.env.BENCH_POOL_WARM ?? 40);
 const burstCount = Number(process.env.BENCH_POOL_BURST ?? 64);
+/** `--runtime runsc`: the same figures under gVisor (docs/isolation-tiers.md); default the engine's runc. */
+const runtimeAt = process.argv.indexOf('--runtime');
+const runtime = runtimeAt === -1 ? 'runc' : (process.argv[runtimeAt + 1] ?? 'runc');
 const stateDir = await mkdtemp(join(tmpdir(), 'gym-bench-pool-'));
 const config = await loadConfig({
   env: {},
   overrides: [
-    { stateDir, namespace: 'bench-pool', listen: { host: '127.0.0.1', port: 0 }, logLevel: 'warn' },
+    {
+      stateDir,
+      namespace: 'bench-pool',
+      listen: { host: '127.0.0.1', port: 0 },
+      logLevel: 'warn',
+      ...(runtime === 'runc' ? {} : { providers: [{ name: 'docker', options: { runtime } }] }),
+    },
   ],
 });
 const logger = pino({ level: 'warn' }, pino.destination(2)) as unknown as Logger & ReturnType<typeof pino>;
@@ -84,6 +93,7 @@ try {
   console.log(
     JSON.stringify({
       bench: 'pool',
+      runtime,
       coldCreateP50Ms: round(coldCreateP50Ms),
       coldCreateP99Ms: round(percentile(cold, 0.99)),
       warmAcquireP50Ms: round(warmAcquireP50Ms),

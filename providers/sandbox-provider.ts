@@ -71,6 +71,12 @@ export interface ProviderCapabilities {
    * and whatever bounds the host (a Slurm allocation's cgroup) applies instead.
    */
   memoryLimit?: boolean;
+  /**
+   * What a command over its sandbox's memory or pids limit takes down (absent: `command`): only
+   * itself (the kernel's OOM killer ends it, a fork fails), or the whole `sandbox`, reported as
+   * lost with the reason (gVisor: its kernel lives inside the limits it enforces).
+   */
+  limitOverrun?: 'command' | 'sandbox';
   /** Commands run as other users than root (`user`; absent: true). */
   otherUsers?: boolean;
   /**

@@ -8,9 +8,12 @@
 #      python3-pytest (the Python package's tests, python/tests)
 #      chromium (the results viewer's browser tests, cli/viewer)
 #      slurm-wlm + munge (a one-node Slurm cluster), docker-registry (a loopback mirror for a test)
+#      runsc (gVisor) and podman: the isolation tiers the Docker contract also runs under
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
-#   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers)
+#   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers), with gVisor's
+#      runsc registered as a runtime in /etc/docker/daemon.json (3a)
+#   3b. a Podman service on /run/podman/gym-podman.sock for the Podman tier's tests
 #   4. npm ci
 #   5. the local base images (gym image build: busybox, debian-base)
 set -euo pipefail
@@ -57,6 +60,10 @@ command -v munged >/dev/null 2>&1 || missing+=(munge)
 # A registry mirror for the image-source test (providers/docker/image-sources.int.test.ts), which
 # starts its own on loopback with a temporary storage directory.
 [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+# The isolation tiers (docs/isolation-tiers.md): the Docker contract also runs under gVisor and on
+# Podman's Docker-compatible service.
+command -v runsc >/dev/null 2>&1 || missing+=(runsc)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null
@@ -84,6 +91,30 @@ fi
 # 2c. The one-node Slurm cluster (munged, slurmctld, slurmd; node gym-c1 at 127.0.0.20)
 bash scripts/slurm-up.sh
 
+# 3a. gVisor as a runtime of the engine. Only runtimes go in daemon.json: dockerd's other options
+# are flags below, and one given both ways makes dockerd refuse to start. Runtimes reload on SIGHUP,
+# so a running engine (and its containers) is never restarted for this. runsc works here only on
+# its ptrace platform (kvm hung and wedged `docker rm -f`), with its own network stack off,
+# and with shared file access (else the guest never sees what an archive upload wrote).
+daemon_json=/etc/docker/daemon.json
+if command -v runsc >/dev/null 2>&1; then
+  wanted_runsc='{"path":"'"$(command -v runsc)"'","runtimeArgs":["--platform=ptrace","--network=none","--file-access=shared"]}'
+  if ! node -e '
+    const fs = require("node:fs");
+    const [file, wanted] = process.argv.slice(1);
+    let config = {};
+    try { config = JSON.parse(fs.readFileSync(file, "utf8")); } catch (error) { if (error.code !== "ENOENT") throw error; }
+    if (JSON.stringify(config.runtimes?.runsc) === wanted) process.exit(0);
+    config.runtimes = { ...config.runtimes, runsc: JSON.parse(wanted) };
+    fs.mkdirSync(require("node:path").dirname(file), { recursive: true });
+    fs.writeFileSync(file, JSON.stringify(config, null, 2) + "\n");
+    process.exit(1);
+  ' "$daemon_json" "$wanted_runsc"; then
+    log "registered runsc in $daemon_json"
+    if pid="$(pgrep -xo dockerd)"; then kill -HUP "$pid"; sleep 1; fi
+  fi
+fi
+
 # 3. Docker engine
 engine_answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 if ! engine_answers; then
@@ -100,6 +131,21 @@ if ! engine_answers; then
   engine_answers || { log "the Docker engine did not come up; see ${TMPDIR:-/tmp}/gym-dockerd.log"; exit 1; }
 fi
 log "docker engine $(docker version --format '{{.Server.Version}}')"
+
+# 3b. Podman's Docker-compatible service for the Podman tier's tests (its own store and socket;
+# the Docker engine's socket is never touched).
+podman_socket=/run/podman/gym-podman.sock
+podman_answers() {
+  node -e 'require("node:http").get({ socketPath: process.argv[1], path: "/_ping", timeout: 2000 }, (response) => process.exit(response.statusCode === 200 ? 0 : 1)).on("error", () => process.exit(1))' "$podman_socket"
+}
+if command -v podman >/dev/null 2>&1 && ! podman_answers; then
+  mkdir -p "$(dirname "$podman_socket")"
+  podman_log="${TMPDIR:-/tmp}/gym-podman.log"
+  log "starting podman system service on $podman_socket (log: $podman_log)"
+  nohup podman system service --time=0 "unix://$podman_socket" >"$podman_log" 2>&1 &
+  for _ in $(seq 1 40); do podman_answers && break; sleep 0.5; done
+  podman_answers || { log "the Podman service did not come up; see $podman_log"; exit 1; }
+fi
 
 # 4. npm dependencies (npm ci only when the lock file changed since the last install)
 if [ ! -f node_modules/.package-lock.json ] || ! cmp -s package-lock.json .tools/installed-package-lock.json 2>/dev/null; then

@@ -139,8 +139,26 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     expect(result.stdout.split(/\s+/).filter(Boolean)).toEqual(['lo']);
   });
 
+  // A provider whose limits take the whole sandbox (see `limitOverrun`) has these cases instead.
+  const takesSandbox = fixture.options.capabilities?.limitOverrun === 'sandbox';
+  if (takesSandbox)
+    it('bounds a fork loop and a memory hog by the limits, and a sandbox they take is reported lost with why', async () => {
+      expect(fixture.provider.capabilities.limitOverrun).toBe('sandbox');
+      const forks = await fixture.create({ resources: { pidsLimit: 24 } });
+      const loop = await fixture.exec(forks.id, {
+        command: 'i=0; while [ $i -lt 300 ]; do sleep 1003 >/dev/null 2>&1 & i=$((i+1)); echo $i; done',
+        timeoutMs: 30_000,
+      });
+      expect(Number(loop.stdout.trim().split('\n').pop() || 0)).toBeLessThan(300);
+      expect(loop.sandboxLost === true ? loop.reason : loop.exitCode).toBeTruthy();
+      const hog = await fixture.create({ resources: { memoryMiB: 48 } });
+      const result = await fixture.exec(hog.id, { command: 'tail /dev/zero', timeoutMs: 60_000 });
+      expect(result).toMatchObject({ status: 'oom', sandboxLost: true });
+      expect(result.reason).toMatch(/memory/);
+    });
+
   // Not registered when the author declares no per-sandbox pids limit (see `pidsLimit`).
-  if (fixture.options.capabilities?.pidsLimit !== false)
+  if (fixture.options.capabilities?.pidsLimit !== false && !takesSandbox)
     it('enforces the pids limit (a fork loop cannot pass it)', async (context) => {
       if (fixture.provider.capabilities.pidsLimit === false) return context.skip();
       const info = await fixture.create({ resources: { pidsLimit: 24 } });
@@ -157,7 +175,7 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     });
 
   // Not registered when the author declares no per-sandbox memory limit (see `memoryLimit`).
-  if (fixture.options.capabilities?.memoryLimit !== false)
+  if (fixture.options.capabilities?.memoryLimit !== false && !takesSandbox)
     it('reports oom when a command passes the memory limit, and the sandbox survives', async (context) => {
       if (fixture.provider.capabilities.memoryLimit === false) return context.skip();
       const info = await fixture.create({ resources: { memoryMiB: 48 } });

@@ -7,8 +7,9 @@ import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
 import type { SandboxInfo, SandboxState } from '../../core/schemas/sandbox.ts';
 import type { ListFilter, SandboxListing } from '../sandbox-provider.ts';
-import { decodeLabels, hasUserLabels, selectorLabels } from '../shared/labels.ts';
+import { decodeLabels, matchesListFilter, selectorLabels } from '../shared/labels.ts';
 import { wrapDockerError } from './docker-errors.ts';
+import type { EngineTraits } from './engine-kind.ts';
 
 /** Every label we write starts with this, so one filter finds all our containers. */
 export const DOCKER_LABEL_PREFIX = 'gym.';
@@ -42,16 +43,20 @@ export class ContainerListing {
   readonly #namespace: string;
   readonly #providerName: string;
   readonly #containerName: (id: string) => string;
+  /** Which engine answers: Podman lists images and joins label filters its own way. */
+  readonly #engine: EngineTraits;
 
   constructor(
     docker: Docker,
     namespace: string,
     providerName: string,
+    engine: EngineTraits,
     containerName: (id: string) => string,
   ) {
     this.#docker = docker;
     this.#namespace = namespace;
     this.#providerName = providerName;
+    this.#engine = engine;
     this.#containerName = containerName;
   }
 
@@ -113,17 +118,21 @@ export class ContainerListing {
       const reason = wrapDockerError(error, { operation: 'list' }).message;
       return { sandboxes: [], unreachable: [{ scope: ENGINE_SCOPE, reason }] };
     }
+    const isPodman = (await this.#engine.kind().catch(() => 'docker')) === 'podman';
     // The engine also matches labels a container inherited from its image (see USER_KEYS_LABEL):
     // a container of a sandbox's snapshot (a build's, a user's `docker run`) carries that
     // sandbox's identity labels. Only the container of the sandbox's own name is the sandbox.
     const sandboxes = containers
       .flatMap((container) => {
-        const info = this.#toInfo(container.Labels, container.State, container.Image, container.Id);
+        // Podman lists a short name it resolved locally as `localhost/<name>`.
+        const image = isPodman ? container.Image.replace(/^localhost\//, '') : container.Image;
+        const info = this.#toInfo(container.Labels, container.State, image, container.Id);
         return info !== null && (container.Names ?? []).includes(`/${this.#containerName(info.id)}`)
           ? info
           : [];
       })
-      .filter((info) => hasUserLabels(info.labels, filter.labels));
+      // Podman's engine joins several label filters with "or": each is checked again here.
+      .filter((info) => matchesListFilter(info, filter));
     return { sandboxes, unreachable: [] };
   }
 }

@@ -7,12 +7,15 @@ import { type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/san
 import { parseOrThrow } from '../../core/validate.ts';
 import { DEFAULT_RESOURCES } from '../../daemon/config.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { dockerTier } from '../../test/docker-tiers.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { waitFor } from '../../test/wait-for.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
 import { BUILD_DEADLINE_LABEL, BUILD_LABEL, isBuildContainerName } from './docker-images.ts';
 import { DEFAULT_BUILD_RESOURCES, DockerProvider } from './docker-provider.ts';
 import { createDockerClient, createDockerProvider } from './index.ts';
+import { EXEC_HELPER_MOUNT } from './one-shot-exec.ts';
+import { guestCommandLines } from './runtime-tier.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -59,6 +62,21 @@ describeSandboxProviderContract({
   removeImage,
   ...((skipReason ?? debianMissing) === undefined ? {} : { skipReason: skipReason ?? debianMissing }),
 });
+
+// The same contract under gVisor and on Podman's engine (docs/isolation-tiers.md), over busybox
+// only: the glibc userland adds nothing a runtime or engine treats differently.
+for (const name of ['runsc', 'podman'] as const) {
+  const tier = skipReason === undefined ? await dockerTier(name, [busybox]) : undefined;
+  describeSandboxProviderContract({
+    name: `docker (busybox, ${name})`,
+    image: busybox,
+    createProvider: () => new DockerProvider(tier!.docker, testContext(), tier!.providerOptions),
+    removeImage: (image) => tier!.docker.getImage(image).remove({ force: true }),
+    capabilities: tier?.capabilities ?? {},
+    testTimeoutMs: 90_000,
+    ...((skipReason ?? tier?.skipReason) === undefined ? {} : { skipReason: skipReason ?? tier?.skipReason }),
+  });
+}
 
 describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
   const context = testContext();
@@ -353,5 +371,35 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     expect(error).toBeInstanceOf(GymError);
     expect(error.code).toBe('PROVIDER_UNAVAILABLE');
     expect(error.httpStatus).toBe(503);
+  });
+});
+
+// Under gVisor the host sees none of the guest's processes: the keeper stops them from inside.
+const gvisor = skipReason === undefined ? await dockerTier('runsc') : undefined;
+describe.skipIf((skipReason ?? gvisor?.skipReason) !== undefined)('docker provider under gVisor', () => {
+  it('stops every process but the keeper from inside the guest, a setsid one included', {
+    timeout: 90_000,
+  }, async () => {
+    const provider = new DockerProvider(gvisor!.docker, testContext(), gvisor!.providerOptions);
+    const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec'));
+    try {
+      const container = gvisor!.docker.getContainer(provider.containerName(info.id));
+      const started = await provider.exec(
+        info.id,
+        parseOrThrow(ExecRequestSchema, { command: 'sleep 1001 & env -i setsid sleep 1002 & true' }, 'exec'),
+      );
+      expect(started.status).toBe('ok');
+      expect((await guestCommandLines(container, EXEC_HELPER_MOUNT)).join('\n')).toMatch(/sleep 1002/);
+      const { killed } = await provider.stopProcesses(info.id);
+      expect(killed).toBeGreaterThanOrEqual(2);
+      expect(await guestCommandLines(container, EXEC_HELPER_MOUNT)).toEqual([]);
+      expect(
+        (await provider.exec(info.id, parseOrThrow(ExecRequestSchema, { argv: ['echo', 'after'] }, 'exec')))
+          .stdout,
+      ).toBe('after\n');
+    } finally {
+      await provider.destroy(info.id);
+      await provider.close();
+    }
   });
 });

@@ -29,7 +29,7 @@ import {
   type WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { abnormalEndResult, OomKillCounts } from '../shared/abnormal-end.ts';
-import { ExecOutput } from '../shared/exec-output.ts';
+import { cannotStartResult, ExecOutput } from '../shared/exec-output.ts';
 import { encodeLabels } from '../shared/labels.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
@@ -46,12 +46,20 @@ import { wrapDockerError, wrapStopError } from './docker-errors.ts';
 import { ContainerFiles, writeSeedFiles } from './docker-files.ts';
 import { DockerImages } from './docker-images.ts';
 import { openDockerSession, SessionNotStarted } from './docker-session.ts';
+import { EngineTraits } from './engine-kind.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX, HostAccessPolicy } from './host-access.ts';
 import { ImageSources, ImageSourcesSchema } from './image-sources.ts';
 import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import { DEFAULT_EXEC_HELPER_PATH, detectHostControl, ProcessControl } from './process-control.ts';
+import {
+  checkEngineRuntime,
+  type RuntimeTier,
+  runtimeTier,
+  stopGuestProcesses,
+  watchSandboxEnd,
+} from './runtime-tier.ts';
 import { commitSnapshot } from './snapshot.ts';
 import { DockerSpecOptionsSchema } from './spec-options.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
@@ -211,6 +219,10 @@ export class DockerProvider implements SandboxProvider {
   readonly #files: ContainerFiles;
   /** Why a command ended without a normal exit, and whether its sandbox is still there. */
   readonly #loss: LossCheck;
+  /** What the configured OCI runtime changes (gVisor: see `runtime-tier.ts`). */
+  readonly #tier: RuntimeTier;
+  /** Which engine answers (Docker or Podman) and what its creates need. */
+  readonly #engine: EngineTraits;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -218,6 +230,8 @@ export class DockerProvider implements SandboxProvider {
     this.#options = parseOrThrow(DockerProviderOptionsSchema, options, 'docker provider options');
     this.#images = new DockerImages(docker, context.logger, this.#options.buildResources, context.clock);
     this.#toolchain = new DockerToolchainCheck(docker, context.clock);
+    this.#tier = runtimeTier(this.#options.runtime);
+    this.#engine = new EngineTraits(docker);
     this.#imageSources = new ImageSources(docker, this.#options.imageSources, context.logger);
     this.#relays = new GatewayRelays({
       maxConnections: this.#options.relayMaxConnections,
@@ -243,15 +257,21 @@ export class DockerProvider implements SandboxProvider {
       }),
       context.logger,
     );
-    this.#listing = new ContainerListing(docker, context.namespace, this.name, (id) =>
+    this.#listing = new ContainerListing(docker, context.namespace, this.name, this.#engine, (id) =>
       this.containerName(id),
     );
     this.#files = new ContainerFiles(
       (id) => docker.getContainer(this.containerName(id)),
       (id) => this.get(id),
     );
-    this.#loss = new LossCheck(this.#processes, this.#oomCounts, (id) => this.get(id));
-    const hasHostControl = this.#processes.host.mode === 'cgroup';
+    this.#loss = new LossCheck(this.#processes, this.#oomCounts, (id) => this.get(id), {
+      docker,
+      tier: this.#tier,
+    });
+    // Under gVisor the helper is still the keeper, but the host cannot see the guest's processes.
+    const hasHostControl = this.#processes.host.mode === 'cgroup' && this.#tier.hostControlGap === undefined;
+    // There the keeper stops them from inside (`stopGuestProcesses`), which needs only the helper.
+    const canStopInGuest = this.#processes.helperBind !== null && this.#tier.hasGuestKernel;
     this.capabilities = {
       sessions: true,
       snapshot: true,
@@ -260,9 +280,10 @@ export class DockerProvider implements SandboxProvider {
       // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
       // checked at create as FORBIDDEN_BY_CONFIG).
       networkModes: [...NetworkModeSchema.options],
-      gatewayReach: this.#options.gatewayReach,
+      gatewayReach: this.#options.gatewayReach && !this.#tier.hasGuestKernel,
       timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
-      stopProcesses: hasHostControl,
+      stopProcesses: hasHostControl || canStopInGuest,
+      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const } : {}),
       // The engine's change list and archive reads need nothing on the host but the engine.
       toolchainCheck: true,
       imageFormats: ['rootfs', 'derived', 'plan'],
@@ -286,23 +307,41 @@ export class DockerProvider implements SandboxProvider {
   async health(): Promise<ProviderHealth> {
     try {
       const version = await this.#docker.version();
-      const host = this.#processes.host;
+      const engine = await this.#engine.kind();
+      const gap = this.#hostControlGap();
+      // A runtime the engine lacks, or gVisor without the arguments it needs here, fails every create.
+      const runtimeProblems =
+        this.#options.runtime === undefined
+          ? []
+          : await checkEngineRuntime(this.#docker, this.#options.runtime);
       return {
-        ok: true,
+        ok: runtimeProblems.length === 0,
         message:
-          `Docker engine ${version.Version} (API ${version.ApiVersion})` +
-          (host.mode === 'cgroup'
+          `${engine === 'podman' ? 'Podman' : 'Docker'} engine ${version.Version} (API ${version.ApiVersion}), runtime ${this.#tier.runtime}` +
+          (runtimeProblems.length > 0 ? `: ${runtimeProblems.join('; ')}` : '') +
+          (gap === undefined
             ? '; timed-out commands are killed through their cgroup'
-            : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${host.reason})`),
+            : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`),
         details: {
           version: version.Version,
+          engine,
+          runtime: this.#tier.runtime,
           timeoutKill: this.capabilities.timeoutKill,
-          ...(host.mode === 'cgroup' ? {} : { timeoutKillReason: host.reason }),
+          ...(gap === undefined ? {} : { timeoutKillReason: gap }),
+          ...(runtimeProblems.length === 0 ? {} : { runtimeProblems }),
         },
       };
     } catch (error) {
       return { ok: false, message: wrapDockerError(error, { operation: 'ping' }).message };
     }
+  }
+
+  /** Why commands cannot be confined and stopped from the host; undefined when they can. */
+  #hostControlGap(): string | undefined {
+    return (
+      this.#tier.hostControlGap ??
+      (this.#processes.host.mode === 'tagged' ? this.#processes.host.reason : undefined)
+    );
   }
 
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
@@ -363,9 +402,15 @@ export class DockerProvider implements SandboxProvider {
           LogConfig: { Type: 'none', Config: {} },
           ...(resources.memoryMiB === undefined
             ? {}
-            : { Memory: resources.memoryMiB * 1024 * 1024, MemorySwap: resources.memoryMiB * 1024 * 1024 }),
+            : {
+                Memory: (resources.memoryMiB + this.#tier.memoryOverheadMiB) * 1024 * 1024,
+                MemorySwap: (resources.memoryMiB + this.#tier.memoryOverheadMiB) * 1024 * 1024,
+              }),
           ...(resources.cpus === undefined ? {} : { NanoCpus: Math.round(resources.cpus * 1e9) }),
-          ...(resources.pidsLimit === undefined ? {} : { PidsLimit: resources.pidsLimit }),
+          // Under gVisor the host's counts include its kernel's own threads and memory.
+          ...(resources.pidsLimit === undefined
+            ? {}
+            : { PidsLimit: resources.pidsLimit + this.#tier.pidsOverhead }),
           ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
           ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
           ...(binds.length === 0 && this.#processes.helperBind === null
@@ -380,6 +425,11 @@ export class DockerProvider implements SandboxProvider {
             ? {}
             : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
           ...(this.#options.runtime === undefined ? {} : { Runtime: this.#options.runtime }),
+          ...(await this.#engine.hostConfig()),
+          // gVisor mounts a tmpfs of its own on an empty /tmp, where no archive upload reaches.
+          ...(this.#tier.hasGuestKernel
+            ? { Mounts: [{ Type: 'volume' as const, Source: '', Target: '/tmp' }] }
+            : {}),
         },
       });
     } catch (error) {
@@ -438,6 +488,22 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    // Under gVisor an exec's stream outlives its sandbox: the sandbox's end is watched instead.
+    if (this.#tier.hasGuestKernel)
+      return watchSandboxEnd(this.#docker.getContainer(this.containerName(id)), options, (watched) =>
+        this.#exec(id, request, watched),
+      ).then((ended) => (ended === 'ended' ? this.#endedUnder(id, request) : ended));
+    return this.#exec(id, request, options);
+  }
+
+  /** The result of a command whose gVisor sandbox ended under it: why it ended, read from the engine. */
+  async #endedUnder(id: string, request: ExecRequest): Promise<ExecResult> {
+    const loss = await this.#loss.lossCause(id, this.#docker.getContainer(this.containerName(id)));
+    const output = new ExecOutput(request);
+    return loss === null ? output.result('sandbox_gone', null) : output.lost(loss.lost, loss.reason);
+  }
+
+  async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     const container = this.#docker.getContainer(this.containerName(id));
     const hooks = this.#loss.hooks(id, container);
     try {
@@ -445,12 +511,13 @@ export class DockerProvider implements SandboxProvider {
         const session = await this.#session(id, container, request.session, request.user);
         return await this.#loss.confirmAlive(id, container, await session.run(request, options, hooks));
       }
-      const confinement = await this.#processes.confinement(id, container);
-      return await this.#loss.confirmAlive(
-        id,
-        container,
-        await runOneShotExec(container, request, options, hooks, confinement),
-      );
+      const confinement =
+        this.#tier.hostControlGap === undefined ? await this.#processes.confinement(id, container) : null;
+      const result = await runOneShotExec(container, this.#launched(request), options, hooks, confinement);
+      // Podman's exit for a command its runtime could not start is 125, Docker's 126.
+      if (result.status === 'ok' && result.exitCode === 125 && (await this.#engine.kind()) === 'podman')
+        return { ...result, exitCode: 126 };
+      return await this.#loss.confirmAlive(id, container, result);
     } catch (error) {
       if (error instanceof SessionNotStarted) {
         const output = new ExecOutput(request, options);
@@ -459,6 +526,8 @@ export class DockerProvider implements SandboxProvider {
         return output.result('ok', error.exitCode);
       }
       const wrapped = wrapDockerError(error, { operation: 'exec', sandboxId: id });
+      // Podman refuses at the exec's create what Docker reports as the exec's exit 126.
+      if (/unable to find user/i.test(wrapped.message)) return cannotStartResult(wrapped.message);
       // A container that exists but is not running (it died) is a result, not an error.
       if (wrapped.code === 'SANDBOX_NOT_READY') {
         const end = await hooks.classifyAbnormalEnd();
@@ -469,6 +538,25 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
+  /**
+   * Under gVisor a one-shot command starts through the exec helper's `--exec` (see gym-exec.c):
+   * its runtime would give the command's first process the container's capabilities whatever its
+   * user, and run it in `/` when the working directory is a file.
+   */
+  #launched(request: ExecRequest): ExecRequest {
+    if (!this.#tier.hasGuestKernel || this.#processes.helperBind === null) return request;
+    const { command: _command, ...rest } = request;
+    return {
+      ...rest,
+      argv: [
+        EXEC_HELPER_MOUNT,
+        '--exec',
+        request.cwd ?? '',
+        ...(request.argv ?? ['sh', '-c', request.command!]),
+      ],
+    };
+  }
+
   #session(
     id: string,
     container: Docker.Container,
@@ -477,11 +565,12 @@ export class DockerProvider implements SandboxProvider {
   ): Promise<ShellSession> {
     // Only opening a session looks up the confinement: the per-command path stays as fast as it was.
     return this.#sessions.session(id, name, user, () =>
-      this.#processes
-        .confinement(id, container)
-        .then((confinement) =>
-          openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
-        ),
+      (this.#tier.hostControlGap === undefined
+        ? this.#processes.confinement(id, container)
+        : Promise.resolve(null)
+      ).then((confinement) =>
+        openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
+      ),
     );
   }
 
@@ -508,9 +597,16 @@ export class DockerProvider implements SandboxProvider {
    */
   async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
     if (!this.capabilities.gatewayReach) {
-      throw new GymError('CAPABILITY_UNSUPPORTED', 'gatewayReach is off for this docker provider', {
-        details: { provider: this.name, capability: 'gatewayReach' },
-      });
+      const why = this.#tier.hasGuestKernel
+        ? `runtime ${this.#tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
+        : 'it is off in the options';
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `gatewayReach is not offered by this docker provider: ${why}`,
+        {
+          details: { provider: this.name, capability: 'gatewayReach', runtime: this.#tier.runtime },
+        },
+      );
     }
     const container = this.#docker.getContainer(this.containerName(id));
     return { url: await this.#relays.expose(id, container, options) };
@@ -550,7 +646,8 @@ export class DockerProvider implements SandboxProvider {
           details: {
             provider: this.name,
             capability: 'stopProcesses',
-            ...(this.#processes.host.mode === 'tagged' ? { reason: this.#processes.host.reason } : {}),
+            runtime: this.#tier.runtime,
+            ...(this.#hostControlGap() === undefined ? {} : { reason: this.#hostControlGap() }),
           },
         },
       );
@@ -558,6 +655,8 @@ export class DockerProvider implements SandboxProvider {
     const container = this.#docker.getContainer(this.containerName(id));
     this.#sessions.close(id);
     try {
+      if (this.#tier.hasGuestKernel)
+        return { killed: await stopGuestProcesses(container, EXEC_HELPER_MOUNT) };
       return { killed: await this.#processes.stopProcesses(id, container) };
     } catch (error) {
       throw wrapStopError(error, id);

@@ -18,6 +18,7 @@ import {
 import { markSandboxLost, OOM_COUNTER_COMMAND, SIGKILL_EXIT_CODE } from '../shared/exec-output.ts';
 import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
 import type { ProcessControl } from './process-control.ts';
+import { engineKilled, GVISOR_LIMIT_REASON, GVISOR_OOM_REASON, type RuntimeTier } from './runtime-tier.ts';
 
 /** How long the engine may take to record the end of a container whose keeper was seen dead. */
 const EXIT_RECORD_WAIT_MS = 5_000;
@@ -33,14 +34,19 @@ export class LossCheck {
   /** Sandboxes this provider is destroying: their end is never a command's doing. */
   readonly #destroying = new Set<string>();
 
+  /** The engine and the runtime tier, for a gVisor sandbox that ended of its own limits. */
+  readonly #runtime: { docker: Docker; tier: RuntimeTier };
+
   constructor(
     processes: ProcessControl,
     oomCounts: OomKillCounts,
     get: (id: string) => Promise<SandboxInfo>,
+    runtime: { docker: Docker; tier: RuntimeTier },
   ) {
     this.#processes = processes;
     this.#oomCounts = oomCounts;
     this.#get = get;
+    this.#runtime = runtime;
   }
 
   /** The provider starts destroying the sandbox: from now on its end is not a command's doing. */
@@ -111,6 +117,18 @@ export class LossCheck {
       if (!state.Running) {
         if (state.OOMKilled && state.ExitCode === SIGKILL_EXIT_CODE)
           return { lost: 'oom', reason: KEEPER_OOM_REASON };
+        // gVisor's kernel ended with no kill by the engine: the sandbox's own use of its limits
+        // (SIGKILL: the host's OOM killer; otherwise it could not make the threads it needed).
+        if (
+          this.#runtime.tier.hasGuestKernel &&
+          state.ExitCode !== 0 &&
+          !(await engineKilled(this.#runtime.docker, inspected.Id, new Date(state.StartedAt)).catch(
+            () => true,
+          ))
+        )
+          return state.ExitCode === SIGKILL_EXIT_CODE
+            ? { lost: 'oom', reason: GVISOR_OOM_REASON }
+            : { lost: 'killed', reason: `${GVISOR_LIMIT_REASON} (exit ${state.ExitCode})` };
         const isHelperKeeper = inspected.Config.Entrypoint?.[0] === EXEC_HELPER_MOUNT;
         if (!isHelperKeeper && state.ExitCode !== 0 && state.ExitCode !== 143)
           return {

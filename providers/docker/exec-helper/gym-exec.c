@@ -27,10 +27,24 @@
  * would run the sandbox's own `sleep`, which an agent can replace). Signals sent from inside the
  * sandbox do not reach it (PID 1 of a pid namespace only gets those it waits for, and it ignores
  * any whose sender is visible in its namespace); SIGTERM or SIGINT from outside (docker stop)
- * ends it, and with it the sandbox.
+ * ends it, and with it the sandbox. SIGUSR1 from outside (`docker kill -s USR1`) makes it kill
+ * every other process of the sandbox, repeated until none is left: how the daemon stops a
+ * sandbox's processes where the host cannot see them one by one (gVisor, whose guest processes
+ * live in its own kernel). Nothing in the sandbox can resist a SIGKILL its PID 1 sends.
+ *
+ * `gym-exec --others` prints one line per process of the sandbox but PID 1 and itself (its pid, a
+ * space, its command line with spaces for NULs): the daemon's view of what still runs where the
+ * host's `ps` cannot see into the sandbox (gVisor), read by no program of the sandbox's own.
  *
  * Usage: gym-exec PROGRAM [ARGS...]   (PROGRAM is looked up in PATH; argv[0] stays PROGRAM)
  *        gym-exec --keeper
+ *        gym-exec --others
+ *        gym-exec --exec DIR PROGRAM [ARGS...]
+ *
+ * `--exec` enters DIR (unless empty) and runs PROGRAM at once, without a go byte: the first
+ * process of a gVisor exec, whose runtime gives it the exec's capabilities as they are, even for a
+ * user other than root (runc's execve drops them); this execve drops them as Linux does. And a DIR
+ * that is not a directory is refused here (exit 126), where that runtime would run in `/`.
  * Exit: 125 when stdin ends before the go byte (nothing ran), else as `docker exec` reports a
  * command that cannot start: 127 when it is not found, 126 when it cannot be executed.
  * Built statically (`cc -static -Os`), so it runs in any image, with or without a libc.
@@ -41,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,6 +103,61 @@ static void close_pipes(void) {
   for (int fd = PIPE_FIRST_FD; fd <= PIPE_LAST_FD; fd++) close(fd);
 }
 
+/* How many processes of the pid namespace /proc shows besides this one (zombies included). */
+static int count_others(void) {
+  DIR *proc = opendir("/proc");
+  if (proc == NULL) return -1;
+  int count = 0;
+  struct dirent *entry;
+  while ((entry = readdir(proc)) != NULL) {
+    char *end;
+    long pid = strtol(entry->d_name, &end, 10);
+    if (*end == '\0' && pid > 0 && pid != (long)getpid()) count++;
+  }
+  closedir(proc);
+  return count;
+}
+
+/*
+ * Kills every process of the pid namespace but this one (kill(-1) spares the caller, PID 1 here),
+ * reaping as it goes, until /proc shows no other: a process forked during one round dies in the
+ * next, and a killed one never forks again. (gVisor's kill(-1) does not answer ESRCH when it
+ * found nothing, so /proc is what says the sandbox is quiet.)
+ */
+static void stop_others(void) {
+  for (int round = 0; round < 5000; round++) {
+    kill(-1, SIGKILL);
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    if (count_others() == 0) return;
+    usleep(1000);
+  }
+}
+
+static int list_others(void) {
+  DIR *proc = opendir("/proc");
+  if (proc == NULL) return 1;
+  struct dirent *entry;
+  while ((entry = readdir(proc)) != NULL) {
+    char *end;
+    long pid = strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 1 || pid == (long)getpid()) continue;
+    char path[64], line[4096];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    int fd = open(path, O_RDONLY);
+    ssize_t length = fd < 0 ? 0 : read(fd, line, sizeof line - 1);
+    if (fd >= 0) close(fd);
+    if (length < 0) length = 0;
+    for (ssize_t i = 0; i < length; i++)
+      if (line[i] == '\0' || line[i] == '\n') line[i] = ' ';
+    while (length > 0 && line[length - 1] == ' ') length--;
+    line[length] = '\0';
+    printf("%ld %s\n", pid, line);
+  }
+  closedir(proc);
+  return 0;
+}
+
 static int keep(void) {
   sigset_t all;
   sigfillset(&all);
@@ -103,6 +173,7 @@ static int keep(void) {
     }
     /* si_pid is 0 for a sender outside this pid namespace: the engine stopping the sandbox. */
     if ((signal_number == SIGTERM || signal_number == SIGINT) && info.si_pid == 0) return 0;
+    if (signal_number == SIGUSR1 && info.si_pid == 0) stop_others();
   }
 }
 
@@ -111,6 +182,17 @@ int main(int argc, char **argv) {
   ssize_t count;
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (argc == 2 && strcmp(argv[1], "--keeper") == 0) return keep();
+  if (argc == 2 && strcmp(argv[1], "--others") == 0) return list_others();
+  if (argc >= 4 && strcmp(argv[1], "--exec") == 0) {
+    if (argv[2][0] != '\0' && chdir(argv[2]) != 0) {
+      fprintf(stderr, "gym-exec: cannot enter %s: %s\n", argv[2], strerror(errno));
+      return 126;
+    }
+    execvp(argv[3], argv + 3);
+    int error = errno;
+    fprintf(stderr, "gym-exec: %s: %s\n", argv[3], strerror(error));
+    return error == ENOENT || error == ENOTDIR ? 127 : 126;
+  }
   if (argc < 2) {
     fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
     return 125;
