@@ -24,10 +24,10 @@ import { rename, rm } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { z } from 'zod';
+import type { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
-import type { DerivedImageSource, ProviderContext, SandboxProvider } from '../sandbox-provider.ts';
+import type { ProviderContext } from '../sandbox-provider.ts';
 import {
   type AbnormalEnd,
   classifyAbnormalEnd,
@@ -38,24 +38,13 @@ import { parseOomKillCount } from '../shared/exec-output.ts';
 import { EXEC_ID_ENV, hostStopScriptArgv } from '../shared/kill-script.ts';
 import { shellJoin } from '../shared/shell.ts';
 import type { FleetHost } from '../ssh/host-fleet.ts';
-import { HostSchema } from '../ssh/host-fleet.ts';
-import {
-  type DerivedSteps,
-  type KillScope,
-  RELAY_IN_SANDBOX,
-  type RuntimeAccess,
-  type RuntimeImageFormat,
-  type SandboxStart,
-  type SshRuntimeDriver,
-  TOOLS,
-} from '../ssh-runtime/driver.ts';
-import { sshRuntimeOptionsSchema } from '../ssh-runtime/options.ts';
+import type * as Runtime from '../ssh-runtime/driver.ts';
+import { RELAY_IN_SANDBOX, TOOLS } from '../ssh-runtime/driver.ts';
+import { sshRuntimeHostSchema, sshRuntimeOptionsSchema } from '../ssh-runtime/options.ts';
 import { SshRuntimeProvider } from '../ssh-runtime/ssh-runtime-provider.ts';
 
-const ApptainerHostSchema = HostSchema.extend({
-  /** The apptainer command on the host. */
-  apptainer: z.string().default('apptainer'),
-}).strict();
+/** A host, with the apptainer command there. */
+const ApptainerHostSchema = sshRuntimeHostSchema('apptainer');
 type ApptainerHost = z.output<typeof ApptainerHostSchema>;
 type Host = FleetHost<ApptainerHost>;
 
@@ -96,13 +85,46 @@ elif [ -f "/sys/fs/cgroup$path/memory.events" ]; then cat "/sys/fs/cgroup$path/m
 true`;
 
 /** Apptainer as an SSH runtime; a sandbox's target is its instance's name. */
-class ApptainerDriver implements SshRuntimeDriver<ApptainerHost, string> {
+class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string> {
   readonly runtime = 'apptainer';
   readonly capabilities = {};
-  readonly #access: RuntimeAccess<ApptainerHost>;
+  readonly #access: Runtime.RuntimeAccess<ApptainerHost>;
   readonly #oomKills = new OomKillCounts();
+  /** Sandbox directories on the hosts, unpacked from a tar of the root filesystem kept here. */
+  readonly images: Runtime.RuntimeImageFormat<ApptainerHost> = {
+    hostSuffix: '',
+    hostTest: '-d',
+    cacheSuffix: '.tar',
+    keepRootfs: async (cacheFile: string, rootfs: Readable) => {
+      const partial = `${cacheFile}.partial-${randomBytes(4).toString('hex')}`;
+      try {
+        await pipeline(rootfs, createWriteStream(partial, { mode: 0o600 }));
+        await rename(partial, cacheFile);
+      } catch (error) {
+        await rm(partial, { force: true });
+        throw error;
+      }
+    },
+    unpackLine: (partial: string) =>
+      `mkdir -p ${shellJoin([partial])} && tar -x --numeric-owner -C ${shellJoin([partial])}`,
+    /**
+     * A copy of the base's sandbox directory, the files written into the working directory, the
+     * command run there (contained, no network, no privileges) with `apptainer exec --writable`.
+     */
+    derivedSteps: (host, source, basePath, partial, environment) => ({
+      prepare: `cp -a ${shellJoin([basePath, partial])} && mkdir -p ${shellJoin([posix.join(partial, source.workdir)])} && tar -x --no-same-owner -C ${shellJoin([posix.join(partial, source.workdir)])}`,
+      // The recipe is a task's, not ours: no more privileges than an agent's command.
+      run: this.#apptainer(host, [
+        ...'exec --no-privs --writable --containall --net --network none'.split(' '),
+        ...['--pwd', source.workdir, '--bind', `${host.busyboxPath}:${TOOLS}:ro`, partial],
+        ...[TOOLS, 'env', '-i', ...environment, '/bin/sh', '-c', source.command],
+      ]),
+      seal: null,
+      cleanup: `rm -rf ${shellJoin([partial])}`,
+    }),
+  };
 
-  constructor(access: RuntimeAccess<ApptainerHost>) {
+  constructor(access: Runtime.RuntimeAccess<ApptainerHost>) {
     this.#access = access;
   }
 
@@ -135,7 +157,7 @@ class ApptainerDriver implements SshRuntimeDriver<ApptainerHost, string> {
     return new Set((await this.#instances(host, true))!.keys());
   }
 
-  async start(host: Host, sandbox: SandboxStart): Promise<void> {
+  async start(host: Host, sandbox: Runtime.SandboxStart): Promise<void> {
     this.#oomKills.start(sandbox.id);
     const errors = shellJoin([`${this.#access.statePath(host, sandbox.id)}.start-error`]);
     // Start's own stdio goes to /dev/null: the instance inherits it and would hold the channel open.
@@ -219,7 +241,7 @@ class ApptainerDriver implements SshRuntimeDriver<ApptainerHost, string> {
     return pid !== undefined && Number.isSafeInteger(pid) && pid > 0 ? pid : null;
   }
 
-  async killScope(host: Host, name: string): Promise<KillScope | null> {
+  async killScope(host: Host, name: string): Promise<Runtime.KillScope | null> {
     const pid = await this.#instancePid(host, name);
     return pid === null ? null : { namespace: `/proc/${pid}/ns/pid_for_children`, guard: '' };
   }
@@ -242,61 +264,15 @@ class ApptainerDriver implements SshRuntimeDriver<ApptainerHost, string> {
   forget(id: string): void {
     this.#oomKills.forget(id);
   }
-
-  readonly images: RuntimeImageFormat<ApptainerHost> = {
-    hostSuffix: '',
-    hostTest: '-d',
-    cacheSuffix: '.tar',
-    keepRootfs: async (cacheFile: string, rootfs: Readable) => {
-      const partial = `${cacheFile}.partial-${randomBytes(4).toString('hex')}`;
-      try {
-        await pipeline(rootfs, createWriteStream(partial, { mode: 0o600 }));
-        await rename(partial, cacheFile);
-      } catch (error) {
-        await rm(partial, { force: true });
-        throw error;
-      }
-    },
-    unpackLine: (partial: string) =>
-      `mkdir -p ${shellJoin([partial])} && tar -x --numeric-owner -C ${shellJoin([partial])}`,
-    derivedSteps: (host, source, basePath, partial, environment) =>
-      this.#derivedSteps(host, source, basePath, partial, environment),
-  };
-
-  /**
-   * A derived image: a copy of the base's sandbox directory, the files written into the working
-   * directory, the command run there (contained, no network, no privileges) with `apptainer exec
-   * --no-privs --writable`.
-   */
-  #derivedSteps(
-    host: Host,
-    source: DerivedImageSource,
-    basePath: string,
-    partial: string,
-    environment: string[],
-  ): DerivedSteps {
-    const inside = posix.join(partial, source.workdir);
-    return {
-      prepare: `cp -a ${shellJoin([basePath])} ${shellJoin([partial])} && mkdir -p ${shellJoin([inside])} && tar -x --no-same-owner -C ${shellJoin([inside])}`,
-      // The recipe is a task's, not ours: no more privileges than an agent's command.
-      run: this.#apptainer(host, [
-        ...'exec --no-privs --writable --containall --net --network none'.split(' '),
-        ...['--pwd', source.workdir, '--bind', `${host.busyboxPath}:${TOOLS}:ro`, partial],
-        ...[TOOLS, 'env', '-i', ...environment, '/bin/sh', '-c', source.command],
-      ]),
-      seal: null,
-      cleanup: `rm -rf ${shellJoin([partial])}`,
-    };
-  }
 }
 
 export class ApptainerProvider extends SshRuntimeProvider<ApptainerHost, string> {
   constructor(options: unknown, context: ProviderContext) {
-    const parsed = ApptainerOptionsSchema.parse(options);
-    super(ApptainerHostSchema, parsed, context, (access) => new ApptainerDriver(access));
+    super(
+      ApptainerHostSchema,
+      ApptainerOptionsSchema.parse(options),
+      context,
+      (access) => new ApptainerDriver(access),
+    );
   }
-}
-
-export function createApptainerProvider(options: unknown, context: ProviderContext): SandboxProvider {
-  return new ApptainerProvider(options, context);
 }

@@ -32,29 +32,18 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
-import type { DerivedImageSource, ProviderContext, SandboxProvider } from '../sandbox-provider.ts';
+import type { DerivedImageSource, ProviderContext } from '../sandbox-provider.ts';
 import type { AbnormalEnd } from '../shared/abnormal-end.ts';
 import { EXEC_ID_ENV, hostStopScriptArgv } from '../shared/kill-script.ts';
 import { shellJoin } from '../shared/shell.ts';
-import { type FleetHost, HostSchema } from '../ssh/host-fleet.ts';
-import {
-  DEFAULT_PATH,
-  type DerivedSteps,
-  type KillScope,
-  RELAY_IN_SANDBOX,
-  type RuntimeAccess,
-  type RuntimeImageFormat,
-  type SandboxStart,
-  type SshRuntimeDriver,
-  TOOLS,
-} from '../ssh-runtime/driver.ts';
-import { sshRuntimeOptionsSchema } from '../ssh-runtime/options.ts';
+import type { FleetHost } from '../ssh/host-fleet.ts';
+import type * as Runtime from '../ssh-runtime/driver.ts';
+import { DEFAULT_PATH, RELAY_IN_SANDBOX, TOOLS } from '../ssh-runtime/driver.ts';
+import { sshRuntimeHostSchema, sshRuntimeOptionsSchema } from '../ssh-runtime/options.ts';
 import { SshRuntimeProvider } from '../ssh-runtime/ssh-runtime-provider.ts';
 
-const EnrootHostSchema = HostSchema.extend({
-  /** The enroot command on the host. */
-  enroot: z.string().default('enroot'),
-}).strict();
+/** A host, with the enroot command there. */
+const EnrootHostSchema = sshRuntimeHostSchema('enroot');
 type EnrootHost = z.output<typeof EnrootHostSchema>;
 type Host = FleetHost<EnrootHost>;
 
@@ -121,16 +110,16 @@ function keeperGuard(keeper: Keeper, otherwise: string): string {
 }
 
 /** Enroot as an SSH runtime; a sandbox's target is its keeper. */
-class EnrootDriver implements SshRuntimeDriver<EnrootHost, Keeper> {
+class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
   readonly runtime = 'enroot';
   readonly capabilities = { pidsLimit: false, memoryLimit: false, otherUsers: false };
   readonly stateFolder = 'enroot-sandboxes';
-  readonly #access: RuntimeAccess<EnrootHost>;
+  readonly #access: Runtime.RuntimeAccess<EnrootHost>;
   readonly #startTimeoutSeconds: number;
   /** Each sandbox's keeper as found at create or first use. */
   readonly #keepers = new Map<string, Keeper>();
 
-  constructor(access: RuntimeAccess<EnrootHost>, startTimeoutSeconds: number) {
+  constructor(access: Runtime.RuntimeAccess<EnrootHost>, startTimeoutSeconds: number) {
     this.#access = access;
     this.#startTimeoutSeconds = startTimeoutSeconds;
   }
@@ -191,7 +180,7 @@ class EnrootDriver implements SshRuntimeDriver<EnrootHost, Keeper> {
    * session of its own), then waits until `enroot list --fancy` names its PID and a command can
    * enter its namespaces. One SSH command: the waiting costs no round trips.
    */
-  async start(host: Host, { id, name, image, relay }: SandboxStart): Promise<void> {
+  async start(host: Host, { id, name, image, relay }: Runtime.SandboxStart): Promise<void> {
     const log = `${posix.join(host.workDirectory, 'enroot', 'tmp', name)}.start.log`;
     const q = (word: string) => shellJoin([word]);
     const script = [
@@ -292,7 +281,7 @@ class EnrootDriver implements SshRuntimeDriver<EnrootHost, Keeper> {
   }
 
   /** The keeper's pid namespace, only while the keeper is the one we started (its pid not reused). */
-  async killScope(_host: Host, keeper: Keeper): Promise<KillScope> {
+  async killScope(_host: Host, keeper: Keeper): Promise<Runtime.KillScope> {
     return { namespace: `/proc/${keeper.pid}/ns/pid_for_children`, guard: keeperGuard(keeper, 'exit 0') };
   }
 
@@ -336,7 +325,7 @@ class EnrootDriver implements SshRuntimeDriver<EnrootHost, Keeper> {
     this.#keepers.delete(id);
   }
 
-  readonly images: RuntimeImageFormat<EnrootHost> = {
+  readonly images: Runtime.RuntimeImageFormat<EnrootHost> = {
     hostSuffix: '.sqsh',
     hostTest: '-f',
     cacheSuffix: '.sqsh',
@@ -358,7 +347,7 @@ class EnrootDriver implements SshRuntimeDriver<EnrootHost, Keeper> {
     basePath: string,
     partial: string,
     environment: string[],
-  ): DerivedSteps {
+  ) {
     const name = `gym-build-${randomBytes(6).toString('hex')}`;
     const rootfs = posix.join(host.workDirectory, 'enroot', 'data', name);
     const inside = posix.join(rootfs, source.workdir);
@@ -387,15 +376,11 @@ class EnrootDriver implements SshRuntimeDriver<EnrootHost, Keeper> {
  * user exists in an enroot container).
  */
 async function squash(cacheFile: string, rootfs: Readable): Promise<void> {
-  if (
-    await stat(cacheFile).then(
-      (found) => found.isFile(),
-      () => false,
-    )
-  ) {
-    rootfs.resume();
-    return;
-  }
+  const isMade = await stat(cacheFile).then(
+    (found) => found.isFile(),
+    () => false,
+  );
+  if (isMade) return void rootfs.resume();
   const work = await mkdtemp(`${cacheFile.slice(0, -'.sqsh'.length)}.unpack-`);
   const partial = `${cacheFile}.partial-${randomBytes(4).toString('hex')}`;
   try {
@@ -408,13 +393,7 @@ async function squash(cacheFile: string, rootfs: Readable): Promise<void> {
     await runLocal('mksquashfs', [
       work,
       partial,
-      '-all-root',
-      '-noappend',
-      '-no-progress',
-      '-quiet',
-      '-comp',
-      'lzo',
-      '-noD',
+      ...'-all-root -noappend -no-progress -quiet -comp lzo -noD'.split(' '),
     ]);
     await rename(partial, cacheFile);
   } finally {
@@ -433,8 +412,4 @@ export class EnrootProvider extends SshRuntimeProvider<EnrootHost, Keeper> {
       (access) => new EnrootDriver(access, parsed.startTimeoutSeconds),
     );
   }
-}
-
-export function createEnrootProvider(options: unknown, context: ProviderContext): SandboxProvider {
-  return new EnrootProvider(options, context);
 }

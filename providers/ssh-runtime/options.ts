@@ -1,8 +1,14 @@
 /** The options every SSH runtime takes, with the runtime's own host fields and options beside them. */
 import { z } from 'zod';
 import { DEFAULT_RELAY_HELPER_PATH } from '../shared/gateway-relay.ts';
-import { FleetConnectionFields, type HostConfig } from '../ssh/host-fleet.ts';
+import { FleetConnectionFields, type HostConfig, HostSchema } from '../ssh/host-fleet.ts';
 import { SlurmModeSchema } from '../ssh/slurm-hosts.ts';
+
+/** A runtime's host: the fleet's host fields and `command`, the runtime's program there (default: its name). */
+export function sshRuntimeHostSchema<Command extends string>(command: Command) {
+  const fields = { [command]: z.string().default(command) } as Record<Command, z.ZodDefault<z.ZodString>>;
+  return HostSchema.extend(fields).strict();
+}
 
 /**
  * The options of an SSH runtime: its hosts (`hostSchema`: the shared host fields and the
