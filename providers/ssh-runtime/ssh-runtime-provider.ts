@@ -12,10 +12,9 @@
  *   `/.gym-tools/busybox` (no program of the sandbox's own sets env or working directory, moves
  *   files or kills). A timeout kills by tag from the host, in the sandbox's pid namespace only,
  *   out of the agent's reach. Sessions are one held shell each (`../ssh/ssh-session.ts`).
- * - Gateway reach: the static relay, copied to each host once and bound at
- *   `/.gym-tools/gym-relay`, runs in the sandbox over one held channel and listens on the
- *   sandbox's own loopback (`--network none`); the daemon joins each connection to the gateway
- *   socket and nothing else (`../shared/gateway-relay.ts`). Images: `./image-store.ts`.
+ * - Gateway reach: the relay, copied to each host once and bound at `/.gym-tools/gym-relay`, runs in
+ *   the sandbox over one held channel on its own loopback (`--network none`); the daemon joins each
+ *   connection to the gateway socket only (`../shared/gateway-relay.ts`). Images: `./image-store.ts`.
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -156,12 +155,10 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     this.#images = new SshImageStore(this.name, this.#driver.images, context, this.fleet, this.slurm);
   }
 
-  /** How many times an image was copied to a host (tests count it). */
+  /** How many times an image was copied to a host, and derived images made on one (tests count them). */
   get imageCopies(): number {
     return this.#images.copies;
   }
-
-  /** How many derived images were made on a host (tests count it). */
   get imageBuilds(): number {
     return this.#images.builds;
   }
@@ -179,16 +176,12 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     });
   }
 
-  #nameOf(id: string): string {
-    return `gym-${this.#context.namespace}-${id}`;
-  }
+  #nameOf = (id: string): string => `gym-${this.#context.namespace}-${id}`;
 
   /**
-   * Removes our sandboxes (and their state files) on hosts that left with an ended Slurm
-   * allocation, over connections of their own: without pam_slurm_adopt, what was started over SSH
-   * outlives the job. A node that no longer lets us in (pam_slurm_adopt: the job's end killed
-   * them) is passed over. Sandboxes created after `endedAt` are spared: they belong to the next
-   * allocation, which may have the same nodes.
+   * Removes our sandboxes on hosts that left with an ended Slurm allocation (without
+   * pam_slurm_adopt what SSH started outlives the job), sparing those created after `endedAt`
+   * (the next allocation's, maybe on the same nodes); a node that no longer lets us in is passed over.
    */
   async #reap(hosts: H[], endedAt: number): Promise<void> {
     const fleet = this.#fleet(hosts);
@@ -211,10 +204,7 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     await this.slurm?.resume();
   }
 
-  /**
-   * Replaces the hosts (the nodes of a Slurm allocation, say): a host that leaves takes its
-   * sandboxes out of reach (gone from listings, their commands `sandbox_gone`); new hosts take creates.
-   */
+  /** Replaces the hosts: one that leaves takes its sandboxes out of reach (`sandbox_gone`); new ones take creates. */
   setHosts(hosts: unknown): void {
     this.fleet.setHosts(z.array(this.#hostSchema).parse(hosts));
   }
@@ -421,10 +411,9 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
   }
 
   /**
-   * Kills every process of the sandbox carrying the tag, from the host (the host's busybox over
-   * the host's /proc, only in the sandbox's pid namespace): a kill script inside the sandbox runs
-   * as the agent's user, and the agent could stop it (SIGSTOP) before it killed anything, so
-   * that the command, its exec and their SSH channels never ended.
+   * Kills the sandbox's processes carrying the tag from the host (its busybox over its /proc, in
+   * the sandbox's pid namespace): a kill script inside would run as the agent's user, who could
+   * stop it (SIGSTOP) before it killed anything, so that the command and its channels never ended.
    */
   async #killTagged(
     host: FleetHost<H>,
@@ -509,11 +498,7 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     this.#driver.forget(id);
   }
 
-  /**
-   * The session shell `name` for `user` in the sandbox, opened on first use (and again after it
-   * was lost): the image's `/bin/sh`, entered as a one-shot command is, with the sandbox's env
-   * and working directory, as `user`.
-   */
+  /** The session shell `name` for `user`, opened on first use (and after it was lost), entered as a command is. */
   #session(host: FleetHost<H>, id: string, name: string, user: string | undefined): Promise<ShellSession> {
     return this.#sessions.session(id, name, user, async () => {
       const { spec, imageConfig } = await this.fleet.record(host, id);
@@ -535,9 +520,8 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
   }
 
   /**
-   * Relays `http://127.0.0.1:<port>` in the sandbox to the gateway socket over one SSH channel
-   * (see `../shared/gateway-relay.ts`): any free port the first time, the recorded URL's port
-   * after a restart. Each sandbox has its own loopback, so ports never collide on a node.
+   * Relays `http://127.0.0.1:<port>` in the sandbox (its own loopback) to the gateway socket over
+   * one SSH channel: any free port the first time, the recorded URL's port after a restart.
    */
   async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
     if (!this.capabilities.gatewayReach)
