@@ -1,0 +1,111 @@
+/**
+ * A sandbox's files, moved as tar streams through the busybox bound in every SSH-runtime
+ * sandbox (`TOOLS`), so no program of the sandbox's own takes part; and the users its
+ * /etc/passwd names.
+ */
+import { posix } from 'node:path';
+import { PassThrough, type Readable } from 'node:stream';
+import { GymError } from '../../core/errors.ts';
+import type { FileContent, WriteFileOptions } from '../sandbox-provider.ts';
+import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
+import { CommandCannotStart } from '../shared/exec-output.ts';
+import { guardedExtractArgs } from '../shared/guarded-extract.ts';
+import type { RemoteResult } from '../ssh/host-fleet.ts';
+import { TOOLS } from './driver.ts';
+
+/** Runs the bound busybox with `args` in sandbox `id`; SANDBOX_NOT_FOUND when the sandbox is gone. */
+export type RunTools = (id: string, args: string[], stdin?: Readable) => Promise<RemoteResult>;
+
+export class SshSandboxFiles {
+  readonly #tools: RunTools;
+  /** Throws SANDBOX_NOT_FOUND for a sandbox that is not there (before an archive is spooled). */
+  readonly #check: (id: string) => Promise<unknown>;
+
+  constructor(tools: RunTools, check: (id: string) => Promise<unknown>) {
+    this.#tools = tools;
+    this.#check = check;
+  }
+
+  /** The uid and gid a `user` names: numbers, `uid:gid`, or a name in the sandbox's /etc/passwd. */
+  async resolveUser(id: string, user: string): Promise<{ uid: number; gid: number }> {
+    const [name = '', group] = user.split(':');
+    let uid = /^\d+$/.test(name) ? Number(name) : Number.NaN;
+    let gid = group !== undefined && /^\d+$/.test(group) ? Number(group) : Number.NaN;
+    if (Number.isNaN(uid)) {
+      const passwd = await this.#tools(id, ['cat', '/etc/passwd']);
+      const entry = passwd.stdout
+        .toString()
+        .split('\n')
+        .map((line) => line.split(':'))
+        .find((fields) => fields[0] === name);
+      if (entry === undefined) throw new CommandCannotStart(`no user ${name} in the sandbox's /etc/passwd`);
+      uid = Number(entry[2]);
+      if (group === undefined) gid = Number(entry[3]);
+    }
+    if (Number.isNaN(gid)) gid = uid;
+    return { uid, gid };
+  }
+
+  async #extract(
+    id: string,
+    directories: Iterable<string>,
+    archive: Readable,
+    target: string,
+  ): Promise<void> {
+    const result = await this.#tools(id, guardedExtractArgs(TOOLS, directories), archive);
+    if (result.code !== 0)
+      throw new GymError('PATH_KIND_MISMATCH', `cannot write ${target}: ${result.stderr.trim()}`);
+  }
+
+  async writeFile(
+    id: string,
+    path: string,
+    content: FileContent,
+    options: WriteFileOptions = {},
+  ): Promise<void> {
+    const normalized = posix.normalize(path);
+    if (normalized === '/') throw new GymError('PATH_KIND_MISMATCH', 'cannot write a file at /');
+    const archive = packSingleFile(normalized.slice(1), content, options.mode ?? 0o644);
+    await this.#extract(id, [posix.dirname(normalized)], archive, path);
+  }
+
+  async #archive(id: string, path: string): Promise<Readable> {
+    const result = await this.#tools(id, [
+      'tar',
+      '-c',
+      '-f',
+      '-',
+      '-C',
+      posix.dirname(path),
+      posix.basename(path) || '.',
+    ]);
+    if (result.code !== 0) {
+      if (/no such file|not found/i.test(result.stderr))
+        throw new GymError('FILE_NOT_FOUND', `${path} does not exist in sandbox ${id}`, {
+          details: { sandboxId: id, path },
+        });
+      throw new GymError('PROVIDER_ERROR', `reading ${path}: ${result.stderr.trim()}`);
+    }
+    const stream = new PassThrough();
+    stream.end(result.stdout);
+    return stream;
+  }
+
+  readFile(id: string, path: string): Promise<Readable> {
+    return readFileThroughLinks(path, (current) => this.#archive(id, current));
+  }
+
+  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    await this.#check(id);
+    const spooled = await spoolSafeArchive(archive, directory);
+    try {
+      await this.#extract(id, [directory, ...spooled.directories], spooled.open(), directory);
+    } finally {
+      await spooled.dispose();
+    }
+  }
+
+  async readArchive(id: string, directory: string): Promise<Readable> {
+    return rebaseArchive(await this.#archive(id, posix.normalize(directory)));
+  }
+}
