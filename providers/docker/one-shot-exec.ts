@@ -289,12 +289,21 @@ export async function confineExec(
   ready: { seen: Promise<unknown>; nsPid: number | null } | null = null,
   waitMs = PID_WAIT_MS,
 ): Promise<{ cgroup: string; pid: number } | { failure: string; notStarted?: number }> {
+  // The child cgroup is made while the helper starts (it needs no pid), not after its token: the
+  // time between the token and the go byte is what confinement adds to a command.
+  const child = confinement.cgroup.createChild(name);
+  child.catch(() => {});
   try {
     const pid = await startedHostPid(exec, confinement, ready, waitMs);
-    const cgroup = await confinement.cgroup.createChild(name);
+    const cgroup = await child;
     await confinement.cgroup.move(pid, cgroup);
     return { cgroup, pid };
   } catch (error) {
+    // Nothing was moved into it (or the move failed): an empty child, removed at once.
+    await child.then(
+      (cgroup) => confinement.cgroup.remove(cgroup),
+      () => {},
+    );
     return {
       failure: (error as Error)?.message ?? String(error),
       ...(error instanceof ExecNotStarted ? { notStarted: error.exitCode } : {}),
@@ -422,24 +431,31 @@ export async function runOneShotExec(
     output.push('stderr', KILL_FAILED_NOTE);
     return output.lost(isCancelled ? 'killed' : 'timeout', KILL_FAILED_REASON);
   }
+  // The exit code is asked of the engine while the cgroup is cleaned up, not after: the two do
+  // not depend on each other (the stream has ended, so has the exec), and both finish before the
+  // result is returned.
+  const exitCodeRead = timedOut ? null : exitCodeOf(exec);
   if (confined !== null && confinement !== null) {
     // Background jobs a command left on purpose outlive it, as they would without a cgroup.
     if (!timedOut) await confinement.cgroup.evacuate(confined.cgroup);
     await confinement.cgroup.remove(confined.cgroup);
   }
-  if (timedOut) return output.result(isCancelled ? 'killed' : 'timeout', null);
-
-  let exitCode: number | null = null;
-  try {
-    const inspected = await exec.inspect();
-    exitCode = inspected.Running ? null : inspected.ExitCode;
-  } catch {
-    // The exec record disappears with its container: fall through to the sandbox check.
-  }
+  if (exitCodeRead === null) return output.result(isCancelled ? 'killed' : 'timeout', null);
+  const exitCode = await exitCodeRead;
   if (exitCode === null || exitCode === SIGKILL_EXIT_CODE) {
     return abnormalEndResult(output, await hooks.classifyAbnormalEnd(), exitCode);
   }
   return output.result('ok', exitCode);
+}
+
+/** An ended exec's exit code; null when the engine has none (the exec record disappears with its container). */
+async function exitCodeOf(exec: Pick<Docker.Exec, 'inspect'>): Promise<number | null> {
+  try {
+    const inspected = await exec.inspect();
+    return inspected.Running ? null : inspected.ExitCode;
+  } catch {
+    return null;
+  }
 }
 
 /**
