@@ -8,8 +8,8 @@ import { PassThrough, type Readable } from 'node:stream';
 import { GymError } from '../../core/errors.ts';
 import type { FileContent, WriteFileOptions } from '../sandbox-provider.ts';
 import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { CommandCannotStart } from '../shared/exec-output.ts';
 import { guardedExtractArgs } from '../shared/guarded-extract.ts';
+import { resolveUserIds, type UserIds } from '../shared/passwd.ts';
 import type { RemoteResult } from '../ssh/host-fleet.ts';
 import { TOOLS } from './driver.ts';
 
@@ -26,24 +26,11 @@ export class SshSandboxFiles {
     this.#check = check;
   }
 
-  /** The uid and gid a `user` names: numbers, `uid:gid`, or a name in the sandbox's /etc/passwd. */
-  async resolveUser(id: string, user: string): Promise<{ uid: number; gid: number }> {
-    const [name = '', group] = user.split(':');
-    let uid = /^\d+$/.test(name) ? Number(name) : Number.NaN;
-    let gid = group !== undefined && /^\d+$/.test(group) ? Number(group) : Number.NaN;
-    if (Number.isNaN(uid)) {
-      const passwd = await this.#tools(id, ['cat', '/etc/passwd']);
-      const entry = passwd.stdout
-        .toString()
-        .split('\n')
-        .map((line) => line.split(':'))
-        .find((fields) => fields[0] === name);
-      if (entry === undefined) throw new CommandCannotStart(`no user ${name} in the sandbox's /etc/passwd`);
-      uid = Number(entry[2]);
-      if (group === undefined) gid = Number(entry[3]);
-    }
-    if (Number.isNaN(gid)) gid = uid;
-    return { uid, gid };
+  /** The uid and gid a `user` names (`providers/shared/passwd.ts`), read from the sandbox's own /etc/passwd. */
+  resolveUser(id: string, user: string): Promise<UserIds> {
+    return resolveUserIds(user, async () =>
+      (await this.#tools(id, ['cat', '/etc/passwd'])).stdout.toString(),
+    );
   }
 
   async #extract(
