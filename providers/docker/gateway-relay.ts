@@ -27,6 +27,7 @@ import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { RelayStats } from '../sandbox-provider.ts';
+import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
 import { RelayTable, type TableRelay } from '../shared/relay-table.ts';
 import { wrapDockerError } from './docker-errors.ts';
 
@@ -133,8 +134,8 @@ export class GatewayRelays {
     options: { socketPath: string; url?: string },
   ): Promise<string> {
     const open = await this.portOf(sandboxId);
-    if (open !== undefined) return gatewayUrl(open);
-    const port = options.url === undefined ? 0 : recordedGatewayPort(options.url);
+    if (open !== undefined) return loopbackGatewayUrl(open);
+    const port = recordedGatewayPort(options.url);
     let pid: number;
     try {
       pid = (await container.inspect()).State.Pid;
@@ -144,7 +145,7 @@ export class GatewayRelays {
     if (!pid) throw new GymError('SANDBOX_NOT_READY', `sandbox ${sandboxId} is not running`);
     // The listener lives in the sandbox's network namespace (its loopback only); the daemon
     // reaches the host's socket through the filesystem, which no network namespace fences.
-    return gatewayUrl(await this.open(sandboxId, pid, port, options.socketPath));
+    return loopbackGatewayUrl(await this.open(sandboxId, pid, port, options.socketPath));
   }
 
   /**
@@ -267,25 +268,4 @@ export class GatewayRelays {
       );
     });
   }
-}
-
-/** The gateway as an agent inside a Docker sandbox reaches it: its own loopback, the relay's port. */
-export function gatewayUrl(port: number): string {
-  return `http://127.0.0.1:${port}`;
-}
-
-/** The port of a URL `gatewayUrl` made before a restart. */
-export function recordedGatewayPort(url: string): number {
-  const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(url);
-  const port = Number(match?.[1]);
-  if (match === null || port < 1 || port > 65535) {
-    throw new GymError(
-      'PROVIDER_ERROR',
-      `cannot restore gateway reach at ${url}: not a URL this provider gives`,
-      {
-        details: { url },
-      },
-    );
-  }
-  return port;
 }

@@ -41,6 +41,7 @@ import {
   type WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { OomKillCounts } from '../shared/abnormal-end.ts';
+import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, selectorLabels } from '../shared/labels.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { RelayTable } from '../shared/relay-table.ts';
@@ -360,23 +361,10 @@ export class KubernetesProvider implements SandboxProvider {
       );
     }
     const open = await this.#relays.current(id);
-    if (open !== undefined) return { url: `http://127.0.0.1:${open.relay.port}` };
-    let port = 0;
-    if (options.url !== undefined) {
-      const match = /^http:\/\/127\.0\.0\.1:(\d{1,5})$/.exec(options.url);
-      port = Number(match?.[1]);
-      if (match === null || port < 1 || port > 65535) {
-        throw new GymError(
-          'PROVIDER_ERROR',
-          `cannot restore gateway reach at ${options.url}: not a URL this provider gives`,
-          {
-            details: { url: options.url },
-          },
-        );
-      }
-    }
+    if (open !== undefined) return { url: loopbackGatewayUrl(open.relay.port) };
+    const port = recordedGatewayPort(options.url);
     const started = await this.#relays.open(id, () => this.#startRelay(id, port, options.socketPath));
-    return { url: `http://127.0.0.1:${started.relay.port}` };
+    return { url: loopbackGatewayUrl(started.relay.port) };
   }
 
   async #startRelay(id: string, port: number, socketPath: string): Promise<TaggedPodRelay> {
