@@ -24,6 +24,7 @@ import type {
 } from '../core/schemas/image.ts';
 import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
 import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
+import type { ForkRequestInput, SnapshotInfo } from '../core/schemas/snapshot.ts';
 import type { ToolchainCheckRequestInput, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 
 export interface GymClientOptions {
@@ -439,8 +440,49 @@ export class GymClient {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/toolchain-check`, { json: request });
   }
 
+  /** Commits the sandbox to the named image (Docker, a name the operator allows). */
   snapshot(id: string, image: string): Promise<{ image: string }> {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/snapshot`, { json: { image } });
+  }
+
+  /**
+   * A managed snapshot of the sandbox's files (labelled, reaped after its TTL); a spec starts
+   * from it by naming its `image` (`snapshot:<id>`).
+   */
+  async createSnapshot(
+    id: string,
+    options: { ttlSeconds?: number; labels?: Record<string, string> } = {},
+  ): Promise<SnapshotInfo> {
+    const answer = await this.#json<{ image: string; snapshot?: SnapshotInfo }>(
+      'POST',
+      `/v1/sandboxes/${encodeURIComponent(id)}/snapshot`,
+      { json: options },
+    );
+    if (answer.snapshot === undefined)
+      throw new GymError('INTERNAL', 'the daemon answered a managed snapshot without its record');
+    return answer.snapshot;
+  }
+
+  /**
+   * `count` new sandboxes holding the parent's files at this moment, each with its own lease;
+   * the parent keeps running. @throws GymError `CAPABILITY_UNSUPPORTED` for `live` where the
+   * provider cannot carry processes over.
+   */
+  fork(id: string, request: ForkRequestInput): Promise<{ snapshot: SnapshotInfo; sandboxes: Sandbox[] }> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/fork`, { json: request });
+  }
+
+  async listSnapshots(): Promise<SnapshotInfo[]> {
+    return (await this.#json<{ snapshots: SnapshotInfo[] }>('GET', '/v1/snapshots')).snapshots;
+  }
+
+  getSnapshot(id: string): Promise<SnapshotInfo> {
+    return this.#json('GET', `/v1/snapshots/${encodeURIComponent(id)}`);
+  }
+
+  /** Removes a managed snapshot (idempotent: a missing one is success). */
+  async deleteSnapshot(id: string): Promise<void> {
+    await this.#json('DELETE', `/v1/snapshots/${encodeURIComponent(id)}`);
   }
 
   async metrics(): Promise<string> {

@@ -57,6 +57,10 @@ export const ERROR_CODES = {
   GATEWAY_LOOP: { httpStatus: 508, summary: 'the model call loops back to this gateway' },
   /** No pool of that name is defined. */
   POOL_NOT_FOUND: { httpStatus: 404, summary: 'no such pool' },
+  /** No managed snapshot of that id (never made, removed, or expired). */
+  SNAPSHOT_NOT_FOUND: { httpStatus: 404, summary: 'no such snapshot' },
+  /** A snapshot would be larger than the configured `snapshots.maxBytes`; nothing of it is kept. */
+  SNAPSHOT_TOO_LARGE: { httpStatus: 413, summary: 'the snapshot is larger than the configured limit' },
   /** The provider's limit on live sandboxes or concurrent creates is reached and its wait queue is full; `details.retryAfterMs` hints when to retry. */
   CAPACITY_EXCEEDED: { httpStatus: 429, summary: 'too many sandboxes; retry later' },
   /** No API route matches the method and path. */

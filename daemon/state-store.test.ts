@@ -25,6 +25,7 @@ function record(id: string, leaseExpiresAt = '2030-01-01T00:00:00.000Z'): Sandbo
     id,
     provider: 'docker',
     spec: SandboxSpecSchema.parse({ image: 'img' }),
+    lineage: null,
     pool: null,
     createdAt: '2026-01-01T00:00:00.000Z',
     leaseExpiresAt,

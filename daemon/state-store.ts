@@ -22,6 +22,7 @@ import { z } from 'zod';
 import { writeWhole } from '../core/line-file.ts';
 import type { Logger } from '../core/logger.ts';
 import { NetworkPolicySchema, type SandboxSpec, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { SandboxLineageSchema } from '../core/schemas/snapshot.ts';
 
 /**
  * A stored spec passed the rules of the day its sandbox was created. Rules tighten (size bounds,
@@ -59,6 +60,8 @@ export const SandboxRecordSchema = z.object({
   gatewayUrl: z.string().nullable().default(null),
   /** Its egress policy (daemon/sandboxes/network.ts); null: none was set, it reaches nothing. */
   egress: NetworkPolicySchema.nullable().optional(),
+  /** Where it was forked from (`core/schemas/snapshot.ts`); null or absent for a sandbox that is no fork. */
+  lineage: SandboxLineageSchema.nullable().default(null),
 });
 export type SandboxRecord = z.infer<typeof SandboxRecordSchema>;
 

@@ -53,8 +53,17 @@ import type { SandboxTimes } from './shared/sandbox-identity.ts';
 export interface ProviderCapabilities {
   /** Persistent shells (`ExecRequest.session`), the fast path for many small commands. */
   sessions: boolean;
-  /** `snapshot()`: commit a sandbox's state to a new image. */
+  /**
+   * `snapshot()`: the backend's own copy of a sandbox's filesystem (Docker: commit to an image).
+   * Without it the daemon still snapshots and forks through the provider-neutral archive of
+   * `shared/archive-snapshot.ts`, which needs only exec and the archive operations.
+   */
   snapshot: boolean;
+  /**
+   * A fork can carry memory and processes over, not only files (absent: false). Without it a
+   * fork asking for `live` is `CAPABILITY_UNSUPPORTED`, never a silent files-only fork.
+   */
+  liveFork?: boolean;
   /** `resources.gpus`. */
   gpus: boolean;
   /** `resources.diskMiB`. */
@@ -123,6 +132,25 @@ export type {
   PlanImageSource,
   RootfsImageSource,
 } from '../core/image-source.ts';
+
+/** What `snapshot()` is asked for. */
+export interface SnapshotOptions {
+  /** The image to commit to (a name the operator allows, or a managed name the daemon chose). */
+  image: string;
+  /**
+   * Labels of the daemon's snapshot record (its id, namespace, expiry), written onto the image
+   * where the backend stores labels, so a reaper without the daemon's state can find it.
+   */
+  labels?: Record<string, string>;
+}
+
+/** What `snapshot()` made. */
+export interface SnapshotResult {
+  /** What a spec names to start from it, exactly (opaque: a backend may store it its own way). */
+  image: string;
+  /** Its size, where the backend tells it. */
+  sizeBytes?: number;
+}
 
 /** What a provider's gateway relays (its means of `exposeGateway`) hold right now. */
 export interface RelayStats {
@@ -317,7 +345,15 @@ export interface SandboxProvider {
    * Optional: present only with the `snapshot` capability.
    * @throws GymError `FORBIDDEN_BY_CONFIG` when the image name is outside what the operator allows.
    */
-  snapshot?(id: string, options: { image: string }): Promise<{ image: string }>;
+  snapshot?(id: string, options: SnapshotOptions): Promise<SnapshotResult>;
+
+  /**
+   * Removes an image this provider's `snapshot()` made (the daemon's reaper calls it when a
+   * managed snapshot expires). Refuses, with `FORBIDDEN_BY_CONFIG`, an image that is not a
+   * snapshot of this namespace. Idempotent: a missing image is success.
+   * Optional: present only with the `snapshot` capability.
+   */
+  deleteSnapshot?(image: string): Promise<void>;
 
   /**
    * The image part (optional, all three together, with a non-empty `capabilities.imageFormats`).

@@ -3,6 +3,14 @@ import { z } from 'zod';
 import { ERROR_CODES } from '../errors.ts';
 import { AbsolutePathSchema, LabelsSchema } from './common.ts';
 import { NetworkPolicySchema, SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
+import { SandboxLineageSchema, SnapshotInfoSchema } from './snapshot.ts';
+
+export {
+  ForkRequestSchema,
+  SnapshotListSchema,
+  SnapshotRequestSchema,
+  SnapshotResponseSchema,
+} from './snapshot.ts';
 
 /** A sandbox as the API shows it: the provider's facts plus the daemon's lease. */
 export const SandboxSchema = z.object({
@@ -21,6 +29,8 @@ export const SandboxSchema = z.object({
   fromPool: z.boolean(),
   /** The spec it was created from (seed files are not echoed). */
   spec: SandboxSpecSchema,
+  /** Where it was forked from; null for a sandbox that is no fork. */
+  lineage: SandboxLineageSchema.nullable(),
 });
 export type Sandbox = z.infer<typeof SandboxSchema>;
 
@@ -54,9 +64,11 @@ export const KeepaliveRequestSchema = z
   })
   .strict();
 
-export const SnapshotRequestSchema = z.object({ image: z.string().min(1).max(512) }).strict();
-/** `image` is opaque: later specs name it exactly as returned (a provider may store it its own way). */
-export const SnapshotResponseSchema = z.object({ image: z.string() });
+/** What `POST /v1/sandboxes/{id}/fork` answers: the snapshot the children came from, and the children in fork order. */
+export const ForkResponseSchema = z.object({
+  snapshot: SnapshotInfoSchema,
+  sandboxes: z.array(SandboxSchema),
+});
 
 /** What `POST /v1/sandboxes/{id}/gateway` answers. */
 export const GatewayReachSchema = z.object({

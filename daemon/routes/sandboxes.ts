@@ -150,6 +150,11 @@ export function registerSandboxRoutes(
 
   app.post('/v1/sandboxes/:id/snapshot', async (request) => {
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
+    // Managed snapshots (no `image`) come with the snapshot store; until then a name is required.
+    if (body.image === undefined)
+      throw new GymError('VALIDATION_FAILED', 'snapshot request: `image` is required', {
+        details: { field: 'image' },
+      });
     return operations.snapshot(sandboxId(request), body.image);
   });
 }

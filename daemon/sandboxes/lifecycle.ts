@@ -118,6 +118,7 @@ export class SandboxLifecycle {
       deadlineAt: record.deadlineAt,
       fromPool: record.fromPool,
       spec: record.spec,
+      lineage: record.lineage,
     };
   }
 
@@ -239,6 +240,7 @@ export class SandboxLifecycle {
         execEnv: {},
         gatewayUrl: null,
         egress: null,
+        lineage: null,
       };
       try {
         await this.#store.put(record);

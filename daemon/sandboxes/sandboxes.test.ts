@@ -47,6 +47,7 @@ async function setup() {
       id,
       provider: 'memory',
       spec: SandboxSpecSchema.parse({ image: 'img', ttlSeconds }),
+      lineage: null,
       pool: null,
       createdAt: new Date(nowMs).toISOString(),
       leaseExpiresAt: new Date(nowMs + ttlSeconds * 1000).toISOString(),

@@ -73,6 +73,8 @@ ERROR_STATUS: dict[str, int] = {
     "ROLLOUT_CONFLICT": 409,
     "GATEWAY_LOOP": 508,
     "POOL_NOT_FOUND": 404,
+    "SNAPSHOT_NOT_FOUND": 404,
+    "SNAPSHOT_TOO_LARGE": 413,
     "CAPACITY_EXCEEDED": 429,
     "ROUTE_NOT_FOUND": 404,
     "PAYLOAD_TOO_LARGE": 413,
@@ -194,6 +196,16 @@ class GatewayLoopError(GymError):
 
 class PoolNotFoundError(GymError):
     code = "POOL_NOT_FOUND"
+
+
+class SnapshotNotFoundError(GymError):
+    code = "SNAPSHOT_NOT_FOUND"
+
+
+class SnapshotTooLargeError(GymError):
+    """The snapshot would pass the daemon's ``snapshots.maxBytes``; nothing of it was kept."""
+
+    code = "SNAPSHOT_TOO_LARGE"
 
 
 class CapacityExceededError(GymError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "INTERNAL"]
+ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "INTERNAL"]
 ExecStatus = Literal["ok", "timeout", "killed", "oom", "sandbox_gone"]
 NetworkMode = Literal["none", "host", "bridge"]
 SandboxState = Literal["creating", "ready", "destroying", "gone", "failed", "unreachable"]
@@ -103,6 +103,12 @@ class SandboxSpecOutput(TypedDict):
     providerOptions: dict[str, Any]
 
 
+class SandboxLineage0(TypedDict):
+    parent: str
+    snapshot: str
+    forkIndex: int
+
+
 class Sandbox(TypedDict):
     id: str
     provider: str
@@ -115,6 +121,7 @@ class Sandbox(TypedDict):
     deadlineAt: str
     fromPool: bool
     spec: SandboxSpecOutput
+    lineage: SandboxLineage0 | None
 
 
 class SandboxList(TypedDict):
@@ -229,7 +236,27 @@ class StopProcessesResult(TypedDict):
 
 
 class SnapshotRequest(TypedDict):
+    image: NotRequired[str]
+    ttlSeconds: NotRequired[int]
+    labels: NotRequired[dict[str, str]]
+
+
+class SnapshotResultSnapshot(TypedDict):
+    id: str
     image: str
+    provider: str
+    sandboxId: str
+    baseImage: str
+    method: Literal["native", "archive"]
+    createdAt: str
+    expiresAt: str
+    sizeBytes: int | None
+    labels: dict[str, str]
+
+
+class SnapshotResult(TypedDict):
+    image: str
+    snapshot: NotRequired[SnapshotResultSnapshot]
 
 
 class HealthProvidersValue(TypedDict):
@@ -245,4 +272,3 @@ class Health(TypedDict):
 
 
 ExecStreamEvent = ExecStreamEventStdout | ExecStreamEventStderr | ExecStreamEventResult | ExecStreamEventError
-SnapshotResult = SnapshotRequest
