@@ -4,9 +4,9 @@
  * Extra arguments go to vitest (for example a file filter).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 
 interface VitestReport {
   numPassedTests: number;
@@ -14,8 +14,16 @@ interface VitestReport {
   numPendingTests: number;
   numTodoTests: number;
   numTotalTests: number;
-  testResults: Array<{ name: string; assertionResults: Array<{ fullName: string; status: string }> }>;
+  testResults: Array<{
+    name: string;
+    startTime: number;
+    endTime: number;
+    assertionResults: Array<{ fullName: string; status: string }>;
+  }>;
 }
+
+/** Files slower than this go into test/durations.json (the order files start in: test/sequencer.ts). */
+const RECORDED_FILE_SECONDS = 5;
 
 const directory = mkdtempSync(join(tmpdir(), 'gym-vitest-'));
 const reportPath = join(directory, 'report.json');
@@ -40,6 +48,29 @@ try {
   process.exit(1);
 } finally {
   rmSync(directory, { recursive: true, force: true });
+}
+const fileSeconds = report.testResults
+  .map((file) => ({
+    file: relative(process.cwd(), file.name),
+    seconds: Math.round((file.endTime - file.startTime) / 1000),
+  }))
+  .sort((left, right) => right.seconds - left.seconds);
+console.log(
+  `slowest files: ${fileSeconds
+    .slice(0, 12)
+    .map(({ file, seconds }) => `${file} ${seconds} s`)
+    .join(', ')}`,
+);
+if (process.env.GYM_WRITE_DURATIONS === '1') {
+  const recorded = Object.fromEntries(
+    fileSeconds
+      .filter(({ seconds }) => seconds >= RECORDED_FILE_SECONDS)
+      .map(({ file, seconds }) => [file, seconds]),
+  );
+  writeFileSync(join(process.cwd(), 'test', 'durations.json'), `${JSON.stringify(recorded, null, 2)}\n`);
+  console.log(
+    `wrote test/durations.json (${Object.keys(recorded).length} files of ${RECORDED_FILE_SECONDS} s or more)`,
+  );
 }
 const skipped = report.numPendingTests + report.numTodoTests;
 const isDockerRequired = process.env.GYM_REQUIRE_DOCKER === '1';
