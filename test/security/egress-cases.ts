@@ -84,9 +84,14 @@ export function defineEgressCases(row: EgressRow): void {
         });
         return { status: response.status, body: (await response.json()) as Record<string, unknown> };
       };
-      const probe = async (probes: string[]) => {
-        const result = await client.exec(sandboxId, { argv: egressProbes(probes), timeoutMs: 120_000 });
+      const probe = async (probes: string[], session?: string) => {
+        const result = await client.exec(sandboxId, {
+          argv: egressProbes(probes),
+          timeoutMs: 120_000,
+          ...(session === undefined ? {} : { session }),
+        });
         expect(result.status, result.stderr).toBe('ok');
+        if (session !== undefined) expect(result.session, 'the provider ran it in a session').toBeUndefined();
         return probeResults(result.stdout);
       };
       const log = async () =>
@@ -152,7 +157,7 @@ export function defineEgressCases(row: EgressRow): void {
         for (const host of Object.values(hosts)) host.server.close();
       }, row.timeoutMs);
 
-      it('gives the sandbox the proxy variables, and no network of its own (spec: none)', async () => {
+      it('gives its commands the proxy variables (one-shot and in a session), and no network of its own (spec: none)', async () => {
         const { env } = await probe(['envs env']);
         const values = Object.fromEntries(env!.split(' ').map((pair) => pair.split(/=(.*)/s, 2)));
         proxyUrl = values.HTTP_PROXY!;
@@ -160,6 +165,8 @@ export function defineEgressCases(row: EgressRow): void {
         for (const name of VARIABLES) expect(values[name], name).toBe(proxyUrl);
         expect(values.NO_PROXY).toBe('localhost,127.0.0.1');
         expect(values.no_proxy).toBe('localhost,127.0.0.1');
+        // A command in a session (as the harnesses run theirs) gets the same.
+        expect((await probe(['envs env'], 'agent')).env).toBe(env);
         expect((await client.getSandbox(sandboxId)).spec.network).toBe('none');
         const view = (await api('GET', `/v1/sandboxes/${sandboxId}/network`)).body;
         expect(view.proxy).toMatch(/^http:\/\/sbx[^:]*:\*\*\*@127\.0\.0\.1:\d+$/);
@@ -254,9 +261,11 @@ export function defineEgressCases(row: EgressRow): void {
         expect((await api('PUT', `/v1/sandboxes/${sandboxId}/network`, { mode: 'none' })).status).toBe(200);
         const { other } = hosts as Record<string, { port: number }>;
         const results = await probe(['envs env', `connect kept other.test:${other!.port} ${proxyUrl}`]);
-        expect(results.env).toBe(
-          'HTTP_PROXY=unset HTTPS_PROXY=unset http_proxy=unset https_proxy=unset NO_PROXY=unset no_proxy=unset',
-        );
+        const unset =
+          'HTTP_PROXY=unset HTTPS_PROXY=unset http_proxy=unset https_proxy=unset NO_PROXY=unset no_proxy=unset';
+        expect(results.env).toBe(unset);
+        // The session opened under the agent's policy keeps none of it either.
+        expect((await probe(['envs env'], 'agent')).env).toBe(unset);
         expect(results.kept).toMatch(/^403 /);
       });
     },
