@@ -6,16 +6,19 @@
  * `http_proxy`, and a CONNECT by hand); a host not listed, a raw IP, a private and a loopback
  * address and the daemon's API port are refused by the proxy; DNS and direct sockets (to the
  * test's hosts, to the daemon's API, to every address of the host) reach nothing; a `PUT
- * /network` switch applies to new connections and cuts the open one; `none` takes the variables
- * away and the kept credential opens nothing; the log lists every attempt.
+ * /network` switch applies to new connections and cuts the open one; the log lists every
+ * attempt; a daemon restart keeps the policy and the variables (the provider restores the relay
+ * at the same URL); `none` takes the variables away and the kept credential opens nothing.
  *
  * "The internet" is servers on 127.0.0.x and names only the test's resolver knows: no test sends
  * traffic anywhere else. One sandbox per row, few execs (each probe batch is one), since an exec
  * over SSH costs seconds.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
-import { networkInterfaces } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
 import type { DaemonConfigInput } from '../../daemon/config.ts';
@@ -64,6 +67,7 @@ export function defineEgressCases(row: EgressRow): void {
       let client: GymClient;
       let sandboxId = '';
       let proxyUrl = '';
+      let stateDir = '';
       let apiPort = 0;
       const namespace = `egress-${randomBytes(3).toString('hex')}`;
       const hosts: Record<string, { server: Server; port: number }> = {};
@@ -106,17 +110,13 @@ export function defineEgressCases(row: EgressRow): void {
           dropped: number;
         };
 
-      beforeAll(async () => {
-        hosts.allowed = await httpHost('127.0.0.2', 'hello from allowed.test', seen);
-        hosts.other = await httpHost('127.0.0.3', 'hello from other.test', seen);
-        hosts.loop = await httpHost('127.0.0.4', 'hello from loop.test', seen);
-        // Stands for everything else on the host, on every address it has.
-        hosts.host = await httpHost('0.0.0.0', 'hello from the host', seen);
-        backend = await row.setUp();
+      /** The row's daemon on the suite's state directory: a second call stands for a restart. */
+      const startDaemon = async () => {
         daemon = await startTestDaemon(
           {
             namespace,
-            ...(backend.providers === undefined ? {} : { providers: backend.providers }),
+            stateDir,
+            ...(backend!.providers === undefined ? {} : { providers: backend!.providers }),
             gateway: {
               upstream: { baseUrl: 'http://127.0.0.9:9/v1', apiKey: 'sk-upstream-secret', model: 'm' },
             },
@@ -139,6 +139,17 @@ export function defineEgressCases(row: EgressRow): void {
         );
         apiPort = Number(new URL(daemon.address.url!).port);
         client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+      };
+
+      beforeAll(async () => {
+        hosts.allowed = await httpHost('127.0.0.2', 'hello from allowed.test', seen);
+        hosts.other = await httpHost('127.0.0.3', 'hello from other.test', seen);
+        hosts.loop = await httpHost('127.0.0.4', 'hello from loop.test', seen);
+        // Stands for everything else on the host, on every address it has.
+        hosts.host = await httpHost('0.0.0.0', 'hello from the host', seen);
+        backend = await row.setUp();
+        stateDir = await mkdtemp(join(tmpdir(), 'gym-egress-'));
+        await startDaemon();
         const sandbox = await client.createSandbox({
           image: backend.image,
           ttlSeconds: 900,
@@ -152,7 +163,7 @@ export function defineEgressCases(row: EgressRow): void {
 
       afterAll(async () => {
         await daemon?.stop({ destroy: true }).catch(() => {});
-        await daemon?.cleanup().catch(() => {});
+        if (stateDir !== '') await rm(stateDir, { recursive: true, force: true });
         await backend?.tearDown();
         for (const host of Object.values(hosts)) host.server.close();
       }, row.timeoutMs);
@@ -255,6 +266,25 @@ export function defineEgressCases(row: EgressRow): void {
         expect(reasonOf('loop.test')).toMatch(/loopback/);
         expect(reasonOf('api.test')).toContain("daemon's own API");
         expect(attempts.find((attempt) => attempt.verdict === 'allowed')!.bytesDown).toBeGreaterThan(0);
+      });
+
+      it('holds across a daemon restart: the policy, the variables and the relay come back', async () => {
+        await daemon!.stop();
+        await startDaemon();
+        const { other, allowed } = hosts as Record<string, { port: number }>;
+        const results = await probe([
+          'envs env',
+          `connect old allowed.test:${allowed!.port}`,
+          `connect new other.test:${other!.port}`,
+        ]);
+        expect(results.env).toContain(`HTTP_PROXY=${proxyUrl} `);
+        expect(results.old).toMatch(/^403 /);
+        expect(results.new).toBe('200 hello from other.test');
+        // The log is the daemon's memory: the restarted one has these two only.
+        expect((await log()).attempts.map((attempt) => `${attempt.host}:${attempt.verdict}`)).toEqual([
+          'allowed.test:refused',
+          'other.test:allowed',
+        ]);
       });
 
       it('`none` takes the variables away, and the credential kept from before opens nothing', async () => {
