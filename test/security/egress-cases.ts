@@ -125,7 +125,7 @@ export function defineEgressCases(row: EgressRow): void {
               // The test's hosts (and the API's address, refused for being the API all the same);
               // 127.0.0.4 is loopback the operator did not open.
               allowPrivateAddresses: ['127.0.0.1/32', '127.0.0.2/31'],
-              idleTimeoutSeconds: 60,
+              idleTimeoutSeconds: 120,
             },
           },
           {
@@ -225,14 +225,14 @@ export function defineEgressCases(row: EgressRow): void {
 
       it('a policy switch applies to new connections and cuts the open one', async () => {
         const { allowed, other } = hosts as Record<string, { port: number }>;
-        const holding = probe([`hold hold allowed.test:${allowed!.port} 40`]);
+        const holding = probe([`hold hold allowed.test:${allowed!.port} 90`]);
         expect((await probe(['held held'])).held).toBe('open');
         const switched = await api('PUT', `/v1/sandboxes/${sandboxId}/network`, {
           mode: 'allowlist',
           allowedHosts: ['other.test:*'],
         });
         expect(switched.status, JSON.stringify(switched.body)).toBe(200);
-        // Ended by the proxy (exit 0), not by the 40 s timeout.
+        // Ended by the proxy (exit 0), not by the 90 s timeout.
         expect((await holding).hold).toBe('0');
         expect((await log()).attempts.at(-1)?.reason).toBe('the sandbox network policy changed');
         const after = await probe([

@@ -15,7 +15,8 @@
  * - `dns LABEL NAME`: `resolved` or `failed`.
  * - `hold LABEL HOST:PORT SECONDS`: a tunnel left open (its answer in /tmp/egress-hold.out) until
  *   the proxy ends it (exit 0) or SECONDS pass (non-zero).
- * - `held LABEL`: waits up to 15 s for the tunnel of `hold` to be open: `open` or `never`.
+ * - `held LABEL`: waits up to 60 s (a loaded SSH host is slow to start `hold`) for the tunnel of
+ *   `hold` to be open: `open` or `never`.
  */
 export const EGRESS_SHELL_CLIENT = String.raw`
 proxy_of() {
@@ -62,7 +63,7 @@ hold() {
   echo "$1 $code"
 }
 held() {
-  for _ in $(seq 150); do
+  for _ in $(seq 600); do
     if grep -q ' 200 ' /tmp/egress-hold.out 2>/dev/null; then echo "$1 open"; return; fi
     sleep 0.1
   done
