@@ -127,6 +127,23 @@ export function requireGatewayReach(
 }
 
 /**
+ * An egress policy that opens anything is carried by the gateway relay (the proxy is served on
+ * the gateway socket): on a provider without gateway reach it is refused here, before a sandbox
+ * is made for it or its policy changed, rather than after.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` naming `gatewayReach`.
+ */
+export function requireEgressReach(providerName: string, provider: SandboxProvider): void {
+  if (provider.exposeGateway === undefined || !provider.capabilities.gatewayReach) {
+    throw unsupported(
+      providerName,
+      'gatewayReach',
+      'cannot carry an egress policy: its sandboxes reach the egress proxy through the gateway relay, which this provider does not offer (a policy of mode none is accepted)',
+      { feature: 'egress' },
+    );
+  }
+}
+
+/**
  * `exposeGateway()` bound to its provider where it has gateway reach, otherwise undefined: for
  * the paths that skip quietly instead of refusing (restoring reach after a restart).
  */

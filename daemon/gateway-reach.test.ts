@@ -9,9 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { GymError } from '../core/errors.ts';
-import type { ProviderContext } from '../providers/sandbox-provider.ts';
+import type { SandboxSpec } from '../core/schemas/sandbox.ts';
+import type { CreateOptions, ProviderContext } from '../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../test/daemon-harness.ts';
 import { MemoryProvider } from '../test/fixtures/memory-provider.ts';
+import type { DaemonConfigInput } from './config.ts';
 
 /** A memory provider with gateway reach: a port per sandbox, forgotten on close as a relay would be. */
 class ReachableProvider extends MemoryProvider {
@@ -44,9 +46,13 @@ afterEach(async () => {
 });
 
 /** A listening daemon (it serves a gateway socket) on `stateDir`, whose provider is `provider`. */
-async function start(stateDir: string, provider: (context: ProviderContext) => MemoryProvider) {
+async function start(
+  stateDir: string,
+  provider: (context: ProviderContext) => MemoryProvider,
+  config: Partial<DaemonConfigInput> = {},
+) {
   const daemon = await startTestDaemon(
-    { stateDir, providers: [{ name: 'memory' }] },
+    { stateDir, providers: [{ name: 'memory' }], ...config },
     { listen: true, factories: { memory: (_options, context) => provider(context) } },
   );
   let isStopped = false;
@@ -79,6 +85,41 @@ describe('gateway reach', () => {
       code: 'CAPABILITY_UNSUPPORTED',
       details: { provider: 'memory', capability: 'gatewayReach' },
     });
+  });
+
+  it('refuses an egress policy on a provider without it before a sandbox is made, and at PUT', async () => {
+    let creates = 0;
+    class Counting extends MemoryProvider {
+      override create(spec: SandboxSpec, options?: CreateOptions) {
+        creates += 1;
+        return super.create(spec, options);
+      }
+    }
+    const { daemon } = await start(await stateDirectory(), (context) => new Counting(context), {
+      egress: { allowedHosts: ['*.test'] },
+    });
+    const policy = { mode: 'allowlist', allowedHosts: ['pypi.test'] };
+    const refused = await post(daemon, '/v1/sandboxes', { image: 'img', network: policy });
+    expect(refused.statusCode).toBe(501);
+    expect(refused.json().error).toMatchObject({
+      code: 'CAPABILITY_UNSUPPORTED',
+      message: expect.stringContaining('egress policy'),
+      details: { provider: 'memory', capability: 'gatewayReach' },
+    });
+    expect(creates).toBe(0);
+    // `none` needs no reach; a PUT that opens something is refused the same way, the policy kept.
+    const id = (await post(daemon, '/v1/sandboxes', { image: 'img', network: { mode: 'none' } })).json()
+      .id as string;
+    const put = await daemon.app.inject({
+      method: 'PUT',
+      url: `/v1/sandboxes/${id}/network`,
+      headers: daemon.auth,
+      payload: policy,
+    });
+    expect(put.statusCode).toBe(501);
+    expect(put.json().error.message).toContain('egress policy');
+    const view = await daemon.app.inject({ url: `/v1/sandboxes/${id}/network`, headers: daemon.auth });
+    expect(view.json()).toEqual({ policy: { mode: 'none', allowedHosts: [] }, proxy: null });
   });
 
   it("answers the provider's URL, the same every time, and hands the provider the gateway socket", async () => {

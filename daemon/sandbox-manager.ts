@@ -10,6 +10,7 @@ import type { Logger } from '../core/logger.ts';
 import type { Sandbox } from '../core/schemas/api.ts';
 import { networkPolicyOf } from '../core/schemas/sandbox.ts';
 import type { RelayStats, SandboxProvider } from '../providers/sandbox-provider.ts';
+import { requireEgressReach } from './capabilities.ts';
 import type { DaemonConfig } from './config.ts';
 import type { EgressAttempt } from './egress/log.ts';
 import type { EgressProxy } from './egress/proxy.ts';
@@ -181,7 +182,14 @@ export class ManagedNetwork {
       typeof input === 'object' && input !== null && 'network' in input
         ? networkPolicyOf((input as { network: unknown }).network)
         : null;
-    if (requested !== null) this.#network.check(requested);
+    if (requested !== null) {
+      this.#network.check(requested);
+      if (requested.mode !== 'none') {
+        const spec = this.#lifecycle.parseSpec(input);
+        const providerName = spec.provider ?? this.#lifecycle.defaultProvider;
+        requireEgressReach(providerName, this.#lifecycle.provider(providerName));
+      }
+    }
     const sandbox = await this.#lifecycle.create(input);
     if (requested === null) return sandbox;
     try {
@@ -204,7 +212,11 @@ export class ManagedNetwork {
    *   `CAPABILITY_UNSUPPORTED` (its provider has no gateway reach for the proxy to ride).
    */
   set(id: string, input: unknown): Promise<NetworkView> {
-    return this.#network.set(this.#lifecycle.record(id), input, () => this.#operations.exposeGateway(id));
+    const record = this.#lifecycle.record(id);
+    return this.#network.set(record, input, () => {
+      requireEgressReach(record.provider, this.#lifecycle.provider(record.provider));
+      return this.#operations.exposeGateway(id);
+    });
   }
 
   /** Every attempt the sandbox made through the proxy, oldest first, and how many were dropped. */

@@ -1,0 +1,3 @@
+import { describeSshRuntimeEgress } from './ssh-runtime-egress.ts';
+
+describeSshRuntimeEgress('enroot');
