@@ -46,11 +46,13 @@ async function harborTask(
   image: string,
   fetchFrom: string,
   verifierHosts: string[],
+  separate = false,
 ) {
   const task = join(root, name);
+  const hosts = `[${verifierHosts.map((host) => JSON.stringify(host)).join(', ')}]`;
   await put(
     join(task, 'task.toml'),
-    `schema_version = "1.4"
+    `${separate ? 'artifacts = ["/tmp/greeting.txt"]\n' : ''}schema_version = "1.4"
 
 [task]
 name = "gym/${name}"
@@ -62,9 +64,7 @@ category = "network"
 
 [verifier]
 timeout_sec = 60.0
-network_mode = "allowlist"
-allowed_hosts = [${verifierHosts.map((host) => JSON.stringify(host)).join(', ')}]
-
+${separate ? '' : `network_mode = "allowlist"\nallowed_hosts = ${hosts}\n`}
 [verifier.env]
 EXPECTED = "Hello, world!"
 
@@ -77,8 +77,11 @@ docker_image = "${image}"
 network_mode = "no-network"
 cpus = 1
 memory_mb = 256
-`,
+${separate ? `\n[verifier.environment]\ncpus = 1\nmemory_mb = 256\nnetwork_mode = "allowlist"\nallowed_hosts = ${hosts}\n` : ''}`,
   );
+  // A separate verifier's image is built from tests/ and carries /tests/test.sh itself.
+  if (separate)
+    await put(join(task, 'tests/Dockerfile'), `FROM ${image}\nCOPY --chmod=755 test.sh /tests/test.sh\n`);
   await put(join(task, 'instruction.md'), 'Write "Hello, world!" into /tmp/greeting.txt.\n');
   await put(join(task, 'environment/Dockerfile'), `FROM ${image}\n`);
   await put(
@@ -107,6 +110,7 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
   let directory = '';
   let image = '';
   const served: string[] = [];
+  const madeImages = new Set<string>();
 
   beforeAll(async () => {
     image = await testImage(docker, 'debian-base');
@@ -138,6 +142,11 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
 
   afterAll(async () => {
     await daemon?.cleanup();
+    for (const made of madeImages)
+      await docker
+        .getImage(made)
+        .remove({ force: true })
+        .catch(() => {});
     packages?.server.close();
     await rm(directory, { recursive: true, force: true });
   });
@@ -147,6 +156,11 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
     const loaded = await loadEnvironment('harbor');
     const environment: LoadedEnvironment = { ...loaded, options: { ...loaded.options, egress } };
     const rows = await readRows(path);
+    await environment.implementation.prepareImages!({ client, environment, rows, logger: silentLogger });
+    for (const row of rows) {
+      const verifierImage = (row.verifier_environment as { image?: string } | undefined)?.image;
+      if (verifierImage !== undefined) madeImages.add(verifierImage);
+    }
     const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
     const summary = await runEval({
       client,
@@ -263,6 +277,30 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
     ]);
     expect((gymFields(byTask.failures[0]!).network as NetworkSummary).refused_targets).toEqual([
       expect.objectContaining({ target: `pkg.test:${packages.port}`, phase: 'verifier' }),
+    ]);
+  }, 300_000);
+  it("creates a separate verifier's sandbox with the verifier phase's policy, and keeps its log with the rollout", async () => {
+    const url = `http://pkg.test:${packages.port}/check-greeting`;
+    const task = await harborTask(
+      directory,
+      'separate-verifier',
+      image,
+      url,
+      [`pkg.test:${packages.port}`],
+      true,
+    );
+    const { rollouts, failures } = await run(task, 'oracle', { allowedHosts: ['pkg.test:*'] });
+    expect(failures).toEqual([]);
+    expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 1]]);
+    const network = gymFields(rollouts[0]!).network as NetworkSummary;
+    expect(network).toMatchObject({ attempts: 1, allowed: 1, phases: { verifier: { attempts: 1 } } });
+    const log = JSON.parse(await readFile(join(directory, network.log!), 'utf8')) as {
+      sandboxes: Array<{ role: string; attempts: unknown[] }>;
+    };
+    // The agent's sandbox (nothing: its phases have no network) and the verifier's.
+    expect(log.sandboxes.map((sandbox) => [sandbox.role, sandbox.attempts.length])).toEqual([
+      ['agent', 0],
+      ['verifier', 1],
     ]);
   }, 300_000);
 });
