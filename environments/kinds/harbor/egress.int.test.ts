@@ -47,6 +47,7 @@ async function harborTask(
   fetchFrom: string,
   verifierHosts: string[],
   separate = false,
+  agentHosts: string[] = [],
 ) {
   const task = join(root, name);
   const hosts = `[${verifierHosts.map((host) => JSON.stringify(host)).join(', ')}]`;
@@ -70,7 +71,7 @@ EXPECTED = "Hello, world!"
 
 [agent]
 timeout_sec = 120.0
-network_mode = "no-network"
+${agentHosts.length === 0 ? 'network_mode = "no-network"' : `network_mode = "allowlist"\nallowed_hosts = ${JSON.stringify(agentHosts)}`}
 
 [environment]
 docker_image = "${image}"
@@ -233,7 +234,7 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
     ]);
   }, 300_000);
 
-  it('refuses the task before any sandbox when the operator does not allow the host, and makes a host the daemon refuses, or one the task does not list, a verifier error', async () => {
+  it("refuses the task before any sandbox when the operator does not allow the host; a host only the daemon refuses stops the run at the agent's switch and is a verifier error at the verifier's, as is one the task does not list", async () => {
     const url = `http://pkg.test:${packages.port}/check-greeting`;
     // The operator's egress configuration (as this run read it) does not cover pkg.test.
     const refusedTask = await harborTask(directory, 'operator-refuses', image, url, [
@@ -267,6 +268,15 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
     expect(String((gymFields(byDaemon.failures[0]!).verifier as { reason: string }).reason)).toMatch(
       /the verifier phase's network \(allowlist \[blocked\.test\]\) is refused by the daemon's egress configuration: .*egress\.allowedHosts.*blocked\.test/,
     );
+    // Refused by the daemon at the agent's switch: a set-up mistake every such rollout would
+    // repeat, so the run stops with it rather than retrying it as an infra fault.
+    const agentRefused = await harborTask(directory, 'daemon-refuses-agent', image, url, [], false, [
+      'blocked.test',
+    ]);
+    await expect(run(agentRefused, 'oracle', { allowedHosts: ['*.test'] })).rejects.toMatchObject({
+      code: 'FORBIDDEN_BY_CONFIG',
+      message: expect.stringMatching(/egress\.allowedHosts.*blocked\.test/),
+    });
     const verifier = gymFields(byTask.failures[0]!).verifier as { reason: string; network_refused: unknown };
     expect(verifier.reason).toMatch(/wrote no \/logs\/verifier\/reward/);
     expect(verifier.network_refused).toEqual([
