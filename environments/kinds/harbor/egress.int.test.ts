@@ -153,7 +153,12 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
   });
 
   /** `gym eval run` as the CLI runs it, the operator's egress cap (as GYM_CONFIG says) in the options. */
-  async function run(path: string, harnessName: string, egress: Record<string, unknown>) {
+  async function run(
+    path: string,
+    harnessName: string,
+    egress: Record<string, unknown>,
+    more: { numRepeats?: number; usePools?: boolean } = {},
+  ) {
     const loaded = await loadEnvironment('harbor');
     const environment: LoadedEnvironment = { ...loaded, options: { ...loaded.options, egress } };
     const rows = await readRows(path);
@@ -176,6 +181,7 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
       resume: false,
       maxInfraAttempts: 2,
       logger: silentLogger,
+      ...more,
     });
     return {
       output,
@@ -312,5 +318,21 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
       ['agent', 0],
       ['verifier', 1],
     ]);
+  }, 300_000);
+  it("gives a sandbox taken from a warm pool the task's policy by a switch", async () => {
+    const url = `http://pkg.test:${packages.port}/check-greeting`;
+    const task = await harborTask(directory, 'pooled', image, url, [`pkg.test:${packages.port}`], false, [
+      'other.test',
+    ]);
+    const { rollouts, failures } = await run(
+      task,
+      'oracle',
+      { allowedHosts: ['*.test:*'] },
+      { numRepeats: 2, usePools: true },
+    );
+    expect(failures).toEqual([]);
+    expect(rollouts.map((row) => row.reward)).toEqual([1, 1]);
+    for (const row of rollouts)
+      expect(gymFields(row).network).toMatchObject({ allowed: 1, phases: { verifier: { attempts: 1 } } });
   }, 300_000);
 });
