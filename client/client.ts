@@ -11,7 +11,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
-import type { Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
+import type { NetworkLog, NetworkView, Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 import type {
   ImageInfoResponse,
@@ -23,7 +23,7 @@ import type {
   PrepareImageResponse,
 } from '../core/schemas/image.ts';
 import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
-import type { SandboxSpecInput } from '../core/schemas/sandbox.ts';
+import type { NetworkPolicyInput, SandboxSpecInput } from '../core/schemas/sandbox.ts';
 import type { ForkRequestInput, SnapshotInfo } from '../core/schemas/snapshot.ts';
 import type { ToolchainCheckRequestInput, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 
@@ -384,6 +384,20 @@ export class GymClient {
    */
   exposeGateway(id: string): Promise<{ url: string }> {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/gateway`, { json: {} });
+  }
+
+  /**
+   * Sets the sandbox's egress policy (docs/egress.md): new connections follow it at once, open
+   * ones are cut. Answers the policy now in force.
+   * @throws GymError `FORBIDDEN_BY_CONFIG` when the daemon's egress configuration does not allow it.
+   */
+  setNetwork(id: string, policy: NetworkPolicyInput): Promise<NetworkView> {
+    return this.#json('PUT', `/v1/sandboxes/${encodeURIComponent(id)}/network`, { json: policy });
+  }
+
+  /** Every attempt the sandbox made through the egress proxy, oldest first (bounded; `dropped` counts the rest). */
+  networkLog(id: string): Promise<NetworkLog> {
+    return this.#json('GET', `/v1/sandboxes/${encodeURIComponent(id)}/network/log`);
   }
 
   /** Opens a gateway rollout; its key is the API key an agent uses. */

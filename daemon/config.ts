@@ -138,9 +138,9 @@ export const DaemonConfigSchema = z
       .strict()
       .default({}),
     /**
-     * What network a benchmark task (Harbor's task.toml network_mode) may declare and still run,
-     * read by `gym eval run` (environments/kinds/harbor/network.ts). Default: no task sandbox
-     * gets a network, and a task that declares one is refused with the reason.
+     * What becomes of a benchmark task (Harbor's task.toml network_mode) that declares more than
+     * `egress` allows, read by `gym eval run` (environments/kinds/harbor/network.ts). Default: it
+     * is refused with the reason.
      */
     taskNetwork: TaskNetworkPolicySchema.prefault({}),
     /** What a sandbox's egress policy may open through the daemon's proxy (daemon/egress/config.ts). */

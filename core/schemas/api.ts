@@ -109,6 +109,9 @@ export const NetworkLogSchema = z.object({
   attempts: z.array(EgressAttemptSchema),
   dropped: z.number().int().nonnegative(),
 });
+export type NetworkView = z.infer<typeof NetworkViewSchema>;
+export type EgressAttemptRecord = z.infer<typeof EgressAttemptSchema>;
+export type NetworkLog = z.infer<typeof NetworkLogSchema>;
 
 /** What `POST /v1/sandboxes/{id}/stop-processes` answers. */
 export const StopProcessesResponseSchema = z.object({

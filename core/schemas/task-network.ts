@@ -6,20 +6,21 @@
 import { z } from 'zod';
 
 /**
- * What network a benchmark task may declare and still run (`taskNetwork`): the most any task
- * sandbox is given, and what becomes of a task that declares more.
+ * What becomes of a benchmark task whose declared network is more than the operator's `egress`
+ * configuration allows (`taskNetwork`). The cap itself is `egress` (`allowPublic`,
+ * `allowedHosts`): each phase's policy goes through the daemon's egress proxy.
  */
 export const TaskNetworkPolicySchema = z
   .object({
     /**
-     * `none` (default): no task sandbox gets a network. `public`: a task that declares `public`
-     * gets the provider's bridge (Docker's `bridge` network; a Docker engine started with
-     * `--bridge=none` has none, and the sandbox's create fails).
+     * No longer read: it once gave `public` tasks the engine's bridge network. Kept so that
+     * configuration files that set it still load; `egress.allowPublic` decides `public` now.
      */
     maximum: z.enum(['none', 'public']).default('none'),
     /**
-     * A task that declares more than `maximum`: `refuse` (default: its failure line says why) or
-     * `cap` (it runs with `maximum`, and its rollout records what it declared and what it got).
+     * A task that declares more than `egress` allows: `refuse` (default: its failure line says why,
+     * before any sandbox starts) or `cap` (each phase keeps what the cap allows, and its rollout
+     * records what it declared and what it got).
      */
     overMaximum: z.enum(['refuse', 'cap']).default('refuse'),
   })

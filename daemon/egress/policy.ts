@@ -77,7 +77,10 @@ function entryCovers(cap: HostEntry, wanted: HostEntry): boolean {
  * Checks a policy against the operator's cap.
  * @throws GymError `FORBIDDEN_BY_CONFIG` naming what the configuration does not allow.
  */
-export function requireWithinCap(policy: NetworkPolicy, config: EgressConfig): void {
+export function requireWithinCap(
+  policy: NetworkPolicy,
+  config: Pick<EgressConfig, 'allowPublic' | 'allowedHosts'>,
+): void {
   if (policy.mode === 'public' && !config.allowPublic) {
     throw new GymError(
       'FORBIDDEN_BY_CONFIG',

@@ -12,6 +12,7 @@ import type { z } from 'zod';
 import type { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
+import type { NetworkPolicy } from '../../core/schemas/sandbox.ts';
 import type { HarnessLimits, HarnessResult, HarnessTask, SandboxHandle } from '../../harnesses/harness.ts';
 import type { EnvironmentDefinition } from '../definition.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
@@ -44,7 +45,19 @@ export interface VerifyContext {
   /** Destroys the agent's sandbox now (idempotent), for kinds that grade in a fresh one. */
   releaseSandbox(): Promise<void>;
   logger: Logger;
+  /**
+   * For a kind with {@link EnvironmentKind.network}: say when a sandbox's policy for a phase took
+   * effect (the verifier's switch), and read a sandbox's egress log before destroying it (a
+   * separate verifier's), so the rollout's records keep every attempt.
+   */
+  network?: {
+    mark(sandboxId: string, phase: 'verifier'): void;
+    read(sandboxId: string, role: 'verifier'): Promise<void>;
+  };
 }
+
+/** A sandbox's egress policy in each phase of a rollout (docs/egress.md). */
+export type PhaseNetwork = Record<'environment' | 'agent' | 'verifier', NetworkPolicy>;
 
 /** What `writeReports` gets once a run has finished. */
 export interface RunReportContext {
@@ -94,6 +107,13 @@ export interface EnvironmentKind {
    * for, say). Optional; the image is always `image()`'s.
    */
   sandbox?(row: TaskRow, environment: LoadedEnvironment): Record<string, unknown>;
+  /**
+   * The egress policy of each phase, for kinds whose tasks declare network (Harbor): the runner
+   * creates the agent's sandbox with `environment`'s and switches it to `agent`'s before the
+   * harness runs; `verify` applies `verifier`'s itself, once the agent's processes are stopped (a
+   * switch cuts the connections open before it). Absent: the spec's network for the whole rollout.
+   */
+  network?(row: TaskRow, environment: LoadedEnvironment): PhaseNetwork;
   /** Harness limits of this row over the environment's and the run's (a task's own time limit). Optional. */
   limits?(row: TaskRow): Partial<HarnessLimits>;
   /** Grades the final state. Only faults from outside the sandbox may be `infra_error`. */

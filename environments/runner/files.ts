@@ -16,6 +16,8 @@ export function outputPaths(output: string) {
     profile: `${stem}_reward_profiling.jsonl`,
     /** The agents' own files, one folder per rollout (`agent-logs.ts`). */
     agentLogs: `${stem}_agent_logs`,
+    /** Each rollout's egress log, one file per rollout (`network-records.ts`). */
+    networkLogs: `${stem}_network_logs`,
   };
 }
 

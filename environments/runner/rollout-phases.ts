@@ -16,6 +16,7 @@ import type { Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import type { EvalOptions } from './eval-types.ts';
 import { outputPaths } from './files.ts';
+import type { RolloutNetworkRecords } from './network-records.ts';
 
 /** What every phase of one rollout attempt reads. */
 export interface RolloutContext {
@@ -31,6 +32,8 @@ export interface RolloutContext {
   /** The agent sandbox's image, or null for a kind that gives its harness none. */
   image: string | null;
   tracing: Tracing;
+  /** The rollout's egress records (`network-records.ts`), for a kind whose phases have policies. */
+  network: RolloutNetworkRecords;
 }
 
 /** The model endpoint the harness is given. */
@@ -61,6 +64,10 @@ const CONFIGURATION_ERRORS = new Set<string>([
   'UNAUTHORIZED',
   'PROVIDER_NOT_FOUND',
   'POOL_NOT_FOUND',
+  // The daemon's configuration refuses what the run asks (a sandbox setting, a task's network
+  // that the configuration this run read allowed): every such rollout would fail alike, and
+  // retrying it as an outage would only loop.
+  'FORBIDDEN_BY_CONFIG',
 ]);
 
 /**
@@ -72,14 +79,45 @@ export async function acquireSandbox(context: RolloutContext): Promise<Sandbox |
   if (image === null) return undefined;
   const { environment } = options;
   const kind = environment.implementation;
+  const network = phaseNetwork(context);
   const spec = {
     ...(environment.sandbox as object),
     ...kind.sandbox?.(row, environment),
+    ...(network === undefined ? {} : { network: network.environment }),
     image,
     labels: { role: 'agent' },
   };
   const pool = context.pools.get(image);
-  return client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } });
+  const sandbox = await client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } });
+  if (network !== undefined) {
+    // A pool's sandbox keeps its pool's engine mode: it gets the task's policy by a switch.
+    if (pool !== undefined) await client.setNetwork(sandbox.id, network.environment);
+    context.network.mark(sandbox.id, 'environment');
+  }
+  return sandbox;
+}
+
+/** The kind's policy per phase, when its task opens any network (else none is set or switched). */
+function phaseNetwork(context: RolloutContext) {
+  const { options, row } = context;
+  const network = options.environment.implementation.network?.(row, options.environment);
+  if (network === undefined || Object.values(network).every((policy) => policy.mode === 'none'))
+    return undefined;
+  return network;
+}
+
+/**
+ * The agent phase's network, switched to before the harness runs: what the set-up (an image's
+ * ENTRYPOINT) opened under the environment phase's policy is cut.
+ */
+export async function enterAgentNetwork(
+  context: RolloutContext,
+  sandboxId: string | undefined,
+): Promise<void> {
+  const network = phaseNetwork(context);
+  if (network === undefined || sandboxId === undefined) return;
+  await context.client.setNetwork(sandboxId, network.agent);
+  context.network.mark(sandboxId, 'agent');
 }
 
 /** The harness's handle on the sandbox; without one, a handle that refuses any use. */
@@ -217,6 +255,10 @@ export async function verifyRollout(
     harnessResult,
     releaseSandbox,
     logger: options.logger,
+    network: {
+      mark: (sandboxId, phase) => context.network.mark(sandboxId, phase),
+      read: (sandboxId, role) => context.network.read(sandboxId, role),
+    },
   });
 }
 

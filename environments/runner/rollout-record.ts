@@ -5,6 +5,7 @@
 import type { HarnessResult } from '../../harnesses/harness.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { Timings } from './eval-types.ts';
+import type { NetworkSummary } from './network-records.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields } from './rollout-line.ts';
 import type { AgentRecords, RolloutContext } from './rollout-phases.ts';
 import { configuredPrices, sumUsage } from './usage.ts';
@@ -17,6 +18,8 @@ export interface RolloutEnd {
   timings: Timings;
   /** When the attempt started (ms since the epoch). */
   startedAtMs: number;
+  /** The egress summary, when the rollout's sandboxes had network policies (`network-records.ts`). */
+  network?: NetworkSummary;
 }
 
 export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<string, unknown> {
@@ -45,6 +48,7 @@ export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<st
     ...(usage === undefined ? {} : { usage }),
     timings,
     sandbox: { image },
+    ...(end.network === undefined ? {} : { network: end.network }),
     ...(kind.describeRollout === undefined ? {} : { task: kind.describeRollout(row, environment, verdict) }),
   };
   return {

@@ -8,11 +8,14 @@ import type { HarnessLimits, HarnessResult } from '../../harnesses/harness.ts';
 import type { TaskRow } from '../kinds/kind.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { EvalOptions, Timings } from './eval-types.ts';
+import { outputPaths } from './files.ts';
+import { RolloutNetworkRecords } from './network-records.ts';
 import { gymFields } from './rollout-line.ts';
 import {
   type AgentRecords,
   acquireSandbox,
   collectAgentRecords,
+  enterAgentNetwork,
   faultVerdict,
   openModel,
   type RolloutContext,
@@ -87,6 +90,7 @@ async function runPhases(
     client,
     image: options.environment.implementation.image(row, options.environment),
     tracing,
+    network: new RolloutNetworkRecords(client),
   };
   const phase = <T>(name: string, work: (span: TraceSpan) => Promise<T>) =>
     tracing.inSpan(`gym.rollout.${name}`, {}, work);
@@ -99,7 +103,10 @@ async function runPhases(
   const releaseSandbox = async () => {
     const id = sandboxId;
     sandboxId = undefined;
-    if (id !== undefined) await client.destroySandbox(id).catch(() => {});
+    if (id === undefined) return;
+    // The daemon keeps a sandbox's egress log only while the sandbox lives.
+    await context.network.read(id, 'agent');
+    await client.destroySandbox(id).catch(() => {});
   };
   try {
     sandboxId = await phase('acquire', async (span) => {
@@ -110,7 +117,10 @@ async function runPhases(
       return acquired?.id;
     });
     const sandbox = sandboxHandle(context, sandboxId);
-    await phase('setup', () => setupSandbox(context, sandbox));
+    await phase('setup', async () => {
+      await setupSandbox(context, sandbox);
+      await enterAgentNetwork(context, sandboxId);
+    });
     timings.sandboxMs = Date.now() - started;
     watch.start();
     // In the rollout's own span, not a phase's: the daemon nests the rollout's model calls
@@ -159,7 +169,19 @@ async function runPhases(
       reward: 0,
       details: { reason: `a command of the rollout lost its sandbox: ${loss.reason}`, sandboxLost: loss },
     };
+  // A verdict without a reward, or a 0, whose tests were refused a host: the line says which.
+  const refused = context.network.refusedIn('verifier');
+  if (refused.length > 0 && (verdict.outcome === 'verifier_error' || verdict.outcome === 'reward'))
+    verdict = { ...verdict, details: { ...verdict.details, network_refused: refused.slice(0, 10) } };
+  const network = await context.network.keep(outputPaths(options.output).networkLogs, rolloutId);
   timings.totalMs = Date.now() - started;
-  const end: RolloutEnd = { verdict, harnessResult, records, timings, startedAtMs: started };
+  const end: RolloutEnd = {
+    verdict,
+    harnessResult,
+    records,
+    timings,
+    startedAtMs: started,
+    ...(network === undefined ? {} : { network }),
+  };
   return rolloutLine(context, end);
 }

@@ -104,6 +104,11 @@ export interface HarborTestRun {
    * ENTRYPOINT, whose services the tests may need; the stop ended them with the agent's).
    */
   startCommand?: string;
+  /**
+   * Runs once the agent's processes are stopped, before anything of the tests (the verifier
+   * phase's network policy, say); a verdict it answers ends the verification with it.
+   */
+  beforeTests?: () => Promise<Verdict | null>;
 }
 
 export const REWARD_JSON_FILE = '/logs/verifier/reward.json';
@@ -117,6 +122,8 @@ export async function verifyScript(
 ): Promise<Verdict> {
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
+  const prepared = await harbor?.beforeTests?.();
+  if (prepared !== undefined && prepared !== null) return prepared;
   // Nothing of the agent runs now: its tools are compared with the image's before any is used.
   // A separate verifier's sandbox has its image's own /tests; Terminal-Bench's run-tests.sh is run
   // by bash, which the check covers whatever the script names.

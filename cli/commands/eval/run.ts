@@ -106,20 +106,21 @@ export async function policyConfig(
  */
 /**
  * What the operator's configuration (GYM_CONFIG and its environment variables) says of the tasks
- * a run may take: `taskNetwork` and `maxResources`. Read here whether or not a daemon runs (one
- * started with the same configuration enforces `maxResources` again at each create): a task
- * over them is refused with the reason before any sandbox starts.
+ * a run may take: `taskNetwork`, the `egress` cap and `maxResources`. Read here whether or not a
+ * daemon runs (one started with the same configuration enforces `maxResources` and `egress` again
+ * at each create and policy switch): a task over them is refused with the reason before any
+ * sandbox starts.
  */
 export async function operatorTaskSettings(
   env: Readonly<Record<string, string | undefined>>,
-): Promise<Pick<DaemonConfig, 'taskNetwork' | 'maxResources'>> {
+): Promise<Pick<DaemonConfig, 'taskNetwork' | 'egress' | 'maxResources'>> {
   const { configPath, ...fromEnvironment } = configFromEnvironment(env);
   const config = await loadConfig({
     ...(configPath === undefined ? {} : { configPath }),
     overrides: [fromEnvironment],
     env,
   });
-  return { taskNetwork: config.taskNetwork, maxResources: config.maxResources };
+  return { taskNetwork: config.taskNetwork, egress: config.egress, maxResources: config.maxResources };
 }
 
 export async function evalDaemonConfig(

@@ -21,6 +21,7 @@ import { readJsonl } from '../../runner/files.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
+const NONE = { mode: 'none', allowedHosts: [] };
 const EXAMPLES = join(import.meta.dirname, '../../harbor/tasks');
 const CLI = join(import.meta.dirname, '../../../cli/main.ts');
 
@@ -250,7 +251,10 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     // Declared nothing: ran with none, and the line says so.
     expect(gymFields(rollouts[0]!).task).toEqual({
       verifier_environment: 'shared',
-      network: { declared: { agent: null, verifier: null }, applied: { agent: 'none', verifier: 'none' } },
+      network: {
+        declared: { environment: null, agent: null, verifier: null },
+        applied: { environment: NONE, agent: NONE, verifier: NONE },
+      },
     });
     const reasons = Object.fromEntries(
       failures.map((row) => [String(row.task_dir).split('/').at(-1), gymFields(row).reason]),
@@ -268,7 +272,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     );
     expect(reasons['c-mcp']).toMatch(/MCP servers \(\[\[environment\.mcp_servers\]\]\) are not supported/);
     expect(reasons['d-network']).toMatch(
-      /the verifier phase declares network_mode public, and the operator's taskNetwork\.maximum is none/,
+      /the verifier phase declares network_mode public, beyond the operator's egress configuration \(.*egress\.allowPublic/,
     );
     expect(reasons['d-network']).not.toMatch(/agent phase declares/);
     expect(reasons['e-legacy-internet']).toMatch(/the agent phase declares network_mode public/);
@@ -294,8 +298,8 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     expect(rollouts.map((row) => [row.id, row.reward])).toEqual([['gym/gym-formats-capped', 0]]);
     expect(gymFields(rollouts[0]!).task).toMatchObject({
       network: {
-        declared: { agent: null, verifier: { mode: 'public' } },
-        applied: { agent: 'none', verifier: 'none' },
+        declared: { environment: null, agent: null, verifier: { mode: 'public' } },
+        applied: { environment: NONE, agent: NONE, verifier: NONE },
         capped: [expect.stringMatching(/verifier phase declares network_mode public.*: ran with none/)],
       },
     });

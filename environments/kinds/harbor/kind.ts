@@ -7,15 +7,25 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
-import { GymError } from '../../../core/errors.ts';
+import { GymError, isGymError } from '../../../core/errors.ts';
+import type { NetworkPolicy } from '../../../core/schemas/sandbox.ts';
 import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../core/schemas/task-network.ts';
+import { EgressConfigSchema } from '../../../daemon/egress/config.ts';
 import type { HarnessTask } from '../../../harnesses/harness.ts';
 import type { LoadedEnvironment } from '../../environment.ts';
 import { verifyScript } from '../../verifiers/script.ts';
+import type { Verdict } from '../../verifiers/verifier.ts';
 import { nonEmpty, sandboxPath } from '../fields.ts';
 import { type EnvironmentKind, parseRow, type TaskRow } from '../kind.ts';
 import { buildHarborImages } from './images.ts';
-import { DEFAULT_TASK_NETWORK, type DeclaredNetwork, decideNetwork, sandboxNetwork } from './network.ts';
+import {
+  DEFAULT_EGRESS_CAP,
+  DEFAULT_TASK_NETWORK,
+  type DeclaredNetwork,
+  decideNetwork,
+  type EgressCap,
+  opensAnything,
+} from './network.ts';
 import { verifySeparately } from './separate-verifier.ts';
 import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
 import type { HarborRow } from './task-row.ts';
@@ -47,7 +57,11 @@ const TaskRowSchema = z.looseObject({
   memory_mb: z.number().int().positive().optional(),
   build_timeout_sec: z.number().positive().max(MAX_BUILD_TIMEOUT_SEC).optional(),
   declared_network: z
-    .object({ agent: PolicySchema.nullable(), verifier: PolicySchema.nullable() })
+    .object({
+      environment: PolicySchema.nullable().optional(),
+      agent: PolicySchema.nullable(),
+      verifier: PolicySchema.nullable(),
+    })
     .default({ agent: null, verifier: null }),
 });
 
@@ -80,11 +94,50 @@ export function operatorTaskNetwork(environment: LoadedEnvironment): TaskNetwork
   return parsed.data;
 }
 
+/**
+ * The operator's cap on what a task's network may open (`egress` of GYM_CONFIG, which `gym eval
+ * run` puts in the options; the daemon it talks to enforces its own again): nothing by default.
+ */
+export function operatorEgressCap(environment: LoadedEnvironment): EgressCap {
+  const given = (environment.options as { egress?: unknown } | undefined)?.egress;
+  if (given === undefined) return DEFAULT_EGRESS_CAP;
+  const parsed = EgressConfigSchema.safeParse(given);
+  if (!parsed.success)
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `environment ${environment.name}: options.egress: ${parsed.error.issues.map((issue) => issue.message).join('; ')}`,
+    );
+  return { allowPublic: parsed.data.allowPublic, allowedHosts: parsed.data.allowedHosts };
+}
+
 function networkOf(row: TaskRow, environment: LoadedEnvironment) {
   const declared = (row.declared_network ?? { agent: null, verifier: null }) as DeclaredNetwork;
   return {
     declared,
-    decision: decideNetwork(declared, operatorTaskNetwork(environment), separateOf(row) !== undefined),
+    decision: decideNetwork(declared, {
+      taskNetwork: operatorTaskNetwork(environment),
+      egress: operatorEgressCap(environment),
+    }),
+  };
+}
+
+/** Whether any phase of the task opens anything (else no switch is made and no log kept). */
+const needsEgress = (row: TaskRow, environment: LoadedEnvironment) =>
+  Object.values(networkOf(row, environment).decision.applied).some(opensAnything);
+
+/**
+ * A phase's policy the daemon refused (its egress configuration is narrower than the one this
+ * run read): the tests cannot run as the task declares them, a verifier error (no reward, not
+ * retried) that names the setting. Anything else is thrown on.
+ */
+function refusedPolicy(error: unknown, policy: NetworkPolicy): Verdict {
+  if (!isGymError(error, 'FORBIDDEN_BY_CONFIG')) throw error;
+  return {
+    outcome: 'verifier_error',
+    reward: 0,
+    details: {
+      reason: `the verifier phase's network (${policy.mode}${policy.mode === 'allowlist' ? ` [${policy.allowedHosts.join(', ')}]` : ''}) is refused by the daemon's egress configuration: ${error.message}`,
+    },
   };
 }
 
@@ -202,12 +255,11 @@ export const kind: EnvironmentKind = {
     taskEnv(row, environment, 'solution_env', '[solution]');
   },
   // task.toml's env over the environment's, its cpus and memory_mb over the environment's
-  // defaults (whose pids limit stays), the network its agent phase gets.
+  // defaults (whose pids limit stays). Its network is `network`'s, set by the runner.
   sandbox: (row, environment) => {
     const { over: _over, ...asked } = taskResources(row, environment);
     return {
       workdir: String(row.workdir),
-      network: sandboxNetwork(networkOf(row, environment).decision.applied.agent),
       env: {
         ...((environment.sandbox as { env?: object }).env ?? {}),
         ...taskEnv(row, environment, 'environment_env', '[environment]'),
@@ -224,6 +276,7 @@ export const kind: EnvironmentKind = {
         `the image's ENTRYPOINT could not be started (${started.status}, exit ${started.exitCode})`,
       );
   },
+  network: (row, environment) => networkOf(row, environment).decision.applied,
   limits: (row) =>
     typeof row.agent_timeout_sec === 'number' ? { wallTimeMs: row.agent_timeout_sec * 1000 } : {},
   task: (row, environment, options) => {
@@ -245,8 +298,10 @@ export const kind: EnvironmentKind = {
     };
   },
   verify: (context) => {
-    const { row, sandbox, environment } = context;
+    const { row, sandbox, environment, client } = context;
     const separate = separateOf(row);
+    const verifierPolicy = networkOf(row, environment).decision.applied.verifier;
+    const egress = needsEgress(row, environment);
     const test = {
       workdir: separate?.workdir ?? String(row.workdir),
       env: taskEnv(row, environment, 'verifier_env', '[verifier]'),
@@ -274,8 +329,9 @@ export const kind: EnvironmentKind = {
             ...(separate.cpus === undefined ? {} : { cpus: separate.cpus }),
             ...(separate.memory_mb === undefined ? {} : { memoryMiB: separate.memory_mb }),
           },
-          network: sandboxNetwork(networkOf(row, environment).decision.applied.verifier),
+          network: opensAnything(verifierPolicy) ? verifierPolicy : 'none',
         },
+        ...(egress ? { network: { refused: (error: unknown) => refusedPolicy(error, verifierPolicy) } } : {}),
       });
     return verifyScript(
       sandbox,
@@ -285,6 +341,21 @@ export const kind: EnvironmentKind = {
         ...test,
         ...(isTerminalBench(row) ? { terminalBench: { runTests: runTestsOf(String(row.task_dir)) } } : {}),
         ...(entrypointCommand(row) === undefined ? {} : { startCommand: entrypointCommand(row)! }),
+        // The verifier's policy once nothing of the agent runs: the switch cuts every tunnel the
+        // agent opened, and the tests get exactly what [verifier] declares.
+        ...(egress
+          ? {
+              beforeTests: async () => {
+                try {
+                  await client.setNetwork(sandbox.id, verifierPolicy);
+                } catch (error) {
+                  return refusedPolicy(error, verifierPolicy);
+                }
+                context.network?.mark(sandbox.id, 'verifier');
+                return null;
+              },
+            }
+          : {}),
       },
     );
   },

@@ -1,9 +1,18 @@
 import { describe, expect, it } from 'vitest';
-import { type DeclaredNetwork, decideNetwork, declaredNetwork } from './network.ts';
+import { type DeclaredNetwork, decideNetwork, declaredNetwork, type OperatorNetwork } from './network.ts';
 
-const refuse = { maximum: 'none', overMaximum: 'refuse' } as const;
-const cap = { maximum: 'none', overMaximum: 'cap' } as const;
-const publicAllowed = { maximum: 'public', overMaximum: 'refuse' } as const;
+const closed = { allowPublic: false, allowedHosts: [] };
+const refuse: OperatorNetwork = { taskNetwork: { maximum: 'none', overMaximum: 'refuse' }, egress: closed };
+const cap: OperatorNetwork = { taskNetwork: { maximum: 'none', overMaximum: 'cap' }, egress: closed };
+const packages: OperatorNetwork = {
+  taskNetwork: { maximum: 'none', overMaximum: 'refuse' },
+  egress: { allowPublic: false, allowedHosts: ['*.pkg.test', 'pypi.test'] },
+};
+const publicAllowed: OperatorNetwork = {
+  taskNetwork: { maximum: 'none', overMaximum: 'refuse' },
+  egress: { allowPublic: true, allowedHosts: [] },
+};
+const NONE = { mode: 'none', allowedHosts: [] };
 
 describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
   it('takes a phase override over the [environment] baseline, and allow_internet only where no network_mode is set', () => {
@@ -14,7 +23,11 @@ describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
         verifier: { network_mode: 'public' },
         separateVerifier: false,
       }),
-    ).toEqual({ agent: { mode: 'no-network' }, verifier: { mode: 'public' } });
+    ).toEqual({
+      environment: { mode: 'no-network' },
+      agent: { mode: 'no-network' },
+      verifier: { mode: 'public' },
+    });
     expect(
       declaredNetwork({
         environment: { allow_internet: true },
@@ -22,7 +35,7 @@ describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
         verifier: {},
         separateVerifier: false,
       }),
-    ).toEqual({ agent: { mode: 'public' }, verifier: { mode: 'public' } });
+    ).toEqual({ environment: { mode: 'public' }, agent: { mode: 'public' }, verifier: { mode: 'public' } });
     expect(
       declaredNetwork({
         environment: { allow_internet: true, network_mode: 'no-network' },
@@ -30,7 +43,11 @@ describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
         verifier: {},
         separateVerifier: false,
       }),
-    ).toEqual({ agent: { mode: 'no-network' }, verifier: { mode: 'no-network' } });
+    ).toEqual({
+      environment: { mode: 'no-network' },
+      agent: { mode: 'no-network' },
+      verifier: { mode: 'no-network' },
+    });
     expect(
       declaredNetwork({
         environment: {},
@@ -38,7 +55,11 @@ describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
         verifier: {},
         separateVerifier: false,
       }),
-    ).toEqual({ agent: { mode: 'allowlist', allowed_hosts: ['pypi.org'] }, verifier: null });
+    ).toEqual({
+      environment: null,
+      agent: { mode: 'allowlist', allowed_hosts: ['pypi.org'] },
+      verifier: null,
+    });
     // A separate verifier's baseline is its own environment's.
     expect(
       declaredNetwork({
@@ -47,7 +68,11 @@ describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
         verifier: { environment: { network_mode: 'no-network' } },
         separateVerifier: true,
       }),
-    ).toEqual({ agent: { mode: 'public' }, verifier: { mode: 'no-network' } });
+    ).toEqual({
+      environment: { mode: 'public' },
+      agent: { mode: 'public' },
+      verifier: { mode: 'no-network' },
+    });
     expect(() =>
       declaredNetwork({
         environment: { allowed_hosts: ['x.org'] },
@@ -59,11 +84,12 @@ describe("task.toml's network, phase by phase, as Harbor resolves it", () => {
   });
 });
 
-describe("what a task's phases get under the operator's rule", () => {
-  const declared = (agent: DeclaredNetwork['agent'], verifier: DeclaredNetwork['verifier']) => ({
-    agent,
-    verifier,
-  });
+describe("what a task's phases get under the operator's egress cap", () => {
+  const declared = (
+    agent: DeclaredNetwork['agent'],
+    verifier: DeclaredNetwork['verifier'],
+    environment: DeclaredNetwork['agent'] = null,
+  ) => ({ environment, agent, verifier });
 
   it('gives none to a task that declares nothing, no-network or an allowlist of no host', () => {
     for (const policy of [
@@ -71,42 +97,75 @@ describe("what a task's phases get under the operator's rule", () => {
       { mode: 'no-network' as const },
       { mode: 'allowlist' as const, allowed_hosts: [] },
     ])
-      expect(decideNetwork(declared(policy, policy), refuse, false)).toEqual({
-        applied: { agent: 'none', verifier: 'none' },
+      expect(decideNetwork(declared(policy, policy, policy), refuse)).toEqual({
+        applied: { environment: NONE, agent: NONE, verifier: NONE },
         capped: [],
       });
   });
 
-  it('refuses public or an allowlist over the maximum with the reason, or caps it when the operator says so', () => {
-    const needsPublic = declared(null, { mode: 'public' });
-    expect(decideNetwork(needsPublic, refuse, false).refused).toMatch(
-      /verifier phase declares network_mode public, and the operator's taskNetwork\.maximum is none.*overMaximum = "cap"/,
-    );
-    expect(decideNetwork(needsPublic, cap, false)).toEqual({
-      applied: { agent: 'none', verifier: 'none' },
-      capped: [expect.stringMatching(/verifier phase declares network_mode public.*: ran with none/)],
+  it('gives each phase its own policy within the cap: an agent with none, a verifier that installs from the package host', () => {
+    expect(
+      decideNetwork(
+        declared(
+          { mode: 'no-network' },
+          { mode: 'allowlist', allowed_hosts: ['Files.PKG.test', 'pypi.test'] },
+        ),
+        packages,
+      ),
+    ).toEqual({
+      applied: {
+        environment: NONE,
+        agent: NONE,
+        verifier: { mode: 'allowlist', allowedHosts: ['files.pkg.test', 'pypi.test'] },
+      },
+      capped: [],
     });
-    const allowlist = declared({ mode: 'allowlist', allowed_hosts: ['pypi.org'] }, null);
-    // No egress proxy: an allowlist is never granted, and never widened to public.
-    expect(decideNetwork(allowlist, publicAllowed, true).refused).toMatch(
-      /allowlist \[pypi\.org\].*no egress proxy/,
-    );
-    expect(decideNetwork(allowlist, { maximum: 'public', overMaximum: 'cap' }, true).applied.agent).toBe(
-      'none',
-    );
+    expect(decideNetwork(declared(null, { mode: 'public' }), publicAllowed).applied.verifier).toEqual({
+      mode: 'public',
+      allowedHosts: [],
+    });
   });
 
-  it('gives public where the operator allows it, and refuses phases of one sandbox that would differ', () => {
-    expect(decideNetwork(declared({ mode: 'public' }, { mode: 'public' }), publicAllowed, false)).toEqual({
-      applied: { agent: 'public', verifier: 'public' },
-      capped: [],
-    });
-    expect(decideNetwork(declared(null, { mode: 'public' }), publicAllowed, false).refused).toMatch(
-      /share one sandbox, whose network is set when it starts/,
+  it('refuses what the cap does not allow with the phase, the host and the setting, or caps it when told to', () => {
+    const beyond = declared(
+      { mode: 'allowlist', allowed_hosts: ['pypi.test', 'evil.test'] },
+      { mode: 'public' },
     );
-    expect(decideNetwork(declared(null, { mode: 'public' }), publicAllowed, true)).toEqual({
-      applied: { agent: 'none', verifier: 'public' },
-      capped: [],
+    const refused = decideNetwork(beyond, packages).refused;
+    expect(refused).toMatch(
+      /agent phase declares network_mode allowlist \[pypi\.test, evil\.test\].*egress\.allowedHosts.*evil\.test/,
+    );
+    expect(refused).toMatch(/verifier phase declares network_mode public.*egress\.allowPublic/);
+    expect(refused).toMatch(/overMaximum = "cap"/);
+    const capped = decideNetwork(beyond, {
+      ...packages,
+      taskNetwork: { maximum: 'none', overMaximum: 'cap' },
+    });
+    expect(capped.refused).toBeUndefined();
+    // An allowlist keeps the hosts the cap covers; public is never narrowed into a guess: none.
+    expect(capped.applied.agent).toEqual({ mode: 'allowlist', allowedHosts: ['pypi.test'] });
+    expect(capped.applied.verifier).toEqual(NONE);
+    expect(capped.capped).toEqual([
+      expect.stringMatching(/agent phase .*: ran with allowlist \[pypi\.test\]/),
+      expect.stringMatching(/verifier phase .*: ran with none/),
+    ]);
+    expect(decideNetwork(declared(null, { mode: 'public' }), cap).applied.verifier).toEqual(NONE);
+  });
+
+  it('refuses an allowed_hosts entry no proxy can take', () => {
+    expect(() =>
+      decideNetwork(
+        declared({ mode: 'allowlist', allowed_hosts: ['https://pypi.test/simple'] }, null),
+        packages,
+      ),
+    ).toThrow(/\[agent\]: allowed_hosts entry "https:\/\/pypi\.test\/simple" is not a host name/);
+  });
+
+  it('takes the agent phase for the start of a row read before the baseline was kept', () => {
+    const old = { agent: { mode: 'allowlist' as const, allowed_hosts: ['pypi.test'] }, verifier: null };
+    expect(decideNetwork(old, packages).applied.environment).toEqual({
+      mode: 'allowlist',
+      allowedHosts: ['pypi.test'],
     });
   });
 });

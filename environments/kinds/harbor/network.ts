@@ -8,17 +8,26 @@
  * Older files say `allow_internet = true | false` on a baseline section, which counts only where
  * that section sets no `network_mode`.
  *
+ * Each phase's policy becomes the sandbox's egress policy (the daemon's proxy, docs/egress.md):
+ * the sandbox is created with the environment phase's, the runner switches to the agent's before
+ * the agent runs and to the verifier's before the tests (a switch cuts open connections). The
+ * sandbox itself never gets an engine network.
+ *
  * Where we differ: Harbor's baseline defaults to `public`; a task here that declares nothing runs
- * with no network (our default), and the rollout says so. A task that declares more than the
- * operator allows (`taskNetwork` in the daemon's configuration) is refused with the reason,
- * unless the operator chose to run such tasks under its own cap; either way the rollout records
- * both what the task declared and what it got, so a 0 earned without the network the task needed
- * is never read as a real 0. No egress proxy exists yet, so an allowlist with hosts is more than
- * `none` and cannot be granted as such.
+ * with no network (our default), and the rollout says so. `public` and each allow-listed host are
+ * capped by the operator's `egress` configuration (`allowPublic`, `allowedHosts`): a task that
+ * declares more is refused before any sandbox starts, with the phase, the host and the setting
+ * named (an invalid row of the run: never a reward, never retried), unless the operator chose to
+ * run such tasks under its cap (`taskNetwork.overMaximum = "cap"`: the phase keeps only what the
+ * cap allows, and the rollout records what it declared and what it got).
  */
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
+import type { NetworkPolicy } from '../../../core/schemas/sandbox.ts';
+import { AllowedHostSchema } from '../../../core/schemas/sandbox.ts';
 import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../core/schemas/task-network.ts';
+import type { EgressConfig } from '../../../daemon/egress/config.ts';
+import { requireWithinCap } from '../../../daemon/egress/policy.ts';
 
 export type { TaskNetworkPolicy };
 
@@ -29,14 +38,31 @@ export interface DeclaredPolicy {
   allowed_hosts?: string[];
 }
 
-/** What the task declares for the agent's run and for its tests; null where it declares nothing. */
+/**
+ * What the task declares for its sandbox's start (`environment`: the baseline, absent in rows read
+ * before it was kept), the agent's run and its tests; null where it declares nothing.
+ */
 export interface DeclaredNetwork {
+  environment?: DeclaredPolicy | null;
   agent: DeclaredPolicy | null;
   verifier: DeclaredPolicy | null;
 }
 
-/** The network a sandbox is given here: none (loopback only) or public egress. */
-export type AppliedNetwork = 'none' | 'public';
+/** The phases of a rollout whose network a task declares. */
+export type NetworkPhase = 'environment' | 'agent' | 'verifier';
+export const NETWORK_PHASES: readonly NetworkPhase[] = ['environment', 'agent', 'verifier'];
+
+/** The part of the operator's `egress` configuration that caps what a policy may open. */
+export type EgressCap = Pick<EgressConfig, 'allowPublic' | 'allowedHosts'>;
+
+/** What the operator's configuration says of tasks' network: the egress cap, and what to do over it. */
+export interface OperatorNetwork {
+  taskNetwork: TaskNetworkPolicy;
+  egress: EgressCap;
+}
+
+/** Nothing opened: the default cap, as the daemon's. */
+export const DEFAULT_EGRESS_CAP: EgressCap = { allowPublic: false, allowedHosts: [] };
 
 export const DEFAULT_TASK_NETWORK: TaskNetworkPolicy = TaskNetworkPolicySchema.parse({});
 
@@ -92,79 +118,109 @@ export function declaredNetwork(config: {
     ? (sectionPolicy(config.verifier.environment, '[verifier.environment]') ?? baseline)
     : baseline;
   return {
+    environment: baseline,
     agent: sectionPolicy({ ...config.agent, allow_internet: undefined }, '[agent]') ?? baseline,
     verifier:
       sectionPolicy({ ...config.verifier, allow_internet: undefined }, '[verifier]') ?? verifierBaseline,
   };
 }
 
-/** What a declared policy needs: none (no-network, an allowlist of no host), or more. */
-function needs(policy: DeclaredPolicy | null): 'none' | 'public' | 'allowlist' {
-  if (policy === null || policy.mode === 'no-network') return 'none';
-  if (policy.mode === 'allowlist') return (policy.allowed_hosts ?? []).length === 0 ? 'none' : 'allowlist';
-  return 'public';
-}
+const NO_NETWORK: NetworkPolicy = { mode: 'none', allowedHosts: [] };
 
 const describePolicy = (policy: DeclaredPolicy) =>
   policy.mode === 'allowlist' ? `allowlist [${(policy.allowed_hosts ?? []).join(', ')}]` : policy.mode;
 
+/**
+ * A declared policy as the sandbox's egress policy: `no-network` (or nothing) is `none`, an
+ * allowlist of no host is `none`, host names are lower-cased (an entry with no port opens 80 and
+ * 443, as Harbor's do).
+ * @throws GymError `VALIDATION_FAILED` for an entry the proxy cannot take (a URL, a path).
+ */
+export function egressPolicyOf(policy: DeclaredPolicy | null, where: string): NetworkPolicy {
+  if (policy === null || policy.mode === 'no-network') return NO_NETWORK;
+  if (policy.mode === 'public') return { mode: 'public', allowedHosts: [] };
+  const hosts = (policy.allowed_hosts ?? []).map((host) => host.trim().toLowerCase());
+  if (hosts.length === 0) return NO_NETWORK;
+  for (const host of hosts)
+    if (!AllowedHostSchema.safeParse(host).success)
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `${where}: allowed_hosts entry "${host}" is not a host name, a "*.suffix" or an IP literal (optionally with :port)`,
+      );
+  return { mode: 'allowlist', allowedHosts: [...new Set(hosts)] };
+}
+
+/** Why the cap refuses a policy, or undefined when it allows it. */
+function capRefusal(policy: NetworkPolicy, cap: EgressCap): string | undefined {
+  try {
+    requireWithinCap(policy, cap);
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
+/** The most of a policy the cap allows: the allow-listed hosts it covers; public over a closed cap is none. */
+function capped(policy: NetworkPolicy, cap: EgressCap): NetworkPolicy {
+  if (policy.mode !== 'allowlist') return NO_NETWORK;
+  const kept = policy.allowedHosts.filter(
+    (host) => capRefusal({ mode: 'allowlist', allowedHosts: [host] }, cap) === undefined,
+  );
+  return kept.length === 0 ? NO_NETWORK : { mode: 'allowlist', allowedHosts: kept };
+}
+
 export interface NetworkDecision {
-  /** Per phase, what the sandbox gets; one value for both (one sandbox cannot change its network). */
-  applied: { agent: AppliedNetwork; verifier: AppliedNetwork };
+  /** Per phase, the sandbox's egress policy. */
+  applied: Record<NetworkPhase, NetworkPolicy>;
   /** Why the task is refused, when it is. */
   refused?: string;
   /** Each phase given less than it declared, said in the rollout. */
   capped: string[];
 }
 
+const SECTION: Record<NetworkPhase, string> = {
+  environment: '[environment]',
+  agent: '[agent]',
+  verifier: '[verifier]',
+};
+
 /**
- * What the task's phases get under the operator's policy. A phase that needs more than the
- * maximum (public over `none`; an allowlist, which nothing here enforces yet) is refused, or
- * capped when the operator says so. With a shared verifier both phases run in one sandbox, whose
- * network is set when it starts: phases that would get different networks are refused too (as
- * Harbor refuses them on providers that cannot switch), or capped to the lesser.
+ * What the task's phases get under the operator's cap. A phase whose policy the operator's `egress`
+ * configuration does not allow is refused (the task fails before any sandbox starts), or capped
+ * to what the cap allows when the operator says so (`taskNetwork.overMaximum = "cap"`).
+ * @throws GymError `VALIDATION_FAILED` for an allowed_hosts entry no proxy can take.
  */
-export function decideNetwork(
-  declared: DeclaredNetwork,
-  operator: TaskNetworkPolicy,
-  separateVerifier: boolean,
-): NetworkDecision {
-  const capped: string[] = [];
+export function decideNetwork(declared: DeclaredNetwork, operator: OperatorNetwork): NetworkDecision {
   const reasons: string[] = [];
-  const grant = (phase: 'agent' | 'verifier'): AppliedNetwork => {
-    const policy = declared[phase];
-    const need = needs(policy);
-    if (need === 'none') return 'none';
-    if (need === 'public' && operator.maximum === 'public') return 'public';
-    const why =
-      need === 'allowlist'
-        ? `the ${phase} phase declares network_mode ${describePolicy(policy!)}, and no egress proxy here can enforce an allowlist`
-        : `the ${phase} phase declares network_mode public, and the operator's taskNetwork.maximum is ${operator.maximum}`;
+  const cappedNotes: string[] = [];
+  const decide = (phase: NetworkPhase): NetworkPolicy => {
+    // Rows read before the baseline was kept: the agent's phase is the closest to the start.
+    const policy =
+      phase === 'environment' && declared.environment === undefined ? declared.agent : declared[phase];
+    const wanted = egressPolicyOf(policy ?? null, `task.toml ${SECTION[phase]}`);
+    const refusal = capRefusal(wanted, operator.egress);
+    if (refusal === undefined) return wanted;
+    const given = capped(wanted, operator.egress);
+    const why = `the ${phase} phase declares network_mode ${describePolicy(policy!)}, beyond the operator's egress configuration (${refusal})`;
     reasons.push(why);
-    capped.push(
-      `${why}: ran with ${operator.maximum === 'public' && need === 'allowlist' ? 'none' : operator.maximum}`,
+    cappedNotes.push(
+      `${why}: ran with ${given.mode === 'none' ? 'none' : `allowlist [${given.allowedHosts.join(', ')}]`}`,
     );
-    // An allowlist is never widened to public: the task would get more than it asked for.
-    return need === 'allowlist' ? 'none' : operator.maximum;
+    return given;
   };
-  let agent = grant('agent');
-  let verifier = grant('verifier');
-  if (!separateVerifier && agent !== verifier) {
-    const why = `the agent phase would get ${agent} and the verifier phase ${verifier}, but they share one sandbox, whose network is set when it starts`;
-    reasons.push(why);
-    capped.push(`${why}: both ran with none`);
-    agent = verifier = 'none';
-  }
-  if (reasons.length > 0 && operator.overMaximum === 'refuse')
+  const applied = {
+    environment: decide('environment'),
+    agent: decide('agent'),
+    verifier: decide('verifier'),
+  };
+  if (reasons.length > 0 && operator.taskNetwork.overMaximum === 'refuse')
     return {
-      applied: { agent, verifier },
-      refused: `needs network this run does not give: ${reasons.join('; ')} (the operator can run such tasks under its own cap: taskNetwork.overMaximum = "cap" in GYM_CONFIG)`,
+      applied,
+      refused: `needs network the operator does not allow: ${reasons.join('; ')} (the operator can widen egress.allowedHosts or egress.allowPublic in GYM_CONFIG, or run such tasks under its cap: taskNetwork.overMaximum = "cap")`,
       capped: [],
     };
-  return { applied: { agent, verifier }, capped };
+  return { applied, capped: cappedNotes };
 }
 
-/** What the sandbox spec says for an applied network (`public` is the provider's bridge). */
-export function sandboxNetwork(applied: AppliedNetwork): 'none' | 'bridge' {
-  return applied === 'public' ? 'bridge' : 'none';
-}
+/** Whether a policy opens anything at all. */
+export const opensAnything = (policy: NetworkPolicy) => policy.mode !== 'none';

@@ -90,6 +90,12 @@ export interface SeparateVerifier {
   spec: Record<string, unknown>;
   test: HarborTestRun;
   timeoutMs: number;
+  /**
+   * Set when the task's phases have egress policies: the verifier's sandbox is created with
+   * `spec.network` (the verifier phase's), its log kept with the rollout's records; `refused`
+   * turns the daemon's refusal of that policy into the verdict.
+   */
+  network?: { refused(error: unknown): Verdict };
 }
 
 /**
@@ -132,12 +138,19 @@ export async function verifySeparately(context: VerifyContext, verifier: Separat
     collectError = `the artifacts could not be collected from the agent's sandbox: ${(error as Error).message}`;
   }
   await context.releaseSandbox();
-  const { id } = await context.client.createSandbox({
-    ...verifier.spec,
-    image: verifier.image,
-    workdir: verifier.workdir,
-    labels: { role: 'verifier' },
-  } as never);
+  let id: string;
+  try {
+    ({ id } = await context.client.createSandbox({
+      ...verifier.spec,
+      image: verifier.image,
+      workdir: verifier.workdir,
+      labels: { role: 'verifier' },
+    } as never));
+  } catch (error) {
+    if (verifier.network === undefined) throw error;
+    return verifier.network.refused(error);
+  }
+  if (verifier.network !== undefined) context.network?.mark(id, 'verifier');
   const sandbox: SandboxHandle = clientSandboxHandle(context.client, id);
   try {
     for (const file of files) await sandbox.writeFile(file.path, file.content, file.mode);
@@ -152,6 +165,7 @@ export async function verifySeparately(context: VerifyContext, verifier: Separat
       },
     };
   } finally {
+    if (verifier.network !== undefined) await context.network?.read(id, 'verifier');
     await context.client.destroySandbox(id).catch(() => {});
   }
 }
