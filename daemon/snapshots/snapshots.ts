@@ -126,7 +126,8 @@ export class SnapshotService implements SpecImageResolver {
         { details: { limit: 'snapshots.maxCount', maxCount } },
       );
     }
-    const id = createId('snp');
+    // The API's snapshot ids are `snp_` and 16 characters (core/schemas/snapshot.ts), not createId's `snp-`.
+    const id = createId('snp').replace(/^snp-/, 'snp_');
     this.#making.add(id);
     try {
       const parentSnapshot = this.#parentSnapshot(sandbox);
