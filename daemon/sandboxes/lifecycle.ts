@@ -199,13 +199,14 @@ export class SandboxLifecycle {
 
   /**
    * Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback,
-   * `lineage` a fork's child (which gets the `gym.fork.*` labels). The spec's labels may not be
+   * `lineage` a fork's child (which gets the `gym.fork.*` labels), `execEnv` an environment
+   * added to its execs only (a pool acquire's, never part of its spec). The spec's labels may not be
    * under `gym.` (reserved for those).
    * @throws GymError `VALIDATION_FAILED`, `SNAPSHOT_NOT_FOUND`, what admission and the provider throw.
    */
   async create(
     input: unknown,
-    options: { pool?: string | null; lineage?: SandboxLineage } = {},
+    options: { pool?: string | null; lineage?: SandboxLineage; execEnv?: Record<string, string> } = {},
   ): Promise<Sandbox> {
     const parsed = this.parseSpec(input);
     requireUserLabels(parsed.labels, 'sandbox spec');
@@ -227,6 +228,7 @@ export class SandboxLifecycle {
       pool: options.pool ?? null,
       poolState: options.pool ? 'leased' : null,
       lineage: options.lineage ?? null,
+      execEnv: options.execEnv ?? {},
     });
     return this.view(record);
   }
@@ -244,6 +246,7 @@ export class SandboxLifecycle {
       pool,
       poolState: 'idle',
       lineage: null,
+      execEnv: {},
     });
   }
 
@@ -272,6 +275,7 @@ export class SandboxLifecycle {
       pool: string | null;
       poolState: SandboxRecord['poolState'];
       lineage: SandboxRecord['lineage'];
+      execEnv: Record<string, string>;
     },
   ): Promise<SandboxRecord> {
     const provider = this.provider(providerName);
@@ -308,7 +312,7 @@ export class SandboxLifecycle {
         ...(info.scope === undefined ? {} : { scope: info.scope }),
         poolState: membership.poolState,
         fromPool: false,
-        execEnv: {},
+        execEnv: membership.execEnv,
         gatewayUrl: null,
         egress: null,
         lineage: membership.lineage,

@@ -442,6 +442,26 @@ describe('fork', () => {
     expect(after.slice(1)).toEqual(before.slice(1));
   });
 
+  it('does not carry the env of a cold pool acquire either (it is exec env, not spec)', async () => {
+    const test = await start();
+    expect(
+      (await call(test, 'PUT', '/v1/pools/cold', { spec: { image: 'img' }, minIdle: 0 })).status,
+    ).toBeLessThan(300);
+    const claimed = await call(test, 'POST', '/v1/sandboxes', {
+      pool: 'cold',
+      env: { KEY: 'secret-of-the-parent' },
+    });
+    expect(claimed.body.fromPool).toBe(false);
+    expect(JSON.stringify(claimed.body.spec)).not.toContain('secret-of-the-parent');
+    await call(test, 'POST', `/v1/sandboxes/${claimed.body.id}/exec`, { argv: ['env'] });
+    expect(JSON.stringify(providers.memory!.execs.at(-1))).toContain('secret-of-the-parent');
+    const forked = await call(test, 'POST', `/v1/sandboxes/${claimed.body.id}/fork`, { count: 1 });
+    const child = forked.body.sandboxes[0].id as string;
+    await call(test, 'POST', `/v1/sandboxes/${child}/exec`, { argv: ['env'] });
+    expect(JSON.stringify(providers.memory!.execs.at(-1))).not.toContain('secret-of-the-parent');
+    expect(JSON.stringify(providers.memory!.sandboxes.get(child))).not.toContain('secret-of-the-parent');
+  });
+
   it('leaves no half fork: a child that fails destroys the others and the snapshot', async () => {
     const test = await start();
     const parent = await createSandbox(test);
