@@ -1,0 +1,105 @@
+/**
+ * Fork against real Docker, end to end through the daemon: three children equal to the parent at
+ * fork time and independent of it and of each other afterwards, lineage in GET, the snapshot
+ * reaped after its TTL, and the adversary's view: a child sees neither the parent's per-acquire
+ * exec env (a rollout key) nor its gateway.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../../client/client.ts';
+import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
+import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
+import { waitFor } from '../../test/wait-for.ts';
+
+const { docker, skipReason } = await dockerTestEnvironment();
+const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+
+describe.skipIf(skipReason !== undefined)('fork against real Docker', () => {
+  const namespace = `fork-${randomBytes(4).toString('hex')}`;
+  let stateDir = '';
+  let daemon: TestDaemon | undefined;
+
+  afterAll(async () => {
+    await daemon?.stop({ destroy: true });
+    for (const container of await docker.listContainers({
+      all: true,
+      filters: { label: [`gym.namespace=${namespace}`] },
+    })) {
+      await docker.getContainer(container.Id).remove({ force: true });
+    }
+    for (const image of await docker.listImages({ filters: { reference: [`gym-snapshot/${namespace}`] } }))
+      await docker
+        .getImage(image.Id)
+        .remove({ force: true })
+        .catch(() => {});
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
+  it('forks 3 children equal to the parent, independent afterwards, with lineage, and no parent secrets', async () => {
+    stateDir = await mkdtemp(join(tmpdir(), 'gym-fork-int-'));
+    daemon = await startTestDaemon({ namespace, stateDir, reaperIntervalMs: 200 }, { listen: true });
+    const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+    const rolloutKey = `gk-${randomBytes(16).toString('hex')}`;
+    // The parent as a runner gets one: from a pool, with the rollout's key in its exec env.
+    await client.definePool('rollouts', {
+      spec: { image: busybox, resources: { memoryMiB: 128 } },
+      minIdle: 0,
+    });
+    const parent = await client.createSandbox({ pool: 'rollouts', env: { GYM_ROLLOUT_KEY: rolloutKey } });
+    const shell = async (id: string, command: string) => (await client.exec(id, { command })).stdout.trim();
+    await shell(parent.id, 'mkdir -p /work && echo v1 > /work/state && echo kept > /work/other');
+    expect(await shell(parent.id, 'echo $GYM_ROLLOUT_KEY')).toBe(rolloutKey);
+    const reach = await client.exposeGateway(parent.id);
+    // busybox's wget is unusable here; nc speaks enough HTTP to see whether anything answers.
+    const { hostname, port } = new URL(reach.url);
+    const gatewayProbe = `printf 'GET /v1/models HTTP/1.0\\r\\n\\r\\n' | nc -w 2 ${hostname} ${port} 2>&1; echo "exit=$?"`;
+    const fromParent = (await client.exec(parent.id, { command: gatewayProbe })).stdout;
+    expect(fromParent).toMatch(/^HTTP\/1\.1 \d{3} /);
+
+    const forked = await client.fork(parent.id, { count: 3, snapshotTtlSeconds: 2, labels: { group: 'g1' } });
+    const { snapshot, sandboxes: children } = forked;
+    expect(children).toHaveLength(3);
+    expect(snapshot).toMatchObject({
+      method: 'native',
+      provider: 'docker',
+      sandboxId: parent.id,
+      baseImage: busybox,
+    });
+
+    for (const [forkIndex, child] of children.entries()) {
+      expect((await client.getSandbox(child.id)).lineage).toEqual({
+        parent: parent.id,
+        snapshot: snapshot.id,
+        forkIndex,
+      });
+      expect(child.labels).toMatchObject({ group: 'g1', 'gym.fork.index': String(forkIndex) });
+      expect(await shell(child.id, 'cat /work/state /work/other')).toBe('v1\nkept');
+      // The adversary's view: neither the key nor the parent's gateway.
+      expect(await shell(child.id, 'env')).not.toContain(rolloutKey);
+      const inspected = await docker.getContainer(`gym-${namespace}-${child.id}`).inspect();
+      expect(JSON.stringify(inspected.Config)).not.toContain(rolloutKey);
+      const probe = await client.exec(child.id, { command: gatewayProbe });
+      expect(probe.stdout).not.toContain('HTTP/1.1');
+    }
+
+    // Independent afterwards: each write stays where it was made.
+    await shell(children[0]!.id, 'echo c0 > /work/state && rm /work/other');
+    await shell(parent.id, 'echo p2 > /work/state');
+    expect(await shell(children[0]!.id, 'cat /work/state; ls /work')).toBe('c0\nstate');
+    expect(await shell(children[1]!.id, 'cat /work/state /work/other')).toBe('v1\nkept');
+    expect(await shell(children[2]!.id, 'cat /work/state')).toBe('v1');
+    expect(await shell(parent.id, 'cat /work/state /work/other')).toBe('p2\nkept');
+
+    // The children go, the snapshot's TTL passes, the reaper removes it.
+    await Promise.all(children.map((child) => client.destroySandbox(child.id)));
+    await waitFor('the snapshot to be reaped', async () => (await client.listSnapshots()).length === 0);
+    const provider = daemon.manager.lifecycle.provider('docker');
+    if (provider.deleteSnapshot !== undefined) {
+      const images = await docker.listImages({ filters: { reference: [`gym-snapshot/${namespace}`] } });
+      expect(images).toEqual([]);
+    }
+  });
+});
