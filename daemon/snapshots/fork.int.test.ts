@@ -93,6 +93,12 @@ describe.skipIf(skipReason !== undefined)('fork against real Docker', () => {
     expect(await shell(children[2]!.id, 'cat /work/state')).toBe('v1');
     expect(await shell(parent.id, 'cat /work/state /work/other')).toBe('p2\nkept');
 
+    // The committed image carries the parent container's labels; an orphan scan still takes each
+    // child for itself (no pool's, not the parent), and destroys nothing.
+    expect(await daemon.manager.reconciler.reconcile('docker')).toMatchObject({ destroyed: 0, forgotten: 0 });
+    for (const child of children) expect((await client.getSandbox(child.id)).pool).toBeNull();
+    expect(daemon.pools.stats('rollouts')).toMatchObject({ leased: 1 });
+
     // The children go, the snapshot's TTL passes, the reaper removes it.
     await Promise.all(children.map((child) => client.destroySandbox(child.id)));
     await waitFor('the snapshot to be reaped', async () => (await client.listSnapshots()).length === 0);
