@@ -15,7 +15,7 @@ import { createId } from '../../core/ids.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
 import { parseSnapshotRef, type SnapshotInfo, snapshotRef } from '../../core/schemas/snapshot.ts';
-import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
+import type { SandboxProvider, SnapshotOptions } from '../../providers/sandbox-provider.ts';
 import {
   captureArchiveSnapshot,
   removeArchiveSnapshot,
@@ -188,14 +188,20 @@ export class SnapshotService implements SpecImageResolver {
     expiresAtMs: number,
     maxBytes: number,
   ): Promise<{ source: SnapshotSource; sizeBytes: number | undefined }> {
-    const made = await provider.snapshot!(sandbox.id, {
+    // `managedId` and `maxBytes` (the provider contract's managed snapshot): the provider names the
+    // image itself, never over one that is not a snapshot, and bounds it; a provider that knows
+    // neither takes `image` as the name.
+    const options: SnapshotOptions & { managedId?: string; maxBytes?: number } = {
       image: nativeImageName(this.#config.namespace, id),
       labels: {
         snapshot: id,
         namespace: this.#config.namespace,
         'snapshot-expires-at': String(Math.ceil(expiresAtMs / 1000)),
       },
-    });
+      managedId: id,
+      maxBytes,
+    };
+    const made = await provider.snapshot!(sandbox.id, options);
     const source: SnapshotSource = { kind: 'native', image: made.image };
     if (made.sizeBytes !== undefined && made.sizeBytes > maxBytes) {
       await this.#removeContent(source, sandbox.provider).catch(() => {});
