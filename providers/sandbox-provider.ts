@@ -149,6 +149,8 @@ export interface SnapshotOptions {
    * sandbox's spec env, and `deleteSnapshot` removes it.
    */
   managedId?: string;
+  /** The most bytes the snapshot may add to its base image; past it, `SNAPSHOT_TOO_LARGE` and nothing is made. */
+  maxBytes?: number;
 }
 
 /** What `snapshot()` made. */

@@ -305,7 +305,16 @@ export function rebaseArchive(input: Readable): Readable {
       next();
       return;
     }
-    stream.pipe(pack.entry(rebased, (error) => next(error ?? undefined)));
+    let sink: NodeJS.WritableStream;
+    try {
+      sink = pack.entry(rebased, (error) => next(error ?? undefined)) as unknown as NodeJS.WritableStream;
+    } catch (error) {
+      // The reader went away (the pack was destroyed): stop reading rather than throw here.
+      stream.resume();
+      extract.destroy(error as Error);
+      return;
+    }
+    stream.pipe(sink);
   });
   feedExtractor(input, extract).then(
     () => pack.finalize(),
