@@ -8,8 +8,13 @@
  * every write, chmod, chown, link or rename. GNU find compares it to a time (`-newerct`);
  * busybox's find only to a number of minutes back (`-cmin`), so there the capture also takes what
  * changed up to two minutes before creation (more than needed, never less); a find with neither,
- * or a sandbox clock behind the daemon's, makes the capture take everything. A directory renamed (its ctime new, its mtime not,
- * since no entry was added to it) is taken whole: its entries keep their old ctime.
+ * or a sandbox clock behind the daemon's, makes the capture take everything.
+ *
+ * A directory renamed (its ctime new, its mtime not, since no entry was added to it, and nothing
+ * below it changed) is taken whole: its entries keep their old ctime. Limit: a directory of the
+ * base image renamed and then changed inside is taken only in its changed parts (on an overlay,
+ * Docker's and most Kubernetes nodes', a rename of a base directory copies it, so all is new).
+ * The ctime of a directory an overlay copied up is new too; what changed below it is taken.
  *
  * The sandbox's `find` is the agent's own program, so what it prints is untrusted: the daemon
  * applies the exclusions to the list itself, and the list can only ever name what the sandbox's
@@ -199,8 +204,21 @@ export function planReads(
     const parent = posix.dirname(path);
     if (stale && parent !== '/') unchangedBelow.set(parent, true);
   }
+  // A directory whose ctime is new but mtime old was renamed, or copied up by an overlay to
+  // change something below it (Docker, Kubernetes): only in the first case is nothing below it
+  // changed, and then it is taken whole.
+  const changedBelow = new Set<string>();
+  for (const path of changed)
+    for (
+      let parent = posix.dirname(path);
+      parent !== '/' && !changedBelow.has(parent);
+      parent = posix.dirname(parent)
+    )
+      changedBelow.add(parent);
   const whole = (path: string) =>
-    kinds.get(path) === 'd' && (moved.has(path) || (changed.has(path) && unchangedBelow.get(path) !== true));
+    kinds.get(path) === 'd' &&
+    ((moved.has(path) && !changedBelow.has(path)) ||
+      (changed.has(path) && unchangedBelow.get(path) !== true));
   const wholeSubtrees = new Set<string>();
   const reads = new Map<string, 'whole' | 'filtered'>();
   const bareDirectories: string[] = [];
