@@ -126,6 +126,18 @@ describe('spoolSafeArchive', () => {
     ]);
   });
 
+  it("keeps the strict rule at the root for a tar unpacked elsewhere (an image plan's files)", async () => {
+    const error = await spoolSafeArchive(
+      entriesToTar([{ name: 'l', type: 'symlink', linkname: '/etc' }]),
+      '/',
+      { extractedAtTarget: false },
+    ).then(
+      () => null,
+      (caught: unknown) => caught,
+    );
+    expect((error as GymError).code).toBe('ARCHIVE_UNSAFE');
+  });
+
   it.each<[string, ContractEntry[]]>([
     [
       'an entry under an absolute link of the archive',

@@ -174,14 +174,25 @@ function refuseOverlap(layout: ArchiveLayout, name: string, notDirectory: boolea
  * `targetDirectory`, relative to `/`) to a temporary file. Throws `ARCHIVE_UNSAFE` or
  * `VALIDATION_FAILED` without leaving anything behind.
  */
-export async function spoolSafeArchive(input: Readable, targetDirectory: string): Promise<SpooledArchive> {
+export async function spoolSafeArchive(
+  input: Readable,
+  targetDirectory: string,
+  options: {
+    /**
+     * Whether the tar is extracted where it is spooled for: only then do links resolve as
+     * checked. Default true; false (an image plan's files, spooled at `/` and unpacked at their
+     * step's path) keeps the root's links to the strict rule.
+     */
+    extractedAtTarget?: boolean;
+  } = {},
+): Promise<SpooledArchive> {
   const prefix = posix.normalize(targetDirectory).replace(/^\/+/, '').replace(/\/+$/, '');
   // Written at the sandbox's root, no link can point outside it: the sandbox resolves `/x` and
   // `/..` within its own root (the extraction runs in the sandbox, or in the engine's chroot of
   // it), so a root filesystem's absolute links (`/etc/localtime -> /usr/share/...`) are allowed
   // there. Entries under a link of the archive or of the sandbox stay refused (below, and the
   // provider's check of the directories written into).
-  const atRoot = prefix === '';
+  const atRoot = prefix === '' && options.extractedAtTarget !== false;
   const directory = await mkdtemp(posix.join(tmpdir(), 'gym-archive-'));
   const spoolPath = posix.join(directory, 'upload.tar');
   const dispose = () => rm(directory, { recursive: true, force: true });
