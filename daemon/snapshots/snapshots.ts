@@ -245,7 +245,15 @@ export class SnapshotService implements SpecImageResolver {
       await rm(source.manifest.file, { force: true });
       return;
     }
-    const provider = this.#lifecycle.provider(providerName);
+    const provider = this.#lifecycle.providers.get(providerName);
+    if (provider === undefined) {
+      // Its provider is no longer configured: nothing here can remove the image, and nothing can start from it.
+      this.#logger.warn(
+        { image: source.image, provider: providerName },
+        'forgot a snapshot of a provider no longer configured',
+      );
+      return;
+    }
     await provider.deleteSnapshot?.(source.image);
   }
 
