@@ -114,7 +114,7 @@ export async function describeSshRuntimeEval(runtime: SshRuntimeRow['runtime']):
       await expectNothingLeft();
     }, 600_000);
 
-    it(`runs the mini-swe harness with the scripted model in a ${runtime} session: reward 1, as on Docker`, async () => {
+    it(`runs the mini-swe harness with the scripted model in a session on ${runtime}: reward 1, as on Docker`, async () => {
       const input = join(directory, 'one-task.jsonl');
       const rows = (
         await readFile(join(import.meta.dirname, '../../environments/terminal/data/example.jsonl'), 'utf8')
