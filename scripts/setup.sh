@@ -14,6 +14,7 @@
 #   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers), with gVisor's
 #      runsc registered as a runtime in /etc/docker/daemon.json (3a)
 #   3b. a Podman service on /run/podman/gym-podman.sock for the Podman tier's tests
+#   3c. the cgroup2 mount remounted with favordynmods when the kernel takes it (best effort)
 #   4. npm ci
 #   5. the local base images (gym image build: busybox, debian-base)
 set -euo pipefail
@@ -145,6 +146,25 @@ if command -v podman >/dev/null 2>&1 && ! podman_answers; then
   nohup podman system service --time=0 "unix://$podman_socket" >"$podman_log" 2>&1 &
   for _ in $(seq 1 40); do podman_answers && break; sleep 0.5; done
   podman_answers || { log "the Podman service did not come up; see $podman_log"; exit 1; }
+fi
+
+# 3c. favordynmods on the cgroup2 mount (/sys/fs/cgroup on a v2 host, /sys/fs/cgroup/unified on a
+# hybrid one): without it every write to cgroup.procs waits for an RCU grace period of the kernel,
+# ~12 ms of each one-shot exec (it moves its command into a cgroup of its own; docs/benchmarks.md).
+# Best effort: a kernel before 6.0, or no root, refuses it and set-up goes on; `gym doctor` warns.
+# Only until the next boot (or the next mount of the hierarchy).
+read -r cgroup2_mount cgroup2_options < <(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5, $(i + 3); exit } break } }' /proc/self/mountinfo) || true
+if [ -n "${cgroup2_mount:-}" ]; then
+  case ",$cgroup2_options," in
+    *,favordynmods,*) log "cgroup2 at $cgroup2_mount has favordynmods" ;;
+    *)
+      if mount -o remount,favordynmods "$cgroup2_mount" 2>/dev/null; then
+        log "remounted cgroup2 at $cgroup2_mount with favordynmods (one-shot exec no longer waits ~12 ms on its cgroup move)"
+      else
+        log "cgroup2 at $cgroup2_mount: the kernel refused favordynmods (Linux 6.0+ and root needed); one-shot exec pays ~12 ms more"
+      fi
+      ;;
+  esac
 fi
 
 # 4. npm dependencies (npm ci only when the lock file changed since the last install)

@@ -18,9 +18,7 @@
  *   `apptainer exec --writable`.
  * - Not here (yet): snapshot, SIF files, commands as `srun --overlap` steps.
  */
-import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { rename, rm } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -35,6 +33,8 @@ import {
   type OutsideView,
 } from '../shared/abnormal-end.ts';
 import { parseOomKillCount } from '../shared/exec-output.ts';
+import { CGROUP1_MEMORY_MOUNT, memoryCounterPaths } from '../shared/host-process.ts';
+import { makeBeside } from '../shared/image-folder.ts';
 import { EXEC_ID_ENV, hostStopScriptArgv } from '../shared/kill-script.ts';
 import { shellJoin } from '../shared/shell.ts';
 import type { FleetHost } from '../ssh/host-fleet.ts';
@@ -71,19 +71,6 @@ function resourceFlags(spec: SandboxSpec): string[] {
   ];
 }
 
-/**
- * Prints the OOM-kill counter of the cgroup that process $1 is in, read on the host (not from the
- * sandbox, whose files an agent may have replaced): cgroup v1's memory.oom_control or v2's
- * memory.events. Prints nothing when the process has no memory cgroup.
- */
-const HOST_OOM_COUNTER = `
-line=$(grep -E '(^0::|:memory:)' /proc/$1/cgroup 2>/dev/null | grep -E ':memory:' | head -1)
-[ -n "$line" ] || line=$(grep -E '^0::' /proc/$1/cgroup 2>/dev/null | head -1)
-path=\${line#*:*:}
-if [ -f "/sys/fs/cgroup/memory$path/memory.oom_control" ]; then cat "/sys/fs/cgroup/memory$path/memory.oom_control"
-elif [ -f "/sys/fs/cgroup$path/memory.events" ]; then cat "/sys/fs/cgroup$path/memory.events"; fi
-true`;
-
 /** Apptainer as an SSH runtime; a sandbox's target is its instance's name. */
 class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string> {
   readonly runtime = 'apptainer';
@@ -95,16 +82,8 @@ class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string>
     hostSuffix: '',
     hostTest: '-d',
     cacheSuffix: '.tar',
-    keepRootfs: async (cacheFile: string, rootfs: Readable) => {
-      const partial = `${cacheFile}.partial-${randomBytes(4).toString('hex')}`;
-      try {
-        await pipeline(rootfs, createWriteStream(partial, { mode: 0o600 }));
-        await rename(partial, cacheFile);
-      } catch (error) {
-        await rm(partial, { force: true });
-        throw error;
-      }
-    },
+    keepRootfs: (cacheFile: string, rootfs: Readable) =>
+      makeBeside(cacheFile, (partial) => pipeline(rootfs, createWriteStream(partial, { mode: 0o600 }))),
     unpackLine: (partial: string) =>
       `mkdir -p ${shellJoin([partial])} && tar -x --numeric-owner -C ${shellJoin([partial])}`,
     /**
@@ -231,7 +210,11 @@ class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string>
     if (instances === null) return null;
     const pid = instances.get(this.#access.nameOf(id));
     if (pid === undefined) return { isAlive: false, oomKills: null };
-    const counter = await this.#access.run(host, `sh -c ${shellJoin([HOST_OOM_COUNTER])} oom ${pid}`);
+    // Read on the host, not from the sandbox, whose files an agent may have replaced.
+    const procCgroup = (await this.#access.run(host, `cat /proc/${pid}/cgroup`)).stdout.toString();
+    const counters = memoryCounterPaths(procCgroup, '/sys/fs/cgroup', CGROUP1_MEMORY_MOUNT);
+    if (counters.length === 0) return { isAlive: true, oomKills: null };
+    const counter = await this.#access.run(host, `cat ${shellJoin(counters)} 2>/dev/null; true`);
     return { isAlive: true, oomKills: parseOomKillCount(counter.stdout.toString()) };
   }
 

@@ -2,7 +2,7 @@ import { dirname } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { hostChecksOf } from '../host-checks.ts';
 import { effectiveCapabilities, findOnPath } from '../shared/host-tools.ts';
-import { relayPrivilege } from './host-checks.ts';
+import { cgroup2Mount, favordynmodsCheck, relayPrivilege } from './host-checks.ts';
 
 /** /proc/self/status lines as Linux prints them (root in the initial namespace, then a plain user). */
 const ROOT_STATUS = 'Name:\tnode\nUid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\nCapBnd:\t000001ffffffffff\n';
@@ -39,16 +39,49 @@ describe('gateway relay privileges', () => {
   });
 });
 
+describe('cgroup2 favordynmods', () => {
+  // /proc/self/mountinfo lines as Linux prints them: a v2 host, a hybrid one, a v1 one.
+  const v2 =
+    '30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n';
+  const hybrid =
+    '32 25 0:27 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n' +
+    '41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,favordynmods\n' +
+    '42 31 0:39 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n';
+  const v1 = '42 31 0:39 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n';
+
+  it('finds the cgroup2 mount wherever it is and reads favordynmods from its superblock options', () => {
+    expect(cgroup2Mount(v2)).toEqual({ path: '/sys/fs/cgroup', favordynmods: false });
+    expect(cgroup2Mount(hybrid)).toEqual({ path: '/sys/fs/cgroup/unified', favordynmods: true });
+    expect(cgroup2Mount(v1)).toBeNull();
+  });
+
+  it('warns without it, naming the cost and the remount, and says nothing without cgroup2', () => {
+    const missing = favordynmodsCheck(v2)!;
+    expect(missing).toMatchObject({ ok: false, required: false });
+    expect(missing.detail).toContain('~12 ms per exec');
+    expect(missing.fix).toContain('mount -o remount,favordynmods /sys/fs/cgroup');
+    expect(favordynmodsCheck(hybrid)).toMatchObject({
+      ok: true,
+      detail: expect.stringContaining('/sys/fs/cgroup/unified'),
+    });
+    expect(favordynmodsCheck(v1)).toBeNull();
+    expect(favordynmodsCheck(undefined)).toBeNull();
+  });
+});
+
 describe('host checks per provider', () => {
   const env = { PATH: dirname(process.execPath) };
 
   it("checks Docker's exec helper where its options put it, and the relay's tools only with gateway reach", async () => {
     const docker = hostChecksOf({ name: 'docker' })!;
+    // Whether the host's cgroup2 mount has favordynmods is a warning of its own (below).
+    const withoutFavordynmods = <Check extends { name: string }>(checks: Check[]) =>
+      checks.filter((check) => !check.name.startsWith('cgroup2 favordynmods'));
     const withoutReach = await docker.run({
       options: { execHelperPath: '/nonexistent/gym-exec', gatewayReach: false },
       env,
     });
-    expect(withoutReach).toEqual([
+    expect(withoutFavordynmods(withoutReach)).toEqual([
       expect.objectContaining({
         name: 'exec helper',
         ok: false,
@@ -59,7 +92,7 @@ describe('host checks per provider', () => {
       options: { execHelperPath: process.execPath },
       env: { PATH: '/nonexistent' },
     });
-    expect(withReach.map((check) => [check.name, check.ok])).toEqual([
+    expect(withoutFavordynmods(withReach).map((check) => [check.name, check.ok])).toEqual([
       ['exec helper', true],
       ['nsenter (gateway relay)', false],
       ['privileges (gateway relay)', expect.any(Boolean)],

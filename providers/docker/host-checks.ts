@@ -1,7 +1,8 @@
 /**
  * The Docker provider's checks of the daemon's host for `gym doctor`: the exec helper (a
  * timed-out command's every process killed through its cgroup) and, with gateway reach, what the
- * relay needs to enter a sandbox's network namespace (nsenter, as root). Loads no dockerode.
+ * relay needs to enter a sandbox's network namespace (nsenter, as root); and whether the cgroup2
+ * mount makes a one-shot exec's cgroup move cheap (`favordynmods`). Loads no dockerode.
  */
 import { readFileSync } from 'node:fs';
 import type { HostCheck, HostCheckContext } from '../../core/host-check.ts';
@@ -39,12 +40,46 @@ export function relayPrivilege(uid: number | undefined, procStatus: string | und
     : { ok: false, detail: `${who} lacks ${missing.map(([name]) => name).join(' and ')}` };
 }
 
-function readProcStatus(): string | undefined {
+function readProcFile(path: string): string | undefined {
   try {
-    return readFileSync('/proc/self/status', 'utf8');
+    return readFileSync(path, 'utf8');
   } catch {
     return undefined;
   }
+}
+
+/** The host's cgroup2 mount, from `/proc/self/mountinfo`, and whether its superblock has `favordynmods`. */
+export function cgroup2Mount(mountinfo: string): { path: string; favordynmods: boolean } | null {
+  for (const line of mountinfo.split('\n')) {
+    const [mount, filesystem] = line.split(' - ');
+    const [type, , superOptions = ''] = filesystem?.split(' ') ?? [];
+    const path = mount?.split(' ')[4];
+    if (type !== 'cgroup2' || path === undefined) continue;
+    return {
+      path: path.replace(/\\040/g, ' '),
+      favordynmods: superOptions.split(',').includes('favordynmods'),
+    };
+  }
+  return null;
+}
+
+/**
+ * A warning, not a failure: each one-shot exec moves its command into a cgroup of its own, and
+ * without `favordynmods` a write to `cgroup.procs` waits for an RCU grace period of the kernel
+ * (measured here: ~12 ms of every one-shot exec, docs/benchmarks.md). None without a cgroup2 mount.
+ */
+export function favordynmodsCheck(mountinfo: string | undefined): HostCheck | null {
+  const mount = mountinfo === undefined ? null : cgroup2Mount(mountinfo);
+  if (mount === null) return null;
+  return {
+    name: 'cgroup2 favordynmods (one-shot exec)',
+    ok: mount.favordynmods,
+    required: false,
+    detail: mount.favordynmods
+      ? `${mount.path} is mounted with favordynmods`
+      : `${mount.path} is mounted without favordynmods: moving each one-shot exec into its cgroup waits for the kernel, ~12 ms per exec`,
+    fix: `mount -o remount,favordynmods ${mount.path} (as root, Linux 6.0 or later; bash scripts/setup.sh tries it)`,
+  };
 }
 
 /** The checks, for the provider's options as configured (`execHelperPath`, `gatewayReach`). */
@@ -59,6 +94,8 @@ export async function dockerHostChecks({ options, env }: HostCheckContext): Prom
       fix: 'bash scripts/setup.sh (compiles it; needs gcc and libc6-dev)',
     },
   ];
+  const favordynmods = favordynmodsCheck(readProcFile('/proc/self/mountinfo'));
+  if (favordynmods !== null) checks.push(favordynmods);
   if (options.gatewayReach === false) return checks;
   // The gateway relay enters each sandbox's network namespace: nsenter, as root.
   const nsenter = findOnPath('nsenter', env.PATH);
@@ -68,7 +105,7 @@ export async function dockerHostChecks({ options, env }: HostCheckContext): Prom
     detail: nsenter ?? 'not on PATH',
     fix: 'apt-get install util-linux',
   });
-  const privilege = relayPrivilege(process.getuid?.(), readProcStatus());
+  const privilege = relayPrivilege(process.getuid?.(), readProcFile('/proc/self/status'));
   checks.push({
     name: 'privileges (gateway relay)',
     ok: privilege.ok,

@@ -26,7 +26,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rename, rm, stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -34,6 +34,7 @@ import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import type { DerivedImageSource, ProviderContext } from '../sandbox-provider.ts';
 import type { AbnormalEnd } from '../shared/abnormal-end.ts';
+import { makeBeside } from '../shared/image-folder.ts';
 import { EXEC_ID_ENV, hostStopScriptArgv } from '../shared/kill-script.ts';
 import { shellJoin } from '../shared/shell.ts';
 import type { FleetHost } from '../ssh/host-fleet.ts';
@@ -382,23 +383,22 @@ async function squash(cacheFile: string, rootfs: Readable): Promise<void> {
   );
   if (isMade) return void rootfs.resume();
   const work = await mkdtemp(`${cacheFile.slice(0, -'.sqsh'.length)}.unpack-`);
-  const partial = `${cacheFile}.partial-${randomBytes(4).toString('hex')}`;
   try {
-    await runLocal(
-      'tar',
-      ['-x', '--no-same-owner', '--exclude=./dev/*', '--exclude=dev/*', '-C', work],
-      rootfs,
-    );
-    // Enroot's own default squash options: data blocks uncompressed, several times faster to make.
-    await runLocal('mksquashfs', [
-      work,
-      partial,
-      ...'-all-root -noappend -no-progress -quiet -comp lzo -noD'.split(' '),
-    ]);
-    await rename(partial, cacheFile);
+    await makeBeside(cacheFile, async (partial) => {
+      await runLocal(
+        'tar',
+        ['-x', '--no-same-owner', '--exclude=./dev/*', '--exclude=dev/*', '-C', work],
+        rootfs,
+      );
+      // Enroot's own default squash options: data blocks uncompressed, several times faster to make.
+      await runLocal('mksquashfs', [
+        work,
+        partial,
+        ...'-all-root -noappend -no-progress -quiet -comp lzo -noD'.split(' '),
+      ]);
+    });
   } finally {
     await rm(work, { recursive: true, force: true });
-    await rm(partial, { force: true });
   }
 }
 

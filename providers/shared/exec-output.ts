@@ -76,6 +76,16 @@ export class CommandCannotStart extends GymError {
   }
 }
 
+/** What `run` resolves with, or the result of a command that cannot start when it throws `CommandCannotStart`. */
+export async function orCannotStart(run: Promise<ExecResult>): Promise<ExecResult> {
+  try {
+    return await run;
+  } catch (error) {
+    if (error instanceof CommandCannotStart) return cannotStartResult(error.message);
+    throw error;
+  }
+}
+
 /** The result of a command that could not start: exit 126 (a shell's "cannot run"), the message on stderr. */
 export function cannotStartResult(message: string): ExecResult {
   const text = `${message}\n`;

@@ -7,6 +7,7 @@
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import { ExecOutput } from './exec-output.ts';
+import { KILL_FAILED_NOTE, KILL_FAILED_REASON, type KillOutcome } from './kill-script.ts';
 
 /** How supervision ended a command, for the provider's classification. */
 export interface Supervision<Outcome> {
@@ -19,7 +20,7 @@ export interface Supervision<Outcome> {
   /** The caller aborted before the command ended (and the timer had not fired). */
   aborted: boolean;
   /** What `kill` resolved with, once it ran (undefined when it never ran or threw). */
-  killOutcome: unknown;
+  killOutcome: KillOutcome | undefined;
 }
 
 export interface SupervisedCommand<Outcome> {
@@ -29,8 +30,14 @@ export interface SupervisedCommand<Outcome> {
    * command's processes no longer hold.
    */
   run(output: ExecOutput, stopped: AbortSignal): Promise<Outcome>;
-  /** Kills every process of the command. Called at most once, on a timeout or an abort. */
-  kill(): Promise<unknown>;
+  /**
+   * Kills every process of the command. Called at most once, on a timeout or an abort.
+   * `sandbox_killed`: the kill did not take effect and the whole sandbox was killed; the result
+   * is then the command's loss of its sandbox (the note in stderr), not `classify`'s.
+   */
+  kill(): Promise<KillOutcome | undefined>;
+  /** Called when the kill took the whole sandbox, before that result is returned. */
+  sandboxKilled?(): void;
   /** The result, from how the command ended. */
   classify(supervision: Supervision<Outcome>, output: ExecOutput): Promise<ExecResult> | ExecResult;
 }
@@ -46,11 +53,11 @@ export async function superviseExec<Outcome>(
   let timedOut = false;
   let aborted = false;
   let killing: Promise<unknown> | null = null;
-  let killOutcome: unknown;
+  let killOutcome: KillOutcome | undefined;
   const kill = () => {
     killing ??= command.kill().then(
       (outcome) => {
-        killOutcome = outcome;
+        killOutcome = outcome ?? undefined;
       },
       () => {},
     );
@@ -82,5 +89,11 @@ export async function superviseExec<Outcome>(
   }
   // A kill in flight finishes before the end is judged (its outcome is part of the verdict).
   if (killing !== null) await killing;
+  // It ran on until the sandbox was killed: resisting its kill cost the command its sandbox.
+  if (killOutcome === 'sandbox_killed') {
+    command.sandboxKilled?.();
+    output.push('stderr', KILL_FAILED_NOTE);
+    return output.lost(aborted ? 'killed' : 'timeout', KILL_FAILED_REASON);
+  }
   return command.classify({ end, ...(threw ? { error } : {}), timedOut, aborted, killOutcome }, output);
 }

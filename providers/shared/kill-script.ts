@@ -1,3 +1,5 @@
+import { shellJoin } from './shell.ts';
+
 /**
  * A POSIX shell script that kills every process carrying `GYM_EXEC_ID=<id>` in its environment,
  * and, when asked (`tagged-and-their-sessions`), every process in the same session as one of them.
@@ -217,4 +219,41 @@ exit 1
 /** The host command that runs {@link HOST_STOP_SCRIPT} with the host's static busybox. */
 export function hostStopScriptArgv(busybox: string, pidNamespace: string, initPid: number): string[] {
   return [busybox, 'sh', '-c', HOST_STOP_SCRIPT, 'gym-stop', pidNamespace, String(initPid)];
+}
+
+/** Where a host-side kill acts: a pid namespace on the host, after a guard that it is still the sandbox's. */
+export interface KillScope {
+  /** `/proc/<pid>/ns/pid_for_children` of the sandbox's init, on the host. */
+  namespace: string;
+  /** Shell lines run first that `exit 0` when the namespace is no longer the sandbox's ('' for none). */
+  guard: string;
+}
+
+/**
+ * Kills the processes carrying `tag` in `scope` from the host, with the host's busybox over its
+ * /proc (a kill script inside would run as the agent's user, who could stop it before it killed
+ * anything); `run` runs one shell line on the host, `scope` finds where. When it gives up (a fork loop outran its
+ * passes) the whole namespace goes, which no fork outruns, and `onEscalate` is told first.
+ * A scope of null (nothing runs) or a host that does not answer is `killed`: its commands end as it does.
+ */
+export async function killTaggedOnHost(
+  run: (line: string) => Promise<{ code: number | null }>,
+  busybox: string,
+  scope: () => Promise<KillScope | null>,
+  tag: string,
+  reach: KillReach,
+  onEscalate: () => void = () => {},
+): Promise<KillOutcome> {
+  try {
+    const found = await scope();
+    if (found === null) return 'killed';
+    const { guard, namespace } = found;
+    const ran = await run(`${guard}exec ${shellJoin(hostKillScriptArgv(busybox, namespace, tag, reach))}`);
+    if (ran.code === 0) return 'killed';
+    onEscalate();
+    await run(`${guard}exec ${shellJoin(hostKillNamespaceArgv(busybox, namespace))}`).catch(() => null);
+    return 'sandbox_killed';
+  } catch {
+    return 'killed';
+  }
 }

@@ -8,6 +8,7 @@
  */
 import type { Clock } from '../../core/clock.ts';
 import { createId } from '../../core/ids.ts';
+import type { SandboxInfo, SandboxSpec } from '../../core/schemas/sandbox.ts';
 
 /** When a sandbox was made, until when its lease holds, and the deadline no renewal passes. */
 export interface SandboxTimes {
@@ -47,5 +48,33 @@ export function sandboxIdentity(
   return {
     id: options.id ?? createId('sbx'),
     ...(options.times ?? sandboxTimes(context.clock, ttlSeconds, context.maxLifetimeSeconds)),
+  };
+}
+
+/**
+ * The info a provider's `create` returns: the identity, the spec's image and labels, the
+ * context's namespace and daemon, `ready`, and where the provider placed it.
+ */
+export function newSandboxInfo(
+  provider: string,
+  { id, createdAt, leaseExpiresAt, deadlineAt }: SandboxIdentity,
+  spec: Pick<SandboxSpec, 'image' | 'labels'>,
+  context: { namespace: string; daemonId: string },
+  placed: { pool: string | null; providerRef: string; scope?: string },
+): SandboxInfo {
+  const { namespace, daemonId } = context;
+  const [image, labels] = [spec.image, { ...spec.labels }];
+  return {
+    id,
+    provider,
+    state: 'ready',
+    image,
+    labels,
+    namespace,
+    daemonId,
+    createdAt,
+    leaseExpiresAt,
+    deadlineAt,
+    ...placed,
   };
 }

@@ -198,14 +198,14 @@ describe('superviseExec', () => {
           }),
         kill: async () => {
           kills += 1;
-          return 'killed-all';
+          return 'killed' as const;
         },
         classify: ({ end, timedOut, aborted, killOutcome }, output) => {
           expect({ end, timedOut, aborted, killOutcome }).toEqual({
             end: 'ended',
             timedOut: true,
             aborted: false,
-            killOutcome: 'killed-all',
+            killOutcome: 'killed',
           });
           return output.result('timeout', null);
         },
@@ -248,6 +248,29 @@ describe('superviseExec', () => {
     await new Promise((resolve) => setTimeout(resolve, 80));
     expect(quick).toMatchObject({ status: 'ok', exitCode: 0 });
     expect(kills).toBe(1);
+  });
+
+  it("makes a kill that had to take the sandbox the command's loss of it, whatever classify says", async () => {
+    let told = 0;
+    const result = await superviseExec(
+      { timeoutMs: 50, maxOutputBytes: 4096 },
+      {},
+      {
+        run: (output, stopped) =>
+          new Promise<number>((resolve) => {
+            output.push('stdout', Buffer.from('out'));
+            stopped.addEventListener('abort', () => resolve(137));
+          }),
+        kill: async () => 'sandbox_killed' as const,
+        sandboxKilled: () => {
+          told += 1;
+        },
+        classify: (_supervision, output) => output.result('ok', 0),
+      },
+    );
+    expect(told).toBe(1);
+    expect(result).toMatchObject({ status: 'timeout', exitCode: null, sandboxLost: true, stdout: 'out' });
+    expect(result.stderr).toContain('the sandbox was killed');
   });
 
   it('hands a failed start to the classification, with the timer released', async () => {

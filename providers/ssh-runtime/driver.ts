@@ -9,7 +9,10 @@ import type { Readable } from 'node:stream';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type { DerivedImageSource, ProviderCapabilities, ProviderContext } from '../sandbox-provider.ts';
 import type { AbnormalEnd } from '../shared/abnormal-end.ts';
+import type { KillScope } from '../shared/kill-script.ts';
 import type { FleetHost, HostConfig, RemoteResult } from '../ssh/host-fleet.ts';
+
+export type { KillScope };
 
 /** Where the host's static busybox is bound in every sandbox (file transfers, the exec wrapper). */
 export const TOOLS = '/.gym-tools/busybox';
@@ -28,19 +31,8 @@ export function wrappedArgv(
   label: string,
 ): string[] {
   const variables = Object.entries(env).map(([key, value]) => `${key}=${value}`);
-  return [
-    TOOLS,
-    'env',
-    '-i',
-    ...variables,
-    TOOLS,
-    'sh',
-    '-c',
-    'cd "$1" || exit 126; shift; exec "$@"',
-    label,
-    cwd,
-    ...argv,
-  ];
+  const enterCwd = [TOOLS, 'sh', '-c', 'cd "$1" || exit 126; shift; exec "$@"', label, cwd];
+  return [TOOLS, 'env', '-i', ...variables, ...enterCwd, ...argv];
 }
 
 /** What the provider lends its driver. */
@@ -63,14 +55,6 @@ export interface SandboxStart {
   image: string;
   relay: string | null;
   spec: SandboxSpec;
-}
-
-/** Where a timeout kill acts: a pid namespace on the host, after a guard that it is still the sandbox's. */
-export interface KillScope {
-  /** `/proc/<pid>/ns/pid_for_children` of the sandbox's init, on the host. */
-  namespace: string;
-  /** Shell lines run first that `exit 0` when the namespace is no longer the sandbox's ('' for none). */
-  guard: string;
 }
 
 /**

@@ -9,7 +9,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { copyFile, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import { Readable } from 'node:stream';
 import * as tar from 'tar-stream';
@@ -22,18 +22,17 @@ import type {
   ImageSource,
   ProviderContext,
 } from '../sandbox-provider.ts';
-import { imageFolderName } from '../shared/image-folder.ts';
+import {
+  type ImageRecord,
+  imageFolderName,
+  listImageRecords,
+  readImageRecord,
+  writeImageRecord,
+} from '../shared/image-folder.ts';
 import { shellJoin } from '../shared/shell.ts';
 import type { FleetHost, HostConfig, HostFleet } from '../ssh/host-fleet.ts';
 import type { SlurmHosts } from '../ssh/slurm-hosts.ts';
 import { DEFAULT_PATH, type RuntimeImageFormat } from './driver.ts';
-
-/** What is kept beside an image, here and on each host. */
-interface ImageRecord {
-  reference: string;
-  config: ImageConfig;
-  createdAt: string;
-}
 
 /** The files of a derived image as a tar, by their paths relative to its working directory. */
 function packFiles(files: Record<string, string>): Readable {
@@ -102,15 +101,15 @@ export class SshImageStore<H extends HostConfig> {
     if (present.code !== 0) {
       const recipe = await readFile(`${this.#cachePath(reference)}.derived.json`, 'utf8').catch(() => null);
       if (recipe !== null) return this.#build(host, JSON.parse(recipe) as DerivedImageSource);
-      const cached = await readFile(`${this.#cachePath(reference)}.image.json`, 'utf8').catch(() => null);
+      const cached = await readImageRecord(this.#cachePath(reference));
       if (cached === null)
         throw new GymError(
           'IMAGE_NOT_FOUND',
           `image ${reference} is not on host ${host.name} (no ${this.hostPath(host, reference)}) and this daemon has not prepared it (gym image build)`,
           { details: { image: reference, host: host.name } },
         );
-      await this.#upload(host, reference, JSON.parse(cached) as ImageRecord);
-      return (JSON.parse(cached) as ImageRecord).config;
+      await this.#upload(host, reference, cached);
+      return cached.config;
     }
     const text = present.stdout.toString().trim();
     return text === '' ? { env: {}, labels: {} } : (JSON.parse(text) as ImageRecord).config;
@@ -196,28 +195,23 @@ export class SshImageStore<H extends HostConfig> {
   }
 
   async #prepareDerived(source: DerivedImageSource): Promise<void> {
-    // In Slurm mode it is made on the allocation's nodes: one is asked for when none is held.
-    const unpin = this.#slurm === null ? () => {} : await this.#slurm.ensure();
-    try {
-      await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
-      const built = await Promise.all(
+    await mkdir(join(this.#context.stateDirectory, 'images'), { recursive: true, mode: 0o700 });
+    const build = () =>
+      Promise.all(
         this.#fleet.hosts.map(async (host) => {
           const has = await this.#fleet.run(host, this.#test(host, source.reference)).catch(() => null);
           if (has === null) return null;
           return has.code === 0 ? this.ensure(host, source.reference) : this.#build(host, source);
         }),
       );
-      const config = built.find((entry) => entry !== null);
-      if (config === undefined)
-        throw new GymError('PROVIDER_UNAVAILABLE', `no ${this.#runtime} host answers`);
-      // The recipe is kept here, so a host that is down now makes the image at its first create.
-      const cache = this.#cachePath(source.reference);
-      await writeFile(`${cache}.derived.json`, JSON.stringify(source), { mode: 0o600 });
-      const record: ImageRecord = { reference: source.reference, config, createdAt: this.#now() };
-      await writeFile(`${cache}.image.json`, JSON.stringify(record), { mode: 0o600 });
-    } finally {
-      unpin();
-    }
+    // In Slurm mode it is made on the allocation's nodes: one is asked for when none is held.
+    const built = await (this.#slurm === null ? build() : this.#slurm.pinned(build));
+    const config = built.find((entry) => entry !== null);
+    if (config === undefined) throw new GymError('PROVIDER_UNAVAILABLE', `no ${this.#runtime} host answers`);
+    // The recipe is kept here, so a host that is down now makes the image at its first create.
+    const cache = this.#cachePath(source.reference);
+    await writeFile(`${cache}.derived.json`, JSON.stringify(source), { mode: 0o600 });
+    await writeImageRecord(cache, { reference: source.reference, config, createdAt: this.#now() });
   }
 
   async prepare(source: ImageSource): Promise<void> {
@@ -238,7 +232,7 @@ export class SshImageStore<H extends HostConfig> {
     for (const reference of references) {
       const record: ImageRecord = { reference, config: source.config, createdAt };
       if (reference !== source.reference) await copyFile(cache, `${this.#cachePath(reference)}${suffix}`);
-      await writeFile(`${this.#cachePath(reference)}.image.json`, JSON.stringify(record), { mode: 0o600 });
+      await writeImageRecord(this.#cachePath(reference), record);
     }
     // Copied to every host that answers now; a host that does not gets it at its first create.
     await Promise.all(
@@ -253,11 +247,8 @@ export class SshImageStore<H extends HostConfig> {
   }
 
   async inspect(reference: string): Promise<ImageInfo | null> {
-    const cached = await readFile(`${this.#cachePath(reference)}.image.json`, 'utf8').catch(() => null);
-    if (cached !== null) {
-      const record = JSON.parse(cached) as ImageRecord;
-      return { reference, labels: record.config.labels, createdAt: record.createdAt };
-    }
+    const cached = await readImageRecord(this.#cachePath(reference));
+    if (cached !== null) return { reference, labels: cached.config.labels, createdAt: cached.createdAt };
     // An image an operator (or another daemon) put on a host is one too.
     for (const host of this.#fleet.hosts) {
       const found = await this.#fleet.run(host, this.#readLine(host, reference)).catch(() => null);
@@ -273,19 +264,7 @@ export class SshImageStore<H extends HostConfig> {
     return null;
   }
 
-  async list(filter: ImageFilter = {}): Promise<ImageInfo[]> {
-    const directory = join(this.#context.stateDirectory, 'images');
-    const names = await readdir(directory).catch(() => [] as string[]);
-    const images: ImageInfo[] = [];
-    for (const name of names.filter((item) => item.endsWith('.image.json'))) {
-      const record = JSON.parse(await readFile(join(directory, name), 'utf8')) as ImageRecord;
-      if ((filter.labelKeys ?? []).every((key) => key in record.config.labels))
-        images.push({
-          reference: record.reference,
-          labels: record.config.labels,
-          createdAt: record.createdAt,
-        });
-    }
-    return images.sort((left, right) => right.createdAt!.localeCompare(left.createdAt!));
+  list(filter: ImageFilter = {}): Promise<ImageInfo[]> {
+    return listImageRecords(join(this.#context.stateDirectory, 'images'), filter);
   }
 }

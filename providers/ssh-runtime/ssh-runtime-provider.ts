@@ -40,31 +40,17 @@ import {
   type SandboxProvider,
   type WriteFileOptions,
 } from '../sandbox-provider.ts';
-import type { SandboxLoss } from '../shared/abnormal-end.ts';
-import {
-  CommandCannotStart,
-  cannotStartResult,
-  ExecOutput,
-  markSandboxLost,
-  SIGKILL_EXIT_CODE,
-  stdinBytes,
-} from '../shared/exec-output.ts';
+import { abnormalEndResult } from '../shared/abnormal-end.ts';
+import { BusyboxFiles } from '../shared/busybox-files.ts';
+import { ExecOutput, orCannotStart, SIGKILL_EXIT_CODE, stdinBytes } from '../shared/exec-output.ts';
+import { superviseExec } from '../shared/exec-skeleton.ts';
 import { type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
-import {
-  EXEC_ID_ENV,
-  hostKillNamespaceArgv,
-  hostKillScriptArgv,
-  KILL_FAILED_NOTE,
-  KILL_FAILED_REASON,
-  type KillOutcome,
-  type KillReach,
-} from '../shared/kill-script.ts';
+import { EXEC_ID_ENV, type KillOutcome, type KillReach, killTaggedOnHost } from '../shared/kill-script.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { RelayTable } from '../shared/relay-table.ts';
-import { sandboxIdentity } from '../shared/sandbox-identity.ts';
+import { newSandboxInfo, sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
-import { shellJoin } from '../shared/shell.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
 import { type FleetHost, type HostConfig, HostFleet, type RemoteResult } from '../ssh/host-fleet.ts';
@@ -80,17 +66,21 @@ import {
 } from './driver.ts';
 import { SshImageStore } from './image-store.ts';
 import type { SshRuntimeOptions } from './options.ts';
-import { SshSandboxFiles } from './sandbox-files.ts';
+
+/** What entering a sandbox takes (`#entry`). */
+interface Entry<Target> {
+  target: Target;
+  as: string[];
+  env: Record<string, string>;
+  cwd: string;
+}
 
 /** A sandbox's relay, with what its release needs to kill its process by tag. */
-interface OpenRelay<H extends HostConfig, Target> {
-  relay: GatewayRelay;
+type OpenRelay<H extends HostConfig, Target> = GatewayRelay & {
   execId: string;
   host: FleetHost<H>;
   target: Target;
-  readonly isOpen: boolean;
-  close(): void;
-}
+};
 
 export class SshRuntimeProvider<H extends HostConfig, Target> implements SandboxProvider {
   readonly specificationVersion = PROVIDER_SPECIFICATION_VERSION;
@@ -108,7 +98,8 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
   readonly #sessions = new SessionTable();
   readonly #relays = new RelayTable<OpenRelay<H, Target>>();
   readonly #relayCounters = { refusedTotal: 0 };
-  readonly #files = new SshSandboxFiles(
+  readonly #files = new BusyboxFiles(
+    TOOLS,
     (id, args, stdin) => this.#tools(id, args, stdin),
     (id) => this.#target(id),
   );
@@ -150,7 +141,13 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
         checkHost: (host) => hostSchema.parse(host),
         setHosts: (hosts) => this.setHosts(hosts),
         list: () => this.fleet.list(),
-        reap: (hosts) => this.#reap(z.array(hostSchema).parse(hosts), this.#context.clock.now()),
+        // Without pam_slurm_adopt what SSH started outlives the job; those made after its end
+        // (the next allocation's, maybe on the same nodes) are spared.
+        reap: (hosts) =>
+          this.#fleet(z.array(hostSchema).parse(hosts)).removeCreatedBy(
+            this.#context.clock.now(),
+            (host, id) => this.#driver.removeLine(host, id),
+          ),
       });
     this.#images = new SshImageStore(this.name, this.#driver.images, context, this.fleet, this.slurm);
   }
@@ -178,27 +175,6 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
 
   #nameOf = (id: string): string => `gym-${this.#context.namespace}-${id}`;
 
-  /**
-   * Removes our sandboxes on hosts that left with an ended Slurm allocation (without
-   * pam_slurm_adopt what SSH started outlives the job), sparing those created after `endedAt`
-   * (the next allocation's, maybe on the same nodes); a node that no longer lets us in is passed over.
-   */
-  async #reap(hosts: H[], endedAt: number): Promise<void> {
-    const fleet = this.#fleet(hosts);
-    try {
-      await Promise.all(
-        fleet.hosts.map(async (host) => {
-          const sandboxes = await fleet.listHost(host).catch(() => []);
-          for (const info of sandboxes)
-            if (Date.parse(info.createdAt) <= endedAt)
-              await fleet.run(host, this.#driver.removeLine(host, info.id)).catch(() => {});
-        }),
-      );
-    } finally {
-      fleet.close();
-    }
-  }
-
   /** Before anything that looks for sandboxes: in Slurm mode, the allocation a restarted daemon left. */
   async #resumed(): Promise<void> {
     await this.slurm?.resume();
@@ -219,22 +195,16 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
   }
 
   async health(): Promise<ProviderHealth> {
-    const version = (host: FleetHost<H>) => this.#driver.versionLine(host);
-    if (this.slurm === null) return this.fleet.health(version);
-    const slurm = await this.slurm.health();
-    if (!slurm.ok || this.fleet.hosts.length === 0) return slurm;
-    const hosts = await this.fleet.health(version);
-    return { ...hosts, details: { ...hosts.details, slurm: slurm.details } };
+    const hosts = () => this.fleet.health((host) => this.#driver.versionLine(host));
+    return this.slurm === null
+      ? hosts()
+      : this.slurm.healthWith(() => (this.fleet.hosts.length === 0 ? null : hosts()));
   }
 
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
     requireSpecCapabilities(this.name, this.capabilities, spec);
-    const unpin = this.slurm === null ? () => {} : await this.slurm.ensure();
-    try {
-      return await this.#createOnFleet(spec, options);
-    } finally {
-      unpin();
-    }
+    const create = () => this.#createOnFleet(spec, options);
+    return this.slurm === null ? create() : this.slurm.pinned(create);
   }
 
   async #createOnFleet(spec: SandboxSpec, options: CreateOptions): Promise<SandboxInfo> {
@@ -243,21 +213,14 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     const relay = this.capabilities.gatewayReach
       ? await this.fleet.placeRelay(host, this.#options.relayHelperPath)
       : null;
-    const { id, ...times } = sandboxIdentity(options, this.#context, spec.ttlSeconds);
+    const identity = sandboxIdentity(options, this.#context, spec.ttlSeconds);
+    const { id } = identity;
     const name = this.#nameOf(id);
-    const info: SandboxInfo = {
-      id,
-      provider: this.name,
-      state: 'ready',
-      image: spec.image,
-      labels: spec.labels,
-      namespace: this.#context.namespace,
-      daemonId: this.#context.daemonId,
+    const info = newSandboxInfo(this.name, identity, spec, this.#context, {
       pool: options.pool ?? null,
-      ...times,
       providerRef: `${host.name}/${name}`,
       scope: host.name,
-    };
+    });
     this.fleet.place(id, host);
     try {
       // The state file first: a crash after it leaves a record a reaper can act on.
@@ -279,11 +242,7 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
   async list(filter: ListFilter = {}): Promise<SandboxListing> {
     await this.#resumed();
     const listing = await this.fleet.list(filter);
-    const unanswered = this.slurm?.unanswered();
-    // Slurm does not say which allocation is ours: its nodes' sandboxes are out of sight.
-    return unanswered === undefined || unanswered === null
-      ? listing
-      : { ...listing, unreachable: [...listing.unreachable, { scope: 'slurm', reason: unanswered }] };
+    return this.slurm?.withUnanswered(listing) ?? listing;
   }
 
   async get(id: string): Promise<SandboxInfo> {
@@ -291,117 +250,93 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     return this.fleet.get(id);
   }
 
-  async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
-    try {
-      return await this.#exec(id, request, options);
-    } catch (error) {
-      if (error instanceof CommandCannotStart) return cannotStartResult(error.message);
-      throw error;
-    }
+  exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    return orCannotStart(this.#exec(id, request, options));
   }
 
   async #exec(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     await this.#resumed();
     const host = await this.fleet.locate(id);
-    const output = new ExecOutput(request, options);
+    const gone = () => new ExecOutput(request, options).result('sandbox_gone', null);
     if (request.session !== undefined) {
       let session: ShellSession;
       try {
         session = await this.#session(host, id, request.session, request.user);
       } catch (error) {
         // The host does not answer (or left the set): as for a one-shot command.
-        if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return output.result('sandbox_gone', null);
+        if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return gone();
         throw error;
       }
       return session.run(request, options, {
         classifyAbnormalEnd: () => this.#driver.abnormalEnd(host, id, true),
       });
     }
-    let record: Awaited<ReturnType<HostFleet<H>['record']>>;
-    let target: Target | null;
+    let entry: Entry<Target> | null;
     try {
-      record = await this.fleet.record(host, id);
-      target = await this.#driver.target(host, id);
+      entry = await this.#entry(host, id, request.user, request);
     } catch (error) {
       // The host does not answer: its sandboxes are out of reach, as good as gone for a command.
-      if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return output.result('sandbox_gone', null);
+      if (isGymError(error, 'PROVIDER_UNAVAILABLE')) return gone();
       throw error;
     }
-    if (target === null) return output.result('sandbox_gone', null);
-    const { spec, imageConfig } = record;
-    const user = request.user ?? spec.user;
-    const as = user === undefined ? [] : await this.#userFlags(id, user);
+    if (entry === null) return gone();
+    const { target, env, cwd, as } = entry;
     const tag = randomBytes(12).toString('hex');
-    const env = {
-      PATH: DEFAULT_PATH,
-      HOME: '/root',
-      ...imageConfig?.env,
-      ...spec.env,
-      ...request.env,
-      [EXEC_ID_ENV]: tag,
+    const argv = wrappedArgv(
+      { ...env, [EXEC_ID_ENV]: tag },
+      cwd,
+      request.argv ?? ['/bin/sh', '-c', request.command!],
+      'gym-exec',
+    );
+    const line = this.#driver.enter(host, target, argv, { tag, as });
+    return superviseExec(request, options, {
+      run: (output, stopped) =>
+        host.connection.exec(line, {
+          stdin: stdinBytes(request) ?? Buffer.alloc(0),
+          signal: stopped,
+          onStdout: (chunk) => output.push('stdout', chunk),
+          onStderr: (chunk) => output.push('stderr', chunk),
+        }),
+      kill: () => this.#killTagged(host, id, target, tag),
+      sandboxKilled: () => this.#driver.lost(id),
+      classify: async ({ end: exit, error, timedOut, aborted }, output) => {
+        if (timedOut || aborted) return output.result(timedOut ? 'timeout' : 'killed', null);
+        if (exit === undefined && !isGymError(error, 'PROVIDER_UNAVAILABLE')) throw error;
+        const ended = output.result('ok', exit?.code ?? null);
+        const isGone =
+          exit === undefined ||
+          (exit.code === 255 && this.#driver.isGone(ended.stderr) && !(await this.fleet.exists(host, id)));
+        const sigkilled =
+          exit !== undefined && (exit.signal === 'SIGKILL' || exit.code === SIGKILL_EXIT_CODE);
+        if (!isGone && !sigkilled && exit.signal === null && exit.code !== null) return ended;
+        const end = isGone ? 'sandbox_gone' : await this.#driver.abnormalEnd(host, id, sigkilled);
+        if (end === 'sandbox_gone') this.#driver.lost(id);
+        return abnormalEndResult(output, end, sigkilled ? SIGKILL_EXIT_CODE : null);
+      },
+    });
+  }
+
+  /**
+   * What entering sandbox `id` as `user` (else the spec's) takes: its target, the driver's user
+   * flags, the environment and working directory (the request's over the spec's over the
+   * image's); null when the sandbox is gone.
+   */
+  async #entry(
+    host: FleetHost<H>,
+    id: string,
+    user: string | undefined,
+    request: Partial<Pick<ExecRequest, 'env' | 'cwd'>> = {},
+  ): Promise<Entry<Target> | null> {
+    const { spec, imageConfig } = await this.fleet.record(host, id);
+    const target = await this.#driver.target(host, id);
+    if (target === null) return null;
+    const effective = user ?? spec.user;
+    return {
+      target,
+      as: effective === undefined ? [] : await this.#userFlags(id, effective),
+      env: { PATH: DEFAULT_PATH, HOME: '/root', ...imageConfig?.env, ...spec.env, ...request.env },
+      cwd: request.cwd ?? spec.workdir ?? imageConfig?.workdir ?? '/',
     };
-    const cwd = request.cwd ?? spec.workdir ?? imageConfig?.workdir ?? '/';
-    const argv = request.argv ?? ['/bin/sh', '-c', request.command!];
-    const line = this.#driver.enter(host, target, wrappedArgv(env, cwd, argv, 'gym-exec'), { tag, as });
-    const abort = new AbortController();
-    let timedOut = false;
-    let killing: Promise<KillOutcome> | null = null;
-    const kill = () => {
-      killing ??= this.#killTagged(host, id, target, tag);
-      void killing.finally(() => abort.abort());
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      kill();
-    }, request.timeoutMs);
-    options.signal?.addEventListener('abort', kill, { once: true });
-    let exit: { code: number | null; signal: string | null } | null = null;
-    let lost = false;
-    try {
-      exit = await host.connection.exec(line, {
-        stdin: stdinBytes(request) ?? Buffer.alloc(0),
-        signal: abort.signal,
-        onStdout: (chunk) => output.push('stdout', chunk),
-        onStderr: (chunk) => output.push('stderr', chunk),
-      });
-    } catch (error) {
-      if (!timedOut) {
-        if (!isGymError(error, 'PROVIDER_UNAVAILABLE')) throw error;
-        lost = true;
-      }
-    } finally {
-      clearTimeout(timer);
-      options.signal?.removeEventListener('abort', kill);
-    }
-    const ended = output.result('ok', exit?.code ?? null);
-    const gone =
-      lost ||
-      (exit?.code === 255 && this.#driver.isGone(ended.stderr) && !(await this.fleet.exists(host, id)));
-    const sigkilled = exit !== null && (exit.signal === 'SIGKILL' || exit.code === SIGKILL_EXIT_CODE);
-    let status: ExecResult['status'] = timedOut ? 'timeout' : gone ? 'sandbox_gone' : 'ok';
-    let loss: SandboxLoss | null = null;
-    if (status === 'ok' && (sigkilled || exit?.signal != null || exit?.code === null)) {
-      const end = await this.#driver.abnormalEnd(host, id, sigkilled);
-      if (typeof end === 'object') loss = end;
-      else status = end;
-    }
-    // The kill had to take the sandbox: the command resisted it, so the loss is its own.
-    const isKilledWhole = killing !== null && (await killing) === 'sandbox_killed';
-    if (status === 'sandbox_gone' || isKilledWhole) this.#driver.lost(id);
-    const exitCode =
-      status === 'ok'
-        ? (exit?.code ?? null)
-        : (status === 'killed' || status === 'oom') && sigkilled
-          ? SIGKILL_EXIT_CODE
-          : null;
-    const result: ExecResult = { ...ended, status, exitCode };
-    if (isKilledWhole)
-      return markSandboxLost(
-        { ...result, stderr: `${result.stderr}${KILL_FAILED_NOTE.toString()}` },
-        timedOut ? 'timeout' : 'killed',
-        KILL_FAILED_REASON,
-      );
-    return loss === null ? result : markSandboxLost(result, loss.lost, loss.reason);
   }
 
   /** The driver's entry flags for `user`; what the runtime cannot run as it throws for. */
@@ -410,41 +345,21 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     return this.#driver.userFlags(uid, gid, user);
   }
 
-  /**
-   * Kills the sandbox's processes carrying the tag from the host (its busybox over its /proc, in
-   * the sandbox's pid namespace): a kill script inside would run as the agent's user, who could
-   * stop it (SIGSTOP) before it killed anything, so that the command and its channels never ended.
-   */
-  async #killTagged(
+  /** Kills the sandbox's processes carrying the tag from the host, in its pid namespace only (`killTaggedOnHost`). */
+  #killTagged(
     host: FleetHost<H>,
     id: string,
     target: Target,
     tag: string,
     reach: KillReach = 'tagged-and-their-sessions',
   ): Promise<KillOutcome> {
-    try {
-      const scope = await this.#driver.killScope(host, target);
-      if (scope === null) return 'killed';
-      const { guard, namespace } = scope;
-      const ran = await this.fleet.run(
-        host,
-        `${guard}exec ${shellJoin(hostKillScriptArgv(host.busyboxPath, namespace, tag, reach))}`,
-      );
-      if (ran.code === 0) return 'killed';
-      // It gave up (a fork loop outran its passes): the sandbox's namespace goes whole, which no
-      // fork outruns; resisting its kill cost the command its sandbox.
+    const warn = () =>
       this.#context.logger.warn(
         { sandboxId: id },
         'the timeout kill did not take effect; killing the sandbox',
       );
-      await this.fleet
-        .run(host, `${guard}exec ${shellJoin(hostKillNamespaceArgv(host.busyboxPath, namespace))}`)
-        .catch(() => null);
-      return 'sandbox_killed';
-    } catch {
-      // A host that does not answer: its commands end as it does.
-      return 'killed';
-    }
+    const scope = () => this.#driver.killScope(host, target);
+    return killTaggedOnHost((line) => this.fleet.run(host, line), host.busyboxPath, scope, tag, reach, warn);
   }
 
   async stopProcesses(id: string): Promise<{ killed: number }> {
@@ -501,13 +416,9 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
   /** The session shell `name` for `user`, opened on first use (and after it was lost), entered as a command is. */
   #session(host: FleetHost<H>, id: string, name: string, user: string | undefined): Promise<ShellSession> {
     return this.#sessions.session(id, name, user, async () => {
-      const { spec, imageConfig } = await this.fleet.record(host, id);
-      const target = await this.#driver.target(host, id);
-      if (target === null) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-      const effective = user ?? spec.user;
-      const as = effective === undefined ? [] : await this.#userFlags(id, effective);
-      const env = { PATH: DEFAULT_PATH, HOME: '/root', ...imageConfig?.env, ...spec.env };
-      const cwd = spec.workdir ?? imageConfig?.workdir ?? '/';
+      const entry = await this.#entry(host, id, user);
+      if (entry === null) throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+      const { target, env, cwd, as } = entry;
       const line = this.#driver.enter(host, target, wrappedArgv(env, cwd, ['/bin/sh'], 'gym-session'), {
         as,
       });
@@ -531,7 +442,7 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
         { details: { provider: this.name, capability: 'gatewayReach' } },
       );
     const open = await this.#relays.current(id);
-    if (open !== undefined) return { url: loopbackGatewayUrl(open.relay.port) };
+    if (open !== undefined) return { url: loopbackGatewayUrl(open.port) };
     const port = recordedGatewayPort(options.url);
     const started = await this.#relays.open(id, async () => {
       const { host, target } = await this.#target(id);
@@ -552,23 +463,13 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
         this.#options.relayMaxConnections,
         this.#relayCounters,
       );
-      return {
-        relay,
-        execId,
-        host,
-        target,
-        get isOpen() {
-          return relay.isOpen;
-        },
-        close: () => relay.close(),
-      };
+      return Object.assign(relay, { execId, host, target });
     });
-    return { url: loopbackGatewayUrl(started.relay.port) };
+    return { url: loopbackGatewayUrl(started.port) };
   }
 
   relayStats(): RelayStats {
-    const relays = [...this.#relays.openRelays].map((open) => open.relay);
-    return relayStatsOf(relays, this.#relayCounters.refusedTotal);
+    return relayStatsOf(this.#relays.openRelays, this.#relayCounters.refusedTotal);
   }
 
   /** Drops a sandbox's relay; with `kill`, also kills the relay process in the sandbox (by its tag). */

@@ -483,6 +483,27 @@ export class HostFleet<C extends HostConfig = HostConfig> {
     return host;
   }
 
+  /**
+   * Removes (`removeLine`) the sandboxes created by `endedAt` on every host, then closes: the
+   * reaping of an ended Slurm allocation's nodes. A host that no longer lets us in is passed over.
+   */
+  async removeCreatedBy(
+    endedAt: number,
+    removeLine: (host: FleetHost<C>, id: string) => string,
+  ): Promise<void> {
+    try {
+      await Promise.all(
+        this.hosts.map(async (host) => {
+          for (const info of await this.listHost(host).catch(() => []))
+            if (Date.parse(info.createdAt) <= endedAt)
+              await this.run(host, removeLine(host, info.id)).catch(() => {});
+        }),
+      );
+    } finally {
+      this.close();
+    }
+  }
+
   close(): void {
     for (const host of this.#hosts) host.connection.close();
   }

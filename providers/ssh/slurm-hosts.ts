@@ -137,6 +137,16 @@ export class SlurmHosts {
     }
   }
 
+  /** Runs `work` with an allocation held (`ensure`), letting go of it once `work` ends. */
+  async pinned<T>(work: () => Promise<T>): Promise<T> {
+    const unpin = await this.ensure();
+    try {
+      return await work();
+    } finally {
+      unpin();
+    }
+  }
+
   /**
    * After a restart: adopts a running allocation of ours, if there is one, without asking for a
    * new one, so listings and commands find the sandboxes already on its nodes. Once per provider.
@@ -160,6 +170,23 @@ export class SlurmHosts {
   /** Why Slurm did not answer the last look for our allocation; null when it did. */
   unanswered(): string | null {
     return this.#unanswered;
+  }
+
+  /**
+   * `listing` with the Slurm scope unreachable while Slurm did not answer the look for our
+   * allocation: it does not say which allocation is ours, so its nodes' sandboxes are out of sight.
+   */
+  withUnanswered(listing: SandboxListing): SandboxListing {
+    const reason = this.#unanswered;
+    if (reason === null) return listing;
+    return { ...listing, unreachable: [...listing.unreachable, { scope: 'slurm', reason }] };
+  }
+
+  /** The provider's health: Slurm's, with the hosts' (`fleet`, null with none) folded in. */
+  async healthWith(fleet: () => Promise<ProviderHealth> | null): Promise<ProviderHealth> {
+    const slurm = await this.health();
+    const hosts = slurm.ok ? await fleet() : null;
+    return hosts === null ? slurm : { ...hosts, details: { ...hosts.details, slurm: slurm.details } };
   }
 
   /** Whether the controller answers, with the allocation held. */

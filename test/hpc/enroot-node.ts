@@ -3,7 +3,7 @@
  * image as a `.sqsh`, and the enroot stand-in (test/stand-ins/enroot.ts) as its `enroot`.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { imageFolderName } from '../../providers/shared/image-folder.ts';
@@ -54,6 +54,18 @@ export async function enrootNode(host: string, port: number) {
     workDirectory,
     /** Runs the stand-in here with the node's paths (what the provider sets over SSH). */
     enroot: (...args: string[]) => spawnSync(enroot, args, { env, encoding: 'utf8' }),
+    /** Squashes the root filesystem folder `root` into image `reference` (then removes it), `aliases` linked to it. */
+    async placeImage(root: string, reference: string, aliases: string[] = []) {
+      squashInto(images, reference, root);
+      await rm(root, { recursive: true, force: true });
+      for (const name of aliases)
+        await symlink(`${imageFolderName(reference)}.sqsh`, join(images, `${imageFolderName(name)}.sqsh`));
+    },
+    /** The containers on the node (`enroot list`). */
+    listed: () =>
+      spawnSync(enroot, ['list'], { env, encoding: 'utf8' })
+        .stdout.split('\n')
+        .filter((line) => line !== ''),
     host: {
       name: `node-${host.split('.').pop()}`,
       host,

@@ -1,8 +1,9 @@
 /** A compute node for the HPC providers' tests: a real sshd, a work directory with the busybox image, the apptainer stand-in. */
 import { spawnSync } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { makeBusyboxRoot } from '../fixtures/busybox-root.ts';
 import { startSshd } from '../fixtures/sshd.ts';
 
@@ -18,6 +19,14 @@ export async function computeNode(host: string, port: number) {
   const apptainer = join(bin, 'apptainer');
   await writeFile(apptainer, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
   await chmod(apptainer, 0o755);
+  const env = { ...process.env, APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') };
+  const instances = () => {
+    const listed = spawnSync(apptainer, ['instance', 'list', '--json'], { env, encoding: 'utf8' });
+    if (listed.status !== 0) return [];
+    return (JSON.parse(listed.stdout) as { instances: Array<{ instance: string }> }).instances.map(
+      ({ instance }) => instance,
+    );
+  };
   return {
     sshd,
     workDirectory,
@@ -34,19 +43,22 @@ export async function computeNode(host: string, port: number) {
       // The tests log in as root (the stand-ins need it): accepted here, refused by default.
       allowRootSshUser: true,
     },
+    /** Moves the root filesystem folder `root` in as the sandbox directory of image `reference`, `aliases` linked to it. */
+    async placeImage(root: string, reference: string, aliases: string[] = []) {
+      const images = join(workDirectory, 'images');
+      await rename(root, join(images, imageFolderName(reference)));
+      for (const name of aliases)
+        await symlink(imageFolderName(reference), join(images, imageFolderName(name)));
+    },
+    /** The instances on the node (what `instance list` names). */
+    listed: instances,
     /**
      * Stops every instance still on the node (a test that failed, or a host that was down when its
      * sandboxes were destroyed, leaves some: their keepers and overlay mounts would outlive the
      * test), then removes the node.
      */
     async cleanup() {
-      const env = { ...process.env, APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') };
-      const listed = spawnSync(apptainer, ['instance', 'list', '--json'], { env, encoding: 'utf8' });
-      const instances =
-        listed.status === 0
-          ? (JSON.parse(listed.stdout) as { instances: Array<{ instance: string }> }).instances
-          : [];
-      for (const { instance } of instances)
+      for (const instance of instances())
         spawnSync(apptainer, ['instance', 'stop', '--force', instance], { env, stdio: 'ignore' });
       await sshd.cleanup();
       await rm(workDirectory, { recursive: true, force: true });

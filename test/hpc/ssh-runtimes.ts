@@ -29,6 +29,9 @@ export interface SshRuntimeRow {
   slurmPortBase: number;
   /** Whether the row runs the sessions-past-one-connection case (the pool is the fleet's, shared). */
   sessionsPastOneConnection: boolean;
+  /** The loopback address and port base of its node in the eval suite (`ssh-runtime-eval.ts`). */
+  evalAddress: string;
+  evalPortBase: number;
 }
 
 const asShared = (provider: unknown) => provider as SshRuntimeProvider<HostConfig, unknown>;
@@ -43,6 +46,8 @@ export const SSH_RUNTIMES: SshRuntimeRow[] = [
     portBase: 23000,
     slurmPortBase: 29000,
     sessionsPastOneConnection: true,
+    evalAddress: '127.0.0.8',
+    evalPortBase: 26000,
   },
   {
     runtime: 'enroot',
@@ -55,5 +60,7 @@ export const SSH_RUNTIMES: SshRuntimeRow[] = [
     portBase: 29000,
     slurmPortBase: 31000,
     sessionsPastOneConnection: false,
+    evalAddress: '127.0.0.11',
+    evalPortBase: 28000,
   },
 ];

@@ -42,15 +42,16 @@ import {
 import { hostname, userInfo } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { standInCli } from './stand-in-cli.ts';
 
 const INSTANCE_NAME = /^[a-zA-Z0-9._-]+$/;
 /** The project's static init (scripts/setup.sh builds it): the instance's PID 1. */
 const KEEPER = fileURLToPath(new URL('../../.tools/gym-exec', import.meta.url));
 
-function fatal(message: string): never {
-  process.stderr.write(`FATAL:   ${message}\n`);
-  process.exit(255);
-}
+const cli = standInCli({ name: 'apptainer', prefix: 'FATAL:   ', failCode: 255, endOfFlags: false });
+// Typed here: a call to it then ends the control flow for the checker too.
+const fatal: (message: string) => never = cli.fail;
+const { parseFlags, runToEnd } = cli;
 
 interface InstanceRecord {
   name: string;
@@ -157,34 +158,6 @@ function readRecord(name: string): InstanceRecord | null {
 }
 
 /** Parses `args` against the flags a subcommand allows: `value` flags take the next word. */
-function parseFlags(
-  command: string,
-  args: string[],
-  allowed: Record<string, 'switch' | 'value' | 'repeat'>,
-): { flags: Map<string, string[]>; rest: string[] } {
-  const flags = new Map<string, string[]>();
-  let index = 0;
-  for (; index < args.length; index += 1) {
-    const arg = args[index]!;
-    if (!arg.startsWith('-')) break;
-    const [name, inline] = arg.includes('=')
-      ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
-      : [arg, undefined];
-    const kind = allowed[name];
-    if (kind === undefined)
-      fatal(
-        `stand-in: unknown flag ${name} for "apptainer ${command}" (not something the real tool's provider should call)`,
-      );
-    if (kind === 'switch') flags.set(name, ['true']);
-    else {
-      const value = inline ?? args[++index];
-      if (value === undefined) fatal(`flag ${name} needs a value`);
-      flags.set(name, kind === 'repeat' ? [...(flags.get(name) ?? []), value] : [value]);
-    }
-  }
-  return { flags, rest: args.slice(index) };
-}
-
 function alias(flags: Map<string, string[]>, short: string, long: string): boolean {
   return flags.has(short) || flags.has(long);
 }
@@ -406,39 +379,30 @@ function writableExec(flags: Map<string, string[]>, directory: string, command: 
   const env = withEnv(flags, { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' });
   const bindArgs = bindArguments(flags);
   const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
-  const child = spawn(
-    'bwrap',
-    [
-      '--bind',
-      directory,
-      '/',
-      '--dev',
-      '/dev',
-      '--proc',
-      '/proc',
-      '--perms',
-      '1777',
-      '--tmpfs',
-      '/tmp',
-      ...bindArgs,
-      ...(flags.has('--no-privs') ? ['--cap-drop', 'ALL'] : []),
-      '--unshare-all',
-      '--die-with-parent',
-      '--new-session',
-      '--chdir',
-      cwd,
-      '--clearenv',
-      ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
-      '--',
-      ...command,
-    ],
-    { stdio: 'inherit' },
-  );
-  child.on('error', (error) => fatal(`cannot run bwrap: ${error.message}`));
-  child.on('close', (code, signal) => {
-    if (signal !== null) process.kill(process.pid, signal);
-    else process.exit(code ?? 255);
-  });
+  runToEnd('bwrap', [
+    '--bind',
+    directory,
+    '/',
+    '--dev',
+    '/dev',
+    '--proc',
+    '/proc',
+    '--perms',
+    '1777',
+    '--tmpfs',
+    '/tmp',
+    ...bindArgs,
+    ...(flags.has('--no-privs') ? ['--cap-drop', 'ALL'] : []),
+    '--unshare-all',
+    '--die-with-parent',
+    '--new-session',
+    '--chdir',
+    cwd,
+    '--clearenv',
+    ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
+    '--',
+    ...command,
+  ]);
 }
 
 /**
@@ -567,12 +531,7 @@ function instanceExec(args: string[]): void {
     ...shed,
     ...command,
   ]);
-  const child = spawn(program!, programArgs, { stdio: 'inherit', env });
-  child.on('error', (error) => fatal(`cannot run nsenter: ${error.message}`));
-  child.on('close', (code, signal) => {
-    if (signal !== null) process.kill(process.pid, signal);
-    else process.exit(code ?? 255);
-  });
+  runToEnd(program!, programArgs, env);
 }
 
 function instanceStop(args: string[]): void {

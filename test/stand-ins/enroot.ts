@@ -36,7 +36,7 @@
  * user (the stand-in runs as root and maps root to root), and the master branch's
  * `--pid`/`--net`/`--ipc`/`--uts` options (not in 4.1.2).
  */
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -48,14 +48,15 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { standInCli } from './stand-in-cli.ts';
 
 const NAME = /^[^/]+$/;
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
-function fail(message: string): never {
-  process.stderr.write(`[ERROR] ${message}\n`);
-  process.exit(1);
-}
+const cli = standInCli({ name: 'enroot', prefix: '[ERROR] ', failCode: 1, endOfFlags: true });
+// Typed here: a call to it then ends the control flow for the checker too.
+const fail: (message: string) => never = cli.fail;
+const { parseFlags, runToEnd } = cli;
 
 /** The four paths every call needs (see the top of this file). */
 function paths() {
@@ -72,41 +73,6 @@ function paths() {
   ])
     mkdirSync(path, { recursive: true });
   return { data };
-}
-
-type FlagKind = 'switch' | 'value' | 'repeat';
-
-/** Parses `args` against the flags a subcommand allows (short and long names); `--` ends them. */
-function parseFlags(
-  command: string,
-  args: string[],
-  allowed: Record<string, { kind: FlagKind; long: string }>,
-): { flags: Map<string, string[]>; rest: string[] } {
-  const flags = new Map<string, string[]>();
-  let index = 0;
-  for (; index < args.length; index += 1) {
-    const arg = args[index]!;
-    if (arg === '--') {
-      index += 1;
-      break;
-    }
-    if (!arg.startsWith('-') || arg === '-') break;
-    const [given, inline] = arg.includes('=')
-      ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
-      : [arg, undefined];
-    const flag = allowed[given];
-    if (flag === undefined)
-      fail(
-        `stand-in: unknown option ${given} for "enroot ${command}" (not something the enroot provider should call)`,
-      );
-    if (flag.kind === 'switch') flags.set(flag.long, ['y']);
-    else {
-      const value = inline ?? args[++index];
-      if (value === undefined) fail(`Invalid argument: ${given} needs a value`);
-      flags.set(flag.long, flag.kind === 'repeat' ? [...(flags.get(flag.long) ?? []), value] : [value]);
-    }
-  }
-  return { flags, rest: args.slice(index) };
 }
 
 function rootfsOf(data: string, name: string): string {
@@ -275,40 +241,31 @@ function start(args: string[]): void {
       : existsSync(join(rootfs, 'etc', 'rc'))
         ? ['/bin/sh', '/etc/rc', ...command]
         : command;
-  const child = spawn(
-    'bwrap',
-    [
-      // ENROOT_ALLOW_SUPERUSER lets root start a container without a user namespace: root of
-      // the host, with every capability of the host.
-      ...(superuser
-        ? ['--cap-add', 'ALL']
-        : [
-            '--unshare-user',
-            '--uid',
-            remap ? '0' : String(process.getuid?.() ?? 0),
-            '--gid',
-            remap ? '0' : String(process.getgid?.() ?? 0),
-            // Root in its user namespace keeps its capabilities there (enroot-switchroot drops them for others).
-            ...(remap ? ['--cap-add', 'ALL'] : []),
-          ]),
-      flags.has('rw') ? '--bind' : '--ro-bind',
-      rootfs,
-      '/',
-      ...mounts,
-      '--chdir',
-      '/',
-      '--clearenv',
-      ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
-      '--',
-      ...argv,
-    ],
-    { stdio: 'inherit' },
-  );
-  child.on('error', (error) => fail(`cannot run bwrap: ${error.message}`));
-  child.on('close', (code, signal) => {
-    if (signal !== null) process.kill(process.pid, signal);
-    else process.exit(code ?? 1);
-  });
+  runToEnd('bwrap', [
+    // ENROOT_ALLOW_SUPERUSER lets root start a container without a user namespace: root of
+    // the host, with every capability of the host.
+    ...(superuser
+      ? ['--cap-add', 'ALL']
+      : [
+          '--unshare-user',
+          '--uid',
+          remap ? '0' : String(process.getuid?.() ?? 0),
+          '--gid',
+          remap ? '0' : String(process.getgid?.() ?? 0),
+          // Root in its user namespace keeps its capabilities there (enroot-switchroot drops them for others).
+          ...(remap ? ['--cap-add', 'ALL'] : []),
+        ]),
+    flags.has('rw') ? '--bind' : '--ro-bind',
+    rootfs,
+    '/',
+    ...mounts,
+    '--chdir',
+    '/',
+    '--clearenv',
+    ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
+    '--',
+    ...argv,
+  ]);
 }
 
 function exec(args: string[]): void {
@@ -346,19 +303,7 @@ function exec(args: string[]): void {
     }
   })();
   const enterUser = sameUser ? [] : ['-U'];
-  const child = spawn(
-    '/bin/busybox',
-    ['nsenter', '-t', pid, ...enterUser, '-m', '-w', '-F', '--', ...command],
-    {
-      stdio: 'inherit',
-      env,
-    },
-  );
-  child.on('error', (error) => fail(`cannot run nsenter: ${error.message}`));
-  child.on('close', (code, signal) => {
-    if (signal !== null) process.kill(process.pid, signal);
-    else process.exit(code ?? 1);
-  });
+  runToEnd('/bin/busybox', ['nsenter', '-t', pid, ...enterUser, '-m', '-w', '-F', '--', ...command], env);
 }
 
 /**

@@ -1,27 +1,35 @@
 /**
- * A sandbox's files, moved as tar streams through the busybox bound in every SSH-runtime
- * sandbox (`TOOLS`), so no program of the sandbox's own takes part; and the users its
- * /etc/passwd names.
+ * A sandbox's files, moved as tar streams through a static busybox of the host's bound into the
+ * sandbox, so no program of the sandbox's own takes part; and the users its /etc/passwd names.
+ * For any provider that runs such a busybox in its sandboxes (the SSH runtimes, the bwrap test provider).
  */
 import { posix } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { GymError } from '../../core/errors.ts';
 import type { FileContent, WriteFileOptions } from '../sandbox-provider.ts';
-import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from '../shared/archive.ts';
-import { guardedExtractArgs } from '../shared/guarded-extract.ts';
-import { resolveUserIds, type UserIds } from '../shared/passwd.ts';
-import type { RemoteResult } from '../ssh/host-fleet.ts';
-import { TOOLS } from './driver.ts';
+import { packSingleFile, readFileThroughLinks, rebaseArchive, spoolSafeArchive } from './archive.ts';
+import { guardedExtractArgs } from './guarded-extract.ts';
+import { resolveUserIds, type UserIds } from './passwd.ts';
+
+/** How a run of the bound busybox ended: its exit code, all of stdout, and stderr. */
+export interface ToolsResult {
+  code: number | null;
+  stdout: Buffer;
+  stderr: string;
+}
 
 /** Runs the bound busybox with `args` in sandbox `id`; SANDBOX_NOT_FOUND when the sandbox is gone. */
-export type RunTools = (id: string, args: string[], stdin?: Readable) => Promise<RemoteResult>;
+export type RunTools = (id: string, args: string[], stdin?: Readable) => Promise<ToolsResult>;
 
-export class SshSandboxFiles {
+export class BusyboxFiles {
+  /** Where the busybox is bound in every sandbox. */
+  readonly #busybox: string;
   readonly #tools: RunTools;
   /** Throws SANDBOX_NOT_FOUND for a sandbox that is not there (before an archive is spooled). */
   readonly #check: (id: string) => Promise<unknown>;
 
-  constructor(tools: RunTools, check: (id: string) => Promise<unknown>) {
+  constructor(busybox: string, tools: RunTools, check: (id: string) => Promise<unknown>) {
+    this.#busybox = busybox;
     this.#tools = tools;
     this.#check = check;
   }
@@ -39,7 +47,7 @@ export class SshSandboxFiles {
     archive: Readable,
     target: string,
   ): Promise<void> {
-    const result = await this.#tools(id, guardedExtractArgs(TOOLS, directories), archive);
+    const result = await this.#tools(id, guardedExtractArgs(this.#busybox, directories), archive);
     if (result.code !== 0)
       throw new GymError('PATH_KIND_MISMATCH', `cannot write ${target}: ${result.stderr.trim()}`);
   }
