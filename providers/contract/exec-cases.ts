@@ -136,7 +136,7 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
       ? undefined
       : vitestIt(name, async (context) => {
           if (mode === 'session' && !fixture.provider.capabilities.sessions) context.skip();
-          if (fixture.provider.capabilities.timeoutKill !== 'cgroup') context.skip();
+          if (fixture.provider.capabilities.timeoutKill === 'tagged') context.skip();
           await body();
         });
 
