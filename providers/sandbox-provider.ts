@@ -84,6 +84,13 @@ export interface ProviderCapabilities {
    * lost with the reason (gVisor: its kernel lives inside the limits it enforces).
    */
   limitOverrun?: 'command' | 'sandbox';
+  /**
+   * A command can end its sandbox by killing the sandbox's first process (absent: false): gVisor
+   * delivers a SIGKILL to PID 1 from inside, where Linux ignores it. The command's result then
+   * says its sandbox was lost by what ran in it (`sandboxLost`, with the reason), never
+   * `sandbox_gone`.
+   */
+  keeperKillable?: boolean;
   /** Commands run as other users than root (`user`; absent: true). */
   otherUsers?: boolean;
   /**

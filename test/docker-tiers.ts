@@ -40,7 +40,13 @@ export const TEST_EXEC_HELPER: { execHelperPath?: string } =
 /** The declared differences of each tier from runc's. */
 export const TIER_CAPABILITIES: Record<TierName, Partial<ProviderCapabilities>> = {
   runc: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true },
-  runsc: { timeoutKill: 'traced', stopProcesses: true, gatewayReach: false, limitOverrun: 'sandbox' },
+  runsc: {
+    timeoutKill: 'traced',
+    stopProcesses: true,
+    gatewayReach: false,
+    limitOverrun: 'sandbox',
+    keeperKillable: true,
+  },
   podman: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true },
 };
 

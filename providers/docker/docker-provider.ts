@@ -173,7 +173,7 @@ export class DockerProvider implements SandboxProvider {
       // Under gVisor each command runs traced by the helper, which takes all it started when killed.
       timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
       stopProcesses: hasHostControl || canStopInGuest,
-      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const } : {}),
+      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const, keeperKillable: true } : {}),
       // The engine's change list and archive reads need nothing on the host but the engine.
       toolchainCheck: true,
       imageFormats: ['rootfs', 'derived', 'plan'],
