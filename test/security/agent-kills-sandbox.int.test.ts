@@ -78,7 +78,7 @@ for (const tier of tiers) {
     };
 
     for (const session of [undefined, 'agent']) {
-      it(`keeps its keeper when it raises PID 1's OOM score and fills memory (${session ?? 'one-shot'})`, {
+      it(`${takesSandbox ? 'answers results, never sandbox_gone,' : 'keeps its keeper'} when it raises PID 1's OOM score and fills memory (${session ?? 'one-shot'})`, {
         timeout: 90_000,
       }, async () => {
         const owner = provider();
