@@ -60,6 +60,7 @@ import {
   type RuntimeTier,
   runtimeTier,
   stopGuestProcesses,
+  tracedLaunch,
   watchSandboxEnd,
 } from './runtime-tier.ts';
 import { commitSnapshot } from './snapshot.ts';
@@ -405,15 +406,9 @@ export class DockerProvider implements SandboxProvider {
       }
       const confinement =
         this.#tier.hostControlGap === undefined ? await this.#processes.confinement(id, container) : null;
-      const launched = this.#launched(request);
-      const result = await runOneShotExec(
-        container,
-        launched,
-        options,
-        hooks,
-        confinement,
-        this.#guestHelper(),
-      );
+      const tracer = this.#guestHelper();
+      const launched = tracer === null ? request : tracedLaunch(request, tracer);
+      const result = await runOneShotExec(container, launched, options, hooks, confinement, tracer);
       // Podman's exit for a command its runtime could not start is 125, Docker's 126.
       if (result.status === 'ok' && result.exitCode === 125 && (await this.#engine.kind()) === 'podman')
         return { ...result, exitCode: 126 };
@@ -436,25 +431,6 @@ export class DockerProvider implements SandboxProvider {
       }
       throw wrapped;
     }
-  }
-
-  /**
-   * Under gVisor a one-shot command starts through the exec helper's `--traced` (gym-exec.c): its
-   * timeout kills all it started; it drops the capabilities the runtime gives a non-root user's
-   * first process, and refuses a working directory that is a file (the runtime would use `/`).
-   */
-  #launched(request: ExecRequest): ExecRequest {
-    if (this.#guestHelper() === null) return request;
-    const { command: _command, ...rest } = request;
-    return {
-      ...rest,
-      argv: [
-        EXEC_HELPER_MOUNT,
-        '--traced',
-        request.cwd ?? '',
-        ...(request.argv ?? ['sh', '-c', request.command!]),
-      ],
-    };
   }
 
   #session(

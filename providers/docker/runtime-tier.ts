@@ -29,7 +29,7 @@
  * guest on gVisor's own network stack (`--network=none`) does not share: `gatewayReach: false`.
  */
 import type Docker from 'dockerode';
-import type { ExecResult } from '../../core/schemas/exec.ts';
+import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 
@@ -241,4 +241,17 @@ export async function watchSandboxEnd(
     stopWatching.abort();
     options.signal?.removeEventListener('abort', forward);
   }
+}
+
+/**
+ * Under gVisor a one-shot command starts through the exec helper's `--traced` (gym-exec.c): its
+ * timeout kills all it started; it drops the capabilities the runtime gives a non-root user's
+ * first process, and refuses a working directory that is a file (the runtime would use `/`).
+ */
+export function tracedLaunch(request: ExecRequest, helperPath: string): ExecRequest {
+  const { command: _command, ...rest } = request;
+  return {
+    ...rest,
+    argv: [helperPath, '--traced', request.cwd ?? '', ...(request.argv ?? ['sh', '-c', request.command!])],
+  };
 }
