@@ -29,6 +29,13 @@
  *   binaries. A session's timeout kills its shell too and drops the session. Background jobs of a
  *   command that ended normally are moved out first, so they live on as they would elsewhere.
  *   (Only a sandbox given CAP_SYS_ADMIN by the operator could leave its cgroup.)
+ * - Docker under gVisor (`runtime: runsc`) with the exec helper (`traced`): the host cannot tell
+ *   the guest's processes apart, so each command, or each session's shell, runs traced (ptrace)
+ *   by the helper inside the sandbox, every process it starts traced from birth; a timeout kills
+ *   the tracer, and the guest kernel every process it traces. As strong as `cgroup` against what
+ *   the command does to its environment, session or binaries; a command that kills its tracer
+ *   kills itself; a traced command cannot use ptrace itself (strace, gdb). What an ended command
+ *   left running is let go of, as with `cgroup`.
  * - Docker without one of those (a remote engine, no cgroup v2, the helper missing), and any
  *   provider with only a shell in the sandbox (`tagged`): each exec is tagged with `GYM_EXEC_ID`
  *   in its environment and a kill script inside the sandbox kills every process with the tag or
@@ -86,6 +93,13 @@ export interface ProviderCapabilities {
    * lost with the reason (gVisor: its kernel lives inside the limits it enforces).
    */
   limitOverrun?: 'command' | 'sandbox';
+  /**
+   * A command can end its sandbox by killing the sandbox's first process (absent: false): gVisor
+   * delivers a SIGKILL to PID 1 from inside, where Linux ignores it. The command's result then
+   * says its sandbox was lost by what ran in it (`sandboxLost`, with the reason), never
+   * `sandbox_gone`.
+   */
+  keeperKillable?: boolean;
   /** Commands run as other users than root (`user`; absent: true). */
   otherUsers?: boolean;
   /**
@@ -98,10 +112,11 @@ export interface ProviderCapabilities {
   gatewayReach: boolean;
   /**
    * How a timeout finds what a command started (see the top of this file): `cgroup` from outside
-   * the sandbox, which nothing inside can escape; `tagged` by a script inside the sandbox, which
-   * a command that clears its environment and leaves its session escapes.
+   * the sandbox, which nothing inside can escape; `traced` by the command's tracer inside the
+   * sandbox, which nothing it traces can leave; `tagged` by a script inside the sandbox, which a
+   * command that clears its environment and leaves its session escapes.
    */
-  timeoutKill: 'cgroup' | 'tagged';
+  timeoutKill: 'cgroup' | 'traced' | 'tagged';
   /** `stopProcesses()`: stop every process in a sandbox but its keeper, before a verifier runs. */
   stopProcesses: boolean;
   /**

@@ -30,10 +30,23 @@ export interface DockerTier {
   capabilities: Partial<ProviderCapabilities>;
 }
 
+/**
+ * The exec helper the tiers' providers mount, when GYM_TEST_EXEC_HELPER names one (a helper built
+ * from a changed gym-exec.c, tried before scripts/setup.sh rebuilds .tools/gym-exec); else the default.
+ */
+export const TEST_EXEC_HELPER: { execHelperPath?: string } =
+  process.env.GYM_TEST_EXEC_HELPER === undefined ? {} : { execHelperPath: process.env.GYM_TEST_EXEC_HELPER };
+
 /** The declared differences of each tier from runc's. */
 export const TIER_CAPABILITIES: Record<TierName, Partial<ProviderCapabilities>> = {
   runc: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true },
-  runsc: { timeoutKill: 'tagged', stopProcesses: true, gatewayReach: false, limitOverrun: 'sandbox' },
+  runsc: {
+    timeoutKill: 'traced',
+    stopProcesses: true,
+    gatewayReach: false,
+    limitOverrun: 'sandbox',
+    keeperKillable: true,
+  },
   podman: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true },
 };
 
@@ -53,7 +66,7 @@ export async function dockerTier(name: TierName, images: string[] = []): Promise
     return {
       name,
       docker: engine,
-      providerOptions: {},
+      providerOptions: { ...TEST_EXEC_HELPER },
       skipReason: undefined,
       capabilities: TIER_CAPABILITIES[name],
     };
@@ -64,7 +77,7 @@ export async function dockerTier(name: TierName, images: string[] = []): Promise
     return {
       name,
       docker: engine,
-      providerOptions: { runtime: 'runsc' },
+      providerOptions: { runtime: 'runsc', ...TEST_EXEC_HELPER },
       skipReason: undefined,
       capabilities: TIER_CAPABILITIES[name],
     };
@@ -83,7 +96,7 @@ export async function dockerTier(name: TierName, images: string[] = []): Promise
   return {
     name,
     docker: podman,
-    providerOptions: { socketPath: PODMAN_SOCKET },
+    providerOptions: { socketPath: PODMAN_SOCKET, ...TEST_EXEC_HELPER },
     skipReason: undefined,
     capabilities: TIER_CAPABILITIES[name],
   };

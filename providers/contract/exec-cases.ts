@@ -130,13 +130,13 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
     expect(left.stdout.trim()).toBe('0');
   });
 
-  // Only a provider that kills from outside the sandbox can promise these; a `tagged` one says so.
+  // Only a provider whose kill nothing can leave (a cgroup, a tracer) can promise these; a `tagged` one says so.
   const itConfined = (name: string, body: () => Promise<void>) =>
     fixture.options.capabilities?.timeoutKill === 'tagged'
       ? undefined
       : vitestIt(name, async (context) => {
           if (mode === 'session' && !fixture.provider.capabilities.sessions) context.skip();
-          if (fixture.provider.capabilities.timeoutKill !== 'cgroup') context.skip();
+          if (fixture.provider.capabilities.timeoutKill === 'tagged') context.skip();
           await body();
         });
 

@@ -62,6 +62,7 @@ import {
   type RuntimeTier,
   runtimeTier,
   stopGuestProcesses,
+  tracedLaunch,
   watchSandboxEnd,
 } from './runtime-tier.ts';
 import { commitSnapshot, deleteSnapshot } from './snapshot.ts';
@@ -172,9 +173,10 @@ export class DockerProvider implements SandboxProvider {
       // checked at create as FORBIDDEN_BY_CONFIG).
       networkModes: [...NetworkModeSchema.options],
       gatewayReach: this.#options.gatewayReach && !this.#tier.hasGuestKernel,
-      timeoutKill: hasHostControl ? 'cgroup' : 'tagged',
+      // Under gVisor each command runs traced by the helper, which takes all it started when killed.
+      timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
       stopProcesses: hasHostControl || canStopInGuest,
-      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const } : {}),
+      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const, keeperKillable: true } : {}),
       // The engine's change list and archive reads need nothing on the host but the engine.
       toolchainCheck: true,
       imageFormats: ['rootfs', 'derived', 'plan'],
@@ -212,7 +214,9 @@ export class DockerProvider implements SandboxProvider {
           (runtimeProblems.length > 0 ? `: ${runtimeProblems.join('; ')}` : '') +
           (gap === undefined
             ? '; timed-out commands are killed through their cgroup'
-            : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`),
+            : this.capabilities.timeoutKill === 'traced'
+              ? `; timed-out commands are killed through their tracer inside the sandbox (${gap})`
+              : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`),
         details: {
           version: version.Version,
           engine,
@@ -404,7 +408,9 @@ export class DockerProvider implements SandboxProvider {
       }
       const confinement =
         this.#tier.hostControlGap === undefined ? await this.#processes.confinement(id, container) : null;
-      const result = await runOneShotExec(container, this.#launched(request), options, hooks, confinement);
+      const tracer = this.#guestHelper();
+      const launched = tracer === null ? request : tracedLaunch(request, tracer);
+      const result = await runOneShotExec(container, launched, options, hooks, confinement, tracer);
       // Podman's exit for a command its runtime could not start is 125, Docker's 126.
       if (result.status === 'ok' && result.exitCode === 125 && (await this.#engine.kind()) === 'podman')
         return { ...result, exitCode: 126 };
@@ -429,25 +435,6 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
-  /**
-   * Under gVisor a one-shot command starts through the exec helper's `--exec` (see gym-exec.c):
-   * its runtime would give the command's first process the container's capabilities whatever its
-   * user, and run it in `/` when the working directory is a file.
-   */
-  #launched(request: ExecRequest): ExecRequest {
-    if (!this.#tier.hasGuestKernel || this.#processes.helperBind === null) return request;
-    const { command: _command, ...rest } = request;
-    return {
-      ...rest,
-      argv: [
-        EXEC_HELPER_MOUNT,
-        '--exec',
-        request.cwd ?? '',
-        ...(request.argv ?? ['sh', '-c', request.command!]),
-      ],
-    };
-  }
-
   #session(
     id: string,
     container: Docker.Container,
@@ -460,9 +447,17 @@ export class DockerProvider implements SandboxProvider {
         ? this.#processes.confinement(id, container)
         : Promise.resolve(null)
       ).then((confinement) =>
-        openDockerSession(container, user, confinement, { pipes: this.#options.sessionPipes }),
+        openDockerSession(container, user, confinement, {
+          pipes: this.#options.sessionPipes,
+          tracer: this.#guestHelper(),
+        }),
       ),
     );
+  }
+
+  /** Under gVisor, the exec helper's path in the sandbox when it is mounted there (commands run traced). */
+  #guestHelper(): string | null {
+    return this.#tier.hasGuestKernel && this.#processes.helperBind !== null ? EXEC_HELPER_MOUNT : null;
   }
 
   writeFile(id: string, path: string, content: FileContent, options: WriteFileOptions = {}): Promise<void> {

@@ -8,7 +8,9 @@
  * included (an agent may have taken the shell over), and drops the session: the next command
  * opens a new one. After a command ends normally, what it left running in the background moves
  * to the container's cgroup, so a later timeout spares it, as it would a one-shot exec's jobs.
- * Without one, a timeout runs the kill script for the command's tagged processes.
+ * Under gVisor the shell runs traced by the exec helper instead, which lets go of what an ended
+ * command left running: a timeout kills the tracer, the shell and the running command with it.
+ * Without either, a timeout runs the kill script for the command's tagged processes.
  *
  * A confined shell also asks the helper for pipes (`session-pipes.ts`): once the daemon holds
  * them, commands and output go between the daemon and the shell directly, not through dockerd
@@ -27,9 +29,11 @@ import {
   type ExecConfinement,
   GO_BYTE,
   killTagged,
+  killTracer,
   ReadyToken,
   sleep,
   streamDone,
+  tracerPidOf,
 } from './one-shot-exec.ts';
 import { openHelperPipes, PIPES_GO_BYTE, SESSION_PIPES_ENV, type SessionPipes } from './session-pipes.ts';
 
@@ -53,15 +57,23 @@ export async function openDockerSession(
   container: Docker.Container,
   user: string | undefined,
   confinement: ExecConfinement | null = null,
-  options: { pipes?: boolean } = {},
+  options: { pipes?: boolean; tracer?: string | null } = {},
 ): Promise<ShellSession> {
+  // Under gVisor: the shell runs traced by the exec helper (`--traced-session`, see gym-exec.c).
+  const tracer = confinement === null ? (options.tracer ?? null) : null;
   const askPipes = confinement !== null && options.pipes !== false;
   const sessionId = createId('exec');
   // A confined shell's helper prints this token first thing, after it made its pipes: the daemon
   // opens them only then (its pid can show in the engine before the helper has run a line).
-  const readyToken = confinement === null ? null : `gym-ready-${pooledRandomBytes(12).toString('hex')}`;
+  const readyToken =
+    confinement === null && tracer === null ? null : `gym-ready-${pooledRandomBytes(12).toString('hex')}`;
   const exec = await container.exec({
-    Cmd: confinement === null ? ['sh'] : [confinement.helperPath, 'sh'],
+    Cmd:
+      tracer !== null
+        ? [tracer, '--traced-session', '', 'sh']
+        : confinement === null
+          ? ['sh']
+          : [confinement.helperPath, 'sh'],
     Env: [
       `GYM_SESSION_ID=${sessionId}`,
       ...(readyToken === null ? [] : [`GYM_EXEC_READY=${readyToken}`]),
@@ -86,6 +98,20 @@ export async function openDockerSession(
     kind: 'tagged',
     kill: (execId, commandUser) => killTagged(container, execId, 'tagged-only', commandUser),
   };
+  if (tracer !== null) {
+    // The tracer's end takes the shell and all the session's commands run; what ended commands
+    // left in the background the tracer has let go of already, so it lives on.
+    const tracerPid = () => tracerPidOf(ready, ended);
+    kill = {
+      kind: 'whole-session',
+      kill: async (drop) => {
+        const outcome = await killTracer(container, tracer, tracerPid);
+        drop();
+        return outcome;
+      },
+      releaseBackground: async () => {},
+    };
+  }
   if (confinement !== null) {
     const confined = await confineExec(exec, confinement, `gym-${sessionId}`, {
       seen: Promise.race([ready.seen, ended]),
@@ -123,6 +149,7 @@ export async function openDockerSession(
         await cgroup.kill(confined.cgroup).catch(() => {});
         drop();
         await cgroup.remove(confined.cgroup);
+        return 'killed' as const;
       },
       releaseBackground: () => cgroup.evacuate(confined.cgroup, keep),
     };

@@ -130,45 +130,82 @@ export async function killTagged(
   reach: KillReach,
   user: string | undefined,
 ): Promise<KillOutcome> {
+  return killOrTakeSandbox(container, () => runBounded(container, killScriptArgv(execId, reach), user));
+}
+
+/**
+ * A timeout's kill under gVisor, where the command runs traced by the exec helper (`--traced`,
+ * see gym-exec.c): the helper's `--kill-tracer` ends the tracer, and the kernel every process it
+ * traces. The whole container is killed instead when that does not take effect (the tracer's pid
+ * is unknown, or the kill's exec failed), as with the kill script.
+ */
+export function killTracer(
+  container: Docker.Container,
+  helperPath: string,
+  tracerPid: () => Promise<number | 'ended' | null>,
+): Promise<KillOutcome> {
+  return killOrTakeSandbox(container, async () => {
+    const pid = await tracerPid();
+    if (pid === 'ended') return true;
+    return pid !== null && runBounded(container, [helperPath, '--kill-tracer', String(pid)], '0');
+  });
+}
+
+/**
+ * The pid of an exec's tracer from its ready token, waited for (bounded: a loaded engine starts an
+ * exec late); `ended` when the exec ended without one (nothing of it runs).
+ */
+export async function tracerPidOf(
+  ready: { seen: Promise<unknown>; nsPid: number | null },
+  ended: Promise<void>,
+): Promise<number | 'ended' | null> {
+  const first = await Promise.race([
+    ready.seen.then(() => 'seen' as const),
+    ended.then(() => 'ended' as const),
+    sleep(KILL_SCRIPT_WAIT_MS),
+  ]);
+  return ready.nsPid ?? (first === 'ended' ? 'ended' : null);
+}
+
+/** Runs `attempt`; when it did not take effect, kills the whole container (see `killTagged`). */
+async function killOrTakeSandbox(
+  container: Docker.Container,
+  attempt: () => Promise<boolean>,
+): Promise<KillOutcome> {
   // Read before the script runs: should the agent stop its exec half-started (its `runc init`),
   // the engine holds the container until that exec goes on, and an inspect would wait forever.
   const first = await withTimeout(container.inspect(), KILL_GRACE_MS).then(
     (inspected) => (inspected === null ? null : { id: inspected.Id, pid: inspected.State.Pid }),
     () => null,
   );
-  if (await runKillScript(container, execId, reach, user)) return 'killed';
+  if (await attempt()) return 'killed';
   await killContainer(container, first);
   return 'sandbox_killed';
 }
 
 /**
- * Runs the kill script for `execId`, bounded; whether it exited 0 in time. Creating and starting
- * its exec are bounded too: an engine held by a stuck exec answers neither.
+ * Runs `cmd` in the container, bounded; whether it exited 0 in time. Creating and starting its
+ * exec are bounded too: an engine held by a stuck exec answers neither.
  */
-async function runKillScript(
+async function runBounded(
   container: Docker.Container,
-  execId: string,
-  reach: KillReach,
+  cmd: string[],
   user: string | undefined,
 ): Promise<boolean> {
   const deadline = performance.now() + KILL_SCRIPT_WAIT_MS;
-  const ran = await withTimeout(
-    runKillScriptUntil(container, execId, reach, user, deadline),
-    KILL_SCRIPT_WAIT_MS + 2_000,
-  );
+  const ran = await withTimeout(runUntil(container, cmd, user, deadline), KILL_SCRIPT_WAIT_MS + 2_000);
   return ran === true;
 }
 
-async function runKillScriptUntil(
+async function runUntil(
   container: Docker.Container,
-  execId: string,
-  reach: KillReach,
+  cmd: string[],
   user: string | undefined,
   deadline: number,
 ): Promise<boolean> {
   try {
     const exec = await container.exec({
-      Cmd: killScriptArgv(execId, reach),
+      Cmd: cmd,
       AttachStdout: true,
       AttachStderr: true,
       ...(user === undefined ? {} : { User: user }),
@@ -317,6 +354,8 @@ export async function runOneShotExec(
   options: ExecOptions,
   hooks: ExecHooks,
   confinement: ExecConfinement | null = null,
+  /** Under gVisor: the exec helper's path when `request` runs through its `--traced` (see `killTracer`). */
+  tracer: string | null = null,
 ): Promise<ExecResult> {
   const execId = createId('exec');
   const input = stdinBytes(request);
@@ -324,7 +363,8 @@ export async function runOneShotExec(
   // The helper always reads its go byte from stdin, so stdin is always attached with it.
   const attachStdin = confinement !== null || input !== null;
   // The helper prints this token first thing (then drops the variable): proof that it runs.
-  const readyToken = confinement === null ? null : `gym-ready-${randomBytes(12).toString('hex')}`;
+  const readyToken =
+    confinement === null && tracer === null ? null : `gym-ready-${randomBytes(12).toString('hex')}`;
   const exec = await container.exec({
     Cmd: confinement === null ? argv : [confinement.helperPath, ...argv],
     Env: [
@@ -397,12 +437,14 @@ export async function runOneShotExec(
   const kill = () => {
     if (killing !== null) return;
     killing =
-      confined === null || confinement === null
-        ? killTagged(container, execId, 'tagged-and-their-sessions', request.user)
-        : confinement.cgroup.kill(confined.cgroup).then(
-            () => 'killed' as const,
-            () => 'killed' as const,
-          );
+      tracer !== null
+        ? killTracer(container, tracer, () => tracerPidOf(ready, streamDone(stream)))
+        : confined === null || confinement === null
+          ? killTagged(container, execId, 'tagged-and-their-sessions', request.user)
+          : confinement.cgroup.kill(confined.cgroup).then(
+              () => 'killed' as const,
+              () => 'killed' as const,
+            );
     killing.then(
       () => sleep(KILL_GRACE_MS).then(() => stream.destroy()),
       () => stream.destroy(),

@@ -5,13 +5,14 @@
  * `runc` (the engine's default) shares the host kernel: the daemon confines and kills a command's
  * processes from the host through cgroup v2, and relays the gateway into the sandbox's network
  * namespace. gVisor's `runsc` puts a user-space kernel (the sentry) between the sandbox and the
- * host, which changes three things:
+ * host, which changes these things:
  *
  * - The host sees the sentry, not the guest's processes: the host pid of a `docker exec` is a
  *   proxy (killing it leaves the guest's processes running), and the sandbox has no cgroup v2
- *   directory of its own. A timeout is therefore killed inside the guest (the kill script, by
- *   each process's exec tag and session, with the whole sandbox killed from outside when that
- *   kill does not take effect): `timeoutKill: 'tagged'`. Stopping every process but the keeper
+ *   directory of its own. A timeout is therefore killed inside the guest: each command runs
+ *   traced by the exec helper (`--traced`, every process it starts traced from birth and killed
+ *   by the guest kernel when the tracer dies), the timeout kills the tracer, and the whole
+ *   sandbox is killed from outside when that does not take effect: `timeoutKill: 'traced'`. Stopping every process but the keeper
  *   is done by the keeper itself, inside the guest (`stopGuestProcesses`).
  * - The host's pids and memory cgroups hold the sentry's own threads and memory (an idle sandbox
  *   uses 37-40 pids and about 11 MiB more): the limits the engine is given are the spec's plus
@@ -20,11 +21,15 @@
  *   sentry), where runc kills only the exec: the provider reports that as the sandbox lost to its
  *   own memory use (`sandboxLost`, reason below), never `sandbox_gone`.
  *
+ * - A process inside can kill the sandbox's PID 1 (the keeper) with SIGKILL, which this gVisor
+ *   delivers from PID 1's own pid namespace where Linux ignores it: the sandbox ends, reported as
+ *   lost by what ran in it (`keeperKillable`), never `sandbox_gone`.
+ *
  * And the gateway relay listens on the loopback of the sandbox's host network namespace, which a
  * guest on gVisor's own network stack (`--network=none`) does not share: `gatewayReach: false`.
  */
 import type Docker from 'dockerode';
-import type { ExecResult } from '../../core/schemas/exec.ts';
+import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import type { ExecOptions } from '../sandbox-provider.ts';
 import { DockerStreamDemuxer } from './demux.ts';
 
@@ -40,9 +45,14 @@ export const GVISOR_PIDS_OVERHEAD = 64;
 /** Memory the host cgroup of a gVisor sandbox needs beyond its guest's: the sentry's own (about 11 MiB measured), doubled. */
 export const GVISOR_MEMORY_OVERHEAD_MIB = 24;
 
-/** The `reason` of a command whose gVisor sandbox the host's OOM killer took. */
+/**
+ * The `reason` of a command whose gVisor sandbox ended by SIGKILL with no kill from the engine: the
+ * host's OOM killer took its kernel, or a process inside killed the sandbox's PID 1 (gVisor, unlike
+ * Linux, delivers a SIGKILL to PID 1 from its own pid namespace: `keeperKillable`). The engine's
+ * record is the same for both.
+ */
 export const GVISOR_OOM_REASON =
-  "the sandbox used all of its memory and the host's OOM killer ended its gVisor kernel (under gVisor a command over the memory limit takes the whole sandbox, not only itself), so the sandbox died";
+  "the sandbox's gVisor kernel ended by SIGKILL with no kill from the engine: the sandbox used all of its memory and the host's OOM killer ended it (under gVisor a command over the memory limit takes the whole sandbox, not only itself), or a process inside killed the sandbox's PID 1 (which gVisor lets it do); so the sandbox died";
 
 /** The `reason` of a command whose gVisor sandbox ended otherwise with no stop from the engine. */
 export const GVISOR_LIMIT_REASON =
@@ -231,4 +241,17 @@ export async function watchSandboxEnd(
     stopWatching.abort();
     options.signal?.removeEventListener('abort', forward);
   }
+}
+
+/**
+ * Under gVisor a one-shot command starts through the exec helper's `--traced` (gym-exec.c): its
+ * timeout kills all it started; it drops the capabilities the runtime gives a non-root user's
+ * first process, and refuses a working directory that is a file (the runtime would use `/`).
+ */
+export function tracedLaunch(request: ExecRequest, helperPath: string): ExecRequest {
+  const { command: _command, ...rest } = request;
+  return {
+    ...rest,
+    argv: [helperPath, '--traced', request.cwd ?? '', ...(request.argv ?? ['sh', '-c', request.command!])],
+  };
 }

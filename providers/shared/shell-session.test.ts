@@ -95,6 +95,7 @@ describe('ShellSession over a local shell', () => {
         drop();
         await new Promise((resolve) => setTimeout(resolve, 50));
         events.push('killed');
+        return 'killed';
       },
       releaseBackground: async () => {
         events.push('release');

@@ -111,7 +111,8 @@ export interface ShellChannel {
 export type SessionKill =
   | {
       kind: 'whole-session';
-      kill(drop: () => void): Promise<void>;
+      /** Resolves with how: `sandbox_killed` when the backend had to kill the whole sandbox instead. */
+      kill(drop: () => void): Promise<KillOutcome>;
       releaseBackground(): Promise<void>;
     }
   | { kind: 'tagged'; kill(execId: string, user: string | undefined): Promise<KillOutcome> };
@@ -186,7 +187,7 @@ export class ShellSession {
    */
   #killCommand(execId: string, user: string | undefined, running: RunningCommand): Promise<KillOutcome> {
     const kill = this.#kill;
-    if (kill.kind === 'whole-session') return kill.kill(() => this.close()).then(() => 'killed' as const);
+    if (kill.kind === 'whole-session') return kill.kill(() => this.close());
     // The backend escalates itself when the script did not take effect; it throws only when
     // even that failed (the backend does not answer), and the command's result is that error.
     const killing = kill.kill(execId, user);

@@ -4,11 +4,17 @@ import { type ExecRequestInput, ExecRequestSchema } from '../../core/schemas/exe
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { DockerProvider } from '../../providers/docker/docker-provider.ts';
+import { EXEC_HELPER_MOUNT } from '../../providers/docker/one-shot-exec.ts';
+import { guestCommandLines } from '../../providers/docker/runtime-tier.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { type DockerTier, dockerTier, TEST_EXEC_HELPER } from '../docker-tiers.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 import { runStopperAttack } from '../fixtures/stopper-attack.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
+/** Each tier's row: runc (a cgroup per command, killed from the host) and gVisor (a tracer per command, inside). */
+const tiers: DockerTier[] =
+  skipReason === undefined ? [await dockerTier('runc'), await dockerTier('runsc')] : [];
 const images =
   skipReason === undefined
     ? { busybox: await testImage(docker, 'busybox'), debian: await testImage(docker, 'debian-base') }
@@ -20,6 +26,8 @@ const REPLACE_TR =
 /** Replaces /bin/sh with a program that does nothing (busybox dispatches on argv[0], so a shebang). */
 const REPLACE_SH =
   "if [ -x /bin/busybox ]; then rm /bin/sh; printf '#!/bin/busybox true\\n' > /bin/sh; chmod 755 /bin/sh; else cp /bin/true /bin/sh.new; mv /bin/sh.new /bin/sh; fi";
+
+const sessionName = (attack: Attack) => `attack-${attacks.indexOf(attack)}`;
 
 interface Attack {
   name: string;
@@ -39,8 +47,12 @@ const attacks: Attack[] = [
   { name: 'a replaced /bin/sh', prepare: REPLACE_SH, request: (s) => ({ argv: ['sleep', String(s)] }) },
 ];
 
-/** The host's view of what runs in a container: every command line `docker top` lists. */
-async function commandLines(container: Docker.Container): Promise<string[]> {
+/**
+ * What runs in a container, every command line: the host's `docker top` under runc; under gVisor,
+ * whose host sees only its kernel, the exec helper's own listing inside the guest.
+ */
+async function commandLines(tier: Pick<DockerTier, 'name'>, container: Docker.Container): Promise<string[]> {
+  if (tier.name === 'runsc') return guestCommandLines(container, EXEC_HELPER_MOUNT);
   const top = (await container.top({ ps_args: '-eo pid,args' })) as {
     Titles: string[];
     Processes: string[][];
@@ -49,77 +61,133 @@ async function commandLines(container: Docker.Container): Promise<string[]> {
   return top.Processes.map((row) => row[column] ?? row.join(' '));
 }
 
-describe.skipIf(skipReason !== undefined)('a timed-out command leaves no process behind', () => {
-  const provider = new DockerProvider(docker, testContext());
-  const created: string[] = [];
-  let seconds = 3000 + Math.floor(Math.random() * 1000) * 10;
+for (const tier of tiers) {
+  describe.skipIf(tier.skipReason !== undefined)(
+    `a timed-out command leaves no process behind (${tier.name})`,
+    () => {
+      const provider = new DockerProvider(tier.docker, testContext(), tier.providerOptions);
+      const created: string[] = [];
+      let seconds = 3000 + Math.floor(Math.random() * 1000) * 10;
+      const isGvisor = tier.name === 'runsc';
 
-  it('has the strong guarantee here (the exec helper is built and the host has cgroup v2)', () => {
-    expect(provider.capabilities.timeoutKill).toBe('cgroup');
-  });
-
-  afterAll(async () => {
-    await Promise.all(created.map((id) => provider.destroy(id).catch(() => {})));
-    await provider.close();
-  });
-
-  for (const mode of ['one-shot', 'session'] as const) {
-    it(`${mode}: a background job of a command that ended keeps running through a later timeout`, {
-      timeout: 60_000,
-    }, async () => {
-      const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image: images.busybox }, 'spec'));
-      created.push(info.id);
-      const container = docker.getContainer(provider.containerName(info.id));
-      const session = mode === 'session' ? { session: 'jobs' } : {};
-      const exec = (request: ExecRequestInput) =>
-        provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
-      seconds += 1;
-      const job = `sleep ${seconds}`;
-      const started = await exec({ command: `${job} >/dev/null 2>&1 &`, ...session });
-      expect(started).toMatchObject({ status: 'ok', exitCode: 0 });
-      const timedOut = await exec({ command: 'sleep 999', ...session, timeoutMs: 500 });
-      expect(timedOut.status).toBe('timeout');
-      expect((await commandLines(container)).filter((line) => line.includes(job))).toHaveLength(1);
-      // A session killed by a timeout is opened again for the next command.
-      expect(await exec({ argv: ['echo', 'again'], ...session })).toMatchObject({
-        status: 'ok',
-        stdout: 'again\n',
+      it(`has the strong guarantee here (${tier.capabilities.timeoutKill}: the exec helper is built${isGvisor ? ', each command traced inside the guest' : ' and the host has cgroup v2'})`, () => {
+        expect(provider.capabilities.timeoutKill).toBe(tier.capabilities.timeoutKill);
+        expect(provider.capabilities.timeoutKill).not.toBe('tagged');
       });
-    });
-  }
 
-  for (const [imageName, image] of Object.entries(images)) {
-    for (const mode of ['one-shot', 'session'] as const) {
-      for (const attack of attacks) {
-        it(`${imageName}, ${mode}: ${attack.name}`, { timeout: 60_000 }, async () => {
-          const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image }, 'spec'));
-          created.push(info.id);
-          const container = docker.getContainer(provider.containerName(info.id));
-          const session = mode === 'session' ? { session: 'attack' } : {};
-          const exec = (request: ExecRequestInput) =>
-            provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
-          // Open the session first, so a replaced binary cannot stop it from starting.
-          if (mode === 'session') expect((await exec({ argv: ['true'], ...session })).status).toBe('ok');
-          if (attack.prepare !== undefined) {
-            expect(await exec({ command: attack.prepare, user: '0' })).toMatchObject({
-              status: 'ok',
-              exitCode: 0,
-            });
-          }
+      afterAll(async () => {
+        await Promise.all(created.map((id) => provider.destroy(id).catch(() => {})));
+        await provider.close();
+      });
+
+      /** A new sandbox of `image`: its id, container and a way to run commands in it. */
+      async function sandbox(image: string) {
+        const info = await provider.create(parseOrThrow(SandboxSpecSchema, { image }, 'spec'));
+        created.push(info.id);
+        const container = tier.docker.getContainer(provider.containerName(info.id));
+        const exec = (request: ExecRequestInput) =>
+          provider.exec(info.id, parseOrThrow(ExecRequestSchema, request, 'exec'));
+        return { container, exec };
+      }
+
+      // gVisor starts a sandbox slowly: its row shares one sandbox per image where the cases allow.
+      const shared = new Map<string, ReturnType<typeof sandbox>>();
+      const sharedSandbox = (image: string) => {
+        if (!shared.has(image)) shared.set(image, sandbox(image));
+        return shared.get(image)!;
+      };
+
+      for (const mode of ['one-shot', 'session'] as const) {
+        it(`${mode}: a background job of a command that ended keeps running through a later timeout`, {
+          timeout: 60_000,
+        }, async () => {
+          const { container, exec } = await (isGvisor
+            ? sharedSandbox(images.busybox)
+            : sandbox(images.busybox));
+          const session = mode === 'session' ? { session: 'jobs' } : {};
           seconds += 1;
-          const marker = `sleep ${seconds}`;
-          const result = await exec({ ...attack.request(seconds), ...session, timeoutMs: 1500 });
-          expect(result.status).toBe('timeout');
-          const left = (await commandLines(container)).filter((line) => line.includes(marker));
-          expect(left, 'processes still running after the timeout').toEqual([]);
+          const job = `sleep ${seconds}`;
+          const started = await exec({ command: `${job} >/dev/null 2>&1 &`, ...session });
+          expect(started).toMatchObject({ status: 'ok', exitCode: 0 });
+          const timedOut = await exec({ command: 'sleep 999', ...session, timeoutMs: 500 });
+          expect(timedOut.status).toBe('timeout');
+          expect((await commandLines(tier, container)).filter((line) => line.includes(job))).toHaveLength(1);
+          // A session killed by a timeout is opened again for the next command.
+          expect(await exec({ argv: ['echo', 'again'], ...session })).toMatchObject({
+            status: 'ok',
+            stdout: 'again\n',
+          });
         });
       }
-    }
-  }
-});
+
+      for (const [imageName, image] of Object.entries(images)) {
+        for (const mode of ['one-shot', 'session'] as const) {
+          for (const attack of attacks) {
+            it(`${imageName}, ${mode}: ${attack.name}`, { timeout: 60_000 }, async () => {
+              // What replaces a binary gets a sandbox of its own; under gVisor, one for both of those.
+              const { container, exec } = !isGvisor
+                ? await sandbox(image)
+                : attack.prepare === undefined
+                  ? await sharedSandbox(image)
+                  : await preparedSandbox(image);
+              // A session of its own per attack: a timeout drops it, and a shared sandbox's binaries may be gone.
+              const session = mode === 'session' ? { session: sessionName(attack) } : {};
+              // Open the session first, so a replaced binary cannot stop it from starting.
+              if (mode === 'session') expect((await exec({ argv: ['true'], ...session })).status).toBe('ok');
+              if (attack.prepare !== undefined && !isGvisor) {
+                expect(await exec({ command: attack.prepare, user: '0' })).toMatchObject({
+                  status: 'ok',
+                  exitCode: 0,
+                });
+              }
+              seconds += 1;
+              const marker = `sleep ${seconds}`;
+              const request =
+                isGvisor && attack.prepare !== undefined
+                  ? { argv: ['sleep', String(seconds)] }
+                  : attack.request(seconds);
+              const result = await exec({ ...request, ...session, timeoutMs: 1500 });
+              expect(result.status).toBe('timeout');
+              const left = (await commandLines(tier, container)).filter((line) => line.includes(marker));
+              expect(left, 'processes still running after the timeout').toEqual([]);
+            });
+          }
+        }
+      }
+
+      /**
+       * Under gVisor, one sandbox per image with both `tr` and `/bin/sh` replaced, its session
+       * opened first (the attacks that replace a binary run there, by argv: no shell is left).
+       */
+      const prepared = new Map<string, Promise<Awaited<ReturnType<typeof sandbox>>>>();
+      function preparedSandbox(image: string) {
+        if (!prepared.has(image))
+          prepared.set(
+            image,
+            (async () => {
+              const made = await sandbox(image);
+              for (const attack of attacks)
+                expect((await made.exec({ argv: ['true'], session: sessionName(attack) })).status).toBe('ok');
+              for (const attack of attacks)
+                if (attack.prepare !== undefined)
+                  expect(await made.exec({ command: attack.prepare, user: '0' })).toMatchObject({
+                    status: 'ok',
+                    exitCode: 0,
+                  });
+              return made;
+            })(),
+          );
+        return prepared.get(image)!;
+      }
+    },
+  );
+}
 
 describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback)', () => {
-  const provider = new DockerProvider(docker, testContext(), { execHelperPath: '/nonexistent/gym-exec' });
+  const provider = new DockerProvider(docker, testContext(), {
+    ...TEST_EXEC_HELPER,
+    execHelperPath: '/nonexistent/gym-exec',
+  });
   const created: string[] = [];
 
   afterAll(async () => {
@@ -163,6 +231,8 @@ describe.skipIf(skipReason !== undefined)('without the exec helper (the fallback
     const result = await exec({ command: 'sleep 2999 & sleep 2999', timeoutMs: 1000 });
     expect(result.status).toBe('timeout');
     await new Promise((resolve) => setTimeout(resolve, 500));
-    expect((await commandLines(container)).filter((line) => line.includes('sleep 2999'))).toEqual([]);
+    expect(
+      (await commandLines({ name: 'runc' }, container)).filter((line) => line.includes('sleep 2999')),
+    ).toEqual([]);
   });
 });

@@ -32,6 +32,21 @@
  * sandbox's processes where the host cannot see them one by one (gVisor, whose guest processes
  * live in its own kernel). Nothing in the sandbox can resist a SIGKILL its PID 1 sends.
  *
+ * `gym-exec --traced DIR PROGRAM [ARGS...]` is the first process of a command under gVisor, where
+ * the host cannot tell the guest's processes apart (no cgroup of the command's own) and the guest
+ * kernel has no child subreaper: it forks the command and traces it (ptrace, seized before the
+ * command runs), with every process it forks, clones or vforks traced from birth and killed by
+ * the kernel when this tracer exits (PTRACE_O_EXITKILL). Nothing the command starts can leave
+ * (only a tracer detaches; a process with neither CAP_SYS_PTRACE nor a dumpable target cannot
+ * attach to this one). A timeout kills the tracer (`--kill-tracer PID`, PID from the ready
+ * token), and with it all the command started. When the command itself ends, what it left running
+ * is detached first, so background jobs outlive it as they would elsewhere; then the tracer exits
+ * with the command's status. `--traced-session` does the same for a session shell: each process
+ * the shell starts begins a group (a command and all it starts), detached when that process ends,
+ * so what an ended command left in the background survives a later command's timeout, which kills
+ * the shell too. The cost: a traced process cannot be traced again (strace or gdb inside fail),
+ * and each fork stops for the tracer.
+ *
  * `gym-exec --others` prints one line per process of the sandbox but PID 1 and itself (its pid, a
  * space, its command line with spaces for NULs): the daemon's view of what still runs where the
  * host's `ps` cannot see into the sandbox (gVisor), read by no program of the sandbox's own.
@@ -40,6 +55,8 @@
  *        gym-exec --keeper
  *        gym-exec --others
  *        gym-exec --exec DIR PROGRAM [ARGS...]
+ *        gym-exec --traced DIR PROGRAM [ARGS...] | --traced-session DIR PROGRAM [ARGS...]
+ *        gym-exec --kill-tracer PID
  *
  * `--exec` enters DIR (unless empty) and runs PROGRAM at once, without a go byte: the first
  * process of a gVisor exec, whose runtime gives it the exec's capabilities as they are, even for a
@@ -57,6 +74,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +176,29 @@ static int list_others(void) {
   return 0;
 }
 
+/* The ready token of GYM_EXEC_READY and this process's pid, on stdout; the variable is removed. */
+static void announce_ready(void) {
+  const char *ready = getenv("GYM_EXEC_READY");
+  if (ready == NULL) return;
+  char pid[16];
+  snprintf(pid, sizeof pid, "%010d", (int)getpid());
+  write_all(STDOUT_FILENO, ready, strlen(ready));
+  write_all(STDOUT_FILENO, pid, 10);
+  unsetenv("GYM_EXEC_READY");
+}
+
+/* Enters DIR (unless empty) and runs the program; returns only when it cannot (126, 127). */
+static int run_program(const char *dir, char **argv) {
+  if (dir[0] != '\0' && chdir(dir) != 0) {
+    fprintf(stderr, "gym-exec: cannot enter %s: %s\n", dir, strerror(errno));
+    return 126;
+  }
+  execvp(argv[0], argv);
+  int error = errno;
+  fprintf(stderr, "gym-exec: %s: %s\n", argv[0], strerror(error));
+  return error == ENOENT || error == ENOTDIR ? 127 : 126;
+}
+
 static int keep(void) {
   sigset_t all;
   sigfillset(&all);
@@ -177,21 +218,174 @@ static int keep(void) {
   }
 }
 
+/* What the tracer knows of one traced process: its group (the process whose end releases it). */
+struct tracee {
+  pid_t pid;
+  pid_t group;
+  int releasing;
+};
+
+enum { MAX_TRACEES = 65536 };
+static struct tracee tracees[MAX_TRACEES];
+static int tracee_count;
+
+static struct tracee *find_tracee(pid_t pid) {
+  for (int i = 0; i < tracee_count; i++)
+    if (tracees[i].pid == pid) return &tracees[i];
+  return NULL;
+}
+
+static struct tracee *add_tracee(pid_t pid, pid_t group, int releasing) {
+  struct tracee *found = find_tracee(pid);
+  if (found == NULL && tracee_count < MAX_TRACEES) found = &tracees[tracee_count++];
+  if (found != NULL) *found = (struct tracee){pid, group, releasing};
+  return found;
+}
+
+static void drop_tracee(pid_t pid) {
+  struct tracee *found = find_tracee(pid);
+  if (found != NULL) *found = tracees[--tracee_count];
+}
+
+/* Lets go of every process of `group` (all of them when group is 0): each is detached at its next stop. */
+static void release(pid_t group) {
+  for (int i = 0; i < tracee_count; i++)
+    if ((group == 0 || tracees[i].group == group) && !tracees[i].releasing) {
+      tracees[i].releasing = 1;
+      ptrace(PTRACE_INTERRUPT, tracees[i].pid, 0, 0);
+    }
+}
+
+static int is_stop_signal(int signal_number) {
+  return signal_number == SIGSTOP || signal_number == SIGTSTP || signal_number == SIGTTIN ||
+         signal_number == SIGTTOU;
+}
+
+static int trace(const char *dir, char **argv, int is_session) {
+  int gate[2];
+  if (pipe(gate) != 0) return 125;
+  /*
+   * gVisor lets only a dumpable tracer seize, and tracing goes on once it is not dumpable again:
+   * dumpable from here to the seize only (a process of the sandbox that attached meanwhile makes
+   * the seize fail, and the command never runs).
+   */
+  prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  pid_t command = fork();
+  if (command < 0) return 125;
+  if (command == 0) {
+    char go;
+    close(gate[1]);
+    /* Runs only once the tracer holds it: nothing it forks is ever untraced. */
+    if (read(gate[0], &go, 1) != 0) _exit(125);
+    close(gate[0]);
+    _exit(run_program(dir, argv));
+  }
+  close(gate[0]);
+  /* Should anything else have traced it first, the seize fails and the command never runs. */
+  long options = PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE | PTRACE_O_EXITKILL;
+  int seized = ptrace(PTRACE_SEIZE, command, 0, options);
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (seized != 0) {
+    fprintf(stderr, "gym-exec: cannot trace the command: %s\n", strerror(errno));
+    kill(command, SIGKILL);
+    return 125;
+  }
+  add_tracee(command, command, 0);
+  close(gate[1]);
+  /* Signals the command's process group gets (kill 0) are the command's, not the tracer's. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  int command_status = -1;
+  for (;;) {
+    if (command_status != -1 && tracee_count == 0) break;
+    int status;
+    pid_t pid = waitpid(-1, &status, __WALL);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    struct tracee *traced = find_tracee(pid);
+    if (WIFEXITED(status) || WIFSIGNALED(status)) {
+      pid_t group = traced == NULL ? 0 : traced->group;
+      drop_tracee(pid);
+      if (pid == command) {
+        command_status = status;
+        release(0);
+      } else if (is_session && group == pid)
+        release(group);
+      continue;
+    }
+    if (!WIFSTOPPED(status)) continue;
+    int signal_number = WSTOPSIG(status), event = status >> 16;
+    if (traced == NULL) {
+      /* A new process's first stop can come before its parent's fork event. */
+      traced = add_tracee(pid, pid, command_status != -1);
+      if (traced == NULL) {
+        kill(pid, SIGKILL);
+        continue;
+      }
+    }
+    if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK || event == PTRACE_EVENT_CLONE) {
+      unsigned long child = 0;
+      ptrace(PTRACE_GETEVENTMSG, pid, 0, &child);
+      /* A session shell's child begins a group; anything else's belongs to its parent's. */
+      pid_t group = is_session && pid == command ? (pid_t)child : traced->group;
+      if (add_tracee((pid_t)child, group, traced->releasing) == NULL) kill((pid_t)child, SIGKILL);
+      ptrace(PTRACE_CONT, pid, 0, 0);
+      continue;
+    }
+    int inject = event == 0 ? signal_number : 0;
+    if (traced->releasing) {
+      if (ptrace(PTRACE_DETACH, pid, 0, inject) == 0 || errno == ESRCH) drop_tracee(pid);
+      continue;
+    }
+    if (event == PTRACE_EVENT_STOP && is_stop_signal(signal_number)) {
+      if (ptrace(PTRACE_LISTEN, pid, 0, 0) == 0) continue;
+    }
+    ptrace(PTRACE_CONT, pid, 0, inject);
+  }
+  if (command_status == -1) return 125;
+  return WIFEXITED(command_status) ? WEXITSTATUS(command_status) : 128 + WTERMSIG(command_status);
+}
+
+/* Kills a tracer (and so, by the kernel, all it traces) and waits, bounded, for it to be gone. */
+static int kill_tracer(const char *text) {
+  char *end;
+  long pid = strtol(text, &end, 10);
+  if (*end != '\0' || pid <= 1) return 2;
+  if (kill((pid_t)pid, SIGKILL) != 0) return errno == ESRCH ? 0 : 1;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  for (int attempt = 0; attempt < 5000; attempt++) {
+    char stat[512];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t length = read(fd, stat, sizeof stat - 1);
+    close(fd);
+    if (length <= 0) return 0;
+    stat[length] = '\0';
+    char *state = strrchr(stat, ')');
+    if (state != NULL && (state[2] == 'Z' || state[2] == 'X')) return 0;
+    usleep(1000);
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
   char go;
   ssize_t count;
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (argc == 2 && strcmp(argv[1], "--keeper") == 0) return keep();
   if (argc == 2 && strcmp(argv[1], "--others") == 0) return list_others();
-  if (argc >= 4 && strcmp(argv[1], "--exec") == 0) {
-    if (argv[2][0] != '\0' && chdir(argv[2]) != 0) {
-      fprintf(stderr, "gym-exec: cannot enter %s: %s\n", argv[2], strerror(errno));
-      return 126;
-    }
-    execvp(argv[3], argv + 3);
-    int error = errno;
-    fprintf(stderr, "gym-exec: %s: %s\n", argv[3], strerror(error));
-    return error == ENOENT || error == ENOTDIR ? 127 : 126;
+  if (argc >= 4 && strcmp(argv[1], "--exec") == 0) return run_program(argv[2], argv + 3);
+  if (argc == 3 && strcmp(argv[1], "--kill-tracer") == 0) return kill_tracer(argv[2]);
+  int is_session = argc >= 4 && strcmp(argv[1], "--traced-session") == 0;
+  if (is_session || (argc >= 4 && strcmp(argv[1], "--traced") == 0)) {
+    announce_ready();
+    return trace(argv[2], argv + 3, is_session);
   }
   if (argc < 2) {
     fputs("usage: gym-exec PROGRAM [ARGS...]\n", stderr);
@@ -203,14 +397,7 @@ int main(int argc, char **argv) {
     fputs("gym-exec: could not make the session's pipes\n", stderr);
     return 125;
   }
-  const char *ready = getenv("GYM_EXEC_READY");
-  if (ready != NULL) {
-    char pid[16];
-    snprintf(pid, sizeof pid, "%010d", (int)getpid());
-    write_all(STDOUT_FILENO, ready, strlen(ready));
-    write_all(STDOUT_FILENO, pid, 10);
-    unsetenv("GYM_EXEC_READY");
-  }
+  announce_ready();
   do {
     count = read(STDIN_FILENO, &go, 1);
   } while (count < 0 && errno == EINTR);
