@@ -377,7 +377,22 @@ export class EgressProxy {
       upstream.setTimeout(this.#config.idleTimeoutSeconds * 1000, () =>
         attempt.close('allowed', 'idle for as long as it may (egress.idleTimeoutSeconds)'),
       );
-      upstream.once('close', () => attempt.close('allowed'));
+      // A host that ends its side has its last bytes on the way to the sandbox: the pipe ends the
+      // sandbox's socket once they are written, and that (finish) ends the attempt. Destroying it
+      // at the host's close would drop whatever the sandbox had not read yet. A sandbox that never
+      // takes that tail is cut after the idle time; a host that fails is cut at once.
+      upstream.once('close', (hadError: boolean) => {
+        if (hadError || socket.writableFinished) {
+          attempt.close('allowed');
+          return;
+        }
+        socket.once('finish', () => attempt.close('allowed'));
+        const grace = setTimeout(
+          () => attempt.close('allowed', 'idle for as long as it may (egress.idleTimeoutSeconds)'),
+          this.#config.idleTimeoutSeconds * 1000,
+        );
+        attempt.onClose(() => clearTimeout(grace));
+      });
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       if (head.length > 0) {
         this.#count(attempt, 'up', head.length);
@@ -443,8 +458,9 @@ export class EgressProxy {
         response.shouldKeepAlive = false;
         response.writeHead(upstreamResponse.statusCode ?? 502, passed);
         upstreamResponse.on('data', (chunk: Buffer) => this.#count(attempt, 'down', chunk.length));
+        // The response's own close (after its last byte is written) ends the attempt: closing
+        // it at the host's end would destroy the response with its tail still unwritten.
         upstreamResponse.pipe(response);
-        upstreamResponse.once('end', () => attempt.close('allowed'));
       });
       request.on('data', (chunk: Buffer) => this.#count(attempt, 'up', chunk.length));
       request.pipe(upstreamRequest);
