@@ -16,7 +16,7 @@ import {
   type IncomingMessage,
   type ServerResponse,
 } from 'node:http';
-import { connect, isIP, type Socket } from 'node:net';
+import { connect, isIP, type OnReadOpts, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from '../../core/logger.ts';
@@ -42,6 +42,9 @@ export interface EgressProxyOptions {
   resolver?: Resolver;
   logger: Logger;
 }
+
+/** What a tunnel reads from its host at once (and all it holds for a sandbox that reads slowly). */
+const RELAY_BUFFER_BYTES = Number(process.env.GYM_EGRESS_RELAY_BUFFER ?? 64 * 1024);
 
 /** Headers that belong to one hop (and the proxy's own): never passed on. */
 const HOP_HEADERS = new Set([
@@ -317,7 +320,10 @@ export class EgressProxy {
   }
 
   /** Connects to the checked address (never the name again), within the connect timeout. */
-  async #open(attempt: Attempt): Promise<{ upstream: Socket } | { status: number; reason: string }> {
+  async #open(
+    attempt: Attempt,
+    onread?: OnReadOpts,
+  ): Promise<{ upstream: Socket } | { status: number; reason: string }> {
     const timeout = new Promise<{ status: number; reason: string }>((resolve) => {
       const timer = setTimeout(
         () => resolve({ status: 504, reason: `no connection to ${attempt.target.host} in time` }),
@@ -330,7 +336,13 @@ export class EgressProxy {
       if ('reason' in resolved) return { status: 403, reason: resolved.reason };
       attempt.address = resolved.address;
       if (attempt.isClosed) return { status: 403, reason: 'cut' };
-      const upstream = connect({ host: resolved.address, port: attempt.target.port });
+      const upstream = connect({
+        host: resolved.address,
+        port: attempt.target.port,
+        ...(onread === undefined ? {} : { onread }),
+      });
+      // Nothing is read before the caller is ready to pass it on.
+      if (onread !== undefined) upstream.pause();
       attempt.onClose(() => upstream.destroy());
       return await new Promise<{ upstream: Socket } | { status: number; reason: string }>((resolve) => {
         upstream.once('connect', () => resolve({ upstream }));
@@ -366,7 +378,28 @@ export class EgressProxy {
     const { attempt } = admitted;
     attempt.onClose(() => socket.destroy());
     socket.once('close', () => attempt.close('allowed'));
-    void this.#open(attempt).then((opened) => {
+    // The host's bytes are read into one buffer of this tunnel's, and written on from it: no
+    // allocation per chunk, and at most that buffer held for a sandbox that reads slowly (the next
+    // read waits until the sandbox's socket has taken all of the last one).
+    const sandboxSocket = socket as Socket;
+    let upstreamOf: Socket | undefined;
+    const onread: OnReadOpts = {
+      buffer: Buffer.allocUnsafe(RELAY_BUFFER_BYTES),
+      callback: (length, buffer) => {
+        this.#count(attempt, 'down', length);
+        if (attempt.isClosed) return false;
+        let waiting = false;
+        sandboxSocket.write(buffer.subarray(0, length), () => {
+          if (waiting) upstreamOf?.resume();
+        });
+        // Written at once (the kernel took it all): the buffer is free for the next read.
+        if (sandboxSocket.writableLength === 0) return true;
+        waiting = true;
+        upstreamOf?.pause();
+        return false;
+      },
+    };
+    void this.#open(attempt, onread).then((opened) => {
       if (attempt.isClosed) return;
       if ('status' in opened) {
         refuseRaw(socket, opened.status, opened.reason);
@@ -399,9 +432,10 @@ export class EgressProxy {
         upstream.write(head);
       }
       socket.on('data', (chunk: Buffer) => this.#count(attempt, 'up', chunk.length));
-      upstream.on('data', (chunk: Buffer) => this.#count(attempt, 'down', chunk.length));
       socket.pipe(upstream);
-      upstream.pipe(socket);
+      upstream.once('end', () => socket.end());
+      upstreamOf = upstream;
+      upstream.resume();
     });
   }
 
