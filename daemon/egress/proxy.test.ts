@@ -3,6 +3,7 @@
  * loopback. The host's end must not cut the bytes the sandbox has not read yet.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer as createHttpServer, get, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +25,8 @@ let host: Server;
 let hostPort: number;
 let authorization: string;
 let hostClosed: Promise<void>;
+let web: HttpServer;
+let webPort: number;
 
 beforeAll(async () => {
   // Sends `size` bytes at once and ends.
@@ -38,6 +41,9 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => host.listen(0, '127.0.0.2', resolve));
   hostPort = (host.address() as { port: number }).port;
+  web = createHttpServer((_request, response) => response.end(Buffer.alloc(size, 0x63)));
+  await new Promise<void>((resolve) => web.listen(0, '127.0.0.2', resolve));
+  webPort = (web.address() as { port: number }).port;
   directory = await mkdtemp(join(tmpdir(), 'gym-egress-proxy-'));
   const credentials = new EgressCredentials('test-token');
   proxy = new EgressProxy({
@@ -60,6 +66,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.close();
   host?.close();
+  web?.close();
   if (directory !== undefined) await rm(directory, { recursive: true, force: true });
 });
 
@@ -85,4 +92,31 @@ it('a host that ends its side still delivers every byte to a sandbox that reads 
   expect(received.toString('latin1', 0, 12)).toBe('HTTP/1.1 200');
   expect(received.length - received.indexOf('\r\n\r\n') - 4).toBe(size);
   await expect.poll(() => proxy.log('sbx-a').attempts.at(-1)?.bytesDown).toBe(size);
+}, 30_000);
+
+it('a plain GET through the proxy delivers the whole body to a sandbox that reads slowly, and is logged', async () => {
+  const body = await new Promise<Buffer>((resolve, reject) => {
+    const request = get(
+      {
+        socketPath: join(directory, 'gateway.sock'),
+        path: `http://tail.test:${webPort}/`,
+        headers: { host: `tail.test:${webPort}`, 'proxy-authorization': authorization },
+      },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (data: Buffer) => {
+          chunks.push(data);
+          response.pause();
+          setTimeout(() => response.resume(), 2);
+        });
+        response.on('end', () => resolve(Buffer.concat(chunks)));
+        response.on('error', reject);
+      },
+    );
+    request.on('error', reject);
+  });
+  expect(body.length).toBe(size);
+  await expect
+    .poll(() => proxy.log('sbx-a').attempts.find((attempt) => attempt.kind === 'http')?.verdict)
+    .toBe('allowed');
 }, 30_000);
