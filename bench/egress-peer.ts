@@ -1,7 +1,8 @@
 /**
  * The other end of bench:egress, in a process of its own (as a host and a sandbox are): a host on
  * 127.0.0.2 that sends N bytes to whoever connects, and a client that downloads them directly or
- * through the proxy's socket. Commands arrive over IPC; each answer is the milliseconds taken.
+ * through the proxy's socket (or the Docker relay's port before it), with the same code each way. Commands arrive over IPC; each answer
+ * is the milliseconds taken and the CPU milliseconds this process spent (host and client both).
  */
 import { connect, createServer, type Socket } from 'node:net';
 
@@ -50,20 +51,30 @@ function drain(socket: Socket, skipHeader: boolean): Promise<number> {
 
 process.on(
   'message',
-  async (message: { kind: 'direct' | 'proxy'; socketPath?: string; authorization?: string }) => {
+  async (message: {
+    kind: 'direct' | 'proxy' | 'relay';
+    socketPath?: string;
+    relayPort?: number;
+    authorization?: string;
+  }) => {
     const started = performance.now();
+    const cpu = process.cpuUsage();
     let bytes: number;
     if (message.kind === 'direct') {
       bytes = await drain(connect({ host: '127.0.0.2', port: hostPort }), false);
     } else {
-      const socket = connect({ path: message.socketPath! });
+      const socket =
+        message.kind === 'proxy'
+          ? connect({ path: message.socketPath! })
+          : connect({ host: '127.0.0.1', port: message.relayPort! });
       socket.write(
         `CONNECT download.test:${hostPort} HTTP/1.1\r\nHost: download.test:${hostPort}\r\nProxy-Authorization: ${message.authorization}\r\n\r\n`,
       );
       bytes = await drain(socket, true);
     }
     if (bytes !== total) throw new Error(`${message.kind}: ${bytes} of ${total} bytes`);
-    process.send!({ ms: performance.now() - started });
+    const used = process.cpuUsage(cpu);
+    process.send!({ ms: performance.now() - started, cpuMs: (used.user + used.system) / 1000 });
   },
 );
 process.send!({ ready: true });

@@ -1,0 +1,122 @@
+/**
+ * The proxy's data path without a sandbox: a tunnel on the proxy's unix socket to a host on
+ * loopback. The host's end must not cut the bytes the sandbox has not read yet.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer as createHttpServer, get, type Server as HttpServer } from 'node:http';
+import { connect, createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { silentLogger } from '../../core/logger.ts';
+import { AddressGuard } from './addresses.ts';
+import { EgressConfigSchema } from './config.ts';
+import { EgressCredentials } from './credentials.ts';
+import { EgressProxy } from './proxy.ts';
+
+// A little more than the kernel's buffers on the sandbox's socket hold (212 KiB by default), little
+// enough that the host's end reaches the proxy while the sandbox reads nothing.
+const size = 320 * 1024;
+let directory: string;
+let app: FastifyInstance;
+let proxy: EgressProxy;
+let host: Server;
+let hostPort: number;
+let authorization: string;
+let hostClosed: Promise<void>;
+let web: HttpServer;
+let webPort: number;
+
+beforeAll(async () => {
+  // Sends `size` bytes at once and ends.
+  let closed!: () => void;
+  hostClosed = new Promise((resolve) => {
+    closed = resolve;
+  });
+  host = createServer((socket) => {
+    socket.on('error', () => {});
+    socket.on('close', closed);
+    socket.end(Buffer.alloc(size, 0x62));
+  });
+  await new Promise<void>((resolve) => host.listen(0, '127.0.0.2', resolve));
+  hostPort = (host.address() as { port: number }).port;
+  web = createHttpServer((_request, response) => response.end(Buffer.alloc(size, 0x63)));
+  await new Promise<void>((resolve) => web.listen(0, '127.0.0.2', resolve));
+  webPort = (web.address() as { port: number }).port;
+  directory = await mkdtemp(join(tmpdir(), 'gym-egress-proxy-'));
+  const credentials = new EgressCredentials('test-token');
+  proxy = new EgressProxy({
+    config: EgressConfigSchema.parse({
+      allowedHosts: ['tail.test:*'],
+      allowPrivateAddresses: ['127.0.0.0/8'],
+    }),
+    credentials,
+    guard: new AddressGuard(['127.0.0.0/8']),
+    policyOf: () => ({ mode: 'allowlist', allowedHosts: ['tail.test:*'] }),
+    resolver: async () => ['127.0.0.2'],
+    logger: silentLogger,
+  });
+  app = Fastify({ logger: false });
+  proxy.attach(app);
+  await app.listen({ path: join(directory, 'gateway.sock') });
+  authorization = `Basic ${Buffer.from(`sbx-a:${credentials.secretFor('sbx-a')}`).toString('base64')}`;
+});
+
+afterAll(async () => {
+  await app?.close();
+  host?.close();
+  web?.close();
+  if (directory !== undefined) await rm(directory, { recursive: true, force: true });
+});
+
+it('a host that ends its side still delivers every byte to a sandbox that reads late', async () => {
+  const socket = connect({ path: join(directory, 'gateway.sock') });
+  socket.write(
+    `CONNECT tail.test:${hostPort} HTTP/1.1\r\nHost: tail.test:${hostPort}\r\nProxy-Authorization: ${authorization}\r\n\r\n`,
+  );
+  const chunks: Buffer[] = [];
+  const ended = new Promise<void>((resolve, reject) => {
+    socket.on('end', resolve);
+    socket.on('error', reject);
+  });
+  // The answer, then nothing read until the host is done: the bytes wait in the socket's buffer
+  // and the proxy's when the host's side closes.
+  chunks.push(await new Promise<Buffer>((resolve) => socket.once('data', resolve)));
+  socket.pause();
+  await Promise.race([hostClosed, new Promise((resolve) => setTimeout(resolve, 2000))]);
+  socket.on('data', (data: Buffer) => chunks.push(data));
+  socket.resume();
+  await ended;
+  const received = Buffer.concat(chunks);
+  expect(received.toString('latin1', 0, 12)).toBe('HTTP/1.1 200');
+  expect(received.length - received.indexOf('\r\n\r\n') - 4).toBe(size);
+  await expect.poll(() => proxy.log('sbx-a').attempts.at(-1)?.bytesDown).toBe(size);
+}, 30_000);
+
+it('a plain GET through the proxy delivers the whole body to a sandbox that reads slowly, and is logged', async () => {
+  const body = await new Promise<Buffer>((resolve, reject) => {
+    const request = get(
+      {
+        socketPath: join(directory, 'gateway.sock'),
+        path: `http://tail.test:${webPort}/`,
+        headers: { host: `tail.test:${webPort}`, 'proxy-authorization': authorization },
+      },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (data: Buffer) => {
+          chunks.push(data);
+          response.pause();
+          setTimeout(() => response.resume(), 2);
+        });
+        response.on('end', () => resolve(Buffer.concat(chunks)));
+        response.on('error', reject);
+      },
+    );
+    request.on('error', reject);
+  });
+  expect(body.length).toBe(size);
+  await expect
+    .poll(() => proxy.log('sbx-a').attempts.find((attempt) => attempt.kind === 'http')?.verdict)
+    .toBe('allowed');
+}, 30_000);
