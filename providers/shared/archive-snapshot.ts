@@ -63,6 +63,8 @@ export interface ArchiveSnapshotManifest {
 interface CaptureDetails {
   /** `ctime`: only what changed since creation; `all`: the sandbox's find has no -newerct, everything. */
   changeDetection: 'ctime' | 'all';
+  /** The parent's listing met a folder it could not read: replay then removes nothing. */
+  incompleteListing: boolean;
   /** The file of every path the parent had, `<kind>` + path per line (JSON array). */
   pathsFile: string;
   entries: number;
@@ -301,6 +303,7 @@ export async function captureArchiveSnapshot(
   }
   const details: CaptureDetails = {
     changeDetection: listing.mode,
+    incompleteListing: listing.incomplete,
     pathsFile,
     entries: state.entries,
     paths: listing.kinds.size,
@@ -366,6 +369,8 @@ export async function replayArchiveSnapshot(
     ([left], [right]) => left.split('/').length - right.split('/').length,
   );
   for (const [path, kind] of byDepth) {
+    // What an incomplete listing lacks may only have been unreadable: removed is not known.
+    if (details.incompleteListing === true) break;
     if (isExcluded(path, excluded) || underAny(path, removed)) continue;
     if (parent.get(path) !== kind) removed.add(path);
   }
