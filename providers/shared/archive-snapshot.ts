@@ -385,8 +385,10 @@ export async function replayArchiveSnapshot(
   if ((details.entries ?? 1) > 0) await provider.writeArchive(id, '/', createReadStream(manifest.file));
   const modes = details.directoryModes ?? [];
   if (modes.length > 0) {
+    // Only a real directory: chmod follows a link, and the names come from the agent's own
+    // listing, so a link the archive made (`/x -> /.gym-tools/...`) must not get a mode through it.
     const script =
-      'while [ $# -ge 4 ]; do chown -h "$3:$4" -- "$1" 2>/dev/null; chmod "$2" -- "$1" 2>/dev/null; shift 4; done; true';
+      'while [ $# -ge 4 ]; do if [ -d "$1" ] && [ ! -L "$1" ]; then chown -h "$3:$4" -- "$1" 2>/dev/null; chmod "$2" -- "$1" 2>/dev/null; fi; shift 4; done; true';
     const flat = modes.flatMap(([path, mode, uid, gid]) => [path, mode, String(uid), String(gid)]);
     await runOverPaths(
       provider,
