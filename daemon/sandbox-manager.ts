@@ -98,6 +98,7 @@ export class SandboxManager {
       lifecycle: this.lifecycle,
       clock,
       logger,
+      touch: (record) => leases.touch(record),
     });
     this.lifecycle.setImageResolver(this.snapshots);
     const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });

@@ -164,7 +164,8 @@ export function registerSandboxRoutes(
           'invalid snapshot request: ttlSeconds and labels are for a managed snapshot (no image); a named image is not reaped',
           { details: { issues: [{ path: 'image', message: 'not with ttlSeconds or labels' }] } },
         );
-      return operations.snapshot(id, body.image);
+      // The answer's shape is the API's (`SnapshotResponseSchema`), whatever else the provider tells.
+      return { image: (await operations.snapshot(id, body.image)).image };
     }
     const snapshot = await snapshots.create(id, { ttlSeconds: body.ttlSeconds, labels: body.labels });
     return { image: snapshot.image, snapshot };

@@ -273,6 +273,17 @@ describe('managed snapshots', () => {
     await expect(stat(join(stateDir, 'snapshots', `${short.id}.tar`))).rejects.toThrow();
   });
 
+  it("renews the parent's lease: a snapshot is a use", async () => {
+    const clock = new MovableClock();
+    const test = await start({ clock });
+    const parent = await createSandbox(test, { image: 'img', ttlSeconds: 60 });
+    const before = Date.parse((await call(test, 'GET', `/v1/sandboxes/${parent}`)).body.leaseExpiresAt);
+    clock.offsetMs = 30_000;
+    await snapshot(test, parent);
+    const after = Date.parse((await call(test, 'GET', `/v1/sandboxes/${parent}`)).body.leaseExpiresAt);
+    expect(after - before).toBeGreaterThanOrEqual(29_000);
+  });
+
   it('drops a native snapshot whose image the provider no longer has', async () => {
     const test = await start();
     const made = await snapshot(test, await createSandbox(test));

@@ -38,6 +38,8 @@ export interface SnapshotServiceOptions {
   lifecycle: SandboxLifecycle;
   clock: Clock;
   logger: Logger;
+  /** Renews a sandbox's lease on use (a snapshot of it is a use, as an exec is). */
+  touch?: (record: SandboxRecord) => Promise<void>;
 }
 
 /** The provider-side name of a native snapshot: under Docker's default snapshot prefix, namespaced. */
@@ -61,6 +63,7 @@ export class SnapshotService implements SpecImageResolver {
   readonly #lifecycle: SandboxLifecycle;
   readonly #clock: Clock;
   readonly #logger: Logger;
+  readonly #touch: (record: SandboxRecord) => Promise<void>;
   /** Snapshots being made now: counted against `maxCount`, their archive files not orphans. */
   readonly #making = new Set<string>();
   /** Snapshots a create is starting from right now (how many): not reaped or removed under it. */
@@ -77,6 +80,7 @@ export class SnapshotService implements SpecImageResolver {
     this.#lifecycle = options.lifecycle;
     this.#clock = options.clock;
     this.#logger = options.logger;
+    this.#touch = options.touch ?? (async () => {});
   }
 
   /** Tells the service which pools start from a snapshot (they keep it past its TTL and from removal). */
@@ -118,6 +122,7 @@ export class SnapshotService implements SpecImageResolver {
     requireUserLabels(labels, 'snapshot labels');
     const sandbox = this.#lifecycle.record(sandboxId);
     const provider = this.#lifecycle.provider(sandbox.provider);
+    await this.#touch(sandbox);
     const { maxCount, maxBytes } = this.#config.snapshots;
     if (this.#store.size + this.#making.size >= maxCount) {
       throw new GymError(
@@ -240,7 +245,15 @@ export class SnapshotService implements SpecImageResolver {
       await rm(source.manifest.file, { force: true });
       return;
     }
-    const provider = this.#lifecycle.provider(providerName);
+    const provider = this.#lifecycle.providers.get(providerName);
+    if (provider === undefined) {
+      // Its provider is no longer configured: nothing here can remove the image, and nothing can start from it.
+      this.#logger.warn(
+        { image: source.image, provider: providerName },
+        'forgot a snapshot of a provider no longer configured',
+      );
+      return;
+    }
     await provider.deleteSnapshot?.(source.image);
   }
 
@@ -252,6 +265,13 @@ export class SnapshotService implements SpecImageResolver {
   async delete(id: string): Promise<void> {
     const record = this.#store.get(id);
     if (record === undefined || this.#removing.has(id)) return;
+    if (this.#inUse.has(id)) {
+      throw new GymError(
+        'VALIDATION_FAILED',
+        `snapshot ${id} is being replayed into a new sandbox right now; remove it once that create is done`,
+        { details: { snapshotId: id, retryable: true } },
+      );
+    }
     const pools = this.#poolsUsing(id);
     if (pools.length > 0) {
       throw new GymError(
