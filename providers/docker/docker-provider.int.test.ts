@@ -16,6 +16,7 @@ import { DEFAULT_BUILD_RESOURCES, DockerProvider } from './docker-provider.ts';
 import { createDockerClient, createDockerProvider } from './index.ts';
 import { EXEC_HELPER_MOUNT } from './one-shot-exec.ts';
 import { guestCommandLines } from './runtime-tier.ts';
+import { managedSnapshotImage } from './snapshot.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -151,6 +152,44 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     } finally {
       await Promise.all(created.splice(0).map((id) => provider.destroy(id)));
       await docker.getImage(image).remove({ force: true });
+    }
+  });
+
+  it('commits a managed snapshot under its own name, never over an image that is not a snapshot, without the parent env or labels', async () => {
+    const info = await provider.create(
+      spec({ env: { SPEC_TOKEN: 'parent-value' }, labels: { task: 'parent' } }),
+    );
+    created.push(info.id);
+    const squatted = managedSnapshotImage(context.namespace, 'snp_squatted000000000');
+    const [repo, tag] = squatted.split(':');
+    await docker.getImage(busybox).tag({ repo: repo!, tag: tag! });
+    try {
+      const refused = await provider
+        .snapshot(info.id, { image: '', managedId: 'snp_squatted000000000' })
+        .catch((error: unknown) => error);
+      expect((refused as GymError).code).toBe('FORBIDDEN_BY_CONFIG');
+      await expect(provider.deleteSnapshot(squatted)).rejects.toMatchObject({ code: 'FORBIDDEN_BY_CONFIG' });
+    } finally {
+      await docker.getImage(squatted).remove();
+    }
+    const made = await provider.snapshot(info.id, {
+      image: '',
+      managedId: 'snp_madebytest000000',
+      labels: { expires: '1' },
+    });
+    try {
+      expect(made.image).toBe(managedSnapshotImage(context.namespace, 'snp_madebytest000000'));
+      const config = (await docker.getImage(made.image).inspect()).Config;
+      expect(config.Env).toContain('SPEC_TOKEN=');
+      expect(JSON.stringify(config)).not.toContain('parent-value');
+      expect(config.Labels).toMatchObject({
+        'gym.snapshot.namespace': context.namespace,
+        'gym.snapshot.label.expires': '1',
+        'gym.user.task': '',
+      });
+    } finally {
+      await provider.deleteSnapshot(made.image);
+      await Promise.all(created.splice(0).map((id) => provider.destroy(id)));
     }
   });
 

@@ -142,6 +142,38 @@ describe.skipIf(skipReason !== undefined)(
       }
     }, 120_000);
 
+    it('forks a Pod through the archive: children equal at fork time, apart, without the parent relay', async () => {
+      const busybox = await testImage(docker, 'busybox');
+      const namespace = `k8sfork-${randomBytes(3).toString('hex')}`;
+      const daemon = await startTestDaemon(
+        { namespace, providers: [{ name: 'kubernetes', options: { kubeconfigPath } }] },
+        { listen: true },
+      );
+      try {
+        const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+        const shell = async (id: string, command: string) =>
+          (await client.exec(id, { command })).stdout.trim();
+        const parent = await client.createSandbox({ image: busybox, ttlSeconds: 600 });
+        await client.exposeGateway(parent.id);
+        await shell(
+          parent.id,
+          'mkdir -p /work && echo v1 > /work/state && ln -s /work/state /work/link && rm /etc/group',
+        );
+        expect(await shell(parent.id, 'test -e /tmp/.gym-relay && echo relay')).toBe('relay');
+        const forked = await client.fork(parent.id, { count: 2 });
+        expect(forked.snapshot).toMatchObject({ method: 'archive', provider: 'kubernetes' });
+        const probe =
+          'cat /work/link; test -e /etc/group && echo group-back || echo group-gone; test -e /tmp/.gym-relay && echo relay || echo no-relay';
+        for (const child of forked.sandboxes)
+          expect(await shell(child.id, probe)).toBe('v1\ngroup-gone\nno-relay');
+        await shell(forked.sandboxes[0]!.id, 'echo c0 > /work/state');
+        expect(await shell(forked.sandboxes[1]!.id, 'cat /work/state')).toBe('v1');
+        expect(await shell(parent.id, 'cat /work/state')).toBe('v1');
+      } finally {
+        await daemon.stop({ destroy: true });
+      }
+    }, 120_000);
+
     it('leaves no relay running after kill -9; its successor adopts the Pod and restores the same URL', async () => {
       const busybox = await testImage(docker, 'busybox');
       const namespace = `k8scrash-${randomBytes(3).toString('hex')}`;

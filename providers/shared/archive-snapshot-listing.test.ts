@@ -8,6 +8,7 @@ function listing(kinds: Record<string, PathKind>, changed: string[], moved: stri
     changed: new Set(changed),
     moved: new Set(moved),
     readOnlyMounts: [],
+    incomplete: false,
   };
 }
 

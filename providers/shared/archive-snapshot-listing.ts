@@ -62,6 +62,8 @@ export interface SandboxListing {
   moved: Set<string>;
   /** Read-only mount points seen in the sandbox (excluded). */
   readOnlyMounts: string[];
+  /** The full listing met a folder it could not read: what is missing from it is not known to be gone. */
+  incomplete: boolean;
 }
 
 const LIST_SCRIPT = `
@@ -83,20 +85,47 @@ elif now=$(date +%s) && [ "$now" -ge "$since" ] 2>/dev/null && find / -maxdepth 
 fi
 printf '@dirs\\0'; find / "$@" -prune -o -type d -print0
 printf '@links\\0'; find / "$@" -prune -o -type l -print0
-printf '@all\\0'; find / "$@" -prune -o -print0
+printf '@all\\0'; find / "$@" -prune -o -print0 || printf '@incomplete\\0'
 printf '@end\\0'
 `;
 
-/** Runs `argv` in the sandbox with room for a large listing. */
-export function runInSandbox(provider: SandboxProvider, id: string, argv: string[]) {
-  return provider.exec(
-    id,
+/** Providers known to refuse running a command as another user (then it runs as the sandbox's). */
+const noOtherUsers = new WeakSet<SandboxProvider>();
+
+/**
+ * Runs `argv` in the sandbox with room for a large listing, as root where the provider can (a
+ * sandbox whose user cannot read a folder would otherwise list it empty, and replay would then
+ * remove what is in it).
+ */
+export async function runInSandbox(provider: SandboxProvider, id: string, argv: string[]) {
+  const request = (user: string | undefined) =>
     parseOrThrow(
       ExecRequestSchema,
-      { argv, env: { LC_ALL: 'C' }, timeoutMs: 300_000, maxOutputBytes: 64 * 1024 * 1024 },
+      {
+        argv,
+        env: { LC_ALL: 'C' },
+        timeoutMs: 300_000,
+        maxOutputBytes: 64 * 1024 * 1024,
+        ...(user === undefined ? {} : { user }),
+      },
       'snapshot exec',
-    ),
-  );
+    );
+  if (!noOtherUsers.has(provider))
+    try {
+      const result = await provider.exec(id, request('0'));
+      // Root could not even start there (a Pod that runs as non-root, say): as the sandbox's user.
+      if (result.status === 'ok' && result.exitCode !== 0 && result.stdout === '')
+        return provider.exec(id, request(undefined));
+      return result;
+    } catch (error) {
+      if (
+        !(error instanceof GymError) ||
+        !['CAPABILITY_UNSUPPORTED', 'VALIDATION_FAILED', 'FORBIDDEN_BY_CONFIG'].includes(error.code)
+      )
+        throw error;
+      noOtherUsers.add(provider);
+    }
+  return provider.exec(id, request(undefined));
 }
 
 /** Whether `path` is `root` or under it. */
@@ -173,7 +202,7 @@ export async function listSandbox(
     mode === 'ctime' ? keep(sections.get('changed')).filter((path) => kinds.has(path)) : kinds.keys(),
   );
   const moved = new Set(keep(sections.get('moved')).filter((path) => kinds.get(path) === 'd'));
-  return { mode, kinds, changed, moved, readOnlyMounts };
+  return { mode, kinds, changed, moved, readOnlyMounts, incomplete: sections.has('incomplete') };
 }
 
 /** Whether `path` or one of its ancestors is in `roots`. */

@@ -63,6 +63,8 @@ export interface ArchiveSnapshotManifest {
 interface CaptureDetails {
   /** `ctime`: only what changed since creation; `all`: the sandbox's find has no -newerct, everything. */
   changeDetection: 'ctime' | 'all';
+  /** The parent's listing met a folder it could not read: replay then removes nothing. */
+  incompleteListing: boolean;
   /** The file of every path the parent had, `<kind>` + path per line (JSON array). */
   pathsFile: string;
   entries: number;
@@ -301,6 +303,7 @@ export async function captureArchiveSnapshot(
   }
   const details: CaptureDetails = {
     changeDetection: listing.mode,
+    incompleteListing: listing.incomplete,
     pathsFile,
     entries: state.entries,
     paths: listing.kinds.size,
@@ -366,6 +369,8 @@ export async function replayArchiveSnapshot(
     ([left], [right]) => left.split('/').length - right.split('/').length,
   );
   for (const [path, kind] of byDepth) {
+    // What an incomplete listing lacks may only have been unreadable: removed is not known.
+    if (details.incompleteListing === true) break;
     if (isExcluded(path, excluded) || underAny(path, removed)) continue;
     if (parent.get(path) !== kind) removed.add(path);
   }
@@ -380,8 +385,10 @@ export async function replayArchiveSnapshot(
   if ((details.entries ?? 1) > 0) await provider.writeArchive(id, '/', createReadStream(manifest.file));
   const modes = details.directoryModes ?? [];
   if (modes.length > 0) {
+    // Only a real directory: chmod follows a link, and the names come from the agent's own
+    // listing, so a link the archive made (`/x -> /.gym-tools/...`) must not get a mode through it.
     const script =
-      'while [ $# -ge 4 ]; do chown -h "$3:$4" -- "$1" 2>/dev/null; chmod "$2" -- "$1" 2>/dev/null; shift 4; done; true';
+      'while [ $# -ge 4 ]; do if [ -d "$1" ] && [ ! -L "$1" ]; then chown -h "$3:$4" -- "$1" 2>/dev/null; chmod "$2" -- "$1" 2>/dev/null; fi; shift 4; done; true';
     const flat = modes.flatMap(([path, mode, uid, gid]) => [path, mode, String(uid), String(gid)]);
     await runOverPaths(
       provider,
