@@ -8,14 +8,22 @@ import type { EvalOptions } from './eval-types.ts';
 /**
  * One pool per image that several rollouts use (named by a hash of its spec): as many idle as
  * the concurrency allows, and never more members in all than that image's rollouts, so a pool
- * never makes a sandbox no rollout will use.
+ * never makes a sandbox no rollout will use. With `--fork-setup` the pools serve the setup
+ * sandboxes, one per task (the repeats are forks of it): counted per task, and as many idle as
+ * tasks can be set up at once (every worker in a different task, or fewer when they share one).
  */
 export async function definePools(
   options: EvalOptions,
   pending: Array<Record<string, unknown>>,
 ): Promise<Map<string, string>> {
   const counts = new Map<string, number>();
-  for (const row of pending) {
+  const sandboxUsers =
+    options.forkSetup === true
+      ? pending.filter(
+          (row, index) => index === 0 || pending[index - 1]!._ng_task_index !== row._ng_task_index,
+        )
+      : pending;
+  for (const row of sandboxUsers) {
     const image = options.environment.implementation.image(row, options.environment);
     if (image !== null) counts.set(image, (counts.get(image) ?? 0) + 1);
   }

@@ -16,6 +16,7 @@ import type { Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import type { EvalOptions } from './eval-types.ts';
 import { outputPaths } from './files.ts';
+import type { ForkSetupRecord, ForkSetups, SandboxRequest } from './fork-setup.ts';
 
 /** What every phase of one rollout attempt reads. */
 export interface RolloutContext {
@@ -24,8 +25,10 @@ export interface RolloutContext {
   limits: HarnessLimits;
   rolloutId: string;
   attempt: number;
-  /** The run's warm pools by image. */
+  /** The run's warm pools by image (with `--fork-setup`, of the setup sandboxes). */
   pools: ReadonlyMap<string, string>;
+  /** The run's shared setups, with `--fork-setup`. */
+  forks?: ForkSetups;
   /** The run's client with the rollout's execs watched for sandbox loss (`sandbox-loss.ts`). */
   client: GymClient;
   /** The agent sandbox's image, or null for a kind that gives its harness none. */
@@ -63,13 +66,16 @@ const CONFIGURATION_ERRORS = new Set<string>([
   'POOL_NOT_FOUND',
 ]);
 
-/**
- * Acquire: the agent's sandbox, from the image's pool when the run has one. A kind without an
- * image (questions) gets none. Returns the sandbox, if any.
- */
-export async function acquireSandbox(context: RolloutContext): Promise<Sandbox | undefined> {
-  const { image, options, row, client } = context;
-  if (image === null) return undefined;
+/** The agent's sandbox: what it was made from, and, from a shared setup, where it came from. */
+export interface AcquiredSandbox {
+  sandbox: Sandbox;
+  /** Set when the sandbox is a child of its group's shared setup (`--fork-setup`). */
+  forkSetup?: ForkSetupRecord;
+}
+
+/** How the row's agent sandbox is made: its spec, and its image's pool when the run has one. */
+export function sandboxRequest(context: RolloutContext, image: string): SandboxRequest {
+  const { options, row } = context;
   const { environment } = options;
   const kind = environment.implementation;
   const spec = {
@@ -79,7 +85,26 @@ export async function acquireSandbox(context: RolloutContext): Promise<Sandbox |
     labels: { role: 'agent' },
   };
   const pool = context.pools.get(image);
-  return client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } });
+  return pool === undefined ? { spec } : { spec, pool };
+}
+
+/**
+ * Acquire: the agent's sandbox, from the image's pool when the run has one, or, with
+ * `--fork-setup`, the row's child of its group's shared setup. A kind without an image
+ * (questions) gets none. Returns the sandbox, if any.
+ */
+export async function acquireSandbox(context: RolloutContext): Promise<AcquiredSandbox | undefined> {
+  const { image, client } = context;
+  if (image === null) return undefined;
+  const request = sandboxRequest(context, image);
+  if (context.forks !== undefined) {
+    const forked = await context.forks.acquire(context.row, request);
+    return { sandbox: forked.sandbox, forkSetup: forked.record };
+  }
+  const sandbox = await client.createSandbox(
+    request.pool === undefined ? request.spec : { pool: request.pool, labels: { role: 'agent' } },
+  );
+  return { sandbox };
 }
 
 /** The harness's handle on the sandbox; without one, a handle that refuses any use. */
@@ -87,16 +112,32 @@ export function sandboxHandle(context: RolloutContext, sandboxId: string | undef
   return sandboxId === undefined ? NO_SANDBOX : clientSandboxHandle(context.client, sandboxId);
 }
 
-/** Setup: the row's own setup command, then the kind's. A failed setup is an infrastructure fault. */
-export async function setupSandbox(context: RolloutContext, sandbox: SandboxHandle): Promise<void> {
+/**
+ * The row's own setup command (the dataset's: what `--fork-setup` runs once per task, in the
+ * group's setup sandbox). A failed setup is an infrastructure fault.
+ */
+export async function runRowSetup(row: TaskRow, sandbox: SandboxHandle): Promise<void> {
+  if (typeof row.setup !== 'string' || row.setup === '') return;
+  const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
+  if (setup.status !== 'ok' || setup.exitCode !== 0)
+    throw new Error(
+      `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
+    );
+}
+
+/**
+ * Setup: the row's own setup command, then the kind's start. A sandbox of a shared setup
+ * (`fromSharedSetup`) has the command's files already and runs only the kind's start, which
+ * starts processes (a Harbor image's ENTRYPOINT) that a files-only fork does not carry.
+ * A failed setup is an infrastructure fault.
+ */
+export async function setupSandbox(
+  context: RolloutContext,
+  sandbox: SandboxHandle,
+  fromSharedSetup = false,
+): Promise<void> {
   const { row, options } = context;
-  if (typeof row.setup === 'string' && row.setup !== '') {
-    const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
-    if (setup.status !== 'ok' || setup.exitCode !== 0)
-      throw new Error(
-        `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
-      );
-  }
+  if (!fromSharedSetup) await runRowSetup(row, sandbox);
   await options.environment.implementation.startSandbox?.({ row, sandbox, environment: options.environment });
 }
 

@@ -5,6 +5,7 @@
 import type { HarnessResult } from '../../harnesses/harness.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { Timings } from './eval-types.ts';
+import type { ForkSetupRecord } from './fork-setup.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields } from './rollout-line.ts';
 import type { AgentRecords, RolloutContext } from './rollout-phases.ts';
 import { configuredPrices, sumUsage } from './usage.ts';
@@ -17,6 +18,8 @@ export interface RolloutEnd {
   timings: Timings;
   /** When the attempt started (ms since the epoch). */
   startedAtMs: number;
+  /** Where its sandbox came from, when it was a child of its group's shared setup (`--fork-setup`). */
+  forkSetup?: ForkSetupRecord | undefined;
 }
 
 export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<string, unknown> {
@@ -44,7 +47,8 @@ export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<st
     ...(agentLogsError === undefined ? {} : { agent_logs_error: agentLogsError }),
     ...(usage === undefined ? {} : { usage }),
     timings,
-    sandbox: { image },
+    // A shared setup's lineage beside the image, inside our object: NeMo Gym's keys stay as they are.
+    sandbox: { image, ...end.forkSetup },
     ...(kind.describeRollout === undefined ? {} : { task: kind.describeRollout(row, environment, verdict) }),
   };
   return {

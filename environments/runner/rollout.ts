@@ -8,6 +8,7 @@ import type { HarnessLimits, HarnessResult } from '../../harnesses/harness.ts';
 import type { TaskRow } from '../kinds/kind.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { EvalOptions, Timings } from './eval-types.ts';
+import type { ForkSetupRecord, ForkSetups } from './fork-setup.ts';
 import { gymFields } from './rollout-line.ts';
 import {
   type AgentRecords,
@@ -30,6 +31,7 @@ import { watchSandboxLoss } from './sandbox-loss.ts';
  */
 export async function runRollout(
   pools: ReadonlyMap<string, string>,
+  forks: ForkSetups | undefined,
   options: EvalOptions,
   row: TaskRow,
   limits: HarnessLimits,
@@ -50,7 +52,7 @@ export async function runRollout(
       'gym.model': options.modelName,
     },
     async (span) => {
-      const line = await runPhases(pools, options, row, limits, rolloutId, attempt, tracing, span);
+      const line = await runPhases(pools, forks, options, row, limits, rolloutId, attempt, tracing, span);
       const outcome = String(gymFields(line).outcome);
       span.setAttributes({
         'gym.outcome': outcome,
@@ -65,6 +67,7 @@ export async function runRollout(
 
 async function runPhases(
   pools: ReadonlyMap<string, string>,
+  forks: ForkSetups | undefined,
   options: EvalOptions,
   row: TaskRow,
   limits: HarnessLimits,
@@ -84,6 +87,7 @@ async function runPhases(
     rolloutId,
     attempt,
     pools,
+    ...(forks === undefined ? {} : { forks }),
     client,
     image: options.environment.implementation.image(row, options.environment),
     tracing,
@@ -96,6 +100,7 @@ async function runPhases(
   let harnessResult: HarnessResult | undefined;
   let verdict: Verdict;
   let records: AgentRecords = { modelCalls: [], agentLogs: [] };
+  let forkSetup: ForkSetupRecord | undefined;
   const releaseSandbox = async () => {
     const id = sandboxId;
     sandboxId = undefined;
@@ -104,13 +109,18 @@ async function runPhases(
   try {
     sandboxId = await phase('acquire', async (span) => {
       const acquired = await acquireSandbox(context);
-      const attributes = { 'gym.provider': acquired?.provider, 'gym.sandbox.id': acquired?.id };
+      forkSetup = acquired?.forkSetup;
+      const attributes = {
+        'gym.provider': acquired?.sandbox.provider,
+        'gym.sandbox.id': acquired?.sandbox.id,
+        'gym.fork.snapshot': forkSetup?.lineage.snapshot,
+      };
       span.setAttributes({ ...attributes, 'gym.pool': pools.get(context.image ?? '') });
       rolloutSpan.setAttributes(attributes);
-      return acquired?.id;
+      return acquired?.sandbox.id;
     });
     const sandbox = sandboxHandle(context, sandboxId);
-    await phase('setup', () => setupSandbox(context, sandbox));
+    await phase('setup', () => setupSandbox(context, sandbox, forkSetup !== undefined));
     timings.sandboxMs = Date.now() - started;
     watch.start();
     // In the rollout's own span, not a phase's: the daemon nests the rollout's model calls
@@ -145,6 +155,7 @@ async function runPhases(
   } finally {
     await phase('release', async () => {
       await releaseSandbox();
+      context.forks?.released(row);
       if (options.harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
     });
   }
@@ -160,6 +171,6 @@ async function runPhases(
       details: { reason: `a command of the rollout lost its sandbox: ${loss.reason}`, sandboxLost: loss },
     };
   timings.totalMs = Date.now() - started;
-  const end: RolloutEnd = { verdict, harnessResult, records, timings, startedAtMs: started };
+  const end: RolloutEnd = { verdict, harnessResult, records, timings, startedAtMs: started, forkSetup };
   return rolloutLine(context, end);
 }
