@@ -4,13 +4,14 @@
  */
 import { createHash } from 'node:crypto';
 import type { EvalOptions } from './eval-types.ts';
+import { sharesSetup } from './fork-setup.ts';
 
 /**
  * One pool per image that several rollouts use (named by a hash of its spec): as many idle as
  * the concurrency allows, and never more members in all than that image's rollouts, so a pool
  * never makes a sandbox no rollout will use. With `--fork-setup` the pools serve the setup
- * sandboxes, one per task (the repeats are forks of it): counted per task, and as many idle as
- * tasks can be set up at once (every worker in a different task, or fewer when they share one).
+ * sandboxes, one per task with a setup command (its repeats are forks of it), so such a task
+ * counts once.
  */
 export async function definePools(
   options: EvalOptions,
@@ -20,7 +21,8 @@ export async function definePools(
   const sandboxUsers =
     options.forkSetup === true
       ? pending.filter(
-          (row, index) => index === 0 || pending[index - 1]!._ng_task_index !== row._ng_task_index,
+          (row, index) =>
+            !sharesSetup(row) || index === 0 || pending[index - 1]!._ng_task_index !== row._ng_task_index,
         )
       : pending;
   for (const row of sandboxUsers) {

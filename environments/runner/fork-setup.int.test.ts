@@ -55,12 +55,14 @@ describe.skipIf(skipReason !== undefined)('gym eval --fork-setup against real Do
       const environment = await loadEnvironment('terminal');
       const rows = (await readRows(environment.dataPath))
         .filter((row) => TASKS.includes(String(row.id)))
-        .map((row): Record<string, unknown> => ({
-          ...row,
-          // What the tests read, plus 4 MiB and two seconds of "install" the children skip.
-          setup: `${row.setup} && head -c 4194304 /dev/urandom > /var/tmp/setup-blob && sleep 2`,
-          ...(SOLVED.has(String(row.id)) ? {} : { solution: 'true' }),
-        }));
+        .map(
+          (row): Record<string, unknown> => ({
+            ...row,
+            // What the tests read, plus 4 MiB and two seconds of "install" the children skip.
+            setup: `${row.setup} && head -c 4194304 /dev/urandom > /var/tmp/setup-blob && sleep 2`,
+            ...(SOLVED.has(String(row.id)) ? {} : { solution: 'true' }),
+          }),
+        );
       const run = async (name: string, forkSetup: boolean) => {
         const output = join(outputDir, `${name}.jsonl`);
         const summary = await runEval({

@@ -363,6 +363,17 @@ describe('gym eval --fork-setup', () => {
     ]);
   });
 
+  it('creates the sandboxes of a row without a setup command as without it: there is nothing to share', async () => {
+    const daemon = fakeDaemon();
+    const bare = [{ id: 'd', solution: 'put /app/answer y', expected: 'y' }];
+    const run = await evaluate(daemon.client, 'bare', { forkSetup: true, rows: bare, numRepeats: 2 });
+    expect(run.rollouts.map((row) => [row.reward, gymFields(row).sandbox])).toEqual([
+      [1, { image: 'gym/fake:1' }],
+      [1, { image: 'gym/fake:1' }],
+    ]);
+    expect(daemon.calls.filter((call) => call.startsWith('fork '))).toEqual([]);
+  });
+
   it('refuses to start on a daemon without the snapshot routes', async () => {
     const daemon = fakeDaemon();
     (daemon.client as unknown as { listSnapshots: () => Promise<never> }).listSnapshots = async () => {

@@ -70,6 +70,14 @@ export interface SandboxRequest {
 /** Runs the row's own setup command in a sandbox (`rollout-phases.ts`). */
 export type RunRowSetup = (row: TaskRow, sandbox: ReturnType<typeof clientSandboxHandle>) => Promise<void>;
 
+/**
+ * Whether a row's repeats share a setup under `--fork-setup`: only a row with a setup command
+ * has one to share (a fork of a sandbox nothing changed would cost a snapshot to save nothing).
+ */
+export function sharesSetup(row: TaskRow): boolean {
+  return typeof row.setup === 'string' && row.setup !== '';
+}
+
 const taskOf = (row: TaskRow) => Number(row._ng_task_index);
 const repeatOf = (row: TaskRow) => Number(row._ng_rollout_index);
 
@@ -86,7 +94,7 @@ export class ForkSetups {
   constructor(options: EvalOptions, pending: ReadonlyArray<TaskRow>, runRowSetup: RunRowSetup) {
     this.#options = options;
     this.#runRowSetup = runRowSetup;
-    for (const row of pending) {
+    for (const row of pending.filter(sharesSetup)) {
       const group = this.#groups.get(taskOf(row)) ?? {
         unsettled: new Set<number>(),
         holding: new Set<number>(),

@@ -16,7 +16,7 @@ import type { Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import type { EvalOptions } from './eval-types.ts';
 import { outputPaths } from './files.ts';
-import type { ForkSetupRecord, ForkSetups, SandboxRequest } from './fork-setup.ts';
+import { type ForkSetupRecord, type ForkSetups, type SandboxRequest, sharesSetup } from './fork-setup.ts';
 
 /** What every phase of one rollout attempt reads. */
 export interface RolloutContext {
@@ -90,14 +90,14 @@ export function sandboxRequest(context: RolloutContext, image: string): SandboxR
 
 /**
  * Acquire: the agent's sandbox, from the image's pool when the run has one, or, with
- * `--fork-setup`, the row's child of its group's shared setup. A kind without an image
+ * `--fork-setup` and a row with a setup command, the row's child of its group's shared setup. A kind without an image
  * (questions) gets none. Returns the sandbox, if any.
  */
 export async function acquireSandbox(context: RolloutContext): Promise<AcquiredSandbox | undefined> {
   const { image, client } = context;
   if (image === null) return undefined;
   const request = sandboxRequest(context, image);
-  if (context.forks !== undefined) {
+  if (context.forks !== undefined && sharesSetup(context.row)) {
     const forked = await context.forks.acquire(context.row, request);
     return { sandbox: forked.sandbox, forkSetup: forked.record };
   }
