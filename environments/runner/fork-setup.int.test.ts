@@ -115,8 +115,13 @@ describe.skipIf(skipReason !== undefined)('gym eval --fork-setup against real Do
       expect(await client.listSnapshots()).toEqual([]);
       expect((await client.listSandboxes()).length).toBe(0);
       // For the issue's note: the wall time of each group, and of the whole run, each way.
+      const group = (id: string) =>
+        gymFields(withFork.rollouts.find((row) => row.id === id)!).sandbox as Record<string, unknown>;
       console.log(
         JSON.stringify({
+          setupAndForkMsPerGroup: Object.fromEntries(
+            TASKS.map((id) => [id, [group(id).setup_ms, group(id).fork_ms, group(id).snapshot_method]]),
+          ),
           forkSetupWallMsPerGroup: groupWallMs(withFork.rollouts),
           withoutWallMsPerGroup: groupWallMs(without.rollouts),
           forkSetupRunMs: withFork.summary.durationMs,

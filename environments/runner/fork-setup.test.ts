@@ -89,7 +89,10 @@ function fakeDaemon(fake: FakeOptions = {}) {
         const child = make(snapshots.get(snapshot)!, { ...sandboxes.get(id)!.labels, ...request.labels });
         return sandboxInfo(child, { parent: id, snapshot, forkIndex });
       });
-      return { snapshot: { id: snapshot, image: `snapshot:${snapshot}` }, sandboxes: children };
+      return {
+        snapshot: { id: snapshot, image: `snapshot:${snapshot}`, method: 'archive' },
+        sandboxes: children,
+      };
     },
     deleteSnapshot: async (id: string) => {
       calls.push(`delete-snapshot ${id}`);
@@ -255,7 +258,12 @@ describe('gym eval --fork-setup', () => {
       expect(lines.map((sandbox) => (sandbox.lineage as { fork_index: number }).fork_index).sort()).toEqual([
         0, 1, 2,
       ]);
-      expect(lines[0]).toMatchObject({ image: 'gym/fake:1', setup_ms: expect.any(Number), fork_count: 3 });
+      expect(lines[0]).toMatchObject({
+        image: 'gym/fake:1',
+        setup_ms: expect.any(Number),
+        fork_count: 3,
+        snapshot_method: 'archive',
+      });
     }
     expect(gymFields(without.rollouts[0]!).sandbox).toEqual({ image: 'gym/fake:1' });
     expect(forked.sandboxes.size).toBe(0);

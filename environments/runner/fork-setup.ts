@@ -28,7 +28,9 @@ export interface ForkSetupRecord {
   lineage: { parent: string; snapshot: string; fork_index: number | null };
   /** `fork`: a child of the group's fork; `snapshot`: created from its snapshot later (a retry, or past the fork's count). */
   from: 'fork' | 'snapshot';
-  /** The group's setup command and its fork (the snapshot and the children), once per group. */
+  /** How the daemon snapshotted the setup sandbox: `native` (the backend's image) or `archive`. */
+  snapshot_method: string;
+  /** The group's setup (create and setup command) and its fork (the snapshot and the children), once per group. */
   setup_ms: number;
   fork_ms: number;
   /** Children the fork made. */
@@ -129,6 +131,7 @@ export class ForkSetups {
       setup_ms: prepared.setupMs,
       fork_ms: prepared.forkMs,
       fork_count: prepared.forkCount,
+      snapshot_method: prepared.snapshot.method,
     };
     const lineage = { parent: prepared.parent, snapshot: prepared.snapshot.id };
     const child = prepared.children.get(repeat);
