@@ -136,5 +136,8 @@ describe.skipIf(skipReason !== undefined)('gym eval --fork-setup against real Do
       filters: { label: [`gym.namespace=${namespace}`] },
     });
     expect(left).toEqual([]);
+    // Nor a snapshot's image (Docker's managed snapshots are gym-snapshot/<namespace>:<id>).
+    const images = await docker.listImages({ filters: { reference: [`gym-snapshot/${namespace}:*`] } });
+    expect(images.map((image) => image.RepoTags)).toEqual([]);
   }, 400_000);
 });
