@@ -19,7 +19,7 @@ import type { EvalOptions, EvalProgress, EvalSummary } from './eval-types.ts';
 import { createJsonlAppender } from './files.ts';
 import { checkForkSupport, ForkSetups } from './fork-setup.ts';
 import { runRollout } from './rollout.ts';
-import { runRowSetup } from './rollout-phases.ts';
+import { runRowSetup, sandboxRequest } from './rollout-phases.ts';
 
 export { writeMetrics } from './eval-metrics.ts';
 export { materialize } from './eval-plan.ts';
@@ -51,7 +51,13 @@ export async function runEval(given: EvalOptions): Promise<EvalSummary> {
   };
   if (options.forkSetup === true) await checkForkSupport(options);
   const pools = options.usePools !== true ? new Map<string, string>() : await definePools(options, pending);
-  const forks = options.forkSetup === true ? new ForkSetups(options, pending, runRowSetup) : undefined;
+  const forks =
+    options.forkSetup === true
+      ? new ForkSetups(options, pending, {
+          runRowSetup,
+          sandboxRequest: (row) => sandboxRequest(options, pools, row),
+        })
+      : undefined;
   try {
     await scheduleRollouts(
       { options, paths, appendJsonl, progress, pending },

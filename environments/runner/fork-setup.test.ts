@@ -371,6 +371,28 @@ describe('gym eval --fork-setup', () => {
     ]);
   });
 
+  it("sets the next task up while this one's agents run", async () => {
+    const daemon = fakeDaemon();
+    const run = await evaluate(daemon.client, 'ahead', {
+      concurrency: 3,
+      forkSetup: true,
+      rows: ROWS.slice(0, 2),
+    });
+    expect(rewards(run.rollouts)).toEqual([
+      ['a', 0, 1],
+      ['a', 1, 1],
+      ['a', 2, 1],
+      ['b', 0, 0],
+      ['b', 1, 0],
+      ['b', 2, 0],
+    ]);
+    const setups = daemon.calls.flatMap((call, index) => (call.endsWith(' setup') ? [index] : []));
+    expect(setups).toHaveLength(2);
+    expect(setups[1]).toBeLessThan(daemon.calls.findIndex((call) => call.startsWith('exec agent')));
+    expect(daemon.calls.filter((call) => call.startsWith('fork '))).toEqual(['fork sbx-1 3', 'fork sbx-5 3']);
+    expect(daemon.sandboxes.size).toBe(0);
+  });
+
   it('creates the sandboxes of a row without a setup command as without it: there is nothing to share', async () => {
     const daemon = fakeDaemon();
     const bare = [{ id: 'd', solution: 'put /app/answer y', expected: 'y' }];

@@ -59,8 +59,14 @@ interface Group {
   /** Repeats running an attempt in a sandbox they took: they want none now. */
   holding: Set<number>;
   prepared: Promise<Prepared> | undefined;
+  /** Whether a repeat has waited on `prepared` (a look-ahead setup no one waited on fails silently). */
+  isJoined: boolean;
+  /** Whether a setup of the group has ever begun (a look-ahead starts only a group no one started). */
+  isStarted: boolean;
   /** Every snapshot made for the group (a setup is redone when one failed or went away). */
   snapshots: Set<string>;
+  /** The group's pending rows by repeat (any of them names its setup and its sandbox). */
+  rows: Map<number, TaskRow>;
 }
 
 /** How the agent's sandbox of a row is made: its spec, or a claim on its image's pool. */
@@ -69,8 +75,13 @@ export interface SandboxRequest {
   pool?: string;
 }
 
-/** Runs the row's own setup command in a sandbox (`rollout-phases.ts`). */
-export type RunRowSetup = (row: TaskRow, sandbox: ReturnType<typeof clientSandboxHandle>) => Promise<void>;
+/** What a shared setup needs of the runner's phases (`rollout-phases.ts`). */
+export interface SetupPhases {
+  /** Runs the row's own setup command in a sandbox. */
+  runRowSetup(row: TaskRow, sandbox: ReturnType<typeof clientSandboxHandle>): Promise<void>;
+  /** How the row's agent sandbox is made; null when its kind gives it none. */
+  sandboxRequest(row: TaskRow): SandboxRequest | null;
+}
 
 /**
  * Whether a row's repeats share a setup under `--fork-setup`: only a row with a setup command
@@ -89,21 +100,26 @@ const repeatOf = (row: TaskRow) => Number(row._ng_rollout_index);
  */
 export class ForkSetups {
   readonly #options: EvalOptions;
-  readonly #runRowSetup: RunRowSetup;
+  readonly #phases: SetupPhases;
+  /** In the order the run starts them (Map keeps insertion order), which the look-ahead follows. */
   readonly #groups = new Map<number, Group>();
 
   /** `pending`: the rollouts this run will start, so a resumed group forks only the repeats it lacks. */
-  constructor(options: EvalOptions, pending: ReadonlyArray<TaskRow>, runRowSetup: RunRowSetup) {
+  constructor(options: EvalOptions, pending: ReadonlyArray<TaskRow>, phases: SetupPhases) {
     this.#options = options;
-    this.#runRowSetup = runRowSetup;
+    this.#phases = phases;
     for (const row of pending.filter(sharesSetup)) {
       const group = this.#groups.get(taskOf(row)) ?? {
         unsettled: new Set<number>(),
         holding: new Set<number>(),
         prepared: undefined,
+        isJoined: false,
+        isStarted: false,
         snapshots: new Set<string>(),
+        rows: new Map<number, TaskRow>(),
       };
       group.unsettled.add(repeatOf(row));
+      group.rows.set(repeatOf(row), row);
       this.#groups.set(taskOf(row), group);
     }
   }
@@ -114,11 +130,12 @@ export class ForkSetups {
    * before `--fork-setup` (an infrastructure fault of the rollout); so does a failed fork. Either
    * way the group's next attempt prepares its setup again.
    */
-  async acquire(row: TaskRow, request: SandboxRequest): Promise<ForkedSandbox> {
+  async acquire(row: TaskRow): Promise<ForkedSandbox> {
     const group = this.#group(row);
     const repeat = repeatOf(row);
-    if (group.prepared === undefined) group.prepared = this.#prepare(group, row, request);
-    const current = group.prepared;
+    const request = this.#request(row);
+    const current = group.prepared ?? this.#start(group, row);
+    group.isJoined = true;
     const forget = () => {
       if (group.prepared === current) group.prepared = undefined;
     };
@@ -180,6 +197,43 @@ export class ForkSetups {
     await Promise.all([...this.#groups.entries()].map(([task, group]) => this.#end(task, group)));
   }
 
+  #request(row: TaskRow): SandboxRequest {
+    const request = this.#phases.sandboxRequest(row);
+    if (request === null) throw new GymError('INTERNAL', `task ${taskOf(row)} has no sandbox to share`);
+    return request;
+  }
+
+  /**
+   * Begins a setup of the group (for `row`, which its fork serves first). Once it is ready, the
+   * next group no one has started begins its own (a look-ahead of one group), so that the next
+   * task's setup runs while this one's agents do, instead of every worker waiting for it in turn.
+   */
+  #start(group: Group, row: TaskRow): Promise<Prepared> {
+    const prepared = this.#prepare(group, row, this.#request(row));
+    group.prepared = prepared;
+    group.isStarted = true;
+    group.isJoined = false;
+    prepared.then(
+      () => this.#lookAhead(group),
+      () => {
+        // A look-ahead setup that failed before any repeat waited on it is forgotten: the
+        // repeats set up their own when they come, and it is their failure that is recorded.
+        if (!group.isJoined && group.prepared === prepared) group.prepared = undefined;
+      },
+    );
+    return prepared;
+  }
+
+  #lookAhead(after: Group): void {
+    const groups = [...this.#groups.values()];
+    const next = groups[groups.indexOf(after) + 1];
+    if (next === undefined || next.isStarted || next.unsettled.size === 0) return;
+    const [first] = [...next.rows.entries()]
+      .filter(([repeat]) => next.unsettled.has(repeat))
+      .sort(([a], [b]) => a - b);
+    if (first !== undefined) this.#start(next, first[1]);
+  }
+
   #group(row: TaskRow): Group {
     const group = this.#groups.get(taskOf(row));
     if (group === undefined)
@@ -209,7 +263,7 @@ export class ForkSetups {
         : { pool: request.pool, labels: { role: 'setup' } },
     );
     try {
-      await this.#runRowSetup(row, clientSandboxHandle(client, parent.id));
+      await this.#phases.runRowSetup(row, clientSandboxHandle(client, parent.id));
       const setupMs = Date.now() - started;
       const forkStarted = Date.now();
       const env = request.spec.env;

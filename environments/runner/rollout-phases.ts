@@ -73,18 +73,23 @@ export interface AcquiredSandbox {
   forkSetup?: ForkSetupRecord;
 }
 
-/** How the row's agent sandbox is made: its spec, and its image's pool when the run has one. */
-export function sandboxRequest(context: RolloutContext, image: string): SandboxRequest {
-  const { options, row } = context;
+/** How the row's agent sandbox is made: its spec, and its image's pool when the run has one; null without an image. */
+export function sandboxRequest(
+  options: EvalOptions,
+  pools: ReadonlyMap<string, string>,
+  row: TaskRow,
+): SandboxRequest | null {
   const { environment } = options;
   const kind = environment.implementation;
+  const image = kind.image(row, environment);
+  if (image === null) return null;
   const spec = {
     ...(environment.sandbox as object),
     ...kind.sandbox?.(row, environment),
     image,
     labels: { role: 'agent' },
   };
-  const pool = context.pools.get(image);
+  const pool = pools.get(image);
   return pool === undefined ? { spec } : { spec, pool };
 }
 
@@ -94,11 +99,11 @@ export function sandboxRequest(context: RolloutContext, image: string): SandboxR
  * (questions) gets none. Returns the sandbox, if any.
  */
 export async function acquireSandbox(context: RolloutContext): Promise<AcquiredSandbox | undefined> {
-  const { image, client } = context;
-  if (image === null) return undefined;
-  const request = sandboxRequest(context, image);
-  if (context.forks !== undefined && sharesSetup(context.row)) {
-    const forked = await context.forks.acquire(context.row, request);
+  const { client, options, pools, row } = context;
+  const request = sandboxRequest(options, pools, row);
+  if (request === null) return undefined;
+  if (context.forks !== undefined && sharesSetup(row)) {
+    const forked = await context.forks.acquire(row);
     return { sandbox: forked.sandbox, forkSetup: forked.record };
   }
   const sandbox = await client.createSandbox(
