@@ -13,7 +13,8 @@
  * measured: `liveFork` is null with the reason.
  *
  *   npm run bench:fork   (BENCH_FORK_ROUTE=auto|daemon|provider, BENCH_FORK_CHILDREN=8,
- *                         BENCH_FORK_SETUP_MS=5000, BENCH_FORK_SETUP_MIB=16, BENCH_FORK_CONCURRENCY=1)
+ *                         BENCH_FORK_SETUP_MS=5000, BENCH_FORK_SETUP_MIB=16, BENCH_FORK_CONCURRENCY=1,
+ *                         BENCH_FORK_SETUP_KIND=sleep|cpu)
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -39,6 +40,12 @@ import { percentile, round } from './stats.ts';
 const childCount = Number(process.env.BENCH_FORK_CHILDREN ?? 8);
 const setupMs = Number(process.env.BENCH_FORK_SETUP_MS ?? 5000);
 const setupMiB = Number(process.env.BENCH_FORK_SETUP_MIB ?? 16);
+/**
+ * What the rest of the setup is: `sleep` (waiting, as for a download) or `cpu` (a fixed amount of
+ * work, calibrated to the rest of `setupMs` when run alone, as for a build): run at once, sleeps
+ * overlap and work does not.
+ */
+const setupKind = process.env.BENCH_FORK_SETUP_KIND ?? 'sleep';
 /** Creates at once on either side (1: one after another, the issue's figure). */
 const concurrency = Number(process.env.BENCH_FORK_CONCURRENCY ?? 1);
 /** `auto`: the daemon when its snapshot routes answer, else the provider. */
@@ -127,16 +134,28 @@ async function daemonRoute(): Promise<Route | null> {
   };
 }
 
-/** The setup: a few MiB of files and a small tree, then a sleep to make up `setupMs`. */
-async function setUp(target: Route, id: string): Promise<void> {
+const WRITE_FILES = `mkdir -p /work/tree && head -c ${setupMiB * 1024 * 1024} /dev/urandom > /work/blob && for n in $(seq 1 200); do echo "file $n" > /work/tree/f$n; done && md5sum /work/blob > /work/blob.md5`;
+/** MiB of zeros hashed per millisecond of work, measured once alone (`cpu` setups). */
+let hashedMiBPerMs = 0;
+const work = (milliseconds: number) =>
+  `head -c ${Math.max(1, Math.round(milliseconds * hashedMiBPerMs)) * 1024 * 1024} /dev/zero | md5sum >/dev/null`;
+
+/** Measures how much hashing a millisecond buys in a sandbox with nothing else running in it. */
+async function calibrate(target: Route, id: string): Promise<void> {
+  hashedMiBPerMs = 1 / 10;
   const started = performance.now();
-  const written = await target.run(
-    id,
-    `mkdir -p /work/tree && head -c ${setupMiB * 1024 * 1024} /dev/urandom > /work/blob && for n in $(seq 1 200); do echo "file $n" > /work/tree/f$n; done && md5sum /work/blob > /work/blob.md5`,
-  );
+  await target.run(id, work(2000));
+  hashedMiBPerMs = (2000 * hashedMiBPerMs) / (performance.now() - started);
+}
+
+/** The setup: a few MiB of files and a small tree, then a sleep or work to make up `setupMs`. */
+async function setUp(target: Route, id: string, fixedRestMs?: number): Promise<number> {
+  const started = performance.now();
+  const written = await target.run(id, WRITE_FILES);
   if (written.exitCode !== 0) throw new Error('the setup failed to write its files');
-  const rest = setupMs - (performance.now() - started);
-  if (rest > 0) await target.run(id, `sleep ${(rest / 1000).toFixed(3)}`);
+  const rest = fixedRestMs ?? setupMs - (performance.now() - started);
+  if (rest > 0) await target.run(id, setupKind === 'cpu' ? work(rest) : `sleep ${(rest / 1000).toFixed(3)}`);
+  return rest;
 }
 
 /** The setup's files are all there and whole. */
@@ -170,12 +189,18 @@ const target = fromDaemon ?? (await providerRoute());
 const made: string[] = [];
 const snapshots: string[] = [];
 try {
-  log(`route ${route}: ${childCount} cold creates, each running a ${setupMs} ms setup`);
+  // The setup's rest, fixed by one setup run alone, so every setup of the run does the same work.
+  const probe = await target.create(image);
+  made.push(probe);
+  if (setupKind === 'cpu') await calibrate(target, probe);
+  const restMs = await setUp(target, probe);
+  await Promise.all(made.splice(0).map((id) => target.destroy(id)));
+  log(`route ${route}: ${childCount} cold creates, each running a ${setupMs} ms ${setupKind} setup`);
   const coldStarted = performance.now();
   const coldEach = await timedEach(childCount, async () => {
     const id = await target.create(image);
     made.push(id);
-    await setUp(target, id);
+    await setUp(target, id, restMs);
   });
   const coldTotalMs = performance.now() - coldStarted;
   for (const id of made) await check(target, id);
@@ -185,7 +210,7 @@ try {
   const forkStarted = performance.now();
   const parent = await target.create(image);
   made.push(parent);
-  await setUp(target, parent);
+  await setUp(target, parent, restMs);
   const setUpMs = performance.now() - forkStarted;
   const snapshotStarted = performance.now();
   const snapshotImage = await target.snapshot(parent);
@@ -206,7 +231,7 @@ try {
     const started = performance.now();
     const source = await target.create(image);
     made.push(source);
-    await setUp(target, source);
+    await setUp(target, source, restMs);
     const requested = performance.now();
     const forked = await target.fork(source, childCount);
     made.push(...forked);
@@ -227,6 +252,7 @@ try {
       children: childCount,
       concurrency,
       setupMiB,
+      setupKind,
       setupTargetMs: setupMs,
       cold: {
         perChildMeanMs: round(mean(coldEach), 1),
