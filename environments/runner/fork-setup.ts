@@ -108,7 +108,7 @@ export class ForkSetups {
   constructor(options: EvalOptions, pending: ReadonlyArray<TaskRow>, phases: SetupPhases) {
     this.#options = options;
     this.#phases = phases;
-    for (const row of pending.filter(sharesSetup)) {
+    for (const row of pending.filter((row) => sharesSetup(row) && phases.sandboxRequest(row) !== null)) {
       const group = this.#groups.get(taskOf(row)) ?? {
         unsettled: new Set<number>(),
         holding: new Set<number>(),
@@ -178,6 +178,11 @@ export class ForkSetups {
     }
   }
 
+  /** Whether the row's sandbox comes from its group's shared setup (it has a setup command and a sandbox). */
+  shares(row: TaskRow): boolean {
+    return this.#groups.has(taskOf(row)) && sharesSetup(row);
+  }
+
   /** The row's attempt gave its sandbox back (the rollout destroys it itself). */
   released(row: TaskRow): void {
     this.#groups.get(taskOf(row))?.holding.delete(repeatOf(row));
@@ -214,7 +219,14 @@ export class ForkSetups {
     group.isStarted = true;
     group.isJoined = false;
     prepared.then(
-      () => this.#lookAhead(group),
+      () => {
+        try {
+          this.#lookAhead(group);
+        } catch (error) {
+          // Only a hint: the next group's repeats set it up when they come.
+          this.#options.logger.warn({ error: String(error) }, 'the next task could not be set up ahead');
+        }
+      },
       () => {
         // A look-ahead setup that failed before any repeat waited on it is forgotten: the
         // repeats set up their own when they come, and it is their failure that is recorded.
@@ -226,7 +238,8 @@ export class ForkSetups {
 
   #lookAhead(after: Group): void {
     const groups = [...this.#groups.values()];
-    const next = groups[groups.indexOf(after) + 1];
+    const at = groups.indexOf(after);
+    const next = at === -1 ? undefined : groups[at + 1];
     if (next === undefined || next.isStarted || next.unsettled.size === 0) return;
     const [first] = [...next.rows.entries()]
       .filter(([repeat]) => next.unsettled.has(repeat))

@@ -16,7 +16,7 @@ import type { Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import type { EvalOptions } from './eval-types.ts';
 import { outputPaths } from './files.ts';
-import { type ForkSetupRecord, type ForkSetups, type SandboxRequest, sharesSetup } from './fork-setup.ts';
+import type { ForkSetupRecord, ForkSetups, SandboxRequest } from './fork-setup.ts';
 
 /** What every phase of one rollout attempt reads. */
 export interface RolloutContext {
@@ -102,7 +102,7 @@ export async function acquireSandbox(context: RolloutContext): Promise<AcquiredS
   const { client, options, pools, row } = context;
   const request = sandboxRequest(options, pools, row);
   if (request === null) return undefined;
-  if (context.forks !== undefined && sharesSetup(row)) {
+  if (context.forks?.shares(row) === true) {
     const forked = await context.forks.acquire(row);
     return { sandbox: forked.sandbox, forkSetup: forked.record };
   }
