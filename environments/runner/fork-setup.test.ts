@@ -49,6 +49,7 @@ function fakeDaemon(fake: FakeOptions = {}) {
   const sandboxes = new Map<string, { files: Map<string, string>; labels: Record<string, string> }>();
   const snapshots = new Map<string, Map<string, string>>();
   const calls: string[] = [];
+  const forkRequests: unknown[] = [];
   let made = 0;
   let forksToFail = fake.failForks ?? 0;
   let isChildLost = false;
@@ -79,6 +80,7 @@ function fakeDaemon(fake: FakeOptions = {}) {
     },
     fork: async (id: string, request: { count: number; labels?: Record<string, string> }) => {
       calls.push(`fork ${id} ${request.count}`);
+      forkRequests.push(request);
       if (forksToFail > 0) {
         forksToFail -= 1;
         throw new GymError('PROVIDER_ERROR', 'the engine refused the commit');
@@ -119,7 +121,7 @@ function fakeDaemon(fake: FakeOptions = {}) {
     },
     removePool: async () => {},
   };
-  return { client: client as unknown as GymClient, sandboxes, snapshots, calls };
+  return { client: client as unknown as GymClient, sandboxes, snapshots, calls, forkRequests };
 }
 
 /** A kind whose verifier reads /app/answer and wants the row's `expected` in it. */
@@ -266,6 +268,10 @@ describe('gym eval --fork-setup', () => {
       });
     }
     expect(gymFields(without.rollouts[0]!).sandbox).toEqual({ image: 'gym/fake:1' });
+    // Every child's labels and env are given in the request, never left to what the setup sandbox had.
+    expect(forked.forkRequests).toEqual(
+      ROWS.map(() => ({ count: 3, labels: { role: 'agent' }, env: { TASK_LANG: 'C' } })),
+    );
     expect(forked.sandboxes.size).toBe(0);
     expect(forked.snapshots.size).toBe(0);
   });
