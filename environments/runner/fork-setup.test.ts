@@ -337,8 +337,8 @@ describe('gym eval --fork-setup', () => {
       ['infra_error', false],
       ['infra_error', false],
     ]);
-    expect(String((gymFields(run.failures[0]!).verifier as { reason: string }).reason)).toContain(
-      'PROVIDER_ERROR',
+    expect(String((gymFields(run.failures[0]!).verifier as { reason: string }).reason)).toBe(
+      "PROVIDER_ERROR: forking the task's setup sandbox: the engine refused the commit",
     );
     expect(daemon.calls.filter((call) => call.includes(' put '))).toHaveLength(2);
     expect(daemon.sandboxes.size).toBe(0);

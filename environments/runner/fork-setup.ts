@@ -280,12 +280,21 @@ export class ForkSetups {
       const setupMs = Date.now() - started;
       const forkStarted = Date.now();
       const env = request.spec.env;
-      const forked = await client.fork(parent.id, {
-        count: wanting.length,
-        // Given to every child here, never taken from what the setup sandbox had.
-        labels: { role: 'agent' },
-        ...(env === undefined ? {} : { env }),
-      });
+      const forked = await client
+        .fork(parent.id, {
+          count: wanting.length,
+          // Given to every child here, never taken from what the setup sandbox had.
+          labels: { role: 'agent' },
+          ...(env === undefined ? {} : { env }),
+        })
+        .catch((error: unknown) => {
+          // The same code (so it is retried, or stops the run, as it would elsewhere), saying where.
+          if (!isGymError(error)) throw error;
+          throw new GymError(error.code, `forking the task's setup sandbox: ${error.message}`, {
+            ...(error.details === undefined ? {} : { details: error.details }),
+            cause: error,
+          });
+        });
       group.snapshots.add(forked.snapshot.id);
       if (forked.sandboxes.length !== wanting.length) {
         await Promise.all(forked.sandboxes.map((child) => client.destroySandbox(child.id).catch(() => {})));
