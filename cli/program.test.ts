@@ -25,6 +25,9 @@ describe('gym --help', () => {
     for (const command of [
       'daemon start',
       'sandbox exec',
+      'sandbox fork',
+      'snapshot ls',
+      'snapshot rm',
       'eval run',
       'eval profile',
       'image build',

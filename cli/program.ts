@@ -24,6 +24,7 @@ import { evalCommands } from './commands/eval/index.ts';
 import { imageCommands } from './commands/image/index.ts';
 import { poolCommands } from './commands/pool/index.ts';
 import { sandboxCommands } from './commands/sandbox/index.ts';
+import { snapshotCommands } from './commands/snapshot/index.ts';
 
 // The parsers used to be defined here; callers that build one on its own keep finding it.
 export { evalRun } from './commands/eval/definitions.ts';
@@ -37,6 +38,7 @@ const COMMANDS: readonly CommandDefinition[] = [
   daemonCommands,
   sandboxCommands,
   poolCommands,
+  snapshotCommands,
   imageCommands,
   envCommands,
   evalCommands,

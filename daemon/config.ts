@@ -206,6 +206,23 @@ export const DaemonConfigSchema = z
       })
       .strict()
       .prefault({}),
+    /**
+     * Managed snapshots and forks (docs/snapshots.md): how long one is kept, how many this daemon
+     * keeps at once (a new one past it is refused with CAPACITY_EXCEEDED; none is evicted), and
+     * the most bytes one may hold (past it: SNAPSHOT_TOO_LARGE, nothing kept).
+     */
+    snapshots: z
+      .object({
+        ttlSeconds: z.number().int().positive().max(MAX_TTL_SECONDS).default(3600),
+        maxCount: z.number().int().positive().max(10_000).default(64),
+        maxBytes: z
+          .number()
+          .int()
+          .positive()
+          .default(4 * 1024 * 1024 * 1024),
+      })
+      .strict()
+      .prefault({}),
     /** Warm pools created at start (pools defined through the API persist on their own). */
     pools: z.record(PoolNameSchema, PoolDefinitionSchema).default({}),
   })

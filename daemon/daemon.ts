@@ -30,6 +30,7 @@ import { defaultOwnersDirectory, ensureOwnersDirectory, OwnerRegistry } from './
 import { PoolManager } from './pools/pool-manager.ts';
 import { SandboxManager } from './sandbox-manager.ts';
 import { buildGatewayServer, buildServer } from './server.ts';
+import { SnapshotStore } from './snapshots/snapshot-store.ts';
 import { StateStore } from './state-store.ts';
 import { createDaemonTracing } from './telemetry/daemon-tracing.ts';
 
@@ -105,6 +106,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     providers.set(provider.name, await registry.create(provider, context));
   }
   const store = await StateStore.open(config.stateDir, logger);
+  const snapshotStore = await SnapshotStore.open(config.stateDir, logger);
   // Announce this daemon before the first reconcile, so peers never take its sandboxes for a dead one's.
   const owners = new OwnerRegistry({
     daemonId,
@@ -152,6 +154,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     config,
     providers,
     store,
+    snapshotStore,
     daemonId,
     owners,
     metrics,
@@ -162,6 +165,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   });
   await manager.start();
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
+  manager.snapshots.setPoolUsage((snapshotId) => pools.startingFrom(snapshotId));
   registerCountGauges(metrics, { sandboxes: manager.lifecycle, relays: manager, pools });
   await pools.start(config.pools);
   const gateway = new ModelGateway({

@@ -84,7 +84,8 @@ export async function readPlanUpload(input: Readable): Promise<PlanUpload> {
       if (index === undefined) throw invalid(`entry "${header.name}" belongs to no files step`);
       if (header.name !== `step-${index}.tar`)
         throw invalid(`expected step-${index}.tar, got "${header.name}"`);
-      archives.set(index, await spoolSafeArchive(entry, '/'));
+      // Spooled at `/` but unpacked at the step's path: links get the strict rule.
+      archives.set(index, await spoolSafeArchive(entry, '/', { extractedAtTarget: false }));
     };
     handle().then(
       () => next(),

@@ -6,6 +6,8 @@ import { z } from 'zod';
 import {
   ErrorBodySchema,
   ExecStreamEventSchema,
+  ForkRequestSchema,
+  ForkResponseSchema,
   GatewayReachSchema,
   HealthSchema,
   KeepaliveRequestSchema,
@@ -15,6 +17,7 @@ import {
   PoolAcquireRequestSchema,
   SandboxListSchema,
   SandboxSchema,
+  SnapshotListSchema,
   SnapshotRequestSchema,
   SnapshotResponseSchema,
   StopProcessesResponseSchema,
@@ -29,6 +32,7 @@ import {
 } from '../core/schemas/image.ts';
 import { PoolDefinitionSchema, PoolStatsSchema } from '../core/schemas/pool.ts';
 import { NetworkPolicySchema, SandboxSpecSchema } from '../core/schemas/sandbox.ts';
+import { SnapshotInfoSchema } from '../core/schemas/snapshot.ts';
 import { ToolchainCheckRequestSchema, ToolchainCheckResultSchema } from '../core/schemas/toolchain.ts';
 
 function schema(zodSchema: z.ZodType, io: 'input' | 'output' = 'output'): Record<string, unknown> {
@@ -441,12 +445,57 @@ export function openApiDocument(version: string): Record<string, unknown> {
       '/v1/sandboxes/{id}/snapshot': {
         parameters: [idParameter],
         post: {
-          summary: "commit the sandbox's filesystem to an image",
-          requestBody: { required: true, ...json(SnapshotRequestSchema, 'input') },
+          summary:
+            "snapshot the sandbox's files: without `image` a managed snapshot (native where the provider has the `snapshot` capability, else an archive the daemon keeps; labelled, reaped after `ttlSeconds`, counted against `snapshots.maxCount`) that specs name as `snapshot:<id>`; with `image` a commit to that image (Docker, a name the operator allows). See docs/snapshots.md",
+          requestBody: { required: false, ...json(SnapshotRequestSchema, 'input') },
           responses: {
-            200: { description: 'the image', ...json(SnapshotResponseSchema) },
+            200: {
+              description: 'the image a spec names, and for a managed snapshot its record',
+              ...json(SnapshotResponseSchema),
+            },
+            400: errorResponse,
+            404: errorResponse,
+            413: errorResponse,
+            429: errorResponse,
             501: errorResponse,
           },
+        },
+      },
+      '/v1/sandboxes/{id}/fork': {
+        parameters: [idParameter],
+        post: {
+          summary:
+            "`count` new sandboxes holding the parent's files as of now (a managed snapshot, then one create per child, each admitted like any create, each with its own lease); the parent keeps running. A child gets the parent's spec with the overrides, its `lineage` and the `gym.fork.*` labels, and none of the parent's exec environment, gateway reach or egress policy. All or nothing: a child that fails removes the others and the snapshot. `live` is refused (501) where the provider cannot carry processes over",
+          requestBody: { required: true, ...json(ForkRequestSchema, 'input') },
+          responses: {
+            201: { description: 'the snapshot and the children, in fork order', ...json(ForkResponseSchema) },
+            400: errorResponse,
+            404: errorResponse,
+            413: errorResponse,
+            429: errorResponse,
+            501: errorResponse,
+          },
+        },
+      },
+      '/v1/snapshots': {
+        get: {
+          summary: "this daemon's managed snapshots, oldest first",
+          responses: { 200: { description: 'snapshots', ...json(SnapshotListSchema) } },
+        },
+      },
+      '/v1/snapshots/{id}': {
+        parameters: [idParameter],
+        get: {
+          summary: 'one managed snapshot',
+          responses: {
+            200: { description: 'the snapshot', ...json(SnapshotInfoSchema) },
+            404: errorResponse,
+          },
+        },
+        delete: {
+          summary:
+            "remove a managed snapshot and its content (idempotent); refused (400) while a pool's spec starts from it. Sandboxes already made from it keep their files",
+          responses: { 204: { description: 'removed' }, 400: errorResponse, 502: errorResponse },
         },
       },
     },

@@ -13,6 +13,7 @@ import { SandboxSchema } from '../core/schemas/api.ts';
 import { MemoryProvider, type MemoryProviderOptions } from '../test/fixtures/memory-provider.ts';
 import { loadConfig } from './config.ts';
 import { SandboxManager } from './sandbox-manager.ts';
+import { SnapshotStore } from './snapshots/snapshot-store.ts';
 import { StateStore } from './state-store.ts';
 
 const DAEMON_ID = 'daemon-reconcile';
@@ -61,6 +62,7 @@ async function rig(options: MemoryProviderOptions = {}): Promise<Rig> {
     config,
     providers: new Map([['memory', provider]]),
     store,
+    snapshotStore: await SnapshotStore.open(stateDir, silentLogger),
     daemonId: DAEMON_ID,
     logger: silentLogger,
     clock,

@@ -23,12 +23,17 @@ import { SandboxOperations } from './sandboxes/operations.ts';
 import { Reaper } from './sandboxes/reaper.ts';
 import { Reconciler } from './sandboxes/reconcile.ts';
 import { SandboxRuntime } from './sandboxes/runtime.ts';
+import { type ForkResult, forkSandbox } from './snapshots/fork.ts';
+import type { SnapshotStore } from './snapshots/snapshot-store.ts';
+import { SnapshotService } from './snapshots/snapshots.ts';
 import type { StateStore } from './state-store.ts';
 
 export interface SandboxManagerOptions {
   config: DaemonConfig;
   providers: ReadonlyMap<string, SandboxProvider>;
   store: StateStore;
+  /** The managed snapshots' store (`snapshots/snapshot-store.ts`). */
+  snapshotStore: SnapshotStore;
   /** This daemon's id: resources labelled with another are never orphans of ours. */
   daemonId: string;
   /** Whether another daemon is provably gone; without it, others' resources wait for their deadline. */
@@ -59,9 +64,12 @@ export class SandboxManager {
   readonly reconciler: Reconciler;
   /** Each sandbox's egress policy, its proxy credential and its log of attempts. */
   readonly network: ManagedNetwork;
+  /** Managed snapshots: made, listed, removed, reaped, and resolved at create (`snapshot:<id>`). */
+  readonly snapshots: SnapshotService;
   readonly #config: DaemonConfig;
   readonly #providers: ReadonlyMap<string, SandboxProvider>;
   readonly #store: StateStore;
+  readonly #snapshotStore: SnapshotStore;
   readonly #logger: Logger;
   readonly #timers: NodeJS.Timeout[] = [];
 
@@ -69,6 +77,7 @@ export class SandboxManager {
     this.#config = options.config;
     this.#providers = options.providers;
     this.#store = options.store;
+    this.#snapshotStore = options.snapshotStore;
     this.#logger = options.logger;
     const { store, logger, clock, metrics } = options;
     const runtime = new SandboxRuntime();
@@ -83,6 +92,15 @@ export class SandboxManager {
       logger,
       clock,
     });
+    this.snapshots = new SnapshotService({
+      config: options.config,
+      store: options.snapshotStore,
+      lifecycle: this.lifecycle,
+      clock,
+      logger,
+      touch: (record) => leases.touch(record),
+    });
+    this.lifecycle.setImageResolver(this.snapshots);
     const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });
     const network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
     this.lifecycle.onRemoved((record) => network.forget(record.id));
@@ -114,6 +132,25 @@ export class SandboxManager {
     return this.#providers;
   }
 
+  /**
+   * Forks a sandbox: a snapshot of it now, then `count` children from it (`snapshots/fork.ts`).
+   * @throws GymError as `forkSandbox`.
+   */
+  fork(id: string, input: unknown): Promise<ForkResult> {
+    return forkSandbox(
+      { lifecycle: this.lifecycle, snapshots: this.snapshots, logger: this.#logger },
+      id,
+      input,
+    );
+  }
+
+  #reconcileSnapshots(): Promise<void> {
+    return this.snapshots
+      .reconcile()
+      .then(() => undefined)
+      .catch((error: unknown) => this.#logger.warn({ error: String(error) }, 'snapshot reconcile failed'));
+  }
+
   /** Reconciles with every provider (adopting what is still leased), then starts the reaper. */
   async start(): Promise<void> {
     for (const name of this.#providers.keys()) {
@@ -126,9 +163,17 @@ export class SandboxManager {
           ),
         );
     }
+    await this.#reconcileSnapshots();
     this.lifecycle.syncLiveCounts();
-    const reaper = setInterval(() => void this.reaper.reap(), this.#config.reaperIntervalMs);
+    const reaper = setInterval(() => {
+      void this.reaper.reap();
+      if (!this.lifecycle.isShuttingDown)
+        void this.snapshots
+          .reap()
+          .catch((error: unknown) => this.#logger.warn({ error: String(error) }, 'snapshot reap failed'));
+    }, this.#config.reaperIntervalMs);
     const scanner = setInterval(() => {
+      void this.#reconcileSnapshots();
       for (const name of this.#providers.keys()) {
         this.reconciler
           .reconcile(name)
@@ -156,6 +201,7 @@ export class SandboxManager {
     await this.lifecycle.settle(options);
     await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));
     await this.#store.close();
+    await this.#snapshotStore.close();
   }
 }
 

@@ -142,6 +142,15 @@ export interface SnapshotOptions {
    * where the backend stores labels, so a reaper without the daemon's state can find it.
    */
   labels?: Record<string, string>;
+  /**
+   * A managed snapshot's record id (`snp_...`): the provider names the image itself from it
+   * (Docker: `gym-snapshot/<namespace>:<id>`), whatever the operator's allowed names, and `image`
+   * is ignored. Such a snapshot never replaces an image that is not one, carries none of the
+   * sandbox's spec env, and `deleteSnapshot` removes it.
+   */
+  managedId?: string;
+  /** The most bytes the snapshot may add to its base image; past it, `SNAPSHOT_TOO_LARGE` and nothing is made. */
+  maxBytes?: number;
 }
 
 /** What `snapshot()` made. */

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { GymClient } from '../client/client.ts';
+import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import { type DaemonConfigInput, loadConfig } from '../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../daemon/daemon.ts';
@@ -29,6 +30,8 @@ export async function startTestDaemon(
     factories?: Record<string, SandboxProviderFactory>;
     listen?: boolean;
     egressResolver?: Resolver;
+    /** The daemon's clock (the system's when absent): a test moves it to expire leases or snapshots. */
+    clock?: Clock;
   } = {},
 ): Promise<TestDaemon> {
   const stateDir = config.stateDir ?? (await mkdtemp(join(tmpdir(), 'gym-daemon-test-')));
@@ -46,6 +49,7 @@ export async function startTestDaemon(
     registry,
     listen: options.listen ?? false,
     ...(options.egressResolver === undefined ? {} : { egressResolver: options.egressResolver }),
+    ...(options.clock === undefined ? {} : { clock: options.clock }),
   });
   return {
     ...daemon,

@@ -16,8 +16,10 @@ import {
   type PoolStats,
 } from '../../core/schemas/pool.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseSnapshotRef } from '../../core/schemas/snapshot.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { DaemonMetrics, PoolCounts } from '../metrics.ts';
+import { requireUserLabels } from '../snapshots/labels.ts';
 import { Pool } from './pool.ts';
 import type { PoolSandboxes } from './pool-sandboxes.ts';
 
@@ -131,6 +133,7 @@ export class PoolManager implements PoolCounts {
   async define(name: string, input: unknown): Promise<{ stats: PoolStats; isNew: boolean }> {
     parseOrThrow(PoolNameSchema, name, 'pool name');
     const definition = parseOrThrow(PoolDefinitionSchema, input, `pool ${name}`);
+    requireUserLabels(definition.spec.labels, `pool ${name}`);
     // Refused now, not by every refill in the background.
     this.#manager.lifecycle.checkSpec(definition.spec);
     const existing = this.#pools.get(name);
@@ -193,7 +196,16 @@ export class PoolManager implements PoolCounts {
       },
       'sandbox spec',
     );
+    requireUserLabels(merged.labels, 'sandbox spec');
     return pool.acquire({ ttlSeconds: merged.ttlSeconds, labels: merged.labels, env: merged.env });
+  }
+
+  /** The pools whose spec starts from snapshot `snapshotId` (`snapshot:<id>`). */
+  startingFrom(snapshotId: string): string[] {
+    return [...this.#pools]
+      .filter(([, pool]) => parseSnapshotRef(pool.definition.spec.image) === snapshotId)
+      .map(([name]) => name)
+      .sort();
   }
 
   poolCounts(): Array<{ pool: string; idle: number; leased: number; creating: number }> {

@@ -11,7 +11,10 @@ import type { SandboxRecord } from '../state-store.ts';
 /** The lifecycle's part that pools use (`sandboxes/lifecycle.ts`). */
 export interface PoolLifecycle {
   /** A cold sandbox for a request (waits for admission), marked as the pool's. */
-  create(input: unknown, options: { pool?: string | null }): Promise<Sandbox>;
+  create(
+    input: unknown,
+    options: { pool?: string | null; execEnv?: Record<string, string> },
+  ): Promise<Sandbox>;
   /** An idle member if there is room right now; null when there is none. */
   createIdle(spec: SandboxSpec, pool: string, idleTtlSeconds: number): Promise<SandboxRecord | null>;
   /** Hands an idle member out; null when it is no longer idle. */

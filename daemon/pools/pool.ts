@@ -111,7 +111,11 @@ export class Pool {
     }
     this.#misses += 1;
     this.refill();
-    const sandbox = await this.#manager.lifecycle.create(this.#coldSpec(overrides), { pool: this.name });
+    // The acquire's env goes to its execs, as for a warm member: never into the spec (which a fork copies).
+    const sandbox = await this.#manager.lifecycle.create(this.#coldSpec(overrides), {
+      pool: this.name,
+      execEnv: overrides.env,
+    });
     this.#leased.add(sandbox.id);
     this.#observe(started, false);
     return sandbox;
@@ -136,7 +140,6 @@ export class Pool {
       ...spec,
       ttlSeconds: overrides.ttlSeconds,
       labels: { ...spec.labels, ...overrides.labels },
-      env: { ...spec.env, ...overrides.env },
     };
   }
 

@@ -17,6 +17,8 @@ import type { PoolManager } from '../pools/pool-manager.ts';
 import type { ManagedNetwork } from '../sandbox-manager.ts';
 import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
 import type { SandboxOperations } from '../sandboxes/operations.ts';
+import type { ForkResult } from '../snapshots/fork.ts';
+import type { SnapshotService } from '../snapshots/snapshots.ts';
 
 /** The largest JSON body an exec accepts (its stdin travels inside it). */
 const EXEC_BODY_LIMIT_BYTES = 96 * 1024 * 1024;
@@ -49,13 +51,17 @@ export interface SandboxRouteTargets {
   lifecycle: SandboxLifecycle;
   operations: SandboxOperations;
   network: ManagedNetwork;
+  snapshots: SnapshotService;
+  fork(id: string, input: unknown): Promise<ForkResult>;
 }
 
 export function registerSandboxRoutes(
   app: FastifyInstance,
-  { lifecycle, operations, network }: SandboxRouteTargets,
+  targets: SandboxRouteTargets,
   pools: PoolManager,
 ): void {
+  const { lifecycle, operations, network, snapshots } = targets;
+  const fork = (id: string, input: unknown) => targets.fork(id, input);
   app.post('/v1/sandboxes/:id/gateway', async (request) => operations.exposeGateway(sandboxId(request)));
 
   app.get('/v1/sandboxes/:id/network', async (request) => network.view(sandboxId(request)));
@@ -150,12 +156,34 @@ export function registerSandboxRoutes(
 
   app.post('/v1/sandboxes/:id/snapshot', async (request) => {
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
-    // Managed snapshots (no `image`) come with the snapshot store; until then a name is required.
-    if (body.image === undefined)
-      throw new GymError('VALIDATION_FAILED', 'snapshot request: `image` is required', {
-        details: { field: 'image' },
-      });
-    return operations.snapshot(sandboxId(request), body.image);
+    const id = sandboxId(request);
+    if (body.image !== undefined) {
+      if (body.ttlSeconds !== undefined || body.labels !== undefined)
+        throw new GymError(
+          'VALIDATION_FAILED',
+          'invalid snapshot request: ttlSeconds and labels are for a managed snapshot (no image); a named image is not reaped',
+          { details: { issues: [{ path: 'image', message: 'not with ttlSeconds or labels' }] } },
+        );
+      // The answer's shape is the API's (`SnapshotResponseSchema`), whatever else the provider tells.
+      return { image: (await operations.snapshot(id, body.image)).image };
+    }
+    const snapshot = await snapshots.create(id, { ttlSeconds: body.ttlSeconds, labels: body.labels });
+    return { image: snapshot.image, snapshot };
+  });
+
+  app.post('/v1/sandboxes/:id/fork', async (request, reply) => {
+    const forked = await fork(sandboxId(request), request.body ?? {});
+    reply.status(201);
+    return forked;
+  });
+
+  app.get('/v1/snapshots', async () => ({ snapshots: snapshots.list() }));
+
+  app.get('/v1/snapshots/:id', async (request) => snapshots.get((request.params as { id: string }).id));
+
+  app.delete('/v1/snapshots/:id', async (request, reply) => {
+    await snapshots.delete((request.params as { id: string }).id);
+    reply.status(204);
   });
 }
 

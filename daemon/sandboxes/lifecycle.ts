@@ -11,6 +11,7 @@ import { createId } from '../../core/ids.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Sandbox } from '../../core/schemas/api.ts';
 import { type SandboxSpec, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { LINEAGE_LABELS, type SandboxLineage } from '../../core/schemas/snapshot.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
 import { sandboxTimes } from '../../providers/shared/sandbox-identity.ts';
@@ -19,6 +20,7 @@ import { requireSpecCapabilities } from '../capabilities.ts';
 import type { DaemonConfig } from '../config.ts';
 import type { DaemonMetrics } from '../metrics.ts';
 import { applyResourceLimits } from '../resource-limits.ts';
+import { requireUserLabels } from '../snapshots/labels.ts';
 import type { SandboxRecord, StateStore } from '../state-store.ts';
 import { forEachLimited, REAPER_CONCURRENCY } from './concurrency.ts';
 import type { Leases } from './leases.ts';
@@ -27,6 +29,26 @@ import type { SandboxRuntime } from './runtime.ts';
 export interface ListOptions {
   labels?: Record<string, string>;
   provider?: string;
+}
+
+/** What a spec naming a snapshot (`snapshot:<id>`) is created as (`../snapshots/snapshots.ts`). */
+export interface ResolvedImage {
+  /** The image the provider creates the sandbox of. */
+  image: string;
+  /** Makes the new sandbox hold the snapshot's files, before it is recorded and handed out. */
+  prepare?: (provider: SandboxProvider, sandboxId: string) => Promise<void>;
+  /** The create is done with the snapshot (made or failed). */
+  release(): void;
+}
+
+/** Resolves `snapshot:<id>` images at create (the snapshot service); without one, images go to the provider as named. */
+export interface SpecImageResolver {
+  /** The provider a spec is made on: its own, else the snapshot's it names, else undefined (the default). */
+  providerFor(spec: SandboxSpec): string | undefined;
+  /** @throws GymError `SNAPSHOT_NOT_FOUND`, `VALIDATION_FAILED` (a snapshot of another provider). */
+  check(spec: SandboxSpec, providerName: string): void;
+  /** Null for an ordinary image. @throws as `check`. */
+  resolve(spec: SandboxSpec, providerName: string): ResolvedImage | null;
 }
 
 /** Called after any sandbox record is removed (destroyed, reaped, found gone), with why. */
@@ -55,6 +77,7 @@ export class SandboxLifecycle {
   readonly #clock: Clock;
   readonly #admissions = new Map<string, Admission>();
   readonly #removalListeners: RemovalListener[] = [];
+  #images: SpecImageResolver | undefined;
   #isShuttingDown = false;
 
   constructor(options: SandboxLifecycleOptions) {
@@ -69,6 +92,15 @@ export class SandboxLifecycle {
     for (const provider of options.config.providers) {
       this.#admissions.set(provider.name, new Admission(provider.name, provider));
     }
+  }
+
+  /** From now on `snapshot:<id>` images resolve through `resolver` (set once, before the first create). */
+  setImageResolver(resolver: SpecImageResolver): void {
+    this.#images = resolver;
+  }
+
+  get providers(): ReadonlyMap<string, SandboxProvider> {
+    return this.#providers;
   }
 
   get defaultProvider(): string {
@@ -165,14 +197,38 @@ export class SandboxLifecycle {
     return applyResourceLimits(parseOrThrow(SandboxSpecSchema, withDefaults, 'sandbox spec'), this.#config);
   }
 
-  /** Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback. */
-  async create(input: unknown, options: { pool?: string | null } = {}): Promise<Sandbox> {
-    const spec = this.parseSpec(input);
+  /**
+   * Creates a sandbox for a request, waiting for admission; `pool` marks a pool's cold fallback,
+   * `lineage` a fork's child (which gets the `gym.fork.*` labels), `execEnv` an environment
+   * added to its execs only (a pool acquire's, never part of its spec). The spec's labels may not be
+   * under `gym.` (reserved for those).
+   * @throws GymError `VALIDATION_FAILED`, `SNAPSHOT_NOT_FOUND`, what admission and the provider throw.
+   */
+  async create(
+    input: unknown,
+    options: { pool?: string | null; lineage?: SandboxLineage; execEnv?: Record<string, string> } = {},
+  ): Promise<Sandbox> {
+    const parsed = this.parseSpec(input);
+    requireUserLabels(parsed.labels, 'sandbox spec');
+    const spec =
+      options.lineage === undefined
+        ? parsed
+        : {
+            ...parsed,
+            labels: {
+              ...parsed.labels,
+              [LINEAGE_LABELS.parent]: options.lineage.parent,
+              [LINEAGE_LABELS.snapshot]: options.lineage.snapshot,
+              [LINEAGE_LABELS.forkIndex]: String(options.lineage.forkIndex),
+            },
+          };
     const providerName = this.#providerFor(spec);
     const slot = await this.#admissions.get(providerName)!.acquire();
     const record = await this.#createRecord(spec, providerName, slot, {
       pool: options.pool ?? null,
       poolState: options.pool ? 'leased' : null,
+      lineage: options.lineage ?? null,
+      execEnv: options.execEnv ?? {},
     });
     return this.view(record);
   }
@@ -189,6 +245,8 @@ export class SandboxLifecycle {
     return this.#createRecord(limited, providerName, slot, {
       pool,
       poolState: 'idle',
+      lineage: null,
+      execEnv: {},
     });
   }
 
@@ -197,33 +255,50 @@ export class SandboxLifecycle {
    * @throws GymError `PROVIDER_NOT_FOUND`, `CAPABILITY_UNSUPPORTED`.
    */
   checkSpec(spec: SandboxSpec): void {
-    const providerName = spec.provider ?? this.defaultProvider;
+    const providerName = this.#images?.providerFor(spec) ?? spec.provider ?? this.defaultProvider;
     requireSpecCapabilities(providerName, this.provider(providerName), spec);
+    this.#images?.check(spec, providerName);
   }
 
   #providerFor(spec: SandboxSpec): string {
     if (this.#isShuttingDown)
       throw new GymError('SHUTTING_DOWN', 'the daemon is shutting down and creates no sandboxes');
     this.checkSpec(spec);
-    return spec.provider ?? this.defaultProvider;
+    return this.#images?.providerFor(spec) ?? spec.provider ?? this.defaultProvider;
   }
 
   async #createRecord(
     spec: SandboxSpec,
     providerName: string,
     slot: CreateSlot,
-    membership: { pool: string | null; poolState: SandboxRecord['poolState'] },
+    membership: {
+      pool: string | null;
+      poolState: SandboxRecord['poolState'];
+      lineage: SandboxRecord['lineage'];
+      execEnv: Record<string, string>;
+    },
   ): Promise<SandboxRecord> {
     const provider = this.provider(providerName);
     const id = createId('sbx');
     this.#runtime.creating.set(id, providerName);
     const started = performance.now();
+    let resolved: ResolvedImage | null = null;
     try {
+      resolved = this.#images?.resolve(spec, providerName) ?? null;
       const times = sandboxTimes(this.#clock, spec.ttlSeconds, this.#config.maxLifetimeSeconds);
       const info = await provider.create(
-        { ...spec, provider: providerName },
+        { ...spec, provider: providerName, ...(resolved === null ? {} : { image: resolved.image }) },
         { id, times, pool: membership.pool },
       );
+      if (resolved?.prepare !== undefined) {
+        // Before the record: a crash here leaves an unrecorded resource, which reconcile destroys.
+        try {
+          await resolved.prepare(provider, id);
+        } catch (error) {
+          await provider.destroy(id).catch(() => {});
+          throw error;
+        }
+      }
       const record: SandboxRecord = {
         id,
         provider: providerName,
@@ -237,10 +312,10 @@ export class SandboxLifecycle {
         ...(info.scope === undefined ? {} : { scope: info.scope }),
         poolState: membership.poolState,
         fromPool: false,
-        execEnv: {},
+        execEnv: membership.execEnv,
         gatewayUrl: null,
         egress: null,
-        lineage: null,
+        lineage: membership.lineage,
       };
       try {
         await this.#store.put(record);
@@ -273,6 +348,7 @@ export class SandboxLifecycle {
       );
       throw error;
     } finally {
+      resolved?.release();
       this.#runtime.creating.delete(id);
     }
   }

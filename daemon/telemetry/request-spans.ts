@@ -21,6 +21,8 @@ const TRACED_ROUTES: ReadonlyMap<string, string> = new Map([
   ['PUT /v1/sandboxes/:id/archive', 'gym.sandbox.archive.write'],
   ['GET /v1/sandboxes/:id/archive', 'gym.sandbox.archive.read'],
   ['POST /v1/sandboxes/:id/stop-processes', 'gym.sandbox.stop_processes'],
+  ['POST /v1/sandboxes/:id/snapshot', 'gym.sandbox.snapshot'],
+  ['POST /v1/sandboxes/:id/fork', 'gym.sandbox.fork'],
   ['POST /v1/gateway/rollouts', 'gym.gateway.rollout.open'],
   ['DELETE /v1/gateway/rollouts/:rolloutId', 'gym.gateway.rollout.close'],
 ]);

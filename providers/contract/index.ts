@@ -23,6 +23,7 @@ import { type ContractOptions, SandboxFixture } from './fixture.ts';
 import { defineGatewayCases } from './gateway-cases.ts';
 import { defineImageCases } from './image-cases.ts';
 import { defineLifecycleCases } from './lifecycle-cases.ts';
+import { defineSnapshotCases } from './snapshot-cases.ts';
 
 export type { ContractOptions } from './fixture.ts';
 export { expectGymError, SandboxFixture } from './fixture.ts';
@@ -74,6 +75,11 @@ export function describeSandboxProviderContract(options: ContractOptions): void 
           afterEach(() => fixture.cleanup(), timeout);
           defineGatewayCases(fixture);
         });
+
+      // One parent and its children, shared by the cases (each leaves the parent as it found it).
+      describe('snapshot', () => {
+        defineSnapshotCases(fixture, timeout);
+      });
 
       describe('images', () => {
         defineImageCases(fixture);

@@ -143,7 +143,7 @@ describe.skipIf(skipReason !== undefined)('docker provider specifics', () => {
     created.push(info.id);
     await provider.writeFile(info.id, '/root/state.txt', Buffer.from('kept'));
     const image = `gym-snapshot/test-snapshot:${info.id}`;
-    expect(await provider.snapshot(info.id, { image })).toEqual({ image });
+    expect(await provider.snapshot(info.id, { image })).toMatchObject({ image });
     try {
       const restored = await provider.create(spec({ image }));
       created.push(restored.id);

@@ -21,6 +21,8 @@ import {
   type RelayStats,
   type SandboxListing,
   type SandboxProvider,
+  type SnapshotOptions,
+  type SnapshotResult,
   type WriteFileOptions,
 } from '../sandbox-provider.ts';
 import { abnormalEndResult, OomKillCounts } from '../shared/abnormal-end.ts';
@@ -62,7 +64,7 @@ import {
   stopGuestProcesses,
   watchSandboxEnd,
 } from './runtime-tier.ts';
-import { commitSnapshot } from './snapshot.ts';
+import { commitSnapshot, deleteSnapshot } from './snapshot.ts';
 import { DockerSpecOptionsSchema } from './spec-options.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
 
@@ -562,8 +564,13 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
-  snapshot(id: string, options: { image: string }): Promise<{ image: string }> {
-    return commitSnapshot(this.#docker, this.containerName(id), this.#hostAccess, id, options.image);
+  snapshot(id: string, options: SnapshotOptions): Promise<SnapshotResult> {
+    const name = this.containerName(id);
+    return commitSnapshot(this.#docker, name, this.#hostAccess, this.#context.namespace, id, options);
+  }
+
+  deleteSnapshot(image: string): Promise<void> {
+    return deleteSnapshot(this.#docker, this.#context.namespace, image);
   }
 
   prepareImage(source: ImageSource): Promise<void> {

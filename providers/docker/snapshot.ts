@@ -1,40 +1,203 @@
 /**
- * A sandbox's snapshot: its container committed as an image (paused meanwhile), under a name the
- * operator allows (`host-access.ts`); an existing image is replaced only when it is itself a
- * snapshot.
+ * A sandbox's snapshot: its container committed as an image (paused meanwhile, so the copy is
+ * of one instant). Two kinds:
+ * - named: under a name the operator allows (`host-access.ts`);
+ * - managed (`managedId`, the daemon's snapshot record): under `gym-snapshot/<namespace>:<id>`,
+ *   a name only the daemon picks, so always allowed.
+ * Either way an existing image is replaced only when it is itself a snapshot.
+ *
+ * The engine's commit merges the container's own configuration back into whatever config it is
+ * given: an env variable or label can be overridden, never dropped. So the committed config is the
+ * base image's (env, labels, command, entrypoint, user, workdir), every env variable the sandbox
+ * was given on top (its spec env) is kept with an empty value, every label of ours is emptied, and
+ * the snapshot's own labels are added. No value of the parent's env reaches the image: a child
+ * gets its env from its own spec. (The daemon gives gateway keys and session settings per exec,
+ * never in the container's env.)
  */
 import type Docker from 'dockerode';
+import { GymError } from '../../core/errors.ts';
+import type { SnapshotOptions, SnapshotResult } from '../sandbox-provider.ts';
 import { SYSTEM_LABELS } from '../shared/labels.ts';
 import { DOCKER_LABEL_PREFIX } from './container-listing.ts';
 import { wrapDockerError } from './docker-errors.ts';
 import type { HostAccessPolicy } from './host-access.ts';
 
-/** Commits container `containerName` of sandbox `id` as `image` (`repo[:tag]`, default tag `latest`). */
+/** The repository of managed snapshots; the namespace follows it, the snapshot id is the tag. */
+export const MANAGED_SNAPSHOT_REPOSITORY = 'gym-snapshot';
+/** Labels a snapshot image carries: the namespace that owns it, the sandbox it was taken of. */
+export const SNAPSHOT_LABELS = {
+  namespace: `${DOCKER_LABEL_PREFIX}snapshot.namespace`,
+  sandboxId: `${DOCKER_LABEL_PREFIX}snapshot.sandbox-id`,
+  /** The daemon's labels (`SnapshotOptions.labels`) go under this prefix. */
+  userPrefix: `${DOCKER_LABEL_PREFIX}snapshot.label.`,
+} as const;
+
+/** The image of managed snapshot `snapshotId` of `namespace` (a repository path is lower case). */
+export function managedSnapshotImage(namespace: string, snapshotId: string): string {
+  const repo =
+    namespace
+      .toLowerCase()
+      .replace(/[^a-z0-9._-]+/g, '-')
+      .replace(/^[^a-z0-9]+/, '') || 'default';
+  const tag = snapshotId.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 128);
+  return `${MANAGED_SNAPSHOT_REPOSITORY}/${repo}:${tag}`;
+}
+
+function splitReference(image: string): { repo: string; tag: string } {
+  const separator = image.lastIndexOf(':');
+  const hasTag = separator > image.lastIndexOf('/');
+  return hasTag
+    ? { repo: image.slice(0, separator), tag: image.slice(separator + 1) }
+    : { repo: image, tag: 'latest' };
+}
+
+async function inspectOrNull(docker: Docker, image: string, id: string | null) {
+  try {
+    return await docker.getImage(image).inspect();
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode === 404) return null;
+    throw wrapDockerError(error, { operation: 'snapshot', ...(id === null ? {} : { sandboxId: id }) });
+  }
+}
+
+function isSnapshotImage(info: Docker.ImageInspectInfo): boolean {
+  const labels = info.Config?.Labels ?? {};
+  // Older snapshots carry only the committed container's sandbox-id label.
+  return (
+    labels[SNAPSHOT_LABELS.namespace] !== undefined ||
+    labels[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.sandboxId] !== undefined
+  );
+}
+
+/** What an engine adds to a container's env itself (Podman: when the image has no PATH): kept as they are. */
+const RUNTIME_ENV = new Set(['PATH', 'HOME', 'HOSTNAME', 'TERM', 'container']);
+
+/** The commit's config: the base image's, the container's additions emptied, the snapshot's labels. */
+function commitConfig(
+  base: Docker.ImageInspectInfo['Config'] | undefined,
+  container: Docker.ContainerInspectInfo['Config'],
+  snapshotLabels: Record<string, string>,
+): Record<string, unknown> & { changes: string[] } {
+  const baseEnv = base?.Env ?? [];
+  const baseKeys = new Set(baseEnv.map((entry) => entry.split('=')[0]));
+  const env = [...baseEnv];
+  for (const entry of container.Env ?? []) {
+    const key = entry.split('=')[0]!;
+    if (!baseKeys.has(key)) {
+      baseKeys.add(key);
+      env.push(RUNTIME_ENV.has(key) ? entry : `${key}=`);
+    }
+  }
+  const labels: Record<string, string> = { ...(base?.Labels ?? {}) };
+  for (const key of Object.keys(container.Labels ?? {}))
+    if (!(key in labels) && key.startsWith(DOCKER_LABEL_PREFIX)) labels[key] = '';
+  Object.assign(labels, snapshotLabels);
+  return {
+    // For an engine that takes only the instructions (Podman's compatible API ignores the body).
+    changes: [
+      ...env.map((entry) => {
+        const separator = entry.indexOf('=');
+        return `ENV ${entry.slice(0, separator)}=${JSON.stringify(entry.slice(separator + 1))}`;
+      }),
+      ...Object.entries(labels)
+        .filter(([key]) => key.startsWith(DOCKER_LABEL_PREFIX))
+        .map(([key, value]) => `LABEL ${JSON.stringify(key)}=${JSON.stringify(value)}`),
+    ],
+    Env: env,
+    Labels: labels,
+    Cmd: base?.Cmd ?? [],
+    Entrypoint: base?.Entrypoint ?? [],
+    User: base?.User ?? '',
+    WorkingDir: base?.WorkingDir ?? '',
+  };
+}
+
+/**
+ * Commits container `containerName` of sandbox `id`: as `options.image` (`repo[:tag]`, default
+ * tag `latest`) or, for a managed snapshot, under `managedSnapshotImage`. `sizeBytes` is what the
+ * snapshot adds to its base image (its own layer).
+ * @throws GymError `FORBIDDEN_BY_CONFIG`, `SNAPSHOT_TOO_LARGE` (the container's changes past `maxBytes`).
+ */
 export async function commitSnapshot(
   docker: Docker,
   containerName: string,
   hostAccess: HostAccessPolicy,
+  namespace: string,
   id: string,
-  image: string,
-): Promise<{ image: string }> {
-  const separator = image.lastIndexOf(':');
-  const hasTag = separator > image.lastIndexOf('/');
-  const repo = hasTag ? image.slice(0, separator) : image;
-  const tag = hasTag ? image.slice(separator + 1) : 'latest';
-  let existing: Docker.ImageInspectInfo | null = null;
+  options: SnapshotOptions,
+): Promise<SnapshotResult> {
+  const image =
+    options.managedId === undefined ? options.image : managedSnapshotImage(namespace, options.managedId);
+  const { repo, tag } = splitReference(image);
+  const existing = await inspectOrNull(docker, `${repo}:${tag}`, id);
+  const isSnapshot = existing !== null && isSnapshotImage(existing);
+  if (options.managedId === undefined)
+    hostAccess.checkSnapshotTarget(`${repo}:${tag}`, existing === null ? null : { isSnapshot });
+  else if (existing !== null && !isSnapshot)
+    throw new GymError(
+      'FORBIDDEN_BY_CONFIG',
+      `${repo}:${tag} exists and is not a snapshot; it is never replaced`,
+      {
+        details: { image: `${repo}:${tag}` },
+      },
+    );
+  const container = docker.getContainer(containerName);
+  let info: Docker.ContainerInspectInfo & { SizeRw?: number };
   try {
-    existing = await docker.getImage(`${repo}:${tag}`).inspect();
-  } catch (error) {
-    if ((error as { statusCode?: number }).statusCode !== 404)
-      throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
-  }
-  // A committed container keeps its labels, so a snapshot carries our sandbox-id label.
-  const isSnapshot = existing?.Config?.Labels?.[DOCKER_LABEL_PREFIX + SYSTEM_LABELS.sandboxId] !== undefined;
-  hostAccess.checkSnapshotTarget(`${repo}:${tag}`, existing === null ? null : { isSnapshot });
-  try {
-    await docker.getContainer(containerName).commit({ repo, tag, pause: true });
+    // `size` makes the engine count the container's own layer (SizeRw): asked only with a bound.
+    info = await (container as unknown as { inspect(options: object): Promise<typeof info> }).inspect({
+      size: options.maxBytes !== undefined,
+    });
   } catch (error) {
     throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
   }
-  return { image: `${repo}:${tag}` };
+  if (options.maxBytes !== undefined && (info.SizeRw ?? 0) > options.maxBytes)
+    throw new GymError(
+      'SNAPSHOT_TOO_LARGE',
+      `sandbox ${id} changed ${info.SizeRw} bytes, past the snapshot limit of ${options.maxBytes}`,
+      { details: { sandboxId: id, sizeBytes: info.SizeRw, maxBytes: options.maxBytes } },
+    );
+  const base = await inspectOrNull(docker, info.Image, id);
+  const snapshotLabels: Record<string, string> = {
+    [SNAPSHOT_LABELS.namespace]: namespace,
+    [SNAPSHOT_LABELS.sandboxId]: id,
+  };
+  for (const [key, value] of Object.entries(options.labels ?? {}))
+    snapshotLabels[SNAPSHOT_LABELS.userPrefix + key] = value;
+  try {
+    const { changes, ...config } = commitConfig(base?.Config, info.Config, snapshotLabels);
+    await container.commit({
+      _query: { container: containerName, repo, tag, pause: true, changes },
+      _body: config,
+    });
+  } catch (error) {
+    throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
+  }
+  const committed = await inspectOrNull(docker, `${repo}:${tag}`, id);
+  const sizeBytes = committed === null ? undefined : Math.max(0, committed.Size - (base?.Size ?? 0));
+  return { image: `${repo}:${tag}`, ...(sizeBytes === undefined ? {} : { sizeBytes }) };
+}
+
+/**
+ * Removes snapshot `image` of `namespace`. A missing image is success; an image that is not a
+ * snapshot of this namespace is refused. A child still running from it keeps its layers (the
+ * engine only drops the name then).
+ */
+export async function deleteSnapshot(docker: Docker, namespace: string, image: string): Promise<void> {
+  const info = await inspectOrNull(docker, image, null);
+  if (info === null) return;
+  if (info.Config?.Labels?.[SNAPSHOT_LABELS.namespace] !== namespace)
+    throw new GymError(
+      'FORBIDDEN_BY_CONFIG',
+      `${image} is not a snapshot of namespace ${namespace}; it is not removed`,
+      {
+        details: { image },
+      },
+    );
+  try {
+    await docker.getImage(image).remove({ force: true });
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode === 404) return;
+    throw wrapDockerError(error, { operation: 'delete snapshot' });
+  }
 }

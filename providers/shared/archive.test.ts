@@ -108,6 +108,60 @@ describe('spoolSafeArchive', () => {
     expect(error.message).toContain('nothing was written');
   });
 
+  it('takes absolute and climbing links at the root, where the sandbox resolves them within itself', async () => {
+    // A root filesystem holds them (`/etc/localtime -> /usr/share/zoneinfo/UTC`); written at
+    // `/`, `/x` and `/..` resolve inside the sandbox's own root.
+    const out = await spoolNames(
+      [
+        { name: 'etc/localtime', type: 'symlink', linkname: '/usr/share/zoneinfo/UTC' },
+        { name: 'up', type: 'symlink', linkname: '../../..' },
+        file('usr/x'),
+      ],
+      '/',
+    );
+    expect(out.map((entry) => [entry.name, entry.linkname ?? ''])).toEqual([
+      ['etc/localtime', '/usr/share/zoneinfo/UTC'],
+      ['up', '../../..'],
+      ['usr/x', ''],
+    ]);
+  });
+
+  it("keeps the strict rule at the root for a tar unpacked elsewhere (an image plan's files)", async () => {
+    const error = await spoolSafeArchive(
+      entriesToTar([{ name: 'l', type: 'symlink', linkname: '/etc' }]),
+      '/',
+      { extractedAtTarget: false },
+    ).then(
+      () => null,
+      (caught: unknown) => caught,
+    );
+    expect((error as GymError).code).toBe('ARCHIVE_UNSAFE');
+  });
+
+  it.each<[string, ContractEntry[]]>([
+    [
+      'an entry under an absolute link of the archive',
+      [{ name: 'l', type: 'symlink', linkname: '/' }, file('l/etc/x')],
+    ],
+    [
+      'an entry under a climbing link of the archive',
+      [{ name: 'a/l', type: 'symlink', linkname: '../..' }, file('a/l/x')],
+    ],
+    [
+      'a symlink loop',
+      [
+        { name: 'a', type: 'symlink', linkname: '/b' },
+        { name: 'b', type: 'symlink', linkname: '/a/x' },
+      ],
+    ],
+  ])('at the root still refuses %s', async (_what, bad) => {
+    const error = await spoolSafeArchive(entriesToTar(bad), '/').then(
+      () => null,
+      (caught: unknown) => caught,
+    );
+    expect((error as GymError).code).toBe('ARCHIVE_UNSAFE');
+  });
+
   it('re-packs no PAX record of the upload: the engine would read it after the checked name', async () => {
     // Each record here was passed through as it came: `path` put /pax-escape.txt at the root of
     // a real sandbox (the engine's reader takes the last `path`), GNU.sparse.name renames too.

@@ -106,16 +106,25 @@ function normalizeEntryName(name: string): string {
  * whether it stays inside the root. Lexical checks alone are not enough: `a -> b/..` escapes if
  * `b` is itself a link to `..`.
  */
-function staysInside(symlinks: ReadonlyMap<string, string>, fromSegments: string[], target: string): boolean {
-  if (target.startsWith('/')) return false;
-  const resolved = [...fromSegments];
+function staysInside(
+  symlinks: ReadonlyMap<string, string>,
+  fromSegments: string[],
+  target: string,
+  atRoot: boolean,
+): boolean {
+  if (target.startsWith('/') && !atRoot) return false;
+  const resolved = target.startsWith('/') ? [] : [...fromSegments];
   const pending = target.split('/');
   let hops = 0;
   while (pending.length > 0) {
     const segment = pending.shift()!;
     if (segment === '' || segment === '.') continue;
     if (segment === '..') {
-      if (resolved.length === 0) return false;
+      // At the sandbox's root `..` stays at the root, as the kernel resolves `/..`.
+      if (resolved.length === 0) {
+        if (atRoot) continue;
+        return false;
+      }
       resolved.pop();
       continue;
     }
@@ -123,8 +132,9 @@ function staysInside(symlinks: ReadonlyMap<string, string>, fromSegments: string
     const linkTarget = symlinks.get(resolved.join('/'));
     if (linkTarget === undefined) continue;
     hops += 1;
-    if (hops > MAX_SYMLINK_HOPS || linkTarget.startsWith('/')) return false;
+    if (hops > MAX_SYMLINK_HOPS || (linkTarget.startsWith('/') && !atRoot)) return false;
     resolved.pop();
+    if (linkTarget.startsWith('/')) resolved.length = 0;
     pending.unshift(...linkTarget.split('/'));
   }
   return true;
@@ -164,8 +174,25 @@ function refuseOverlap(layout: ArchiveLayout, name: string, notDirectory: boolea
  * `targetDirectory`, relative to `/`) to a temporary file. Throws `ARCHIVE_UNSAFE` or
  * `VALIDATION_FAILED` without leaving anything behind.
  */
-export async function spoolSafeArchive(input: Readable, targetDirectory: string): Promise<SpooledArchive> {
+export async function spoolSafeArchive(
+  input: Readable,
+  targetDirectory: string,
+  options: {
+    /**
+     * Whether the tar is extracted where it is spooled for: only then do links resolve as
+     * checked. Default true; false (an image plan's files, spooled at `/` and unpacked at their
+     * step's path) keeps the root's links to the strict rule.
+     */
+    extractedAtTarget?: boolean;
+  } = {},
+): Promise<SpooledArchive> {
   const prefix = posix.normalize(targetDirectory).replace(/^\/+/, '').replace(/\/+$/, '');
+  // Written at the sandbox's root, no link can point outside it: the sandbox resolves `/x` and
+  // `/..` within its own root (the extraction runs in the sandbox, or in the engine's chroot of
+  // it), so a root filesystem's absolute links (`/etc/localtime -> /usr/share/...`) are allowed
+  // there. Entries under a link of the archive or of the sandbox stay refused (below, and the
+  // provider's check of the directories written into).
+  const atRoot = prefix === '' && options.extractedAtTarget !== false;
   const directory = await mkdtemp(posix.join(tmpdir(), 'gym-archive-'));
   const spoolPath = posix.join(directory, 'upload.tar');
   const dispose = () => rm(directory, { recursive: true, force: true });
@@ -206,11 +233,11 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
       let outLinkname: string | undefined;
       if (header.type === 'symlink') {
         const target = header.linkname ?? '';
-        if (target === '' || target.startsWith('/'))
+        if (target === '' || (target.startsWith('/') && !atRoot))
           throw unsafe(header.name, `is a link to "${target}", outside the target`);
         symlinks.set(name, target);
         outLinkname = target;
-        if (!staysInside(symlinks, segments.slice(0, -1), target)) {
+        if (!staysInside(symlinks, segments.slice(0, -1), target, atRoot)) {
           throw unsafe(header.name, `is a link to "${target}", outside the target`);
         }
       } else if (header.type === 'link') {
@@ -240,7 +267,7 @@ export async function spoolSafeArchive(input: Readable, targetDirectory: string)
     await feedExtractor(input, extract);
     // A link validated early may be re-pointed by a later link: check them all against the final set.
     for (const [name, target] of symlinks) {
-      if (!staysInside(symlinks, name.split('/').slice(0, -1), target)) {
+      if (!staysInside(symlinks, name.split('/').slice(0, -1), target, atRoot)) {
         throw unsafe(name, `is a link to "${target}", outside the target`);
       }
     }
@@ -289,7 +316,16 @@ export function rebaseArchive(input: Readable): Readable {
       next();
       return;
     }
-    stream.pipe(pack.entry(rebased, (error) => next(error ?? undefined)));
+    let sink: NodeJS.WritableStream;
+    try {
+      sink = pack.entry(rebased, (error) => next(error ?? undefined)) as unknown as NodeJS.WritableStream;
+    } catch (error) {
+      // The reader went away (the pack was destroyed): stop reading rather than throw here.
+      stream.resume();
+      extract.destroy(error as Error);
+      return;
+    }
+    stream.pipe(sink);
   });
   feedExtractor(input, extract).then(
     () => pack.finalize(),

@@ -161,6 +161,52 @@ def snapshot(sandbox_id: str, image: str) -> Call:
     return Call("POST", _sandbox(sandbox_id, "/snapshot"), json_body={"image": image}, has_json=True)
 
 
+def create_snapshot(sandbox_id: str, ttl_seconds: int | None, labels: Mapping[str, str] | None) -> Call:
+    request: dict[str, Any] = {}
+    if ttl_seconds is not None:
+        request["ttlSeconds"] = ttl_seconds
+    if labels is not None:
+        request["labels"] = dict(labels)
+    return Call("POST", _sandbox(sandbox_id, "/snapshot"), json_body=request, has_json=True)
+
+
+def fork(
+    sandbox_id: str,
+    count: int,
+    *,
+    labels: Mapping[str, str] | None,
+    env: Mapping[str, str] | None,
+    ttl_seconds: int | None,
+    snapshot_ttl_seconds: int | None,
+    live: bool,
+) -> Call:
+    request: dict[str, Any] = {"count": count}
+    if labels is not None:
+        request["labels"] = dict(labels)
+    if env is not None:
+        request["env"] = dict(env)
+    if ttl_seconds is not None:
+        request["ttlSeconds"] = ttl_seconds
+    if snapshot_ttl_seconds is not None:
+        request["snapshotTtlSeconds"] = snapshot_ttl_seconds
+    if live:
+        request["live"] = True
+    # A snapshot, then `count` creates (each may wait for admission): as long as creates may take.
+    return Call("POST", _sandbox(sandbox_id, "/fork"), json_body=request, has_json=True, timeout_s=DEFAULT_TIMEOUT_S + 60)
+
+
+def list_snapshots() -> Call:
+    return Call("GET", "/v1/snapshots")
+
+
+def get_snapshot(snapshot_id: str) -> Call:
+    return Call("GET", f"/v1/snapshots/{segment(snapshot_id)}")
+
+
+def delete_snapshot(snapshot_id: str) -> Call:
+    return Call("DELETE", f"/v1/snapshots/{segment(snapshot_id)}")
+
+
 def expose_gateway(sandbox_id: str) -> Call:
     return Call("POST", _sandbox(sandbox_id, "/gateway"), json_body={}, has_json=True)
 

@@ -22,6 +22,7 @@ from .discovery import DaemonAddress, find_daemon
 from .errors import FileTooLargeError
 from .schema import (
     ExecResult,
+    ForkResult,
     ExecStreamEvent,
     GatewayReach,
     Health,
@@ -30,6 +31,7 @@ from .schema import (
     PoolStats,
     Sandbox,
     SandboxSpec,
+    SnapshotInfo,
 )
 
 __all__ = ["AsyncGymClient"]
@@ -268,6 +270,43 @@ class AsyncGymClient:
 
     async def snapshot(self, sandbox_id: str, image: str) -> str:
         return str((await self._json(calls.snapshot(sandbox_id, image)))["image"])
+
+    async def create_snapshot(
+        self, sandbox_id: str, *, ttl_seconds: int | None = None, labels: Mapping[str, str] | None = None
+    ) -> SnapshotInfo:
+        answer = await self._json(calls.create_snapshot(sandbox_id, ttl_seconds, labels))
+        return cast(SnapshotInfo, answer["snapshot"])
+
+    async def fork(
+        self,
+        sandbox_id: str,
+        count: int,
+        *,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        ttl_seconds: int | None = None,
+        snapshot_ttl_seconds: int | None = None,
+        live: bool = False,
+    ) -> ForkResult:
+        call = calls.fork(
+            sandbox_id,
+            count,
+            labels=labels,
+            env=env,
+            ttl_seconds=ttl_seconds,
+            snapshot_ttl_seconds=snapshot_ttl_seconds,
+            live=live,
+        )
+        return cast(ForkResult, await self._json(call))
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        return cast(list[SnapshotInfo], (await self._json(calls.list_snapshots()))["snapshots"])
+
+    async def get_snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        return cast(SnapshotInfo, await self._json(calls.get_snapshot(snapshot_id)))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await self._json(calls.delete_snapshot(snapshot_id))
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -16,6 +16,7 @@ from .discovery import DaemonAddress, find_daemon
 from .errors import FileTooLargeError
 from .schema import (
     ExecResult,
+    ForkResult,
     ExecStreamEvent,
     GatewayReach,
     Health,
@@ -24,6 +25,7 @@ from .schema import (
     PoolStats,
     Sandbox,
     SandboxSpec,
+    SnapshotInfo,
 )
 
 __all__ = ["GymClient", "Rollout"]
@@ -285,6 +287,49 @@ class GymClient:
     def snapshot(self, sandbox_id: str, image: str) -> str:
         """Commits the sandbox's filesystem to an image; answers the reference later specs name."""
         return str(self._json(calls.snapshot(sandbox_id, image))["image"])
+
+    def create_snapshot(
+        self, sandbox_id: str, *, ttl_seconds: int | None = None, labels: Mapping[str, str] | None = None
+    ) -> SnapshotInfo:
+        """A managed snapshot of the sandbox's files (reaped after its TTL); a spec starts from it by naming its ``image`` (``snapshot:<id>``)."""
+        return cast(SnapshotInfo, self._json(calls.create_snapshot(sandbox_id, ttl_seconds, labels))["snapshot"])
+
+    def fork(
+        self,
+        sandbox_id: str,
+        count: int,
+        *,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        ttl_seconds: int | None = None,
+        snapshot_ttl_seconds: int | None = None,
+        live: bool = False,
+    ) -> ForkResult:
+        """``count`` new sandboxes holding the parent's files as of now, each with its own lease (the parent keeps running)."""
+        return cast(
+            ForkResult,
+            self._json(
+                calls.fork(
+                    sandbox_id,
+                    count,
+                    labels=labels,
+                    env=env,
+                    ttl_seconds=ttl_seconds,
+                    snapshot_ttl_seconds=snapshot_ttl_seconds,
+                    live=live,
+                )
+            ),
+        )
+
+    def list_snapshots(self) -> list[SnapshotInfo]:
+        return cast(list[SnapshotInfo], self._json(calls.list_snapshots())["snapshots"])
+
+    def get_snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        return cast(SnapshotInfo, self._json(calls.get_snapshot(snapshot_id)))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a managed snapshot (idempotent); refused while a pool's spec starts from it."""
+        self._json(calls.delete_snapshot(snapshot_id))
 
     def close(self) -> None:
         self._transport.close()

@@ -259,6 +259,24 @@ class SnapshotResult(TypedDict):
     snapshot: NotRequired[SnapshotResultSnapshot]
 
 
+class SnapshotList(TypedDict):
+    snapshots: list[SnapshotResultSnapshot]
+
+
+class ForkRequest(TypedDict):
+    count: int
+    labels: NotRequired[dict[str, str]]
+    env: NotRequired[dict[str, str]]
+    ttlSeconds: NotRequired[int]
+    snapshotTtlSeconds: NotRequired[int]
+    live: NotRequired[bool]
+
+
+class ForkResult(TypedDict):
+    snapshot: SnapshotResultSnapshot
+    sandboxes: list[Sandbox]
+
+
 class HealthProvidersValue(TypedDict):
     ok: bool
     message: str
@@ -272,3 +290,4 @@ class Health(TypedDict):
 
 
 ExecStreamEvent = ExecStreamEventStdout | ExecStreamEventStderr | ExecStreamEventResult | ExecStreamEventError
+SnapshotInfo = SnapshotResultSnapshot

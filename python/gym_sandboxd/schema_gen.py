@@ -34,6 +34,10 @@ ROOTS: list[tuple[str, list[str | int]]] = [
     ("StopProcessesResult", ["paths", "/v1/sandboxes/{id}/stop-processes", "post", "responses", "200", "content", "application/json", "schema"]),
     ("SnapshotRequest", ["paths", "/v1/sandboxes/{id}/snapshot", "post", "requestBody", "content", "application/json", "schema"]),
     ("SnapshotResult", ["paths", "/v1/sandboxes/{id}/snapshot", "post", "responses", "200", "content", "application/json", "schema"]),
+    ("SnapshotInfo", ["paths", "/v1/snapshots/{id}", "get", "responses", "200", "content", "application/json", "schema"]),
+    ("SnapshotList", ["paths", "/v1/snapshots", "get", "responses", "200", "content", "application/json", "schema"]),
+    ("ForkRequest", ["paths", "/v1/sandboxes/{id}/fork", "post", "requestBody", "content", "application/json", "schema"]),
+    ("ForkResult", ["paths", "/v1/sandboxes/{id}/fork", "post", "responses", "201", "content", "application/json", "schema"]),
     ("Health", ["paths", "/healthz", "get", "responses", "200", "content", "application/json", "schema"]),
 ]
 

@@ -105,3 +105,26 @@ def test_async_pool_burst(client: GymClient, image: str, run_id: str) -> None:
                 await gym.delete_pool(name)
 
     asyncio.run(scenario())
+
+
+def test_async_fork_and_snapshots(client: GymClient, sandbox_id: str) -> None:
+    async def scenario() -> None:
+        async with AsyncGymClient() as gym:
+            made = await gym.create_snapshot(sandbox_id, ttl_seconds=120)
+            try:
+                assert (await gym.get_snapshot(made["id"]))["sandboxId"] == sandbox_id
+                assert made["id"] in [item["id"] for item in await gym.list_snapshots()]
+                child = await gym.create_sandbox({"image": made["image"], "labels": dict(RUN_LABEL)})
+                await gym.delete_sandbox(child["id"])
+            finally:
+                await gym.delete_snapshot(made["id"])
+            forked = await gym.fork(sandbox_id, 1, labels=dict(RUN_LABEL))
+            try:
+                assert forked["sandboxes"][0]["lineage"]["parent"] == sandbox_id
+            finally:
+                await gym.delete_sandbox(forked["sandboxes"][0]["id"])
+                await gym.delete_snapshot(forked["snapshot"]["id"])
+            with pytest.raises(gym_errors.SnapshotNotFoundError):
+                await gym.get_snapshot(forked["snapshot"]["id"])
+
+    asyncio.run(scenario())

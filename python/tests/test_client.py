@@ -1,4 +1,4 @@
-"""The sync client against a real daemon: sandboxes, exec, files, archives, pools, the gateway, snapshots."""
+"""The sync client against a real daemon: sandboxes, exec, files, archives, pools, the gateway, snapshots, fork."""
 
 from __future__ import annotations
 
@@ -193,6 +193,49 @@ def test_snapshot_names_an_image_later_specs_create_from(client: GymClient, sand
         client.delete_sandbox(child["id"])
         # The daemon has no route to remove an image; on Docker (these tests') the engine does.
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=False)
+
+
+def test_fork_gives_children_of_the_parent_files_with_lineage(client: GymClient, sandbox_id: str) -> None:
+    client.exec(sandbox_id, command="echo prepared > /fork-marker")
+    forked = client.fork(sandbox_id, 2, labels=dict(RUN_LABEL), snapshot_ttl_seconds=600)
+    snapshot = forked["snapshot"]
+    children = forked["sandboxes"]
+    try:
+        assert snapshot["image"] == f"snapshot:{snapshot['id']}" and snapshot["sandboxId"] == sandbox_id
+        assert [child["lineage"] for child in children] == [
+            {"parent": sandbox_id, "snapshot": snapshot["id"], "forkIndex": index} for index in range(2)
+        ]
+        assert all(child["labels"]["gym.fork.parent"] == sandbox_id for child in children)
+        for child in children:
+            assert client.exec(child["id"], ["cat", "/fork-marker"])["stdout"] == "prepared\n"
+        assert snapshot["id"] in [item["id"] for item in client.list_snapshots()]
+        assert client.get_snapshot(snapshot["id"])["method"] in ("native", "archive")
+        # A later sandbox starts from the same snapshot by naming it.
+        later = client.create_sandbox({"image": snapshot["image"], "labels": dict(RUN_LABEL)})
+        try:
+            assert client.exec(later["id"], ["cat", "/fork-marker"])["stdout"] == "prepared\n"
+        finally:
+            client.delete_sandbox(later["id"])
+    finally:
+        for child in children:
+            client.delete_sandbox(child["id"])
+        client.delete_snapshot(snapshot["id"])
+    with pytest.raises(gym_errors.SnapshotNotFoundError):
+        client.get_snapshot(snapshot["id"])
+    client.delete_snapshot(snapshot["id"])  # idempotent
+
+
+def test_fork_refusals(client: GymClient, sandbox_id: str) -> None:
+    with pytest.raises(gym_errors.CapabilityUnsupportedError) as caught:
+        client.fork(sandbox_id, 1, live=True)
+    assert caught.value.details["capability"] == "liveFork"
+    with pytest.raises(gym_errors.ValidationFailedError):
+        client.fork(sandbox_id, 1, labels={"gym.fork.parent": "sbx-forged"})
+    made = client.create_snapshot(sandbox_id, ttl_seconds=60, labels={"kind": "managed"})
+    try:
+        assert made["labels"] == {"kind": "managed"}
+    finally:
+        client.delete_snapshot(made["id"])
 
 
 def test_connections_are_kept_alive(client: GymClient, sandbox_id: str) -> None:

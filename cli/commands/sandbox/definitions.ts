@@ -82,6 +82,26 @@ export const sandboxRm = () =>
     .option('--all', 'destroy every sandbox of the daemon')
     .addOption(stateDirOption());
 
+export const sandboxFork = () =>
+  new Command('fork')
+    .summary("new sandboxes holding this one's files as of now (a snapshot, then one create per child)")
+    .argument('<id>', 'sandbox id of the parent (it keeps running)')
+    .addOption(new Option('--count <N>', 'how many children').argParser(integer(1)).default(1))
+    .addOption(labelOption("label the children (over the parent's labels)"))
+    .addOption(envOption("environment variable of the children (over the parent spec's)"))
+    .addOption(
+      new Option('--ttl <SECONDS>', "each child's lease (default: the parent's TTL)").argParser(integer(1)),
+    )
+    .addOption(
+      new Option(
+        '--snapshot-ttl <SECONDS>',
+        'keep the snapshot this long (default: snapshots.ttlSeconds)',
+      ).argParser(integer(1)),
+    )
+    .option('--live', 'carry memory and processes over too (refused where the provider cannot)')
+    .addOption(stateDirOption())
+    .addOption(jsonOption());
+
 export const sandboxShell = () =>
   new Command('shell')
     .summary('an interactive line shell in a sandbox')

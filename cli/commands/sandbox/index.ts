@@ -1,6 +1,14 @@
 /** `gym sandbox`: its verbs, each a parser and a body loaded when it runs. */
 import { type CommandDefinition, group, verb } from '../../command-definition.ts';
-import { sandboxCp, sandboxCreate, sandboxExec, sandboxLs, sandboxRm, sandboxShell } from './definitions.ts';
+import {
+  sandboxCp,
+  sandboxCreate,
+  sandboxExec,
+  sandboxFork,
+  sandboxLs,
+  sandboxRm,
+  sandboxShell,
+} from './definitions.ts';
 
 export const sandboxCommands: CommandDefinition = group(
   'sandbox',
@@ -12,6 +20,7 @@ export const sandboxCommands: CommandDefinition = group(
       helpAfterError: '(the command goes after --: gym sandbox exec ID [options] -- CMD [ARGS...])',
     }),
     verb(sandboxCp, () => import('./cp.ts').then((module) => module.sandboxCpCommand)),
+    verb(sandboxFork, () => import('./fork.ts').then((module) => module.sandboxForkCommand)),
     verb(sandboxRm, () => import('./rm.ts').then((module) => module.sandboxRmCommand)),
     verb(sandboxShell, () => import('./shell.ts').then((module) => module.sandboxShellCommand)),
   ],
