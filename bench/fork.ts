@@ -58,8 +58,8 @@ interface Route {
   run(id: string, command: string): Promise<{ exitCode: number | null; stdout: string }>;
   /** Snapshots `id`; returns the image children start from. */
   snapshot(id: string): Promise<string>;
-  /** One request for all children, where the route has one (the daemon's fork); null otherwise. */
-  fork?(id: string, count: number): Promise<string[]>;
+  /** One request for all children, where the route has one (the daemon's fork): the children and the snapshot's image. */
+  fork?(id: string, count: number): Promise<{ children: string[]; image: string }>;
   destroy(id: string): Promise<void>;
   removeSnapshot(image: string): Promise<void>;
   close(): Promise<void>;
@@ -127,7 +127,10 @@ async function daemonRoute(): Promise<Route | null> {
       return { exitCode: result.exitCode, stdout: result.stdout };
     },
     snapshot: async (id) => snapshotRef((await client.createSnapshot(id)).id),
-    fork: async (id, count) => (await client.fork(id, { count })).sandboxes.map((sandbox) => sandbox.id),
+    fork: async (id, count) => {
+      const forked = await client.fork(id, { count });
+      return { children: forked.sandboxes.map((sandbox) => sandbox.id), image: forked.snapshot.image };
+    },
     destroy: (id) => client.destroySandbox(id),
     removeSnapshot: (image) => client.deleteSnapshot(image.replace(/^snapshot:/, '')),
     close,
@@ -234,9 +237,10 @@ try {
     await setUp(target, source, restMs);
     const requested = performance.now();
     const forked = await target.fork(source, childCount);
-    made.push(...forked);
+    made.push(...forked.children);
+    snapshots.push(forked.image);
     const done = performance.now();
-    for (const id of forked) await check(target, id);
+    for (const id of forked.children) await check(target, id);
     forkRequest = {
       setupMs: round(requested - started, 1),
       requestMs: round(done - requested, 1),
