@@ -4,18 +4,28 @@
  */
 import { createHash } from 'node:crypto';
 import type { EvalOptions } from './eval-types.ts';
+import { sharesSetup } from './fork-setup.ts';
 
 /**
  * One pool per image that several rollouts use (named by a hash of its spec): as many idle as
  * the concurrency allows, and never more members in all than that image's rollouts, so a pool
- * never makes a sandbox no rollout will use.
+ * never makes a sandbox no rollout will use. With `--fork-setup` the pools serve the setup
+ * sandboxes, one per task with a setup command (its repeats are forks of it), so such a task
+ * counts once.
  */
 export async function definePools(
   options: EvalOptions,
   pending: Array<Record<string, unknown>>,
 ): Promise<Map<string, string>> {
   const counts = new Map<string, number>();
-  for (const row of pending) {
+  const sandboxUsers =
+    options.forkSetup === true
+      ? pending.filter(
+          (row, index) =>
+            !sharesSetup(row) || index === 0 || pending[index - 1]!._ng_task_index !== row._ng_task_index,
+        )
+      : pending;
+  for (const row of sandboxUsers) {
     const image = options.environment.implementation.image(row, options.environment);
     if (image !== null) counts.set(image, (counts.get(image) ?? 0) + 1);
   }

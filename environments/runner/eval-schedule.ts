@@ -102,11 +102,14 @@ async function recordAttempt(
 
 /**
  * Runs every pending rollout, `options.concurrency` at once, reporting progress as each ends.
- * Returns when all have ended.
+ * Returns when all have ended. The pending rollouts come task by task, so the repeats of one task
+ * (a `--fork-setup` group) start close together.
  */
 export async function scheduleRollouts(
   recorder: Recorder & { pending: Array<Record<string, unknown>> },
   runAttempt: RunAttempt,
+  /** Told once per rollout when it has ended for good (no attempt of it will follow). */
+  onSettled?: (row: TaskRow) => Promise<void>,
 ): Promise<void> {
   const { options, pending, progress } = recorder;
   const runId = `eval-${Date.now().toString(36)}`;
@@ -129,6 +132,7 @@ export async function scheduleRollouts(
         earned = recorded.earned;
         if (!recorded.retry) break;
       }
+      await onSettled?.(row);
       // Whatever the end (a verifier error, infra errors to the last attempt): the progress line
       // once named the previous rollout after one without a reward.
       progress.last = {

@@ -32,6 +32,13 @@ export interface EvalOptions {
    */
   usePools?: boolean;
   /**
+   * Run each task's setup once and fork its repeats from it (`gym eval run --fork-setup`,
+   * `fork-setup.ts`): the setup command runs in one sandbox per task, which is snapshotted, and
+   * every repeat's sandbox is a child of it. With `usePools` the pools serve the setup sandboxes.
+   * Off by default.
+   */
+  forkSetup?: boolean;
+  /**
    * The model upstream of this run's rollouts (`gym eval run --policy-base-url`): each rollout is
    * opened with it, so it applies on a daemon already running with another (or no) upstream.
    * Default: the daemon's configured gateway upstream.

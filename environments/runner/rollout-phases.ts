@@ -16,6 +16,7 @@ import type { Verdict } from '../verifiers/verifier.ts';
 import { type KeptAgentFile, keepAgentFiles } from './agent-logs.ts';
 import type { EvalOptions } from './eval-types.ts';
 import { outputPaths } from './files.ts';
+import type { ForkSetupRecord, ForkSetups, SandboxRequest } from './fork-setup.ts';
 import type { RolloutNetworkRecords } from './network-records.ts';
 
 /** What every phase of one rollout attempt reads. */
@@ -25,8 +26,10 @@ export interface RolloutContext {
   limits: HarnessLimits;
   rolloutId: string;
   attempt: number;
-  /** The run's warm pools by image. */
+  /** The run's warm pools by image (with `--fork-setup`, of the setup sandboxes). */
   pools: ReadonlyMap<string, string>;
+  /** The run's shared setups, with `--fork-setup`. */
+  forks?: ForkSetups;
   /** The run's client with the rollout's execs watched for sandbox loss (`sandbox-loss.ts`). */
   client: GymClient;
   /** The agent sandbox's image, or null for a kind that gives its harness none. */
@@ -70,16 +73,24 @@ const CONFIGURATION_ERRORS = new Set<string>([
   'FORBIDDEN_BY_CONFIG',
 ]);
 
-/**
- * Acquire: the agent's sandbox, from the image's pool when the run has one. A kind without an
- * image (questions) gets none. Returns the sandbox, if any.
- */
-export async function acquireSandbox(context: RolloutContext): Promise<Sandbox | undefined> {
-  const { image, options, row, client } = context;
-  if (image === null) return undefined;
+/** The agent's sandbox: what it was made from, and, from a shared setup, where it came from. */
+export interface AcquiredSandbox {
+  sandbox: Sandbox;
+  /** Set when the sandbox is a child of its group's shared setup (`--fork-setup`). */
+  forkSetup?: ForkSetupRecord;
+}
+
+/** How the row's agent sandbox is made: its spec, and its image's pool when the run has one; null without an image. */
+export function sandboxRequest(
+  options: EvalOptions,
+  pools: ReadonlyMap<string, string>,
+  row: TaskRow,
+): SandboxRequest | null {
   const { environment } = options;
   const kind = environment.implementation;
-  const network = phaseNetwork(context);
+  const image = kind.image(row, environment);
+  if (image === null) return null;
+  const network = phaseNetwork(options, row);
   const spec = {
     ...(environment.sandbox as object),
     ...kind.sandbox?.(row, environment),
@@ -87,23 +98,46 @@ export async function acquireSandbox(context: RolloutContext): Promise<Sandbox |
     image,
     labels: { role: 'agent' },
   };
-  const pool = context.pools.get(image);
-  const sandbox = await client.createSandbox(pool === undefined ? spec : { pool, labels: { role: 'agent' } });
-  if (network !== undefined) {
-    // A pool's sandbox keeps its pool's engine mode: it gets the task's policy by a switch.
-    if (pool !== undefined) await client.setNetwork(sandbox.id, network.environment);
-    context.network.mark(sandbox.id, 'environment');
-  }
-  return sandbox;
+  const pool = pools.get(image);
+  return pool === undefined ? { spec } : { spec, pool };
 }
 
 /** The kind's policy per phase, when its task opens any network (else none is set or switched). */
-function phaseNetwork(context: RolloutContext) {
-  const { options, row } = context;
+function phaseNetwork(options: EvalOptions, row: TaskRow) {
   const network = options.environment.implementation.network?.(row, options.environment);
   if (network === undefined || Object.values(network).every((policy) => policy.mode === 'none'))
     return undefined;
   return network;
+}
+
+/**
+ * Acquire: the agent's sandbox, from the image's pool when the run has one, or, with
+ * `--fork-setup` and a row with a setup command, the row's child of its group's shared setup. A
+ * kind without an image (questions) gets none. Returns the sandbox, if any.
+ */
+export async function acquireSandbox(context: RolloutContext): Promise<AcquiredSandbox | undefined> {
+  const { client, options, pools, row } = context;
+  const request = sandboxRequest(options, pools, row);
+  if (request === null) return undefined;
+  const acquired: AcquiredSandbox =
+    context.forks?.shares(row) === true
+      ? await context.forks
+          .acquire(row)
+          .then((forked) => ({ sandbox: forked.sandbox, forkSetup: forked.record }))
+      : {
+          sandbox: await client.createSandbox(
+            request.pool === undefined ? request.spec : { pool: request.pool, labels: { role: 'agent' } },
+          ),
+        };
+  const network = phaseNetwork(options, row);
+  if (network !== undefined) {
+    // A pool's sandbox keeps its pool's engine mode, and a fork's child no policy of its parent's:
+    // either gets the task's environment policy by a switch.
+    if (request.pool !== undefined || acquired.forkSetup !== undefined)
+      await client.setNetwork(acquired.sandbox.id, network.environment);
+    context.network.mark(acquired.sandbox.id, 'environment');
+  }
+  return acquired;
 }
 
 /**
@@ -114,7 +148,7 @@ export async function enterAgentNetwork(
   context: RolloutContext,
   sandboxId: string | undefined,
 ): Promise<void> {
-  const network = phaseNetwork(context);
+  const network = phaseNetwork(context.options, context.row);
   if (network === undefined || sandboxId === undefined) return;
   await context.client.setNetwork(sandboxId, network.agent);
   context.network.mark(sandboxId, 'agent');
@@ -125,16 +159,32 @@ export function sandboxHandle(context: RolloutContext, sandboxId: string | undef
   return sandboxId === undefined ? NO_SANDBOX : clientSandboxHandle(context.client, sandboxId);
 }
 
-/** Setup: the row's own setup command, then the kind's. A failed setup is an infrastructure fault. */
-export async function setupSandbox(context: RolloutContext, sandbox: SandboxHandle): Promise<void> {
+/**
+ * The row's own setup command (the dataset's: what `--fork-setup` runs once per task, in the
+ * group's setup sandbox). A failed setup is an infrastructure fault.
+ */
+export async function runRowSetup(row: TaskRow, sandbox: SandboxHandle): Promise<void> {
+  if (typeof row.setup !== 'string' || row.setup === '') return;
+  const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
+  if (setup.status !== 'ok' || setup.exitCode !== 0)
+    throw new Error(
+      `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
+    );
+}
+
+/**
+ * Setup: the row's own setup command, then the kind's start. A sandbox of a shared setup
+ * (`fromSharedSetup`) has the command's files already and runs only the kind's start, which
+ * starts processes (a Harbor image's ENTRYPOINT) that a files-only fork does not carry.
+ * A failed setup is an infrastructure fault.
+ */
+export async function setupSandbox(
+  context: RolloutContext,
+  sandbox: SandboxHandle,
+  fromSharedSetup = false,
+): Promise<void> {
   const { row, options } = context;
-  if (typeof row.setup === 'string' && row.setup !== '') {
-    const setup = await sandbox.exec({ command: row.setup, cwd: '/', timeoutMs: 120_000 });
-    if (setup.status !== 'ok' || setup.exitCode !== 0)
-      throw new Error(
-        `the task's setup failed (${setup.status}, exit ${setup.exitCode}): ${setup.stderr.slice(-500)}`,
-      );
-  }
+  if (!fromSharedSetup) await runRowSetup(row, sandbox);
   await options.environment.implementation.startSandbox?.({ row, sandbox, environment: options.environment });
 }
 

@@ -5,6 +5,7 @@
 import type { HarnessResult } from '../../harnesses/harness.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { Timings } from './eval-types.ts';
+import type { ForkSetupRecord } from './fork-setup.ts';
 import type { NetworkSummary } from './network-records.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields } from './rollout-line.ts';
 import type { AgentRecords, RolloutContext } from './rollout-phases.ts';
@@ -18,6 +19,8 @@ export interface RolloutEnd {
   timings: Timings;
   /** When the attempt started (ms since the epoch). */
   startedAtMs: number;
+  /** Where its sandbox came from, when it was a child of its group's shared setup (`--fork-setup`). */
+  forkSetup?: ForkSetupRecord | undefined;
   /** The egress summary, when the rollout's sandboxes had network policies (`network-records.ts`). */
   network?: NetworkSummary;
 }
@@ -47,7 +50,8 @@ export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<st
     ...(agentLogsError === undefined ? {} : { agent_logs_error: agentLogsError }),
     ...(usage === undefined ? {} : { usage }),
     timings,
-    sandbox: { image },
+    // A shared setup's lineage beside the image, inside our object: NeMo Gym's keys stay as they are.
+    sandbox: { image, ...end.forkSetup },
     ...(end.network === undefined ? {} : { network: end.network }),
     ...(kind.describeRollout === undefined ? {} : { task: kind.describeRollout(row, environment, verdict) }),
   };

@@ -9,6 +9,7 @@ import type { TaskRow } from '../kinds/kind.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { EvalOptions, Timings } from './eval-types.ts';
 import { outputPaths } from './files.ts';
+import type { ForkSetupRecord, ForkSetups } from './fork-setup.ts';
 import { RolloutNetworkRecords } from './network-records.ts';
 import { gymFields } from './rollout-line.ts';
 import {
@@ -33,6 +34,7 @@ import { watchSandboxLoss } from './sandbox-loss.ts';
  */
 export async function runRollout(
   pools: ReadonlyMap<string, string>,
+  forks: ForkSetups | undefined,
   options: EvalOptions,
   row: TaskRow,
   limits: HarnessLimits,
@@ -53,7 +55,7 @@ export async function runRollout(
       'gym.model': options.modelName,
     },
     async (span) => {
-      const line = await runPhases(pools, options, row, limits, rolloutId, attempt, tracing, span);
+      const line = await runPhases(pools, forks, options, row, limits, rolloutId, attempt, tracing, span);
       const outcome = String(gymFields(line).outcome);
       span.setAttributes({
         'gym.outcome': outcome,
@@ -68,6 +70,7 @@ export async function runRollout(
 
 async function runPhases(
   pools: ReadonlyMap<string, string>,
+  forks: ForkSetups | undefined,
   options: EvalOptions,
   row: TaskRow,
   limits: HarnessLimits,
@@ -87,6 +90,7 @@ async function runPhases(
     rolloutId,
     attempt,
     pools,
+    ...(forks === undefined ? {} : { forks }),
     client,
     image: options.environment.implementation.image(row, options.environment),
     tracing,
@@ -100,6 +104,7 @@ async function runPhases(
   let harnessResult: HarnessResult | undefined;
   let verdict: Verdict;
   let records: AgentRecords = { modelCalls: [], agentLogs: [] };
+  let forkSetup: ForkSetupRecord | undefined;
   const releaseSandbox = async () => {
     const id = sandboxId;
     sandboxId = undefined;
@@ -111,14 +116,19 @@ async function runPhases(
   try {
     sandboxId = await phase('acquire', async (span) => {
       const acquired = await acquireSandbox(context);
-      const attributes = { 'gym.provider': acquired?.provider, 'gym.sandbox.id': acquired?.id };
+      forkSetup = acquired?.forkSetup;
+      const attributes = {
+        'gym.provider': acquired?.sandbox.provider,
+        'gym.sandbox.id': acquired?.sandbox.id,
+        'gym.fork.snapshot': forkSetup?.lineage.snapshot,
+      };
       span.setAttributes({ ...attributes, 'gym.pool': pools.get(context.image ?? '') });
       rolloutSpan.setAttributes(attributes);
-      return acquired?.id;
+      return acquired?.sandbox.id;
     });
     const sandbox = sandboxHandle(context, sandboxId);
     await phase('setup', async () => {
-      await setupSandbox(context, sandbox);
+      await setupSandbox(context, sandbox, forkSetup !== undefined);
       await enterAgentNetwork(context, sandboxId);
     });
     timings.sandboxMs = Date.now() - started;
@@ -155,6 +165,7 @@ async function runPhases(
   } finally {
     await phase('release', async () => {
       await releaseSandbox();
+      context.forks?.released(row);
       if (options.harness.needsModel) await client.closeRollout(rolloutId).catch(() => {});
     });
   }
@@ -181,6 +192,7 @@ async function runPhases(
     records,
     timings,
     startedAtMs: started,
+    forkSetup,
     ...(network === undefined ? {} : { network }),
   };
   return rolloutLine(context, end);

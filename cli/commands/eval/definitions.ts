@@ -14,7 +14,7 @@ export const evalRun = () =>
     .description(
       `Run an environment: every task (x repeats) through sandbox, harness and verifier.
 
-Uses the daemon of the state directory when one runs, else starts one in-process with the configuration of GYM_CONFIG (and stops it after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl, FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts. --pool serves each image several rollouts share from a warm pool sized to the concurrency (off by default: on a 2-core host it costs throughput; it pays where creates are slow). NeMo Gym's flag names work too: -i/--input, -o/--output, --model-url, --model-api-key.`,
+Uses the daemon of the state directory when one runs, else starts one in-process with the configuration of GYM_CONFIG (and stops it after). Writes FILE.jsonl (one line per finished rollout), FILE_materialized_inputs.jsonl, FILE_failures.jsonl and FILE_aggregate_metrics.json. --resume skips finished rollouts. --pool serves each image several rollouts share from a warm pool sized to the concurrency (off by default: on a 2-core host it costs throughput; it pays where creates are slow). --fork-setup runs each task's setup command once, snapshots that sandbox and forks the task's repeats from it (docs/eval.md). NeMo Gym's flag names work too: -i/--input, -o/--output, --model-url, --model-api-key.`,
     )
     .option('--env <NAME>', 'environment (see gym env ls); without it, told from the --input rows')
     .option(
@@ -37,6 +37,10 @@ Uses the daemon of the state directory when one runs, else starts one in-process
         .default(3),
     )
     .option('--pool', 'serve shared images from warm pools')
+    .option(
+      '--fork-setup',
+      "run each task's setup once and fork its repeats from it (snapshot and fork; with --pool, the pools serve the setup sandboxes)",
+    )
     .option('--model <NAME>', 'model name sent upstream (env.yaml: policy_model_name)')
     .option(
       '--model-url, --policy-base-url <URL>',

@@ -373,6 +373,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         resume: values.resume === true,
         maxInfraAttempts: values.maxInfraAttempts,
         usePools: values.pool === true,
+        forkSetup: values.forkSetup === true,
         // Each rollout opens with this run's upstream, so --policy-* and env.yaml apply on a
         // running daemon too (its configured upstream stays the default of other runs).
         ...(policy.baseUrl === undefined
