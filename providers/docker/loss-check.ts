@@ -23,8 +23,12 @@ import { engineKilled, GVISOR_LIMIT_REASON, GVISOR_OOM_REASON, type RuntimeTier 
 /** How long the engine may take to record the end of a container whose keeper was seen dead. */
 const EXIT_RECORD_WAIT_MS = 5_000;
 
-/** Exit codes the runtime gives when it could not start a command (126) or SIGKILLed it (137). */
-const RUNTIME_EXIT_CODES = new Set([126, 137]);
+/**
+ * Exit codes the runtime gives when it could not start a command (126), when gVisor's kernel
+ * ended under a running exec (128: `runsc exec` answers it when the host's OOM killer took the
+ * sandbox, seen in CI), or when it SIGKILLed the command (137).
+ */
+const RUNTIME_EXIT_CODES = new Set([126, 128, 137]);
 
 export class LossCheck {
   readonly #processes: ProcessControl;
@@ -144,7 +148,7 @@ export class LossCheck {
 
   /**
    * An exit code that the runtime also gives when it could not start the command or killed it
-   * (126, 137) is checked against the container itself: when it is gone, the result is
+   * (126, 128, 137) is checked against the container itself: when it is gone, the result is
    * `sandbox_gone`, never output a harness or verifier would take for the command's own. (A
    * container removed as an exec starts answers "OCI runtime exec failed", 126.)
    */

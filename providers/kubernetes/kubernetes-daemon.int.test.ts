@@ -88,10 +88,15 @@ describe.skipIf(skipReason !== undefined)(
           );
           expect(run.code, run.stderr).toBe(0);
           const rollouts = await readJsonl(output);
+          // A row that differs says why (its outcome's details), so a failure in CI can be read.
+          const why = rollouts
+            .filter((row) => row.reward !== expected)
+            .map((row) => JSON.stringify({ id: row.instance_id, gym: gymFields(row) }).slice(0, 4000));
           expect(
             rollouts
               .map((row) => [row.instance_id, row.reward, gymFields(row).outcome])
               .sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+            why.join('\n'),
           ).toEqual(
             rows
               .map((row) => [row.instance_id, expected, 'reward'])
