@@ -25,13 +25,18 @@ import type { Pods } from './pods.ts';
  * - a process killed in an earlier pass (same pid and start time) cannot run user code again,
  *   though it may take a while to go (e.g. blocked in I/O).
  * Zombies, already dead, are left to their parent or PID 1.
+ * A pass that finds nothing to kill but the keeper's sleep not yet seen stopped waits 10 ms and
+ * does not count against the 50 passes (at most 300 such waits): a pass over a quiet Pod takes
+ * well under a millisecond, and on a loaded node the stopped sleep may not run to take its stop
+ * for longer than 50 passes took. Only the keeper makes such a process, so an agent cannot make
+ * the script wait with it; the script's own time bound covers the rest.
  * Shell builtins only; prints how many it killed. An agent that replaced `/bin/sh` defeats it,
  * as it does the kill script.
  */
 const STOP_SCRIPT = `
-self=$$; pass=0; total=0; held=" "; dying=" "
+self=$$; pass=0; waits=0; total=0; held=" "; dying=" "
 init=""; read -r init < /proc/1/stat; set -- \${init##*) }; keeper="$3 $4"
-while [ "$pass" -lt 50 ]; do
+while [ "$pass" -lt 50 ] && [ "$waits" -lt 300 ]; do
   found=""; unsettled=0
   for dir in /proc/[0-9]*; do
     pid="\${dir#/proc/}"
@@ -53,6 +58,7 @@ while [ "$pass" -lt 50 ]; do
     found="$found $id"
   done
   if [ -z "$found" ] && [ "$unsettled" = 0 ]; then echo "$total"; exit 0; fi
+  if [ -z "$found" ]; then waits=$((waits + 1)); sleep 0.01 2>/dev/null || sleep 1; continue; fi
   for id in $found; do
     kill -9 "\${id%@*}" 2>/dev/null && { dying="$dying$id "; total=$((total + 1)); }
   done
@@ -172,7 +178,12 @@ export class PodProcesses {
     }
     if (result === null || result.end.kind !== 'exited' || result.end.exitCode !== 0) {
       this.#logger.warn(
-        { sandboxId: id },
+        {
+          sandboxId: id,
+          end: result?.end ?? 'no end in time',
+          stdout: result?.stdout.toString('utf8').slice(0, 200),
+          stderr: result?.stderr.slice(0, 500),
+        },
         'stopping the processes did not finish in the Pod; deleting the Pod',
       );
       const isGone = await withTimeout(
