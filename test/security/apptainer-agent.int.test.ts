@@ -2,7 +2,6 @@
  * The apptainer provider against its agent, which runs as the same user as the commands the
  * daemon starts in its instance, and so may stop (SIGSTOP) any of them, the kill script included.
  */
-import { readdir, readFile } from 'node:fs/promises';
 import { afterAll, expect, it } from 'vitest';
 import { silentLogger } from '../../core/logger.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
@@ -12,6 +11,7 @@ import { ApptainerProvider } from '../../providers/apptainer/apptainer-provider.
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 import { computeNode } from '../hpc/node.ts';
+import { stopperCases } from './ssh-runtime-agent.ts';
 
 const node = await computeNode('127.0.0.33', 31000 + (process.pid % 1000));
 const provider = new ApptainerProvider({ hosts: [node.host] }, testContext({ logger: silentLogger }));
@@ -20,72 +20,7 @@ afterAll(async () => {
   await node.cleanup();
 });
 
-/** Host processes whose command line is exactly `argv`. */
-async function hostProcesses(argv: string[]): Promise<number[]> {
-  const wanted = `${argv.join('\0')}\0`;
-  const found: number[] = [];
-  for (const entry of await readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const line = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
-    if (line === wanted) found.push(Number(entry));
-  }
-  return found;
-}
-
-it('kills a timed-out command while the agent stops every new process of its instance', async () => {
-  const sandbox = await provider.create(
-    parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
-  );
-  const exec = (command: string, timeoutMs = 30_000) =>
-    provider.exec(sandbox.id, parseOrThrow(ExecRequestSchema, { command, timeoutMs }, 'exec'));
-  // Many idle processes make a kill script's pass over /proc slow; the watcher stops whatever
-  // starts after it (the command and the kill script alike) as soon as its pid exists.
-  const setUp = await exec(
-    [
-      'i=0; while [ $i -lt 1000 ]; do env -i setsid sleep 1000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done',
-      `env -i setsid sh -c 'base=$$; while :; do p=$((base+1)); while [ $p -lt $((base+600)) ]; do kill -STOP $p 2>/dev/null; p=$((p+1)); done; done' </dev/null >/dev/null 2>&1 &`,
-      'echo started',
-    ].join('\n'),
-  );
-  expect(setUp.stdout).toContain('started');
-  // Before the fix the kill ran in the instance, was stopped, and this exec never returned.
-  const result = await Promise.race([
-    exec('sleep 2346; echo survived', 1000),
-    new Promise<never>((_resolve, reject) =>
-      setTimeout(() => reject(new Error('the exec had not returned 30 s after its 1 s timeout')), 30_000),
-    ),
-  ]);
-  expect(result).toMatchObject({ status: 'timeout', stdout: '' });
-  expect(await hostProcesses(['sleep', '2346'])).toEqual([]);
-  await provider.destroy(sandbox.id);
-}, 90_000);
-
-it('stops every process of the instance while the agent stops every new one', async () => {
-  const sandbox = await provider.create(
-    parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
-  );
-  const exec = (command: string, timeoutMs = 30_000) =>
-    provider.exec(sandbox.id, parseOrThrow(ExecRequestSchema, { command, timeoutMs }, 'exec'));
-  const setUp = await exec(
-    [
-      'i=0; while [ $i -lt 1000 ]; do env -i setsid sleep 1000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done',
-      `env -i setsid sh -c 'base=$$; while :; do p=$((base+1)); while [ $p -lt $((base+600)) ]; do kill -STOP $p 2>/dev/null; p=$((p+1)); done; done' </dev/null >/dev/null 2>&1 &`,
-      'echo started',
-    ].join('\n'),
-  );
-  expect(setUp.stdout).toContain('started');
-  // Before the fix the stop ran in the instance, was stopped, and never returned.
-  const stopped = await Promise.race([
-    provider.stopProcesses(sandbox.id),
-    new Promise<never>((_resolve, reject) =>
-      setTimeout(() => reject(new Error('stopProcesses had not returned in 30 s')), 30_000),
-    ),
-  ]);
-  expect(stopped.killed).toBeGreaterThanOrEqual(1001);
-  // The watcher is gone with the rest: a command runs again.
-  expect(await exec('echo quiet')).toMatchObject({ status: 'ok', stdout: 'quiet\n' });
-  await provider.destroy(sandbox.id);
-}, 90_000);
+stopperCases(provider, 2346);
 
 /**
  * What the agent may do as root on the node (the SSH user here is root): nothing that takes a

@@ -1,0 +1,89 @@
+/**
+ * The cases every runtime over SSH (Apptainer, Enroot) meets against an agent that may stop
+ * (SIGSTOP) any process of its sandbox, the daemon's kill script and stop included: each runtime's
+ * agent test registers them with its provider and adds what is its own.
+ */
+import { readdir, readFile } from 'node:fs/promises';
+import { expect, it } from 'vitest';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
+import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
+
+/** Host processes whose command line is exactly `argv`. */
+export async function hostProcesses(argv: string[]): Promise<number[]> {
+  const wanted = `${argv.join('\0')}\0`;
+  const found: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const line = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    if (line === wanted) found.push(Number(entry));
+  }
+  return found;
+}
+
+/**
+ * A sandbox of `provider` with 1000 idle processes (they make a pass over /proc slow) and a
+ * watcher that stops whatever starts after it, as soon as its pid exists; and its exec.
+ */
+async function sandboxWithStopper(provider: SandboxProvider) {
+  const sandbox = await provider.create(
+    parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
+  );
+  const exec = (command: string, timeoutMs = 30_000) =>
+    provider.exec(sandbox.id, parseOrThrow(ExecRequestSchema, { command, timeoutMs }, 'exec'));
+  const setUp = await exec(
+    [
+      'i=0; while [ $i -lt 1000 ]; do env -i setsid sleep 1000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done',
+      `env -i setsid sh -c 'base=$$; while :; do p=$((base+1)); while [ $p -lt $((base+600)) ]; do kill -STOP $p 2>/dev/null; p=$((p+1)); done; done' </dev/null >/dev/null 2>&1 &`,
+      'echo started',
+    ].join('\n'),
+  );
+  expect(setUp.stdout).toContain('started');
+  return { sandbox, exec };
+}
+
+/** Rejects when `promise` has not settled in `ms`, saying `what`. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  return Promise.race([
+    promise,
+    new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error(what)), ms)),
+  ]);
+}
+
+/**
+ * Registers the stopper cases for `provider`. `sleepSeconds` names the timed-out command's sleep,
+ * one per runtime, so that two runtimes' files running at once never see each other's.
+ */
+export function stopperCases(
+  provider: SandboxProvider & Required<Pick<SandboxProvider, 'stopProcesses'>>,
+  sleepSeconds: number,
+): void {
+  it('kills a timed-out command while the agent stops every new process of the sandbox', async () => {
+    const { sandbox, exec } = await sandboxWithStopper(provider);
+    // Before the fix the kill ran in the sandbox, was stopped, and this exec never returned.
+    const result = await within(
+      exec(`sleep ${sleepSeconds}; echo survived`, 1000),
+      30_000,
+      'the exec had not returned 30 s after its 1 s timeout',
+    );
+    expect(result).toMatchObject({ status: 'timeout', stdout: '' });
+    expect(await hostProcesses(['sleep', String(sleepSeconds)])).toEqual([]);
+    await provider.destroy(sandbox.id);
+  }, 90_000);
+
+  it('stops every process of the sandbox while the agent stops every new one', async () => {
+    const { sandbox, exec } = await sandboxWithStopper(provider);
+    // Before the fix the stop ran in the sandbox, was stopped, and never returned.
+    const stopped = await within(
+      provider.stopProcesses(sandbox.id),
+      30_000,
+      'stopProcesses had not returned in 30 s',
+    );
+    expect(stopped.killed).toBeGreaterThanOrEqual(1001);
+    // The watcher is gone with the rest: a command runs again.
+    expect(await exec('echo quiet')).toMatchObject({ status: 'ok', stdout: 'quiet\n' });
+    await provider.destroy(sandbox.id);
+  }, 90_000);
+}
