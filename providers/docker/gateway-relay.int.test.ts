@@ -28,6 +28,7 @@ describe('gateway relay byte handling', () => {
   let relays: GatewayRelays;
   let socketPath: string;
   let port: number;
+  const warnings: unknown[][] = [];
 
   beforeAll(async () => {
     directory = await mkdtemp(join(tmpdir(), 'gym-relay-'));
@@ -45,7 +46,11 @@ describe('gateway relay byte handling', () => {
       socket.on('error', () => {});
     });
     await new Promise<void>((resolve) => upstream.listen(socketPath, resolve));
-    relays = new GatewayRelays({ maxConnections: 4, idleTimeoutMs: 5_000, logger: silentLogger });
+    relays = new GatewayRelays({
+      maxConnections: 4,
+      idleTimeoutMs: 5_000,
+      logger: { ...silentLogger, warn: (...args: unknown[]) => void warnings.push(args) },
+    });
     port = await relays.open('sbx-test', process.pid, 0, socketPath);
   });
 
@@ -99,6 +104,9 @@ describe('gateway relay byte handling', () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(relays.stats()).toMatchObject({ listeners: 1, connections: 4 });
     expect(relays.stats().refusedTotal - before).toBe(2);
+    // Said once, with the sandbox and the cap, not once per refusal (an agent could fill the log).
+    const refusals = warnings.filter((args) => String(args[1]).includes('past its cap'));
+    expect(refusals).toEqual([[{ sandboxId: 'sbx-test', maxConnections: 4 }, expect.any(String)]]);
     for (const client of clients) client.destroy();
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(relays.stats().connections).toBe(0);

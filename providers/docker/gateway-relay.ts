@@ -52,6 +52,8 @@ class SandboxRelay implements TableRelay {
   readonly port: number;
   /** Each open connection, by the function that aborts both of its sockets. */
   readonly connections = new Set<() => void>();
+  /** Whether a connection past the cap was refused already (logged once per relay, not per refusal). */
+  hasRefused = false;
   #isOpen = true;
 
   constructor(server: Server, port: number) {
@@ -111,7 +113,7 @@ export class GatewayRelays {
       // A client may half-close after its request and still read the answer.
       // (Node reads this property of the server for every accepted socket; its types omit it.)
       (server as Server & { allowHalfOpen: boolean }).allowHalfOpen = true;
-      server.on('connection', (socket) => this.#accept(relay, socket, socketPath));
+      server.on('connection', (socket) => this.#accept(sandboxId, relay, socket, socketPath));
       server.on('error', (error) =>
         this.#options.logger.warn(
           { sandboxId, port: opened.port, error: error.message },
@@ -170,10 +172,18 @@ export class GatewayRelays {
     return { listeners, connections, refusedTotal: this.#refusedTotal };
   }
 
-  #accept(relay: SandboxRelay, inbound: Socket, socketPath: string): void {
+  #accept(sandboxId: string, relay: SandboxRelay, inbound: Socket, socketPath: string): void {
     if (!relay.isOpen || relay.connections.size >= this.#options.maxConnections) {
       this.#refusedTotal += 1;
       inbound.destroy();
+      // Once per relay: a sandbox that opens connections without end must not grow the log.
+      if (relay.isOpen && !relay.hasRefused) {
+        relay.hasRefused = true;
+        this.#options.logger.warn(
+          { sandboxId, maxConnections: this.#options.maxConnections },
+          'gateway relay refused a connection past its cap (the docker provider option relayMaxConnections); further refusals are counted, not logged',
+        );
+      }
       return;
     }
     const outbound = connect({ path: socketPath, allowHalfOpen: true });
