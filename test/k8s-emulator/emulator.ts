@@ -19,13 +19,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { DockerStreamDemuxer } from '../../providers/docker/demux.ts';
+import { cgroup2Mount } from '../../providers/docker/host-checks.ts';
+import { viewThroughHostPid } from '../../providers/shared/host-process.ts';
 import { type Cause, type Kind, validateObject } from './validation.ts';
 
 /** Bytes of an exec's output sent to the client and not yet flushed before the output is not read. */
@@ -59,31 +60,20 @@ interface Watcher {
   response: ServerResponse;
 }
 
-/**
- * How many processes the kernel's OOM killer ended in a running container, read from the host's
- * memory cgroup of its first process (cgroup v1 `memory.oom_control`, v2 `memory.events`); 0 when
- * it cannot be read.
- */
+/** The host's cgroup2 mount, where a container's `memory.events` is (cgroup v1 hosts use `memory.oom_control`). */
+const HOST_CGROUP2_MOUNT =
+  cgroup2Mount(readFileSync('/proc/self/mountinfo', 'utf8'))?.path ?? '/sys/fs/cgroup';
+
+/** How many processes the kernel's OOM killer ended in a running container, seen from the host; 0 when unknown. */
 async function oomKillsInContainer(docker: Docker, containerId: string): Promise<number> {
-  try {
-    const pid = (await docker.getContainer(containerId).inspect()).State.Pid;
-    if (!pid) return 0;
-    for (const line of (await readFile(`/proc/${pid}/cgroup`, 'utf8')).split('\n')) {
-      const [hierarchy, controllers, path] = line.split(':');
-      const file =
-        controllers === 'memory'
-          ? `/sys/fs/cgroup/memory${path}/memory.oom_control`
-          : hierarchy === '0' && controllers === ''
-            ? `/sys/fs/cgroup${path}/memory.events`
-            : null;
-      if (file === null) continue;
-      const count = /^oom_kill (\d+)$/m.exec(await readFile(file, 'utf8').catch(() => ''));
-      if (count !== null) return Number(count[1]);
-    }
-  } catch {
-    // Gone already: its end is read from the engine.
-  }
-  return 0;
+  const pid = await docker
+    .getContainer(containerId)
+    .inspect()
+    .then(
+      (info) => info.State.Pid,
+      () => 0,
+    );
+  return pid > 0 ? ((await viewThroughHostPid(pid, HOST_CGROUP2_MOUNT)).oomKills ?? 0) : 0;
 }
 
 /**
@@ -434,13 +424,18 @@ export class KubernetesEmulator {
         }
         const pod = [...this.#pods.values()].find((each) => each.containerId === containerId);
         if (pod === undefined) continue;
-        pod.oomKill ??= this.#docker
-          .getContainer(containerId!)
-          .kill()
-          .catch(() => {})
-          .then(() => this.#refresh(pod));
+        this.#killForOom(pod);
       }
     });
+  }
+
+  /** Kills a Pod's container once after an OOM kill in it, as `memory.oom.group` does (see `oomKillsContainer`). */
+  #killForOom(pod: StoredPod): void {
+    pod.oomKill ??= this.#docker
+      .getContainer(pod.containerId!)
+      .kill()
+      .catch(() => {})
+      .then(() => this.#refresh(pod));
   }
 
   async close(): Promise<void> {
@@ -1023,13 +1018,7 @@ export class KubernetesEmulator {
       // The host's count of OOM kills in the container decides at once; the event is waited for
       // only when the count cannot be read (under load it came more than a second late).
       if (this.#oomEvents !== null && inspected?.ExitCode === 137) {
-        const containerId = pod.containerId!;
-        if ((await oomKillsInContainer(this.#docker, containerId)) > 0)
-          pod.oomKill ??= this.#docker
-            .getContainer(containerId)
-            .kill()
-            .catch(() => {})
-            .then(() => this.#refresh(pod));
+        if ((await oomKillsInContainer(this.#docker, pod.containerId!)) > 0) this.#killForOom(pod);
         for (let tries = 0; pod.oomKill === undefined && tries < 250; tries++)
           await new Promise((resolve) => setTimeout(resolve, 20));
         await pod.oomKill;

@@ -9,6 +9,7 @@ import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
+import { withTimeout } from '../../providers/shared/with-timeout.ts';
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 
 /** Host processes whose command line is exactly `argv`. */
@@ -44,14 +45,6 @@ async function sandboxWithStopper(provider: SandboxProvider) {
   return { sandbox, exec };
 }
 
-/** Rejects when `promise` has not settled in `ms`, saying `what`. */
-function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  return Promise.race([
-    promise,
-    new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error(what)), ms)),
-  ]);
-}
-
 /**
  * Registers the stopper cases for `provider`. `sleepSeconds` names the timed-out command's sleep,
  * one per runtime, so that two runtimes' files running at once never see each other's.
@@ -63,11 +56,8 @@ export function stopperCases(
   it('kills a timed-out command while the agent stops every new process of the sandbox', async () => {
     const { sandbox, exec } = await sandboxWithStopper(provider);
     // Before the fix the kill ran in the sandbox, was stopped, and this exec never returned.
-    const result = await within(
-      exec(`sleep ${sleepSeconds}; echo survived`, 1000),
-      30_000,
-      'the exec had not returned 30 s after its 1 s timeout',
-    );
+    const result = await withTimeout(exec(`sleep ${sleepSeconds}; echo survived`, 1000), 30_000);
+    expect(result, 'the exec had not returned 30 s after its 1 s timeout').not.toBeNull();
     expect(result).toMatchObject({ status: 'timeout', stdout: '' });
     expect(await hostProcesses(['sleep', String(sleepSeconds)])).toEqual([]);
     await provider.destroy(sandbox.id);
@@ -76,12 +66,9 @@ export function stopperCases(
   it('stops every process of the sandbox while the agent stops every new one', async () => {
     const { sandbox, exec } = await sandboxWithStopper(provider);
     // Before the fix the stop ran in the sandbox, was stopped, and never returned.
-    const stopped = await within(
-      provider.stopProcesses(sandbox.id),
-      30_000,
-      'stopProcesses had not returned in 30 s',
-    );
-    expect(stopped.killed).toBeGreaterThanOrEqual(1001);
+    const stopped = await withTimeout(provider.stopProcesses(sandbox.id), 30_000);
+    expect(stopped, 'stopProcesses had not returned in 30 s').not.toBeNull();
+    expect(stopped!.killed).toBeGreaterThanOrEqual(1001);
     // The watcher is gone with the rest: a command runs again.
     expect(await exec('echo quiet')).toMatchObject({ status: 'ok', stdout: 'quiet\n' });
     await provider.destroy(sandbox.id);
