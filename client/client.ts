@@ -461,11 +461,12 @@ export class GymClient {
 
   /**
    * A managed snapshot of the sandbox's files (labelled, reaped after its TTL); a spec starts
-   * from it by naming its `image` (`snapshot:<id>`).
+   * from it by naming its `image` (`snapshot:<id>`). `live`: its memory and processes too, where
+   * the provider declares `liveFork` (`CAPABILITY_UNSUPPORTED` elsewhere).
    */
   async createSnapshot(
     id: string,
-    options: { ttlSeconds?: number; labels?: Record<string, string> } = {},
+    options: { ttlSeconds?: number; labels?: Record<string, string>; live?: boolean } = {},
   ): Promise<SnapshotInfo> {
     const answer = await this.#json<{ image: string; snapshot?: SnapshotInfo }>(
       'POST',

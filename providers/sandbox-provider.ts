@@ -67,8 +67,11 @@ export interface ProviderCapabilities {
    */
   snapshot: boolean;
   /**
-   * A fork can carry memory and processes over, not only files (absent: false). Without it a
-   * fork asking for `live` is `CAPABILITY_UNSUPPORTED`, never a silent files-only fork.
+   * A fork can carry memory and processes over, not only files (absent: false): `snapshot()`
+   * takes `live` and returns a `checkpoint`, and `create()` takes it back as `restore`. Without it
+   * a fork asking for `live` is `CAPABILITY_UNSUPPORTED`, never a silent files-only fork. A
+   * provider that declares it may still refuse a live snapshot, with `CAPABILITY_UNSUPPORTED`,
+   * when its backend turns out not to be set up for it (a Docker engine without `--experimental`).
    */
   liveFork?: boolean;
   /** `resources.gpus`. */
@@ -166,6 +169,12 @@ export interface SnapshotOptions {
   managedId?: string;
   /** The most bytes the snapshot may add to its base image; past it, `SNAPSHOT_TOO_LARGE` and nothing is made. */
   maxBytes?: number;
+  /**
+   * Memory and processes too (the `liveFork` capability; a managed snapshot only): the result
+   * carries a `checkpoint` that `create()` restores. The sandbox keeps running with its
+   * processes; what the provider cannot carry over it refuses before it touches the sandbox.
+   */
+  live?: boolean;
 }
 
 /** What `snapshot()` made. */
@@ -174,6 +183,11 @@ export interface SnapshotResult {
   image: string;
   /** Its size, where the backend tells it. */
   sizeBytes?: number;
+  /**
+   * With `live`: what `create()` takes as `restore` to start a sandbox of `image` with the
+   * processes and memory the sandbox had (opaque; `deleteSnapshot(image)` removes it too).
+   */
+  checkpoint?: string;
 }
 
 /** What a provider's gateway relays (its means of `exposeGateway`) hold right now. */
@@ -220,6 +234,12 @@ export interface CreateOptions {
   times?: SandboxTimes;
   /** The pool the sandbox belongs to, written into its labels. */
   pool?: string | null;
+  /**
+   * A live snapshot's `checkpoint` (the `liveFork` capability): the sandbox starts with the
+   * processes and memory it holds, on the snapshot's image (which the spec names). A restore that
+   * fails fails the create, with `SANDBOX_START_FAILED`, and leaves nothing behind.
+   */
+  restore?: string;
 }
 
 export interface ExecOptions {

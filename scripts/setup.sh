@@ -11,7 +11,7 @@
 #      runsc (gVisor) and podman: the isolation tiers the Docker contract also runs under
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
-#   3. a Docker engine (dockerd --bridge=none --iptables=false, when none answers), with gVisor's
+#   3. a Docker engine (dockerd --bridge=none --iptables=false --experimental, when none answers), with gVisor's
 #      runsc registered as a runtime in /etc/docker/daemon.json (3a)
 #   3b. a Podman service on /run/podman/gym-podman.sock for the Podman tier's tests
 #   3c. the cgroup2 mount remounted with favordynmods when the kernel takes it (best effort)
@@ -123,10 +123,12 @@ if ! engine_answers; then
     log "dockerd is running but not answering yet; waiting"
   else
     dockerd_log="${TMPDIR:-/tmp}/gym-dockerd.log"
-    log "starting dockerd --bridge=none --iptables=false (log: $dockerd_log)"
+    log "starting dockerd --bridge=none --iptables=false --experimental (log: $dockerd_log)"
     # No bridge and no iptables: containers get no network of their own (our default anyway),
-    # and nothing in a test can reach an address beyond this machine.
-    nohup dockerd --bridge=none --iptables=false >"$dockerd_log" 2>&1 &
+    # and nothing in a test can reach an address beyond this machine. --experimental turns on
+    # checkpoint and restore, which the Docker provider's live fork under gVisor needs
+    # (docs/snapshots.md); nothing else of ours changes with it.
+    nohup dockerd --bridge=none --iptables=false --experimental >"$dockerd_log" 2>&1 &
   fi
   for _ in $(seq 1 60); do engine_answers && break; sleep 0.5; done
   engine_answers || { log "the Docker engine did not come up; see ${TMPDIR:-/tmp}/gym-dockerd.log"; exit 1; }

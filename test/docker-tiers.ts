@@ -39,15 +39,16 @@ export const TEST_EXEC_HELPER: { execHelperPath?: string } =
 
 /** The declared differences of each tier from runc's. */
 export const TIER_CAPABILITIES: Record<TierName, Partial<ProviderCapabilities>> = {
-  runc: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true },
+  runc: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true, liveFork: false },
   runsc: {
     timeoutKill: 'traced',
     stopProcesses: true,
     gatewayReach: false,
     limitOverrun: 'sandbox',
     keeperKillable: true,
+    liveFork: true,
   },
-  podman: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true },
+  podman: { timeoutKill: 'cgroup', stopProcesses: true, gatewayReach: true, liveFork: false },
 };
 
 function unavailable(name: TierName, docker: Docker, reason: string): DockerTier {

@@ -62,6 +62,11 @@ export const SnapshotInfoSchema = z.object({
   /** The image the sandbox was created from (what an `archive` snapshot is replayed onto). */
   baseImage: z.string(),
   method: SnapshotMethodSchema,
+  /**
+   * It holds memory and processes too (`live`, the `liveFork` capability): a sandbox made from it
+   * starts with the processes its source had running. False for records made before it existed.
+   */
+  live: z.boolean().default(false),
   createdAt: z.string(),
   /** The reaper removes it after this (unless a pool still starts from it: then when the pool goes). */
   expiresAt: z.string(),
@@ -81,6 +86,12 @@ export const SnapshotRequestSchema = z
     image: z.string().min(1).max(512).optional(),
     ttlSeconds: z.number().int().positive().optional(),
     labels: LabelsSchema.optional(),
+    /**
+     * A managed snapshot of memory and processes too (the `liveFork` capability): every sandbox
+     * made from it, a pool's members included, starts with them running. Refused with
+     * `CAPABILITY_UNSUPPORTED` where the provider cannot.
+     */
+    live: z.boolean().optional(),
   })
   .strict();
 /** `image` is what later specs name, exactly as returned; `snapshot` is there for a managed snapshot. */

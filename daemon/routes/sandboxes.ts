@@ -158,16 +158,20 @@ export function registerSandboxRoutes(
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
     const id = sandboxId(request);
     if (body.image !== undefined) {
-      if (body.ttlSeconds !== undefined || body.labels !== undefined)
+      if (body.ttlSeconds !== undefined || body.labels !== undefined || body.live !== undefined)
         throw new GymError(
           'VALIDATION_FAILED',
-          'invalid snapshot request: ttlSeconds and labels are for a managed snapshot (no image); a named image is not reaped',
-          { details: { issues: [{ path: 'image', message: 'not with ttlSeconds or labels' }] } },
+          'invalid snapshot request: ttlSeconds, labels and live are for a managed snapshot (no image); a named image is not reaped',
+          { details: { issues: [{ path: 'image', message: 'not with ttlSeconds, labels or live' }] } },
         );
       // The answer's shape is the API's (`SnapshotResponseSchema`), whatever else the provider tells.
       return { image: (await operations.snapshot(id, body.image)).image };
     }
-    const snapshot = await snapshots.create(id, { ttlSeconds: body.ttlSeconds, labels: body.labels });
+    const snapshot = await snapshots.create(id, {
+      ttlSeconds: body.ttlSeconds,
+      labels: body.labels,
+      live: body.live === true,
+    });
     return { image: snapshot.image, snapshot };
   });
 

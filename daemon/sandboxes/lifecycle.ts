@@ -37,6 +37,8 @@ export interface ResolvedImage {
   image: string;
   /** Makes the new sandbox hold the snapshot's files, before it is recorded and handed out. */
   prepare?: (provider: SandboxProvider, sandboxId: string) => Promise<void>;
+  /** A live snapshot's checkpoint: the provider starts the sandbox with its processes (`CreateOptions.restore`). */
+  restore?: string;
   /** The create is done with the snapshot (made or failed). */
   release(): void;
 }
@@ -288,7 +290,12 @@ export class SandboxLifecycle {
       const times = sandboxTimes(this.#clock, spec.ttlSeconds, this.#config.maxLifetimeSeconds);
       const info = await provider.create(
         { ...spec, provider: providerName, ...(resolved === null ? {} : { image: resolved.image }) },
-        { id, times, pool: membership.pool },
+        {
+          id,
+          times,
+          pool: membership.pool,
+          ...(resolved?.restore === undefined ? {} : { restore: resolved.restore }),
+        },
       );
       if (resolved?.prepare !== undefined) {
         // Before the record: a crash here leaves an unrecorded resource, which reconcile destroys.

@@ -7,7 +7,6 @@
  * All or nothing: if one child cannot be made, the others and the snapshot are removed and the
  * error is thrown.
  */
-import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Sandbox } from '../../core/schemas/api.ts';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
@@ -15,7 +14,7 @@ import { ForkRequestSchema, type SnapshotInfo, snapshotRef } from '../../core/sc
 import { parseOrThrow } from '../../core/validate.ts';
 import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
 import { RESERVED_LABEL_PREFIX, requireUserLabels } from './labels.ts';
-import type { SnapshotService } from './snapshots.ts';
+import { requireLiveFork, type SnapshotService } from './snapshots.ts';
 
 export interface ForkResult {
   snapshot: SnapshotInfo;
@@ -39,18 +38,8 @@ export async function forkSandbox(
   const request = parseOrThrow(ForkRequestSchema, input ?? {}, 'fork request');
   requireUserLabels(request.labels, 'fork request');
   const parent = deps.lifecycle.record(parentId);
-  const provider = deps.lifecycle.provider(parent.provider);
-  if (request.live) {
-    // No call of the provider contract carries processes over yet: a live request is refused
-    // everywhere rather than answered with a files-only fork.
-    throw new GymError(
-      'CAPABILITY_UNSUPPORTED',
-      provider.capabilities.liveFork === true
-        ? `provider ${parent.provider} declares liveFork, but this daemon has no live fork to ask it for; fork without live`
-        : `provider ${parent.provider} cannot carry memory and processes over (no liveFork capability); fork without live for the files alone`,
-      { details: { capability: 'liveFork', provider: parent.provider } },
-    );
-  }
+  // Refused before anything is made: never answered with a files-only fork.
+  if (request.live) requireLiveFork(deps.lifecycle.provider(parent.provider), parent.provider);
   // Checked against the child spec before the snapshot is made, so a bad override costs nothing.
   const childSpec: SandboxSpec = {
     ...parent.spec,
@@ -64,6 +53,7 @@ export async function forkSandbox(
   deps.lifecycle.parseSpec(childSpec);
   const snapshot = await deps.snapshots.create(parentId, {
     ttlSeconds: request.snapshotTtlSeconds,
+    live: request.live,
   });
   const spec = { ...childSpec, image: snapshotRef(snapshot.id) };
   const made = await Promise.allSettled(

@@ -22,7 +22,8 @@ import { SnapshotInfoSchema } from '../../core/schemas/snapshot.ts';
 
 /** Where a snapshot's content lives: the provider's own image, or the daemon's archive file. */
 export const SnapshotSourceSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('native'), image: z.string().min(1) }),
+  /** `checkpoint`: a live snapshot's, which the provider restores at create (`CreateOptions.restore`). */
+  z.object({ kind: z.literal('native'), image: z.string().min(1), checkpoint: z.string().min(1).optional() }),
   z.object({
     kind: z.literal('archive'),
     manifest: z.object({

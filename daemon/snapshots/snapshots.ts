@@ -30,6 +30,8 @@ import type { SnapshotRecord, SnapshotSource, SnapshotStore } from './snapshot-s
 export interface CreateSnapshotOptions {
   ttlSeconds?: number | undefined;
   labels?: Record<string, string> | undefined;
+  /** Memory and processes too (the provider's `liveFork`); a native snapshot with a checkpoint. */
+  live?: boolean | undefined;
 }
 
 export interface SnapshotServiceOptions {
@@ -114,14 +116,17 @@ export class SnapshotService implements SpecImageResolver {
    * else `archive`.
    * @throws GymError `SANDBOX_NOT_FOUND`, `VALIDATION_FAILED` (a `gym.` label),
    *   `CAPACITY_EXCEEDED` (`snapshots.maxCount` kept already), `SNAPSHOT_TOO_LARGE`,
-   *   `CAPABILITY_UNSUPPORTED` (an archive of a sandbox that itself started from an archive snapshot),
-   *   `PROVIDER_ERROR`.
+   *   `CAPABILITY_UNSUPPORTED` (an archive of a sandbox that itself started from an archive
+   *   snapshot; `live` where the provider has no `liveFork`, or its backend refuses one now),
+   *   `SANDBOX_NOT_READY` (`live`: the provider cannot stop the sandbox now), `PROVIDER_ERROR`.
    */
   async create(sandboxId: string, options: CreateSnapshotOptions = {}): Promise<SnapshotInfo> {
     const labels = options.labels ?? {};
     requireUserLabels(labels, 'snapshot labels');
     const sandbox = this.#lifecycle.record(sandboxId);
     const provider = this.#lifecycle.provider(sandbox.provider);
+    const live = options.live === true;
+    if (live) requireLiveFork(provider, sandbox.provider);
     await this.#touch(sandbox);
     const { maxCount, maxBytes } = this.#config.snapshots;
     if (this.#store.size + this.#making.size >= maxCount) {
@@ -148,7 +153,7 @@ export class SnapshotService implements SpecImageResolver {
       const ttlSeconds = options.ttlSeconds ?? this.#config.snapshots.ttlSeconds;
       const { source, sizeBytes } =
         method === 'native'
-          ? await this.#native(provider, sandbox, id, now + ttlSeconds * 1000, maxBytes)
+          ? await this.#native(provider, sandbox, id, now + ttlSeconds * 1000, maxBytes, live)
           : await this.#archive(provider, sandbox, id, maxBytes);
       const info: SnapshotInfo = {
         id,
@@ -157,6 +162,7 @@ export class SnapshotService implements SpecImageResolver {
         sandboxId,
         baseImage: parentSnapshot?.info.baseImage ?? sandbox.spec.image,
         method,
+        live,
         createdAt: new Date(now).toISOString(),
         expiresAt: new Date(now + ttlSeconds * 1000).toISOString(),
         sizeBytes: sizeBytes ?? null,
@@ -171,7 +177,7 @@ export class SnapshotService implements SpecImageResolver {
         });
       }
       this.#logger.info(
-        { snapshotId: id, sandboxId, provider: sandbox.provider, method, sizeBytes },
+        { snapshotId: id, sandboxId, provider: sandbox.provider, method, live, sizeBytes },
         'snapshot made',
       );
       return info;
@@ -192,6 +198,7 @@ export class SnapshotService implements SpecImageResolver {
     id: string,
     expiresAtMs: number,
     maxBytes: number,
+    live: boolean,
   ): Promise<{ source: SnapshotSource; sizeBytes: number | undefined }> {
     // `managedId` and `maxBytes` (the provider contract's managed snapshot): the provider names the
     // image itself, never over one that is not a snapshot, and bounds it; a provider that knows
@@ -205,9 +212,22 @@ export class SnapshotService implements SpecImageResolver {
       },
       managedId: id,
       maxBytes,
+      ...(live ? { live: true } : {}),
     };
     const made = await provider.snapshot!(sandbox.id, options);
-    const source: SnapshotSource = { kind: 'native', image: made.image };
+    const source: SnapshotSource = {
+      kind: 'native',
+      image: made.image,
+      ...(made.checkpoint === undefined ? {} : { checkpoint: made.checkpoint }),
+    };
+    if (live && made.checkpoint === undefined) {
+      await this.#removeContent(source, sandbox.provider).catch(() => {});
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `provider ${sandbox.provider} declares liveFork but its snapshot of ${sandbox.id} holds no checkpoint; it was removed`,
+        { details: { provider: sandbox.provider, capability: 'liveFork' } },
+      );
+    }
     if (made.sizeBytes !== undefined && made.sizeBytes > maxBytes) {
       await this.#removeContent(source, sandbox.provider).catch(() => {});
       throw tooLarge(made.sizeBytes, maxBytes);
@@ -421,7 +441,12 @@ export class SnapshotService implements SpecImageResolver {
       if (left <= 0) this.#inUse.delete(id);
       else this.#inUse.set(id, left);
     };
-    if (record.source.kind === 'native') return { image: record.source.image, release };
+    if (record.source.kind === 'native')
+      return {
+        image: record.source.image,
+        ...(record.source.checkpoint === undefined ? {} : { restore: record.source.checkpoint }),
+        release,
+      };
     const { manifest } = record.source;
     return {
       image: record.info.baseImage,
@@ -429,6 +454,16 @@ export class SnapshotService implements SpecImageResolver {
       release,
     };
   }
+}
+
+/** @throws GymError `CAPABILITY_UNSUPPORTED` where `provider` carries no memory and processes over. */
+export function requireLiveFork(provider: SandboxProvider, providerName: string): void {
+  if (provider.capabilities.liveFork === true && provider.snapshot !== undefined) return;
+  throw new GymError(
+    'CAPABILITY_UNSUPPORTED',
+    `provider ${providerName} cannot carry memory and processes over (no liveFork capability); leave live out for the files alone`,
+    { details: { capability: 'liveFork', provider: providerName } },
+  );
 }
 
 function tooLarge(sizeBytes: number | undefined, maxBytes: number): GymError {

@@ -156,4 +156,62 @@ export function defineSnapshotCases(fixture: SandboxFixture, timeoutMs: number):
         await fixture.options.removeImage?.(image).catch(() => {});
       }
     });
+
+  const declared = fixture.options.capabilities;
+  if (declared?.snapshot !== false && declared?.liveFork !== true)
+    it('live: refused with CAPABILITY_UNSUPPORTED where liveFork is not declared, the source untouched', async () => {
+      const { provider } = fixture;
+      expect(provider.capabilities.liveFork ?? false).toBe(false);
+      const source = await fixture.create();
+      await fixture.exec(source.id, { command: 'echo kept > /srv-live-mark' });
+      const managedId = `snp_${`${fixture.runId}l`.padEnd(16, '0').slice(0, 16)}`;
+      await expectGymError(
+        provider.snapshot!(source.id, { image: '', managedId, live: true }),
+        'CAPABILITY_UNSUPPORTED',
+      );
+      expect((await fixture.exec(source.id, { command: 'cat /srv-live-mark' })).stdout).toBe('kept\n');
+      await fixture.cleanup();
+    });
+
+  // Where declared: memory and processes carried over (a counter whose value lives only in its
+  // shell's memory goes on from it, not from 1), the source's own process carrying on.
+  if (declared?.liveFork === true)
+    it('live: a child restored from a live snapshot runs the source process on from its memory', async () => {
+      const { provider } = fixture;
+      expect(provider.capabilities.liveFork).toBe(true);
+      const count = async (id: string) => {
+        const result = await fixture.exec(id, { command: 'cat /live-count' });
+        expect(result.status).toBe('ok');
+        return Number(result.stdout.trim());
+      };
+      const source = await fixture.create();
+      await fixture.exec(source.id, {
+        command:
+          "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /live-count; sleep 0.05; done' >/dev/null 2>&1 </dev/null &",
+      });
+      const reached = async (id: string, atLeast: number) => {
+        const until = Date.now() + 20_000;
+        while ((await count(id)) < atLeast) {
+          if (Date.now() > until) throw new Error(`sandbox ${id} counted no further than ${atLeast}`);
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      };
+      await reached(source.id, 10);
+      const managedId = `snp_${`${fixture.runId}v`.padEnd(16, '0').slice(0, 16)}`;
+      const made = await provider.snapshot!(source.id, { image: '', managedId, live: true });
+      try {
+        expect(typeof made.checkpoint).toBe('string');
+        const child = await fixture.create({ image: made.image }, { restore: made.checkpoint! });
+        const first = await count(child.id);
+        expect(first).toBeGreaterThanOrEqual(10);
+        await reached(child.id, first + 3);
+        await reached(source.id, (await count(source.id)) + 3);
+        await fixture.exec(child.id, { command: 'echo child > /live-mine' });
+        expect((await fixture.exec(source.id, { command: 'cat /live-mine' })).exitCode).not.toBe(0);
+      } finally {
+        await fixture.cleanup();
+        await provider.deleteSnapshot?.(made.image);
+        await fixture.options.removeImage?.(made.image).catch(() => {});
+      }
+    });
 }

@@ -1,8 +1,9 @@
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import type { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
-import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
+import { type ExecRequest, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
 import { NetworkModeSchema, type SandboxInfo, type SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
@@ -47,6 +48,7 @@ import { EngineTraits } from './engine-kind.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { HostAccessPolicy } from './host-access.ts';
 import { ImageSources } from './image-sources.ts';
+import { HOST_FD_SCAN, LiveForks } from './live-fork.ts';
 import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import {
@@ -65,7 +67,7 @@ import {
   tracedLaunch,
   watchSandboxEnd,
 } from './runtime-tier.ts';
-import { commitSnapshot, deleteSnapshot } from './snapshot.ts';
+import { commitSnapshot, deleteSnapshot, MANAGED_SNAPSHOT_REPOSITORY, splitReference } from './snapshot.ts';
 import { DockerSpecOptionsSchema } from './spec-options.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
 
@@ -115,6 +117,8 @@ export class DockerProvider implements SandboxProvider {
   readonly #tier: RuntimeTier;
   /** Which engine answers (Docker or Podman) and what its creates need. */
   readonly #engine: EngineTraits;
+  /** Live snapshots under gVisor: checkpoints kept, sandboxes stopped for one, commands running. */
+  readonly #live: LiveForks;
 
   constructor(docker: Docker, context: ProviderContext, options: DockerProviderOptions = {}) {
     this.#docker = docker;
@@ -137,6 +141,9 @@ export class DockerProvider implements SandboxProvider {
       );
     }
     const engineSocket = (docker.modem as { socketPath?: unknown } | undefined)?.socketPath;
+    // dockerode keeps a function that finds the default unix socket when none was given.
+    const isEngineLocal = typeof engineSocket === 'string' || typeof engineSocket === 'function';
+    this.#live = new LiveForks(docker, join(context.stateDirectory, 'checkpoints'), context.logger);
     this.#hostAccess = new HostAccessPolicy(
       this.#options,
       typeof engineSocket === 'string' ? engineSocket : this.#options.socketPath,
@@ -144,8 +151,7 @@ export class DockerProvider implements SandboxProvider {
     this.#processes = new ProcessControl(
       detectHostControl({
         helperPath: this.#options.execHelperPath,
-        // dockerode keeps a function that finds the default unix socket when none was given.
-        isEngineLocal: typeof engineSocket === 'string' || typeof engineSocket === 'function',
+        isEngineLocal,
       }),
       context.logger,
     );
@@ -167,6 +173,9 @@ export class DockerProvider implements SandboxProvider {
     this.capabilities = {
       sessions: true,
       snapshot: true,
+      // gVisor's checkpoint (live-fork.ts), started again from a copy in the engine's root
+      // directory: a local engine only. Whether the engine runs with --experimental is asked at use.
+      liveFork: this.#tier.hasGuestKernel && isEngineLocal,
       gpus: this.#options.gpus,
       diskLimit: this.#options.diskQuota,
       // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
@@ -241,6 +250,10 @@ export class DockerProvider implements SandboxProvider {
 
   async create(spec: SandboxSpec, options: CreateOptions = {}): Promise<SandboxInfo> {
     requireSpecCapabilities(this.name, this.capabilities, spec, this.capabilityHints);
+    if (options.restore !== undefined && !this.capabilities.liveFork)
+      throw new GymError('CAPABILITY_UNSUPPORTED', 'this docker provider restores no checkpoint (liveFork)', {
+        details: { provider: this.name, capability: 'liveFork', runtime: this.#tier.runtime },
+      });
     const specOptions = parseOrThrow(
       DockerSpecOptionsSchema,
       spec.providerOptions,
@@ -332,7 +345,8 @@ export class DockerProvider implements SandboxProvider {
     }
 
     try {
-      await container.start();
+      if (options.restore === undefined) await container.start();
+      else await this.#live.restore(container, options.restore);
       this.#oomCounts.start(id);
       if (this.#processes.helperBind !== null) this.#processes.created(id, container.id);
       if (spec.files.length > 0) await writeSeedFiles(container, spec);
@@ -373,16 +387,31 @@ export class DockerProvider implements SandboxProvider {
     };
   }
 
-  get(id: string): Promise<SandboxInfo> {
+  async get(id: string): Promise<SandboxInfo> {
+    await this.#live.whenOpen(id);
     return this.#listing.get(id);
   }
 
-  /** One listing call: the engine answers whole or not at all, and then it is the one unreachable scope. */
-  list(filter: ListFilter = {}): Promise<SandboxListing> {
-    return this.#listing.list(filter);
+  /**
+   * One listing call: the engine answers whole or not at all, and then it is the one unreachable
+   * scope. A sandbox stopped for its live snapshot's checkpoint is shown ready: it runs again in
+   * a moment, and a reconcile must not take the stop for a death.
+   */
+  async list(filter: ListFilter = {}): Promise<SandboxListing> {
+    const listing = await this.#listing.list(filter);
+    return {
+      ...listing,
+      sandboxes: listing.sandboxes.map((info) =>
+        this.#live.isClosed(info.id) ? { ...info, state: 'ready' as const } : info,
+      ),
+    };
   }
 
-  async exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+  exec(id: string, request: ExecRequest, options: ExecOptions = {}): Promise<ExecResult> {
+    return this.#live.running(id, () => this.#execOpen(id, request, options));
+  }
+
+  async #execOpen(id: string, request: ExecRequest, options: ExecOptions): Promise<ExecResult> {
     // Under gVisor an exec's stream outlives its sandbox: the sandbox's end is watched instead.
     if (this.#tier.hasGuestKernel)
       return watchSandboxEnd(this.#docker.getContainer(this.containerName(id)), options, (watched) =>
@@ -460,19 +489,28 @@ export class DockerProvider implements SandboxProvider {
     return this.#tier.hasGuestKernel && this.#processes.helperBind !== null ? EXEC_HELPER_MOUNT : null;
   }
 
-  writeFile(id: string, path: string, content: FileContent, options: WriteFileOptions = {}): Promise<void> {
+  async writeFile(
+    id: string,
+    path: string,
+    content: FileContent,
+    options: WriteFileOptions = {},
+  ): Promise<void> {
+    await this.#live.whenOpen(id);
     return this.#files.writeFile(id, path, content, options);
   }
 
-  readFile(id: string, path: string): Promise<Readable> {
+  async readFile(id: string, path: string): Promise<Readable> {
+    await this.#live.whenOpen(id);
     return this.#files.readFile(id, path);
   }
 
-  writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+    await this.#live.whenOpen(id);
     return this.#files.writeArchive(id, directory, archive);
   }
 
-  readArchive(id: string, directory: string): Promise<Readable> {
+  async readArchive(id: string, directory: string): Promise<Readable> {
+    await this.#live.whenOpen(id);
     return this.#files.readArchive(id, directory);
   }
 
@@ -538,6 +576,7 @@ export class DockerProvider implements SandboxProvider {
         },
       );
     }
+    await this.#live.whenOpen(id);
     const container = this.#docker.getContainer(this.containerName(id));
     this.#sessions.close(id);
     try {
@@ -559,13 +598,44 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
-  snapshot(id: string, options: SnapshotOptions): Promise<SnapshotResult> {
+  async snapshot(id: string, options: SnapshotOptions): Promise<SnapshotResult> {
     const name = this.containerName(id);
-    return commitSnapshot(this.#docker, name, this.#hostAccess, this.#context.namespace, id, options);
+    const commit = () =>
+      commitSnapshot(this.#docker, name, this.#hostAccess, this.#context.namespace, id, options);
+    if (options.live !== true) {
+      await this.#live.whenOpen(id);
+      return commit();
+    }
+    if (!this.capabilities.liveFork || options.managedId === undefined)
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        this.capabilities.liveFork
+          ? 'a live snapshot is a managed one only (the daemon names it)'
+          : `this docker provider cannot carry processes over: ${this.#tier.hasGuestKernel ? 'its engine is not on this host' : `runtime ${this.#tier.runtime} has no checkpoint here (gVisor's runsc has)`}`,
+        { details: { provider: this.name, capability: 'liveFork', runtime: this.#tier.runtime } },
+      );
+    // A session's shell holds its exec's stream, which gVisor cannot restore: sessions end here.
+    this.#sessions.close(id);
+    const container = this.#docker.getContainer(name);
+    const scan = parseOrThrow(
+      ExecRequestSchema,
+      { command: HOST_FD_SCAN, user: '0', timeoutMs: 30_000 },
+      'scan',
+    );
+    return this.#live.snapshot(id, container, options.managedId, {
+      scan: () => this.#exec(id, scan, {}),
+      commit,
+      removeImage: (image) => deleteSnapshot(this.#docker, this.#context.namespace, image),
+      // The container has a new cgroup, whose OOM count starts at 0.
+      restarted: () => this.#oomCounts.start(id),
+    });
   }
 
-  deleteSnapshot(image: string): Promise<void> {
-    return deleteSnapshot(this.#docker, this.#context.namespace, image);
+  async deleteSnapshot(image: string): Promise<void> {
+    await deleteSnapshot(this.#docker, this.#context.namespace, image);
+    // A live snapshot's checkpoint is named as its image's tag (the snapshot id).
+    if (image.startsWith(`${MANAGED_SNAPSHOT_REPOSITORY}/`))
+      await this.#live.remove(splitReference(image).tag);
   }
 
   prepareImage(source: ImageSource): Promise<void> {

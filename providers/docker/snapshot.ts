@@ -43,7 +43,7 @@ export function managedSnapshotImage(namespace: string, snapshotId: string): str
   return `${MANAGED_SNAPSHOT_REPOSITORY}/${repo}:${tag}`;
 }
 
-function splitReference(image: string): { repo: string; tag: string } {
+export function splitReference(image: string): { repo: string; tag: string } {
   const separator = image.lastIndexOf(':');
   const hasTag = separator > image.lastIndexOf('/');
   return hasTag

@@ -161,12 +161,16 @@ def snapshot(sandbox_id: str, image: str) -> Call:
     return Call("POST", _sandbox(sandbox_id, "/snapshot"), json_body={"image": image}, has_json=True)
 
 
-def create_snapshot(sandbox_id: str, ttl_seconds: int | None, labels: Mapping[str, str] | None) -> Call:
+def create_snapshot(
+    sandbox_id: str, ttl_seconds: int | None, labels: Mapping[str, str] | None, live: bool = False
+) -> Call:
     request: dict[str, Any] = {}
     if ttl_seconds is not None:
         request["ttlSeconds"] = ttl_seconds
     if labels is not None:
         request["labels"] = dict(labels)
+    if live:
+        request["live"] = True
     return Call("POST", _sandbox(sandbox_id, "/snapshot"), json_body=request, has_json=True)
 
 

@@ -272,9 +272,14 @@ class AsyncGymClient:
         return str((await self._json(calls.snapshot(sandbox_id, image)))["image"])
 
     async def create_snapshot(
-        self, sandbox_id: str, *, ttl_seconds: int | None = None, labels: Mapping[str, str] | None = None
+        self,
+        sandbox_id: str,
+        *,
+        ttl_seconds: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        live: bool = False,
     ) -> SnapshotInfo:
-        answer = await self._json(calls.create_snapshot(sandbox_id, ttl_seconds, labels))
+        answer = await self._json(calls.create_snapshot(sandbox_id, ttl_seconds, labels, live))
         return cast(SnapshotInfo, answer["snapshot"])
 
     async def fork(

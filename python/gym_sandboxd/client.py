@@ -289,10 +289,19 @@ class GymClient:
         return str(self._json(calls.snapshot(sandbox_id, image))["image"])
 
     def create_snapshot(
-        self, sandbox_id: str, *, ttl_seconds: int | None = None, labels: Mapping[str, str] | None = None
+        self,
+        sandbox_id: str,
+        *,
+        ttl_seconds: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        live: bool = False,
     ) -> SnapshotInfo:
-        """A managed snapshot of the sandbox's files (reaped after its TTL); a spec starts from it by naming its ``image`` (``snapshot:<id>``)."""
-        return cast(SnapshotInfo, self._json(calls.create_snapshot(sandbox_id, ttl_seconds, labels))["snapshot"])
+        """A managed snapshot of the sandbox's files (reaped after its TTL); a spec starts from it by naming its ``image`` (``snapshot:<id>``).
+
+        ``live``: its memory and processes too, where the provider declares ``liveFork``
+        (``CAPABILITY_UNSUPPORTED`` elsewhere); every sandbox made from it starts with them running.
+        """
+        return cast(SnapshotInfo, self._json(calls.create_snapshot(sandbox_id, ttl_seconds, labels, live))["snapshot"])
 
     def fork(
         self,

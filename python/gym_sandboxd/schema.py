@@ -239,6 +239,7 @@ class SnapshotRequest(TypedDict):
     image: NotRequired[str]
     ttlSeconds: NotRequired[int]
     labels: NotRequired[dict[str, str]]
+    live: NotRequired[bool]
 
 
 class SnapshotResultSnapshot(TypedDict):
@@ -248,6 +249,7 @@ class SnapshotResultSnapshot(TypedDict):
     sandboxId: str
     baseImage: str
     method: Literal["native", "archive"]
+    live: bool
     createdAt: str
     expiresAt: str
     sizeBytes: int | None

@@ -1,0 +1,237 @@
+/**
+ * Live snapshots on Docker under gVisor (live-fork.ts): children carry the parent's running
+ * processes and their memory, the parent carries on, and what cannot be restored is refused
+ * before the parent is touched. Needs the runsc tier and an engine started with --experimental
+ * (scripts/setup.sh); in CI a missing one fails instead of skipping.
+ */
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { GymClient } from '../../client/client.ts';
+import { GymError } from '../../core/errors.ts';
+import { ExecRequestSchema } from '../../core/schemas/exec.ts';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import { parseOrThrow } from '../../core/validate.ts';
+import { startTestDaemon } from '../../test/daemon-harness.ts';
+import { dockerTestEnvironment, isDockerRequired, testImage } from '../../test/docker-available.ts';
+import { dockerTier } from '../../test/docker-tiers.ts';
+import { testContext } from '../../test/fixtures/provider-context.ts';
+import { waitFor } from '../../test/wait-for.ts';
+import { DockerProvider } from './docker-provider.ts';
+
+const { docker, skipReason: engineSkip } = await dockerTestEnvironment();
+const gvisor = engineSkip === undefined ? await dockerTier('runsc') : undefined;
+const experimental =
+  engineSkip === undefined && gvisor?.skipReason === undefined
+    ? ((await docker.info()) as { ExperimentalBuild?: boolean }).ExperimentalBuild === true
+    : false;
+const skipReason =
+  engineSkip ??
+  gvisor?.skipReason ??
+  (experimental
+    ? undefined
+    : 'the Docker engine runs without --experimental (scripts/setup.sh starts it so)');
+if (skipReason !== undefined && isDockerRequired)
+  throw new Error(`GYM_REQUIRE_DOCKER=1 but live fork cannot be tried: ${skipReason}`);
+const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+
+const stateDirectory = await mkdtemp(join(tmpdir(), 'gym-live-fork-'));
+afterAll(() => rm(stateDirectory, { recursive: true, force: true }));
+
+const run = (provider: DockerProvider, id: string, command: string) =>
+  provider.exec(id, parseOrThrow(ExecRequestSchema, { command }, 'exec'));
+
+/** A counter whose value lives in the shell's memory; the file only shows it. */
+const COUNTER =
+  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /count; sleep 0.05; done' >/dev/null 2>&1 </dev/null &";
+
+async function count(provider: DockerProvider, id: string): Promise<number> {
+  const result = await run(provider, id, 'cat /count');
+  expect(result.status).toBe('ok');
+  return Number(result.stdout.trim());
+}
+
+describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () => {
+  const provider =
+    skipReason === undefined
+      ? new DockerProvider(gvisor!.docker, testContext({ stateDirectory }), gvisor!.providerOptions)
+      : (undefined as unknown as DockerProvider);
+  const spec = () => parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec');
+  afterAll(() => provider?.close());
+
+  it('declares liveFork only under gVisor', () => {
+    expect(provider.capabilities.liveFork).toBe(true);
+    expect(new DockerProvider(docker, testContext()).capabilities.liveFork).toBe(false);
+  });
+
+  it('starts children with the parent running process and its memory; the parent carries on', {
+    timeout: 120_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    const children: string[] = [];
+    try {
+      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
+      await waitFor('the counter at 10', async () => (await count(provider, parent.id)) >= 10, 20_000);
+      const made = await provider.snapshot(parent.id, {
+        image: '',
+        managedId: 'snp_livetest0000001',
+        live: true,
+      });
+      expect(made.checkpoint).toBe('snp_livetest0000001');
+      const atFork = await count(provider, parent.id);
+      for (let index = 0; index < 2; index += 1)
+        children.push(
+          (await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id,
+        );
+      for (const child of children) {
+        // The counter went on from the value it held in memory, not from 1: its process was carried over.
+        const first = await count(provider, child);
+        expect(first).toBeGreaterThanOrEqual(10);
+        expect(first).toBeLessThan(atFork + 40);
+        await waitFor('the child counting on', async () => (await count(provider, child)) > first, 20_000);
+      }
+      // The parent kept its own process, which goes on counting.
+      const parentNow = await count(provider, parent.id);
+      await waitFor(
+        'the parent counting on',
+        async () => (await count(provider, parent.id)) > parentNow,
+        20_000,
+      );
+      // After the fork each is its own sandbox.
+      expect((await run(provider, children[0]!, 'echo child0 > /mine')).status).toBe('ok');
+      expect((await run(provider, parent.id, 'cat /mine')).exitCode).not.toBe(0);
+      expect((await run(provider, children[1]!, 'cat /mine')).exitCode).not.toBe(0);
+      expect(await readdir(join(stateDirectory, 'checkpoints'))).toContain('snp_livetest0000001');
+      await provider.deleteSnapshot(made.image);
+      expect(await readdir(join(stateDirectory, 'checkpoints'))).not.toContain('snp_livetest0000001');
+      await expect(gvisor!.docker.getImage(made.image).inspect()).rejects.toMatchObject({ statusCode: 404 });
+    } finally {
+      for (const child of children) await provider.destroy(child).catch(() => {});
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('refuses, before the parent is stopped, a process holding the stream of an ended command', {
+    timeout: 90_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    try {
+      expect((await run(provider, parent.id, 'sleep 1000 & echo started')).stdout).toBe('started\n');
+      const pidBefore = (await run(provider, parent.id, 'pgrep -x sleep || pidof sleep')).stdout;
+      const error = (await provider
+        .snapshot(parent.id, { image: '', managedId: 'snp_livetest0000002', live: true })
+        .catch((caught: unknown) => caught)) as GymError;
+      expect(error).toBeInstanceOf(GymError);
+      expect(error.code).toBe('SANDBOX_NOT_READY');
+      expect(error.message).toMatch(/sleep/);
+      // Untouched: the same process runs, and nothing of the snapshot was kept.
+      expect((await run(provider, parent.id, 'pgrep -x sleep || pidof sleep')).stdout).toBe(pidBefore);
+      await expect(
+        gvisor!.docker.getImage('gym-snapshot/test:snp_livetest0000002').inspect(),
+      ).rejects.toMatchObject({ statusCode: 404 });
+    } finally {
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('ends the parent sessions for the checkpoint; the next session command opens a fresh shell', {
+    timeout: 90_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    const children: string[] = [];
+    try {
+      const inSession = (command: string) =>
+        provider.exec(parent.id, parseOrThrow(ExecRequestSchema, { command, session: 'main' }, 'exec'));
+      expect((await inSession('export MARK=in-shell; echo $MARK')).stdout).toBe('in-shell\n');
+      const made = await provider.snapshot(parent.id, { image: '', managedId: 'snp_livetest0000005', live: true });
+      children.push((await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id);
+      // A new shell: the old one's variable is gone, and the session works.
+      expect((await inSession('echo "[${MARK:-}]"')).stdout).toBe('[]\n');
+      expect((await run(provider, children[0]!, 'echo child')).stdout).toBe('child\n');
+      await provider.deleteSnapshot(made.image);
+    } finally {
+      for (const child of children) await provider.destroy(child).catch(() => {});
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('refuses while a command runs in the parent, and says to retry', { timeout: 90_000 }, async () => {
+    const parent = await provider.create(spec());
+    try {
+      const running = run(provider, parent.id, 'sleep 2; echo done');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const error = (await provider
+        .snapshot(parent.id, { image: '', managedId: 'snp_livetest0000003', live: true })
+        .catch((caught: unknown) => caught)) as GymError;
+      expect(error).toBeInstanceOf(GymError);
+      expect(error.code).toBe('SANDBOX_NOT_READY');
+      expect(error.details).toMatchObject({ retryable: true, running: 1 });
+      expect((await running).stdout).toBe('done\n');
+    } finally {
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('refuses a live snapshot under runc with CAPABILITY_UNSUPPORTED', { timeout: 60_000 }, async () => {
+    const runc = new DockerProvider(docker, testContext({ stateDirectory }));
+    const parent = await runc.create(spec());
+    try {
+      await expect(
+        runc.snapshot(parent.id, { image: '', managedId: 'snp_livetest0000004', live: true }),
+      ).rejects.toMatchObject({ code: 'CAPABILITY_UNSUPPORTED' });
+    } finally {
+      await runc.destroy(parent.id);
+      await runc.close();
+    }
+  });
+});
+
+describe.skipIf(skipReason !== undefined)('live fork through the daemon, Docker under gVisor', () => {
+  it('forks two live children with lineage, and a pool of a live snapshot hands out running copies', {
+    timeout: 180_000,
+  }, async () => {
+    const daemon = await startTestDaemon(
+      {
+        namespace: `live-${Math.random().toString(36).slice(2, 8)}`,
+        providers: [{ name: 'docker', options: { ...gvisor!.providerOptions } }],
+      },
+      { listen: true },
+    );
+    const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+    const counted = async (id: string) =>
+      Number((await client.exec(id, { command: 'cat /count' })).stdout.trim());
+    try {
+      const parent = await client.createSandbox({ image: busybox });
+      await client.exec(parent.id, { command: COUNTER });
+      await waitFor('the counter at 10', async () => (await counted(parent.id)) >= 10, 20_000);
+      const forked = await client.fork(parent.id, { count: 2, live: true, labels: { group: 'live' } });
+      expect(forked.snapshot).toMatchObject({ method: 'native', live: true, sandboxId: parent.id });
+      for (const [forkIndex, child] of forked.sandboxes.entries()) {
+        expect((await client.getSandbox(child.id)).lineage).toEqual({
+          parent: parent.id,
+          snapshot: forked.snapshot.id,
+          forkIndex,
+        });
+        const first = await counted(child.id);
+        expect(first).toBeGreaterThanOrEqual(10);
+        await waitFor('a child counting on', async () => (await counted(child.id)) > first, 20_000);
+      }
+      const parentNow = await counted(parent.id);
+      await waitFor('the parent counting on', async () => (await counted(parent.id)) > parentNow, 20_000);
+      expect((await client.getSandbox(parent.id)).state).toBe('ready');
+
+      // A live snapshot as a pool's image: each member starts with the counter running.
+      const snapshot = await client.createSnapshot(parent.id, { live: true });
+      expect(snapshot.live).toBe(true);
+      await client.definePool('live-warm', { spec: { image: snapshot.image }, minIdle: 1 });
+      const member = await client.createSandbox({ pool: 'live-warm' });
+      const memberFirst = await counted(member.id);
+      expect(memberFirst).toBeGreaterThanOrEqual(10);
+      await waitFor('the member counting on', async () => (await counted(member.id)) > memberFirst, 20_000);
+    } finally {
+      await daemon.stop({ destroy: true });
+      await rm(daemon.stateDir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,404 @@
+/**
+ * Live snapshots on Docker under gVisor (`liveFork`, docs/snapshots.md): the guest kernel's
+ * checkpoint holds the sandbox's memory and processes; the commit of the stopped container holds
+ * its files. Children are created from the commit and started from a copy of the checkpoint.
+ *
+ * What the engine and runsc do, measured on this machine (Docker 20.10, Debian's runsc, ptrace):
+ * - `docker checkpoint` needs the engine started with `--experimental`; `--leave-running` fails
+ *   under runsc and ends the container, so the checkpoint stops the parent, which then starts
+ *   again from its own checkpoint (its processes carry on where they were).
+ * - A start names a checkpoint only in the container's own `checkpoints/` folder under the
+ *   engine's root directory (`--checkpoint-dir` is refused), so the daemon copies it there: it
+ *   must run on the engine's host.
+ * - A process holding a host file descriptor (the output stream of an exec that has ended, as
+ *   `cmd &` without a redirect leaves) checkpoints, but its restore fails: the parent could not
+ *   come back. Such processes are looked for first, and the snapshot is refused before the
+ *   parent is touched.
+ *
+ * - runsc 20221219 (Debian's) leaves its state of a container that had itself been started from
+ *   a checkpoint behind when that container is checkpointed again: marked paused, its sandbox
+ *   process gone. The next start of the container is then refused ("id already in use"), so a
+ *   parent could be forked live only once. After each checkpoint such a stale state (its
+ *   sandbox's and gofer's processes both gone) is removed (`clearStaleRuntimeState`); with a
+ *   runsc that cleans up after itself there is none to remove.
+ *
+ * While a parent is stopped for its checkpoint (well under a second) its operations wait at the
+ * gate (`whenOpen`), and the listing shows it ready, so no reconcile takes the stop for a death.
+ * A live snapshot is refused while a command runs in the sandbox: its stream would break.
+ */
+import { cp, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type Docker from 'dockerode';
+import { GymError } from '../../core/errors.ts';
+import type { Logger } from '../../core/logger.ts';
+import type { ExecResult } from '../../core/schemas/exec.ts';
+import type { SnapshotResult } from '../sandbox-provider.ts';
+import { wrapDockerError } from './docker-errors.ts';
+
+/**
+ * Lists `pid comm` of every process but the keeper and this script's own chain that holds a
+ * host file descriptor (gVisor shows one as `host:[N]`), one a line.
+ */
+export const HOST_FD_SCAN = [
+  'skip=" 1 "; p=$$',
+  'while [ -n "$p" ] && [ "$p" -gt 1 ]; do skip="$skip$p "; p=$(sed -n "s/^PPid:[[:space:]]*//p" /proc/$p/status 2>/dev/null); done',
+  'for d in /proc/[0-9]*; do',
+  '  pid=${d#/proc/}',
+  '  case "$skip" in *" $pid "*) continue ;; esac',
+  '  for f in "$d"/fd/*; do',
+  '    l=$(readlink "$f" 2>/dev/null) || continue',
+  '    case "$l" in host:*) echo "$pid $(cat "$d/comm" 2>/dev/null)"; break ;; esac',
+  '  done',
+  'done',
+].join('\n');
+
+/** Where runsc keeps its state of the engine's containers (dockerd's exec root, the shim's runtime root, the engine's namespace). */
+export const RUNSC_STATE_ROOT = '/run/docker/runtime-runc/moby';
+
+function isAlive(pid: unknown): boolean {
+  if (typeof pid !== 'number' || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes runsc's state of container `containerId` when it is stale: the container was just
+ * checkpointed (so nothing of it runs) and neither the sandbox's nor the gofer's process is
+ * alive. Returns whether it removed one.
+ */
+export async function clearStaleRuntimeState(stateRoot: string, containerId: string): Promise<boolean> {
+  if (!/^[0-9a-f]{64}$/.test(containerId)) return false;
+  const base = join(stateRoot, `${containerId}_sandbox:${containerId}`);
+  let state: { sandbox?: { pid?: unknown }; goferPid?: unknown };
+  try {
+    state = JSON.parse(await readFile(`${base}.state`, 'utf8')) as typeof state;
+  } catch {
+    return false;
+  }
+  if (isAlive(state.sandbox?.pid) || isAlive(state.goferPid)) return false;
+  await rm(`${base}.state`, { force: true });
+  await rm(`${base}.lock`, { force: true });
+  return true;
+}
+
+/** How long the scan is retried while it finds holders (a session shell that was just closed exits). */
+const SCAN_SETTLE_MS = 2_000;
+
+export interface LiveSnapshotSteps {
+  /** Runs `HOST_FD_SCAN` in the sandbox, past the gate. */
+  scan(): Promise<ExecResult>;
+  /** Commits the stopped container (the snapshot's files). */
+  commit(): Promise<SnapshotResult>;
+  /** Removes the commit again when a later step fails. */
+  removeImage(image: string): Promise<void>;
+  /** The container runs again (from its checkpoint or not): what starts anew with it. */
+  restarted(): void;
+}
+
+/** The engine's checkpoint calls, which dockerode makes but does not type. */
+interface CheckpointCalls {
+  createCheckpoint(options: { CheckpointID: string; Exit: boolean }): Promise<unknown>;
+  deleteCheckpoint(name: string): Promise<unknown>;
+  start(options: { _query: { checkpoint: string }; _body: Record<string, never> }): Promise<unknown>;
+}
+
+function checkpoints(container: Docker.Container): CheckpointCalls {
+  return container as unknown as CheckpointCalls;
+}
+
+async function directoryBytes(path: string): Promise<number> {
+  let total = 0;
+  for (const entry of await readdir(path, { withFileTypes: true })) {
+    const child = join(path, entry.name);
+    if (entry.isDirectory()) total += await directoryBytes(child);
+    else if (entry.isFile()) total += (await stat(child)).size;
+  }
+  return total;
+}
+
+export class LiveForks {
+  readonly #docker: Docker;
+  /** The checkpoints kept for live snapshots, a folder each named by its checkpoint. */
+  readonly #store: string;
+  readonly #logger: Logger;
+  /** Sandboxes stopped for their checkpoint: operations wait for the promise. */
+  readonly #closed = new Map<string, Promise<void>>();
+  /** Commands running per sandbox. */
+  readonly #running = new Map<string, number>();
+  /**
+   * The last start from each kept checkpoint: starts from one checkpoint go one at a time. The
+   * engine uploads the checkpoint to containerd on each start, and two uploads of the same
+   * content at once fail the second ("content ... already exists"); one after the other both work.
+   */
+  readonly #starts = new Map<string, Promise<void>>();
+  #rootDirectory: Promise<string> | undefined;
+
+  /** runsc's state directory of the engine's containers (`RUNSC_STATE_ROOT` unless a test says). */
+  readonly #stateRoot: string;
+
+  constructor(docker: Docker, store: string, logger: Logger, stateRoot = RUNSC_STATE_ROOT) {
+    this.#docker = docker;
+    this.#store = store;
+    this.#logger = logger;
+    this.#stateRoot = stateRoot;
+  }
+
+  /** Why a live snapshot cannot be made on this engine, or null. */
+  async unavailable(): Promise<string | null> {
+    let info: { ExperimentalBuild?: boolean; DockerRootDir?: string };
+    try {
+      info = await this.#docker.info();
+    } catch (error) {
+      return wrapDockerError(error, { operation: 'info' }).message;
+    }
+    if (info.ExperimentalBuild !== true)
+      return 'the Docker engine runs without --experimental, which checkpoints need (scripts/setup.sh starts it so)';
+    const root = info.DockerRootDir ?? '/var/lib/docker';
+    const isLocal = await stat(join(root, 'containers')).then(
+      (found) => found.isDirectory(),
+      () => false,
+    );
+    if (!isLocal)
+      return `the engine's root directory ${root} is not on this host: a checkpoint is started from a copy the daemon puts there`;
+    this.#rootDirectory = Promise.resolve(root);
+    return null;
+  }
+
+  isClosed(id: string): boolean {
+    return this.#closed.has(id);
+  }
+
+  /** Resolves when sandbox `id` is not stopped for a checkpoint. */
+  whenOpen(id: string): Promise<void> {
+    return this.#closed.get(id) ?? Promise.resolve();
+  }
+
+  /** Runs a command's call past the gate, counted, so a live snapshot sees it running. */
+  async running<T>(id: string, call: () => Promise<T>): Promise<T> {
+    await this.whenOpen(id);
+    this.#running.set(id, (this.#running.get(id) ?? 0) + 1);
+    try {
+      return await call();
+    } finally {
+      const left = (this.#running.get(id) ?? 1) - 1;
+      if (left <= 0) this.#running.delete(id);
+      else this.#running.set(id, left);
+    }
+  }
+
+  /**
+   * Checkpoints container `container` of sandbox `id` as `name`, commits it, keeps a copy of the
+   * checkpoint, and starts the container again from it.
+   * @throws GymError `CAPABILITY_UNSUPPORTED` (the engine cannot), `SANDBOX_NOT_READY` (a command
+   *   runs, or a process holds a stream of one that ended; nothing was touched), what the commit
+   *   throws (the container runs again first), `PROVIDER_ERROR`.
+   */
+  async snapshot(
+    id: string,
+    container: Docker.Container,
+    name: string,
+    steps: LiveSnapshotSteps,
+  ): Promise<SnapshotResult> {
+    const reason = await this.unavailable();
+    if (reason !== null)
+      throw new GymError('CAPABILITY_UNSUPPORTED', `no live snapshot of sandbox ${id}: ${reason}`, {
+        details: { capability: 'liveFork', sandboxId: id, reason },
+      });
+    await this.whenOpen(id);
+    let open: () => void = () => {};
+    this.#closed.set(
+      id,
+      new Promise<void>((resolve) => {
+        open = resolve;
+      }),
+    );
+    try {
+      const running = this.#running.get(id) ?? 0;
+      if (running > 0)
+        throw new GymError(
+          'SANDBOX_NOT_READY',
+          `sandbox ${id} has ${running} command(s) running; a live snapshot stops the sandbox for a moment and would break their streams: retry when they end`,
+          { details: { sandboxId: id, running, retryable: true } },
+        );
+      await this.#requireNoHostStreams(id, steps);
+      return await this.#checkpointed(id, container, name, steps);
+    } finally {
+      this.#closed.delete(id);
+      open();
+    }
+  }
+
+  async #requireNoHostStreams(id: string, steps: LiveSnapshotSteps): Promise<void> {
+    const deadline = Date.now() + SCAN_SETTLE_MS;
+    for (;;) {
+      const scan = await steps.scan();
+      if (scan.status !== 'ok' || scan.exitCode !== 0)
+        throw new GymError(
+          'PROVIDER_ERROR',
+          `could not look for processes that block a live snapshot of sandbox ${id}: ${scan.status}, exit ${scan.exitCode}: ${scan.stderr.slice(0, 500)}`,
+          { details: { sandboxId: id } },
+        );
+      const holders = scan.stdout.split('\n').filter((line) => line.trim() !== '');
+      if (holders.length === 0) return;
+      if (Date.now() >= deadline)
+        throw new GymError(
+          'SANDBOX_NOT_READY',
+          `sandbox ${id} cannot be snapshotted live: process(es) ${holders.join(', ')} hold the output of a command that has ended, which gVisor cannot restore; start background processes with their output redirected (cmd >file 2>&1 </dev/null &) or stop them`,
+          { details: { sandboxId: id, processes: holders, retryable: false } },
+        );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
+  async #checkpointed(
+    id: string,
+    container: Docker.Container,
+    name: string,
+    steps: LiveSnapshotSteps,
+  ): Promise<SnapshotResult> {
+    const root = await this.#root();
+    const containerId = (await container.inspect()).Id;
+    const source = join(root, 'containers', containerId, 'checkpoints', name);
+    const kept = join(this.#store, name);
+    try {
+      await checkpoints(container).createCheckpoint({ CheckpointID: name, Exit: true });
+    } catch (error) {
+      await this.#clearStale(id, containerId);
+      await this.#startPlain(id, container, steps);
+      throw wrapDockerError(error, { operation: 'checkpoint', sandboxId: id });
+    }
+    await this.#clearStale(id, containerId);
+    let made: SnapshotResult;
+    try {
+      made = await steps.commit();
+    } catch (error) {
+      await this.#restart(id, container, name, steps);
+      throw error;
+    }
+    try {
+      await mkdir(this.#store, { recursive: true, mode: 0o700 });
+      await rm(kept, { recursive: true, force: true });
+      await cp(source, kept, { recursive: true, preserveTimestamps: true });
+      const bytes = await directoryBytes(kept);
+      await this.#restart(id, container, name, steps);
+      return { ...made, sizeBytes: (made.sizeBytes ?? 0) + bytes, checkpoint: name };
+    } catch (error) {
+      await rm(kept, { recursive: true, force: true }).catch(() => {});
+      await steps.removeImage(made.image).catch(() => {});
+      if (!(await this.#isRunning(container))) await this.#startPlain(id, container, steps);
+      throw error instanceof GymError
+        ? error
+        : new GymError('PROVIDER_ERROR', `live snapshot of sandbox ${id} failed: ${String(error)}`, {
+            details: { sandboxId: id },
+            cause: error,
+          });
+    }
+  }
+
+  async #clearStale(id: string, containerId: string): Promise<void> {
+    if (await clearStaleRuntimeState(this.#stateRoot, containerId).catch(() => false))
+      this.#logger.debug({ sandboxId: id }, "removed runsc's stale state of a checkpointed sandbox");
+  }
+
+  /** Starts the parent from its own checkpoint and drops that checkpoint. */
+  async #restart(id: string, container: Docker.Container, name: string, steps: LiveSnapshotSteps) {
+    try {
+      await checkpoints(container).start({ _query: { checkpoint: name }, _body: {} });
+    } catch (error) {
+      await this.#startPlain(id, container, steps);
+      throw new GymError(
+        'PROVIDER_ERROR',
+        `sandbox ${id} could not resume from its checkpoint and was started again without its processes: ${wrapDockerError(error, { operation: 'restore', sandboxId: id }).message}`,
+        { details: { sandboxId: id, processesLost: true }, cause: error },
+      );
+    } finally {
+      await checkpoints(container)
+        .deleteCheckpoint(name)
+        .catch(() => {});
+    }
+    steps.restarted();
+  }
+
+  /** The last resort for a parent that did not come back: its files, a fresh keeper. */
+  async #startPlain(id: string, container: Docker.Container, steps: LiveSnapshotSteps): Promise<void> {
+    if (await this.#isRunning(container)) return;
+    try {
+      await container.start();
+      steps.restarted();
+      this.#logger.warn(
+        { sandboxId: id },
+        'live snapshot failed; the sandbox was started without its processes',
+      );
+    } catch (error) {
+      this.#logger.warn(
+        { sandboxId: id, error: String(error) },
+        'live snapshot failed and the sandbox could not be started again; it will be found dead',
+      );
+    }
+  }
+
+  async #isRunning(container: Docker.Container): Promise<boolean> {
+    return container.inspect().then(
+      (info) => info.State.Running,
+      () => false,
+    );
+  }
+
+  async #root(): Promise<string> {
+    this.#rootDirectory ??= this.#docker
+      .info()
+      .then((info: { DockerRootDir?: string }) => info.DockerRootDir ?? '/var/lib/docker');
+    return this.#rootDirectory;
+  }
+
+  /**
+   * Starts the created container `container` from kept checkpoint `name`.
+   * @throws what the engine throws (the caller removes the container).
+   */
+  async restore(container: Docker.Container, name: string): Promise<void> {
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name))
+      throw new GymError('VALIDATION_FAILED', `${name} is not a checkpoint this provider made`);
+    const kept = join(this.#store, name);
+    if (
+      !(await stat(kept).then(
+        (found) => found.isDirectory(),
+        () => false,
+      ))
+    )
+      throw new GymError('SNAPSHOT_NOT_FOUND', `the checkpoint of live snapshot ${name} is gone`, {
+        details: { checkpoint: name },
+      });
+    const containerId = (await container.inspect()).Id;
+    const target = join(await this.#root(), 'containers', containerId, 'checkpoints', name);
+    await mkdir(join(target, '..'), { recursive: true, mode: 0o700 });
+    await cp(kept, target, { recursive: true, preserveTimestamps: true });
+    const before = this.#starts.get(name) ?? Promise.resolve();
+    const start = before.then(() =>
+      checkpoints(container).start({ _query: { checkpoint: name }, _body: {} }),
+    );
+    const settled = start.then(
+      () => {},
+      () => {},
+    );
+    this.#starts.set(name, settled);
+    try {
+      await start;
+    } finally {
+      if (this.#starts.get(name) === settled) this.#starts.delete(name);
+    }
+    // The engine keeps the copy with the container; it is not needed once the guest runs.
+    await checkpoints(container)
+      .deleteCheckpoint(name)
+      .catch(() => {});
+  }
+
+  /** Removes kept checkpoint `name` (idempotent). */
+  async remove(name: string): Promise<void> {
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name)) return;
+    await rm(join(this.#store, name), { recursive: true, force: true });
+  }
+}
