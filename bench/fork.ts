@@ -9,8 +9,13 @@
  * Two routes: `provider` (the Docker provider in-process, its native snapshot, a commit to an
  * image) and `daemon` (an in-process daemon over HTTP: `POST /v1/sandboxes/{id}/fork`, the route
  * the runner's `--fork-setup` uses, with the snapshot apart from the children through
- * `POST .../snapshot` and creates from `snapshot:<id>`). Live fork (memory and processes) is not
- * measured: `liveFork` is null with the reason.
+ * `POST .../snapshot` and creates from `snapshot:<id>`).
+ *
+ * Live fork (memory and processes, `liveFork`) beside it, where the engine has gVisor's runsc and
+ * runs with --experimental: the Docker provider in-process under runsc, the same setup plus a
+ * background process, then a files-only fork and a live fork of it (8 children each), every live
+ * child checked to run the process on from its memory. Otherwise `liveFork` is null with the
+ * reason.
  *
  *   npm run bench:fork   (BENCH_FORK_ROUTE=auto|daemon|provider, BENCH_FORK_CHILDREN=8,
  *                         BENCH_FORK_SETUP_MS=5000, BENCH_FORK_SETUP_MIB=16, BENCH_FORK_CONCURRENCY=1,
@@ -35,6 +40,7 @@ import { imageReference } from '../images/build.ts';
 import { findImageDefinition } from '../images/definitions.ts';
 import { DockerProvider } from '../providers/docker/docker-provider.ts';
 import { createDockerClient } from '../providers/docker/index.ts';
+import { checkEngineRuntime } from '../providers/docker/runtime-tier.ts';
 import { percentile, round } from './stats.ts';
 
 const childCount = Number(process.env.BENCH_FORK_CHILDREN ?? 8);
@@ -184,6 +190,120 @@ async function timedEach(count: number, work: (index: number) => Promise<void>):
   return times;
 }
 
+/** A process whose count lives in its memory; the file shows it. */
+const COUNTER =
+  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /work/count; sleep 0.1; done' >/dev/null 2>&1 </dev/null &";
+
+/** Why live fork cannot be measured here, or null. */
+async function liveUnavailable(): Promise<string | null> {
+  const docker = createDockerClient();
+  const problems = await checkEngineRuntime(docker, 'runsc').catch((error: Error) => [error.message]);
+  if (problems.length > 0) return `not measured: runsc is not usable (${problems.join('; ')})`;
+  const info = (await docker.info()) as { ExperimentalBuild?: boolean };
+  return info.ExperimentalBuild === true
+    ? null
+    : 'not measured: the Docker engine runs without --experimental';
+}
+
+/** Files-only and live fork of one set-up parent under runsc, `childCount` children each. */
+async function measureLive(restMs: number) {
+  const stateDirectory = await mkdtemp(join(tmpdir(), 'gym-bench-live-'));
+  const provider = new DockerProvider(
+    createDockerClient(),
+    {
+      namespace: 'bench-fork-live',
+      daemonId: createId('daemon'),
+      logger: silentLogger,
+      clock: systemClock,
+      maxLifetimeSeconds: 3600,
+      stateDirectory,
+    },
+    { runtime: 'runsc' },
+  );
+  const spec = (from: string) => SandboxSpecSchema.parse({ image: from, ttlSeconds: 900 });
+  const live: Route = {
+    create: async (from) => (await provider.create(spec(from))).id,
+    run: async (id, command) => {
+      const result = await provider.exec(id, ExecRequestSchema.parse({ command, timeoutMs: 120_000 }));
+      return { exitCode: result.exitCode, stdout: result.stdout };
+    },
+    snapshot: async () => '',
+    destroy: (id) => provider.destroy(id),
+    removeSnapshot: (from) => provider.deleteSnapshot(from),
+    close: () => provider.close(),
+  };
+  const count = async (id: string) => Number((await live.run(id, 'cat /work/count')).stdout.trim());
+  const mine: string[] = [];
+  const images: string[] = [];
+  try {
+    const started = performance.now();
+    const parent = await live.create(image);
+    mine.push(parent);
+    await setUp(live, parent, restMs);
+    await live.run(parent, COUNTER);
+    const setUpMs = performance.now() - started;
+    while ((await count(parent)) < 5) await new Promise((resolve) => setTimeout(resolve, 100));
+
+    log(`under runsc: a files-only snapshot and ${childCount} children`);
+    let mark = performance.now();
+    const files = await provider.snapshot(parent, {
+      image: '',
+      managedId: createId('snp').replace(/^snp-/, 'snp_'),
+    });
+    images.push(files.image);
+    const filesSnapshotMs = performance.now() - mark;
+    const filesEach = await timedEach(childCount, async () => {
+      mine.push(await live.create(files.image));
+    });
+    for (const id of mine.slice(1)) await check(live, id);
+    await Promise.all(mine.splice(1).map((id) => live.destroy(id)));
+
+    log(`under runsc: a live snapshot and ${childCount} restored children`);
+    mark = performance.now();
+    const held = await provider.snapshot(parent, {
+      image: '',
+      managedId: createId('snp').replace(/^snp-/, 'snp_'),
+      live: true,
+    });
+    images.push(held.image);
+    const liveSnapshotMs = performance.now() - mark;
+    const liveEach = await timedEach(childCount, async () => {
+      mine.push((await provider.create(spec(held.image), { restore: held.checkpoint! })).id);
+    });
+    for (const id of mine.slice(1)) {
+      await check(live, id);
+      const first = await count(id);
+      const until = Date.now() + 20_000;
+      while ((await count(id)) <= first) {
+        if (Date.now() > until) throw new Error(`live child ${id} does not run the parent's process`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+    return {
+      runtime: 'runsc',
+      parentCreateAndSetupMs: round(setUpMs, 1),
+      filesOnly: {
+        snapshotMs: round(filesSnapshotMs, 1),
+        perChildMeanMs: round(mean(filesEach), 1),
+        perChildP50Ms: round(percentile(filesEach, 0.5), 1),
+      },
+      live: {
+        snapshotMs: round(liveSnapshotMs, 1),
+        snapshotBytes: held.sizeBytes ?? null,
+        perChildMeanMs: round(mean(liveEach), 1),
+        perChildP50Ms: round(percentile(liveEach, 0.5), 1),
+      },
+      /** What a live child costs over a files-only one, measured in the same run. */
+      livePerChildRatio: round(mean(liveEach) / mean(filesEach), 2),
+    };
+  } finally {
+    await Promise.all(mine.map((id) => live.destroy(id).catch(() => {})));
+    for (const from of images) await live.removeSnapshot(from).catch(() => {});
+    await live.close();
+    await rm(stateDirectory, { recursive: true, force: true });
+  }
+}
+
 const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 const image = await imageReference(findImageDefinition('busybox')!);
 const fromDaemon = askedRoute === 'provider' ? null : await daemonRoute();
@@ -249,6 +369,9 @@ try {
     await Promise.all(made.splice(0).map((id) => target.destroy(id)));
   }
 
+  const liveReason = await liveUnavailable();
+  const liveFork = liveReason === null ? await measureLive(restMs) : null;
+
   console.log(
     JSON.stringify({
       bench: 'fork',
@@ -272,9 +395,8 @@ try {
       },
       forkRequest,
       speedup: round(coldTotalMs / forkTotalMs, 2),
-      liveFork: null,
-      liveForkReason:
-        'not measured: no provider here declares liveFork (Docker with a checkpointing runtime is not set up)',
+      liveFork,
+      ...(liveReason === null ? {} : { liveForkReason: liveReason }),
     }),
   );
 } finally {

@@ -144,8 +144,14 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
       const inSession = (command: string) =>
         provider.exec(parent.id, parseOrThrow(ExecRequestSchema, { command, session: 'main' }, 'exec'));
       expect((await inSession('export MARK=in-shell; echo $MARK')).stdout).toBe('in-shell\n');
-      const made = await provider.snapshot(parent.id, { image: '', managedId: 'snp_livetest0000005', live: true });
-      children.push((await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id);
+      const made = await provider.snapshot(parent.id, {
+        image: '',
+        managedId: 'snp_livetest0000005',
+        live: true,
+      });
+      children.push(
+        (await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id,
+      );
       // A new shell: the old one's variable is gone, and the session works.
       expect((await inSession('echo "[${MARK:-}]"')).stdout).toBe('[]\n');
       expect((await run(provider, children[0]!, 'echo child')).stdout).toBe('child\n');
