@@ -223,6 +223,15 @@ describe.skipIf(skipReason !== undefined)('live fork through the daemon, Docker 
         expect(first).toBeGreaterThanOrEqual(10);
         await waitFor('a child counting on', async () => (await counted(child.id)) > first, 20_000);
       }
+      // A live child forks live in turn: its restored guest checkpoints again.
+      const grandchild = (await client.fork(forked.sandboxes[0]!.id, { count: 1, live: true })).sandboxes[0]!;
+      const grandFirst = await counted(grandchild.id);
+      expect(grandFirst).toBeGreaterThanOrEqual(10);
+      await waitFor(
+        'the grandchild counting on',
+        async () => (await counted(grandchild.id)) > grandFirst,
+        20_000,
+      );
       const parentNow = await counted(parent.id);
       await waitFor('the parent counting on', async () => (await counted(parent.id)) > parentNow, 20_000);
       expect((await client.getSandbox(parent.id)).state).toBe('ready');

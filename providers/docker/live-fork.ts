@@ -55,6 +55,38 @@ export const HOST_FD_SCAN = [
 /** Where runsc keeps its state of the engine's containers (dockerd's exec root, the shim's runtime root, the engine's namespace). */
 export const RUNSC_STATE_ROOT = '/run/docker/runtime-runc/moby';
 
+/** Where dockerd, started without TMPDIR (as systemd and scripts/setup.sh start it), makes its temporary folders. */
+export const ENGINE_TEMP_DIRECTORY = '/tmp';
+
+/** A checkpoint download folder of the engine older than this is done with (a start takes about a second). */
+export const ENGINE_LEFTOVER_AGE_MS = 60_000;
+
+/**
+ * Removes the engine's checkpoint download folders (`ctrd-checkpoint*`) in `directory` last
+ * changed more than `olderThanMs` ago: Docker 20.10 makes one on every start from a checkpoint
+ * and never removes it. A younger one may belong to a start still running (of this provider or
+ * another on the host) and is left. Returns how many it removed.
+ */
+export async function sweepEngineLeftovers(
+  directory: string,
+  olderThanMs = ENGINE_LEFTOVER_AGE_MS,
+  nowMs = Date.now(),
+): Promise<number> {
+  let removed = 0;
+  for (const entry of await readdir(directory).catch(() => [] as string[])) {
+    if (!entry.startsWith('ctrd-checkpoint')) continue;
+    const path = join(directory, entry);
+    const changed = await stat(path).then(
+      (found) => (found.isDirectory() ? found.mtimeMs : null),
+      () => null,
+    );
+    if (changed === null || nowMs - changed <= olderThanMs) continue;
+    await rm(path, { recursive: true, force: true }).catch(() => {});
+    removed += 1;
+  }
+  return removed;
+}
+
 function isAlive(pid: unknown): boolean {
   if (typeof pid !== 'number' || pid <= 0) return false;
   try {
@@ -130,21 +162,29 @@ export class LiveForks {
   /** Commands running per sandbox. */
   readonly #running = new Map<string, number>();
   /**
-   * The last start from each kept checkpoint: starts from one checkpoint go one at a time. The
-   * engine uploads the checkpoint to containerd on each start, and two uploads of the same
-   * content at once fail the second ("content ... already exists"); one after the other both work.
+   * The last start from a checkpoint: such starts go one at a time. The engine uploads the
+   * checkpoint to containerd on each start, and two uploads of the same content at once fail the
+   * second ("content ... already exists"); one after the other both work.
    */
-  readonly #starts = new Map<string, Promise<void>>();
+  #lastStart: Promise<void> = Promise.resolve();
   #rootDirectory: Promise<string> | undefined;
 
   /** runsc's state directory of the engine's containers (`RUNSC_STATE_ROOT` unless a test says). */
   readonly #stateRoot: string;
+  /** The engine's temporary directory (`ENGINE_TEMP_DIRECTORY` unless a test says). */
+  readonly #engineTemp: string;
 
-  constructor(docker: Docker, store: string, logger: Logger, stateRoot = RUNSC_STATE_ROOT) {
+  constructor(
+    docker: Docker,
+    store: string,
+    logger: Logger,
+    paths: { stateRoot?: string; engineTemp?: string } = {},
+  ) {
     this.#docker = docker;
     this.#store = store;
     this.#logger = logger;
-    this.#stateRoot = stateRoot;
+    this.#stateRoot = paths.stateRoot ?? RUNSC_STATE_ROOT;
+    this.#engineTemp = paths.engineTemp ?? ENGINE_TEMP_DIRECTORY;
   }
 
   /** Why a live snapshot cannot be made on this engine, or null. */
@@ -307,7 +347,7 @@ export class LiveForks {
   /** Starts the parent from its own checkpoint and drops that checkpoint. */
   async #restart(id: string, container: Docker.Container, name: string, steps: LiveSnapshotSteps) {
     try {
-      await checkpoints(container).start({ _query: { checkpoint: name }, _body: {} });
+      await this.#startFrom(container, name);
     } catch (error) {
       await this.#startPlain(id, container, steps);
       throw new GymError(
@@ -376,24 +416,28 @@ export class LiveForks {
     const target = join(await this.#root(), 'containers', containerId, 'checkpoints', name);
     await mkdir(join(target, '..'), { recursive: true, mode: 0o700 });
     await cp(kept, target, { recursive: true, preserveTimestamps: true });
-    const before = this.#starts.get(name) ?? Promise.resolve();
-    const start = before.then(() =>
-      checkpoints(container).start({ _query: { checkpoint: name }, _body: {} }),
-    );
-    const settled = start.then(
-      () => {},
-      () => {},
-    );
-    this.#starts.set(name, settled);
-    try {
-      await start;
-    } finally {
-      if (this.#starts.get(name) === settled) this.#starts.delete(name);
-    }
+    await this.#startFrom(container, name);
     // The engine keeps the copy with the container; it is not needed once the guest runs.
     await checkpoints(container)
       .deleteCheckpoint(name)
       .catch(() => {});
+  }
+
+  /**
+   * Starts `container` from its checkpoint `name`, one such start at a time, after removing the
+   * folders earlier starts left in the engine's temporary directory (`sweepEngineLeftovers`: 768
+   * KiB each for an idle busybox, the guest's memory for a busy one).
+   */
+  #startFrom(container: Docker.Container, name: string): Promise<void> {
+    const start = this.#lastStart.then(async () => {
+      await sweepEngineLeftovers(this.#engineTemp);
+      await checkpoints(container).start({ _query: { checkpoint: name }, _body: {} });
+    });
+    this.#lastStart = start.then(
+      () => {},
+      () => {},
+    );
+    return start;
   }
 
   /** Removes kept checkpoint `name` (idempotent). */
