@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import type { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
-import { type ExecRequest, ExecRequestSchema, type ExecResult } from '../../core/schemas/exec.ts';
+import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
 import { NetworkModeSchema, type SandboxInfo, type SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
@@ -48,7 +48,7 @@ import { EngineTraits } from './engine-kind.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { HostAccessPolicy } from './host-access.ts';
 import { ImageSources } from './image-sources.ts';
-import { HOST_FD_SCAN, LiveForks } from './live-fork.ts';
+import { LiveForks } from './live-fork.ts';
 import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import {
@@ -61,6 +61,7 @@ import {
 import { detectHostControl, ProcessControl } from './process-control.ts';
 import {
   checkEngineRuntime,
+  guestHostFdHolders,
   type RuntimeTier,
   runtimeTier,
   stopGuestProcesses,
@@ -175,7 +176,8 @@ export class DockerProvider implements SandboxProvider {
       snapshot: true,
       // gVisor's checkpoint (live-fork.ts), started again from a copy in the engine's root
       // directory: a local engine only. Whether the engine runs with --experimental is asked at use.
-      liveFork: this.#tier.hasGuestKernel && isEngineLocal,
+      // It asks the exec helper (the host's, read-only) what in the guest blocks a restore.
+      liveFork: this.#tier.hasGuestKernel && isEngineLocal && this.#processes.helperBind !== null,
       gpus: this.#options.gpus,
       diskLimit: this.#options.diskQuota,
       // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
@@ -617,13 +619,8 @@ export class DockerProvider implements SandboxProvider {
     // A session's shell holds its exec's stream, which gVisor cannot restore: sessions end here.
     this.#sessions.close(id);
     const container = this.#docker.getContainer(name);
-    const scan = parseOrThrow(
-      ExecRequestSchema,
-      { command: HOST_FD_SCAN, user: '0', timeoutMs: 30_000 },
-      'scan',
-    );
     return this.#live.snapshot(id, container, options.managedId, {
-      scan: () => this.#exec(id, scan, {}),
+      scan: () => guestHostFdHolders(container, EXEC_HELPER_MOUNT),
       commit,
       removeImage: (image) => deleteSnapshot(this.#docker, this.#context.namespace, image),
       // The container has a new cgroup, whose OOM count starts at 0.

@@ -35,6 +35,8 @@ const skipReason =
 if (skipReason !== undefined && isDockerRequired)
   throw new Error(`GYM_REQUIRE_DOCKER=1 but live fork cannot be tried: ${skipReason}`);
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
+/** A glibc userland, whose shell runs the tools on disk (busybox's runs its own applets whatever /bin holds). */
+const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
 
 const stateDirectory = await mkdtemp(join(tmpdir(), 'gym-live-fork-'));
 afterAll(() => rm(stateDirectory, { recursive: true, force: true }));
@@ -130,6 +132,30 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
       await expect(
         gvisor!.docker.getImage('gym-snapshot/test:snp_livetest0000002').inspect(),
       ).rejects.toMatchObject({ statusCode: 404 });
+    } finally {
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('is not fooled by an agent that replaces the image tools a listing would use', {
+    timeout: 90_000,
+  }, async () => {
+    const parent = await provider.create(parseOrThrow(SandboxSpecSchema, { image: debian }, 'spec'));
+    try {
+      // The listing is the host's read-only helper: faking readlink, sed, cat and ls hides nothing.
+      const faked = await run(
+        provider,
+        parent.id,
+        'sleep 1000 & for tool in readlink sed cat ls ps; do rm -f /bin/$tool /usr/bin/$tool; printf "#!/bin/sh\\nexit 0\\n" > /bin/$tool; chmod +x /bin/$tool; done; echo faked',
+      );
+      expect(faked.stdout).toBe('faked\n');
+      const error = (await provider
+        .snapshot(parent.id, { image: '', managedId: 'snp_livetest0000006', live: true })
+        .catch((caught: unknown) => caught)) as GymError;
+      expect(error).toBeInstanceOf(GymError);
+      expect(error.code).toBe('SANDBOX_NOT_READY');
+      expect(error.message).toMatch(/sleep/);
+      expect((await run(provider, parent.id, 'echo still-here')).stdout).toBe('still-here\n');
     } finally {
       await provider.destroy(parent.id);
     }

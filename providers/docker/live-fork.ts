@@ -31,26 +31,8 @@ import { join } from 'node:path';
 import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
-import type { ExecResult } from '../../core/schemas/exec.ts';
 import type { SnapshotResult } from '../sandbox-provider.ts';
 import { wrapDockerError } from './docker-errors.ts';
-
-/**
- * Lists `pid comm` of every process but the keeper and this script's own chain that holds a
- * host file descriptor (gVisor shows one as `host:[N]`), one a line.
- */
-export const HOST_FD_SCAN = [
-  'skip=" 1 "; p=$$',
-  'while [ -n "$p" ] && [ "$p" -gt 1 ]; do skip="$skip$p "; p=$(sed -n "s/^PPid:[[:space:]]*//p" /proc/$p/status 2>/dev/null); done',
-  'for d in /proc/[0-9]*; do',
-  '  pid=${d#/proc/}',
-  '  case "$skip" in *" $pid "*) continue ;; esac',
-  '  for f in "$d"/fd/*; do',
-  '    l=$(readlink "$f" 2>/dev/null) || continue',
-  '    case "$l" in host:*) echo "$pid $(cat "$d/comm" 2>/dev/null)"; break ;; esac',
-  '  done',
-  'done',
-].join('\n');
 
 /** Where runsc keeps its state of the engine's containers (dockerd's exec root, the shim's runtime root, the engine's namespace). */
 export const RUNSC_STATE_ROOT = '/run/docker/runtime-runc/moby';
@@ -121,8 +103,11 @@ export async function clearStaleRuntimeState(stateRoot: string, containerId: str
 const SCAN_SETTLE_MS = 2_000;
 
 export interface LiveSnapshotSteps {
-  /** Runs `HOST_FD_SCAN` in the sandbox, past the gate. */
-  scan(): Promise<ExecResult>;
+  /**
+   * `pid comm` of the processes holding a host file descriptor, as the exec helper lists them
+   * (`guestHostFdHolders`); null when the listing did not finish.
+   */
+  scan(): Promise<string[] | null>;
   /** Commits the stopped container (the snapshot's files). */
   commit(): Promise<SnapshotResult>;
   /** Removes the commit again when a later step fails. */
@@ -275,14 +260,13 @@ export class LiveForks {
   async #requireNoHostStreams(id: string, steps: LiveSnapshotSteps): Promise<void> {
     const deadline = Date.now() + SCAN_SETTLE_MS;
     for (;;) {
-      const scan = await steps.scan();
-      if (scan.status !== 'ok' || scan.exitCode !== 0)
+      const holders = await steps.scan();
+      if (holders === null)
         throw new GymError(
           'PROVIDER_ERROR',
-          `could not look for processes that block a live snapshot of sandbox ${id}: ${scan.status}, exit ${scan.exitCode}: ${scan.stderr.slice(0, 500)}`,
+          `could not look for processes that block a live snapshot of sandbox ${id}: the exec helper's listing did not finish (a helper older than this daemon?)`,
           { details: { sandboxId: id } },
         );
-      const holders = scan.stdout.split('\n').filter((line) => line.trim() !== '');
       if (holders.length === 0) return;
       if (Date.now() >= deadline)
         throw new GymError(

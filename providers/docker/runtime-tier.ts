@@ -155,9 +155,13 @@ export async function engineKilled(docker: Docker, containerId: string, since: D
 const GUEST_STOP_WAIT_MS = 10_000;
 
 /** One exec of the helper's process listing inside the sandbox: its lines, or null when the exec was killed. */
-async function listGuestProcesses(container: Docker.Container, helperPath: string): Promise<string[] | null> {
+async function listGuestProcesses(
+  container: Docker.Container,
+  helperPath: string,
+  listing: '--others' | '--host-fd-holders' = '--others',
+): Promise<string[] | null> {
   const exec = await container.exec({
-    Cmd: [helperPath, '--others'],
+    Cmd: [helperPath, listing],
     AttachStdout: true,
     AttachStderr: true,
     User: '0',
@@ -205,6 +209,17 @@ export async function guestCommandLines(container: Docker.Container, helperPath:
   const lines = await listGuestProcesses(container, helperPath);
   if (lines === null) throw new Error('the process listing in the sandbox did not finish');
   return lines.map((line) => line.slice(line.indexOf(' ') + 1));
+}
+
+/**
+ * `pid comm` of the guest's processes (but the keeper) that hold a host file descriptor, as the
+ * helper lists them (`--host-fd-holders`); null when the listing did not finish (an older helper).
+ */
+export function guestHostFdHolders(
+  container: Docker.Container,
+  helperPath: string,
+): Promise<string[] | null> {
+  return listGuestProcesses(container, helperPath, '--host-fd-holders');
 }
 
 /**

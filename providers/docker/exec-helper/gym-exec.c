@@ -176,6 +176,55 @@ static int list_others(void) {
   return 0;
 }
 
+/* Whether process PID holds a host file descriptor (gVisor shows one as `host:[N]`). */
+static int holds_host_fd(long pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/fd", pid);
+  DIR *fds = opendir(path);
+  if (fds == NULL) return 0;
+  struct dirent *entry;
+  int holds = 0;
+  while (!holds && (entry = readdir(fds)) != NULL) {
+    if (entry->d_name[0] == '.') continue;
+    char link[320], target[256];
+    snprintf(link, sizeof link, "/proc/%ld/fd/%s", pid, entry->d_name);
+    ssize_t length = readlink(link, target, sizeof target - 1);
+    if (length <= 0) continue;
+    target[length] = '\0';
+    holds = strncmp(target, "host:", 5) == 0;
+  }
+  closedir(fds);
+  return holds;
+}
+
+/*
+ * `PID COMM` of every process but PID 1 and this one that holds a host file descriptor: under
+ * gVisor a checkpoint of such a process (one holding the stream of an exec that has ended) cannot
+ * be restored, so a live snapshot asks first. From the host's read-only helper, not the image's
+ * tools, which the sandbox can replace.
+ */
+static int list_host_fd_holders(void) {
+  DIR *proc = opendir("/proc");
+  if (proc == NULL) return 1;
+  struct dirent *entry;
+  while ((entry = readdir(proc)) != NULL) {
+    char *end;
+    long pid = strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 1 || pid == (long)getpid() || !holds_host_fd(pid)) continue;
+    char path[64], comm[64];
+    snprintf(path, sizeof path, "/proc/%ld/comm", pid);
+    int fd = open(path, O_RDONLY);
+    ssize_t length = fd < 0 ? 0 : read(fd, comm, sizeof comm - 1);
+    if (fd >= 0) close(fd);
+    if (length < 0) length = 0;
+    while (length > 0 && (comm[length - 1] == '\n' || comm[length - 1] == ' ')) length--;
+    comm[length] = '\0';
+    printf("%ld %s\n", pid, comm);
+  }
+  closedir(proc);
+  return 0;
+}
+
 /* The ready token of GYM_EXEC_READY and this process's pid, on stdout; the variable is removed. */
 static void announce_ready(void) {
   const char *ready = getenv("GYM_EXEC_READY");
@@ -380,6 +429,7 @@ int main(int argc, char **argv) {
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (argc == 2 && strcmp(argv[1], "--keeper") == 0) return keep();
   if (argc == 2 && strcmp(argv[1], "--others") == 0) return list_others();
+  if (argc == 2 && strcmp(argv[1], "--host-fd-holders") == 0) return list_host_fd_holders();
   if (argc >= 4 && strcmp(argv[1], "--exec") == 0) return run_program(argv[2], argv + 3);
   if (argc == 3 && strcmp(argv[1], "--kill-tracer") == 0) return kill_tracer(argv[2]);
   int is_session = argc >= 4 && strcmp(argv[1], "--traced-session") == 0;
