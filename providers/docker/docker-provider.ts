@@ -621,6 +621,7 @@ export class DockerProvider implements SandboxProvider {
     const container = this.#docker.getContainer(name);
     return this.#live.snapshot(id, container, options.managedId, {
       scan: () => guestHostFdHolders(container, EXEC_HELPER_MOUNT),
+      maxBytes: options.maxBytes,
       commit,
       removeImage: (image) => deleteSnapshot(this.#docker, this.#context.namespace, image),
       // The container has a new cgroup, whose OOM count starts at 0.

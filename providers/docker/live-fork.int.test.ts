@@ -114,6 +114,72 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
     }
   });
 
+  it("carries the guest's /tmp (a volume under gVisor) over, a file held open there included", {
+    timeout: 90_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    const children: string[] = [];
+    try {
+      const started = await run(
+        provider,
+        parent.id,
+        "echo kept > /tmp/held && sh -c 'exec 3</tmp/held; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & echo ok",
+      );
+      expect(started.stdout).toBe('ok\n');
+      const made = await provider.snapshot(parent.id, {
+        image: '',
+        managedId: 'snp_livetest0000007',
+        live: true,
+      });
+      children.push(
+        (await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id,
+      );
+      expect((await run(provider, children[0]!, 'cat /tmp/held')).stdout).toBe('kept\n');
+      await provider.deleteSnapshot(made.image);
+      expect(
+        (await readdir(join(stateDirectory, 'checkpoints'))).filter((entry) => entry.includes('0000007')),
+      ).toEqual([]);
+    } finally {
+      for (const child of children) await provider.destroy(child).catch(() => {});
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('bounds the snapshot while it is taken: a /tmp past maxBytes fails it, and the parent keeps its processes', {
+    timeout: 90_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    try {
+      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
+      expect((await run(provider, parent.id, 'head -c 8388608 /dev/zero > /tmp/big')).exitCode).toBe(0);
+      await waitFor('the counter at 5', async () => (await count(provider, parent.id)) >= 5, 20_000);
+      const error = (await provider
+        .snapshot(parent.id, {
+          image: '',
+          managedId: 'snp_livetest0000008',
+          live: true,
+          maxBytes: 4 * 1024 * 1024,
+        })
+        .catch((caught: unknown) => caught)) as GymError;
+      expect(error).toBeInstanceOf(GymError);
+      expect(error.code).toBe('SNAPSHOT_TOO_LARGE');
+      // Restored from its own checkpoint: the counter goes on from its value, nothing was kept.
+      const after = await count(provider, parent.id);
+      expect(after).toBeGreaterThanOrEqual(5);
+      await waitFor('the parent counting on', async () => (await count(provider, parent.id)) > after, 20_000);
+      expect(
+        (await readdir(join(stateDirectory, 'checkpoints'))).filter((entry) => entry.includes('0000008')),
+      ).toEqual([]);
+      await expect(
+        gvisor!.docker.getImage('gym-snapshot/test:snp_livetest0000008').inspect(),
+      ).rejects.toMatchObject({
+        statusCode: 404,
+      });
+    } finally {
+      await provider.destroy(parent.id);
+    }
+  });
+
   it('refuses, before the parent is stopped, a process holding the stream of an ended command', {
     timeout: 90_000,
   }, async () => {

@@ -26,8 +26,11 @@
  * gate (`whenOpen`), and the listing shows it ready, so no reconcile takes the stop for a death.
  * A live snapshot is refused while a command runs in the sandbox: its stream would break.
  */
+import { createReadStream, createWriteStream } from 'node:fs';
 import { cp, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type Docker from 'dockerode';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
@@ -110,10 +113,59 @@ export interface LiveSnapshotSteps {
   scan(): Promise<string[] | null>;
   /** Commits the stopped container (the snapshot's files). */
   commit(): Promise<SnapshotResult>;
+  /** The most bytes the snapshot may hold (the commit, the checkpoint and `/tmp`); past it `SNAPSHOT_TOO_LARGE`. */
+  maxBytes?: number | undefined;
   /** Removes the commit again when a later step fails. */
   removeImage(image: string): Promise<void>;
   /** The container runs again (from its checkpoint or not): what starts anew with it. */
   restarted(): void;
+}
+
+/** Where a live snapshot's copy of the guest's `/tmp` is kept, beside its checkpoint. */
+function tmpArchive(store: string, name: string): string {
+  return join(store, `${name}.tmp.tar`);
+}
+
+/**
+ * Keeps the stopped container's `/tmp` (a volume under gVisor, so neither committed nor in the
+ * checkpoint; a restored process with a file open there would fail its restore) as a tar at
+ * `file`, 0600. Bounded while it is written: past `maxBytes` less `alreadyBytes` it stops, removes
+ * the file and throws `SNAPSHOT_TOO_LARGE`, so an agent's big /tmp never lands on the daemon's
+ * disk whole. Returns its size.
+ */
+async function keepTmp(
+  id: string,
+  container: Docker.Container,
+  file: string,
+  maxBytes: number | undefined,
+  alreadyBytes: number,
+): Promise<number> {
+  const allowed = maxBytes === undefined ? Number.POSITIVE_INFINITY : maxBytes - alreadyBytes;
+  let written = 0;
+  const bound = new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      written += chunk.length;
+      if (written > allowed)
+        done(
+          new GymError(
+            'SNAPSHOT_TOO_LARGE',
+            `sandbox ${id}'s live snapshot with its /tmp is past the snapshot limit of ${maxBytes} bytes`,
+            { details: { sandboxId: id, maxBytes } },
+          ),
+        );
+      else done(null, chunk);
+    },
+  });
+  try {
+    const archive = (await container.getArchive({ path: '/tmp' })) as NodeJS.ReadableStream;
+    await pipeline(archive, bound, createWriteStream(file, { mode: 0o600 }));
+  } catch (error) {
+    await rm(file, { force: true }).catch(() => {});
+    throw error instanceof GymError
+      ? error
+      : wrapDockerError(error, { operation: 'snapshot /tmp', sandboxId: id });
+  }
+  return written;
 }
 
 /** The engine's checkpoint calls, which dockerode makes but does not type. */
@@ -288,6 +340,7 @@ export class LiveForks {
     const containerId = (await container.inspect()).Id;
     const source = join(root, 'containers', containerId, 'checkpoints', name);
     const kept = join(this.#store, name);
+    const keptTmp = tmpArchive(this.#store, name);
     try {
       await checkpoints(container).createCheckpoint({ CheckpointID: name, Exit: true });
     } catch (error) {
@@ -307,13 +360,17 @@ export class LiveForks {
       await mkdir(this.#store, { recursive: true, mode: 0o700 });
       await rm(kept, { recursive: true, force: true });
       await cp(source, kept, { recursive: true, preserveTimestamps: true });
-      const bytes = await directoryBytes(kept);
+      const bytes = (made.sizeBytes ?? 0) + (await directoryBytes(kept));
+      const tmpBytes = await keepTmp(id, container, keptTmp, steps.maxBytes, bytes);
       await this.#restart(id, container, name, steps);
-      return { ...made, sizeBytes: (made.sizeBytes ?? 0) + bytes, checkpoint: name };
+      return { ...made, sizeBytes: bytes + tmpBytes, checkpoint: name };
     } catch (error) {
       await rm(kept, { recursive: true, force: true }).catch(() => {});
+      await rm(keptTmp, { force: true }).catch(() => {});
       await steps.removeImage(made.image).catch(() => {});
-      if (!(await this.#isRunning(container))) await this.#startPlain(id, container, steps);
+      // From its checkpoint when it can (its processes kept), else without them.
+      if (!(await this.#isRunning(container)))
+        await this.#restart(id, container, name, steps).catch(() => {});
       throw error instanceof GymError
         ? error
         : new GymError('PROVIDER_ERROR', `live snapshot of sandbox ${id} failed: ${String(error)}`, {
@@ -400,6 +457,15 @@ export class LiveForks {
     const target = join(await this.#root(), 'containers', containerId, 'checkpoints', name);
     await mkdir(join(target, '..'), { recursive: true, mode: 0o700 });
     await cp(kept, target, { recursive: true, preserveTimestamps: true });
+    // The guest's /tmp is a volume of its own under gVisor: not in the commit, so given back here.
+    const keptTmp = tmpArchive(this.#store, name);
+    if (
+      await stat(keptTmp).then(
+        () => true,
+        () => false,
+      )
+    )
+      await container.putArchive(createReadStream(keptTmp), { path: '/' });
     await this.#startFrom(container, name);
     // The engine keeps the copy with the container; it is not needed once the guest runs.
     await checkpoints(container)
@@ -428,5 +494,6 @@ export class LiveForks {
   async remove(name: string): Promise<void> {
     if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name)) return;
     await rm(join(this.#store, name), { recursive: true, force: true });
+    await rm(tmpArchive(this.#store, name), { force: true });
   }
 }
