@@ -68,7 +68,13 @@ import {
   tracedLaunch,
   watchSandboxEnd,
 } from './runtime-tier.ts';
-import { commitSnapshot, deleteSnapshot, MANAGED_SNAPSHOT_REPOSITORY, splitReference } from './snapshot.ts';
+import {
+  commitSnapshot,
+  deleteSnapshot,
+  MANAGED_SNAPSHOT_REPOSITORY,
+  managedSnapshotImage,
+  splitReference,
+} from './snapshot.ts';
 import { DockerSpecOptionsSchema } from './spec-options.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
 
@@ -206,6 +212,20 @@ export class DockerProvider implements SandboxProvider {
    */
   sweepBuildLeftovers(): Promise<void> {
     return this.#images.sweepLeftoversLogged();
+  }
+
+  /**
+   * Starts again the sandboxes a daemon killed during their live snapshot left stopped, and
+   * removes those half-made snapshots (`LiveForks.resumeInterrupted`); what the daemon's start
+   * runs before its first reconcile. Never throws. Returns the sandboxes started again.
+   */
+  async resumeInterruptedSnapshots(): Promise<string[]> {
+    return this.#live
+      .resumeInterrupted((image) => deleteSnapshot(this.#docker, this.#context.namespace, image))
+      .catch((error: unknown) => {
+        this.#context.logger.warn({ error: String(error) }, 'could not look for interrupted live snapshots');
+        return [];
+      });
   }
 
   async health(): Promise<ProviderHealth> {
@@ -621,6 +641,7 @@ export class DockerProvider implements SandboxProvider {
     const container = this.#docker.getContainer(name);
     return this.#live.snapshot(id, container, options.managedId, {
       scan: () => guestHostFdHolders(container, EXEC_HELPER_MOUNT),
+      image: managedSnapshotImage(this.#context.namespace, options.managedId),
       maxBytes: options.maxBytes,
       commit,
       removeImage: (image) => deleteSnapshot(this.#docker, this.#context.namespace, image),

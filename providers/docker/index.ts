@@ -23,6 +23,8 @@ export const createDockerProvider: SandboxProviderFactory = async (options, cont
   const provider = new DockerProvider(createDockerClient(parsed), context, parsed);
   // An engine that does not answer must not hold up the daemon's start: past this, the sweep
   // goes on in the background.
+  // Before the daemon's first reconcile, which would take a parent its live snapshot had stopped for dead.
+  await provider.resumeInterruptedSnapshots();
   await Promise.race([
     provider.sweepBuildLeftovers(),
     new Promise((resolve) => setTimeout(resolve, SWEEP_WAIT_MS).unref()),

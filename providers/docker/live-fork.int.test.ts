@@ -4,7 +4,7 @@
  * before the parent is touched. Needs the runsc tier and an engine started with --experimental
  * (scripts/setup.sh); in CI a missing one fails instead of skipping.
  */
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -13,7 +13,7 @@ import { GymError } from '../../core/errors.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { parseOrThrow } from '../../core/validate.ts';
-import { startTestDaemon } from '../../test/daemon-harness.ts';
+import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, isDockerRequired, testImage } from '../../test/docker-available.ts';
 import { dockerTier } from '../../test/docker-tiers.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
@@ -175,6 +175,61 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
       ).rejects.toMatchObject({
         statusCode: 404,
       });
+    } finally {
+      await provider.destroy(parent.id);
+    }
+  });
+
+  it('a daemon killed during a live snapshot: the next provider starts the parent again from its checkpoint and removes the half-made snapshot', {
+    timeout: 90_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    try {
+      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
+      await waitFor('the counter at 5', async () => (await count(provider, parent.id)) >= 5, 20_000);
+      // What a kill -9 after the checkpoint and the commit leaves: the marker, the stopped
+      // parent with its checkpoint, the committed image, no record.
+      const name = 'snp_livetest0000009';
+      await mkdir(join(stateDirectory, 'checkpoints'), { recursive: true });
+      const image = `gym-snapshot/test:${name}`;
+      const container = gvisor!.docker.getContainer(provider.containerName(parent.id));
+      await writeFile(
+        join(stateDirectory, 'checkpoints', `${name}.interrupted.json`),
+        JSON.stringify({ sandboxId: parent.id, container: provider.containerName(parent.id), image }),
+      );
+      await (
+        container as unknown as { createCheckpoint(options: object): Promise<unknown> }
+      ).createCheckpoint({ CheckpointID: name, Exit: true });
+      // As the provider's commit labels it: a snapshot of this namespace, which alone is removed.
+      await container.commit({
+        _query: {
+          container: provider.containerName(parent.id),
+          repo: 'gym-snapshot/test',
+          tag: name,
+          changes: ['LABEL gym.snapshot.namespace=test'],
+        },
+        _body: {},
+      });
+      expect((await container.inspect()).State.Running).toBe(false);
+      const before = Number(
+        (await readFile(join(stateDirectory, 'checkpoints', `${name}.interrupted.json`))).length,
+      );
+      expect(before).toBeGreaterThan(0);
+
+      const next = new DockerProvider(
+        gvisor!.docker,
+        testContext({ stateDirectory }),
+        gvisor!.providerOptions,
+      );
+      expect(await next.resumeInterruptedSnapshots()).toEqual([parent.id]);
+      const resumed = await count(next, parent.id);
+      expect(resumed).toBeGreaterThanOrEqual(5);
+      await waitFor('the parent counting on', async () => (await count(next, parent.id)) > resumed, 20_000);
+      expect(
+        (await readdir(join(stateDirectory, 'checkpoints'))).filter((entry) => entry.includes(name)),
+      ).toEqual([]);
+      await expect(gvisor!.docker.getImage(image).inspect()).rejects.toMatchObject({ statusCode: 404 });
+      await next.close();
     } finally {
       await provider.destroy(parent.id);
     }
@@ -342,3 +397,76 @@ describe.skipIf(skipReason !== undefined)('live fork through the daemon, Docker 
     }
   });
 });
+
+describe.skipIf(skipReason !== undefined)(
+  'a daemon killed -9 during a live fork, Docker under gVisor',
+  () => {
+    it('starts the stopped parent again from its checkpoint at its next start, and leaves no half-made snapshot', {
+      timeout: 180_000,
+    }, async () => {
+      const namespace = `livecrash-${Math.random().toString(36).slice(2, 8)}`;
+      const stateDir = await mkdtemp(join(tmpdir(), 'gym-live-crash-'));
+      const configPath = join(stateDir, 'gym.yaml');
+      await writeFile(
+        configPath,
+        JSON.stringify({
+          stateDir,
+          namespace,
+          listen: { host: '127.0.0.1', port: 0 },
+          logLevel: 'warn',
+          providers: [{ name: 'docker', options: { ...gvisor!.providerOptions } }],
+        }),
+      );
+      let started = await spawnDaemonProcess(configPath, stateDir);
+      const ours = async () =>
+        (await docker.listContainers({ all: true, filters: { label: [`gym.namespace=${namespace}`] } })).map(
+          (container) => container.Id,
+        );
+      try {
+        const parent = await started.client.createSandbox({ image: busybox });
+        const counted = async (client: GymClient) =>
+          Number((await client.exec(parent.id, { command: 'cat /count' })).stdout.trim());
+        await started.client.exec(parent.id, { command: COUNTER });
+        await waitFor('the counter at 10', async () => (await counted(started.client)) >= 10, 20_000);
+        const container = docker.getContainer(`gym-${namespace}-${parent.id}`);
+        const forking = started.client.fork(parent.id, { count: 2, live: true }).catch(() => null);
+        // Killed while the checkpoint has the parent stopped (the window is most of a second).
+        await waitFor(
+          'the parent stopped by its checkpoint',
+          async () => !(await container.inspect()).State.Running,
+          20_000,
+          5,
+        );
+        started.child.kill('SIGKILL');
+        await new Promise((resolve) => started.child.once('exit', resolve));
+        await forking;
+        expect((await container.inspect()).State.Running).toBe(false);
+
+        started = await spawnDaemonProcess(configPath, stateDir);
+        expect((await started.client.getSandbox(parent.id)).state).toBe('ready');
+        const resumed = await counted(started.client);
+        expect(resumed).toBeGreaterThanOrEqual(10);
+        await waitFor(
+          'the parent counting on',
+          async () => (await counted(started.client)) > resumed,
+          20_000,
+        );
+        // Nothing of the half-made fork: no snapshot, its image, its files, or a child.
+        expect(await started.client.listSnapshots()).toEqual([]);
+        expect(await docker.listImages({ filters: { reference: [`gym-snapshot/${namespace}`] } })).toEqual(
+          [],
+        );
+        expect(await readdir(join(stateDir, 'providers', 'docker', 'checkpoints'))).toEqual([]);
+        expect((await ours()).length).toBe(1);
+      } finally {
+        started.child.kill('SIGKILL');
+        for (const id of await ours())
+          await docker
+            .getContainer(id)
+            .remove({ force: true })
+            .catch(() => {});
+        await rm(stateDir, { recursive: true, force: true });
+      }
+    });
+  },
+);

@@ -27,7 +27,7 @@
  * A live snapshot is refused while a command runs in the sandbox: its stream would break.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { cp, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { cp, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -115,10 +115,27 @@ export interface LiveSnapshotSteps {
   commit(): Promise<SnapshotResult>;
   /** The most bytes the snapshot may hold (the commit, the checkpoint and `/tmp`); past it `SNAPSHOT_TOO_LARGE`. */
   maxBytes?: number | undefined;
+  /** The image the commit makes (a crash leaves it for `resumeInterrupted` to remove). */
+  image: string;
   /** Removes the commit again when a later step fails. */
   removeImage(image: string): Promise<void>;
   /** The container runs again (from its checkpoint or not): what starts anew with it. */
   restarted(): void;
+}
+
+/** What a live snapshot in progress writes first, so a daemon that dies meanwhile can make good. */
+interface InterruptedSnapshot {
+  sandboxId: string;
+  /** The engine's id of the parent's container. */
+  container: string;
+  /** The image its commit makes. */
+  image: string;
+}
+
+const INTERRUPTED_SUFFIX = '.interrupted.json';
+
+function interruptedMarker(store: string, name: string): string {
+  return join(store, `${name}${INTERRUPTED_SUFFIX}`);
 }
 
 /** Where a live snapshot's copy of the guest's `/tmp` is kept, beside its checkpoint. */
@@ -302,11 +319,66 @@ export class LiveForks {
           { details: { sandboxId: id, running, retryable: true } },
         );
       await this.#requireNoHostStreams(id, steps);
-      return await this.#checkpointed(id, container, name, steps);
+      // Until the parent runs again: a daemon killed meanwhile finds it at its next start.
+      const marker = interruptedMarker(this.#store, name);
+      await mkdir(this.#store, { recursive: true, mode: 0o700 });
+      const record: InterruptedSnapshot = { sandboxId: id, container: container.id, image: steps.image };
+      await writeFile(marker, JSON.stringify(record), { mode: 0o600 });
+      try {
+        return await this.#checkpointed(id, container, name, steps);
+      } finally {
+        await rm(marker, { force: true });
+      }
     } finally {
       this.#closed.delete(id);
       open();
     }
+  }
+
+  /**
+   * What a daemon killed during a live snapshot left (its marker names them): the parent,
+   * stopped by its checkpoint, starts again from it (else without its processes, else it is left
+   * for the reconcile to find dead); the half-made snapshot (its image, its checkpoint and /tmp
+   * copies) is removed, since no record of it was written. Run before the daemon's first
+   * reconcile, which would take a stopped parent for a dead one. Returns the sandboxes resumed.
+   */
+  async resumeInterrupted(removeImage: (image: string) => Promise<void>): Promise<string[]> {
+    const resumed: string[] = [];
+    for (const entry of await readdir(this.#store).catch(() => [] as string[])) {
+      if (!entry.endsWith(INTERRUPTED_SUFFIX)) continue;
+      const name = entry.slice(0, -INTERRUPTED_SUFFIX.length);
+      const marker = join(this.#store, entry);
+      let record: InterruptedSnapshot;
+      try {
+        record = JSON.parse(await readFile(marker, 'utf8')) as InterruptedSnapshot;
+      } catch {
+        await rm(marker, { force: true });
+        continue;
+      }
+      const container = this.#docker.getContainer(record.container);
+      const info = await container.inspect().catch(() => null);
+      if (info !== null && !info.State.Running) {
+        await this.#clearStale(record.sandboxId, info.Id);
+        const steps = { restarted: () => {} } as LiveSnapshotSteps;
+        const hasCheckpoint = await stat(
+          join(await this.#root(), 'containers', info.Id, 'checkpoints', name),
+        ).then(
+          () => true,
+          () => false,
+        );
+        if (hasCheckpoint) await this.#restart(record.sandboxId, container, name, steps).catch(() => {});
+        else await this.#startPlain(record.sandboxId, container, steps);
+        if (await this.#isRunning(container)) resumed.push(record.sandboxId);
+        this.#logger.warn(
+          { sandboxId: record.sandboxId, fromCheckpoint: hasCheckpoint },
+          'started a sandbox again that a live snapshot had stopped when the daemon died',
+        );
+      }
+      await removeImage(record.image).catch(() => {});
+      await this.remove(name);
+      await rm(marker, { force: true });
+    }
+    return resumed;
   }
 
   async #requireNoHostStreams(id: string, steps: LiveSnapshotSteps): Promise<void> {
