@@ -192,7 +192,7 @@ async function timedEach(count: number, work: (index: number) => Promise<void>):
 
 /** A process whose count lives in its memory; the file shows it. */
 const COUNTER =
-  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /work/count; sleep 0.1; done' >/dev/null 2>&1 </dev/null &";
+  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /work/count.new && mv /work/count.new /work/count; sleep 0.1; done' >/dev/null 2>&1 </dev/null &";
 
 /** Why live fork cannot be measured here, or null. */
 async function liveUnavailable(): Promise<string | null> {

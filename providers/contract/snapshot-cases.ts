@@ -187,7 +187,7 @@ export function defineSnapshotCases(fixture: SandboxFixture, timeoutMs: number):
       const source = await fixture.create();
       await fixture.exec(source.id, {
         command:
-          "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /live-count; sleep 0.05; done' >/dev/null 2>&1 </dev/null &",
+          "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /live-count.new && mv /live-count.new /live-count; sleep 0.05; done' >/dev/null 2>&1 </dev/null &",
       });
       const reached = async (id: string, atLeast: number) => {
         const until = Date.now() + 20_000;

@@ -238,6 +238,8 @@ export class DockerProvider implements SandboxProvider {
         this.#options.runtime === undefined
           ? []
           : await checkEngineRuntime(this.#docker, this.#options.runtime);
+      // Declared, but the engine may still lack what a live fork needs (--experimental).
+      const liveForkGap = this.capabilities.liveFork ? await this.#live.unavailable() : null;
       return {
         ok: runtimeProblems.length === 0,
         message:
@@ -247,7 +249,8 @@ export class DockerProvider implements SandboxProvider {
             ? '; timed-out commands are killed through their cgroup'
             : this.capabilities.timeoutKill === 'traced'
               ? `; timed-out commands are killed through their tracer inside the sandbox (${gap})`
-              : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`),
+              : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`) +
+          (liveForkGap === null ? '' : `; live fork refused: ${liveForkGap}`),
         details: {
           version: version.Version,
           engine,
@@ -255,6 +258,7 @@ export class DockerProvider implements SandboxProvider {
           timeoutKill: this.capabilities.timeoutKill,
           ...(gap === undefined ? {} : { timeoutKillReason: gap }),
           ...(runtimeProblems.length === 0 ? {} : { runtimeProblems }),
+          ...(this.capabilities.liveFork ? { liveFork: liveForkGap === null ? 'ready' : liveForkGap } : {}),
         },
       };
     } catch (error) {
@@ -517,23 +521,19 @@ export class DockerProvider implements SandboxProvider {
     content: FileContent,
     options: WriteFileOptions = {},
   ): Promise<void> {
-    await this.#live.whenOpen(id);
-    return this.#files.writeFile(id, path, content, options);
+    return this.#live.running(id, () => this.#files.writeFile(id, path, content, options));
   }
 
   async readFile(id: string, path: string): Promise<Readable> {
-    await this.#live.whenOpen(id);
-    return this.#files.readFile(id, path);
+    return this.#live.running(id, () => this.#files.readFile(id, path));
   }
 
   async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
-    await this.#live.whenOpen(id);
-    return this.#files.writeArchive(id, directory, archive);
+    return this.#live.running(id, () => this.#files.writeArchive(id, directory, archive));
   }
 
   async readArchive(id: string, directory: string): Promise<Readable> {
-    await this.#live.whenOpen(id);
-    return this.#files.readArchive(id, directory);
+    return this.#live.running(id, () => this.#files.readArchive(id, directory));
   }
 
   /**
@@ -598,16 +598,17 @@ export class DockerProvider implements SandboxProvider {
         },
       );
     }
-    await this.#live.whenOpen(id);
     const container = this.#docker.getContainer(this.containerName(id));
-    this.#sessions.close(id);
-    try {
-      if (this.#tier.hasGuestKernel)
-        return { killed: await stopGuestProcesses(container, EXEC_HELPER_MOUNT) };
-      return { killed: await this.#processes.stopProcesses(id, container) };
-    } catch (error) {
-      throw wrapStopError(error, id);
-    }
+    return this.#live.running(id, async () => {
+      this.#sessions.close(id);
+      try {
+        if (this.#tier.hasGuestKernel)
+          return { killed: await stopGuestProcesses(container, EXEC_HELPER_MOUNT) };
+        return { killed: await this.#processes.stopProcesses(id, container) };
+      } catch (error) {
+        throw wrapStopError(error, id);
+      }
+    });
   }
 
   /** The toolchain check through the engine alone (see `toolchain-view.ts`); nothing runs in the container. */

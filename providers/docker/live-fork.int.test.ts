@@ -44,9 +44,13 @@ afterAll(() => rm(stateDirectory, { recursive: true, force: true }));
 const run = (provider: DockerProvider, id: string, command: string) =>
   provider.exec(id, parseOrThrow(ExecRequestSchema, { command }, 'exec'));
 
-/** A counter whose value lives in the shell's memory; the file only shows it. */
+/**
+ * A counter whose value lives in the shell's memory; the file only shows it, replaced whole each
+ * time (a plain `>` truncates first, and a checkpoint taken between the truncation and the write
+ * gives a child an empty file until the process writes again).
+ */
 const COUNTER =
-  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /count; sleep 0.05; done' >/dev/null 2>&1 </dev/null &";
+  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /count.new && mv /count.new /count; sleep 0.05; done' >/dev/null 2>&1 </dev/null &";
 
 async function count(provider: DockerProvider, id: string): Promise<number> {
   const result = await run(provider, id, 'cat /count');
@@ -62,9 +66,12 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
   const spec = () => parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec');
   afterAll(() => provider?.close());
 
-  it('declares liveFork only under gVisor', () => {
+  it('declares liveFork only under gVisor, and its health says the engine is ready for it', async () => {
     expect(provider.capabilities.liveFork).toBe(true);
-    expect(new DockerProvider(docker, testContext()).capabilities.liveFork).toBe(false);
+    expect((await provider.health()).details).toMatchObject({ liveFork: 'ready' });
+    const runc = new DockerProvider(docker, testContext());
+    expect(runc.capabilities.liveFork).toBe(false);
+    expect((await runc.health()).details).not.toHaveProperty('liveFork');
   });
 
   it('starts children with the parent running process and its memory; the parent carries on', {
@@ -309,6 +316,35 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
     }
   });
 
+  it('takes two live snapshots asked for at once one after the other, both whole', {
+    timeout: 120_000,
+  }, async () => {
+    const parent = await provider.create(spec());
+    const children: string[] = [];
+    try {
+      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
+      await waitFor('the counter at 5', async () => (await count(provider, parent.id)) >= 5, 20_000);
+      const made = await Promise.all(
+        ['snp_livetest000000a', 'snp_livetest000000b'].map((managedId) =>
+          provider.snapshot(parent.id, { image: '', managedId, live: true }),
+        ),
+      );
+      for (const snapshot of made) {
+        const child = await provider.create(
+          { ...spec(), image: snapshot.image },
+          { restore: snapshot.checkpoint! },
+        );
+        children.push(child.id);
+        const first = await count(provider, child.id);
+        await waitFor('the child counting on', async () => (await count(provider, child.id)) > first, 20_000);
+      }
+      for (const snapshot of made) await provider.deleteSnapshot(snapshot.image);
+    } finally {
+      for (const child of children) await provider.destroy(child).catch(() => {});
+      await provider.destroy(parent.id);
+    }
+  });
+
   it('refuses while a command runs in the parent, and says to retry', { timeout: 90_000 }, async () => {
     const parent = await provider.create(spec());
     try {
@@ -424,8 +460,11 @@ describe.skipIf(skipReason !== undefined)(
         );
       try {
         const parent = await started.client.createSandbox({ image: busybox });
-        const counted = async (client: GymClient) =>
-          Number((await client.exec(parent.id, { command: 'cat /count' })).stdout.trim());
+        const counted = async (client: GymClient) => {
+          const result = await client.exec(parent.id, { command: 'cat /count' });
+          expect(result, JSON.stringify(result)).toMatchObject({ status: 'ok', exitCode: 0 });
+          return Number(result.stdout.trim());
+        };
         await started.client.exec(parent.id, { command: COUNTER });
         await waitFor('the counter at 10', async () => (await counted(started.client)) >= 10, 20_000);
         const container = docker.getContainer(`gym-${namespace}-${parent.id}`);

@@ -271,9 +271,9 @@ export class LiveForks {
     return this.#closed.get(id) ?? Promise.resolve();
   }
 
-  /** Runs a command's call past the gate, counted, so a live snapshot sees it running. */
+  /** Runs a command's (or a transfer's) call past the gate, counted, so a live snapshot sees it running. */
   async running<T>(id: string, call: () => Promise<T>): Promise<T> {
-    await this.whenOpen(id);
+    for (let closed = this.#closed.get(id); closed !== undefined; closed = this.#closed.get(id)) await closed;
     this.#running.set(id, (this.#running.get(id) ?? 0) + 1);
     try {
       return await call();
@@ -302,7 +302,8 @@ export class LiveForks {
       throw new GymError('CAPABILITY_UNSUPPORTED', `no live snapshot of sandbox ${id}: ${reason}`, {
         details: { capability: 'liveFork', sandboxId: id, reason },
       });
-    await this.whenOpen(id);
+    // One live snapshot of a sandbox at a time: no await between the last look and the claim.
+    for (let closed = this.#closed.get(id); closed !== undefined; closed = this.#closed.get(id)) await closed;
     let open: () => void = () => {};
     this.#closed.set(
       id,
@@ -315,7 +316,7 @@ export class LiveForks {
       if (running > 0)
         throw new GymError(
           'SANDBOX_NOT_READY',
-          `sandbox ${id} has ${running} command(s) running; a live snapshot stops the sandbox for a moment and would break their streams: retry when they end`,
+          `sandbox ${id} has ${running} command(s) or transfer(s) running; a live snapshot stops the sandbox for a moment and would break their streams: retry when they end`,
           { details: { sandboxId: id, running, retryable: true } },
         );
       await this.#requireNoHostStreams(id, steps);

@@ -16,7 +16,8 @@ export const snapshotLsCommand: CommandOf<typeof snapshotLs> = {
         snapshots.map((snapshot) => [
           snapshot.id,
           snapshot.provider,
-          snapshot.method,
+          // A live snapshot holds memory and processes too (docs/snapshots.md).
+          snapshot.live ? `${snapshot.method}+live` : snapshot.method,
           snapshot.sandboxId,
           snapshot.baseImage,
           snapshot.sizeBytes === null ? '' : `${Math.ceil(snapshot.sizeBytes / (1024 * 1024))} MiB`,
