@@ -69,7 +69,11 @@ describe.skipIf(skipReason !== undefined)('image sources (docker)', () => {
   };
   const spec = (image: string) => parseOrThrow(SandboxSpecSchema, { image }, 'spec');
   const provider = (imageSources: Record<string, string>) => {
-    const created = new DockerProvider(docker, testContext(), { imageSources });
+    // A namespace of this file's own: its cleanup lists the namespace and destroys all it finds,
+    // which under the shared 'test' namespace took the sandboxes of other files running at once.
+    const created = new DockerProvider(docker, testContext({ namespace: `imgsrc-${suffix}` }), {
+      imageSources,
+    });
     providers.push(created);
     return created;
   };
