@@ -515,24 +515,20 @@ export class DockerProvider implements SandboxProvider {
     return this.#tier.hasGuestKernel && this.#processes.helperBind !== null ? EXEC_HELPER_MOUNT : null;
   }
 
-  async writeFile(
-    id: string,
-    path: string,
-    content: FileContent,
-    options: WriteFileOptions = {},
-  ): Promise<void> {
+  // Files and archives count as running for a live snapshot, as commands do.
+  writeFile(id: string, path: string, content: FileContent, options: WriteFileOptions = {}): Promise<void> {
     return this.#live.running(id, () => this.#files.writeFile(id, path, content, options));
   }
 
-  async readFile(id: string, path: string): Promise<Readable> {
+  readFile(id: string, path: string): Promise<Readable> {
     return this.#live.running(id, () => this.#files.readFile(id, path));
   }
 
-  async writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
+  writeArchive(id: string, directory: string, archive: Readable): Promise<void> {
     return this.#live.running(id, () => this.#files.writeArchive(id, directory, archive));
   }
 
-  async readArchive(id: string, directory: string): Promise<Readable> {
+  readArchive(id: string, directory: string): Promise<Readable> {
     return this.#live.running(id, () => this.#files.readArchive(id, directory));
   }
 

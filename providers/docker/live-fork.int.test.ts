@@ -4,10 +4,10 @@
  * before the parent is touched. Needs the runsc tier and an engine started with --experimental
  * (scripts/setup.sh); in CI a missing one fails instead of skipping.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
 import { GymError } from '../../core/errors.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
@@ -18,6 +18,7 @@ import { dockerTestEnvironment, isDockerRequired, testImage } from '../../test/d
 import { dockerTier } from '../../test/docker-tiers.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { waitFor } from '../../test/wait-for.ts';
+import type { SnapshotResult } from '../sandbox-provider.ts';
 import { DockerProvider } from './docker-provider.ts';
 
 const { docker, skipReason: engineSkip } = await dockerTestEnvironment();
@@ -58,13 +59,67 @@ async function count(provider: DockerProvider, id: string): Promise<number> {
   return Number(result.stdout.trim());
 }
 
+/** Waits until sandbox `id`'s counter reaches `atLeast`. */
+const counted = (provider: DockerProvider, id: string, atLeast: number) =>
+  waitFor(`sandbox ${id} counting to ${atLeast}`, async () => (await count(provider, id)) >= atLeast, 20_000);
+
+/** The counter's value now, once it has been seen to go on from it (its process runs). */
+async function countsOn(provider: DockerProvider, id: string): Promise<number> {
+  const first = await count(provider, id);
+  await counted(provider, id, first + 1);
+  return first;
+}
+
+/** What this file's checkpoints folder holds of snapshot `name`. */
+const kept = async (name: string) =>
+  (await readdir(join(stateDirectory, 'checkpoints')).catch(() => [] as string[])).filter((entry) =>
+    entry.includes(name),
+  );
+
+const imageGone = (name: string) =>
+  expect(gvisor!.docker.getImage(`gym-snapshot/test:${name}`).inspect()).rejects.toMatchObject({
+    statusCode: 404,
+  });
+
 describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () => {
   const provider =
     skipReason === undefined
       ? new DockerProvider(gvisor!.docker, testContext({ stateDirectory }), gvisor!.providerOptions)
       : (undefined as unknown as DockerProvider);
-  const spec = () => parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec');
+  const spec = (image = busybox) => parseOrThrow(SandboxSpecSchema, { image }, 'spec');
   afterAll(() => provider?.close());
+  /** What a case made, destroyed after it whatever it did. */
+  const made: string[] = [];
+  afterEach(async () => {
+    for (const id of made.splice(0)) await provider.destroy(id).catch(() => {});
+  });
+  const sandbox = async (image?: string) => {
+    const { id } = await provider.create(spec(image));
+    made.push(id);
+    return id;
+  };
+  /** A sandbox running the counter, seen at `atLeast`. */
+  const counting = async (atLeast: number) => {
+    const id = await sandbox();
+    expect((await run(provider, id, COUNTER)).status).toBe('ok');
+    await counted(provider, id, atLeast);
+    return id;
+  };
+  const live = (id: string, name: string, options: { maxBytes?: number } = {}) =>
+    provider.snapshot(id, { image: '', managedId: name, live: true, ...options });
+  const refused = async (id: string, name: string, options: { maxBytes?: number } = {}) => {
+    const error = (await live(id, name, options).catch((caught: unknown) => caught)) as GymError;
+    expect(error).toBeInstanceOf(GymError);
+    return error;
+  };
+  const restored = async (snapshot: SnapshotResult) => {
+    const { id } = await provider.create(
+      { ...spec(), image: snapshot.image },
+      { restore: snapshot.checkpoint! },
+    );
+    made.push(id);
+    return id;
+  };
 
   it('declares liveFork only under gVisor, and its health says the engine is ready for it', async () => {
     expect(provider.capabilities.liveFork).toBe(true);
@@ -77,289 +132,160 @@ describe.skipIf(skipReason !== undefined)('docker live fork under gVisor', () =>
   it('starts children with the parent running process and its memory; the parent carries on', {
     timeout: 120_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    const children: string[] = [];
-    try {
-      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
-      await waitFor('the counter at 10', async () => (await count(provider, parent.id)) >= 10, 20_000);
-      const made = await provider.snapshot(parent.id, {
-        image: '',
-        managedId: 'snp_livetest0000001',
-        live: true,
-      });
-      expect(made.checkpoint).toBe('snp_livetest0000001');
-      const atFork = await count(provider, parent.id);
-      for (let index = 0; index < 2; index += 1)
-        children.push(
-          (await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id,
-        );
-      for (const child of children) {
-        // The counter went on from the value it held in memory, not from 1: its process was carried over.
-        const first = await count(provider, child);
-        expect(first).toBeGreaterThanOrEqual(10);
-        expect(first).toBeLessThan(atFork + 40);
-        await waitFor('the child counting on', async () => (await count(provider, child)) > first, 20_000);
-      }
-      // The parent kept its own process, which goes on counting.
-      const parentNow = await count(provider, parent.id);
-      await waitFor(
-        'the parent counting on',
-        async () => (await count(provider, parent.id)) > parentNow,
-        20_000,
-      );
-      // After the fork each is its own sandbox.
-      expect((await run(provider, children[0]!, 'echo child0 > /mine')).status).toBe('ok');
-      expect((await run(provider, parent.id, 'cat /mine')).exitCode).not.toBe(0);
-      expect((await run(provider, children[1]!, 'cat /mine')).exitCode).not.toBe(0);
-      expect(await readdir(join(stateDirectory, 'checkpoints'))).toContain('snp_livetest0000001');
-      await provider.deleteSnapshot(made.image);
-      expect(await readdir(join(stateDirectory, 'checkpoints'))).not.toContain('snp_livetest0000001');
-      await expect(gvisor!.docker.getImage(made.image).inspect()).rejects.toMatchObject({ statusCode: 404 });
-    } finally {
-      for (const child of children) await provider.destroy(child).catch(() => {});
-      await provider.destroy(parent.id);
+    const parent = await counting(10);
+    const snapshot = await live(parent, 'snp_livetest0000001');
+    expect(snapshot.checkpoint).toBe('snp_livetest0000001');
+    const atFork = await count(provider, parent);
+    const children = [await restored(snapshot), await restored(snapshot)];
+    for (const child of children) {
+      // The counter went on from the value it held in memory, not from 1: its process was carried over.
+      const first = await countsOn(provider, child);
+      expect(first).toBeGreaterThanOrEqual(10);
+      expect(first).toBeLessThan(atFork + 40);
     }
+    // The parent kept its own process, which goes on counting.
+    await countsOn(provider, parent);
+    // After the fork each is its own sandbox.
+    expect((await run(provider, children[0]!, 'echo child0 > /mine')).status).toBe('ok');
+    expect((await run(provider, parent, 'cat /mine')).exitCode).not.toBe(0);
+    expect((await run(provider, children[1]!, 'cat /mine')).exitCode).not.toBe(0);
+    expect(await kept('snp_livetest0000001')).toContain('snp_livetest0000001');
+    await provider.deleteSnapshot(snapshot.image);
+    expect(await kept('snp_livetest0000001')).toEqual([]);
+    await imageGone('snp_livetest0000001');
   });
 
   it("carries the guest's /tmp (a volume under gVisor) over, a file held open there included", {
     timeout: 90_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    const children: string[] = [];
-    try {
-      const started = await run(
-        provider,
-        parent.id,
-        "echo kept > /tmp/held && sh -c 'exec 3</tmp/held; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & echo ok",
-      );
-      expect(started.stdout).toBe('ok\n');
-      const made = await provider.snapshot(parent.id, {
-        image: '',
-        managedId: 'snp_livetest0000007',
-        live: true,
-      });
-      children.push(
-        (await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id,
-      );
-      expect((await run(provider, children[0]!, 'cat /tmp/held')).stdout).toBe('kept\n');
-      await provider.deleteSnapshot(made.image);
-      expect(
-        (await readdir(join(stateDirectory, 'checkpoints'))).filter((entry) => entry.includes('0000007')),
-      ).toEqual([]);
-    } finally {
-      for (const child of children) await provider.destroy(child).catch(() => {});
-      await provider.destroy(parent.id);
-    }
+    const parent = await sandbox();
+    const holder =
+      "echo kept > /tmp/held && sh -c 'exec 3</tmp/held; while :; do sleep 1; done' >/dev/null 2>&1 </dev/null & echo ok";
+    expect((await run(provider, parent, holder)).stdout).toBe('ok\n');
+    const snapshot = await live(parent, 'snp_livetest0000007');
+    expect((await run(provider, await restored(snapshot), 'cat /tmp/held')).stdout).toBe('kept\n');
+    await provider.deleteSnapshot(snapshot.image);
+    expect(await kept('snp_livetest0000007')).toEqual([]);
   });
 
   it('bounds the snapshot while it is taken: a /tmp past maxBytes fails it, and the parent keeps its processes', {
     timeout: 90_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    try {
-      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
-      expect((await run(provider, parent.id, 'head -c 8388608 /dev/zero > /tmp/big')).exitCode).toBe(0);
-      await waitFor('the counter at 5', async () => (await count(provider, parent.id)) >= 5, 20_000);
-      const error = (await provider
-        .snapshot(parent.id, {
-          image: '',
-          managedId: 'snp_livetest0000008',
-          live: true,
-          maxBytes: 4 * 1024 * 1024,
-        })
-        .catch((caught: unknown) => caught)) as GymError;
-      expect(error).toBeInstanceOf(GymError);
-      expect(error.code).toBe('SNAPSHOT_TOO_LARGE');
-      // Restored from its own checkpoint: the counter goes on from its value, nothing was kept.
-      const after = await count(provider, parent.id);
-      expect(after).toBeGreaterThanOrEqual(5);
-      await waitFor('the parent counting on', async () => (await count(provider, parent.id)) > after, 20_000);
-      expect(
-        (await readdir(join(stateDirectory, 'checkpoints'))).filter((entry) => entry.includes('0000008')),
-      ).toEqual([]);
-      await expect(
-        gvisor!.docker.getImage('gym-snapshot/test:snp_livetest0000008').inspect(),
-      ).rejects.toMatchObject({
-        statusCode: 404,
-      });
-    } finally {
-      await provider.destroy(parent.id);
-    }
+    const parent = await counting(5);
+    expect((await run(provider, parent, 'head -c 8388608 /dev/zero > /tmp/big')).exitCode).toBe(0);
+    const error = await refused(parent, 'snp_livetest0000008', { maxBytes: 4 * 1024 * 1024 });
+    expect(error.code).toBe('SNAPSHOT_TOO_LARGE');
+    // Restored from its own checkpoint: the counter goes on from its value, nothing was kept.
+    expect(await countsOn(provider, parent)).toBeGreaterThanOrEqual(5);
+    expect(await kept('snp_livetest0000008')).toEqual([]);
+    await imageGone('snp_livetest0000008');
   });
 
   it('a daemon killed during a live snapshot: the next provider starts the parent again from its checkpoint and removes the half-made snapshot', {
     timeout: 90_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    try {
-      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
-      await waitFor('the counter at 5', async () => (await count(provider, parent.id)) >= 5, 20_000);
-      // What a kill -9 after the checkpoint and the commit leaves: the marker, the stopped
-      // parent with its checkpoint, the committed image, no record.
-      const name = 'snp_livetest0000009';
-      await mkdir(join(stateDirectory, 'checkpoints'), { recursive: true });
-      const image = `gym-snapshot/test:${name}`;
-      const container = gvisor!.docker.getContainer(provider.containerName(parent.id));
-      await writeFile(
-        join(stateDirectory, 'checkpoints', `${name}.interrupted.json`),
-        JSON.stringify({ sandboxId: parent.id, container: provider.containerName(parent.id), image }),
-      );
-      await (
-        container as unknown as { createCheckpoint(options: object): Promise<unknown> }
-      ).createCheckpoint({ CheckpointID: name, Exit: true });
-      // As the provider's commit labels it: a snapshot of this namespace, which alone is removed.
-      await container.commit({
-        _query: {
-          container: provider.containerName(parent.id),
-          repo: 'gym-snapshot/test',
-          tag: name,
-          changes: ['LABEL gym.snapshot.namespace=test'],
-        },
-        _body: {},
-      });
-      expect((await container.inspect()).State.Running).toBe(false);
-      const before = Number(
-        (await readFile(join(stateDirectory, 'checkpoints', `${name}.interrupted.json`))).length,
-      );
-      expect(before).toBeGreaterThan(0);
+    const parent = await counting(5);
+    // What a kill -9 after the checkpoint and the commit leaves: the marker, the stopped
+    // parent with its checkpoint, the committed image, no record.
+    const name = 'snp_livetest0000009';
+    const containerName = provider.containerName(parent);
+    const image = `gym-snapshot/test:${name}`;
+    const container = gvisor!.docker.getContainer(containerName);
+    await mkdir(join(stateDirectory, 'checkpoints'), { recursive: true });
+    await writeFile(
+      join(stateDirectory, 'checkpoints', `${name}.interrupted.json`),
+      JSON.stringify({ sandboxId: parent, container: containerName, image }),
+    );
+    await (container as unknown as { createCheckpoint(options: object): Promise<unknown> }).createCheckpoint({
+      CheckpointID: name,
+      Exit: true,
+    });
+    // As the provider's commit labels it: a snapshot of this namespace, which alone is removed.
+    await container.commit({
+      _query: {
+        container: containerName,
+        repo: 'gym-snapshot/test',
+        tag: name,
+        changes: ['LABEL gym.snapshot.namespace=test'],
+      },
+      _body: {},
+    });
+    expect((await container.inspect()).State.Running).toBe(false);
 
-      const next = new DockerProvider(
-        gvisor!.docker,
-        testContext({ stateDirectory }),
-        gvisor!.providerOptions,
-      );
-      expect(await next.resumeInterruptedSnapshots()).toEqual([parent.id]);
-      const resumed = await count(next, parent.id);
-      expect(resumed).toBeGreaterThanOrEqual(5);
-      await waitFor('the parent counting on', async () => (await count(next, parent.id)) > resumed, 20_000);
-      expect(
-        (await readdir(join(stateDirectory, 'checkpoints'))).filter((entry) => entry.includes(name)),
-      ).toEqual([]);
-      await expect(gvisor!.docker.getImage(image).inspect()).rejects.toMatchObject({ statusCode: 404 });
-      await next.close();
+    const next = new DockerProvider(gvisor!.docker, testContext({ stateDirectory }), gvisor!.providerOptions);
+    try {
+      expect(await next.resumeInterruptedSnapshots()).toEqual([parent]);
+      expect(await countsOn(next, parent)).toBeGreaterThanOrEqual(5);
+      expect(await kept(name)).toEqual([]);
+      await imageGone(name);
     } finally {
-      await provider.destroy(parent.id);
+      await next.close();
     }
   });
 
   it('refuses, before the parent is stopped, a process holding the stream of an ended command', {
     timeout: 90_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    try {
-      expect((await run(provider, parent.id, 'sleep 1000 & echo started')).stdout).toBe('started\n');
-      const pidBefore = (await run(provider, parent.id, 'pgrep -x sleep || pidof sleep')).stdout;
-      const error = (await provider
-        .snapshot(parent.id, { image: '', managedId: 'snp_livetest0000002', live: true })
-        .catch((caught: unknown) => caught)) as GymError;
-      expect(error).toBeInstanceOf(GymError);
-      expect(error.code).toBe('SANDBOX_NOT_READY');
-      expect(error.message).toMatch(/sleep/);
-      // Untouched: the same process runs, and nothing of the snapshot was kept.
-      expect((await run(provider, parent.id, 'pgrep -x sleep || pidof sleep')).stdout).toBe(pidBefore);
-      await expect(
-        gvisor!.docker.getImage('gym-snapshot/test:snp_livetest0000002').inspect(),
-      ).rejects.toMatchObject({ statusCode: 404 });
-    } finally {
-      await provider.destroy(parent.id);
-    }
+    const parent = await sandbox();
+    expect((await run(provider, parent, 'sleep 1000 & echo started')).stdout).toBe('started\n');
+    const pidBefore = (await run(provider, parent, 'pgrep -x sleep || pidof sleep')).stdout;
+    const error = await refused(parent, 'snp_livetest0000002');
+    expect(error.code).toBe('SANDBOX_NOT_READY');
+    expect(error.message).toMatch(/sleep/);
+    // Untouched: the same process runs, and nothing of the snapshot was kept.
+    expect((await run(provider, parent, 'pgrep -x sleep || pidof sleep')).stdout).toBe(pidBefore);
+    await imageGone('snp_livetest0000002');
   });
 
   it('is not fooled by an agent that replaces the image tools a listing would use', {
     timeout: 90_000,
   }, async () => {
-    const parent = await provider.create(parseOrThrow(SandboxSpecSchema, { image: debian }, 'spec'));
-    try {
-      // The listing is the host's read-only helper: faking readlink, sed, cat and ls hides nothing.
-      const faked = await run(
-        provider,
-        parent.id,
-        'sleep 1000 & for tool in readlink sed cat ls ps; do rm -f /bin/$tool /usr/bin/$tool; printf "#!/bin/sh\\nexit 0\\n" > /bin/$tool; chmod +x /bin/$tool; done; echo faked',
-      );
-      expect(faked.stdout).toBe('faked\n');
-      const error = (await provider
-        .snapshot(parent.id, { image: '', managedId: 'snp_livetest0000006', live: true })
-        .catch((caught: unknown) => caught)) as GymError;
-      expect(error).toBeInstanceOf(GymError);
-      expect(error.code).toBe('SANDBOX_NOT_READY');
-      expect(error.message).toMatch(/sleep/);
-      expect((await run(provider, parent.id, 'echo still-here')).stdout).toBe('still-here\n');
-    } finally {
-      await provider.destroy(parent.id);
-    }
+    const parent = await sandbox(debian);
+    // The listing is the host's read-only helper: faking readlink, sed, cat and ls hides nothing.
+    const fake =
+      'sleep 1000 & for tool in readlink sed cat ls ps; do rm -f /bin/$tool /usr/bin/$tool; printf "#!/bin/sh\\nexit 0\\n" > /bin/$tool; chmod +x /bin/$tool; done; echo faked';
+    expect((await run(provider, parent, fake)).stdout).toBe('faked\n');
+    const error = await refused(parent, 'snp_livetest0000006');
+    expect(error.code).toBe('SANDBOX_NOT_READY');
+    expect(error.message).toMatch(/sleep/);
+    expect((await run(provider, parent, 'echo still-here')).stdout).toBe('still-here\n');
   });
 
   it('ends the parent sessions for the checkpoint; the next session command opens a fresh shell', {
     timeout: 90_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    const children: string[] = [];
-    try {
-      const inSession = (command: string) =>
-        provider.exec(parent.id, parseOrThrow(ExecRequestSchema, { command, session: 'main' }, 'exec'));
-      expect((await inSession('export MARK=in-shell; echo $MARK')).stdout).toBe('in-shell\n');
-      const made = await provider.snapshot(parent.id, {
-        image: '',
-        managedId: 'snp_livetest0000005',
-        live: true,
-      });
-      children.push(
-        (await provider.create({ ...spec(), image: made.image }, { restore: made.checkpoint! })).id,
-      );
-      // A new shell: the old one's variable is gone, and the session works.
-      expect((await inSession('echo "[${MARK:-}]"')).stdout).toBe('[]\n');
-      expect((await run(provider, children[0]!, 'echo child')).stdout).toBe('child\n');
-      await provider.deleteSnapshot(made.image);
-    } finally {
-      for (const child of children) await provider.destroy(child).catch(() => {});
-      await provider.destroy(parent.id);
-    }
+    const parent = await sandbox();
+    const inSession = (command: string) =>
+      provider.exec(parent, parseOrThrow(ExecRequestSchema, { command, session: 'main' }, 'exec'));
+    expect((await inSession('export MARK=in-shell; echo $MARK')).stdout).toBe('in-shell\n');
+    const snapshot = await live(parent, 'snp_livetest0000005');
+    const child = await restored(snapshot);
+    // A new shell: the old one's variable is gone, and the session works.
+    expect((await inSession('echo "[${MARK:-}]"')).stdout).toBe('[]\n');
+    expect((await run(provider, child, 'echo child')).stdout).toBe('child\n');
+    await provider.deleteSnapshot(snapshot.image);
   });
 
   it('takes two live snapshots asked for at once one after the other, both whole', {
     timeout: 120_000,
   }, async () => {
-    const parent = await provider.create(spec());
-    const children: string[] = [];
-    try {
-      expect((await run(provider, parent.id, COUNTER)).status).toBe('ok');
-      await waitFor('the counter at 5', async () => (await count(provider, parent.id)) >= 5, 20_000);
-      const made = await Promise.all(
-        ['snp_livetest000000a', 'snp_livetest000000b'].map((managedId) =>
-          provider.snapshot(parent.id, { image: '', managedId, live: true }),
-        ),
-      );
-      for (const snapshot of made) {
-        const child = await provider.create(
-          { ...spec(), image: snapshot.image },
-          { restore: snapshot.checkpoint! },
-        );
-        children.push(child.id);
-        const first = await count(provider, child.id);
-        await waitFor('the child counting on', async () => (await count(provider, child.id)) > first, 20_000);
-      }
-      for (const snapshot of made) await provider.deleteSnapshot(snapshot.image);
-    } finally {
-      for (const child of children) await provider.destroy(child).catch(() => {});
-      await provider.destroy(parent.id);
-    }
+    const parent = await counting(5);
+    const snapshots = await Promise.all([
+      live(parent, 'snp_livetest000000a'),
+      live(parent, 'snp_livetest000000b'),
+    ]);
+    for (const snapshot of snapshots) await countsOn(provider, await restored(snapshot));
+    for (const snapshot of snapshots) await provider.deleteSnapshot(snapshot.image);
   });
 
   it('refuses while a command runs in the parent, and says to retry', { timeout: 90_000 }, async () => {
-    const parent = await provider.create(spec());
-    try {
-      const running = run(provider, parent.id, 'sleep 2; echo done');
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const error = (await provider
-        .snapshot(parent.id, { image: '', managedId: 'snp_livetest0000003', live: true })
-        .catch((caught: unknown) => caught)) as GymError;
-      expect(error).toBeInstanceOf(GymError);
-      expect(error.code).toBe('SANDBOX_NOT_READY');
-      expect(error.details).toMatchObject({ retryable: true, running: 1 });
-      expect((await running).stdout).toBe('done\n');
-    } finally {
-      await provider.destroy(parent.id);
-    }
+    const parent = await sandbox();
+    const running = run(provider, parent, 'sleep 2; echo done');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const error = await refused(parent, 'snp_livetest0000003');
+    expect(error.code).toBe('SANDBOX_NOT_READY');
+    expect(error.details).toMatchObject({ retryable: true, running: 1 });
+    expect((await running).stdout).toBe('done\n');
   });
 
   it('refuses a live snapshot under runc with CAPABILITY_UNSUPPORTED', { timeout: 60_000 }, async () => {

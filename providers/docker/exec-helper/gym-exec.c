@@ -50,10 +50,12 @@
  * `gym-exec --others` prints one line per process of the sandbox but PID 1 and itself (its pid, a
  * space, its command line with spaces for NULs): the daemon's view of what still runs where the
  * host's `ps` cannot see into the sandbox (gVisor), read by no program of the sandbox's own.
+ * `gym-exec --host-fd-holders` prints the same for the processes holding a host file descriptor
+ * (`pid comm`), which a live snapshot under gVisor could not restore.
  *
  * Usage: gym-exec PROGRAM [ARGS...]   (PROGRAM is looked up in PATH; argv[0] stays PROGRAM)
  *        gym-exec --keeper
- *        gym-exec --others
+ *        gym-exec --others | --host-fd-holders
  *        gym-exec --exec DIR PROGRAM [ARGS...]
  *        gym-exec --traced DIR PROGRAM [ARGS...] | --traced-session DIR PROGRAM [ARGS...]
  *        gym-exec --kill-tracer PID
@@ -152,16 +154,20 @@ static void stop_others(void) {
   }
 }
 
-static int list_others(void) {
+/*
+ * Prints `PID TEXT` for every process but PID 1 and this one that `keep` accepts (all when NULL),
+ * TEXT its /proc/PID/NAME with NULs and newlines as spaces, trailing ones dropped.
+ */
+static int list_processes(const char *name, int (*keep)(long pid)) {
   DIR *proc = opendir("/proc");
   if (proc == NULL) return 1;
   struct dirent *entry;
   while ((entry = readdir(proc)) != NULL) {
     char *end;
     long pid = strtol(entry->d_name, &end, 10);
-    if (*end != '\0' || pid <= 1 || pid == (long)getpid()) continue;
+    if (*end != '\0' || pid <= 1 || pid == (long)getpid() || (keep != NULL && !keep(pid))) continue;
     char path[64], line[4096];
-    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    snprintf(path, sizeof path, "/proc/%ld/%s", pid, name);
     int fd = open(path, O_RDONLY);
     ssize_t length = fd < 0 ? 0 : read(fd, line, sizeof line - 1);
     if (fd >= 0) close(fd);
@@ -195,34 +201,6 @@ static int holds_host_fd(long pid) {
   }
   closedir(fds);
   return holds;
-}
-
-/*
- * `PID COMM` of every process but PID 1 and this one that holds a host file descriptor: under
- * gVisor a checkpoint of such a process (one holding the stream of an exec that has ended) cannot
- * be restored, so a live snapshot asks first. From the host's read-only helper, not the image's
- * tools, which the sandbox can replace.
- */
-static int list_host_fd_holders(void) {
-  DIR *proc = opendir("/proc");
-  if (proc == NULL) return 1;
-  struct dirent *entry;
-  while ((entry = readdir(proc)) != NULL) {
-    char *end;
-    long pid = strtol(entry->d_name, &end, 10);
-    if (*end != '\0' || pid <= 1 || pid == (long)getpid() || !holds_host_fd(pid)) continue;
-    char path[64], comm[64];
-    snprintf(path, sizeof path, "/proc/%ld/comm", pid);
-    int fd = open(path, O_RDONLY);
-    ssize_t length = fd < 0 ? 0 : read(fd, comm, sizeof comm - 1);
-    if (fd >= 0) close(fd);
-    if (length < 0) length = 0;
-    while (length > 0 && (comm[length - 1] == '\n' || comm[length - 1] == ' ')) length--;
-    comm[length] = '\0';
-    printf("%ld %s\n", pid, comm);
-  }
-  closedir(proc);
-  return 0;
 }
 
 /* The ready token of GYM_EXEC_READY and this process's pid, on stdout; the variable is removed. */
@@ -428,8 +406,14 @@ int main(int argc, char **argv) {
   ssize_t count;
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (argc == 2 && strcmp(argv[1], "--keeper") == 0) return keep();
-  if (argc == 2 && strcmp(argv[1], "--others") == 0) return list_others();
-  if (argc == 2 && strcmp(argv[1], "--host-fd-holders") == 0) return list_host_fd_holders();
+  if (argc == 2 && strcmp(argv[1], "--others") == 0) return list_processes("cmdline", NULL);
+  /*
+   * `PID COMM` of the processes that hold a host file descriptor: under gVisor a checkpoint of
+   * one (holding the stream of an exec that has ended) cannot be restored, so a live snapshot
+   * asks first; from the host's read-only helper, not the image's tools, which the sandbox can
+   * replace.
+   */
+  if (argc == 2 && strcmp(argv[1], "--host-fd-holders") == 0) return list_processes("comm", holds_host_fd);
   if (argc >= 4 && strcmp(argv[1], "--exec") == 0) return run_program(argv[2], argv + 3);
   if (argc == 3 && strcmp(argv[1], "--kill-tracer") == 0) return kill_tracer(argv[2]);
   int is_session = argc >= 4 && strcmp(argv[1], "--traced-session") == 0;
