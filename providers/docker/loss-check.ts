@@ -18,7 +18,13 @@ import {
 import { markSandboxLost, OOM_COUNTER_COMMAND, SIGKILL_EXIT_CODE } from '../shared/exec-output.ts';
 import { EXEC_HELPER_MOUNT, runOneShotExec } from './one-shot-exec.ts';
 import type { ProcessControl } from './process-control.ts';
-import { engineKilled, GVISOR_LIMIT_REASON, GVISOR_OOM_REASON, type RuntimeTier } from './runtime-tier.ts';
+import {
+  engineKilled,
+  GVISOR_LIMIT_REASON,
+  GVISOR_OOM_REASON,
+  helperAnswers,
+  type RuntimeTier,
+} from './runtime-tier.ts';
 
 /** How long the engine may take to record the end of a container whose keeper was seen dead. */
 const EXIT_RECORD_WAIT_MS = 5_000;
@@ -29,6 +35,11 @@ const EXIT_RECORD_WAIT_MS = 5_000;
  * sandbox, seen in CI), or when it SIGKILLed the command (137).
  */
 const RUNTIME_EXIT_CODES = new Set([126, 128, 137]);
+/**
+ * Of those, the ones the engine also gives while it is killing the container, when it still
+ * reports it running ("cannot exec in a stopped state", 126): asked again of the engine itself.
+ */
+const DYING_EXIT_CODES = new Set([126, 137]);
 
 export class LossCheck {
   readonly #processes: ProcessControl;
@@ -146,6 +157,13 @@ export class LossCheck {
     }
   }
 
+  /** Whether the engine still starts a command in the container (true where no helper is mounted to ask). */
+  #startsCommands(container: Docker.Container): Promise<boolean> {
+    return this.#processes.helperBind === null
+      ? Promise.resolve(true)
+      : helperAnswers(container, EXEC_HELPER_MOUNT);
+  }
+
   /**
    * An exit code that the runtime also gives when it could not start the command or killed it
    * (126, 128, 137) is checked against the container itself: when it is gone, the result is
@@ -158,7 +176,11 @@ export class LossCheck {
       (info) => info.state === 'ready',
       (error: unknown) => !(error instanceof GymError && error.code === 'SANDBOX_NOT_FOUND'),
     );
-    if (isAlive) return result;
+    // The engine reports a container running until its kill has finished: a command it could
+    // not start then is no command's doing. The host's helper tells, not the command's own
+    // output, which an agent could write to pass its failure off as an infra fault.
+    if (isAlive && (!DYING_EXIT_CODES.has(result.exitCode ?? 0) || (await this.#startsCommands(container))))
+      return result;
     const loss = await this.lossCause(id, container);
     return loss === null
       ? { ...result, status: 'sandbox_gone', exitCode: null }

@@ -212,6 +212,17 @@ export async function guestCommandLines(container: Docker.Container, helperPath:
 }
 
 /**
+ * Whether the engine still starts a command in the container: the exec helper (the host's
+ * read-only binary, which nothing in the sandbox can replace or fake) lists its processes.
+ */
+export function helperAnswers(container: Docker.Container, helperPath: string): Promise<boolean> {
+  return listGuestProcesses(container, helperPath).then(
+    (lines) => lines !== null,
+    () => false,
+  );
+}
+
+/**
  * `pid comm` of the guest's processes (but the keeper) that hold a host file descriptor, as the
  * helper lists them (`--host-fd-holders`); null when the listing did not finish (an older helper).
  */
