@@ -21,10 +21,11 @@ const SWEEP_WAIT_MS = 10_000;
 export const createDockerProvider: SandboxProviderFactory = async (options, context) => {
   const parsed = (options ?? {}) as DockerProviderOptions;
   const provider = new DockerProvider(createDockerClient(parsed), context, parsed);
+  // Before the daemon's first reconcile, which would take a parent its live snapshot had stopped
+  // for dead. Without a marker (every start but one after a crash mid-snapshot) it reads one folder.
+  await provider.resumeInterruptedSnapshots();
   // An engine that does not answer must not hold up the daemon's start: past this, the sweep
   // goes on in the background.
-  // Before the daemon's first reconcile, which would take a parent its live snapshot had stopped for dead.
-  await provider.resumeInterruptedSnapshots();
   await Promise.race([
     provider.sweepBuildLeftovers(),
     new Promise((resolve) => setTimeout(resolve, SWEEP_WAIT_MS).unref()),

@@ -102,6 +102,22 @@ export async function clearStaleRuntimeState(stateRoot: string, containerId: str
   return true;
 }
 
+/** The names this provider gives checkpoints (its managed snapshot ids): nothing else is looked up or removed. */
+const CHECKPOINT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+/** The engine's root directory, from its `info`. */
+function rootDirectory(info: { DockerRootDir?: string }): string {
+  return info.DockerRootDir ?? '/var/lib/docker';
+}
+
+/** Whether `path` is there (a directory, with `directory`). */
+function exists(path: string, directory = false): Promise<boolean> {
+  return stat(path).then(
+    (found) => !directory || found.isDirectory(),
+    () => false,
+  );
+}
+
 /** How long the scan is retried while it finds holders (a session shell that was just closed exits). */
 const SCAN_SETTLE_MS = 2_000;
 
@@ -251,12 +267,8 @@ export class LiveForks {
     }
     if (info.ExperimentalBuild !== true)
       return 'the Docker engine runs without --experimental, which checkpoints need (scripts/setup.sh starts it so)';
-    const root = info.DockerRootDir ?? '/var/lib/docker';
-    const isLocal = await stat(join(root, 'containers')).then(
-      (found) => found.isDirectory(),
-      () => false,
-    );
-    if (!isLocal)
+    const root = rootDirectory(info);
+    if (!(await exists(join(root, 'containers'), true)))
       return `the engine's root directory ${root} is not on this host: a checkpoint is started from a copy the daemon puts there`;
     this.#rootDirectory = Promise.resolve(root);
     return null;
@@ -360,15 +372,12 @@ export class LiveForks {
       const info = await container.inspect().catch(() => null);
       if (info !== null && !info.State.Running) {
         await this.#clearStale(record.sandboxId, info.Id);
-        const steps = { restarted: () => {} } as LiveSnapshotSteps;
-        const hasCheckpoint = await stat(
+        const restarted = () => {};
+        const hasCheckpoint = await exists(
           join(await this.#root(), 'containers', info.Id, 'checkpoints', name),
-        ).then(
-          () => true,
-          () => false,
         );
-        if (hasCheckpoint) await this.#restart(record.sandboxId, container, name, steps).catch(() => {});
-        else await this.#startPlain(record.sandboxId, container, steps);
+        if (hasCheckpoint) await this.#restart(record.sandboxId, container, name, restarted).catch(() => {});
+        else await this.#startPlain(record.sandboxId, container, restarted);
         if (await this.#isRunning(container)) resumed.push(record.sandboxId);
         this.#logger.warn(
           { sandboxId: record.sandboxId, fromCheckpoint: hasCheckpoint },
@@ -418,7 +427,7 @@ export class LiveForks {
       await checkpoints(container).createCheckpoint({ CheckpointID: name, Exit: true });
     } catch (error) {
       await this.#clearStale(id, containerId);
-      await this.#startPlain(id, container, steps);
+      await this.#startPlain(id, container, steps.restarted);
       throw wrapDockerError(error, { operation: 'checkpoint', sandboxId: id });
     }
     await this.#clearStale(id, containerId);
@@ -426,16 +435,15 @@ export class LiveForks {
     try {
       made = await steps.commit();
     } catch (error) {
-      await this.#restart(id, container, name, steps);
+      await this.#restart(id, container, name, steps.restarted);
       throw error;
     }
     try {
-      await mkdir(this.#store, { recursive: true, mode: 0o700 });
       await rm(kept, { recursive: true, force: true });
       await cp(source, kept, { recursive: true, preserveTimestamps: true });
       const bytes = (made.sizeBytes ?? 0) + (await directoryBytes(kept));
       const tmpBytes = await keepTmp(id, container, keptTmp, steps.maxBytes, bytes);
-      await this.#restart(id, container, name, steps);
+      await this.#restart(id, container, name, steps.restarted);
       return { ...made, sizeBytes: bytes + tmpBytes, checkpoint: name };
     } catch (error) {
       await rm(kept, { recursive: true, force: true }).catch(() => {});
@@ -443,7 +451,7 @@ export class LiveForks {
       await steps.removeImage(made.image).catch(() => {});
       // From its checkpoint when it can (its processes kept), else without them.
       if (!(await this.#isRunning(container)))
-        await this.#restart(id, container, name, steps).catch(() => {});
+        await this.#restart(id, container, name, steps.restarted).catch(() => {});
       throw error instanceof GymError
         ? error
         : new GymError('PROVIDER_ERROR', `live snapshot of sandbox ${id} failed: ${String(error)}`, {
@@ -459,11 +467,11 @@ export class LiveForks {
   }
 
   /** Starts the parent from its own checkpoint and drops that checkpoint. */
-  async #restart(id: string, container: Docker.Container, name: string, steps: LiveSnapshotSteps) {
+  async #restart(id: string, container: Docker.Container, name: string, restarted: () => void) {
     try {
       await this.#startFrom(container, name);
     } catch (error) {
-      await this.#startPlain(id, container, steps);
+      await this.#startPlain(id, container, restarted);
       throw new GymError(
         'PROVIDER_ERROR',
         `sandbox ${id} could not resume from its checkpoint and was started again without its processes: ${wrapDockerError(error, { operation: 'restore', sandboxId: id }).message}`,
@@ -474,15 +482,15 @@ export class LiveForks {
         .deleteCheckpoint(name)
         .catch(() => {});
     }
-    steps.restarted();
+    restarted();
   }
 
   /** The last resort for a parent that did not come back: its files, a fresh keeper. */
-  async #startPlain(id: string, container: Docker.Container, steps: LiveSnapshotSteps): Promise<void> {
+  async #startPlain(id: string, container: Docker.Container, restarted: () => void): Promise<void> {
     if (await this.#isRunning(container)) return;
     try {
       await container.start();
-      steps.restarted();
+      restarted();
       this.#logger.warn(
         { sandboxId: id },
         'live snapshot failed; the sandbox was started without its processes',
@@ -503,9 +511,7 @@ export class LiveForks {
   }
 
   async #root(): Promise<string> {
-    this.#rootDirectory ??= this.#docker
-      .info()
-      .then((info: { DockerRootDir?: string }) => info.DockerRootDir ?? '/var/lib/docker');
+    this.#rootDirectory ??= this.#docker.info().then(rootDirectory);
     return this.#rootDirectory;
   }
 
@@ -514,15 +520,10 @@ export class LiveForks {
    * @throws what the engine throws (the caller removes the container).
    */
   async restore(container: Docker.Container, name: string): Promise<void> {
-    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name))
+    if (!CHECKPOINT_NAME.test(name))
       throw new GymError('VALIDATION_FAILED', `${name} is not a checkpoint this provider made`);
     const kept = join(this.#store, name);
-    if (
-      !(await stat(kept).then(
-        (found) => found.isDirectory(),
-        () => false,
-      ))
-    )
+    if (!(await exists(kept, true)))
       throw new GymError('SNAPSHOT_NOT_FOUND', `the checkpoint of live snapshot ${name} is gone`, {
         details: { checkpoint: name },
       });
@@ -532,13 +533,7 @@ export class LiveForks {
     await cp(kept, target, { recursive: true, preserveTimestamps: true });
     // The guest's /tmp is a volume of its own under gVisor: not in the commit, so given back here.
     const keptTmp = tmpArchive(this.#store, name);
-    if (
-      await stat(keptTmp).then(
-        () => true,
-        () => false,
-      )
-    )
-      await container.putArchive(createReadStream(keptTmp), { path: '/' });
+    if (await exists(keptTmp)) await container.putArchive(createReadStream(keptTmp), { path: '/' });
     await this.#startFrom(container, name);
     // The engine keeps the copy with the container; it is not needed once the guest runs.
     await checkpoints(container)
@@ -565,7 +560,7 @@ export class LiveForks {
 
   /** Removes kept checkpoint `name` (idempotent). */
   async remove(name: string): Promise<void> {
-    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name)) return;
+    if (!CHECKPOINT_NAME.test(name)) return;
     await rm(join(this.#store, name), { recursive: true, force: true });
     await rm(tmpArchive(this.#store, name), { force: true });
   }
