@@ -78,4 +78,19 @@ describe.skipIf(skipReason !== undefined)('the Docker loss check, while the engi
       await provider.destroy(sandbox.id);
     }
   });
+
+  it('keeps the 126 of a container that runs on when the helper cannot start in it either', async () => {
+    // As when the agent filled the sandbox's memory (/dev/shm, freed by no kill): the helper's
+    // exec fails like the command's, yet the container lives on and the result is the agent's.
+    // Stood in for here by a container without the helper mounted. CI saw `sandbox_gone`.
+    const bare = new DockerProvider(docker, testContext(), { execHelperPath: '/nonexistent/gym-exec' });
+    const sandbox = await bare.create(parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec'));
+    try {
+      const container = docker.getContainer(bare.containerName(sandbox.id));
+      expect(await racing().confirmAlive(sandbox.id, container, cannotStart)).toEqual(cannotStart);
+    } finally {
+      await bare.destroy(sandbox.id);
+      await bare.close();
+    }
+  });
 });

@@ -118,6 +118,12 @@ export class LossCheck {
    * anything but a stop.
    */
   async lossCause(id: string, container: Docker.Container): Promise<SandboxLoss | null> {
+    const end = await this.#end(id, container);
+    return end === 'running' ? null : end;
+  }
+
+  /** `lossCause`, or `running` when the engine still reports the container running after the wait. */
+  async #end(id: string, container: Docker.Container): Promise<SandboxLoss | null | 'running'> {
     const deadline = performance.now() + EXIT_RECORD_WAIT_MS;
     for (;;) {
       if (this.#destroying.has(id)) return null;
@@ -152,7 +158,7 @@ export class LossCheck {
           };
         return null;
       }
-      if (performance.now() > deadline) return null;
+      if (performance.now() > deadline) return 'running';
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
@@ -181,9 +187,12 @@ export class LossCheck {
     // output, which an agent could write to pass its failure off as an infra fault.
     if (isAlive && (!DYING_EXIT_CODES.has(result.exitCode ?? 0) || (await this.#startsCommands(container))))
       return result;
-    const loss = await this.lossCause(id, container);
-    return loss === null
+    const end = await this.#end(id, container);
+    // Still running once the engine has had time to finish a kill: not a container being taken
+    // away but one whose helper could not start either (its memory full, as the agent filled it).
+    if (end === 'running' && isAlive) return result;
+    return end === null || end === 'running'
       ? { ...result, status: 'sandbox_gone', exitCode: null }
-      : markSandboxLost(result, loss.lost, loss.reason);
+      : markSandboxLost(result, end.lost, end.reason);
   }
 }
