@@ -93,4 +93,30 @@ describe.skipIf(skipReason !== undefined)('the Docker loss check, while the engi
       await bare.close();
     }
   });
+
+  it("calls a command's abnormal end in a sandbox whose shell the agent deleted a kill, not the sandbox gone", async () => {
+    // Without a view of the sandbox from the host (a remote engine: the processes tagged), the
+    // check's probe runs the sandbox's own `sh`. An agent that deleted it made the probe fail and
+    // every kill of its commands an infra fault; the engine, asked again, still runs the container.
+    const tagged = new ProcessControl(
+      detectHostControl({ helperPath: execHelperPath, isEngineLocal: false }),
+      silentLogger,
+    );
+    const sandbox = await provider.create(parseOrThrow(SandboxSpecSchema, { image: busybox }, 'spec'));
+    try {
+      const container = docker.getContainer(provider.containerName(sandbox.id));
+      const removed = await provider.exec(
+        sandbox.id,
+        parseOrThrow(ExecRequestSchema, { argv: ['rm', '/bin/sh'] }, 'exec'),
+      );
+      expect(removed).toMatchObject({ status: 'ok', exitCode: 0 });
+      const check = new LossCheck(tagged, new OomKillCounts(), provider.get.bind(provider), {
+        docker,
+        tier: runtimeTier(undefined),
+      });
+      expect(await check.hooks(sandbox.id, container).classifyAbnormalEnd()).toBe('killed');
+    } finally {
+      await provider.destroy(sandbox.id);
+    }
+  });
 });

@@ -87,7 +87,7 @@ export class LossCheck {
           // From the host when it can: the probe runs the sandbox's own `sh`, and an agent that
           // deleted it would make every kill look like a sandbox gone (an infra error).
           outsideView: () => this.#processes.hostView(container),
-          lossCause: () => this.lossCause(id, container),
+          lossCause: () => this.end(id, container),
           // The engine answers "cannot exec in a stopped state" (or exit 126) for a sandbox gone.
           probe: () =>
             runOneShotExec(
@@ -118,12 +118,15 @@ export class LossCheck {
    * anything but a stop.
    */
   async lossCause(id: string, container: Docker.Container): Promise<SandboxLoss | null> {
-    const end = await this.#end(id, container);
+    const end = await this.end(id, container);
     return end === 'running' ? null : end;
   }
 
-  /** `lossCause`, or `running` when the engine still reports the container running after the wait. */
-  async #end(id: string, container: Docker.Container): Promise<SandboxLoss | null | 'running'> {
+  /**
+   * `lossCause`, or `running` when the engine still reports the container running once it has had
+   * time to finish a kill: then it is not being taken away, and only a look at it failed.
+   */
+  async end(id: string, container: Docker.Container): Promise<SandboxLoss | null | 'running'> {
     const deadline = performance.now() + EXIT_RECORD_WAIT_MS;
     for (;;) {
       if (this.#destroying.has(id)) return null;
@@ -187,9 +190,8 @@ export class LossCheck {
     // output, which an agent could write to pass its failure off as an infra fault.
     if (isAlive && (!DYING_EXIT_CODES.has(result.exitCode ?? 0) || (await this.#startsCommands(container))))
       return result;
-    const end = await this.#end(id, container);
-    // Still running once the engine has had time to finish a kill: not a container being taken
-    // away but one whose helper could not start either (its memory full, as the agent filled it).
+    const end = await this.end(id, container);
+    // Still running: the helper could not start either (the sandbox's memory full, say).
     if (end === 'running' && isAlive) return result;
     return end === null || end === 'running'
       ? { ...result, status: 'sandbox_gone', exitCode: null }

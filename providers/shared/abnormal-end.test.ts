@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ExecResult } from '../../core/schemas/exec.ts';
-import { classifyAbnormalEnd, OomKillCounts, type OutsideView } from './abnormal-end.ts';
+import { classifyAbnormalEnd, OomKillCounts, type OutsideView, type SandboxLoss } from './abnormal-end.ts';
 
 const instant = async () => {};
 
@@ -64,6 +64,17 @@ describe('classifyAbnormalEnd', () => {
     expect(await classify(async () => probeResult('low 0\noom_kill 2\n'))).toBe('oom');
     expect(await classify(async () => probeResult('oom_kill 2\n'))).toBe('killed');
     expect(await classify(async () => probeResult('no counter here'))).toBe('killed');
+  });
+
+  it('takes a sandbox still running after its probe failed for alive: the end is a kill, not the sandbox gone', async () => {
+    const counts = new OomKillCounts();
+    const failed = async () => probeResult('', 126);
+    const classify = (lossCause: () => Promise<'running' | null | SandboxLoss>) =>
+      classifyAbnormalEnd('e', counts, { probe: failed, lossCause, sleep: instant });
+    expect(await classify(async () => 'running')).toBe('killed');
+    expect(await classify(async () => null)).toBe('sandbox_gone');
+    const loss: SandboxLoss = { lost: 'oom', reason: 'the keeper was OOM-killed' };
+    expect(await classify(async () => loss)).toEqual(loss);
   });
 
   it('falls back to the probe when the outside view fails', async () => {

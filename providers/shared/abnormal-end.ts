@@ -85,9 +85,12 @@ export interface ClassifySources {
   probe: () => Promise<ExecResult | null>;
   /**
    * Once the sandbox is seen dead: whether it died of what ran in it (a {@link SandboxLoss}), by
-   * evidence from outside it; null when it was taken away from outside or nothing says.
+   * evidence from outside it; null when it was taken away from outside or nothing says; `running`
+   * when, once the backend has had time to record an end, it still reports the sandbox running.
+   * Then the sandbox lives on and only the look at it failed (a probe that could not start in a
+   * sandbox whose memory the agent filled, or whose shell it deleted): the command's own end.
    */
-  lossCause?: () => Promise<SandboxLoss | null>;
+  lossCause?: () => Promise<SandboxLoss | null | 'running'>;
   /** Waits between looks (a test passes an instant one). */
   sleep?: (ms: number) => Promise<void>;
 }
@@ -112,7 +115,10 @@ export async function classifyAbnormalEnd(
     await sleep(waitMs);
     view = await look();
   }
-  const dead = async () => (await sources.lossCause?.().catch(() => null)) ?? 'sandbox_gone';
+  const dead = async (): Promise<AbnormalEnd> => {
+    const end = (await sources.lossCause?.().catch(() => null)) ?? 'sandbox_gone';
+    return end === 'running' ? counts.classify(id, null) : end;
+  };
   if (view !== null) return view.isAlive ? counts.classify(id, view.oomKills) : await dead();
   const probe = await sources.probe().catch(() => null);
   if (probe === null || probe.status !== 'ok' || probe.exitCode !== 0) return await dead();
