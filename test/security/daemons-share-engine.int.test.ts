@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { GymClient } from '../../client/client.ts';
-import { type Clock, systemClock } from '../../core/clock.ts';
+import { systemClock } from '../../core/clock.ts';
 import { silentLogger } from '../../core/logger.ts';
 import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { ImageService } from '../../daemon/images.ts';
@@ -21,6 +21,7 @@ import { runEval } from '../../environments/runner/eval.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { createOracleHarness } from '../../harnesses/oracle/oracle.ts';
+import { BUILD_DEADLINE_LABEL } from '../../providers/docker/docker-images.ts';
 import { DockerProvider } from '../../providers/docker/index.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, localImages, testImage } from '../docker-available.ts';
@@ -82,22 +83,37 @@ describe.skipIf(skipReason !== undefined)('daemons sharing one engine', () => {
     // verifier sandboxes as the second daemon started. A build commits its container's labels into
     // the image, so every sandbox of a task image carried the build's labels with a deadline long
     // past, and a starting daemon's sweep of leftover build containers removed them.
-    const hourAgo: Clock = { ...systemClock, now: () => systemClock.now() - 3600_000 };
+    // Built now, with the real clock: a build whose container's deadline had passed at its making
+    // was any daemon's to sweep mid-build (CI saw another test file's daemon start kill its step,
+    // 137). The image then gets the deadline an hour-old build left in it, through a commit.
     const builder = new ImageService({
-      providers: new Map([['docker', new DockerProvider(docker, testContext({ clock: hourAgo }))]]),
+      providers: new Map([['docker', new DockerProvider(docker, testContext())]]),
       defaultProvider: () => 'docker',
       logger: silentLogger,
     });
-    const image = `gym/share-engine-built-long-ago:${randomBytes(4).toString('hex')}`;
+    const tag = randomBytes(4).toString('hex');
+    const builtNow = `gym/share-engine-built-now:${tag}`;
+    const image = `gym/share-engine-built-long-ago:${tag}`;
     await builder.prepare({
       kind: 'derived',
-      reference: image,
+      reference: builtNow,
       base: busybox,
       workdir: '/work',
       files: { 'marker.txt': 'built an hour ago\n' },
       command: 'true',
       env: {},
     });
+    const hourAgo = String(systemClock.now() - 3600_000);
+    const built = await docker.getImage(builtNow).inspect();
+    expect(built.Config.Labels?.[BUILD_DEADLINE_LABEL]).toMatch(/^\d+$/);
+    const stamp = await docker.createContainer({
+      Image: builtNow,
+      Labels: { ...built.Config.Labels, [BUILD_DEADLINE_LABEL]: hourAgo },
+    });
+    await stamp.commit({ repo: image.split(':')[0], tag });
+    await stamp.remove({ force: true });
+    await docker.getImage(builtNow).remove({ force: true });
+    expect((await docker.getImage(image).inspect()).Config.Labels?.[BUILD_DEADLINE_LABEL]).toBe(hourAgo);
     const namespace = `order-${randomBytes(3).toString('hex')}`;
     try {
       // Each daemon in turn is the one creating while the other starts (a restart on its state
