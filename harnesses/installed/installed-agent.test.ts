@@ -9,7 +9,7 @@ import type { ExecResult } from '../../core/schemas/exec.ts';
 import { execResult } from '../../test/fixtures/exec-result.ts';
 import { DEFAULT_LIMITS, type HarnessResult, type SandboxHandle } from '../harness.ts';
 import { createInstalledAgentHarness } from './installed-agent.ts';
-import { MINI_SWE_AGENT_RECIPE } from './python-agents.ts';
+import { MINI_SWE_AGENT_RECIPE } from './mini-swe-agent.ts';
 
 const OK: ExecResult = execResult('ok', 0);
 
@@ -134,7 +134,7 @@ describe('installed agent: preinstalled in the image (binaryPath)', () => {
     expect(result.outcome, result.message).toBe('submitted');
     expect(argvs).toHaveLength(2);
     expect(argvs[1]![0]).toBe('/usr/local/bin/mini');
-    expect(argvs.flat().join(' ')).not.toContain('venv');
+    expect(argvs.flat().join(' ')).not.toContain('bundle.tgz');
   });
 
   it('is an agent_error naming the path when the image lacks it, without installing', async () => {

@@ -21,6 +21,12 @@ import {
   RunClock,
   type TrajectoryStep,
 } from '../harness.ts';
+import {
+  ensureRuntimeBundle,
+  type PythonHostSource,
+  pythonRuntimeDir,
+  readRuntimeManifest,
+} from './python-runtime.ts';
 
 export interface AgentRunSettings {
   /** The gateway as the agent reaches it from inside the sandbox, up to `/v1`. */
@@ -137,7 +143,7 @@ export interface InSandboxSource {
 
 export interface InstalledAgentRecipe {
   name: string;
-  source: NpmHostSource | NpmNodeSource | InSandboxSource;
+  source: NpmHostSource | NpmNodeSource | InSandboxSource | PythonHostSource;
   /** The agent's executable inside sandboxes (checked before installing). */
   sandboxBinaryPath: string;
   configure(settings: AgentRunSettings): {
@@ -427,6 +433,41 @@ export function createInstalledAgentHarness(
           );
         // The launcher last: a sandbox that has it has the whole agent.
         await sandbox.writeFile(recipe.sandboxBinaryPath, Buffer.from(nodeLauncher(recipe.source)), 0o755);
+      } else if (isInstalled.exitCode !== 0 && recipe.source.kind === 'python-host') {
+        const probe = await sandbox.exec({ command: PLATFORM_PROBE, timeoutMs: 10_000 });
+        if (probe.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+        if (probe.status !== 'ok' || probe.exitCode !== 0)
+          return fail('infra_error', `reading the sandbox's platform failed: ${probe.stderr.slice(-500)}`);
+        if (parsePlatformProbe(probe.stdout).arch !== 'x64')
+          throw new GymError(
+            'CAPABILITY_UNSUPPORTED',
+            `${recipe.name}'s runtime is made for x86_64 only; this sandbox is ${probe.stdout.split('\n')[0]}`,
+          );
+        const runtimeDir = pythonRuntimeDir(cacheDir, recipe.source);
+        if ((await readRuntimeManifest(runtimeDir)) === null)
+          throw new GymError(
+            'CAPABILITY_UNSUPPORTED',
+            `${recipe.name} ${recipe.source.version} is not installed on this host (no ${runtimeDir}): run \`gym agent install ${recipe.source.name}\` (scripts/setup.sh does)`,
+          );
+        const bundle = await ensureRuntimeBundle(runtimeDir);
+        // The runtime's folder: the launcher sits in its bin/.
+        const dir = dirname(dirname(recipe.sandboxBinaryPath));
+        const { size } = await stat(bundle);
+        await sandbox.writeFile(
+          `${dir}/bundle.tgz`,
+          { stream: createReadStream(bundle), sizeBytes: size },
+          0o644,
+        );
+        const unpacked = await sandbox.exec({
+          command: `cd '${dir}' && ${NODE_AGENT_UNPACK}`,
+          timeoutMs: 300_000,
+        });
+        if (unpacked.status === 'sandbox_gone') return fail('sandbox_gone', 'the sandbox went away');
+        if (unpacked.status !== 'ok' || unpacked.exitCode !== 0)
+          return fail(
+            'infra_error',
+            `unpacking ${recipe.name} in the sandbox failed (it needs tar and gzip, and room for the runtime): ${unpacked.stderr.slice(-1000)}`,
+          );
       } else if (isInstalled.exitCode !== 0 && recipe.source.kind === 'in-sandbox') {
         const installed = await sandbox.exec({
           command: recipe.source.installCommand,

@@ -31,60 +31,6 @@ export function venvInstallCommand(dir: string, requirement: string): string {
   ].join(' ');
 }
 
-/** mini-swe-agent's `mini`, v1 line: `-y` (no confirmations), `--exit-immediately`, `-o` trajectory, model through litellm's OpenAI route. */
-export const MINI_SWE_AGENT_RECIPE: InstalledAgentRecipe = {
-  name: 'mini-swe-agent',
-  source: {
-    kind: 'in-sandbox',
-    installCommand: venvInstallCommand('/opt/gym-agents/mini-swe-agent', 'mini-swe-agent>=1.9,<2'),
-  },
-  sandboxBinaryPath: '/opt/gym-agents/mini-swe-agent/bin/mini',
-  configure: (settings) => ({
-    files: [],
-    env: {
-      OPENAI_API_BASE: settings.baseUrl,
-      OPENAI_BASE_URL: settings.baseUrl,
-      OPENAI_API_KEY: settings.apiKey,
-      // Skip the first-run configuration prompt, and do not fail on a model without a price.
-      MSWEA_CONFIGURED: 'true',
-      MSWEA_COST_TRACKING: 'ignore_errors',
-    },
-  }),
-  command: (settings) => [
-    MINI_SWE_AGENT_RECIPE.sandboxBinaryPath,
-    '-y',
-    '--exit-immediately',
-    '-m',
-    `openai/${settings.model}`,
-    '-l',
-    '0',
-    '-o',
-    `${settings.homeDir}/trajectory.json`,
-    '-t',
-    settings.instruction,
-  ],
-  resultFiles: (settings) => [`${settings.homeDir}/trajectory.json`],
-  parse: (_stdout, files) => {
-    const text = Object.values(files)[0] ?? '';
-    if (text === '')
-      return { finalMessage: null, steps: [], error: 'mini-swe-agent wrote no trajectory', events: [] };
-    const trajectory = JSON.parse(text) as {
-      info?: { exit_status?: string; submission?: string };
-      messages?: Array<{ role: string; content: unknown }>;
-    };
-    const steps: TrajectoryStep[] = (trajectory.messages ?? [])
-      .filter((message) => message.role === 'assistant')
-      .map((message, index) => ({ index, startedAt: '', durationMs: 0, assistant: String(message.content) }));
-    const status = trajectory.info?.exit_status ?? 'unknown';
-    return {
-      finalMessage: trajectory.info?.submission ?? null,
-      steps,
-      error: status === 'Submitted' ? null : `mini-swe-agent ended with ${status}`,
-      events: trajectory.messages ?? [],
-    };
-  },
-};
-
 type Json = Record<string, unknown>;
 
 /**
@@ -222,7 +168,5 @@ export const OPENHANDS_RECIPE: InstalledAgentRecipe = {
   parse: (stdout) => parseOpenHandsEvents(stdout),
 };
 
-export const createMiniSweAgentHarness = (options: unknown = {}) =>
-  createInstalledAgentHarness(MINI_SWE_AGENT_RECIPE, options as InstalledAgentOptions);
 export const createOpenHandsHarness = (options: unknown = {}) =>
   createInstalledAgentHarness(OPENHANDS_RECIPE, options as InstalledAgentOptions);

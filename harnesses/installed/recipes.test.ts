@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { extractActions, submissionOf } from '../mini-swe/mini-swe.ts';
@@ -11,14 +12,10 @@ import {
   nodeLauncher,
   parsePlatformProbe,
 } from './installed-agent.ts';
+import { MINI_SWE_AGENT_RECIPE, parseMiniSweAgentTrajectory } from './mini-swe-agent.ts';
 import { OPENCODE_RECIPE, opencodeConfig } from './opencode.ts';
 import { PI_RECIPE, parsePiEvents } from './pi.ts';
-import {
-  MINI_SWE_AGENT_RECIPE,
-  OPENHANDS_RECIPE,
-  parseOpenHandsEvents,
-  venvInstallCommand,
-} from './python-agents.ts';
+import { OPENHANDS_RECIPE, parseOpenHandsEvents, venvInstallCommand } from './python-agents.ts';
 import { QWEN_CODE_RECIPE } from './qwen-code.ts';
 
 const settings: AgentRunSettings = {
@@ -97,10 +94,13 @@ describe('agent CLI recipes', () => {
     });
   });
 
-  it('mini-swe-agent: mini in yolo mode through litellm, its trajectory file parsed', () => {
-    expect(MINI_SWE_AGENT_RECIPE.source).toMatchObject({
-      kind: 'in-sandbox',
-      installCommand: expect.stringContaining("python3 -m venv '/opt/gym-agents/mini-swe-agent'"),
+  it('mini-swe-agent 2.x: mini in yolo mode through litellm, on the runtime made from its lock', () => {
+    expect(MINI_SWE_AGENT_RECIPE.source).toEqual({
+      kind: 'python-host',
+      name: 'mini-swe-agent',
+      version: '2.4.6',
+      lockFile: 'mini-swe-agent.lock',
+      launchers: { mini: ['-m', 'minisweagent'] },
     });
     expect(MINI_SWE_AGENT_RECIPE.command(settings)).toEqual([
       '/opt/gym-agents/mini-swe-agent/bin/mini',
@@ -119,19 +119,38 @@ describe('agent CLI recipes', () => {
       OPENAI_API_BASE: settings.baseUrl,
       OPENAI_API_KEY: 'gym-ro-key',
       MSWEA_CONFIGURED: 'true',
+      LITELLM_LOCAL_MODEL_COST_MAP: 'True',
     });
-    const parsed = MINI_SWE_AGENT_RECIPE.parse('', {
-      '/tmp/gym-agent-x/trajectory.json': JSON.stringify({
-        info: { exit_status: 'Submitted', submission: 'diff --git a' },
-        messages: [{ role: 'assistant', content: 'x' }],
-      }),
-    });
-    expect(parsed).toMatchObject({ finalMessage: 'diff --git a', error: null, steps: [{ assistant: 'x' }] });
+  });
+
+  it('mini-swe-agent 2.x: its own trajectory file (as 2.4.6 wrote it) read into steps', async () => {
+    // Written by the real mini 2.4.6 against the scripted model: a reply without a tool call, a
+    // read, an edit that exits 3, the submission.
+    const text = await readFile(
+      new URL('./fixtures/mini-swe-agent-2.4.6.trajectory.json', import.meta.url),
+      'utf8',
+    );
+    const parsed = parseMiniSweAgentTrajectory(text);
+    expect(parsed.error).toBeNull();
+    expect(parsed.finalMessage).toBe('');
     expect(
-      MINI_SWE_AGENT_RECIPE.parse('', {
-        '/tmp/gym-agent-x/trajectory.json': '{"info":{"exit_status":"LimitsExceeded"}}',
-      }).error,
-    ).toContain('LimitsExceeded');
+      parsed.steps.map((step) => [step.assistant, step.action?.arguments.command, step.exitCode]),
+    ).toEqual([
+      ['Reading without a tool.', undefined, undefined],
+      ['Sorry.', 'cat calc.py', 0],
+      ['The operator is wrong.', "sed -i 's/a - b/a + b/' calc.py && exit 3", 3],
+      // mini ends on the sentinel before its observation is made: "action was not executed", -1.
+      ['Done.', 'echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT', -1],
+    ]);
+    expect(parsed.steps[0]!.error).toContain('No tool calls found');
+    expect(parsed.steps[1]!.observation).toContain('return a - b');
+    expect(parsed.steps.map((step) => step.index)).toEqual([0, 1, 2, 3]);
+    const stopped = JSON.parse(text);
+    stopped.info.exit_status = 'LimitsExceeded';
+    expect(parseMiniSweAgentTrajectory(JSON.stringify(stopped)).error).toBe(
+      'mini-swe-agent ended with LimitsExceeded',
+    );
+    expect(parseMiniSweAgentTrajectory('').error).toBe('mini-swe-agent wrote no trajectory');
   });
 
   it('OpenHands: headless JSON mode with the LLM taken from the environment', () => {

@@ -27,6 +27,10 @@ Uses the daemon of the state directory when one runs, else starts one in-process
       '--harness-options <JSON>',
       'the harness\'s options as a JSON object, e.g. {"binaryPath": "/usr/local/bin/mini"} for an agent the image has',
     )
+    .option(
+      '--provider-options <JSON>',
+      'providerOptions added to every agent sandbox\'s spec as a JSON object, e.g. {"readOnlyBinds": [{"hostPath": "...", "path": "/opt/gym-agents/mini-swe-agent"}]} to give Docker sandboxes an agent runtime read-only (docs/harnesses.md)',
+    )
     .addOption(new Option('--limit <N>', 'run only the first N tasks').argParser(integer(1)))
     .addOption(new Option('--num-repeats <N>', 'rollouts per task').argParser(integer(1)).default(1))
     .addOption(new Option('--concurrency <N>', 'rollouts at once').argParser(integer(1)).default(4))

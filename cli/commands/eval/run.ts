@@ -269,17 +269,17 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         `environment ${environment.name} has no tasks of its own: give them with --input FILE`,
       );
     if (values.limit !== undefined) rows = rows.slice(0, values.limit);
-    const harnessName = values.harness ?? environment.defaultHarness;
-    let harnessOptions: unknown = {};
-    if (values.harnessOptions !== undefined) {
-      try {
-        harnessOptions = JSON.parse(values.harnessOptions);
-      } catch (error) {
-        throw new UsageError(`--harness-options is not JSON: ${(error as Error).message}`);
-      }
-      if (typeof harnessOptions !== 'object' || harnessOptions === null || Array.isArray(harnessOptions))
-        throw new UsageError('--harness-options must be a JSON object');
+    if (values.providerOptions !== undefined) {
+      const added = jsonObjectOption('--provider-options', values.providerOptions);
+      const own = (environment.sandbox.providerOptions ?? {}) as Record<string, unknown>;
+      environment = {
+        ...environment,
+        sandbox: { ...environment.sandbox, providerOptions: { ...own, ...added } },
+      };
     }
+    const harnessName = values.harness ?? environment.defaultHarness;
+    const harnessOptions =
+      values.harnessOptions === undefined ? {} : jsonObjectOption('--harness-options', values.harnessOptions);
     const harness = await new HarnessRegistry().create(harnessName, harnessOptions);
     const policy = await policyConfig(
       values.envYaml,
@@ -418,3 +418,16 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
     }
   },
 };
+
+/** A flag whose value must be a JSON object. */
+function jsonObjectOption(flag: string, text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`${flag} is not JSON: ${(error as Error).message}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new UsageError(`${flag} must be a JSON object`);
+  return value as Record<string, unknown>;
+}
