@@ -17,6 +17,8 @@
 #   3c. the cgroup2 mount remounted with favordynmods when the kernel takes it (best effort)
 #   4. npm ci
 #   5. the local base images (gym image build: busybox, debian-base)
+#   6. the agents from PyPI (gym agent install: mini-swe-agent, openhands), each a Python 3.13
+#      runtime made from a Debian trixie root and its hash-pinned wheels (docs/harnesses.md)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -179,3 +181,7 @@ fi
 # 5. Images (each is rebuilt only when its recipe hash changes)
 log "building local images (debian-base takes about a minute the first time)"
 node cli/main.ts image build
+
+# 6. Agents from PyPI (each made once; a runtime of the same pins is kept)
+log "installing the agents from PyPI (a few minutes the first time)"
+node cli/main.ts agent install

@@ -481,6 +481,9 @@ export function createInstalledAgentHarness(
           );
         }
       }
+      // The wall time is the agent's: it counts from here, not from the copy of its files (ours,
+      // bounded on its own), so that how fast we install never decides the agent's reward.
+      const agentClock = new RunClock(limits);
       const { url } = await sandbox.exposeGateway();
       const settings: AgentRunSettings = {
         baseUrl: `${url}${model.basePath}`,
@@ -499,7 +502,7 @@ export function createInstalledAgentHarness(
         argv,
         cwd: task.workdir,
         env: { HOME: settings.homeDir, ...env },
-        timeoutMs: Math.max(1000, clock.remainingMs),
+        timeoutMs: Math.max(1000, agentClock.remainingMs),
         maxOutputBytes: 32 * 1024 * 1024,
       });
       const files: Record<string, string> = {};

@@ -2,7 +2,10 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { GymError } from '../../../core/errors.ts';
 import { PYTHON_AGENT_RECIPES } from '../../../harnesses/installed/python-recipes.ts';
-import { installPythonAgentRuntime } from '../../../harnesses/installed/python-runtime.ts';
+import {
+  ensureRuntimeBundle,
+  installPythonAgentRuntime,
+} from '../../../harnesses/installed/python-runtime.ts';
 import { configuredDebianMirror } from '../../../images/build.ts';
 import type { CommandOf } from '../../command.ts';
 import { formatDuration, startTicker } from '../../progress.ts';
@@ -34,6 +37,9 @@ export const agentInstallCommand: CommandOf<typeof agentInstall> = {
             step = message;
           },
         });
+        // Packed now, so that the first sandbox it is copied into does not wait for the packing.
+        step = 'packing it for sandboxes that cannot bind it';
+        await ensureRuntimeBundle(dir);
         ticker.stop();
         if (stderr.isTTY) stderr.write('\r\x1b[2K');
         const result = { name, version: recipe.source.version, dir, built, durationMs: Date.now() - started };
