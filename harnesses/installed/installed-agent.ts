@@ -21,6 +21,7 @@ import {
   RunClock,
   type TrajectoryStep,
 } from '../harness.ts';
+import type { PythonHostSource } from './python-host-source.ts';
 
 export interface AgentRunSettings {
   /** The gateway as the agent reaches it from inside the sandbox, up to `/v1`. */
@@ -137,7 +138,7 @@ export interface InSandboxSource {
 
 export interface InstalledAgentRecipe {
   name: string;
-  source: NpmHostSource | NpmNodeSource | InSandboxSource;
+  source: NpmHostSource | NpmNodeSource | InSandboxSource | PythonHostSource;
   /** The agent's executable inside sandboxes (checked before installing). */
   sandboxBinaryPath: string;
   configure(settings: AgentRunSettings): {
