@@ -161,6 +161,14 @@ describe('OpenHands runs read from the runner', () => {
     expect(parse(stdout).error).toBeNull();
   });
 
+  it('an agent that cannot start (the image has no bash for its terminal) says why in the trajectory file', () => {
+    const parsed = parse('', fixture('nobash.trajectory'));
+    expect(parsed.steps).toEqual([]);
+    expect(parsed.error).toBe(
+      'OpenHands ended "error": RuntimeError: Could not find bash in PATH. Please provide an explicit shell_path parameter when creating the terminal.',
+    );
+  });
+
   it("a key the upstream refuses ends the run with the SDK's error, and no steps", () => {
     const parsed = parse(fixture('denied.stdout.jsonl'));
     expect(parsed.steps).toEqual([]);
@@ -198,6 +206,7 @@ describe('OpenHands runs read from the runner', () => {
     expect(readOpenHandsTrajectory('{"status": "finished"}')).toBeNull();
     expect(readOpenHandsTrajectory('{"status": "error", "events": [null, 3, {"kind": "X"}]}')).toEqual({
       status: 'error',
+      error: null,
       events: [{ kind: 'X' }],
     });
     // Lines that are not SDK events (no kind) are not steps.

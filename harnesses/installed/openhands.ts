@@ -114,8 +114,10 @@ export function parseOpenHandsEvents(events: Json[]): ParsedRun {
   return { finalMessage: finalMessage ?? lastAgentText, steps, error, events };
 }
 
-/** The runner's trajectory file, `{"status": ..., "events": [...]}`; null when it is not that. */
-export function readOpenHandsTrajectory(text: string): { status: string; events: Json[] } | null {
+/** The runner's trajectory file, `{"status", "error"?, "events": [...]}`; null when it is not that. */
+export function readOpenHandsTrajectory(
+  text: string,
+): { status: string; error: string | null; events: Json[] } | null {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -123,10 +125,11 @@ export function readOpenHandsTrajectory(text: string): { status: string; events:
     return null;
   }
   if (typeof parsed !== 'object' || parsed === null) return null;
-  const { status, events } = parsed as Json;
+  const { status, error, events } = parsed as Json;
   if (typeof status !== 'string' || !Array.isArray(events)) return null;
   return {
     status,
+    error: typeof error === 'string' && error !== '' ? error : null,
     events: events.filter((event): event is Json => typeof event === 'object' && event !== null),
   };
 }
@@ -134,14 +137,15 @@ export function readOpenHandsTrajectory(text: string): { status: string; events:
 /**
  * A run of our runner: the events it printed (all of them, even when the run was killed before it
  * wrote its file), else those of its trajectory file; the status the file gives says whether the
- * agent finished (the SDK's stuck detector, for one, stops a run without an event saying so).
+ * agent finished (the SDK's stuck detector, for one, stops a run without an event saying so), and
+ * why not when the agent could not even start (an image without bash for its terminal).
  */
 export function parseOpenHandsRun(stdout: string, trajectory: string): ParsedRun {
   const printed = parseJsonLines(stdout).filter((event) => typeof event.kind === 'string');
   const file = readOpenHandsTrajectory(trajectory);
   const parsed = parseOpenHandsEvents(printed.length > 0 ? printed : (file?.events ?? []));
   if (parsed.error === null && file !== null && file.status !== 'finished')
-    parsed.error = `OpenHands ended "${file.status}" without finishing`;
+    parsed.error = `OpenHands ended "${file.status}"${file.error === null ? ' without finishing' : `: ${file.error}`}`;
   return parsed;
 }
 

@@ -76,10 +76,15 @@ def stdout_for_events() -> TextIO:
     return events
 
 
-def write_trajectory(path: str, events: list[dict[str, Any]], status: str) -> None:
+def write_trajectory(path: str, events: list[dict[str, Any]], status: str, error: str = "") -> None:
+    """The run's status (the SDK's execution status, or "terminated"), why it failed, its events."""
+    record: dict[str, Any] = {"status": status}
+    if error:
+        record["error"] = error
+    record["events"] = events
     temporary = f"{path}.partial"
     with open(temporary, "w", encoding="utf-8") as file:
-        json.dump({"status": status, "events": events}, file)
+        json.dump(record, file)
     os.replace(temporary, path)
 
 
@@ -129,9 +134,9 @@ def main(argv: list[str]) -> int:
     }
     if arguments.max_iterations is not None:
         conversation_options["max_iteration_per_run"] = arguments.max_iterations
-    conversation = Conversation(**conversation_options)
 
     status = "error"
+    conversation = None
 
     def on_terminate(signum: int, _frame: Any) -> None:
         # Killed at the time limit: keep what was done so far.
@@ -141,15 +146,23 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_terminate)
     message = ""
     try:
+        conversation = Conversation(**conversation_options)
         conversation.send_message(arguments.task)
         conversation.run()
         status = conversation.state.execution_status.value
     except ConversationRunError as error:
         status = "error"
         message = str(error.original_exception)
+    except Exception as error:  # noqa: BLE001 - the agent could not start (no bash in the image, say)
+        status = "error"
+        message = f"{type(error).__name__}: {error}"
     finally:
-        conversation.close()
-        write_trajectory(arguments.trajectory, dumped, status)
+        if conversation is not None:
+            try:
+                conversation.close()
+            except Exception as error:  # noqa: BLE001 - closing never hides how the run ended
+                print(f"openhands-gym: closing the conversation failed: {error}", file=sys.stderr)
+        write_trajectory(arguments.trajectory, dumped, status, message)
         out.flush()
     if status == ConversationExecutionStatus.FINISHED.value:
         return EXIT_FINISHED
