@@ -59,13 +59,15 @@ def keep_files_at_home() -> None:
 
     Without network, LiteLLM's fetch of its price list retries for seconds: it reads the copy it
     ships instead. The file editor keeps its undo history in a temporary folder: under HOME, not
-    the system's /tmp (set for this process only, so the agent's commands keep their TMPDIR).
+    the system's /tmp (set for this process only, so the agent's commands keep their TMPDIR). So
+    does tmux its socket, when the image has tmux and the terminal uses it (TMUX_TMPDIR).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
     scratch = os.path.join(os.path.expanduser("~"), "tmp")
     os.makedirs(scratch, mode=0o700, exist_ok=True)
     tempfile.tempdir = scratch
+    os.environ.setdefault("TMUX_TMPDIR", scratch)
 
 
 def stdout_for_events() -> TextIO:
