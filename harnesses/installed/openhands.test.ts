@@ -6,7 +6,10 @@
  * agent that repeats itself, one that only talks, calls the SDK rejects). The runs other than
  * the fix leave out their first line, the SystemPromptEvent, the same in every run.
  */
-import { readFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { HarnessRegistry } from '../registry.ts';
 import type { AgentRunSettings } from './installed-agent.ts';
@@ -69,6 +72,57 @@ describe('OpenHands recipe', () => {
     const harness = await new HarnessRegistry().create('openhands');
     expect(harness.name).toBe('openhands');
     expect(harness.needsModel).toBe(true);
+  });
+});
+
+describe('OpenHands runner, its set-up (the parts that need no SDK, on the host Python)', () => {
+  const runnerDir = new URL('./python/', import.meta.url).pathname;
+  const setUp = `import json, os, sys, tempfile
+sys.path.insert(0, ${JSON.stringify(runnerDir)})
+import openhands_headless as runner
+settings = runner.take_model_settings()
+runner.keep_files_at_home()
+print(json.dumps({"settings": settings, "left": sorted(k for k in os.environ if k.startswith("LLM_")),
+  "tempdir": tempfile.gettempdir(), "tmux": os.environ["TMUX_TMPDIR"],
+  "costMap": os.environ["LITELLM_LOCAL_MODEL_COST_MAP"]}))`;
+
+  it("takes the model's settings out of the environment the agent's commands inherit, and keeps scratch under HOME", () => {
+    const home = mkdtempSync(join(tmpdir(), 'gym-oh-home-'));
+    try {
+      const output = execFileSync('python3', ['-B', '-c', setUp], {
+        env: {
+          PATH: process.env.PATH,
+          HOME: home,
+          LLM_MODEL: 'openai/policy',
+          LLM_BASE_URL: 'http://127.0.0.1:9/v1',
+          LLM_API_KEY: 'gym-ro-key',
+        },
+        encoding: 'utf8',
+      });
+      expect(JSON.parse(output)).toEqual({
+        settings: {
+          LLM_MODEL: 'openai/policy',
+          LLM_BASE_URL: 'http://127.0.0.1:9/v1',
+          LLM_API_KEY: 'gym-ro-key',
+          LLM_API_MODE: '',
+        },
+        left: [],
+        tempdir: join(home, 'tmp'),
+        tmux: join(home, 'tmp'),
+        costMap: 'True',
+      });
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses to run without a model, saying which setting is missing', () => {
+    const run = spawnSync('python3', ['-B', '-c', setUp], {
+      env: { PATH: process.env.PATH, HOME: tmpdir(), LLM_API_KEY: 'k' },
+      encoding: 'utf8',
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain('openhands-gym: set LLM_MODEL and LLM_BASE_URL (the model to use)');
   });
 });
 
