@@ -46,10 +46,11 @@ describe('OpenHands recipe', () => {
       launchers: { 'openhands-gym': ['share/gym/openhands_headless.py'] },
     });
     expect(OPENHANDS_RECIPE.sandboxBinaryPath).toBe('/opt/gym-agents/openhands/bin/openhands-gym');
-    // The task is one `--task=` argument: an instruction that starts with a dash is not an option.
+    // The task is a file: argv holds no more than 128 KiB in one argument, nor options in disguise.
     expect(OPENHANDS_RECIPE.command(settings)).toEqual([
       '/opt/gym-agents/openhands/bin/openhands-gym',
-      '--task=--help is not a flag here: fix the bug.',
+      '--task-file',
+      '/tmp/gym-agent-openhands/task.md',
       '--trajectory',
       TRAJECTORY,
       '--workdir',
@@ -57,7 +58,7 @@ describe('OpenHands recipe', () => {
     ]);
     expect(OPENHANDS_RECIPE.resultFiles?.(settings)).toEqual([TRAJECTORY]);
     expect(OPENHANDS_RECIPE.configure(settings)).toEqual({
-      files: [],
+      files: [{ path: '/tmp/gym-agent-openhands/task.md', content: settings.instruction }],
       env: {
         LLM_MODEL: 'openai/policy "v1"',
         LLM_BASE_URL: settings.baseUrl,

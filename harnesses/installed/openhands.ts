@@ -151,6 +151,7 @@ export function parseOpenHandsRun(stdout: string, trajectory: string): ParsedRun
 
 const RUNTIME = '/opt/gym-agents/openhands';
 const trajectoryPath = (settings: AgentRunSettings) => `${settings.homeDir}/trajectory.json`;
+const taskPath = (settings: AgentRunSettings) => `${settings.homeDir}/task.md`;
 
 export const OPENHANDS_SOURCE: PythonHostSource = {
   kind: 'python-host',
@@ -161,13 +162,14 @@ export const OPENHANDS_SOURCE: PythonHostSource = {
   launchers: { 'openhands-gym': ['share/gym/openhands_headless.py'] },
 };
 
-/** `openhands-gym --task=TASK --trajectory FILE --workdir DIR`, the model from the environment. */
+/** `openhands-gym --task-file FILE --trajectory FILE --workdir DIR`, the model from the environment. */
 export const OPENHANDS_RECIPE: InstalledAgentRecipe = {
   name: 'openhands',
   source: OPENHANDS_SOURCE,
   sandboxBinaryPath: `${RUNTIME}/bin/openhands-gym`,
   configure: (settings) => ({
-    files: [],
+    // The task goes in a file: a problem statement may be past what one argument can hold (128 KiB).
+    files: [{ path: taskPath(settings), content: settings.instruction }],
     env: {
       // LiteLLM's OpenAI-compatible route: the gateway speaks Chat Completions (and Responses).
       LLM_MODEL: `openai/${settings.model}`,
@@ -180,8 +182,8 @@ export const OPENHANDS_RECIPE: InstalledAgentRecipe = {
   }),
   command: (settings) => [
     OPENHANDS_RECIPE.sandboxBinaryPath,
-    // One argument: an instruction that starts with '-' stays the task.
-    `--task=${settings.instruction}`,
+    '--task-file',
+    taskPath(settings),
     '--trajectory',
     trajectoryPath(settings),
     '--workdir',

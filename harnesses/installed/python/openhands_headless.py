@@ -6,7 +6,8 @@ confirmation step and no visualiser. Every event the conversation records is pri
 one JSON line, the SDK's own dump of the event (with its ``kind``); at the end the whole event list
 is written to the trajectory file.
 
-Usage: openhands_headless.py --trajectory FILE --task TEXT [--workdir DIR] [--max-iterations N]
+Usage: openhands_headless.py --trajectory FILE (--task TEXT | --task-file FILE) [--workdir DIR]
+       [--max-iterations N]
 
 The model comes from the environment: LLM_MODEL (a LiteLLM model name, such as
 ``openai/<name>`` for an OpenAI-compatible server), LLM_BASE_URL, LLM_API_KEY; optional
@@ -36,7 +37,9 @@ MODEL_ENV = ("LLM_MODEL", "LLM_BASE_URL", "LLM_API_KEY", "LLM_API_MODE")
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="openhands-gym", description="Run the OpenHands SDK agent headless on one task.")
-    parser.add_argument("--task", required=True, help="the task, as the user's first message")
+    task = parser.add_mutually_exclusive_group(required=True)
+    task.add_argument("--task", help="the task, as the user's first message")
+    task.add_argument("--task-file", help="a file holding the task (UTF-8)")
     parser.add_argument("--trajectory", required=True, help="file to write the event list to (JSON)")
     parser.add_argument("--workdir", default=None, help="the agent's working directory (default: the current one)")
     parser.add_argument(
@@ -96,6 +99,11 @@ def main(argv: list[str]) -> int:
     if not os.path.isdir(workdir):
         print(f"openhands-gym: no such directory: {workdir}", file=sys.stderr)
         return EXIT_USAGE
+    if arguments.task_file is not None:
+        with open(arguments.task_file, encoding="utf-8") as file:
+            task = file.read()
+    else:
+        task = arguments.task
     settings = take_model_settings()
     keep_files_at_home()
     out = stdout_for_events()
@@ -149,7 +157,7 @@ def main(argv: list[str]) -> int:
     message = ""
     try:
         conversation = Conversation(**conversation_options)
-        conversation.send_message(arguments.task)
+        conversation.send_message(task)
         conversation.run()
         status = conversation.state.execution_status.value
     except ConversationRunError as error:
