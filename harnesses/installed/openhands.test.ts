@@ -122,7 +122,7 @@ print(json.dumps({"settings": settings, "left": sorted(k for k in os.environ if 
       env: { PATH: process.env.PATH, HOME: tmpdir(), LLM_API_KEY: 'k' },
       encoding: 'utf8',
     });
-    expect(run.status).toBe(1);
+    expect(run.status).toBe(2);
     expect(run.stderr).toContain('openhands-gym: set LLM_MODEL and LLM_BASE_URL (the model to use)');
   });
 });

@@ -53,7 +53,8 @@ def take_model_settings() -> dict[str, str]:
     settings = {name: os.environ.pop(name, "") for name in MODEL_ENV}
     missing = [name for name in ("LLM_MODEL", "LLM_BASE_URL") if settings[name] == ""]
     if missing:
-        raise SystemExit(f"openhands-gym: set {' and '.join(missing)} (the model to use)")
+        print(f"openhands-gym: set {' and '.join(missing)} (the model to use)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
     return settings
 
 
@@ -63,7 +64,8 @@ def keep_files_at_home() -> None:
     Without network, LiteLLM's fetch of its price list retries for seconds: it reads the copy it
     ships instead. The file editor keeps its undo history in a temporary folder: under HOME, not
     the system's /tmp (set for this process only, so the agent's commands keep their TMPDIR). So
-    does tmux its socket, when the image has tmux and the terminal uses it (TMUX_TMPDIR).
+    does tmux its socket, when the image has tmux and the terminal uses it: TMUX_TMPDIR, which the
+    agent's commands do inherit (a tmux they start themselves puts its socket there too).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
