@@ -23,6 +23,7 @@ import { ModelScriptSchema } from '../scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../scripted-model/server.ts';
 import type { InstalledAgentRecipe } from './installed-agent.ts';
 import { MINI_SWE_AGENT_RECIPE } from './mini-swe-agent.ts';
+import { OPENHANDS_RECIPE } from './openhands.ts';
 import { type PythonHostSource, pythonRuntimeDir, readRuntimeManifest } from './python-runtime.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -35,21 +36,39 @@ const WRONG = `sed -i 's/return 0/return -1/' textstats/core.py`;
 /** Each agent: its harness, and the scripted replies in the tool-call format it speaks. */
 interface AgentCase {
   recipe: InstalledAgentRecipe;
-  /** The replies that run `command`, one a turn, then end the run. */
+  /** The replies that run `commands` then apply `edit` (sed's words), one a turn, then end the run. */
   replies(commands: string[]): unknown[];
   /** One reply repeated forever (an agent that never ends). */
   endless: unknown;
+  /** What a step's command printed, from its observation as the agent shows it. */
+  printed(observation: string): string;
 }
 
 const bash = (command: string) => ({
   content: 'Next.',
   toolCalls: [{ name: 'bash', arguments: { command } }],
 });
+/** OpenHands' terminal tool; its tools take a risk and a summary. */
+const terminal = (command: string) => ({
+  toolCalls: [{ name: 'terminal', arguments: { command, security_risk: 'LOW', summary: 'Run it' } }],
+});
 const AGENTS: AgentCase[] = [
   {
     recipe: MINI_SWE_AGENT_RECIPE,
     replies: (commands) => [...commands.map(bash), bash('echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT')],
     endless: bash('sleep 2; echo still going'),
+    // mini shows an observation as JSON: its `output` is what the command printed.
+    printed: (observation) => String((JSON.parse(observation) as { output?: string }).output),
+  },
+  {
+    recipe: OPENHANDS_RECIPE,
+    replies: (commands) => [
+      ...commands.map(terminal),
+      { toolCalls: [{ name: 'finish', arguments: { message: 'Done.', summary: 'Done' } }] },
+    ],
+    // Output that changes every turn: the SDK's stuck detector ends a run that repeats itself.
+    endless: terminal('date +%s%N && sleep 5'),
+    printed: (observation) => observation,
   },
 ];
 
@@ -60,7 +79,6 @@ describe.skipIf(skipReason !== undefined)('agents from PyPI through gym eval run
   let model: ScriptedModelServer;
   let emulator: KubernetesEmulator;
   let directory = '';
-  let input = '';
   let envDir = '';
 
   beforeAll(async () => {
@@ -85,26 +103,33 @@ describe.skipIf(skipReason !== undefined)('agents from PyPI through gym eval run
       }),
     );
     const [row] = (await readRows(swe.dataPath)).filter((item) => item.instance_id === TASK);
-    input = join(envDir, 'rows.jsonl');
-    await writeFile(
-      input,
-      ['right', 'wrong', 'endless']
-        .map((variant) =>
-          JSON.stringify({
-            ...row,
-            instance_id: `${TASK}-${variant}`,
-            problem_statement: `${String(row!.problem_statement)}\n(variant ${variant})`,
-          }),
-        )
-        .join('\n')
-        .concat('\n'),
-    );
+    // One file of rows per agent, the variant and the agent in the problem statement: the
+    // scripted model answers each conversation by them.
+    for (const agent of AGENTS)
+      await writeFile(
+        join(envDir, `${agent.recipe.name}.jsonl`),
+        ['right', 'wrong', 'endless']
+          .map((variant) =>
+            JSON.stringify({
+              ...row,
+              instance_id: `${TASK}-${variant}`,
+              problem_statement: `${String(row!.problem_statement)}\n(variant ${agent.recipe.name} ${variant})`,
+            }),
+          )
+          .join('\n')
+          .concat('\n'),
+      );
     model = await startScriptedModelServer(
       ModelScriptSchema.parse({
         conversations: AGENTS.flatMap((agent) => [
-          { match: `variant right`, replies: agent.replies([MODULES, FIX, MODULES]) },
-          { match: `variant wrong`, replies: agent.replies([WRONG]) },
-          { match: `variant endless`, replies: [agent.endless] },
+          { match: `variant ${agent.recipe.name} right`, replies: agent.replies([MODULES, FIX, MODULES]) },
+          { match: `variant ${agent.recipe.name} wrong`, replies: agent.replies([WRONG]) },
+          {
+            match: `variant ${agent.recipe.name} endless`,
+            // Side calls (a title, a summary) declare no tools.
+            rules: [{ hasTools: false, reply: { content: 'Still checking.' } }],
+            replies: [agent.endless],
+          },
         ]),
       }),
     );
@@ -158,7 +183,7 @@ describe.skipIf(skipReason !== undefined)('agents from PyPI through gym eval run
               '--env',
               envDir,
               '--input',
-              input,
+              join(envDir, `${agent.recipe.name}.jsonl`),
               '--harness',
               agent.recipe.name,
               '--concurrency',
@@ -184,19 +209,19 @@ describe.skipIf(skipReason !== undefined)('agents from PyPI through gym eval run
           expect(await readJsonl(join(stateDir, 'rollouts_failures.jsonl')).catch(() => [])).toEqual([]);
           const right = gymFields(byId.get(`${TASK}-right`)!) as Record<string, unknown>;
           // Every call the agent made is in the gateway's records (4 replies: look, fix, look, submit).
-          expect((right.model_calls as unknown[]).length, why).toBe(4);
+          expect((right.model_calls as unknown[]).length, why).toBeGreaterThanOrEqual(4);
           // The task's own Python (3.11, its pytest) is what the agent's commands met, before and
           // after the fix: the agent's runtime (3.13) added nothing to it.
           const looks = (
             right.trajectory as Array<{ action?: { arguments: { command?: string } }; observation?: string }>
           )
             .filter((step) => step.action?.arguments.command === MODULES)
-            // mini shows an observation as JSON: its `output` is what the command printed.
-            .map((step) => String((JSON.parse(step.observation ?? '{}') as { output?: string }).output));
+            .map((step) => agent.printed(step.observation ?? '{}'));
           expect(looks).toHaveLength(2);
           expect(looks[0]).toContain('3.11');
           expect(looks[0]).toContain("'pytest'");
-          expect(looks[0]).not.toContain('minisweagent');
+          for (const agentModule of ['minisweagent', 'openhands', 'litellm'])
+            expect(looks[0]).not.toContain(agentModule);
           expect(looks[0]).not.toContain('gym-agents');
           expect(looks[1]).toBe(looks[0]);
           // The agent's own trajectory is kept beside the rollouts.

@@ -15,7 +15,6 @@ import {
 import { MINI_SWE_AGENT_RECIPE, parseMiniSweAgentTrajectory } from './mini-swe-agent.ts';
 import { OPENCODE_RECIPE, opencodeConfig } from './opencode.ts';
 import { PI_RECIPE, parsePiEvents } from './pi.ts';
-import { OPENHANDS_RECIPE, parseOpenHandsEvents, venvInstallCommand } from './python-agents.ts';
 import { QWEN_CODE_RECIPE } from './qwen-code.ts';
 
 const settings: AgentRunSettings = {
@@ -153,22 +152,6 @@ describe('agent CLI recipes', () => {
     expect(parseMiniSweAgentTrajectory('').error).toBe('mini-swe-agent wrote no trajectory');
   });
 
-  it('OpenHands: headless JSON mode with the LLM taken from the environment', () => {
-    expect(OPENHANDS_RECIPE.command(settings)).toEqual([
-      '/opt/gym-agents/openhands/bin/openhands',
-      '--headless',
-      '--json',
-      '--override-with-envs',
-      '-t',
-      'Fix the bug.',
-    ]);
-    expect(OPENHANDS_RECIPE.configure(settings).env).toEqual({
-      LLM_MODEL: `openai/${settings.model}`,
-      LLM_BASE_URL: settings.baseUrl,
-      LLM_API_KEY: 'gym-ro-key',
-    });
-  });
-
   it('Claude Code: headless stream-json on the gateway, its tool calls and results a trajectory', () => {
     expect(CLAUDE_CODE_RECIPE.configure(settings).env).toMatchObject({
       // Claude Code appends /v1/messages itself.
@@ -303,106 +286,7 @@ describe('agent CLI recipes', () => {
     expect(binary(OPENCODE_RECIPE, 'x64', 'musl')).toBe('node_modules/opencode-linux-x64-musl/bin/opencode');
   });
 
-  it('OpenHands: SDK events (kind) become steps, observations join their tool call, FinishAction is the answer', () => {
-    const action = {
-      kind: 'ActionEvent',
-      id: 'e1',
-      timestamp: '2026-11-30T17:00:00',
-      source: 'agent',
-      thought: [{ type: 'text', text: 'Let me look.' }],
-      action: { kind: 'TerminalAction', command: 'ls', is_input: false, timeout: null, reset: false },
-      tool_name: 'terminal',
-      tool_call_id: 'call_1',
-      tool_call: { id: 'call_1', name: 'terminal', arguments: '{"command": "ls"}', origin: 'completion' },
-      llm_response_id: 'resp_1',
-      security_risk: 'UNKNOWN',
-    };
-    const observation = {
-      kind: 'ObservationEvent',
-      id: 'e2',
-      source: 'environment',
-      observation: {
-        kind: 'TerminalObservation',
-        content: [{ type: 'text', text: 'calc.py\n' }],
-        is_error: false,
-        command: 'ls',
-        exit_code: 0,
-      },
-      action_id: 'e1',
-      tool_name: 'terminal',
-      tool_call_id: 'call_1',
-    };
-    const failedCall = {
-      kind: 'AgentErrorEvent',
-      source: 'agent',
-      tool_name: 'file_editor',
-      tool_call_id: 'call_2',
-      error: 'Tool file_editor got invalid arguments',
-    };
-    const message = {
-      kind: 'MessageEvent',
-      source: 'agent',
-      llm_message: { role: 'assistant', content: [{ type: 'text', text: 'Editing now.' }] },
-    };
-    const finish = {
-      ...action,
-      id: 'e9',
-      thought: [],
-      action: { kind: 'FinishAction', message: 'Fixed add().' },
-      tool_name: 'finish',
-      tool_call_id: 'call_9',
-    };
-    const stdout = [
-      'Initializing agent...',
-      JSON.stringify({ kind: 'ConversationStateUpdateEvent', key: 'execution_status', value: 'running' }),
-      JSON.stringify(action),
-      JSON.stringify(observation),
-      JSON.stringify(failedCall),
-      JSON.stringify(message),
-      JSON.stringify(finish),
-    ].join('\n');
-    const parsed = parseOpenHandsEvents(stdout);
-    expect(parsed.error).toBeNull();
-    expect(parsed.finalMessage).toBe('Fixed add().');
-    expect(parsed.steps).toMatchObject([
-      {
-        index: 0,
-        assistant: 'Let me look.',
-        action: { tool: 'terminal', arguments: { command: 'ls', is_input: false } },
-        observation: 'calc.py\n',
-        exitCode: 0,
-      },
-      { index: 1, error: 'Tool file_editor got invalid arguments' },
-      { index: 2, assistant: 'Editing now.' },
-      { index: 3, action: { tool: 'finish', arguments: { message: 'Fixed add().' } } },
-    ]);
-    expect(parsed.events).toHaveLength(6);
-    // Earlier CLI releases printed each event as indented JSON after a marker line.
-    const legacy = `--JSON Event--\n${JSON.stringify(action, null, 2)}\n--JSON Event--\n${JSON.stringify(
-      {
-        kind: 'ConversationErrorEvent',
-        source: 'environment',
-        code: 'LLMBadRequestError',
-        detail: 'context too long',
-      },
-      null,
-      2,
-    )}\n`;
-    const stopped = parseOpenHandsEvents(legacy);
-    expect(stopped.steps[0]?.action?.arguments).toMatchObject({ command: 'ls' });
-    expect(stopped.error).toBe('OpenHands stopped with LLMBadRequestError: context too long');
-    // Lines in the shape the old adapter read ({"type": "action"}) are not OpenHands' output: no steps from them.
-    expect(parseOpenHandsEvents('{"type":"action","action":"run","command":"ls"}').steps).toEqual([]);
-  });
-
-  it('PyPI agents install into a venv, never the system Python; a preinstalled agent is used where the image has it', async () => {
-    const command = venvInstallCommand('/opt/gym-agents/x', "pkg>=1,<2 'q'");
-    expect(command).toContain("python3 -m venv '/opt/gym-agents/x'");
-    expect(command).toContain(
-      "--python '/opt/gym-agents/x/bin/python' install --quiet 'pkg>=1,<2 '\\''q'\\'''",
-    );
-    expect(command).not.toContain('--break-system-packages');
-    expect(OPENHANDS_RECIPE.sandboxBinaryPath).toBe('/opt/gym-agents/openhands/bin/openhands');
+  it('a preinstalled PyPI agent is named by an absolute path', async () => {
     const registry = new HarnessRegistry();
     await expect(registry.create('mini-swe-agent', { binaryPath: 'mini' })).rejects.toMatchObject({
       code: 'VALIDATION_FAILED',
