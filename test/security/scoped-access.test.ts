@@ -229,6 +229,23 @@ describe('a scoped credential', () => {
     });
     expect(revokeOther.statusCode).toBe(403);
     expect((await inspect(test, other, second.token)).statusCode).toBe(200);
+    // No route matched (a spelling that would climb from its sandbox to another): still refused.
+    for (const url of [
+      `/v1/sandboxes/${id}/../${other}/exec`,
+      `/v1/sandboxes/${id}%2F..%2F${other}/exec`,
+      `/v1/sandboxes/${other}/exec?id=${id}`,
+      '/v1/nowhere',
+    ]) {
+      const response = await test.app.inject({
+        method: 'POST',
+        url,
+        headers: bearer(granted.token),
+        payload: { argv: ['true'] },
+      });
+      expect(response.statusCode, `${url}: ${response.body}`).toBe(403);
+      expect(response.json().error.code, url).not.toBe('VALIDATION_FAILED');
+    }
+    expect(provider!.execs).toEqual([]);
   });
 
   it('is not the grant id with a guessed secret, nor anything a sandbox holds', async () => {
