@@ -94,6 +94,7 @@ export class AccessGrants {
   readonly #logger: Logger;
   readonly #grants = new Map<string, StoredGrant>();
   #writing: Promise<void> = Promise.resolve();
+  #pending: Promise<void> | undefined;
 
   private constructor(options: AccessGrantsOptions) {
     this.#path = join(options.stateDir, ACCESS_GRANTS_FILE);
@@ -248,9 +249,15 @@ export class AccessGrants {
       if (Date.parse(grant.expiresAt) <= now) this.#grants.delete(grant.id);
   }
 
-  /** Writes every grant atomically (temporary file, fsync, rename), one write at a time. */
+  /**
+   * Writes every grant atomically (temporary file, fsync, rename), one write at a time; changes
+   * made while a write waits its turn ride on it (a burst of removals is one write, not one each).
+   * Resolves once a write that began after the caller's change is on disk.
+   */
   #persist(): Promise<void> {
+    if (this.#pending !== undefined) return this.#pending;
     const write = this.#writing.then(async () => {
+      this.#pending = undefined;
       const temporary = `${this.#path}.tmp`;
       const handle = await open(temporary, 'w', 0o600);
       try {
@@ -262,6 +269,7 @@ export class AccessGrants {
       }
       await rename(temporary, this.#path);
     });
+    this.#pending = write;
     this.#writing = write.catch(() => {});
     return write;
   }
