@@ -18,6 +18,7 @@ import { ProviderRegistry } from '../../providers/registry.ts';
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { MemoryProvider } from '../fixtures/memory-provider.ts';
+import { waitFor } from '../wait-for.ts';
 
 class MovableClock implements Clock {
   offsetMs = 0;
@@ -355,6 +356,31 @@ describe('a scoped credential', () => {
       });
       expect(response.statusCode, JSON.stringify(payload)).toBe(status);
     }
+  });
+
+  it("is not minted for a pool's idle member, and dies when a lent member goes back", async () => {
+    const test = await start();
+    await test.pools.define('warm', { spec: { image: 'img' }, minIdle: 1 });
+    await waitFor('the pool to fill', () => test.pools.stats('warm').idle === 1, 5_000, 20);
+    const [idle] = test.manager.lifecycle.poolRecords('warm').filter((record) => record.poolState === 'idle');
+    const refused = await test.app.inject({
+      method: 'POST',
+      url: '/v1/access',
+      headers: test.auth,
+      payload: { sandboxIds: [idle!.id], rights: ['exec'] },
+    });
+    expect([404, 409], refused.body).toContain(refused.statusCode);
+    const acquired = await test.app.inject({
+      method: 'POST',
+      url: '/v1/sandboxes',
+      headers: test.auth,
+      payload: { pool: 'warm' },
+    });
+    const id = acquired.json().id as string;
+    const lent = await mint(test, { sandboxIds: [id], rights: ['exec'] });
+    expect((await inspect(test, id, lent.token)).statusCode).toBe(200);
+    await test.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: test.auth });
+    expect((await inspect(test, id, lent.token)).statusCode).toBe(401);
   });
 
   it('survives a restart while its sandbox does, and the state directory holds no credential', async () => {
