@@ -55,6 +55,7 @@ const scopedInspect = { config: { scoped: 'inspect' as const } };
 const scopedExec = { config: { scoped: 'exec' as const } };
 const scopedFiles = { config: { scoped: 'files' as const } };
 const scopedEndpoints = { config: { scoped: 'endpoints' as const } };
+const execOptions = { bodyLimit: EXEC_BODY_LIMIT_BYTES, ...scopedExec };
 
 /** The parts of the daemon's sandboxes the routes call (`SandboxManager` has both). */
 export interface SandboxRouteTargets {
@@ -112,18 +113,14 @@ export function registerSandboxRoutes(
     return operations.keepalive(sandboxId(request), body.ttlSeconds);
   });
 
-  app.post(
-    '/v1/sandboxes/:id/exec',
-    { bodyLimit: EXEC_BODY_LIMIT_BYTES, ...scopedExec },
-    async (request, reply) => {
-      const id = sandboxId(request);
-      const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
-      // Parsed once, here: the streamed form needs the request's output cap before it starts.
-      const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
-      if (query.stream === undefined) return operations.exec(id, exec);
-      return streamExec({ lifecycle, operations }, id, exec, reply);
-    },
-  );
+  app.post('/v1/sandboxes/:id/exec', execOptions, async (request, reply) => {
+    const id = sandboxId(request);
+    const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
+    // Parsed once, here: the streamed form needs the request's output cap before it starts.
+    const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
+    if (query.stream === undefined) return operations.exec(id, exec);
+    return streamExec({ lifecycle, operations }, id, exec, reply);
+  });
 
   app.put('/v1/sandboxes/:id/files', scopedFiles, async (request, reply) => {
     const id = sandboxId(request);
