@@ -23,7 +23,11 @@ export function resolveStateDir(
   );
 }
 
-export async function connect(stateDir: string): Promise<GymClient> {
+/**
+ * A client of the daemon found through the state directory, with `token` when given (a scoped
+ * credential lent by the token holder) instead of the state directory's token file.
+ */
+export async function connect(stateDir: string, token?: string): Promise<GymClient> {
   const info = await readDaemonInfo(stateDir);
   if (info === null) {
     throw new GymError(
@@ -31,17 +35,32 @@ export async function connect(stateDir: string): Promise<GymClient> {
       `no daemon is running for state directory ${stateDir}; start one with \`gym daemon start\` (or pass --state-dir)`,
     );
   }
-  let token: string;
+  return new GymClient({
+    token: token ?? (await readToken(stateDir)),
+    ...(info.socket === undefined ? { url: info.url! } : { socket: info.socket }),
+  });
+}
+
+async function readToken(stateDir: string): Promise<string> {
   try {
-    token = (await readFile(join(stateDir, TOKEN_FILE), 'utf8')).trim();
+    return (await readFile(join(stateDir, TOKEN_FILE), 'utf8')).trim();
   } catch (error) {
     throw new GymError(
       'UNAUTHORIZED',
-      `cannot read the daemon's token in ${stateDir}: ${(error as Error).message}`,
+      `cannot read the daemon's token in ${stateDir}: ${(error as Error).message} (or pass a credential with --token or GYM_TOKEN)`,
     );
   }
-  return new GymClient({
-    token,
-    ...(info.socket === undefined ? { url: info.url! } : { socket: info.socket }),
-  });
+}
+
+/**
+ * The client a command that takes `--state-dir` and `--token` uses: the flag's credential, else
+ * `GYM_TOKEN`'s, else the state directory's token file.
+ */
+export function connectWith(
+  values: { stateDir?: string | undefined; token?: string | undefined },
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<GymClient> {
+  const token =
+    values.token ?? (env.GYM_TOKEN === undefined || env.GYM_TOKEN === '' ? undefined : env.GYM_TOKEN);
+  return connect(resolveStateDir(values.stateDir, env), token);
 }

@@ -11,6 +11,12 @@ export const stateDirOption = () =>
     '--state-dir <DIR>',
     "the daemon's state directory (default: GYM_STATE_DIR, else the stateDir of GYM_CONFIG, else ~/.local/state/gym)",
   );
+/** A credential instead of the state directory's token file (a scoped one lends only its sandboxes). */
+export const tokenOption = () =>
+  new Option(
+    '--token <TOKEN>',
+    "a scoped credential (or the token) instead of the state directory's token file; GYM_TOKEN does the same and keeps it out of the process list",
+  );
 export const jsonOption = () => new Option('--json', 'print JSON instead of text');
 export const labelOption = (what: string) =>
   new Option('--label <KEY=VALUE>', `${what} (repeatable)`).argParser(keyValue);

@@ -28,6 +28,8 @@ describe('gym --help', () => {
       'sandbox fork',
       'snapshot ls',
       'snapshot rm',
+      'access grant',
+      'access revoke',
       'eval run',
       'eval profile',
       'image build',

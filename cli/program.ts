@@ -16,6 +16,7 @@ import type { Logger } from '../core/logger.ts';
 import { VERSION } from '../core/version.ts';
 import { type CommandIo, UsageError } from './command.ts';
 import type { CommandBuilder, CommandDefinition } from './command-definition.ts';
+import { accessCommands } from './commands/access/index.ts';
 import { agentCommands } from './commands/agent/index.ts';
 import { daemonCommands } from './commands/daemon/index.ts';
 import { devCommands } from './commands/dev/index.ts';
@@ -40,6 +41,7 @@ const COMMANDS: readonly CommandDefinition[] = [
   sandboxCommands,
   poolCommands,
   snapshotCommands,
+  accessCommands,
   imageCommands,
   agentCommands,
   envCommands,

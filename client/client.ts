@@ -11,6 +11,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import * as tar from 'tar-stream';
 import { ERROR_CODES, type ErrorCode, GymError } from '../core/errors.ts';
+import type { AccessGrant, AccessGrantCreated, AccessGrantRequest } from '../core/schemas/access.ts';
 import type { NetworkLog, NetworkView, Sandbox, StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequestInput, ExecResult } from '../core/schemas/exec.ts';
 import type {
@@ -32,6 +33,7 @@ export interface GymClientOptions {
   url?: string;
   /** ... or a unix socket path. */
   socket?: string;
+  /** The daemon's token, or a scoped credential (`gym-access.…`) on the routes it grants. */
   token: string;
   /**
    * The W3C `traceparent` to send with each request (the caller's active span), so the daemon's
@@ -498,6 +500,25 @@ export class GymClient {
   /** Removes a managed snapshot (idempotent: a missing one is success). */
   async deleteSnapshot(id: string): Promise<void> {
     await this.#json('DELETE', `/v1/snapshots/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * Lends sandboxes: a scoped credential with `rights` on `sandboxIds`, expiring no later than
+   * their leases (docs/api.md, "Scoped access"). Its `token` is shown this once; pass it as another
+   * client's `token`. Needs the daemon's token.
+   */
+  grantAccess(request: AccessGrantRequest): Promise<AccessGrantCreated> {
+    return this.#json('POST', '/v1/access', { json: request });
+  }
+
+  /** The live grants, without their credentials. Needs the daemon's token. */
+  async listAccess(): Promise<AccessGrant[]> {
+    return (await this.#json<{ grants: AccessGrant[] }>('GET', '/v1/access')).grants;
+  }
+
+  /** Revokes a grant (idempotent), with the daemon's token or the grant's own credential. */
+  async revokeAccess(grantId: string): Promise<void> {
+    await this.#json('DELETE', `/v1/access/${encodeURIComponent(grantId)}`);
   }
 
   async metrics(): Promise<string> {

@@ -15,6 +15,11 @@ export const ERROR_CODES = {
   FORBIDDEN_BY_CONFIG: { httpStatus: 403, summary: 'the daemon configuration does not allow this' },
   /** No or wrong bearer token. */
   UNAUTHORIZED: { httpStatus: 401, summary: 'authentication required' },
+  /**
+   * A scoped credential (docs/api.md, "Scoped access") was presented to a route it does not grant:
+   * another sandbox, a right it lacks, or a route no scoped credential may call.
+   */
+  ACCESS_DENIED: { httpStatus: 403, summary: 'the scoped credential does not grant this' },
   /** The sandbox id is unknown to the provider (never created, or already destroyed). */
   SANDBOX_NOT_FOUND: { httpStatus: 404, summary: 'no such sandbox' },
   /** The image named in a spec does not exist where the provider looks for it. */

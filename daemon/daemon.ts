@@ -2,6 +2,7 @@
  * The composition root of the daemon: reads nothing from the environment itself (the CLI passes
  * a loaded config), wires the real dependencies together, reconciles, and listens.
  */
+
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
@@ -11,6 +12,8 @@ import type { Logger } from '../core/logger.ts';
 import { VERSION } from '../core/version.ts';
 import { ProviderRegistry } from '../providers/registry.ts';
 import type { SandboxProvider } from '../providers/sandbox-provider.ts';
+import { AccessGrants } from './access/grants.ts';
+import { forgetRemovedSandboxes, lifecycleTargets } from './access/targets.ts';
 import type { DaemonConfig } from './config.ts';
 import { AddressGuard } from './egress/addresses.ts';
 import { EgressCredentials } from './egress/credentials.ts';
@@ -164,6 +167,14 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     ...(egress === undefined ? {} : { egress }),
   });
   await manager.start();
+  // After the first reconcile: grants read back lose the sandboxes it did not keep.
+  const access = await AccessGrants.open({
+    stateDir: config.stateDir,
+    targets: lifecycleTargets(manager.lifecycle),
+    clock,
+    logger: logger.child({ component: 'access' }),
+  });
+  forgetRemovedSandboxes(manager.lifecycle, access);
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
   manager.snapshots.setPoolUsage((snapshotId) => pools.startingFrom(snapshotId));
   registerCountGauges(metrics, { sandboxes: manager.lifecycle, relays: manager, pools });
@@ -191,6 +202,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     images,
     metrics,
     token,
+    access,
     daemonId,
     version: VERSION,
     maxModelRequestBytes: config.gateway.maxRequestBytes,

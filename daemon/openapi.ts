@@ -4,6 +4,11 @@
  */
 import { z } from 'zod';
 import {
+  AccessGrantCreatedSchema,
+  AccessGrantListSchema,
+  AccessGrantRequestSchema,
+} from '../core/schemas/access.ts';
+import {
   ErrorBodySchema,
   ExecStreamEventSchema,
   ForkRequestSchema,
@@ -70,7 +75,12 @@ export function openApiDocument(version: string): Record<string, unknown> {
     },
     components: {
       securitySchemes: {
-        bearer: { type: 'http', scheme: 'bearer', description: 'the daemon token' },
+        bearer: {
+          type: 'http',
+          scheme: 'bearer',
+          description:
+            'the daemon token; or a scoped credential (`gym-access.…`) on the routes and sandboxes it grants (docs/api.md, "Scoped access")',
+        },
         rolloutKey: { type: 'http', scheme: 'bearer', description: "a gateway rollout's key" },
       },
     },
@@ -475,6 +485,30 @@ export function openApiDocument(version: string): Record<string, unknown> {
             429: errorResponse,
             501: errorResponse,
           },
+        },
+      },
+      '/v1/access': {
+        post: {
+          summary:
+            'lend sandboxes: mint a scoped credential with named rights, expiring no later than their leases (token only; the credential is shown once)',
+          requestBody: { required: true, ...json(AccessGrantRequestSchema, 'input') },
+          responses: {
+            201: { description: 'the grant and its credential', ...json(AccessGrantCreatedSchema) },
+            400: errorResponse,
+            404: errorResponse,
+            409: errorResponse,
+          },
+        },
+        get: {
+          summary: 'the live grants, without their credentials (token only)',
+          responses: { 200: { description: 'grants', ...json(AccessGrantListSchema) } },
+        },
+      },
+      '/v1/access/{id}': {
+        parameters: [idParameter],
+        delete: {
+          summary: "revoke a grant (idempotent); the token, or the grant's own credential",
+          responses: { 204: { description: 'revoked' }, 403: errorResponse },
         },
       },
       '/v1/snapshots': {

@@ -402,6 +402,8 @@ describe('HTTP API', () => {
       '/v1/sandboxes/{id}/fork',
       '/v1/snapshots',
       '/v1/snapshots/{id}',
+      '/v1/access',
+      '/v1/access/{id}',
       '/healthz',
       '/metrics',
       '/openapi.json',

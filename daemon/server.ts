@@ -11,6 +11,7 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import { GymError } from '../core/errors.ts';
+import { type AccessGrants, isScopedCredential } from './access/grants.ts';
 import { toApiError } from './errors.ts';
 import type { ModelGateway } from './gateway/gateway.ts';
 import { tokenMatches } from './identity.ts';
@@ -18,6 +19,7 @@ import type { ImageService } from './images.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import { openApiDocument } from './openapi.ts';
 import type { PoolManager } from './pools/pool-manager.ts';
+import { registerAccessRoutes } from './routes/access.ts';
 import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes/gateway.ts';
 import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
@@ -37,6 +39,8 @@ export interface ServerOptions {
   images: ImageService;
   metrics: DaemonMetrics;
   token: string;
+  /** Scoped credentials: what each lends, checked on the route that runs. */
+  access: AccessGrants;
   daemonId: string;
   version: string;
   /** The largest model request the gateway accepts. */
@@ -86,10 +90,24 @@ function installErrorHandlers(app: FastifyInstance, metrics: DaemonMetrics): voi
   });
 }
 
-function hasToken(request: FastifyRequest, token: string): boolean {
+function presentedBearer(request: FastifyRequest): string {
   const header = request.headers.authorization ?? '';
-  const presented = header.startsWith('Bearer ') ? header.slice('Bearer '.length) : '';
+  return header.startsWith('Bearer ') ? header.slice('Bearer '.length) : '';
+}
+
+function hasToken(request: FastifyRequest, token: string): boolean {
+  const presented = presentedBearer(request);
   return presented !== '' && tokenMatches(presented, token);
+}
+
+function unauthorized(request: FastifyRequest, reply: FastifyReply, message: string): GymError {
+  reply.header('www-authenticate', 'Bearer');
+  return new GymError(
+    'UNAUTHORIZED',
+    (request.headers.authorization ?? '') === ''
+      ? 'missing bearer token (see the token file in the state directory)'
+      : message,
+  );
 }
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
@@ -113,20 +131,28 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   // Who may call is decided on the route the router chose (its config), never on the raw URL:
   // a request no route matches needs the token too. Model calls are checked by their own route
-  // against the rollout's key, before their body is read.
+  // against the rollout's key, before their body is read. A scoped credential passes only a route
+  // whose `config.scoped` names a right it holds, for a sandbox it names (default deny).
   app.addHook('onRequest', async (request, reply) => {
     const auth = request.routeOptions.config.auth ?? 'token';
     // The /ui page's routes check their own session cookie (routes/ui.ts); it grants nothing else.
     if (auth === 'rollout-key' || auth === 'optional-token' || auth === 'ui-session') return;
-    if (!hasToken(request, options.token)) {
-      reply.header('www-authenticate', 'Bearer');
-      throw new GymError(
-        'UNAUTHORIZED',
-        (request.headers.authorization ?? '') === ''
-          ? 'missing bearer token (see the token file in the state directory)'
-          : 'wrong bearer token',
+    if (hasToken(request, options.token)) return;
+    const presented = presentedBearer(request);
+    if (!isScopedCredential(presented)) throw unauthorized(request, reply, 'wrong bearer token');
+    const grant = options.access.authenticate(presented);
+    if (grant === undefined)
+      throw unauthorized(
+        request,
+        reply,
+        'scoped credential not valid (unknown, revoked, expired, or its sandboxes are gone)',
       );
-    }
+    options.access.authorize(
+      grant,
+      request.routeOptions.config.scoped,
+      (request.params as { id?: string } | undefined)?.id,
+    );
+    request.accessGrant = grant;
   });
 
   app.addHook('onResponse', async (request, reply) => {
@@ -142,7 +168,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   installErrorHandlers(app, options.metrics);
-  // After the token check: only a token holder's traceparent is read.
+  // After the token check: only a holder's of the token or a scoped credential traceparent is read.
   registerRequestSpans(app, options.tracing, {
     providerOf: (id) => {
       try {
@@ -177,6 +203,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   );
   app.get('/openapi.json', async () => openApi);
   registerSandboxRoutes(app, options.manager, options.pools);
+  registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);
   registerGatewayAdminRoutes(app, options.gateway);

@@ -46,6 +46,17 @@ function parseLabels(raw: string | string[] | undefined): Record<string, string>
   return labels;
 }
 
+/**
+ * What a scoped credential may do on a route, for a sandbox it names (`config.scoped`, read by the
+ * API's auth hook). Routes without one (create, list, destroy, keepalive, network, snapshot, fork,
+ * snapshots) refuse every scoped credential.
+ */
+const scopedInspect = { config: { scoped: 'inspect' as const } };
+const scopedExec = { config: { scoped: 'exec' as const } };
+const scopedFiles = { config: { scoped: 'files' as const } };
+const scopedEndpoints = { config: { scoped: 'endpoints' as const } };
+const execOptions = { bodyLimit: EXEC_BODY_LIMIT_BYTES, ...scopedExec };
+
 /** The parts of the daemon's sandboxes the routes call (`SandboxManager` has both). */
 export interface SandboxRouteTargets {
   lifecycle: SandboxLifecycle;
@@ -62,7 +73,9 @@ export function registerSandboxRoutes(
 ): void {
   const { lifecycle, operations, network, snapshots } = targets;
   const fork = (id: string, input: unknown) => targets.fork(id, input);
-  app.post('/v1/sandboxes/:id/gateway', async (request) => operations.exposeGateway(sandboxId(request)));
+  app.post('/v1/sandboxes/:id/gateway', scopedEndpoints, async (request) =>
+    operations.exposeGateway(sandboxId(request)),
+  );
 
   app.get('/v1/sandboxes/:id/network', async (request) => network.view(sandboxId(request)));
   app.put('/v1/sandboxes/:id/network', async (request) => network.set(sandboxId(request), request.body));
@@ -88,7 +101,7 @@ export function registerSandboxRoutes(
     };
   });
 
-  app.get('/v1/sandboxes/:id', async (request) => lifecycle.get(sandboxId(request)));
+  app.get('/v1/sandboxes/:id', scopedInspect, async (request) => lifecycle.get(sandboxId(request)));
 
   app.delete('/v1/sandboxes/:id', async (request, reply) => {
     await lifecycle.destroy(sandboxId(request));
@@ -100,7 +113,7 @@ export function registerSandboxRoutes(
     return operations.keepalive(sandboxId(request), body.ttlSeconds);
   });
 
-  app.post('/v1/sandboxes/:id/exec', { bodyLimit: EXEC_BODY_LIMIT_BYTES }, async (request, reply) => {
+  app.post('/v1/sandboxes/:id/exec', execOptions, async (request, reply) => {
     const id = sandboxId(request);
     const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
     // Parsed once, here: the streamed form needs the request's output cap before it starts.
@@ -109,7 +122,7 @@ export function registerSandboxRoutes(
     return streamExec({ lifecycle, operations }, id, exec, reply);
   });
 
-  app.put('/v1/sandboxes/:id/files', async (request, reply) => {
+  app.put('/v1/sandboxes/:id/files', scopedFiles, async (request, reply) => {
     const id = sandboxId(request);
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
     const length = Number(request.headers['content-length']);
@@ -128,29 +141,29 @@ export function registerSandboxRoutes(
     reply.status(204);
   });
 
-  app.get('/v1/sandboxes/:id/files', async (request, reply) => {
+  app.get('/v1/sandboxes/:id/files', scopedFiles, async (request, reply) => {
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
     const stream = await operations.readFile(sandboxId(request), query.path);
     return reply.type('application/octet-stream').send(stream);
   });
 
-  app.put('/v1/sandboxes/:id/archive', async (request, reply) => {
+  app.put('/v1/sandboxes/:id/archive', scopedFiles, async (request, reply) => {
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
     await operations.writeArchive(sandboxId(request), query.path, request.raw);
     reply.status(204);
   });
 
-  app.get('/v1/sandboxes/:id/archive', async (request, reply) => {
+  app.get('/v1/sandboxes/:id/archive', scopedFiles, async (request, reply) => {
     const query = parseOrThrow(PathQuerySchema, request.query, 'query');
     const stream = await operations.readArchive(sandboxId(request), query.path);
     return reply.type('application/x-tar').send(stream);
   });
 
-  app.post('/v1/sandboxes/:id/stop-processes', async (request) =>
+  app.post('/v1/sandboxes/:id/stop-processes', scopedExec, async (request) =>
     operations.stopProcesses(sandboxId(request)),
   );
 
-  app.post('/v1/sandboxes/:id/toolchain-check', async (request) =>
+  app.post('/v1/sandboxes/:id/toolchain-check', scopedExec, async (request) =>
     operations.checkToolchain(sandboxId(request), request.body ?? {}),
   );
 

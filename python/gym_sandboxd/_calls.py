@@ -227,6 +227,21 @@ def close_rollout(rollout_id: str) -> Call:
     return Call("DELETE", f"/v1/gateway/rollouts/{segment(rollout_id)}")
 
 
+def grant_access(sandbox_ids: Sequence[str], rights: Sequence[str], ttl_seconds: int | None) -> Call:
+    request: dict[str, Any] = {"sandboxIds": list(sandbox_ids), "rights": list(rights)}
+    if ttl_seconds is not None:
+        request["ttlSeconds"] = ttl_seconds
+    return Call("POST", "/v1/access", json_body=request, has_json=True)
+
+
+def list_access() -> Call:
+    return Call("GET", "/v1/access")
+
+
+def revoke_access(grant_id: str) -> Call:
+    return Call("DELETE", f"/v1/access/{segment(grant_id)}")
+
+
 def define_pool(name: str, definition: PoolDefinition) -> Call:
     return Call("PUT", f"/v1/pools/{segment(name)}", json_body=dict(definition), has_json=True)
 

@@ -21,6 +21,8 @@ from .client import Rollout
 from .discovery import DaemonAddress, find_daemon
 from .errors import FileTooLargeError
 from .schema import (
+    AccessGrant,
+    AccessGrantCreated,
     ExecResult,
     ForkResult,
     ExecStreamEvent,
@@ -255,6 +257,24 @@ class AsyncGymClient:
 
     async def close_rollout(self, rollout_id: str) -> None:
         await self._json(calls.close_rollout(rollout_id))
+
+    # Scoped access (docs/api.md, "Scoped access").
+
+    async def grant_access(self, sandbox_ids: Sequence[str], rights: Sequence[str], *, ttl_seconds: int | None = None) -> AccessGrantCreated:
+        """Lends sandboxes: a scoped credential (``["token"]``, shown once) with ``rights`` (``exec``,
+        ``files``, ``endpoints``, ``pty``) on them, expiring no later than their leases. Needs the daemon's token.
+
+        Pass the credential as another client's ``token``; it does its rights on those sandboxes and nothing else.
+        """
+        return cast(AccessGrantCreated, await self._json(calls.grant_access(sandbox_ids, rights, ttl_seconds)))
+
+    async def list_access(self) -> list[AccessGrant]:
+        """The live grants, without their credentials. Needs the daemon's token."""
+        return cast(list, (await self._json(calls.list_access()))["grants"])
+
+    async def revoke_access(self, grant_id: str) -> None:
+        """Revokes a grant (idempotent), with the daemon's token or the grant's own credential."""
+        await self._json(calls.revoke_access(grant_id))
 
     async def define_pool(self, name: str, definition: PoolDefinition) -> PoolStats:
         return cast(PoolStats, await self._json(calls.define_pool(name, definition)))

@@ -15,6 +15,8 @@ from ._wire import Upload, check_answer, decode_json, parse_stream_line
 from .discovery import DaemonAddress, find_daemon
 from .errors import FileTooLargeError
 from .schema import (
+    AccessGrant,
+    AccessGrantCreated,
     ExecResult,
     ForkResult,
     ExecStreamEvent,
@@ -44,8 +46,10 @@ class GymClient:
 
     With no arguments it finds the daemon as the ``gym`` CLI does (``GYM_STATE_DIR``, the
     ``GYM_CONFIG`` file's ``stateDir``, else ``~/.local/state/gym``); ``url=`` or ``socket=``
-    (with ``token=``, else the state directory's token) name it directly. Every method raises the
-    daemon's errors as :class:`~gym_sandboxd.errors.GymError` subclasses.
+    (with ``token=``, else the state directory's token) name it directly. ``token=`` (or
+    ``GYM_TOKEN``) may be a scoped credential the token holder lent (:meth:`grant_access`): it then
+    does its rights on its sandboxes and nothing else. Every method raises the daemon's errors as
+    :class:`~gym_sandboxd.errors.GymError` subclasses.
     """
 
     def __init__(
@@ -267,6 +271,24 @@ class GymClient:
         self._json(calls.close_rollout(rollout_id))
 
     # Pools.
+
+    # Scoped access (docs/api.md, "Scoped access").
+
+    def grant_access(self, sandbox_ids: Sequence[str], rights: Sequence[str], *, ttl_seconds: int | None = None) -> AccessGrantCreated:
+        """Lends sandboxes: a scoped credential (``["token"]``, shown once) with ``rights`` (``exec``,
+        ``files``, ``endpoints``, ``pty``) on them, expiring no later than their leases. Needs the daemon's token.
+
+        Pass the credential as another client's ``token``; it does its rights on those sandboxes and nothing else.
+        """
+        return cast(AccessGrantCreated, self._json(calls.grant_access(sandbox_ids, rights, ttl_seconds)))
+
+    def list_access(self) -> list[AccessGrant]:
+        """The live grants, without their credentials. Needs the daemon's token."""
+        return cast(list, (self._json(calls.list_access()))["grants"])
+
+    def revoke_access(self, grant_id: str) -> None:
+        """Revokes a grant (idempotent), with the daemon's token or the grant's own credential."""
+        self._json(calls.revoke_access(grant_id))
 
     def define_pool(self, name: str, definition: PoolDefinition) -> PoolStats:
         """Defines (or redefines) a pool; it fills toward ``minIdle`` in the background."""

@@ -1,7 +1,7 @@
 """Finding the daemon and its token the way the ``gym`` CLI does.
 
-Order: an explicit ``url`` or ``socket`` (with an explicit ``token``, or the state directory's
-token); else the state directory: the one given, else ``GYM_STATE_DIR``, else the ``stateDir`` of
+Order: an explicit ``url`` or ``socket`` (with an explicit ``token``, else ``GYM_TOKEN``, else the
+state directory's token); else the state directory: the one given, else ``GYM_STATE_DIR``, else the ``stateDir`` of
 the ``GYM_CONFIG`` file, else ``$XDG_STATE_HOME/gym``, else ``~/.local/state/gym``. The running
 daemon writes ``daemon.json`` there (its ``url``, or its unix ``socket``) and its token in
 ``token`` (mode 0600).
@@ -114,6 +114,9 @@ def find_daemon(
     """
     if url is not None and socket is not None:
         raise ValidationFailedError("give the daemon's url or its socket, not both")
+    # A scoped credential lent by the token holder (docs/api.md, "Scoped access"), as the CLI reads it.
+    if token is None and (os.environ if env is None else env).get("GYM_TOKEN"):
+        token = (os.environ if env is None else env)["GYM_TOKEN"]
     if url is not None or socket is not None:
         secret = token if token is not None else _read_token(resolve_state_dir(state_dir, env))
         if socket is not None:

@@ -52,6 +52,7 @@ ERROR_STATUS: dict[str, int] = {
     "VALIDATION_FAILED": 400,
     "FORBIDDEN_BY_CONFIG": 403,
     "UNAUTHORIZED": 401,
+    "ACCESS_DENIED": 403,
     "SANDBOX_NOT_FOUND": 404,
     "IMAGE_NOT_FOUND": 404,
     "FILE_NOT_FOUND": 404,
@@ -99,9 +100,15 @@ class ForbiddenByConfigError(GymError):
 
 
 class UnauthorizedError(GymError):
-    """No token, a wrong one, or the token file cannot be read."""
+    """No token, a wrong one, the token file cannot be read, or a scoped credential that is no longer valid."""
 
     code = "UNAUTHORIZED"
+
+
+class AccessDeniedError(GymError):
+    """A scoped credential on a route, right or sandbox it does not grant."""
+
+    code = "ACCESS_DENIED"
 
 
 class SandboxNotFoundError(GymError):

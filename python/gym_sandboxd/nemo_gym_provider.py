@@ -4,7 +4,8 @@ NeMo Gym finds it through the entry point ``gym_sandboxd`` of the group
 ``nemo_gym.sandbox_providers``; its constructor takes the provider's mapping of a named
 ``sandbox:`` block (see ``python/README.md``). It implements NeMo Gym's ``SandboxProvider``
 protocol and ``ConnectableProvider`` (a handle is the daemon's sandbox id, so any process with
-the same configuration rebuilds it). It does not declare ``endpoint`` (the daemon gives no route
+the same configuration rebuilds it; ``serialize_handle(scope="operate")`` lends it with a scoped
+credential instead, for a process that holds no token). It does not declare ``endpoint`` (the daemon gives no route
 from outside into a sandbox's ports, so ``SandboxSpec.ports`` is refused) nor PTY sessions (the
 daemon's sessions run one command at a time, with no terminal). What it adds is
 :meth:`GymSandboxdProvider.model_endpoint`: the model gateway as an agent inside the sandbox
@@ -33,7 +34,9 @@ from ._nemo_types import (
     SandboxSpec,
     SandboxStatus,
 )
+from ._nemo_access import borrowed_client, operate_access, release
 from .aio import AsyncGymClient
+from .discovery import find_daemon
 from .errors import (
     DaemonUnavailableError,
     GymError,
@@ -43,8 +46,9 @@ from .errors import (
     SandboxNotReadyError,
     SandboxStartFailedError,
     ShuttingDownError,
+    UnauthorizedError,
 )
-from .schema import ExecResult
+from ._nemo_results import SANDBOX_RUNTIME_RETURN_CODE, _exec_result
 
 __all__ = [
     "GymSandboxdProvider",
@@ -55,10 +59,6 @@ __all__ = [
 ]
 
 PROVIDER_NAME = "gym_sandboxd"
-# NeMo Gym's providers answer this code (with error_type set) when no process exit code exists:
-# the command timed out, or the sandbox is gone. 137 is 128 + SIGKILL, what a killed process exits with.
-SANDBOX_RUNTIME_RETURN_CODE = 125
-KILLED_RETURN_CODE = 137
 # NeMo Gym's own default for a command without a timeout.
 DEFAULT_EXEC_TIMEOUT_S = 180.0
 # Commands of one sandbox run through persistent sessions (a millisecond instead of a fresh exec's
@@ -114,6 +114,10 @@ class _SandboxState:
     workdir: str | None
     idle_sessions: list[str] = field(default_factory=list)
     sessions_made: int = 0
+    # A borrowed handle (``connect`` with a scoped credential): the client holding that credential
+    # and its grant's id; None for a handle this provider's own token made or reconnected.
+    client: AsyncGymClient | None = None
+    grant_id: str | None = None
 
     def take_session(self) -> str | None:
         if self.idle_sessions:
@@ -187,13 +191,23 @@ class GymSandboxdProvider:
     ) -> None:
         if default_timeout_s <= 0:
             raise ValueError("default_timeout_s must be > 0")
-        self._client = AsyncGymClient(url=url, socket=socket, token=token, state_dir=state_dir)
+        try:
+            self._client = AsyncGymClient(url=url, socket=socket, token=token, state_dir=state_dir)
+        except UnauthorizedError:
+            # A process that only borrows sandboxes (``connect`` with a scoped credential) need not
+            # read the token file: it finds the daemon, and anything it asks with no credential is refused.
+            self._client = AsyncGymClient(address=find_daemon(url=url, socket=socket, token="", state_dir=state_dir))
         self._defaults = {"provider": provider, "pool": pool, "network": network}
         self._default_timeout_s = float(default_timeout_s)
         self._max_output_bytes = max_output_bytes
         self._exec_shell = exec_shell
         self._ttl_s = ttl_s
         self._daemon_id: str | None = None
+
+    def _of(self, handle: SandboxHandle) -> AsyncGymClient:
+        """The client a handle's calls go through: its scoped credential's when borrowed."""
+        state: _SandboxState = handle.raw
+        return state.client or self._client
 
     @property
     def client(self) -> AsyncGymClient:
@@ -349,8 +363,8 @@ class GymSandboxdProvider:
         except GymError as error:
             raise GymSandboxdCreateError(f"acquire from pool {pool!r} failed: {error}", error) from error
 
-    async def _detect_shell(self, sandbox_id: str) -> str:
-        result = await self._client.exec(sandbox_id, command="command -v bash", session="nemo-1", timeout_ms=30_000)
+    async def _detect_shell(self, sandbox_id: str, client: AsyncGymClient | None = None) -> str:
+        result = await (client or self._client).exec(sandbox_id, command="command -v bash", session="nemo-1", timeout_ms=30_000)
         if result["status"] == "sandbox_gone":
             raise SandboxNotReadyError(f"sandbox {sandbox_id} died before its first command")
         return "bash" if result["status"] == "ok" and result["exitCode"] == 0 else "sh"
@@ -391,7 +405,7 @@ class GymSandboxdProvider:
         effective_timeout = float(timeout_s) if timeout_s is not None else self._default_timeout_s
         session = state.take_session()
         try:
-            result = await self._client.exec(
+            result = await self._of(handle).exec(
                 state.sandbox_id,
                 [state.shell, "-c", command],
                 session=session,
@@ -421,7 +435,7 @@ class GymSandboxdProvider:
         target = _absolute(target_path, state.workdir, "target_path")
         try:
             mode = os.stat(source_path).st_mode & 0o777
-            await self._client.write_file(state.sandbox_id, target, Path(source_path), mode=mode)
+            await self._of(handle).write_file(state.sandbox_id, target, Path(source_path), mode=mode)
         except GymError as error:
             raise SandboxFileError(f"upload of {source_path} to {target!r} failed: {error}", error) from error
 
@@ -430,7 +444,7 @@ class GymSandboxdProvider:
         state: _SandboxState = handle.raw
         source = _absolute(source_path, state.workdir, "source_path")
         try:
-            await self._client.download_file(state.sandbox_id, source, Path(target_path))
+            await self._of(handle).download_file(state.sandbox_id, source, Path(target_path))
         except GymError as error:
             raise SandboxFileError(f"download of {source!r} failed: {error}", error) from error
 
@@ -443,12 +457,12 @@ class GymSandboxdProvider:
         or orphan scan; the probe (through a session, about a millisecond) makes that now.
         """
         try:
-            sandbox = await self._client.get_sandbox(handle.sandbox_id)
+            sandbox = await self._of(handle).get_sandbox(handle.sandbox_id)
             if sandbox["state"] == "ready":
                 state: _SandboxState = handle.raw
                 session = state.take_session()
                 try:
-                    probe = await self._client.exec(handle.sandbox_id, ["true"], session=session, timeout_ms=30_000)
+                    probe = await self._of(handle).exec(handle.sandbox_id, ["true"], session=session, timeout_ms=30_000)
                 finally:
                     if session is not None:
                         state.idle_sessions.append(session)
@@ -467,7 +481,11 @@ class GymSandboxdProvider:
         }.get(sandbox["state"], SandboxStatus.UNKNOWN)
 
     async def close(self, handle: SandboxHandle) -> None:
-        """Destroys the sandbox; one already gone is a success (safe from cleanup paths)."""
+        """Destroys the sandbox; one already gone is a success (safe from cleanup paths). A borrowed
+        handle (a scoped credential) cannot destroy what it was lent: its close is :meth:`disconnect`."""
+        if isinstance(handle.raw, _SandboxState) and handle.raw.grant_id is not None:
+            await self.disconnect(handle)
+            return
         try:
             await self._client.delete_sandbox(handle.sandbox_id)
         except SandboxNotFoundError:
@@ -487,18 +505,27 @@ class GymSandboxdProvider:
         return self._daemon_id
 
     async def serialize_handle(self, handle: SandboxHandle, *, scope: str | None = None) -> dict[str, Any]:
-        """A descriptor with no secret in it: the sandbox id, its shell and workdir, and the daemon's id.
+        """A descriptor another process rebuilds the handle from with :meth:`connect`.
 
-        ``scope`` is ignored: the daemon's token already grants every operation.
+        Without ``scope``: no secret (the connecting process needs the daemon's token). With
+        ``scope="operate"``: a scoped credential for this sandbox alone (``exec`` and ``files``:
+        commands, uploads, downloads, status; never destroy, keepalive, fork, snapshots, pools or
+        another sandbox) that dies with the lease as it stands now, the sandbox, or :meth:`disconnect`.
+        The descriptor is then a bearer secret: never into a sandbox or a log. ``ValueError`` for
+        another scope; a borrowed handle cannot lend further (``AccessDeniedError``).
         """
         state: _SandboxState = handle.raw
-        return {
+        descriptor: dict[str, Any] = {
             "provider": self.name,
             "sandbox_id": state.sandbox_id,
-            "daemon_id": await self._current_daemon_id(),
             "shell": state.shell,
             "workdir": state.workdir,
         }
+        if scope is None:
+            return {**descriptor, "daemon_id": await self._current_daemon_id()}
+        if scope != "operate":
+            raise ValueError(f"scope {scope!r} is not one the daemon lends; use None or 'operate'")
+        return {**descriptor, **await operate_access(self._client, state.sandbox_id)}
 
     async def connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle:
         """Rebuilds a handle from :meth:`serialize_handle`'s descriptor, after checking the sandbox is live.
@@ -506,6 +533,9 @@ class GymSandboxdProvider:
         Raises ``RuntimeError`` when the descriptor names another daemon or a sandbox that is not ready.
         """
         sandbox_id = str(descriptor["sandbox_id"])
+        access = descriptor.get("access")
+        if isinstance(access, Mapping):
+            return await self._connect_scoped(sandbox_id, descriptor, access)
         wanted = descriptor.get("daemon_id")
         if wanted and wanted != await self._current_daemon_id():
             raise RuntimeError(f"sandbox {sandbox_id} belongs to daemon {wanted}, not to the one this provider reaches")
@@ -518,6 +548,28 @@ class GymSandboxdProvider:
         shell = str(descriptor.get("shell") or self._exec_shell or await self._detect_shell(sandbox_id))
         workdir = descriptor.get("workdir") or sandbox["spec"].get("workdir")
         return SandboxHandle(sandbox_id=sandbox_id, provider_name=self.name, raw=_SandboxState(sandbox_id, shell, workdir))
+
+    async def _connect_scoped(self, sandbox_id: str, descriptor: Mapping[str, Any], access: Mapping[str, Any]) -> SandboxHandle:
+        client = borrowed_client(self._client, access)
+        try:
+            sandbox = await client.get_sandbox(sandbox_id)
+            if sandbox["state"] != "ready":
+                raise SandboxNotReadyError(f"it is {sandbox['state']}")
+            shell = str(descriptor.get("shell") or self._exec_shell or await self._detect_shell(sandbox_id, client))
+        except GymError as error:
+            await client.aclose()
+            raise RuntimeError(f"cannot connect to sandbox {sandbox_id} with its scoped credential: {error}") from error
+        workdir = descriptor.get("workdir") or sandbox["spec"].get("workdir")
+        state = _SandboxState(sandbox_id, shell, workdir, client=client, grant_id=str(access.get("grant_id") or "") or None)
+        return SandboxHandle(sandbox_id=sandbox_id, provider_name=self.name, raw=state)
+
+    async def disconnect(self, handle: SandboxHandle) -> None:
+        """Lets go of a handle without ending the sandbox: a borrowed one revokes its own credential
+        (one already dead is a success: safe from cleanup paths)."""
+        state: _SandboxState = handle.raw
+        client, state.client = state.client, None
+        if client is not None:
+            await release(client, state.grant_id, handle.sandbox_id)
 
     # The model gateway.
 
@@ -535,34 +587,10 @@ class GymSandboxdProvider:
         sandbox. ``headers`` carries ``Authorization: Bearer <key>``; ``rollout_id`` is
         ``endpoint.headers["X-Gym-Rollout-Id"]``.
         """
-        reach = await self._client.expose_gateway(handle.sandbox_id)
+        reach = await self._of(handle).expose_gateway(handle.sandbox_id)
         rollout = await self._client.open_rollout(rollout_id, upstream=dict(upstream) if upstream else None)  # type: ignore[arg-type]
         return SandboxEndpoint(
             endpoint=self._client.rollout_url(rollout, reach),
             headers={"Authorization": f"Bearer {rollout['key']}", "X-Gym-Rollout-Id": rollout["rolloutId"]},
         )
 
-
-def _exec_result(result: ExecResult, timeout_s: float) -> SandboxExecResult:
-    status = result["status"]
-    stdout, stderr = result["stdout"], result["stderr"]
-    if status == "ok":
-        return SandboxExecResult(stdout=stdout, stderr=stderr, return_code=int(result["exitCode"] or 0))
-    # A sandbox the command itself took down (its keeper OOM-killed, its first process ended):
-    # the command's own failure, said with the daemon's reason so the agent's log shows why.
-    lost = f"; the sandbox did not survive it: {result.get('reason') or 'no reason given'}" if result.get("sandboxLost") else ""
-    if status == "timeout":
-        note = f"command timed out after {timeout_s:g}s; every process it started was killed{lost}"
-        return SandboxExecResult(stdout=stdout, stderr=_joined(stderr, note), return_code=SANDBOX_RUNTIME_RETURN_CODE, error_type="timeout")
-    if status == "sandbox_gone":
-        return SandboxExecResult(
-            stdout=stdout, stderr=_joined(stderr, "the sandbox is gone"), return_code=SANDBOX_RUNTIME_RETURN_CODE, error_type="sandbox"
-        )
-    # Killed (by a signal, or the kernel for memory): a process that ran and exited as a killed one does.
-    code = result["exitCode"] if result["exitCode"] is not None else KILLED_RETURN_CODE
-    note = ("killed: out of memory" if status == "oom" else "killed by a signal") + lost
-    return SandboxExecResult(stdout=stdout, stderr=_joined(stderr, note), return_code=int(code))
-
-
-def _joined(stderr: str, note: str) -> str:
-    return f"{stderr.rstrip()}\n{note}" if stderr.strip() else note

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "INTERNAL"]
+ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "ACCESS_DENIED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "INTERNAL"]
 ExecStatus = Literal["ok", "timeout", "killed", "oom", "sandbox_gone"]
 NetworkMode = Literal["none", "host", "bridge"]
 SandboxState = Literal["creating", "ready", "destroying", "gone", "failed", "unreachable"]
@@ -289,6 +289,33 @@ class Health(TypedDict):
     version: NotRequired[str]
     daemonId: NotRequired[str]
     providers: NotRequired[dict[str, HealthProvidersValue]]
+
+
+class AccessGrantRequest(TypedDict):
+    sandboxIds: list[str]
+    rights: list[Literal["exec", "files", "pty", "endpoints"]]
+    ttlSeconds: NotRequired[int]
+
+
+class AccessGrant(TypedDict):
+    id: str
+    sandboxIds: list[str]
+    rights: list[Literal["exec", "files", "pty", "endpoints"]]
+    createdAt: str
+    expiresAt: str
+
+
+class AccessGrantList(TypedDict):
+    grants: list[AccessGrant]
+
+
+class AccessGrantCreated(TypedDict):
+    id: str
+    sandboxIds: list[str]
+    rights: list[Literal["exec", "files", "pty", "endpoints"]]
+    createdAt: str
+    expiresAt: str
+    token: str
 
 
 ExecStreamEvent = ExecStreamEventStdout | ExecStreamEventStderr | ExecStreamEventResult | ExecStreamEventError

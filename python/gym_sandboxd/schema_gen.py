@@ -39,6 +39,10 @@ ROOTS: list[tuple[str, list[str | int]]] = [
     ("ForkRequest", ["paths", "/v1/sandboxes/{id}/fork", "post", "requestBody", "content", "application/json", "schema"]),
     ("ForkResult", ["paths", "/v1/sandboxes/{id}/fork", "post", "responses", "201", "content", "application/json", "schema"]),
     ("Health", ["paths", "/healthz", "get", "responses", "200", "content", "application/json", "schema"]),
+    ("AccessGrantRequest", ["paths", "/v1/access", "post", "requestBody", "content", "application/json", "schema"]),
+    ("AccessGrant", ["paths", "/v1/access", "get", "responses", "200", "content", "application/json", "schema", "properties", "grants", "items"]),
+    ("AccessGrantList", ["paths", "/v1/access", "get", "responses", "200", "content", "application/json", "schema"]),
+    ("AccessGrantCreated", ["paths", "/v1/access", "post", "responses", "201", "content", "application/json", "schema"]),
 ]
 
 # Nested objects are named parent + property (a variant of a union by its "type" constant). One

@@ -248,3 +248,29 @@ def test_connections_are_kept_alive(client: GymClient, sandbox_id: str) -> None:
         for _ in range(20):
             assert fresh.exec(sandbox_id, ["true"], session="keepalive")["status"] == "ok"
     assert len(opened) == 1
+
+
+def test_scoped_access_lends_one_sandbox_and_is_revoked(client: GymClient, sandbox_id: str) -> None:
+    """A credential the token holder mints: its rights on its sandbox, nothing else, until revoked."""
+    other = client.create_sandbox({"image": os.environ.get("GYM_TEST_IMAGE", "gym/busybox:latest"), "labels": dict(RUN_LABEL)})["id"]
+    granted = client.grant_access([sandbox_id], ["files"], ttl_seconds=600)
+    assert granted["sandboxIds"] == [sandbox_id] and granted["rights"] == ["files"]
+    assert granted["id"] in [grant["id"] for grant in client.list_access()]
+    assert granted["token"] not in repr(client.list_access())
+    # GYM_TOKEN is read as the CLI reads it; the daemon is still found through the state directory.
+    with GymClient(env={**os.environ, "GYM_TOKEN": granted["token"]}) as lent:
+        lent.write_file(sandbox_id, "/tmp/lent.txt", b"lent")
+        assert lent.read_file_bytes(sandbox_id, "/tmp/lent.txt", max_bytes=100) == b"lent"
+        for refused in (
+            lambda: lent.exec(sandbox_id, ["true"]),
+            lambda: lent.read_file_bytes(other, "/etc/hostname", max_bytes=100),
+            lambda: lent.delete_sandbox(sandbox_id),
+            lambda: lent.list_sandboxes(),
+            lambda: lent.list_access(),
+        ):
+            with pytest.raises(gym_errors.AccessDeniedError):
+                refused()
+        client.revoke_access(granted["id"])
+        with pytest.raises(gym_errors.UnauthorizedError):
+            lent.get_sandbox(sandbox_id)
+    client.delete_sandbox(other)

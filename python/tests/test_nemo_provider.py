@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from conftest import PACKAGE_ROOT, RUN_LABEL, STAND_IN
 
 from gym_sandboxd import GymClient
+from gym_sandboxd.errors import UnauthorizedError
 from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider
 from nemo_gym.sandbox import (
     AsyncSandbox,
@@ -189,6 +191,89 @@ def test_a_handle_moves_to_another_process(client: GymClient, image: str) -> Non
     assert moved.returncode == 0, moved.stderr
     assert moved.stdout == "from-the-first\n/srv\n"
     assert _mine(client, case="moved") == []  # the other process's stop destroyed it
+
+
+def test_an_operate_descriptor_lends_the_sandbox_not_the_daemon(client: GymClient, image: str, tmp_path: Path) -> None:
+    """NeMo Gym's ``serialize(scope="operate")``: another process operates the sandbox with a scoped
+    credential and no token file, can do nothing else, and its stop lets go without destroying."""
+
+    async def scenario() -> dict:
+        sandbox = await AsyncSandbox(CONFIG, _spec(image, workdir="/srv", metadata={"case": "lent"})).start()
+        await sandbox.exec("echo lent > /srv/state")
+        return await sandbox.serialize(scope="operate")
+
+    descriptor = asyncio.run(scenario())
+    [lent] = _mine(client, case="lent")
+    other = client.create_sandbox({"image": image, "labels": dict(RUN_LABEL)})["id"]
+    credential = descriptor["access"]["token"]
+    assert credential.startswith("gym-access.") and client.address.token not in json.dumps(descriptor)
+    # Nothing of it reaches the sandbox's record (its env, labels, spec).
+    assert credential.split(".")[2] not in json.dumps(client.get_sandbox(lent))
+    # The borrower finds the daemon (daemon.json) but has no token file to read.
+    borrower_state = tmp_path / "borrower-state"
+    borrower_state.mkdir()
+    (borrower_state / "daemon.json").write_bytes((Path(os.environ["GYM_STATE_DIR"]) / "daemon.json").read_bytes())
+    borrower = (
+        "import asyncio, json, sys, pathlib, tempfile\n"
+        "from nemo_gym.sandbox import AsyncSandbox\n"
+        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
+        "from gym_sandboxd.errors import AccessDeniedError\n"
+        "async def refused(call):\n"
+        "    try:\n"
+        "        await call\n"
+        "    except AccessDeniedError:\n"
+        "        return 'denied'\n"
+        "    return 'allowed'\n"
+        "async def main():\n"
+        "    descriptor, other = json.loads(sys.argv[1]), sys.argv[2]\n"
+        "    sandbox = await AsyncSandbox.connect(descriptor, provider=GymSandboxdProvider())\n"
+        "    print((await sandbox.exec('cat state; pwd')).stdout, end='')\n"
+        "    local = pathlib.Path(tempfile.mkdtemp()) / 'up.txt'\n"
+        "    local.write_text('uploaded')\n"
+        "    await sandbox.upload(local, '/srv/up.txt')\n"
+        "    await sandbox.download('/srv/up.txt', local.with_name('down.txt'))\n"
+        "    print(local.with_name('down.txt').read_text())\n"
+        "    own = sandbox._handle.raw.client\n"
+        "    lent = descriptor['sandbox_id']\n"
+        "    print(await refused(own.delete_sandbox(lent)), await refused(own.keepalive(lent)),\n"
+        "          await refused(own.exec(other, ['true'])), await refused(own.get_sandbox(other)),\n"
+        "          await refused(own.create_sandbox({'image': 'x'})), await refused(own.list_sandboxes()),\n"
+        "          await refused(own.grant_access([lent], ['exec'])), await refused(own.fork(lent, count=1)))\n"
+        "    await sandbox.stop()\n"
+        "asyncio.run(main())\n"
+    )
+    environment = {
+        **os.environ,
+        "GYM_STATE_DIR": str(borrower_state),
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(STAND_IN)]),
+    }
+    moved = subprocess.run(
+        [sys.executable, "-c", borrower, json.dumps(descriptor), other], capture_output=True, text=True, env=environment, timeout=60
+    )
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.splitlines() == ["lent", "/srv", "uploaded", " ".join(["denied"] * 8)]
+    # The borrower's stop revoked its credential and left the sandbox to its owner.
+    assert _mine(client, case="lent") == [lent]
+    assert descriptor["access"]["grant_id"] not in [grant["id"] for grant in client.list_access()]
+    with GymClient(address=dataclasses.replace(client.address, token=credential)) as revoked:
+        with pytest.raises(UnauthorizedError):
+            revoked.get_sandbox(lent)
+    client.delete_sandbox(lent)
+    client.delete_sandbox(other)
+
+
+def test_an_operate_credential_dies_with_its_sandbox(client: GymClient, image: str) -> None:
+    async def scenario() -> dict:
+        sandbox = await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "dies"})).start()
+        descriptor = await sandbox.serialize(scope="operate")
+        with pytest.raises(ValueError):
+            await sandbox.serialize(scope="owner")
+        await sandbox.stop()
+        return descriptor
+
+    descriptor = asyncio.run(scenario())
+    with pytest.raises(RuntimeError, match="scoped credential"):
+        asyncio.run(GymSandboxdProvider().connect(descriptor))
 
 
 def test_training_burst_from_a_warm_pool(client: GymClient, image: str, run_id: str) -> None:

@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import type { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { connectWith } from '../../connect.ts';
 import type { sandboxCp } from './definitions.ts';
 
 interface Location {
@@ -90,7 +90,7 @@ export const sandboxCpCommand: CommandOf<typeof sandboxCp> = {
     const [source, target] = args.map(parseLocation) as [Location, Location];
     if ((source.sandboxId === undefined) === (target.sandboxId === undefined))
       throw new UsageError('exactly one of SRC and DST must be a sandbox path (ID:/absolute/path)');
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    const client = await connectWith(values, env);
     if (target.sandboxId !== undefined)
       await upload(client, source.path, { ...target, sandboxId: target.sandboxId });
     else await download(client, { ...source, sandboxId: source.sandboxId! }, target.path);

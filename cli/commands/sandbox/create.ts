@@ -1,6 +1,6 @@
 import type { SandboxSpecInput } from '../../../core/schemas/sandbox.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { connectWith } from '../../connect.ts';
 import type { sandboxCreate } from './definitions.ts';
 
 export const sandboxCreateCommand: CommandOf<typeof sandboxCreate> = {
@@ -29,7 +29,7 @@ export const sandboxCreateCommand: CommandOf<typeof sandboxCreate> = {
           `--pool takes the pool's spec as it is: ${given.join(', ')} cannot be used with it (only --ttl, --label and --env apply per sandbox; see \`gym pool ls\`, or create with --image)`,
         );
     }
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    const client = await connectWith(values, env);
     if (values.pool !== undefined) {
       const sandbox = await client.createSandbox({
         pool: values.pool,

@@ -12,6 +12,7 @@ import {
   memoryOption,
   pidsOption,
   stateDirOption,
+  tokenOption,
 } from '../../options.ts';
 
 export const sandboxCreate = () =>
@@ -36,6 +37,7 @@ export const sandboxCreate = () =>
     .addOption(new Option('--network <MODE>', 'network mode').choices(['none', 'host', 'bridge'] as const))
     .option('--provider <NAME>', 'provider to create it with')
     .addOption(stateDirOption())
+    .addOption(tokenOption())
     .addOption(jsonOption());
 
 export const sandboxLs = () =>
@@ -44,6 +46,7 @@ export const sandboxLs = () =>
     .addOption(labelOption('only sandboxes with this label'))
     .option('--provider <NAME>', "only this provider's sandboxes")
     .addOption(stateDirOption())
+    .addOption(tokenOption())
     .addOption(jsonOption());
 
 export const sandboxExec = () =>
@@ -61,6 +64,7 @@ export const sandboxExec = () =>
     .option('--cwd <DIR>', 'working directory')
     .addOption(envOption('environment variable for the command'))
     .addOption(stateDirOption())
+    .addOption(tokenOption())
     .addOption(jsonOption());
 
 export const sandboxCp = () =>
@@ -73,14 +77,16 @@ export const sandboxCp = () =>
     )
     .argument('<source>', 'a local path or ID:/path')
     .argument('<target>', 'a local path or ID:/path')
-    .addOption(stateDirOption());
+    .addOption(stateDirOption())
+    .addOption(tokenOption());
 
 export const sandboxRm = () =>
   new Command('rm')
     .summary('destroy sandboxes (idempotent)')
     .argument('[ids...]', 'sandbox ids')
     .option('--all', 'destroy every sandbox of the daemon')
-    .addOption(stateDirOption());
+    .addOption(stateDirOption())
+    .addOption(tokenOption());
 
 export const sandboxFork = () =>
   new Command('fork')
@@ -100,6 +106,7 @@ export const sandboxFork = () =>
     )
     .option('--live', 'carry memory and processes over too (refused where the provider cannot)')
     .addOption(stateDirOption())
+    .addOption(tokenOption())
     .addOption(jsonOption());
 
 export const sandboxShell = () =>
@@ -109,4 +116,5 @@ export const sandboxShell = () =>
       `An interactive line shell in a sandbox. Each line runs through a session (about a millisecond a command). Each line is its own command, as with exec; \`cd DIR\` is remembered by the shell for the lines that follow. Exit with Ctrl-D or \`exit\`.`,
     )
     .argument('<id>', 'sandbox id')
-    .addOption(stateDirOption());
+    .addOption(stateDirOption())
+    .addOption(tokenOption());

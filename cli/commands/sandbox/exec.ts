@@ -1,6 +1,6 @@
 import { GymError } from '../../../core/errors.ts';
 import type { CommandOf } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { connectWith } from '../../connect.ts';
 import type { sandboxExec } from './definitions.ts';
 
 /** Exit codes for what is not the command's own, as timeout(1) and shells use them. */
@@ -9,7 +9,7 @@ export const SANDBOX_GONE_EXIT_CODE = 125;
 
 export const sandboxExecCommand: CommandOf<typeof sandboxExec> = {
   async run({ options: values, args: [id, argv], env, stdout, stderr }) {
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    const client = await connectWith(values, env);
     const request = {
       argv,
       env: values.env,

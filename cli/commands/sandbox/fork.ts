@@ -1,10 +1,10 @@
 import type { CommandOf } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { connectWith } from '../../connect.ts';
 import type { sandboxFork } from './definitions.ts';
 
 export const sandboxForkCommand: CommandOf<typeof sandboxFork> = {
   async run({ options: values, args: [id], env, stdout }) {
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    const client = await connectWith(values, env);
     const forked = await client.fork(id, {
       count: values.count,
       ...(values.label === undefined ? {} : { labels: values.label }),

@@ -1,11 +1,11 @@
 import type { CommandOf } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { connectWith } from '../../connect.ts';
 import { formatTable } from '../../format.ts';
 import type { sandboxLs } from './definitions.ts';
 
 export const sandboxLsCommand: CommandOf<typeof sandboxLs> = {
   async run({ options: values, env, stdout }) {
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    const client = await connectWith(values, env);
     const sandboxes = await client.listSandboxes({
       labels: values.label,
       ...(values.provider === undefined ? {} : { provider: values.provider }),

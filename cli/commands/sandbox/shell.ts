@@ -1,11 +1,11 @@
 import { createInterface } from 'node:readline';
 import type { CommandOf } from '../../command.ts';
-import { connect, resolveStateDir } from '../../connect.ts';
+import { connectWith } from '../../connect.ts';
 import type { sandboxShell } from './definitions.ts';
 
 export const sandboxShellCommand: CommandOf<typeof sandboxShell> = {
   async run({ options: values, args: [id], env, stdout, stderr }) {
-    const client = await connect(resolveStateDir(values.stateDir, env));
+    const client = await connectWith(values, env);
     let cwd = (await client.exec(id, { argv: ['pwd'], session: 'shell' })).stdout.trim() || '/';
     // Iterating (rather than question()) keeps lines that arrive before a prompt, as piped input does.
     const lines = createInterface({
