@@ -27,6 +27,8 @@ let authorization: string;
 let hostClosed: Promise<void>;
 let web: HttpServer;
 let webPort: number;
+let echo: HttpServer;
+let echoPort: number;
 
 beforeAll(async () => {
   // Sends `size` bytes at once and ends.
@@ -44,6 +46,10 @@ beforeAll(async () => {
   web = createHttpServer((_request, response) => response.end(Buffer.alloc(size, 0x63)));
   await new Promise<void>((resolve) => web.listen(0, '127.0.0.2', resolve));
   webPort = (web.address() as { port: number }).port;
+  // Answers with the Host it was sent: what a virtual-host server routes by.
+  echo = createHttpServer((request, response) => response.end(`host=${request.headers.host ?? ''}`));
+  await new Promise<void>((resolve) => echo.listen(0, '127.0.0.2', resolve));
+  echoPort = (echo.address() as { port: number }).port;
   directory = await mkdtemp(join(tmpdir(), 'gym-egress-proxy-'));
   const credentials = new EgressCredentials('test-token');
   proxy = new EgressProxy({
@@ -67,6 +73,7 @@ afterAll(async () => {
   await app?.close();
   host?.close();
   web?.close();
+  echo?.close();
   if (directory !== undefined) await rm(directory, { recursive: true, force: true });
 });
 
@@ -119,4 +126,47 @@ it('a plain GET through the proxy delivers the whole body to a sandbox that read
   await expect
     .poll(() => proxy.log('sbx-a').attempts.find((attempt) => attempt.kind === 'http')?.verdict)
     .toBe('allowed');
+}, 30_000);
+
+/** One raw request on the proxy's socket; the whole answer. */
+async function rawRequest(text: string): Promise<string> {
+  const socket = connect({ path: join(directory, 'gateway.sock') });
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+  socket.write(text);
+  await new Promise<void>((resolve, reject) => {
+    socket.on('close', () => resolve());
+    socket.on('error', reject);
+  });
+  return Buffer.concat(chunks).toString('latin1');
+}
+
+it("sends the URI's host on, never the Host the client wrote (RFC 7230 5.4)", async () => {
+  const credential = `Proxy-Authorization: ${authorization}\r\n`;
+  const cases: Array<{ target: string; headers: string; expected: string }> = [
+    // Another virtual host at the allowed name's address, by the Host header alone.
+    {
+      target: `http://tail.test:${echoPort}/`,
+      headers: 'Host: internal.other.test\r\n',
+      expected: `tail.test:${echoPort}`,
+    },
+    // Case, a path and a query, and two Host headers (the first one is the one servers read).
+    {
+      target: `http://TAIL.test:${echoPort}/a?b=c`,
+      headers: `Host: admin.test\r\nHost: tail.test:${echoPort}\r\n`,
+      expected: `tail.test:${echoPort}`,
+    },
+    // A Host that names the same host on another port, and none at all (HTTP/1.0).
+    {
+      target: `http://tail.test:${echoPort}/`,
+      headers: 'Host: tail.test:1\r\n',
+      expected: `tail.test:${echoPort}`,
+    },
+    { target: `http://tail.test:${echoPort}/`, headers: '', expected: `tail.test:${echoPort}` },
+  ];
+  for (const { target, headers, expected } of cases) {
+    const answer = await rawRequest(`GET ${target} HTTP/1.0\r\n${headers}${credential}\r\n`);
+    expect(answer, target).toMatch(/^HTTP\/1\.[01] 200/);
+    expect(answer.split('\r\n\r\n')[1], `${target} with ${JSON.stringify(headers)}`).toBe(`host=${expected}`);
+  }
 }, 30_000);

@@ -477,7 +477,9 @@ export class EgressProxy {
         createConnection: () => opened.upstream,
         method: request.method,
         path: `${url!.pathname}${url!.search}`,
-        headers: { ...headers, connection: 'close' },
+        // The URI's authority, never the client's Host (RFC 7230 5.4): the policy judged the URI's
+        // host, and a Host of the client's choice would reach any virtual host at its address.
+        headers: { ...headers, host: url!.host, connection: 'close' },
         setHost: false,
       });
       upstreamRequest.setTimeout(this.#config.idleTimeoutSeconds * 1000, () =>
