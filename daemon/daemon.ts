@@ -175,6 +175,8 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     ...(gatewayArrivals === undefined ? {} : { gatewayArrivals }),
     ...(egress === undefined ? {} : { egress }),
   });
+  // Sockets of sandboxes a killed daemon left; reconcile opens those of the adopted ones again.
+  await gatewayArrivals?.clear();
   await manager.start();
   const pools = new PoolManager({ manager, stateDir: config.stateDir, logger, metrics });
   manager.snapshots.setPoolUsage((snapshotId) => pools.startingFrom(snapshotId));

@@ -4,7 +4,7 @@
  * (The real mechanism is tested on Docker: the contract's gateway cases and
  * test/security/gateway-relay.int.test.ts.)
  */
-import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -188,6 +188,10 @@ describe('gateway reach', () => {
     };
     await first.stop();
     provider.calls.length = 0;
+    // What a killed daemon leaves of a sandbox gone meanwhile: removed at the next start.
+    const stale = join(stateDir, 'gw', 'sbx-gonemeanwhile00.sock');
+    await mkdir(join(stateDir, 'gw'), { recursive: true });
+    await writeFile(stale, '');
 
     const second = await start(stateDir, () => provider);
     const restored = provider.calls.map(({ id, url: asked }) => ({ id, url: asked }));
@@ -197,6 +201,7 @@ describe('gateway reach', () => {
     const socketPath = join(stateDir, 'gw', `${reachable}.sock`);
     expect(provider.calls.find((call) => call.id === reachable)?.socketPath).toBe(socketPath);
     expect(await answerOn(socketPath)).toMatch(/^HTTP\/1\.1 404/);
+    await expect(stat(stale)).rejects.toThrow();
     expect(restored.map(({ id }) => id)).not.toContain(plain);
     // The agent inside asks nothing; a harness asking again gets the same URL.
     expect((await post(second.daemon, `/v1/sandboxes/${reachable}/gateway`)).json()).toEqual({ url });

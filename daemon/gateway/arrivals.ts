@@ -63,6 +63,14 @@ export class GatewayArrivals {
     return this.#pathOf(sandboxId);
   }
 
+  /**
+   * Removes every socket a previous daemon on this state directory left (those of sandboxes gone
+   * meanwhile would stay forever); the start, before reach is restored, calls it.
+   */
+  async clear(): Promise<void> {
+    await rm(this.#directory, { recursive: true, force: true });
+  }
+
   /** The sandbox a connection arrived through; undefined for any other (the shared gateway socket). */
   sandboxOf(socket: object | undefined): string | undefined {
     return socket === undefined ? undefined : this.#arrivedThrough.get(socket);
