@@ -145,8 +145,10 @@ export async function commitSnapshot(
   // Paused before it is measured, and until the commit has copied it: the bound is checked on the
   // very files the commit writes. Measured first and paused by the commit after, an agent that
   // swapped a small file for a large sparse one in between (`rm f; truncate -s 1T f` in a loop)
-  // had the engine write the file's full apparent size to the host's disk.
-  const paused = await pauseForSnapshot(container, id);
+  // had the engine write the file's full apparent size to the host's disk. A live snapshot commits
+  // a container its checkpoint has stopped already (no process is left to change it), which the
+  // engine may still show as running for a moment and cannot pause.
+  const paused = options.live === true ? false : await pauseForSnapshot(container, id);
   try {
     return await commitPaused(docker, container, containerName, namespace, id, options, { repo, tag });
   } finally {
@@ -178,7 +180,8 @@ async function unpauseAfterSnapshot(container: Docker.Container): Promise<void> 
 
 /**
  * Lets run again the sandboxes of this daemon left paused: a daemon killed during a snapshot's
- * commit leaves its sandbox paused (nothing else of ours pauses one). Returns their container ids.
+ * commit leaves its sandbox paused (nothing else of ours pauses one). Returns the container ids
+ * it let run.
  */
 export async function unpauseInterruptedCommits(
   docker: Docker,
@@ -195,8 +198,15 @@ export async function unpauseInterruptedCommits(
       ],
     },
   });
-  for (const container of paused) await unpauseAfterSnapshot(docker.getContainer(container.Id));
-  return paused.map((container) => container.Id);
+  const resumed: string[] = [];
+  for (const container of paused) {
+    // One that cannot be let run (it went meanwhile) does not keep the others paused.
+    await unpauseAfterSnapshot(docker.getContainer(container.Id)).then(
+      () => resumed.push(container.Id),
+      () => {},
+    );
+  }
+  return resumed;
 }
 
 /** Measures the paused container's own layer against `maxBytes`, then commits it. */
