@@ -20,6 +20,7 @@ import { AddressGuard } from '../daemon/egress/addresses.ts';
 import { EgressConfigSchema } from '../daemon/egress/config.ts';
 import { EgressCredentials } from '../daemon/egress/credentials.ts';
 import { EgressProxy } from '../daemon/egress/proxy.ts';
+import { GatewayArrivals } from '../daemon/gateway/arrivals.ts';
 import { GatewayRelays } from '../providers/docker/gateway-relay.ts';
 import { percentile, round } from './stats.ts';
 
@@ -41,9 +42,12 @@ const ask = (command: Record<string, unknown>) =>
 await ask({});
 
 const directory = await mkdtemp(join(tmpdir(), 'gym-bench-egress-'));
-const socketPath = join(directory, 'gateway.sock');
+// The sandbox's own socket to the gateway, as its relay reaches the daemon.
+const arrivals = new GatewayArrivals({ directory: join(directory, 'gw'), logger: silentLogger });
+const socketPath = await arrivals.open('sbx-bench');
 const credentials = new EgressCredentials('bench-token');
 const proxy = new EgressProxy({
+  arrivals,
   config: EgressConfigSchema.parse({
     allowedHosts: ['download.test:*'],
     allowPrivateAddresses: ['127.0.0.0/8'],
@@ -56,7 +60,8 @@ const proxy = new EgressProxy({
 });
 const app = Fastify({ logger: false });
 proxy.attach(app);
-await app.listen({ path: socketPath });
+await app.listen({ path: join(directory, 'gateway.sock') });
+arrivals.serve(app.server);
 const authorization = `Basic ${Buffer.from(`sbx-bench:${credentials.secretFor('sbx-bench')}`).toString('base64')}`;
 
 /** One download: wall time, and the CPU time of the peer and of this process (the proxy's). */
@@ -134,6 +139,7 @@ try {
   );
 } finally {
   relays.closeAll();
+  arrivals.closeAll();
   await app.close();
   peer.kill();
   await rm(directory, { recursive: true, force: true });

@@ -18,6 +18,7 @@ import type { DaemonConfig } from './config.ts';
 import { AddressGuard } from './egress/addresses.ts';
 import { EgressCredentials } from './egress/credentials.ts';
 import { EgressProxy, type Resolver } from './egress/proxy.ts';
+import { GatewayArrivals } from './gateway/arrivals.ts';
 import { ModelGateway } from './gateway/gateway.ts';
 import {
   ensureStateDir,
@@ -139,12 +140,22 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   // The egress proxy rides the gateway socket (so every provider's relay reaches it); which
   // sandbox asks is proven by a credential derived from the daemon's token, never by the socket.
   const egressGuard = new AddressGuard(config.egress.allowPrivateAddresses);
-  const egress =
+  // Each sandbox's relay joins its connections to a socket of the sandbox's own, which tells the
+  // proxy which sandbox asks (a credential alone would travel with a fork's copy of the files).
+  const gatewayArrivals =
     gatewaySocket === undefined
+      ? undefined
+      : new GatewayArrivals({
+          directory: join(config.stateDir, 'gw'),
+          logger: logger.child({ component: 'gateway' }),
+        });
+  const egress =
+    gatewayArrivals === undefined
       ? undefined
       : new EgressProxy({
           config: config.egress,
           credentials: new EgressCredentials(token),
+          arrivals: gatewayArrivals,
           guard: egressGuard,
           policyOf: (sandboxId) => {
             const record = store.get(sandboxId);
@@ -164,8 +175,11 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     logger,
     clock,
     ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
+    ...(gatewayArrivals === undefined ? {} : { gatewayArrivals }),
     ...(egress === undefined ? {} : { egress }),
   });
+  // Sockets of sandboxes a killed daemon left; reconcile opens those of the adopted ones again.
+  await gatewayArrivals?.clear();
   await manager.start();
   // After the first reconcile: grants read back lose the sandboxes it did not keep.
   const access = await AccessGrants.open({
@@ -219,6 +233,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   const address: RunningDaemon['address'] = {};
   let gatewayApp: FastifyInstance | undefined;
   const shutdownQuietly = async () => {
+    gatewayArrivals?.closeAll();
     pools.stop();
     await app.close().catch(() => {});
     await manager.shutdown({ destroy: false });
@@ -255,6 +270,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
         ...(tracing === undefined ? {} : { tracing }),
       });
       egress?.attach(gatewayApp);
+      gatewayArrivals?.serve(gatewayApp.server);
       try {
         await gatewayApp.listen({ path: gatewaySocket });
       } catch (error) {
@@ -300,6 +316,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   const stop = (stopOptions: { destroy?: boolean } = {}) => {
     stopping ??= (async () => {
       logger.info('daemon stopping: draining requests');
+      gatewayArrivals?.closeAll();
       await gatewayApp?.close();
       await app.close();
       pools.stop();

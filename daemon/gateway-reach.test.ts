@@ -4,7 +4,8 @@
  * (The real mechanism is tested on Docker: the contract's gateway cases and
  * test/security/gateway-relay.int.test.ts.)
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -38,6 +39,20 @@ class ReachableProvider extends MemoryProvider {
   override async close(): Promise<void> {
     this.#ports.clear();
   }
+}
+
+/** The first line of what a gateway socket answers a plain request with. */
+function answerOn(socketPath: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ path: socketPath });
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => {
+      answer += chunk.toString('latin1');
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(answer.split('\r\n')[0] ?? ''));
+    socket.write('GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  });
 }
 
 const cleanups: Array<() => Promise<void>> = [];
@@ -122,7 +137,7 @@ describe('gateway reach', () => {
     expect(view.json()).toEqual({ policy: { mode: 'none', allowedHosts: [] }, proxy: null });
   });
 
-  it("answers the provider's URL, the same every time, and hands the provider the gateway socket", async () => {
+  it("answers the provider's URL, the same every time, and hands the provider the sandbox's own gateway socket", async () => {
     const stateDir = await stateDirectory();
     let provider!: ReachableProvider;
     const { daemon } = await start(stateDir, (context) => {
@@ -134,10 +149,26 @@ describe('gateway reach', () => {
     expect(first.statusCode, first.body).toBe(200);
     expect(first.json()).toEqual({ url: 'http://127.0.0.1:40000' });
     expect((await post(daemon, `/v1/sandboxes/${id}/gateway`)).json()).toEqual(first.json());
-    expect(provider.calls[0]).toEqual({ id, socketPath: join(stateDir, 'gateway.sock') });
-    // Asked again, the provider is told the URL the sandbox has.
-    expect(provider.calls[1]).toMatchObject({ url: 'http://127.0.0.1:40000' });
+    // A socket of the sandbox's own (how the egress proxy knows which sandbox asks), serving the gateway.
+    const socketPath = join(stateDir, 'gw', `${id}.sock`);
+    expect(provider.calls[0]).toEqual({ id, socketPath });
+    expect(await answerOn(socketPath)).toMatch(/^HTTP\/1\.1 404/);
+    // Asked again, the provider is told the URL the sandbox has, and the same socket.
+    expect(provider.calls[1]).toMatchObject({ url: 'http://127.0.0.1:40000', socketPath });
     expect((await post(daemon, '/v1/sandboxes/sbx-nosuchsandbox00/gateway')).statusCode).toBe(404);
+    // It goes with the sandbox.
+    expect(
+      (await daemon.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: daemon.auth }))
+        .statusCode,
+    ).toBe(204);
+    await expect
+      .poll(() =>
+        stat(socketPath).then(
+          () => 'there',
+          () => 'gone',
+        ),
+      )
+      .toBe('gone');
   });
 
   it('is restored at the recorded URL for the sandboxes a restarted daemon adopts, and only those', async () => {
@@ -157,11 +188,20 @@ describe('gateway reach', () => {
     };
     await first.stop();
     provider.calls.length = 0;
+    // What a killed daemon leaves of a sandbox gone meanwhile: removed at the next start.
+    const stale = join(stateDir, 'gw', 'sbx-gonemeanwhile00.sock');
+    await mkdir(join(stateDir, 'gw'), { recursive: true });
+    await writeFile(stale, '');
 
     const second = await start(stateDir, () => provider);
     const restored = provider.calls.map(({ id, url: asked }) => ({ id, url: asked }));
     expect(restored).toHaveLength(2);
     expect(restored).toContainEqual({ id: reachable, url });
+    // Each at its own socket again, listening before the relay joins anything to it.
+    const socketPath = join(stateDir, 'gw', `${reachable}.sock`);
+    expect(provider.calls.find((call) => call.id === reachable)?.socketPath).toBe(socketPath);
+    expect(await answerOn(socketPath)).toMatch(/^HTTP\/1\.1 404/);
+    await expect(stat(stale)).rejects.toThrow();
     expect(restored.map(({ id }) => id)).not.toContain(plain);
     // The agent inside asks nothing; a harness asking again gets the same URL.
     expect((await post(second.daemon, `/v1/sandboxes/${reachable}/gateway`)).json()).toEqual({ url });

@@ -14,6 +14,7 @@ import { requireEgressReach } from './capabilities.ts';
 import type { DaemonConfig } from './config.ts';
 import type { EgressAttempt } from './egress/log.ts';
 import type { EgressProxy } from './egress/proxy.ts';
+import type { GatewayArrivals } from './gateway/arrivals.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
 import { GatewayReach } from './sandboxes/gateway-reach.ts';
@@ -47,6 +48,8 @@ export interface SandboxManagerOptions {
    * without it (a daemon that does not listen) no sandbox gets gateway reach.
    */
   gatewaySocket?: string;
+  /** Each sandbox's own socket to the gateway, which its relay is given (see GatewayReach). */
+  gatewayArrivals?: GatewayArrivals;
   /** The egress proxy on the gateway socket; without it no sandbox gets a network policy but `none`. */
   egress?: EgressProxy;
 }
@@ -102,9 +105,18 @@ export class SandboxManager {
       touch: (record) => leases.touch(record),
     });
     this.lifecycle.setImageResolver(this.snapshots);
-    const gateway = new GatewayReach({ store, runtime, logger, socketPath: options.gatewaySocket });
+    const gateway = new GatewayReach({
+      store,
+      runtime,
+      logger,
+      socketPath: options.gatewaySocket,
+      ...(options.gatewayArrivals === undefined ? {} : { arrivals: options.gatewayArrivals }),
+    });
     const network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
-    this.lifecycle.onRemoved((record) => network.forget(record.id));
+    this.lifecycle.onRemoved((record) => {
+      network.forget(record.id);
+      gateway.forget(record.id);
+    });
     this.operations = new SandboxOperations({
       lifecycle: this.lifecycle,
       leases,

@@ -442,6 +442,75 @@ describe('HTTP API', () => {
     expect(createBody.oneOf[1].properties).toHaveProperty('pool');
   });
 
+  it('answers every request that sends no body alike with or without content-type: application/json', async () => {
+    const test = await start();
+    const document = (
+      await test.app.inject({ method: 'GET', url: '/openapi.json', headers: test.auth })
+    ).json() as { paths: Record<string, Record<string, { requestBody?: { required?: boolean } }>> };
+    // A fresh resource for each request, so the two requests of a pair find the same state.
+    const fresh = async (placeholder: string): Promise<string> => {
+      if (placeholder === 'id') return (await create(test)).id;
+      if (placeholder === 'name') {
+        const name = `p${Math.random().toString(36).slice(2, 10)}`;
+        const defined = await test.app.inject({
+          method: 'PUT',
+          url: `/v1/pools/${name}`,
+          headers: test.auth,
+          payload: { spec: { image: 'img' } },
+        });
+        expect(defined.statusCode, defined.body).toBe(201);
+        return name;
+      }
+      const opened = await test.app.inject({
+        method: 'POST',
+        url: '/v1/gateway/rollouts',
+        headers: test.auth,
+        payload: { upstream: { baseUrl: 'http://127.0.0.9:9/v1' } },
+      });
+      expect(opened.statusCode, opened.body).toBe(201);
+      return (opened.json() as { rolloutId: string }).rolloutId;
+    };
+    const urlOf = async (path: string) => {
+      let url = path;
+      for (const placeholder of path.match(/\{(\w+)\}/g) ?? []) {
+        url = url.replace(placeholder, await fresh(placeholder.slice(1, -1)));
+      }
+      return url;
+    };
+    const asked: string[] = [];
+    for (const [path, operations] of Object.entries(document.paths)) {
+      for (const [method, operation] of Object.entries(operations)) {
+        if (!['post', 'put', 'delete'].includes(method) || operation.requestBody?.required === true) continue;
+        asked.push(`${method} ${path}`);
+        const plain = await test.app.inject({
+          method: method.toUpperCase() as 'POST',
+          url: await urlOf(path),
+          headers: test.auth,
+        });
+        for (const contentType of [
+          'application/json',
+          'application/json; charset=utf-8',
+          'Application/JSON',
+        ]) {
+          for (const payload of ['', ' \r\n']) {
+            const typed = await test.app.inject({
+              method: method.toUpperCase() as 'POST',
+              url: await urlOf(path),
+              headers: { ...test.auth, 'content-type': contentType },
+              payload,
+            });
+            expect(typed.statusCode, `${method} ${path} as ${contentType}: ${typed.body}`).toBe(
+              plain.statusCode,
+            );
+          }
+        }
+      }
+    }
+    // The routes of the issue's report are among them (and the document did list some).
+    expect(asked).toEqual(expect.arrayContaining(['delete /v1/snapshots/{id}', 'delete /v1/sandboxes/{id}']));
+    expect(asked.length).toBeGreaterThan(8);
+  });
+
   it('exposes Prometheus metrics: sandboxes by state, latencies, errors by code', async () => {
     const test = await start();
     const sandbox = await create(test);

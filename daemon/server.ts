@@ -90,6 +90,22 @@ function installErrorHandlers(app: FastifyInstance, metrics: DaemonMetrics): voi
   });
 }
 
+/**
+ * A JSON body that is empty (or only white space) is no body: the route then sees none, as it
+ * would without the header. Clients that set `content-type: application/json` on every request
+ * send it on bodiless DELETEs and POSTs too, and fastify's own parser refused those with 400
+ * before any route ran (a `DELETE /v1/snapshots/{id}` kept the snapshot). Anything else is parsed
+ * by fastify's parser, with its guards against prototype poisoning.
+ */
+function acceptEmptyJson(app: FastifyInstance): void {
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if ((body as string).trim() === '') done(null, undefined);
+    else parseJson(request, body as string, done);
+  });
+}
+
 function presentedBearer(request: FastifyRequest): string {
   const header = request.headers.authorization ?? '';
   return header.startsWith('Bearer ') ? header.slice('Bearer '.length) : '';
@@ -128,6 +144,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     done(null),
   );
   app.addContentTypeParser('*', (_request, _payload, done) => done(null));
+  acceptEmptyJson(app);
 
   // Who may call is decided on the route the router chose (its config), never on the raw URL:
   // a request no route matches needs the token too. Model calls are checked by their own route

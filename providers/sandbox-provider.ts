@@ -429,7 +429,9 @@ export interface SandboxProvider {
    * - **Only that sandbox**: the URL works from inside this sandbox and is no way into the
    *   gateway, or anything else, for other sandboxes or the network.
    * - **Only the gateway**: every connection to the URL goes to `socketPath` (a unix socket of
-   *   the daemon's host, serving the model routes alone) and nowhere else. The sandbox gains no
+   *   the daemon's host, serving the model routes alone; the daemon gives each sandbox one of its
+   *   own and knows which sandbox asks by the socket a connection arrives on, so never join one
+   *   sandbox's connections to another's) and nowhere else. The sandbox gains no
    *   other route: not to the daemon's API, the host, the engine or another sandbox.
    * - **Idempotent**: another call for the same sandbox returns the same URL and opens nothing
    *   more; two sandboxes never collide (on one host, each gets its own port or namespace).

@@ -5,6 +5,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
+import { addressFaces, LOOPBACK_V6, UNSPECIFIED_V6 } from './ipv6.ts';
 
 /**
  * Ranges no sandbox reaches unless the operator names them: this host, its networks, the cloud
@@ -23,7 +24,23 @@ const FORBIDDEN_V4 = [
   '224.0.0.0/4',
   '240.0.0.0/4',
 ];
-const FORBIDDEN_V6 = ['::/127', 'fc00::/7', 'fe80::/10', 'ff00::/8', '64:ff9b::/96', '2001:db8::/32'];
+/**
+ * `::/96` holds the unspecified and loopback addresses and the deprecated IPv4-compatible ones
+ * (never routed); `64:ff9b:1::/48` is the local-use NAT64 prefix (RFC 8215), whose IPv4 part sits
+ * where its operator chose; `2001::/32` is Teredo, a tunnel whose far end is an IPv4 address in
+ * disguise. The other prefixes that embed an IPv4 address are judged by that address too
+ * (`./ipv6.ts`).
+ */
+const FORBIDDEN_V6 = [
+  '::/96',
+  'fc00::/7',
+  'fe80::/10',
+  'ff00::/8',
+  '64:ff9b::/96',
+  '64:ff9b:1::/48',
+  '2001::/32',
+  '2001:db8::/32',
+];
 
 function blockListOf(ranges: readonly string[]): BlockList {
   const list = new BlockList();
@@ -34,10 +51,14 @@ function blockListOf(ranges: readonly string[]): BlockList {
   return list;
 }
 
-/** `::ffff:10.0.0.1` is 10.0.0.1 to the kernel: judge it as that. */
-function unmapped(address: string): string {
-  const match = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  return match === null ? address : match[1]!;
+/** One spelling of an address the guard judges, with its family. */
+interface Face {
+  address: string;
+  type: 'ipv4' | 'ipv6';
+}
+
+function facesOf(address: string): Face[] {
+  return addressFaces(address).map((face) => ({ address: face, type: isIP(face) === 4 ? 'ipv4' : 'ipv6' }));
 }
 
 export class AddressGuard {
@@ -56,7 +77,7 @@ export class AddressGuard {
       (
         ownAddresses ??
         Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address))
-      ).map((address) => unmapped(address.toLowerCase())),
+      ).flatMap(addressFaces),
     );
   }
 
@@ -65,25 +86,32 @@ export class AddressGuard {
     this.#selfPorts.add(port);
   }
 
-  /** Why the proxy may not connect to `address:port`, or null when it may. */
+  /**
+   * Why the proxy may not connect to `address:port`, or null when it may. An address that embeds
+   * an IPv4 address (`::ffff:7f00:1`, `0:0:0:0:0:ffff:127.0.0.1`, `64:ff9b::7f00:1`, ...) is
+   * judged by every face it has: refused when any of them is.
+   */
   refusal(rawAddress: string, port: number): string | null {
-    const address = unmapped(rawAddress.toLowerCase());
-    const family = isIP(address);
-    if (family === 0) return `${rawAddress} is not an address`;
-    const type = family === 4 ? 'ipv4' : 'ipv6';
-    const isLocal = this.#ownAddresses.has(address) || this.#forbidden.check(address, type);
-    if (
-      isLocal &&
-      this.#selfPorts.has(port) &&
-      (this.#isLoopback(address) || this.#ownAddresses.has(address))
-    ) {
-      return `${address}:${port} is the daemon's own API`;
+    const faces = facesOf(rawAddress);
+    if (faces.length === 0) return `${rawAddress} is not an address`;
+    const local = faces.filter(
+      (face) => this.#ownAddresses.has(face.address) || this.#forbidden.check(face.address, face.type),
+    );
+    const own = local.find((face) => this.#isLoopback(face.address) || this.#ownAddresses.has(face.address));
+    if (own !== undefined && this.#selfPorts.has(port)) {
+      return `${own.address}:${port} is the daemon's own API`;
     }
-    if (!isLocal || this.#allowed.check(address, type)) return null;
-    return `${address} is a loopback, private, link-local, multicast or own address`;
+    const refused = local.find((face) => !this.#allowed.check(face.address, face.type));
+    if (refused === undefined) return null;
+    return `${refused.address} is a loopback, private, link-local, multicast or own address`;
   }
 
   #isLoopback(address: string): boolean {
-    return address === '::1' || address.startsWith('127.') || address === '::' || address.startsWith('0.');
+    return (
+      address === LOOPBACK_V6 ||
+      address === UNSPECIFIED_V6 ||
+      address.startsWith('127.') ||
+      address.startsWith('0.')
+    );
   }
 }

@@ -93,6 +93,62 @@ describe('addresses the proxy connects to', () => {
   });
 });
 
+/** Every way to write the IPv6 address that carries `ipv4` (or is it), as a client or URL parser may. */
+function spellingsOf(ipv4: string): string[] {
+  const [a, b, c, d] = ipv4.split('.').map(Number) as [number, number, number, number];
+  const high = ((a << 8) | b).toString(16);
+  const low = ((c << 8) | d).toString(16);
+  const pad = (hex: string) => hex.padStart(4, '0');
+  return [
+    `::ffff:${ipv4}`,
+    `::ffff:${high}:${low}`,
+    `::FFFF:${high.toUpperCase()}:${low.toUpperCase()}`,
+    `0:0:0:0:0:ffff:${high}:${low}`,
+    `0000:0000:0000:0000:0000:ffff:${pad(high)}:${pad(low)}`,
+    `0:0::ffff:${ipv4}`,
+    `::ffff:${high}:${low}%lo`,
+    new URL(`http://[::ffff:${ipv4}]/`).hostname.slice(1, -1),
+    `::ffff:0:${ipv4}`,
+    `::${ipv4}`,
+    `::${high}:${low}`,
+    `64:ff9b::${ipv4}`,
+    `64:ff9b::${high}:${low}`,
+    `2002:${high}:${low}::1`,
+  ];
+}
+
+describe('every spelling of an address that carries an IPv4 one', () => {
+  it("refuses the daemon's API port on loopback and own addresses, however the address is written", () => {
+    // The test daemons' set-up: loopback allowed (hosts on 127.0.0.x), the API port refused all the same.
+    const guard = new AddressGuard(['127.0.0.0/8', '::/0'], ['198.51.100.7']);
+    guard.addSelfPort(7000);
+    for (const ipv4 of ['127.0.0.1', '127.0.0.2', '0.0.0.0', '198.51.100.7']) {
+      for (const spelling of spellingsOf(ipv4)) {
+        expect(guard.refusal(spelling, 7000), spelling).toMatch(/own API/);
+      }
+    }
+    for (const spelling of ['::1', '0:0:0:0:0:0:0:1', '0000::0001', '::', '::0']) {
+      expect(guard.refusal(spelling, 7000), spelling).toMatch(/own API/);
+    }
+    expect(guard.refusal('127.0.0.2', 7001)).toBeNull();
+  });
+
+  it('refuses loopback, private and own addresses in every spelling when nothing is allowed', () => {
+    const guard = new AddressGuard([], ['198.51.100.7', '2001:db8:1::5']);
+    for (const ipv4 of ['127.0.0.1', '10.1.2.3', '169.254.169.254', '192.168.1.1', '198.51.100.7']) {
+      for (const spelling of spellingsOf(ipv4)) {
+        expect(guard.refusal(spelling, 80), spelling).not.toBeNull();
+      }
+    }
+    for (const spelling of ['2001:db8:1::5', '2001:DB8:1:0:0:0:0:5', '2001:0db8:0001::0005']) {
+      expect(guard.refusal(spelling, 80), spelling).not.toBeNull();
+    }
+    // A public address in a mapped spelling is that public address.
+    expect(guard.refusal('::ffff:203.0.113.9', 443)).toBeNull();
+    expect(guard.refusal('::ffff:cb00:7109', 443)).toBeNull();
+  });
+});
+
 describe('proxy credentials', () => {
   const credentials = new EgressCredentials('daemon-token');
   const header = (user: string, secret: string) =>

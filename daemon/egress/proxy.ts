@@ -36,6 +36,11 @@ export const systemResolver: Resolver = async (host) =>
 export interface EgressProxyOptions {
   config: EgressConfig;
   credentials: EgressCredentials;
+  /**
+   * The sandbox a connection arrived through (its own gateway socket, `GatewayArrivals`); undefined
+   * for one that came another way, which the proxy refuses.
+   */
+  arrivals: { sandboxOf(socket: object | undefined): string | undefined };
   guard: AddressGuard;
   /** A sandbox's current policy; undefined when there is no such sandbox (any more). */
   policyOf: (sandboxId: string) => NetworkPolicy | undefined;
@@ -151,6 +156,7 @@ function parseAuthority(authority: string): Target | null {
 export class EgressProxy {
   readonly #config: EgressConfig;
   readonly #credentials: EgressCredentials;
+  readonly #arrivals: EgressProxyOptions['arrivals'];
   readonly #guard: AddressGuard;
   readonly #policyOf: (sandboxId: string) => NetworkPolicy | undefined;
   readonly #resolver: Resolver;
@@ -161,6 +167,7 @@ export class EgressProxy {
   constructor(options: EgressProxyOptions) {
     this.#config = options.config;
     this.#credentials = options.credentials;
+    this.#arrivals = options.arrivals;
     this.#guard = options.guard;
     this.#policyOf = options.policyOf;
     this.#resolver = options.resolver ?? systemResolver;
@@ -255,11 +262,34 @@ export class EgressProxy {
     kind: EgressAttempt['kind'],
     target: Target | null,
   ): { attempt: Attempt } | { status: number; reason: string } {
-    const sandboxId = this.#credentials.sandboxOf(request.headers['proxy-authorization']);
+    // Which sandbox asks is where the connection arrived (its own relay and socket); the credential
+    // must be that sandbox's too. A credential another sandbox holds (a fork child's copy of its
+    // parent's HTTP_PROXY, one saved in a snapshot) opens nothing, and is logged as the asker's.
+    const arrivedFrom = this.#arrivals.sandboxOf(request.socket);
+    const credentialOf = this.#credentials.sandboxOf(request.headers['proxy-authorization']);
+    const sandboxId = credentialOf !== undefined && credentialOf === arrivedFrom ? arrivedFrom : undefined;
     const policy = sandboxId === undefined ? undefined : this.#policyOf(sandboxId);
     if (sandboxId === undefined || policy === undefined) {
-      this.#logger.debug({ kind, target }, 'egress proxy: a request without a valid sandbox credential');
-      return { status: 407, reason: "the egress proxy needs this sandbox's credential (HTTP_PROXY)" };
+      const reason =
+        arrivedFrom === undefined
+          ? 'the egress proxy serves sandboxes through their own relay only'
+          : "the egress proxy needs this sandbox's own credential (HTTP_PROXY)";
+      if (arrivedFrom !== undefined && this.#policyOf(arrivedFrom) !== undefined) {
+        this.#record(
+          arrivedFrom,
+          kind,
+          target ?? { host: String(request.url).slice(0, 256), port: 0 },
+          'refused',
+          {
+            reason: credentialOf === undefined ? 'no valid credential' : "another sandbox's credential",
+          },
+        );
+      }
+      this.#logger.debug(
+        { kind, target, arrivedFrom },
+        'egress proxy: a request without its sandbox credential',
+      );
+      return { status: 407, reason };
     }
     if (target === null) {
       this.#record(sandboxId, kind, { host: String(request.url).slice(0, 256), port: 0 }, 'refused', {
@@ -477,7 +507,9 @@ export class EgressProxy {
         createConnection: () => opened.upstream,
         method: request.method,
         path: `${url!.pathname}${url!.search}`,
-        headers: { ...headers, connection: 'close' },
+        // The URI's authority, never the client's Host (RFC 7230 5.4): the policy judged the URI's
+        // host, and a Host of the client's choice would reach any virtual host at its address.
+        headers: { ...headers, host: url!.host, connection: 'close' },
         setHost: false,
       });
       upstreamRequest.setTimeout(this.#config.idleTimeoutSeconds * 1000, () =>

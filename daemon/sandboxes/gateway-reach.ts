@@ -8,6 +8,7 @@ import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
 import { gatewayReachIfAny, requireGatewayReach } from '../capabilities.ts';
+import type { GatewayArrivals } from '../gateway/arrivals.ts';
 import type { SandboxRecord, StateStore } from '../state-store.ts';
 import { forEachLimited, REAPER_CONCURRENCY } from './concurrency.ts';
 import type { SandboxRuntime } from './runtime.ts';
@@ -21,17 +22,34 @@ export class GatewayReach {
    * daemon that does not listen) no sandbox gets gateway reach.
    */
   readonly #socketPath: string | undefined;
+  /**
+   * Each sandbox's own socket to the gateway (`../gateway/arrivals.ts`), which its relay is given
+   * instead of the shared one: how the egress proxy knows which sandbox a connection comes from.
+   */
+  readonly #arrivals: GatewayArrivals | undefined;
 
   constructor(options: {
     store: StateStore;
     runtime: SandboxRuntime;
     logger: Logger;
     socketPath: string | undefined;
+    arrivals?: GatewayArrivals;
   }) {
     this.#store = options.store;
     this.#runtime = options.runtime;
     this.#logger = options.logger;
     this.#socketPath = options.socketPath;
+    this.#arrivals = options.arrivals;
+  }
+
+  /** The socket the sandbox's relay joins its connections to: its own where the daemon makes one. */
+  async #socketFor(sandboxId: string, sharedPath: string): Promise<string> {
+    return this.#arrivals === undefined ? sharedPath : this.#arrivals.open(sandboxId);
+  }
+
+  /** Closes a removed sandbox's own gateway socket and what arrived through it. */
+  forget(sandboxId: string): void {
+    this.#arrivals?.close(sandboxId);
   }
 
   /**
@@ -51,7 +69,7 @@ export class GatewayReach {
       );
     }
     const { url } = await expose(record.id, {
-      socketPath: this.#socketPath,
+      socketPath: await this.#socketFor(record.id, this.#socketPath),
       ...(record.gatewayUrl === null ? {} : { url: record.gatewayUrl }),
     });
     await this.#record(record.id, url);
@@ -81,7 +99,7 @@ export class GatewayReach {
     });
     await forEachLimited(reachable, REAPER_CONCURRENCY, async ({ id, url }) => {
       try {
-        const restored = await expose(id, { socketPath, url });
+        const restored = await expose(id, { socketPath: await this.#socketFor(id, socketPath), url });
         if (restored.url !== url) {
           this.#logger.warn(
             { sandboxId: id, url, restoredUrl: restored.url },

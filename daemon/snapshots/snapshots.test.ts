@@ -244,7 +244,14 @@ describe('managed snapshots', () => {
     expect(fileOf('memory', child, '/work/a')).toBe('from the parent');
     // The provider created the base image; the API shows what the caller named.
     expect(providers.memory!.sandboxes.get(child)?.image).toBe('img');
-    expect((await call(test, 'DELETE', `/v1/snapshots/${made.id}`)).status).toBe(204);
+    // As a client that sends content-type: application/json on every request deletes it: no body.
+    const deleted = await test.app.inject({
+      method: 'DELETE',
+      url: `/v1/snapshots/${made.id}`,
+      headers: { ...test.auth, 'content-type': 'application/json' },
+    });
+    expect(deleted.statusCode, deleted.body).toBe(204);
+    expect((await call(test, 'GET', `/v1/snapshots/${made.id}`)).status).toBe(404);
     await expect(stat(file)).rejects.toThrow();
     expect((await call(test, 'DELETE', `/v1/snapshots/${made.id}`)).status).toBe(204);
   });

@@ -74,6 +74,7 @@ import {
   MANAGED_SNAPSHOT_REPOSITORY,
   managedSnapshotImage,
   splitReference,
+  unpauseInterruptedCommits,
 } from './snapshot.ts';
 import { DockerSpecOptionsSchema } from './spec-options.ts';
 import { DockerToolchainCheck } from './toolchain-view.ts';
@@ -220,6 +221,10 @@ export class DockerProvider implements SandboxProvider {
    * runs before its first reconcile. Never throws. Returns the sandboxes started again.
    */
   async resumeInterruptedSnapshots(): Promise<string[]> {
+    await unpauseInterruptedCommits(this.#docker, this.#context.namespace, this.#context.daemonId).catch(
+      (error: unknown) =>
+        this.#context.logger.warn({ error: String(error) }, 'could not look for sandboxes left paused'),
+    );
     return this.#live
       .resumeInterrupted((image) => deleteSnapshot(this.#docker, this.#context.namespace, image))
       .catch((error: unknown) => {

@@ -142,9 +142,87 @@ export async function commitSnapshot(
       },
     );
   const container = docker.getContainer(containerName);
+  // Paused before it is measured, and until the commit has copied it: the bound is checked on the
+  // very files the commit writes. Measured first and paused by the commit after, an agent that
+  // swapped a small file for a large sparse one in between (`rm f; truncate -s 1T f` in a loop)
+  // had the engine write the file's full apparent size to the host's disk. A live snapshot commits
+  // a container its checkpoint has stopped already (no process is left to change it), which the
+  // engine may still show as running for a moment and cannot pause.
+  const paused = options.live === true ? false : await pauseForSnapshot(container, id);
+  try {
+    return await commitPaused(docker, container, containerName, namespace, id, options, { repo, tag });
+  } finally {
+    if (paused) await unpauseAfterSnapshot(container);
+  }
+}
+
+/** Pauses a running sandbox; whether this call paused it (false: it was not running, or is paused already). */
+async function pauseForSnapshot(container: Docker.Container, id: string): Promise<boolean> {
+  try {
+    const { State } = await container.inspect();
+    if (!State.Running || State.Paused) return false;
+    await container.pause();
+    return true;
+  } catch (error) {
+    throw wrapDockerError(error, { operation: 'snapshot', sandboxId: id });
+  }
+}
+
+/** Lets the sandbox run again. A container gone meanwhile (destroyed) has nothing to resume. */
+async function unpauseAfterSnapshot(container: Docker.Container): Promise<void> {
+  try {
+    await container.unpause();
+  } catch (error) {
+    const status = (error as { statusCode?: number }).statusCode;
+    if (status !== 404 && status !== 409) throw wrapDockerError(error, { operation: 'snapshot' });
+  }
+}
+
+/**
+ * Lets run again the sandboxes of this daemon left paused: a daemon killed during a snapshot's
+ * commit leaves its sandbox paused (nothing else of ours pauses one). Returns the container ids
+ * it let run.
+ */
+export async function unpauseInterruptedCommits(
+  docker: Docker,
+  namespace: string,
+  daemonId: string,
+): Promise<string[]> {
+  const paused = await docker.listContainers({
+    all: true,
+    filters: {
+      status: ['paused'],
+      label: [
+        `${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.namespace}=${namespace}`,
+        `${DOCKER_LABEL_PREFIX}${SYSTEM_LABELS.daemonId}=${daemonId}`,
+      ],
+    },
+  });
+  const resumed: string[] = [];
+  for (const container of paused) {
+    // One that cannot be let run (it went meanwhile) does not keep the others paused.
+    await unpauseAfterSnapshot(docker.getContainer(container.Id)).then(
+      () => resumed.push(container.Id),
+      () => {},
+    );
+  }
+  return resumed;
+}
+
+/** Measures the paused container's own layer against `maxBytes`, then commits it. */
+async function commitPaused(
+  docker: Docker,
+  container: Docker.Container,
+  containerName: string,
+  namespace: string,
+  id: string,
+  options: SnapshotOptions,
+  { repo, tag }: { repo: string; tag: string },
+): Promise<SnapshotResult> {
   let info: Docker.ContainerInspectInfo & { SizeRw?: number };
   try {
-    // `size` makes the engine count the container's own layer (SizeRw): asked only with a bound.
+    // `size` makes the engine count the container's own layer (SizeRw, the files' apparent sizes:
+    // what the commit writes): asked only with a bound.
     info = await (container as unknown as { inspect(options: object): Promise<typeof info> }).inspect({
       size: options.maxBytes !== undefined,
     });
@@ -166,8 +244,9 @@ export async function commitSnapshot(
     snapshotLabels[SNAPSHOT_LABELS.userPrefix + key] = value;
   try {
     const { changes, ...config } = commitConfig(base?.Config, info.Config, snapshotLabels);
+    // Paused already (or not running): the engine's own pause would be a second one.
     await container.commit({
-      _query: { container: containerName, repo, tag, pause: true, changes },
+      _query: { container: containerName, repo, tag, pause: false, changes },
       _body: config,
     });
   } catch (error) {

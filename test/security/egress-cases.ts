@@ -8,7 +8,8 @@
  * test's hosts, to the daemon's API, to every address of the host) reach nothing; a `PUT
  * /network` switch applies to new connections and cuts the open one; the log lists every
  * attempt; a daemon restart keeps the policy and the variables (the provider restores the relay
- * at the same URL); `none` takes the variables away and the kept credential opens nothing.
+ * at the same URL); `none` takes the variables away and the kept credential opens nothing; a
+ * fork child's copy of the parent's credential opens nothing through the child's relay.
  *
  * "The internet" is servers on 127.0.0.x and names only the test's resolver knows: no test sends
  * traffic anywhere else. One sandbox per row, few execs (each probe batch is one), since an exec
@@ -88,8 +89,8 @@ export function defineEgressCases(row: EgressRow): void {
         });
         return { status: response.status, body: (await response.json()) as Record<string, unknown> };
       };
-      const probe = async (probes: string[], session?: string) => {
-        const result = await client.exec(sandboxId, {
+      const probe = async (probes: string[], session?: string, id = sandboxId) => {
+        const result = await client.exec(id, {
           argv: egressProbes(probes),
           timeoutMs: 120_000,
           ...(session === undefined ? {} : { session }),
@@ -98,8 +99,8 @@ export function defineEgressCases(row: EgressRow): void {
         if (session !== undefined) expect(result.session, 'the provider ran it in a session').toBeUndefined();
         return probeResults(result.stdout);
       };
-      const log = async () =>
-        (await api('GET', `/v1/sandboxes/${sandboxId}/network/log`)).body as {
+      const log = async (id = sandboxId) =>
+        (await api('GET', `/v1/sandboxes/${id}/network/log`)).body as {
           attempts: Array<{
             host: string;
             port: number;
@@ -297,6 +298,44 @@ export function defineEgressCases(row: EgressRow): void {
         // The session opened under the agent's policy keeps none of it either.
         expect((await probe(['envs env'], 'agent')).env).toBe(unset);
         expect(results.kept).toMatch(/^403 /);
+      });
+
+      it("a fork child's copy of the parent's credential opens nothing, and is logged as the child's", async () => {
+        const { allowed, other } = hosts as Record<string, { port: number }>;
+        const network = `/v1/sandboxes/${sandboxId}/network`;
+        expect(
+          (await api('PUT', network, { mode: 'allowlist', allowedHosts: ['allowed.test:*'] })).status,
+        ).toBe(200);
+        const parentLog = (await log()).attempts.length;
+        const forked = await api('POST', `/v1/sandboxes/${sandboxId}/fork`, { count: 1 });
+        expect(forked.status, JSON.stringify(forked.body)).toBe(201);
+        const child = (forked.body.sandboxes as Array<{ id: string }>)[0]!.id;
+        const given = await api('PUT', `/v1/sandboxes/${child}/network`, {
+          mode: 'allowlist',
+          allowedHosts: ['other.test:*'],
+        });
+        expect(given.status, JSON.stringify(given.body)).toBe(200);
+        // The parent's credential (the agent kept it in a file the fork copied), sent through the
+        // child's own relay, whose port the child's own variables name.
+        const childPort = new URL((given.body as { proxy: string }).proxy.replace('***', 'x')).port;
+        const stolen = new URL(proxyUrl);
+        stolen.port = childPort;
+        const results = await probe(
+          [
+            `connect stolen allowed.test:${allowed!.port} ${stolen.toString().replace(/\/$/, '')}`,
+            `connect own other.test:${other!.port}`,
+          ],
+          undefined,
+          child,
+        );
+        expect(results.stolen).toMatch(/^407 /);
+        expect(results.own).toBe('200 hello from other.test');
+        expect(
+          (await log(child)).attempts.map(
+            (attempt) => `${attempt.host}:${attempt.verdict}:${attempt.reason ?? ''}`,
+          ),
+        ).toEqual(["allowed.test:refused:another sandbox's credential", 'other.test:allowed:']);
+        expect((await log()).attempts.length).toBe(parentLog);
       });
     },
   );
