@@ -240,7 +240,10 @@ class AsyncGymClient:
         except BrokenPipeError:
             pass  # the extraction stopped (it refused an entry); its error is raised below
         finally:
-            writer.close()
+            try:
+                writer.close()  # flushes what is buffered: the extraction may have stopped reading
+            except BrokenPipeError:
+                pass
             await extracting
 
     async def _open_download(self, call: calls.Call) -> AsyncResponse:
