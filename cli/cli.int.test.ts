@@ -1,6 +1,6 @@
 /** The gym CLI as a user runs it: a separate process talking to a running daemon. */
 import { spawn } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -143,6 +143,75 @@ describe.skipIf(skipReason !== undefined)('gym CLI against a running daemon', ()
     expect(await readFile(join(local, 'one.txt'), 'utf8')).toBe('payload\n');
     const both = await gym(['sandbox', 'cp', join(local, 'src'), join(local, 'x')], env);
     expect(both.stderr).toContain('exactly one of SRC and DST');
+    await rm(local, { recursive: true, force: true });
+  });
+
+  it('copies out of a sandbox only up to --max-mib, and no link that leads out of the target', async () => {
+    const local = await mkdtemp(join(tmpdir(), 'gym-cli-cp-out-'));
+    // 300 MiB to the sandbox's `ls`, no block of its disk; written here, every byte.
+    const made = await gym(
+      ['sandbox', 'exec', sandboxId, '--', 'sh', '-c', 'mkdir -p /out && truncate -s 300M /out/report.json'],
+      env,
+    );
+    expect(made.code).toBe(0);
+    const file = await gym(
+      ['sandbox', 'cp', '--max-mib', '2', `${sandboxId}:/out/report.json`, join(local, 'r.json')],
+      env,
+    );
+    expect(file.code).toBe(1);
+    expect(file.stderr).toContain('FILE_TOO_LARGE');
+    await expect(stat(join(local, 'r.json'))).rejects.toThrow();
+    const tree = await gym(['sandbox', 'cp', '--max-mib', '2', `${sandboxId}:/out`, join(local, 'out')], env);
+    expect(tree.code).toBe(1);
+    expect(tree.stderr).toContain('FILE_TOO_LARGE');
+    expect((await stat(join(local, 'out/report.json')).catch(() => ({ size: 0 }))).size).toBeLessThanOrEqual(
+      2 * 1024 * 1024,
+    );
+    // The caller raises the bound for what it expects to be large.
+    await gym(['sandbox', 'exec', sandboxId, '--', 'truncate', '-s', '3M', '/out/report.json'], env);
+    const raised = await gym(
+      ['sandbox', 'cp', '--max-mib', '4', `${sandboxId}:/out/report.json`, join(local, 'r.json')],
+      env,
+    );
+    expect(raised.code).toBe(0);
+    expect((await stat(join(local, 'r.json'))).size).toBe(3 * 1024 * 1024);
+    await rm(join(local, 'r.json'));
+    // The agent's links: one to this host's absolute path, one climbing out of the target.
+    await mkdir(join(local, 'outside'));
+    const linked = await gym(
+      [
+        'sandbox',
+        'exec',
+        sandboxId,
+        '--',
+        'sh',
+        '-c',
+        `mkdir -p /links && cd /links && echo x > f && ln -s ${local}/outside keys && ln -s ../outside up`,
+      ],
+      env,
+    );
+    expect(linked.code).toBe(0);
+    const links = await gym(['sandbox', 'cp', `${sandboxId}:/links`, join(local, 'links')], env);
+    expect(links.code).toBe(1);
+    expect(links.stderr).toContain('ARCHIVE_UNSAFE');
+    for (const name of ['keys', 'up']) await expect(lstat(join(local, 'links', name))).rejects.toThrow();
+    // Then the agent makes `keys` a directory: nothing may go through a link an earlier copy left.
+    await symlink(join(local, 'outside'), join(local, 'links', 'keys'));
+    await gym(
+      [
+        'sandbox',
+        'exec',
+        sandboxId,
+        '--',
+        'sh',
+        '-c',
+        'cd /links && rm keys up && mkdir keys && echo k > keys/authorized_keys',
+      ],
+      env,
+    );
+    const again = await gym(['sandbox', 'cp', `${sandboxId}:/links`, join(local, 'links')], env);
+    expect(again.stderr).toContain('ARCHIVE_UNSAFE');
+    expect(await readdir(join(local, 'outside'))).toEqual([]);
     await rm(local, { recursive: true, force: true });
   });
 

@@ -19,9 +19,9 @@
  * replaced `sh`, a shadowing `python3` or a planted `.pth` is reward 0, "verifier toolchain
  * tampered", before any of them runs.
  */
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { lstat, readdir, readFile, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import { isGymError } from '../../core/errors.ts';
+import { GymError, isGymError } from '../../core/errors.ts';
 import { isSandboxFilesystemRefusal, type SandboxHandle } from '../../harnesses/harness.ts';
 import { parsePytestLog } from './pytest-log.ts';
 import {
@@ -50,6 +50,20 @@ export const PREPARE_PATHS_COMMAND =
 /** A fresh reward folder, and the image's own test.sh made executable as Harbor makes it. */
 export const PREPARE_REWARD_PATH_COMMAND =
   'rm -rf /logs/verifier && mkdir -p /logs/verifier && { [ ! -e /tests/test.sh ] || chmod +x /tests/test.sh; }';
+
+/**
+ * The tests folder is the dataset's: a link (`tests -> ~/.ssh`) would copy the host's files into
+ * the sandbox and, through the test output, into the results; a task error (VALIDATION_FAILED
+ * stops the run). The files in it are never followed (only regular files are copied).
+ */
+async function refuseLinkedTests(directory: string): Promise<void> {
+  if ((await lstat(directory).catch(() => null))?.isSymbolicLink() === true)
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `the tests folder ${directory} is a symbolic link; a task's tests must be a folder of the task`,
+      { details: { path: directory } },
+    );
+}
 
 async function filesBelow(directory: string): Promise<string[]> {
   const entries = await readdir(directory, { withFileTypes: true, recursive: true }).catch(
@@ -120,6 +134,7 @@ export async function verifyScript(
   timeoutMs: number,
   harbor?: HarborTestRun,
 ): Promise<Verdict> {
+  if (testsDirectory !== null) await refuseLinkedTests(testsDirectory);
   const beforeTests = await stopAgentProcesses(sandbox, 'before the tests');
   if (beforeTests !== null) return beforeTests;
   const prepared = await harbor?.beforeTests?.();

@@ -247,6 +247,68 @@ describe('rebaseArchive and packSingleFile', () => {
     ]);
   });
 
+  it('keeps long names stripped: no PAX path record of the input comes through', async () => {
+    // Longer than a tar header's name field: the input carries them as PAX `path` records.
+    const deep = `tree/${'d'.repeat(200)}/${'e'.repeat(200)}`;
+    const out = await tarToEntries(
+      rebaseArchive(
+        entriesToTar([
+          { name: 'tree/', type: 'directory' },
+          { name: `${deep}/`, type: 'directory' },
+          file(`${deep}/f.txt`, 'F'),
+          { name: `${deep}/up`, type: 'symlink', linkname: `../${'x'.repeat(150)}` },
+        ]),
+      ),
+    );
+    expect(out.map((entry) => entry.name.replace(/\/$/, ''))).toEqual([
+      deep.slice('tree/'.length),
+      `${deep.slice('tree/'.length)}/f.txt`,
+      `${deep.slice('tree/'.length)}/up`,
+    ]);
+    expect(out[2]?.linkname).toBe(`../${'x'.repeat(150)}`);
+  });
+
+  // A sandbox's own `tar` (a Pod's, which the agent can replace) names what it likes.
+  it.each([
+    ['an absolute name', [{ name: 'tree/', type: 'directory' }, file('/etc/cron.d/x')]],
+    ['a name under another directory', [{ name: 'tree/', type: 'directory' }, file('other/x')]],
+    ['a climbing name', [{ name: 'tree/', type: 'directory' }, file('tree/../../x')]],
+    ['a climbing first directory', [{ name: '../', type: 'directory' }, file('../x')]],
+    ['an absolute single file', [file('/root/.ssh/authorized_keys')]],
+    [
+      'an entry through a link of its own',
+      [
+        { name: 'tree/', type: 'directory' },
+        { name: 'tree/keys', type: 'symlink', linkname: '/root/.ssh' },
+        file('tree/keys/authorized_keys'),
+      ],
+    ],
+    [
+      'an entry through a link of its own to "."',
+      [
+        { name: 'tree/', type: 'directory' },
+        { name: 'tree/here', type: 'symlink', linkname: '.' },
+        file('tree/./here/x'),
+      ],
+    ],
+    [
+      'a hard link out',
+      [
+        { name: 'tree/', type: 'directory' },
+        { name: 'tree/h', type: 'link', linkname: '/etc/passwd' },
+      ],
+    ],
+  ] as Array<[string, ContractEntry[]]>)('ends the stream on %s', async (_case, entries) => {
+    // Read as the HTTP response does: the stream itself fails, whatever it had sent before.
+    const error = await rebaseArchive(entriesToTar(entries))
+      .toArray()
+      .then(
+        () => null,
+        (caught: unknown) => caught,
+      );
+    expect((error as GymError | null)?.code).toBe('ARCHIVE_UNSAFE');
+  });
+
   it('passes a single-file archive through', async () => {
     const out = await tarToEntries(rebaseArchive(packSingleFile('notes.txt', Buffer.from('hello'), 0o600)));
     expect(out).toEqual([expect.objectContaining({ name: 'notes.txt', mode: 0o600 })]);

@@ -291,29 +291,92 @@ export async function spoolSafeArchive(
 }
 
 /**
+ * A name of a tar the sandbox made, relative to the directory read, or `ARCHIVE_UNSAFE`. An honest
+ * `tar -c -C parent base` (the engine's, or the sandbox's own) names everything `base/...`; a
+ * sandbox's replaced `tar` may name anything, and a client unpacking the download trusts the daemon.
+ */
+function rebasedName(name: string, stripPrefix: string, what: string): string {
+  if (stripPrefix !== '' && !name.startsWith(stripPrefix))
+    throw new GymError(
+      'ARCHIVE_UNSAFE',
+      `the sandbox's archive holds ${what} "${name}" outside the directory read`,
+      {
+        details: { entry: name },
+      },
+    );
+  const rebased = name.slice(stripPrefix.length);
+  if (rebased.startsWith('/') || rebased.split('/').includes('..'))
+    throw new GymError(
+      'ARCHIVE_UNSAFE',
+      `the sandbox's archive holds ${what} "${name}", which leaves the directory read`,
+      { details: { entry: name } },
+    );
+  return rebased;
+}
+
+/**
  * Turns a tar of `base/...` (what Docker returns for a directory) into one of the directory's
- * contents. A tar whose first entry is a file is passed through as it is.
+ * contents. A tar whose first entry is a file is passed through as it is. Every entry is
+ * re-packed with a header of its own, never the input's PAX records: a `path` record would
+ * otherwise put the entry back under its unstripped (or any) name. A name outside the directory
+ * (absolute, `..`, another prefix) ends the stream with `ARCHIVE_UNSAFE`.
  */
 export function rebaseArchive(input: Readable): Readable {
   const extract = tar.extract();
   const pack = tar.pack();
   let stripPrefix: string | null = null;
+  // What the archive made a file or a link: `tar -c` never puts an entry under one (it walks real
+  // directories), a hand-made tar does so to write through its own link.
+  const nonDirectories = new Set<string>();
   extract.on('entry', (header, stream, next) => {
     stream.on('error', () => {});
-    if (stripPrefix === null) {
-      stripPrefix = header.type === 'directory' ? `${header.name.replace(/\/+$/, '')}/` : '';
-      if (stripPrefix !== '') {
+    let rebased: tar.Header;
+    try {
+      if (stripPrefix === null) {
+        stripPrefix = header.type === 'directory' ? `${header.name.replace(/\/+$/, '')}/` : '';
+        rebasedName(stripPrefix.replace(/\/$/, ''), '', 'the entry');
+        if (stripPrefix !== '') {
+          stream.resume();
+          next();
+          return;
+        }
+      }
+      const name = rebasedName(header.name, stripPrefix, 'the entry').replace(/\/+$/, '');
+      if (name === '') {
         stream.resume();
         next();
         return;
       }
-    }
-    const strip = (name: string) => (name.startsWith(stripPrefix!) ? name.slice(stripPrefix!.length) : name);
-    const rebased: tar.Header = { ...header, name: strip(header.name) };
-    if (header.type === 'link' && header.linkname) rebased.linkname = strip(header.linkname);
-    if (rebased.name === '') {
+      const segments = name.split('/').filter((segment) => segment !== '' && segment !== '.');
+      for (let depth = 1; depth < segments.length; depth += 1) {
+        const parent = segments.slice(0, depth).join('/');
+        if (nonDirectories.has(parent))
+          throw new GymError(
+            'ARCHIVE_UNSAFE',
+            `the sandbox's archive holds "${header.name}" under "${parent}", which it made a file or a link`,
+            { details: { entry: header.name } },
+          );
+      }
+      if (header.type !== 'directory') nonDirectories.add(segments.join('/'));
+      rebased = {
+        name,
+        type: header.type,
+        size: header.size,
+        mode: header.mode,
+        mtime: header.mtime,
+        uid: header.uid,
+        gid: header.gid,
+        uname: header.uname,
+        gname: header.gname,
+        devmajor: header.devmajor,
+        devminor: header.devminor,
+      } as tar.Header;
+      if (header.type === 'link' && header.linkname)
+        rebased.linkname = rebasedName(header.linkname, stripPrefix, 'a hard link to');
+      else if (header.linkname) rebased.linkname = header.linkname;
+    } catch (error) {
       stream.resume();
-      next();
+      extract.destroy(error as Error);
       return;
     }
     let sink: NodeJS.WritableStream;

@@ -4,6 +4,7 @@ sandbox provider (``gym_sandboxd``, found through the ``nemo_gym.sandbox_provide
 Standard library only.
 """
 
+from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES
 from .aio import AsyncGymClient
 from .client import GymClient, Rollout
 from .discovery import DaemonAddress, find_daemon, resolve_state_dir
@@ -11,4 +12,13 @@ from .errors import GymError
 
 __version__ = "0.1.0"
 
-__all__ = ["AsyncGymClient", "DaemonAddress", "GymClient", "GymError", "Rollout", "find_daemon", "resolve_state_dir"]
+__all__ = [
+    "DEFAULT_MAX_DOWNLOAD_BYTES",
+    "AsyncGymClient",
+    "DaemonAddress",
+    "GymClient",
+    "GymError",
+    "Rollout",
+    "find_daemon",
+    "resolve_state_dir",
+]

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from . import _calls as calls
 from ._async_transport import AsyncResponse, AsyncTransport
-from ._tar import TarPipe, extract_stream
+from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES, TarPipe, download_too_large, extract_stream
 from ._wire import Upload, check_answer, decode_json, parse_stream_line
 from .client import Rollout
 from .discovery import DaemonAddress, find_daemon
@@ -168,16 +168,27 @@ class AsyncGymClient:
         """The file's bytes as a stream (``iter_chunks()``); close it with ``aclose()`` or ``async with``."""
         return await self._open_download(calls.read_file(sandbox_id, path))
 
-    async def download_file(self, sandbox_id: str, path: str, target: str | os.PathLike[str]) -> int:
-        """Copies one file to a local path, piece by piece; answers the bytes written."""
+    async def download_file(
+        self, sandbox_id: str, path: str, target: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES
+    ) -> int:
+        """Copies one file to a local path, piece by piece; answers the bytes written.
+
+        Past ``max_bytes`` (default 1 GiB) :class:`FileTooLargeError`, the partial file removed.
+        """
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
         written = 0
-        async with await self.read_file(sandbox_id, path) as stream:
-            with open(target, "wb") as output:
-                async for chunk in stream.iter_chunks():
-                    await loop.run_in_executor(None, output.write, chunk)
-                    written += len(chunk)
+        try:
+            async with await self.read_file(sandbox_id, path) as stream:
+                with open(target, "wb") as output:
+                    async for chunk in stream.iter_chunks():
+                        written += len(chunk)
+                        if written > max_bytes:
+                            raise download_too_large(sandbox_id, path, max_bytes)
+                        await loop.run_in_executor(None, output.write, chunk)
+        except FileTooLargeError:
+            Path(target).unlink(missing_ok=True)
+            raise
         return written
 
     async def read_file_bytes(self, sandbox_id: str, path: str, *, max_bytes: int) -> bytes:
@@ -206,15 +217,22 @@ class AsyncGymClient:
         finally:
             await asyncio.get_running_loop().run_in_executor(None, tar.finish)
 
-    async def download_directory(self, sandbox_id: str, directory: str, local_directory: str | os.PathLike[str]) -> None:
-        """Copies a sandbox directory's contents into a local one; entries that would leave it are refused."""
+    async def download_directory(
+        self,
+        sandbox_id: str,
+        directory: str,
+        local_directory: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
+    ) -> None:
+        """Copies a sandbox directory's contents into a local one, as the sync client does."""
         loop = asyncio.get_running_loop()
         read_fd, write_fd = os.pipe()
         reader, writer = os.fdopen(read_fd, "rb"), os.fdopen(write_fd, "wb")
 
         def extract() -> None:
             with reader:
-                extract_stream(reader, local_directory)
+                extract_stream(reader, local_directory, max_bytes=max_bytes)
 
         extracting = loop.run_in_executor(None, extract)
         try:
@@ -224,7 +242,10 @@ class AsyncGymClient:
         except BrokenPipeError:
             pass  # the extraction stopped (it refused an entry); its error is raised below
         finally:
-            writer.close()
+            try:
+                writer.close()  # flushes what is buffered: the extraction may have stopped reading
+            except BrokenPipeError:
+                pass
             await extracting
 
     async def _open_download(self, call: calls.Call) -> AsyncResponse:

@@ -10,7 +10,7 @@ from typing import Any, TypedDict, cast
 
 from . import _calls as calls
 from ._sync_transport import SyncResponse, SyncTransport
-from ._tar import TarPipe, extract_stream
+from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES, TarPipe, download_too_large, extract_stream
 from ._wire import Upload, check_answer, decode_json, parse_stream_line
 from .discovery import DaemonAddress, find_daemon
 from .errors import FileTooLargeError
@@ -191,14 +191,27 @@ class GymClient:
         """The file's bytes as a stream (``read(n)``, ``iter_chunks()``); close it (or use ``with``)."""
         return self._open_download(calls.read_file(sandbox_id, path))
 
-    def download_file(self, sandbox_id: str, path: str, target: str | os.PathLike[str]) -> int:
-        """Copies one file to a local path, piece by piece; answers the bytes written."""
+    def download_file(
+        self, sandbox_id: str, path: str, target: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES
+    ) -> int:
+        """Copies one file to a local path, piece by piece; answers the bytes written.
+
+        A file larger than ``max_bytes`` (default 1 GiB, :data:`DEFAULT_MAX_DOWNLOAD_BYTES`) is
+        :class:`FileTooLargeError`, and what was written of it is removed: a sparse file costs
+        its agent nothing and this host its full apparent size.
+        """
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         written = 0
-        with self.read_file(sandbox_id, path) as stream, open(target, "wb") as output:
-            for chunk in stream.iter_chunks():
-                output.write(chunk)
-                written += len(chunk)
+        try:
+            with self.read_file(sandbox_id, path) as stream, open(target, "wb") as output:
+                for chunk in stream.iter_chunks():
+                    written += len(chunk)
+                    if written > max_bytes:
+                        raise download_too_large(sandbox_id, path, max_bytes)
+                    output.write(chunk)
+        except FileTooLargeError:
+            Path(target).unlink(missing_ok=True)
+            raise
         return written
 
     def read_file_bytes(self, sandbox_id: str, path: str, *, max_bytes: int) -> bytes:
@@ -230,10 +243,22 @@ class GymClient:
         finally:
             tar.finish()
 
-    def download_directory(self, sandbox_id: str, directory: str, local_directory: str | os.PathLike[str]) -> None:
-        """Copies a sandbox directory's contents into a local one; entries that would leave it are refused."""
+    def download_directory(
+        self,
+        sandbox_id: str,
+        directory: str,
+        local_directory: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
+    ) -> None:
+        """Copies a sandbox directory's contents into a local one; entries that would leave it are refused.
+
+        :class:`ArchiveUnsafeError` for an entry that would land outside ``local_directory`` (or a
+        link that points outside it); :class:`FileTooLargeError` once the files pass ``max_bytes``
+        in all (default 1 GiB). What was unpacked before the refusal stays.
+        """
         with self.read_archive(sandbox_id, directory) as stream:
-            extract_stream(stream, local_directory)  # type: ignore[arg-type]
+            extract_stream(stream, local_directory, max_bytes=max_bytes)  # type: ignore[arg-type]
 
     def _open_download(self, call: calls.Call) -> SyncResponse:
         response = self._transport.open(call)

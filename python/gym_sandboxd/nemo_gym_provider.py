@@ -35,6 +35,7 @@ from ._nemo_types import (
     SandboxStatus,
 )
 from ._nemo_access import borrowed_client, operate_access, release
+from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES
 from .aio import AsyncGymClient
 from .discovery import find_daemon
 from .errors import (
@@ -169,6 +170,8 @@ class GymSandboxdProvider:
     - ``max_output_bytes``: per stream (default the daemon's 1 MiB; beyond it head and tail are kept).
     - ``exec_shell``: the shell commands run in (default ``bash`` when the image has it, else ``sh``).
     - ``ttl_s``: the lease when a spec gives none (default the daemon's, one hour).
+    - ``max_download_bytes`` (1 GiB): the most one ``download`` writes here; a larger file fails
+      (a sparse file is small in the sandbox and its full apparent size on this host).
     - ``default_metadata`` is NeMo Gym's own reserved key and never reaches the provider.
     """
 
@@ -188,9 +191,12 @@ class GymSandboxdProvider:
         max_output_bytes: int | None = None,
         exec_shell: str | None = None,
         ttl_s: float | None = None,
+        max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES,
     ) -> None:
         if default_timeout_s <= 0:
             raise ValueError("default_timeout_s must be > 0")
+        if max_download_bytes <= 0:
+            raise ValueError("max_download_bytes must be > 0")
         try:
             self._client = AsyncGymClient(url=url, socket=socket, token=token, state_dir=state_dir)
         except UnauthorizedError:
@@ -202,6 +208,7 @@ class GymSandboxdProvider:
         self._max_output_bytes = max_output_bytes
         self._exec_shell = exec_shell
         self._ttl_s = ttl_s
+        self._max_download_bytes = int(max_download_bytes)
         self._daemon_id: str | None = None
 
     def _of(self, handle: SandboxHandle) -> AsyncGymClient:
@@ -440,11 +447,13 @@ class GymSandboxdProvider:
             raise SandboxFileError(f"upload of {source_path} to {target!r} failed: {error}", error) from error
 
     async def download_file(self, handle: SandboxHandle, source_path: str, target_path: Path) -> None:
-        """Streams one sandbox file to a local path (parents created)."""
+        """Streams one sandbox file to a local path (parents created), at most ``max_download_bytes``."""
         state: _SandboxState = handle.raw
         source = _absolute(source_path, state.workdir, "source_path")
         try:
-            await self._of(handle).download_file(state.sandbox_id, source, Path(target_path))
+            await self._of(handle).download_file(
+                state.sandbox_id, source, Path(target_path), max_bytes=self._max_download_bytes
+            )
         except GymError as error:
             raise SandboxFileError(f"download of {source!r} failed: {error}", error) from error
 

@@ -128,3 +128,23 @@ def test_async_fork_and_snapshots(client: GymClient, sandbox_id: str) -> None:
                 await gym.get_snapshot(forked["snapshot"]["id"])
 
     asyncio.run(scenario())
+
+
+def test_async_downloads_are_bounded_and_refuse_links_out(client: GymClient, sandbox_id: str, tmp_path: Path) -> None:
+    made = client.exec(sandbox_id, command="mkdir -p /out && truncate -s 300M /out/report.json")
+    assert made["exitCode"] == 0, made
+
+    async def scenario() -> None:
+        async with AsyncGymClient(address=client.address) as gym:
+            with pytest.raises(gym_errors.FileTooLargeError):
+                await gym.download_file(sandbox_id, "/out/report.json", tmp_path / "report.json", max_bytes=1024 * 1024)
+            assert not (tmp_path / "report.json").exists()
+            with pytest.raises(gym_errors.FileTooLargeError):
+                await gym.download_directory(sandbox_id, "/out", tmp_path / "out", max_bytes=1024 * 1024)
+            assert sum(path.stat().st_size for path in (tmp_path / "out").rglob("*") if path.is_file()) <= 1024 * 1024
+            await gym.exec(sandbox_id, command="rm /out/report.json && ln -s /root /out/keys")
+            with pytest.raises(gym_errors.ArchiveUnsafeError):
+                await gym.download_directory(sandbox_id, "/out", tmp_path / "links")
+            assert not (tmp_path / "links" / "keys").is_symlink()
+
+    asyncio.run(scenario())

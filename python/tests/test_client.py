@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import os
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import RUN_LABEL
 
-from gym_sandboxd import GymClient, find_daemon
+from gym_sandboxd import DEFAULT_MAX_DOWNLOAD_BYTES, GymClient, find_daemon
 from gym_sandboxd import errors as gym_errors
 from gym_sandboxd._sync_transport import SyncTransport
 
@@ -274,3 +275,44 @@ def test_scoped_access_lends_one_sandbox_and_is_revoked(client: GymClient, sandb
         with pytest.raises(gym_errors.UnauthorizedError):
             lent.get_sandbox(sandbox_id)
     client.delete_sandbox(other)
+
+
+def test_a_sparse_file_comes_down_only_up_to_the_bound(client: GymClient, sandbox_id: str, tmp_path: Path) -> None:
+    # 300 MiB to the sandbox's `ls`, no block of its disk; the host would write every byte.
+    made = client.exec(sandbox_id, command="mkdir -p /out && truncate -s 300M /out/report.json && echo ok > /out/small")
+    assert made["exitCode"] == 0, made
+    bound = 4 * 1024 * 1024
+    target = tmp_path / "report.json"
+    with pytest.raises(gym_errors.FileTooLargeError) as refused:
+        client.download_file(sandbox_id, "/out/report.json", target, max_bytes=bound)
+    assert refused.value.details["maxBytes"] == bound and not target.exists()
+    with pytest.raises(gym_errors.FileTooLargeError):
+        client.download_directory(sandbox_id, "/out", tmp_path / "out", max_bytes=bound)
+    on_disk = sum(path.stat().st_size for path in (tmp_path / "out").rglob("*") if path.is_file())
+    assert on_disk <= bound
+    # The caller raises the bound for what it expects to be large.
+    client.exec(sandbox_id, command="truncate -s 6M /out/report.json")
+    assert client.download_file(sandbox_id, "/out/report.json", target, max_bytes=8 * 1024 * 1024) == 6 * 1024 * 1024
+    client.download_directory(sandbox_id, "/out", tmp_path / "raised", max_bytes=8 * 1024 * 1024)
+    assert (tmp_path / "raised" / "report.json").stat().st_size == 6 * 1024 * 1024
+    for call in (GymClient.download_file, GymClient.download_directory):
+        assert inspect.signature(call).parameters["max_bytes"].default == DEFAULT_MAX_DOWNLOAD_BYTES == 1024**3
+
+
+def test_an_agent_made_link_never_leads_out_of_the_downloaded_folder(client: GymClient, sandbox_id: str, tmp_path: Path) -> None:
+    # The engine's archive carries the agent's links as they are; each of these leads out of the
+    # folder on this host (the PATH_MAX technique needs a hand-made tar: tests/test_tar.py).
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    attacks = {
+        "absolute": f"ln -s {outside} keys",
+        "climbing": "ln -s ../outside up",
+        "through-links": "mkdir -p p/q && ln -s ../.. p/q/top && ln -s p/q/top/../outside out",
+    }
+    for name, links in attacks.items():
+        made = client.exec(sandbox_id, command=f"mkdir -p /out/{name} && cd /out/{name} && echo x > file && {links}")
+        assert made["exitCode"] == 0, made
+        with pytest.raises(gym_errors.ArchiveUnsafeError):
+            client.download_directory(sandbox_id, f"/out/{name}", tmp_path / name)
+        assert [path for path in (tmp_path / name).rglob("*") if path.is_symlink()] == [], name
+    assert list(outside.iterdir()) == []

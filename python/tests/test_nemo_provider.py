@@ -104,6 +104,26 @@ def test_async_facade_creates_runs_times_out_moves_files_and_stops(client: GymCl
     asyncio.run(scenario())
 
 
+def test_a_download_is_bounded_by_the_provider_config(client: GymClient, image: str, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        sandbox = await AsyncSandbox({"gym_sandboxd": {"max_download_bytes": 1024 * 1024}}, _spec(image)).start()
+        try:
+            # 300 MiB to the sandbox's `ls`, nothing on its disk; every byte on this host's.
+            assert (await sandbox.exec("truncate -s 300M /tmp/report.json")).return_code == 0
+            with pytest.raises(RuntimeError, match="FILE_TOO_LARGE"):
+                await sandbox.download("/tmp/report.json", tmp_path / "report.json")
+            assert not (tmp_path / "report.json").exists()
+            assert (await sandbox.exec("truncate -s 512K /tmp/report.json")).return_code == 0
+            await sandbox.download("/tmp/report.json", tmp_path / "report.json")
+            assert (tmp_path / "report.json").stat().st_size == 512 * 1024
+        finally:
+            await sandbox.stop()
+
+    asyncio.run(scenario())
+    with pytest.raises(ValueError):
+        GymSandboxdProvider(max_download_bytes=0)
+
+
 def test_sync_facade(client: GymClient, image: str, tmp_path: Path) -> None:
     with Sandbox(CONFIG, _spec(image, metadata={"case": "sync"})) as sandbox:
         sandbox.start()

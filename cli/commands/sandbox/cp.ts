@@ -1,14 +1,15 @@
 import { spawn } from 'node:child_process';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import { basename, posix } from 'node:path';
-import type { Readable } from 'node:stream';
+import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connectWith } from '../../connect.ts';
 import type { sandboxCp } from './definitions.ts';
+import { downloadTooLarge, unpackDownload } from './unpack.ts';
 
 interface Location {
   sandboxId?: string;
@@ -61,28 +62,41 @@ async function upload(
   );
 }
 
+/** Copies `input` to `target`, at most `maxBytes`; past it FILE_TOO_LARGE and the partial file is removed. */
+async function writeBounded(input: Readable, target: string, maxBytes: number, what: string): Promise<void> {
+  let written = 0;
+  const bound = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      written += chunk.length;
+      callback(written > maxBytes ? downloadTooLarge(what, maxBytes) : null, chunk);
+    },
+  });
+  try {
+    await pipeline(input, bound, createWriteStream(target));
+  } catch (error) {
+    if (isGymError(error, 'FILE_TOO_LARGE')) await rm(target, { force: true });
+    throw error;
+  }
+}
+
 async function download(
   client: GymClient,
   source: Location & { sandboxId: string },
   target: string,
+  maxBytes: number,
 ): Promise<void> {
+  let stream: Readable;
   try {
-    const stream = await client.readFile(source.sandboxId, source.path);
-    const isDirectoryTarget = (await stat(target).catch(() => null))?.isDirectory() ?? false;
-    await pipeline(
-      stream,
-      createWriteStream(isDirectoryTarget ? posix.join(target, posix.basename(source.path)) : target),
-    );
+    stream = await client.readFile(source.sandboxId, source.path);
   } catch (error) {
     if (!isGymError(error, 'PATH_KIND_MISMATCH')) throw error;
-    await mkdir(target, { recursive: true });
-    const tar = runTar(
-      ['-C', target, '-x', '--no-same-owner'],
-      await client.readArchive(source.sandboxId, source.path),
-    );
-    tar.output.resume();
-    await tar.done;
+    // A directory: its tar, unpacked here with no path the archive chose resolved by the kernel.
+    await unpackDownload(await client.readArchive(source.sandboxId, source.path), target, { maxBytes });
+    return;
   }
+  const isDirectoryTarget = (await stat(target).catch(() => null))?.isDirectory() ?? false;
+  const path = isDirectoryTarget ? posix.join(target, posix.basename(source.path)) : target;
+  await writeBounded(stream, path, maxBytes, `${source.path} in sandbox ${source.sandboxId}`);
 }
 
 export const sandboxCpCommand: CommandOf<typeof sandboxCp> = {
@@ -93,7 +107,13 @@ export const sandboxCpCommand: CommandOf<typeof sandboxCp> = {
     const client = await connectWith(values, env);
     if (target.sandboxId !== undefined)
       await upload(client, source.path, { ...target, sandboxId: target.sandboxId });
-    else await download(client, { ...source, sandboxId: source.sandboxId! }, target.path);
+    else
+      await download(
+        client,
+        { ...source, sandboxId: source.sandboxId! },
+        target.path,
+        values.maxMib * 1024 * 1024,
+      );
     return 0;
   },
 };

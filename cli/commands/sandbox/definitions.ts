@@ -71,12 +71,20 @@ export const sandboxCp = () =>
   new Command('cp')
     .summary('copy files or directories between this machine and a sandbox')
     .description(
-      `Copy files or directories between this machine and a sandbox. One side is ID:/absolute/path. A directory is copied whole (as a tar stream); a file keeps its mode.
+      `Copy files or directories between this machine and a sandbox. One side is ID:/absolute/path. A directory is copied whole (as a tar stream); a file keeps its mode. A copy out of a sandbox refuses what would land outside the target (an absolute or ".." name, a link leading out) and stops at --max-mib.
   gym sandbox cp ./repo sbx-abc:/work/repo
   gym sandbox cp sbx-abc:/work/repo/result.json .`,
     )
     .argument('<source>', 'a local path or ID:/path')
     .argument('<target>', 'a local path or ID:/path')
+    .addOption(
+      new Option(
+        '--max-mib <MIB>',
+        'the most a copy out of a sandbox writes here, in MiB (a sparse file is written at its full size)',
+      )
+        .argParser(integer(1))
+        .default(1024),
+    )
     .addOption(stateDirOption())
     .addOption(tokenOption());
 

@@ -160,6 +160,110 @@ describe("a task's links to the host", () => {
   });
 });
 
+describe("a dataset's links to the host's files", () => {
+  const tbTask = async (): Promise<string> => {
+    const task = await mkdtemp(join(tmpdir(), 'tb-links-'));
+    await writeFile(join(task, 'task.yaml'), 'instruction: Do the thing.\nmax_agent_timeout_sec: 90\n');
+    // The compose file names an image: nothing is built, so no build context is checked.
+    await writeFile(
+      join(task, 'docker-compose.yaml'),
+      'services:\n  client:\n    image: gym/busybox:latest\n',
+    );
+    await mkdir(join(task, 'tests'));
+    await writeFile(join(task, 'tests', 'test_outputs.py'), 'def test_x(): pass\n');
+    await writeFile(join(task, 'run-tests.sh'), 'pytest -rA $TEST_DIR\n');
+    await writeFile(join(task, 'solution.sh'), 'true\n');
+    return task;
+  };
+  let host: string;
+  beforeAll(async () => {
+    host = await mkdtemp(join(tmpdir(), 'dataset-host-'));
+    await mkdir(join(host, '.ssh'));
+    await writeFile(join(host, '.ssh', 'id_rsa'), 'operator key\n');
+    await writeFile(join(host, 'notes.yaml'), 'instruction: the operator key is in ~/.ssh\n');
+  });
+
+  it.each([
+    ['tests', 'a host folder', (): string => join(host, '.ssh'), 'tests/ is a symbolic link'],
+    [
+      'run-tests.sh',
+      'a host file',
+      (): string => join(host, '.ssh', 'id_rsa'),
+      'run-tests.sh is a symbolic link out of the task',
+    ],
+    [
+      'solution.sh',
+      'a host file',
+      (): string => join(host, '.ssh', 'id_rsa'),
+      'solution.sh is a symbolic link out of the task',
+    ],
+    [
+      'task.yaml',
+      'a host file',
+      (): string => join(host, 'notes.yaml'),
+      'task.yaml is a symbolic link out of the task',
+    ],
+    [
+      'run-tests.sh',
+      'a relative path climbing out',
+      (): string => '../../../../../../../../etc/passwd',
+      'run-tests.sh is a symbolic link out of the task',
+    ],
+  ] as const)(
+    'refuses a Terminal-Bench task whose %s is a link to %s',
+    async (name, _what, target, message) => {
+      const task = await tbTask();
+      await rm(join(task, name), { recursive: true });
+      await symlink(target(), join(task, name));
+      await expect(readRows(task)).rejects.toThrow(message);
+      await rm(task, { recursive: true, force: true });
+    },
+  );
+
+  it('takes a link that stays inside the task', async () => {
+    const task = await tbTask();
+    await mkdir(join(task, 'scripts'));
+    await writeFile(join(task, 'scripts', 'run.sh'), 'pytest $TEST_DIR\n');
+    await rm(join(task, 'run-tests.sh'));
+    await symlink('scripts/run.sh', join(task, 'run-tests.sh'));
+    await expect(readRows(task)).resolves.toHaveLength(1);
+    await rm(task, { recursive: true, force: true });
+  });
+
+  it("refuses a Harbor task whose instruction (the prompt, and the results') is a link out", async () => {
+    const dir = await taskDir('[environment]\ndocker_image = "busybox"\n');
+    await rm(join(dir, 'instruction.md'));
+    await symlink(join(host, '.ssh', 'id_rsa'), join(dir, 'instruction.md'));
+    await expect(readHarborTask(dir)).rejects.toThrow('instruction.md is a symbolic link out of the task');
+  });
+
+  it('refuses, when the files are used, a task read before its files became links', async () => {
+    // A JSONL row names its task folder: the folder may change after it was read.
+    const task = await tbTask();
+    const [row] = await readRows(task);
+    await rm(join(task, 'solution.sh'));
+    await symlink(join(host, '.ssh', 'id_rsa'), join(task, 'solution.sh'));
+    expect(() => kind.task!(row!, harbor, { usesGoldPatch: true } as never)).toThrow(
+      'solution.sh is a symbolic link out of the task',
+    );
+    await rm(join(task, 'tests'), { recursive: true });
+    await symlink(join(host, '.ssh'), join(task, 'tests'));
+    const untouched = new Proxy(
+      {},
+      {
+        get: () => {
+          throw new Error('the sandbox was used');
+        },
+      },
+    );
+    const { verifyScript } = await import('../../verifiers/script.ts');
+    await expect(verifyScript(untouched as never, join(task, 'tests'), 1000)).rejects.toMatchObject({
+      code: 'VALIDATION_FAILED',
+    });
+    await rm(task, { recursive: true, force: true });
+  });
+});
+
 describe('a folder of tasks, each on its own', () => {
   it("refuses each task it cannot run with the feature's name, and reads the others", async () => {
     // Seen: one unsupported task aborted the whole folder, and Compose and MCP tasks passed unremarked.

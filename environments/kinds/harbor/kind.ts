@@ -28,6 +28,7 @@ import {
 } from './network.ts';
 import { verifySeparately } from './separate-verifier.ts';
 import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
+import { readTaskFile, refuseTaskLinkOut } from './task-links.ts';
 import type { HarborRow } from './task-row.ts';
 
 const Env = z.record(z.string(), z.string());
@@ -201,6 +202,7 @@ export function taskResources(
 
 /** The solution folder as files under /solution, solve.sh made executable (Harbor chmods it). */
 function solutionFiles(taskDir: string): Array<{ path: string; content: Buffer; mode: number }> {
+  refuseTaskLinkOut(taskDir, 'solution', 'folder');
   const directory = join(taskDir, 'solution');
   return readdirSync(directory, { withFileTypes: true, recursive: true })
     .filter((entry) => entry.isFile())
@@ -226,12 +228,12 @@ const isTerminalBench = (row: TaskRow) => row.format === 'terminal-bench';
 function oracleOf(row: TaskRow): Pick<HarnessTask, 'solution' | 'solutionFiles'> | undefined {
   const taskDir = String(row.task_dir);
   if (isTerminalBench(row)) {
-    const script = join(taskDir, 'solution.sh');
-    if (!isFile(script)) return undefined;
+    const script = readTaskFile(taskDir, 'solution.sh');
+    if (script === null) return undefined;
     // Terminal-Bench's harness runs it with bash from the container's working directory.
     return {
       solution: 'bash /solution/solution.sh',
-      solutionFiles: [{ path: '/solution/solution.sh', content: readFileSync(script), mode: 0o755 }],
+      solutionFiles: [{ path: '/solution/solution.sh', content: script, mode: 0o755 }],
     };
   }
   if (!isFile(join(taskDir, 'solution', 'solve.sh'))) return undefined;
@@ -455,8 +457,7 @@ export function entrypointCommand(row: TaskRow): string | undefined {
 
 /** A Terminal-Bench task's run-tests.sh, or null when it has none. */
 function runTestsOf(taskDir: string): Buffer | null {
-  const path = join(taskDir, 'run-tests.sh');
-  return isFile(path) ? readFileSync(path) : null;
+  return readTaskFile(taskDir, 'run-tests.sh');
 }
 
 type EnvKey = 'environment_env' | 'solution_env' | 'verifier_env';

@@ -12,6 +12,7 @@ import {
   PhaseNetworkFields,
 } from './network.ts';
 import { refusedArtifact } from './separate-verifier.ts';
+import { taskLinkOut } from './task-links.ts';
 import type { HarborRow } from './task-row.ts';
 import { isTerminalBenchTask, readTerminalBenchTask } from './terminal-bench.ts';
 
@@ -99,6 +100,11 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
   const fail = (message: string): never => {
     throw new GymError('VALIDATION_FAILED', `Harbor task ${taskDir}: ${message}`);
   };
+  // The instruction goes into the prompt and the results: it must be the task's own file.
+  for (const name of ['task.toml', 'instruction.md']) {
+    const why = taskLinkOut(taskDir, name, 'file');
+    if (why !== undefined) fail(why);
+  }
   let toml: unknown;
   try {
     toml = parseToml(await readFile(where('task.toml'), 'utf8'));

@@ -24,6 +24,7 @@ import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
+import { taskLinkOut } from './task-links.ts';
 import type { HarborRow } from './task-row.ts';
 
 const exists = (path: string) =>
@@ -129,6 +130,15 @@ function composeService(text: string, taskDir: string): ServiceImage {
 
 const inside = (folder: string, path: string) => path === folder || path.startsWith(folder + sep);
 
+/** What a run reads from a Terminal-Bench task folder: each must be the task's own, not a link out. */
+const TASK_COPIES: ReadonlyArray<[string, 'file' | 'folder']> = [
+  ['task.yaml', 'file'],
+  ['docker-compose.yaml', 'file'],
+  ['run-tests.sh', 'file'],
+  ['solution.sh', 'file'],
+  ['tests', 'folder'],
+];
+
 /** Whether a folder is a Terminal-Bench task (it has task.yaml). */
 export const isTerminalBenchTask = (directory: string) => exists(join(directory, 'task.yaml'));
 
@@ -138,6 +148,12 @@ export async function readTerminalBenchTask(directory: string): Promise<HarborRo
   const fail = (message: string): never => {
     throw new GymError('VALIDATION_FAILED', `Terminal-Bench task ${taskDir}: ${message}`);
   };
+  // What is copied from the task (into the prompt, the sandbox, the results) must be its own,
+  // whether the task builds its image or names one.
+  for (const [name, kind] of TASK_COPIES) {
+    const why = taskLinkOut(taskDir, name, kind);
+    if (why !== undefined) fail(why);
+  }
   let yaml: unknown;
   try {
     yaml = parseYaml(await readFile(join(taskDir, 'task.yaml'), 'utf8'));
