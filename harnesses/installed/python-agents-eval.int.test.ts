@@ -6,7 +6,7 @@
  * own trajectory beside the rollouts. On Docker with the runtime bound read-only, and on the
  * Kubernetes provider (through the test-only API emulator) with the runtime copied in.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
@@ -16,6 +16,7 @@ import { buildSweMiniImages } from '../../cli/task-images.ts';
 import { loadEnvironment, readRows } from '../../environments/environment.ts';
 import { readJsonl } from '../../environments/runner/files.ts';
 import { gymFields } from '../../environments/runner/rollout-line.ts';
+import { runGym } from '../../test/cli-process.ts';
 import { spawnDaemonProcess } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, localImages } from '../../test/docker-available.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
@@ -27,7 +28,6 @@ import { OPENHANDS_RECIPE } from './openhands.ts';
 import { type PythonHostSource, pythonRuntimeDir, readRuntimeManifest } from './python-runtime.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
-const CLI = new URL('../../cli/main.ts', import.meta.url).pathname;
 const AGENT_CACHE_DIR = join(homedir(), '.cache', 'gym', 'agents');
 const TASK = 'textstats-1';
 const FIX = `sed -i 's/text.split(" ")/text.split()/' textstats/core.py`;
@@ -176,7 +176,7 @@ describe.skipIf(skipReason !== undefined)('agents from PyPI through gym eval run
               { hostPath: pythonRuntimeDir(AGENT_CACHE_DIR, source), path: `/opt/gym-agents/${source.name}` },
             ],
           });
-          const run = await gym(
+          const run = await runGym(
             [
               'eval',
               'run',
@@ -243,25 +243,3 @@ describe.skipIf(skipReason !== undefined)('agents from PyPI through gym eval run
     }
   }
 });
-
-/** Runs the `gym` CLI against the daemon of `stateDir`. */
-function gym(
-  args: string[],
-  stateDir: string,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
-      env: { ...process.env, GYM_STATE_DIR: stateDir, GYM_LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
