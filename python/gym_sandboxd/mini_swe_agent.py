@@ -109,7 +109,7 @@ class GymSandboxdEnvironmentConfig:
     cwd: str = "/"
     env: dict[str, str] = field(default_factory=dict)
     forward_env: list[str] = field(default_factory=list)
-    timeout: int = 30
+    timeout: float = 30
     interpreter: list[str] = field(default_factory=lambda: ["bash", "-lc"])
     session: bool = False
     max_output_bytes: int | None = None
@@ -126,8 +126,8 @@ class GymSandboxdEnvironmentConfig:
             given += [key for key in ("provider_options", "resources") if getattr(self, key)]
             if given:
                 raise ValueError(f"{', '.join(given)} belong to the pool's spec; a sandbox acquired from `pool` takes them from it")
-        if not isinstance(self.timeout, int) or isinstance(self.timeout, bool) or self.timeout <= 0:
-            raise ValueError("`timeout` must be a whole number of seconds > 0")
+        if not isinstance(self.timeout, (int, float)) or isinstance(self.timeout, bool) or self.timeout <= 0:
+            raise ValueError(f"`timeout` must be a number of seconds > 0, not {self.timeout!r}")
         if not self.interpreter:
             raise ValueError("`interpreter` must name a program (e.g. ['bash', '-lc'])")
         if not self.cwd.startswith("/"):
@@ -171,7 +171,7 @@ def _failure(output: str, exception_type: str, message: str) -> dict[str, Any]:
     }
 
 
-def _observation(result: ExecResult, command: str, timeout_s: int) -> dict[str, Any]:
+def _observation(result: ExecResult, command: str, timeout_s: float) -> dict[str, Any]:
     output = result["stdout"] + result["stderr"]
     status = result["status"]
     if status == "ok" and result["exitCode"] is not None:
@@ -242,7 +242,7 @@ class GymSandboxdEnvironment:
         forwarded = {name: value for name in self.config.forward_env if (value := os.environ.get(name)) is not None}
         return {**forwarded, **self.config.env}
 
-    def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+    def execute(self, action: dict, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
         """Runs ``action["command"]``; a non-zero exit is a result, a command that could not finish
         is return code -1 with ``exception_info``. Raises ``Submitted`` on a submission."""
         command = action.get("command", "")
@@ -257,7 +257,7 @@ class GymSandboxdEnvironment:
                     session=SESSION_NAME if self.config.session else None,
                     cwd=cwd or self.config.cwd,
                     env=self._command_env(),
-                    timeout_ms=timeout_s * 1000,
+                    timeout_ms=max(1, round(timeout_s * 1000)),
                     max_output_bytes=self.config.max_output_bytes,
                 )
                 output = _observation(result, command, timeout_s)

@@ -176,3 +176,24 @@ def test_interpreter_exit_destroys_the_sandbox(image: str, client: GymClient) ->
     sandbox_id = done.stdout.strip()
     assert sandbox_id.startswith("sbx-")
     assert _is_gone(client, sandbox_id)
+
+
+def test_a_sandbox_destroyed_from_outside_is_a_failed_command_not_a_crash(image: str, client: GymClient) -> None:
+    with GymSandboxdEnvironment(image=image, interpreter=SH, labels=dict(RUN_LABEL)) as env:
+        client.delete_sandbox(env.sandbox_id)
+        result = env.execute({"command": "echo hi"})
+    assert result["returncode"] == -1 and result["output"] == ""
+    assert "SANDBOX_NOT_FOUND" in result["exception_info"]
+    assert result["extra"]["exception_type"] == "SandboxNotFoundError"
+
+
+def test_a_sandbox_from_a_warm_pool(image: str, client: GymClient, run_id: str) -> None:
+    pool = f"mini-{run_id}"
+    client.define_pool(pool, {"spec": {"image": image, "labels": dict(RUN_LABEL)}, "minIdle": 0, "maxTotal": 2})
+    try:
+        with GymSandboxdEnvironment(pool=pool, interpreter=SH, labels=dict(RUN_LABEL)) as env:
+            assert client.get_sandbox(env.sandbox_id)["pool"] == pool
+            assert env.execute({"command": "echo pooled"})["output"] == "pooled\n"
+        assert _is_gone(client, env.sandbox_id)
+    finally:
+        client.delete_pool(pool)
