@@ -197,3 +197,14 @@ def test_a_sandbox_from_a_warm_pool(image: str, client: GymClient, run_id: str) 
         assert _is_gone(client, env.sandbox_id)
     finally:
         client.delete_pool(pool)
+
+
+def test_through_the_session_shell(image: str) -> None:
+    with GymSandboxdEnvironment(image=image, interpreter=SH, labels=dict(RUN_LABEL), session=True, env={"V": "1"}) as env:
+        assert env.execute({"command": "cd /etc; export W=2; echo out; echo err >&2; exit 4"}) == {
+            "output": "out\nerr\n",
+            "returncode": 4,
+            "exception_info": "",
+        }
+        # Each command in a subshell of its own, as mini-SWE-agent's prompt tells the model.
+        assert env.execute({"command": 'pwd; echo "$V${W-}"'})["output"] == "/\n1\n"
