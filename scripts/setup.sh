@@ -11,6 +11,7 @@
 #      runsc (gVisor) and podman: the isolation tiers the Docker contract also runs under
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
+#   2d. uv (pinned) for the machine's python3: the Python package's install test
 #   3. a Docker engine (dockerd --bridge=none --iptables=false --experimental, when none answers), with gVisor's
 #      runsc registered as a runtime in /etc/docker/daemon.json (3a)
 #   3b. a Podman service on /run/podman/gym-podman.sock for the Podman tier's tests
@@ -93,6 +94,14 @@ fi
 
 # 2c. The one-node Slurm cluster (munged, slurmctld, slurmd; node gym-c1 at 127.0.0.20)
 bash scripts/slurm-up.sh
+
+# 2d. uv, pinned, beside the machine's python3: the Python package's install test
+# (test/python-install.int.test.ts) installs it with uv as with pip, offline.
+uv_version=0.13.9
+if [ "$(python3 -m uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]; then
+  log "installing uv $uv_version for python3"
+  python3 -m pip install --quiet --disable-pip-version-check "uv==$uv_version"
+fi
 
 # 3a. gVisor as a runtime of the engine. Only runtimes go in daemon.json: dockerd's other options
 # are flags below, and one given both ways makes dockerd refuse to start. Runtimes reload on SIGHUP,
