@@ -100,7 +100,9 @@ bash scripts/slurm-up.sh
 uv_version=0.13.9
 if [ "$(python3 -m uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]; then
   log "installing uv $uv_version for python3"
-  python3 -m pip install --quiet --disable-pip-version-check "uv==$uv_version"
+  # Hash-pinned (the x86_64 manylinux wheel, the only one this machine takes).
+  printf 'uv==%s --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19\n' "$uv_version" >"${TMPDIR:-/tmp}/gym-uv-requirement.txt"
+  python3 -m pip install --quiet --disable-pip-version-check --require-hashes -r "${TMPDIR:-/tmp}/gym-uv-requirement.txt"
 fi
 
 # 3a. gVisor as a runtime of the engine. Only runtimes go in daemon.json: dockerd's other options
