@@ -549,7 +549,18 @@ export class LiveForks {
   #startFrom(container: Docker.Container, name: string): Promise<void> {
     const start = this.#lastStart.then(async () => {
       await sweepEngineLeftovers(this.#engineTemp);
-      await checkpoints(container).start({ _query: { checkpoint: name }, _body: {} });
+      // Starts go one at a time here, but not across daemons (or test files) on one engine: an
+      // identical checkpoint (two idle sandboxes of one image) uploaded by another at the same
+      // moment fails this one with "already exists". Once the other's upload is in, it works.
+      for (let attempt = 1; ; attempt += 1) {
+        try {
+          await checkpoints(container).start({ _query: { checkpoint: name }, _body: {} });
+          return;
+        } catch (error) {
+          if (attempt >= 3 || !/already exists/.test(String((error as Error).message))) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 500 * attempt));
+        }
+      }
     });
     this.#lastStart = start.then(
       () => {},

@@ -38,8 +38,14 @@ const RUNTIME_EXIT_CODES = new Set([126, 128, 137]);
 /**
  * Of those, the ones the engine also gives while it is killing the container, when it still
  * reports it running ("cannot exec in a stopped state", 126): asked again of the engine itself.
+ * Under gVisor 128 too: its kernel ended (the keeper killed from inside, the host's OOM killer)
+ * and the engine reports the container running until runsc's teardown is done, which on a loaded
+ * host CI saw outlast the check.
  */
 const DYING_EXIT_CODES = new Set([126, 137]);
+const GUEST_KERNEL_DYING_EXIT_CODES = new Set([126, 128, 137]);
+/** gVisor's teardown is slower than runc's: the wait for the engine to record the end, under it. */
+const GUEST_KERNEL_EXIT_RECORD_WAIT_MS = 15_000;
 
 export class LossCheck {
   readonly #processes: ProcessControl;
@@ -127,7 +133,9 @@ export class LossCheck {
    * time to finish a kill: then it is not being taken away, and only a look at it failed.
    */
   async end(id: string, container: Docker.Container): Promise<SandboxLoss | null | 'running'> {
-    const deadline = performance.now() + EXIT_RECORD_WAIT_MS;
+    const deadline =
+      performance.now() +
+      (this.#runtime.tier.hasGuestKernel ? GUEST_KERNEL_EXIT_RECORD_WAIT_MS : EXIT_RECORD_WAIT_MS);
     for (;;) {
       if (this.#destroying.has(id)) return null;
       let inspected: Docker.ContainerInspectInfo;
@@ -188,7 +196,8 @@ export class LossCheck {
     // The engine reports a container running until its kill has finished: a command it could
     // not start then is no command's doing. The host's helper tells, not the command's own
     // output, which an agent could write to pass its failure off as an infra fault.
-    if (isAlive && (!DYING_EXIT_CODES.has(result.exitCode ?? 0) || (await this.#startsCommands(container))))
+    const dying = this.#runtime.tier.hasGuestKernel ? GUEST_KERNEL_DYING_EXIT_CODES : DYING_EXIT_CODES;
+    if (isAlive && (!dying.has(result.exitCode ?? 0) || (await this.#startsCommands(container))))
       return result;
     const end = await this.end(id, container);
     // Still running: the helper could not start either (the sandbox's memory full, say).
