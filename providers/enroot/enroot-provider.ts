@@ -59,17 +59,25 @@ const GONE_MARK = 'gym: the sandbox keeper is gone';
 /** What a guard of an entry does when the keeper is gone. */
 const GONE = `{ echo ${shellJoin([GONE_MARK])} >&2; exit 255; }`;
 /**
- * Enters the keeper's namespaces after `enroot exec` joined the container's user and mount
- * namespace: used only at start, before anything of the sandbox has run (commands use `enter`).
+ * The host's busybox nsenter flags that join every namespace of the keeper whose `/proc/PID/ns`
+ * is `at`: its user, mount, network, IPC and UTS namespaces, and the pid namespace of its init
+ * (the keeper itself, unshare's parent, stays outside it).
  */
-const ENTER = [TOOLS, 'nsenter', '-t', '1', '-m', '-n', '-p', '-u', '-i', '--'];
+function entryFlags(at: string): string[] {
+  return [
+    ...[`-U${at}/user`, `-m${at}/mnt`, `-n${at}/net`, `-i${at}/ipc`, `-u${at}/uts`],
+    ...[`-p${at}/pid_for_children`, '--preserve-credentials', '--'],
+  ];
+}
+/** The keeper's init, once set up, sleeps in a child with exactly this command line. */
+const KEEPER_SLEEP = [TOOLS, 'sleep', '86400'];
 /**
  * The keeper: new mount, network, pid, IPC and UTS namespaces with their own /proc, a /sys of
  * the new network namespace, then a shell as the pid namespace's init that reaps orphans.
  */
 const KEEPER = [
   ...[TOOLS, 'unshare', '-m', '-n', '-p', '-u', '-i', '-f', '--mount-proc', TOOLS, 'sh', '-c'],
-  `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} ip link set lo up || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${TOOLS} sleep 86400 & wait; done`,
+  `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} ip link set lo up || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${KEEPER_SLEEP.join(' ')} & wait; done`,
 ];
 
 /** A container's keeper as the host sees it: its PID and its start time (clock ticks since boot). */
@@ -100,6 +108,34 @@ const FIND_KEEPER = `pid=$(enroot list --fancy 2>/dev/null | awk -v n="$1" '$1 =
 { read -r stat < "/proc/$pid/stat"; } 2>/dev/null || exit 0
 rest=\${stat##*) }; set -- $rest
 echo "$pid \${20}"`;
+
+/**
+ * A shell function `ready PID` that answers, from the host alone, whether the keeper PID has set
+ * up its sandbox: its child (the init of the new pid namespace) has mounted /sys, brought up lo and
+ * started its sleep; then whether the host's busybox can enter all of its namespaces, as every
+ * command does. Not `enroot exec`: enroot-nsenter joins the container's mount namespace before it
+ * reads its environment through the caller's `/proc/self`, and the keeper's /proc there is its
+ * own pid namespace's, in which the caller does not exist ("failed to load environment:
+ * /proc/self/fd/N: No such file or directory"), so that never answers yes under the real enroot.
+ */
+function readyFunction(host: Host): string {
+  const sleeping = `${KEEPER_SLEEP.join(' ')} `;
+  const enter = [
+    shellJoin([host.busyboxPath, 'nsenter']),
+    ...entryFlags('/proc/$1/ns').map((flag) => `"${flag}"`),
+  ];
+  return [
+    'ready() {',
+    // The children files end without a newline: read fails at their end though it read the pid.
+    '  init=; { read -r init rest < /proc/$1/task/$1/children; } 2>/dev/null; [ -n "$init" ] || return 1',
+    '  for child in $(cat /proc/$init/task/$init/children 2>/dev/null); do',
+    `    [ "$(tr '\\0' ' ' < /proc/$child/cmdline 2>/dev/null)" = ${shellJoin([sleeping])} ] || continue`,
+    `    ${enter.join(' ')} ${shellJoin([TOOLS, 'true'])} </dev/null >/dev/null 2>&1; return`,
+    '  done',
+    '  return 1',
+    '}',
+  ].join('\n');
+}
 
 /** Shell lines that go on only while the keeper's PID is the keeper we started (its start time), else run `otherwise`. */
 function keeperGuard(keeper: Keeper, otherwise: string): string {
@@ -143,14 +179,35 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
     ];
   }
 
+  /**
+   * `env K=V ... enroot` as the start of a shell line, PATH first: enroot runs its helpers
+   * (enroot-nsenter, enroot-mount, enroot-switchroot) by name, and an SSH command's PATH is the
+   * system's, without the folder of an enroot installed under a prefix of its own. So the folder of
+   * the `enroot` the host names comes first (before the host's `env` PATH, or the session's).
+   */
+  #enrootCommand(host: Host): string {
+    const folder = host.enroot.includes('/') ? posix.dirname(host.enroot) : null;
+    const { PATH: givenPath, ...rest } = host.env;
+    const others = this.#environment({ ...host, env: rest });
+    const path =
+      folder === null
+        ? givenPath === undefined
+          ? []
+          : [shellJoin([`PATH=${givenPath}`])]
+        : [
+            `${shellJoin([`PATH=${folder}:`])}${givenPath === undefined ? '"$PATH"' : shellJoin([givenPath])}`,
+          ];
+    return ['env', ...path, shellJoin([...others, host.enroot])].join(' ');
+  }
+
   /** `env K=V ... enroot ARGS` as one shell line for the host. */
   #enroot(host: Host, args: string[]): string {
-    return shellJoin(['env', ...this.#environment(host), host.enroot, ...args]);
+    return `${this.#enrootCommand(host)} ${shellJoin(args)}`;
   }
 
   /** A shell function `enroot` with the host's environment, for scripts that call it several times. */
   #enrootFunction(host: Host): string {
-    return `enroot() { ${shellJoin(['env', ...this.#environment(host), host.enroot])} "$@"; }`;
+    return `enroot() { ${this.#enrootCommand(host)} "$@"; }`;
   }
 
   /** Makes enroot's four folders on the host. */
@@ -178,14 +235,16 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
 
   /**
    * `enroot create`, then the keeper started detached (its stdio away from the SSH channel, in a
-   * session of its own), then waits until `enroot list --fancy` names its PID and a command can
-   * enter its namespaces. One SSH command: the waiting costs no round trips.
+   * session of its own), then waits until `enroot list --fancy` names its PID, its init has set
+   * the sandbox up and the host's busybox can enter it (`readyFunction`, all seen from the host).
+   * One SSH command: the waiting costs no round trips.
    */
   async start(host: Host, { id, name, image, relay }: Runtime.SandboxStart): Promise<void> {
     const log = `${posix.join(host.workDirectory, 'enroot', 'tmp', name)}.start.log`;
     const q = (word: string) => shellJoin([word]);
     const script = [
       this.#enrootFunction(host),
+      readyFunction(host),
       `${this.#makeFolders(host)} || exit 20`,
       `enroot create --name ${q(name)} ${q(image)} >/dev/null 2>${q(log)} || { cat ${q(log)} >&2; rm -f ${q(log)}; exit 21; }`,
       // Its own line, not `cd / && setsid ...&`: that would background a subshell holding the channel's stdout.
@@ -200,7 +259,7 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
       'i=0',
       `while [ $i -lt ${this.#startTimeoutSeconds * 10} ]; do`,
       `  keeper=$(set -- ${q(name)}; ${FIND_KEEPER})`,
-      `  if [ -n "$keeper" ] && enroot exec \${keeper%% *} ${shellJoin([...ENTER, TOOLS, 'true'])} 2>/dev/null; then rm -f ${q(log)}; echo "$keeper"; exit 0; fi`,
+      `  if [ -n "$keeper" ] && ready \${keeper%% *}; then rm -f ${q(log)}; echo "$keeper"; exit 0; fi`,
       `  kill -0 $starter 2>/dev/null || { cat ${q(log)} >&2; rm -f ${q(log)}; exit 22; }`,
       '  sleep 0.1; i=$((i+1))',
       'done',
@@ -255,9 +314,8 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
         host.busyboxPath,
         'nsenter',
       ],
-      ...[`-U${at}/user`, `-m${at}/mnt`, `-n${at}/net`, `-i${at}/ipc`, `-u${at}/uts`],
-      // The keeper's pid namespace is its init's: the keeper itself (unshare's parent) stays outside it.
-      ...[`-p${at}/pid_for_children`, '--preserve-credentials', '--', ...argv],
+      ...entryFlags(at),
+      ...argv,
     ])}`;
   }
 

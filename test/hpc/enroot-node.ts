@@ -27,6 +27,21 @@ export function squashInto(images: string, reference: string, root: string): voi
   ]);
 }
 
+/**
+ * Puts enroot's three C helpers in `bin` as placeholders (the stand-in looks them up on PATH, as
+ * enroot runs them by name, and runs none of them): beside the `enroot` there, as an install under
+ * a prefix of its own leaves them, and not on the SSH session's PATH.
+ */
+export async function placeHelpers(bin: string): Promise<void> {
+  for (const helper of ['enroot-nsenter', 'enroot-mount', 'enroot-switchroot']) {
+    await writeFile(
+      join(bin, helper),
+      `#!/bin/sh\necho '${helper}: a placeholder of the enroot stand-in' >&2\nexit 1\n`,
+    );
+    await chmod(join(bin, helper), 0o755);
+  }
+}
+
 export async function enrootNode(host: string, port: number) {
   const sshd = await startSshd({ host, port });
   const workDirectory = await mkdtemp(join(tmpdir(), `gym-enroot-node-${host}-`));
@@ -41,9 +56,11 @@ export async function enrootNode(host: string, port: number) {
   const enroot = join(bin, 'enroot');
   await writeFile(enroot, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
   await chmod(enroot, 0o755);
+  await placeHelpers(bin);
   const base = join(workDirectory, 'enroot');
   const env = {
     ...process.env,
+    PATH: `${bin}:${process.env.PATH ?? ''}`,
     ENROOT_RUNTIME_PATH: join(base, 'runtime'),
     ENROOT_DATA_PATH: join(base, 'data'),
     ENROOT_CACHE_PATH: join(base, 'cache'),

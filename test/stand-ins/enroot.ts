@@ -21,7 +21,11 @@
  *   gets no user namespace: the container is root of the host with every capability.
  * - `exec [--env K=V] PID CMD...` joins the user and mount namespaces of PID with nsenter, in its
  *   working directory, with its environment plus the `--env` ones (the user namespace only when
- *   it is not the caller's, as enroot-nsenter skips its own).
+ *   it is not the caller's, as enroot-nsenter skips its own). Like enroot-nsenter, which reads the
+ *   environment `enroot exec` hands it as `/proc/self/fd/N` only after joining the mount
+ *   namespace, it fails when the /proc there is of a pid namespace the caller is not in.
+ * - `start` and `exec` need enroot's helpers (enroot-nsenter, and for `start` enroot-mount and
+ *   enroot-switchroot) on PATH, as Enroot runs them by name (exit 127 otherwise); it runs none.
  * - `list [--fancy]` lists the root filesystems; `--fancy` adds, per container, the processes
  *   whose root is its root filesystem (lowest PID per mount namespace, as `lsns` gives them) in
  *   Enroot's columns `NAME PID COMM STATE STARTED TIME MNTNS USERNS COMMAND`.
@@ -57,6 +61,26 @@ const cli = standInCli({ name: 'enroot', prefix: '[ERROR] ', failCode: 1, endOfF
 // Typed here: a call to it then ends the control flow for the checker too.
 const fail: (message: string) => never = cli.fail;
 const { parseFlags, runToEnd } = cli;
+
+/** Fails as one of enroot's C helpers does (`err(3)`: its name, the message, exit 1), with no `[ERROR]`. */
+function helperFail(helper: string, message: string): never {
+  process.stderr.write(`${helper}: ${message}\n`);
+  process.exit(1);
+}
+
+/**
+ * Fails, as enroot's bash does (exit 127), unless each of its C helpers a subcommand runs by name
+ * is on PATH: `start` and `exec` run enroot-nsenter first, then `start` enroot-mount and
+ * enroot-switchroot. The stand-in runs none of them; it only looks them up.
+ */
+function needHelpers(helpers: string[]): void {
+  const folders = (process.env.PATH ?? '').split(':').filter(Boolean);
+  for (const helper of helpers)
+    if (!folders.some((folder) => spawnSync('test', ['-x', join(folder, helper)]).status === 0)) {
+      process.stderr.write(`enroot: exec: ${helper}: not found\n`);
+      process.exit(127);
+    }
+}
 
 /** The four paths every call needs (see the top of this file). */
 function paths() {
@@ -180,6 +204,7 @@ function start(args: string[]): void {
   const { data } = paths();
   const [name, ...command] = rest;
   if (name === undefined) fail('Invalid argument');
+  needHelpers(['enroot-nsenter', 'enroot-mount', 'enroot-switchroot']);
   if (name.endsWith('.sqsh')) fail('stand-in: starting an image directly (squashfuse) is not reproduced');
   const rootfs = rootfsOf(data, name);
   if (!existsSync(rootfs) || !statSync(rootfs).isDirectory()) fail(`No such file or directory: ${rootfs}`);
@@ -281,6 +306,12 @@ function exec(args: string[]): void {
   } catch {
     fail(`Process not found: ${pid}`);
   }
+  needHelpers(['enroot-nsenter']);
+  // enroot-nsenter joins the target's mount namespace first and only then reads the environment
+  // that `enroot exec` handed it as `/proc/self/fd/N`: through the /proc mounted there. A target
+  // with a /proc of its own pid namespace (the caller not in it) has no `self` for the caller.
+  if (!existsSync(`/proc/${pid}/root/proc/self/fd`))
+    helperFail('enroot-nsenter', 'failed to load environment: /proc/self/fd/11: No such file or directory');
   const env: Record<string, string> = {};
   for (const entry of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
     const at = entry.indexOf('=');
