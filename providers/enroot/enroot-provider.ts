@@ -80,6 +80,43 @@ const KEEPER = [
   `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} ip link set lo up || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${KEEPER_SLEEP.join(' ')} & wait; done`,
 ];
 
+/** Where a derived image's build keeps, in its root filesystem, what Enroot's hooks change at start. */
+const HOOKS_ASIDE = '.gym-before-hooks';
+/** The files the stock hooks rewrite or add (10-shadow, 10-aptfix), relative to the root. */
+const HOOKED_FILES = ['etc/passwd', 'etc/group', 'etc/apt/apt.conf.d/enroot'];
+
+/**
+ * Host lines that keep aside, in `aside`, the base's copy of each hooked file (a `.absent` mark
+ * for one it lacks) and the SSH user's home folder when the base lacks it (10-shadow makes it).
+ */
+function keepAside(rootfs: string, aside: string): string {
+  const lines = [`mkdir -p ${shellJoin([aside])}`];
+  for (const file of HOOKED_FILES) {
+    const [from, kept] = [posix.join(rootfs, file), posix.join(aside, file.replaceAll('/', '_'))];
+    lines.push(
+      `if [ -e ${shellJoin([from])} ]; then cp -p ${shellJoin([from, kept])}; else : > ${shellJoin([`${kept}.absent`])}; fi`,
+    );
+  }
+  lines.push(
+    `if [ -n "$HOME" ] && [ ! -e ${shellJoin([rootfs])}"$HOME" ]; then printf '%s' "$HOME" > ${shellJoin([posix.join(aside, 'home')])}; fi`,
+  );
+  return `{ ${lines.join('; ')}; }`;
+}
+
+/**
+ * Inside the build, before its command: each hooked file back as the base had it (or gone), the
+ * home folder the hook made removed when still empty, then the aside folder.
+ */
+const PUT_BACK = [
+  `A=/${HOOKS_ASIDE};`,
+  ...HOOKED_FILES.map((file) => {
+    const kept = `$A/${file.replaceAll('/', '_')}`;
+    return `if [ -e ${kept}.absent ]; then ${TOOLS} rm -f /${file}; else ${TOOLS} cp -p ${kept} /${file} || exit 125; fi;`;
+  }),
+  `if [ -e $A/home ]; then read -r h < $A/home; ${TOOLS} rmdir "$h" 2>/dev/null; fi;`,
+  `${TOOLS} rm -rf $A || exit 125;`,
+].join(' ');
+
 /** A container's keeper as the host sees it: its PID and its start time (clock ticks since boot). */
 interface Keeper {
   pid: number;
@@ -176,6 +213,10 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
       // Always a user namespace, whatever enroot.conf or the host's env say (the environment wins
       // over enroot.conf): with this on, Enroot starts root's containers as root of the host.
       'ENROOT_ALLOW_SUPERUSER=no',
+      // Not through a login shell (Enroot's default): that reads the image's /etc/profile before
+      // the keeper has unshared anything (in the host's network namespace), and fails the start of
+      // an image without root's home folder (enroot-switchroot changes into it first).
+      'ENROOT_LOGIN_SHELL=no',
     ];
   }
 
@@ -398,7 +439,11 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
   /**
    * A derived image: `enroot create` of the base, the files written into its root filesystem's
    * working directory, the command run there by `enroot start --root --rw` in a network
-   * namespace of its own, then `enroot export` to the image's `.sqsh`.
+   * namespace of its own, then `enroot export` to the image's `.sqsh`. Enroot's hooks change the
+   * root filesystem at every start, before the command, and `export` would keep that (the SSH
+   * user's passwd and group lines, doubled root lines, an apt configuration file, the user's home
+   * folder): the base's state of those is kept aside on the host and put back first thing in the
+   * build, so the image holds the base and its command's changes only, as a Docker build's does.
    */
   #derivedSteps(
     host: Host,
@@ -411,14 +456,15 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
     const rootfs = posix.join(host.workDirectory, 'enroot', 'data', name);
     const inside = posix.join(rootfs, source.workdir);
     const remove = `${this.#enroot(host, ['remove', '--force', name])} >/dev/null`;
+    const aside = posix.join(rootfs, HOOKS_ASIDE);
     return {
-      prepare: `${this.#makeFolders(host)} && ${this.#enroot(host, ['create', '--name', name, basePath])} >/dev/null && mkdir -p ${shellJoin([inside])} && tar -x --no-same-owner -C ${shellJoin([inside])}`,
+      prepare: `${this.#makeFolders(host)} && ${this.#enroot(host, ['create', '--name', name, basePath])} >/dev/null && ${keepAside(rootfs, aside)} && mkdir -p ${shellJoin([inside])} && tar -x --no-same-owner -C ${shellJoin([inside])}`,
       run: `cd / && ${this.#enroot(host, [
         ...['start', '--root', '--rw', '--mount', `${host.busyboxPath}:${TOOLS}:none:x-create=file,bind,ro`],
         name,
         ...[TOOLS, 'unshare', '-n', '--', TOOLS, 'env', '-i', ...environment, TOOLS, 'sh', '-c'],
         // 126: a shell's "cannot run", for a working directory the sandbox lacks.
-        'cd "$1" || exit 126; shift; exec "$@"',
+        `${PUT_BACK} cd "$1" || exit 126; shift; exec "$@"`,
         ...['gym-build', source.workdir, '/bin/sh', '-c', source.command],
       ])} </dev/null`,
       // The empty file enroot made for the busybox mount goes before the export.

@@ -101,7 +101,11 @@ export async function enrootNode(host: string, port: number) {
      */
     async cleanup() {
       const listed = spawnSync(enroot, ['list', '--fancy'], { env, encoding: 'utf8' });
+      let name = '';
       for (const line of (listed.stdout ?? '').split('\n').slice(1)) {
+        if (!line.startsWith(' ')) name = line.split(/\s+/)[0] ?? '';
+        // Enroot lists the containers of other data paths (other tests' nodes) as <unknown>: not ours.
+        if (name === '<unknown>') continue;
         const pid = line.trim().split(/\s+/)[line.startsWith(' ') ? 0 : 1];
         if (pid === undefined || !/^\d+$/.test(pid)) continue;
         spawnSync('sh', [

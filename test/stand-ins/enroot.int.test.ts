@@ -139,6 +139,19 @@ describe('enroot stand-in', () => {
     }
     try {
       expect(pid).toMatch(/^\d+$/);
+      // Seen from another data path (another daemon's, another user's), it is a foreign container.
+      const elsewhere = spawnSync(process.execPath, [STAND_IN, 'list', '--fancy'], {
+        env: { ...process.env, ...paths(), ENROOT_DATA_PATH: join(directory, 'other-data') },
+        encoding: 'utf8',
+      });
+      // (Other tests' containers may be listed there too.)
+      const unknown: string[] = [];
+      let group = '';
+      for (const line of elsewhere.stdout.split('\n').slice(1)) {
+        if (!line.startsWith(' ')) group = line.split(/\s+/)[0] ?? '';
+        if (group === '<unknown>') unknown.push(line.trim().split(/\s+/)[line.startsWith(' ') ? 0 : 1] ?? '');
+      }
+      expect(unknown).toContain(pid);
       expect(enroot('exec', pid!, 'true')).toMatchObject({
         code: 1,
         stderr: 'enroot-nsenter: failed to load environment: /proc/self/fd/11: No such file or directory\n',
