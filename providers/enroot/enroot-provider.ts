@@ -297,12 +297,16 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
         ...KEEPER,
       ])} </dev/null >/dev/null 2>${q(log)} &`,
       'starter=$!',
-      'i=0',
-      `while [ $i -lt ${this.#startTimeoutSeconds * 10} ]; do`,
-      `  keeper=$(set -- ${q(name)}; ${FIND_KEEPER})`,
+      // A deadline of the clock, not a count of rounds: a round's `enroot list` may take a second
+      // on a loaded node. The keeper's PID, once listed, stays its PID (exec and unshare keep it),
+      // so the listing runs again only while none is found or the one found is gone.
+      `deadline=$(( $(date +%s) + ${this.#startTimeoutSeconds} )); keeper=`,
+      'while [ "$(date +%s)" -lt "$deadline" ]; do',
+      '  [ -z "$keeper" ] || [ -d "/proc/${keeper%% *}" ] || keeper=',
+      `  [ -n "$keeper" ] || keeper=$(set -- ${q(name)}; ${FIND_KEEPER})`,
       `  if [ -n "$keeper" ] && ready \${keeper%% *}; then rm -f ${q(log)}; echo "$keeper"; exit 0; fi`,
       `  kill -0 $starter 2>/dev/null || { cat ${q(log)} >&2; rm -f ${q(log)}; exit 22; }`,
-      '  sleep 0.1; i=$((i+1))',
+      '  sleep 0.1',
       'done',
       `cat ${q(log)} >&2; rm -f ${q(log)}; echo 'the keeper did not start in time' >&2; exit 23`,
     ].join('\n');
