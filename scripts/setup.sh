@@ -11,6 +11,7 @@
 #      runsc (gVisor) and podman: the isolation tiers the Docker contract also runs under
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
+#   2d. gym-hpc, a user that is not root, for the HPC tests that log in as one
 #   3. a Docker engine (dockerd --bridge=none --iptables=false --experimental, when none answers), with gVisor's
 #      runsc registered as a runtime in /etc/docker/daemon.json (3a)
 #   3b. a Podman service on /run/podman/gym-podman.sock for the Podman tier's tests
@@ -91,6 +92,11 @@ fi
 
 # 2c. The one-node Slurm cluster (munged, slurmctld, slurmd; node gym-c1 at 127.0.0.20)
 bash scripts/slurm-up.sh
+
+# 2d. A user that is not root, for the HPC tests that log in as one (the usual case on a
+# cluster): no password (the tests' sshd takes a key), no sudo, bash as its shell.
+# '*': no password, yet not locked (sshd without PAM refuses a locked account even a key).
+id gym-hpc >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --password '*' gym-hpc
 
 # 3a. gVisor as a runtime of the engine. Only runtimes go in daemon.json: dockerd's other options
 # are flags below, and one given both ways makes dockerd refuse to start. Runtimes reload on SIGHUP,

@@ -43,9 +43,17 @@ export async function placeHelpers(bin: string): Promise<void> {
   }
 }
 
-export async function enrootNode(host: string, port: number) {
-  const sshd = await startSshd({ host, port });
+/**
+ * `user`: the SSH user is that user (not root) and owns the work directory; by default root, with
+ * `allowRootSshUser`.
+ */
+export async function enrootNode(host: string, port: number, options: { user?: string } = {}) {
+  const { user } = options;
+  const sshd = await startSshd({ host, port, ...(user === undefined ? {} : { user }) });
   const workDirectory = await mkdtemp(join(tmpdir(), `gym-enroot-node-${host}-`));
+  const handOver = () => {
+    if (user !== undefined) execFileSync('chown', ['-R', `${user}:`, workDirectory]);
+  };
   const images = join(workDirectory, 'images');
   const scratch = join(workDirectory, 'scratch');
   await makeBusyboxRoot(scratch);
@@ -62,6 +70,7 @@ export async function enrootNode(host: string, port: number) {
     await chmod(enroot, 0o755);
     await placeHelpers(bin);
   }
+  handOver();
   const base = join(workDirectory, 'enroot');
   const env = {
     ...process.env,
@@ -82,6 +91,7 @@ export async function enrootNode(host: string, port: number) {
       await rm(root, { recursive: true, force: true });
       for (const name of aliases)
         await symlink(`${imageFolderName(reference)}.sqsh`, join(images, `${imageFolderName(name)}.sqsh`));
+      handOver();
     },
     /** The containers on the node (`enroot list`). */
     listed: () =>
@@ -92,13 +102,13 @@ export async function enrootNode(host: string, port: number) {
       name: `node-${host.split('.').pop()}`,
       host,
       port,
-      username: 'root',
+      username: user ?? 'root',
       privateKeyPath: sshd.clientKeyPath,
       knownHostsPath: sshd.knownHostsPath,
       workDirectory,
       enroot,
-      // The tests log in as root (the stand-ins need it): accepted here, refused by default.
-      allowRootSshUser: true,
+      // Most tests log in as root: accepted here, refused by default.
+      allowRootSshUser: user === undefined,
     },
     /**
      * Kills every container's processes still on the node (a failed test, or a host that was down
