@@ -4,6 +4,7 @@
  * anything else (including a call without the four ENROOT_* paths).
  */
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -98,6 +99,14 @@ describe('enroot stand-in', () => {
       stderr: `[ERROR] Process not found: ${pid}\n`,
     });
     expect(enroot('export', '--output', join(directory, 'one.sqsh'), 'one').code).toBe(0);
+    // Enroot's 10-shadow hook ran at start: root, nobody and the caller first, the image's own
+    // lines after them (doubled on a root without shadow files), and `export` kept it.
+    const passwd = readFileSync(join(directory, 'data', 'one', 'etc', 'passwd'), 'utf8').split('\n');
+    expect(passwd.slice(0, 2)).toEqual([
+      'root:x:0:0:root:/root:/bin/sh',
+      'nobody:x:65534:65534:nobody:/:/sbin/nologin',
+    ]);
+    expect(passwd.filter((line) => line.startsWith('root:'))).toHaveLength(3);
     expect(enroot('remove', '--force', 'one').code).toBe(0);
     expect(enroot('list').stdout).toBe('');
     expect(enroot('create', '--name', 'again', join(directory, 'one.sqsh')).code).toBe(0);
