@@ -217,6 +217,10 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
       // the keeper has unshared anything (in the host's network namespace), and fails the start of
       // an image without root's home folder (enroot-switchroot changes into it first).
       'ENROOT_LOGIN_SHELL=no',
+      // Never the SSH user's home folder in the container (enroot.conf may turn it on: the 10-home
+      // hook binds it read-write at /root): the agent would write the user's ~/.bashrc or
+      // ~/.ssh/authorized_keys on the node and run code there at its next login.
+      'ENROOT_MOUNT_HOME=no',
     ];
   }
 

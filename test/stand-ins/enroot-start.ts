@@ -9,7 +9,8 @@
  *   /etc/passwd and /etc/group (`_apt` lines dropped) and makes the caller's home; 10-aptfix writes
  *   /etc/apt/apt.conf.d/enroot in a Debian root started with `--root`. Its pwck/grpck pass, which
  *   dedupes a root that has shadow files, is not reproduced: the lines stay doubled, as they do in a
- *   busybox root.
+ *   busybox root. With ENROOT_MOUNT_HOME on, 10-home binds the caller's home folder read-write
+ *   into the container (at /root with `--root`).
  * - The command runs through the container's shell (root's from /etc/passwd, after the hooks;
  *   /bin/sh when it is not executable there), as `sh -c 'exec "$@"' sh CMD...` (or `sh /etc/rc
  *   CMD...` when the root has /etc/rc), with the environment of the root's /etc/environment, the
@@ -43,8 +44,18 @@ function isExecutableIn(rootfs: string, path: string): boolean {
   return path.startsWith('/') && spawnSync('test', ['-x', join(rootfs, path)]).status === 0;
 }
 
-/** Enroot's 10-shadow and 10-aptfix hooks on `rootfs`, for the calling user. */
-export function runStandardHooks(rootfs: string, remapRoot: boolean): void {
+/** What a hook adds to the start: bubblewrap's mount arguments, and environment that wins over `--env`. */
+export interface HookAdditions {
+  mounts: string[];
+  env: Record<string, string>;
+}
+
+/**
+ * Enroot's 10-shadow, 10-aptfix and 10-home hooks on `rootfs`, for the calling user. 10-home acts
+ * only with ENROOT_MOUNT_HOME on (the environment stands for enroot.conf here): the caller's home
+ * folder bound read-write at /root (with `--root`) or at its own path, and HOME set to it.
+ */
+export function runStandardHooks(rootfs: string, remapRoot: boolean): HookAdditions {
   const uid = process.getuid?.() ?? 0;
   const gid = process.getgid?.() ?? 0;
   const nobody = readFileSync('/proc/sys/kernel/overflowuid', 'utf8').trim();
@@ -69,6 +80,11 @@ export function runStandardHooks(rootfs: string, remapRoot: boolean): void {
     mkdirSync(join(etc, 'apt', 'apt.conf.d'), { recursive: true });
     writeFileSync(join(etc, 'apt', 'apt.conf.d', 'enroot'), 'APT::Sandbox::User "root";\n');
   }
+  if (!isOn(process.env.ENROOT_MOUNT_HOME)) return { mounts: [], env: {} };
+  const callerHome = process.env.HOME || home;
+  const target = remapRoot ? '/root' : callerHome;
+  mkdirSync(join(rootfs, target), { recursive: true });
+  return { mounts: ['--bind', callerHome, target], env: { HOME: target } };
 }
 
 /** `/etc/environment` of the root, each `${VAR}` filled in from the caller's environment as Enroot's envsubst does. */

@@ -263,8 +263,9 @@ function start(args: string[]): void {
   if (!existsSync(join(rootfs, '.lock'))) writeFileSync(join(rootfs, '.lock'), '');
   const remap = flags.has('root');
   const superuser = allowsSuperuser();
-  runStandardHooks(rootfs, remap);
-  const { argv, chdir, env } = switchedCommand(rootfs, command, extra, (message) =>
+  const hooked = runStandardHooks(rootfs, remap);
+  mounts.push(...hooked.mounts);
+  const { argv, chdir, env } = switchedCommand(rootfs, command, { ...extra, ...hooked.env }, (message) =>
     helperFail('enroot-switchroot', message),
   );
   runToEnd('bwrap', [
