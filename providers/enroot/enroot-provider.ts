@@ -97,8 +97,10 @@ function keepAside(rootfs: string, aside: string): string {
       `if [ -e ${shellJoin([from])} ]; then cp -p ${shellJoin([from, kept])}; else : > ${shellJoin([`${kept}.absent`])}; fi`,
     );
   }
+  // The hook makes the home folder of the user's passwd entry (not $HOME, which a site may move).
   lines.push(
-    `if [ -n "$HOME" ] && [ ! -e ${shellJoin([rootfs])}"$HOME" ]; then printf '%s' "$HOME" > ${shellJoin([posix.join(aside, 'home')])}; fi`,
+    `h=$(getent passwd "$(id -u)" | cut -d: -f6)`,
+    `if [ -n "$h" ] && [ ! -e ${shellJoin([rootfs])}"$h" ]; then printf '%s' "$h" > ${shellJoin([posix.join(aside, 'home')])}; fi`,
   );
   return `{ ${lines.join('; ')}; }`;
 }

@@ -65,6 +65,8 @@ it("derives an image that keeps its command's changes to /etc but none of the ho
   await placeBusybox(base, async (root) => {
     await writeFile(join(root, 'etc', 'debian_version'), '12.0\n');
     await writeFile(join(root, 'etc', 'group'), 'root:x:0:\n');
+    // 10-shadow makes the SSH user's home folder (root's, here) when the root lacks it.
+    await rm(join(root, 'root'), { recursive: true });
   });
   const derived = 'gym-test/debian-like-derived:1';
   await provider.prepareImage!({
@@ -88,6 +90,7 @@ it("derives an image that keeps its command's changes to /etc but none of the ho
     expect(await readFile(join(data, 'look', 'etc', 'group'), 'utf8')).toBe('root:x:0:\n');
     await expect(stat(join(data, 'look', 'etc', 'apt', 'apt.conf.d', 'enroot'))).rejects.toThrow(/ENOENT/);
     await expect(stat(join(data, 'look', '.gym-before-hooks'))).rejects.toThrow(/ENOENT/);
+    await expect(stat(join(data, 'look', 'root'))).rejects.toThrow(/ENOENT/);
   } finally {
     node.enroot('remove', '--force', 'look');
   }
