@@ -27,7 +27,7 @@
  * `%startscript`, instance logs' content, the 64 MiB cap of `--writable-tmpfs` (writes go to
  * disk), and running as a non-root user (the stand-in needs root for mount and nsenter).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -233,6 +233,26 @@ async function instanceStart(args: string[]): Promise<void> {
       fatal(`stand-in: SIF files are not supported, only sandbox directories: ${image}`);
     fatal(`could not open image ${image}: failed to retrieve path for ${image}: no such file or directory`);
   }
+  const bindArgs = bindArguments(flags);
+  // Apptainer 1.4 runs its start action in the instance, and the instance ends when nothing runs
+  // in it any more: an image (or a bind) must give /.singularity.d/actions/start, and a
+  // /.singularity.d/startscript that keeps running (the stand-in's keeper does the keeping; it
+  // only checks that one is there and executable). A plain root filesystem has neither.
+  const bound = new Map<string, string>();
+  for (let index = 0; index < bindArgs.length; index += 3)
+    bound.set(bindArgs[index + 2]!, bindArgs[index + 1]!);
+  const provided = (path: string) => {
+    const file = bound.get(path) ?? join(image, path);
+    return spawnSync('test', ['-x', file]).status === 0;
+  };
+  if (!provided('/.singularity.d/actions/start')) {
+    fatal(
+      'exec /.singularity.d/actions/start failed: fork/exec /.singularity.d/actions/start: no such file or directory',
+    );
+  }
+  if (!provided('/.singularity.d/startscript')) {
+    fatal(`while executing starter: failed to start instance: while running starter: exit status 146`);
+  }
   const directory = instanceDirectory(name);
   mkdirSync(directory, { recursive: true });
   const root = join(directory, 'root');
@@ -248,7 +268,6 @@ async function instanceStart(args: string[]): Promise<void> {
   const logs = logPaths(name);
   mkdirSync(join(logs.out, '..'), { recursive: true });
   const busybox = '/bin/busybox';
-  const bindArgs = bindArguments(flags);
   // Mount points Apptainer makes for binds are open to every user (bubblewrap's would be 0700).
   for (let index = 0; index < bindArgs.length; index += 3)
     mkdirSync(join(root, dirname(bindArgs[index + 2]!)), { recursive: true, mode: 0o755 });
