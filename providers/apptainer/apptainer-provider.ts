@@ -133,13 +133,15 @@ class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string>
      * command run there (contained, no network, no privileges) with `apptainer exec --writable`.
      */
     derivedSteps: (host, source, basePath, partial, environment) => ({
-      prepare: `cp -a ${shellJoin([basePath, partial])} && mkdir -p ${shellJoin([posix.join(partial, source.workdir)])} && tar -x --no-same-owner -C ${shellJoin([posix.join(partial, source.workdir)])}`,
+      // Apptainer makes no mount point in a writable image: the busybox's is made here, and goes
+      // with its folder after the command, whatever its end.
+      prepare: `cp -a ${shellJoin([basePath, partial])} && mkdir -p ${shellJoin([posix.join(partial, source.workdir), posix.join(partial, posix.dirname(TOOLS))])} && : > ${shellJoin([posix.join(partial, TOOLS)])} && tar -x --no-same-owner -C ${shellJoin([posix.join(partial, source.workdir)])}`,
       // The recipe is a task's, not ours: no more privileges than an agent's command.
-      run: this.#apptainer(host, [
+      run: `${this.#apptainer(host, [
         ...'exec --no-privs --writable --containall --net --network none'.split(' '),
         ...['--pwd', source.workdir, '--bind', `${host.busyboxPath}:${TOOLS}:ro`, partial],
         ...[TOOLS, 'env', '-i', ...environment, '/bin/sh', '-c', source.command],
-      ]),
+      ])}; code=$?; rm -rf ${shellJoin([posix.join(partial, posix.dirname(TOOLS))])}; exit $code`,
       seal: null,
       cleanup: `rm -rf ${shellJoin([partial])}`,
     }),

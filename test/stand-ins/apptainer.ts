@@ -16,6 +16,10 @@
  * `--cap-drop ALL`), and on `exec` from that command (an exec into an instance decides its own
  * privileges: Apptainer recomputes root's capabilities at each join), with no_new_privs;
  * `exec --security uid:N,gid:N` runs the command as that uid and gid with no capabilities.
+ * As Apptainer 1.4 does, `instance start` refuses an image (binds counted) without an executable
+ * `/.singularity.d/actions/start` and `/.singularity.d/startscript` (`apptainer build` puts them
+ * in; a plain root filesystem has none, and the instance would end at once); the stand-in's own
+ * keeper keeps the instance, so it runs neither.
  * Instance records live where Apptainer keeps them: `$APPTAINER_CONFIGDIR or ~/.apptainer` +
  * `/instances/app/<hostname>/<user>/<name>/<name>.json`.
  *
@@ -387,7 +391,8 @@ async function instanceStart(args: string[]): Promise<void> {
 
 /**
  * `exec --writable DIR cmd`: a command in a writable sandbox directory (how an image is changed
- * before it is used), contained (`--containall`), no network unless asked, binds as at start.
+ * before it is used), contained (`--containall`), no network unless asked, binds as at start but
+ * onto mount points the directory must already have (Apptainer makes none in a writable image).
  */
 function writableExec(flags: Map<string, string[]>, directory: string, command: string[]): void {
   if (!alias(flags, '-C', '--containall')) fatal('stand-in: only --containall is supported with --writable');
@@ -397,6 +402,14 @@ function writableExec(flags: Map<string, string[]>, directory: string, command: 
     fatal(`could not open image ${directory}: not a sandbox directory`);
   const env = withEnv(flags, { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' });
   const bindArgs = bindArguments(flags);
+  // A writable image gets no overlay: Apptainer cannot make a bind's mount point in it.
+  for (let index = 0; index < bindArgs.length; index += 3) {
+    const [source, destination] = [bindArgs[index + 1]!, bindArgs[index + 2]!];
+    if (!existsSync(join(directory, destination)))
+      fatal(
+        `container creation failed: mount hook function failure: mount ${source}->${destination} error: while mounting ${source}: destination ${destination} doesn't exist in container`,
+      );
+  }
   const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
   runToEnd('bwrap', [
     '--bind',
