@@ -12,6 +12,7 @@
 #   2a. .tools/gym-exec, the static exec helper the Docker provider mounts into every sandbox
 #   2c. the one-node Slurm cluster (scripts/slurm-up.sh)
 #   2d. uv (pinned) for the machine's python3: the Python package's install test
+#   2e. gym-hpc, a user that is not root, for the HPC tests that log in as one
 #   3. a Docker engine (dockerd --bridge=none --iptables=false --experimental, when none answers), with gVisor's
 #      runsc registered as a runtime in /etc/docker/daemon.json (3a)
 #   3b. a Podman service on /run/podman/gym-podman.sock for the Podman tier's tests
@@ -104,6 +105,11 @@ if [ "$(python3 -m uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]
   printf 'uv==%s --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19\n' "$uv_version" >"${TMPDIR:-/tmp}/gym-uv-requirement.txt"
   python3 -m pip install --quiet --disable-pip-version-check --require-hashes -r "${TMPDIR:-/tmp}/gym-uv-requirement.txt"
 fi
+
+# 2e. A user that is not root, for the HPC tests that log in as one (the usual case on a
+# cluster): no password (the tests' sshd takes a key), no sudo, bash as its shell.
+# '*': no password, yet not locked (sshd without PAM refuses a locked account even a key).
+id gym-hpc >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --password '*' gym-hpc
 
 # 3a. gVisor as a runtime of the engine. Only runtimes go in daemon.json: dockerd's other options
 # are flags below, and one given both ways makes dockerd refuse to start. Runtimes reload on SIGHUP,

@@ -18,6 +18,7 @@
  *   `apptainer exec --writable`.
  * - Not here (yet): snapshot, SIF files, commands as `srun --overlap` steps.
  */
+import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -42,6 +43,47 @@ import type * as Runtime from '../ssh-runtime/driver.ts';
 import { RELAY_IN_SANDBOX, TOOLS } from '../ssh-runtime/driver.ts';
 import { sshRuntimeHostSchema, sshRuntimeOptionsSchema } from '../ssh-runtime/options.ts';
 import { SshRuntimeProvider } from '../ssh-runtime/ssh-runtime-provider.ts';
+
+/**
+ * Apptainer 1.4 runs an instance's start action (`/.singularity.d/actions/start`, which `apptainer
+ * build` puts in an image) and ends the instance as soon as nothing runs in it: a plain root
+ * filesystem, as our images are, has no start action, and an image's own startscript may end at
+ * once. So every instance gets both bound from the host, read-only: the action tells the
+ * instance's init to go on and runs the startscript, which sleeps (the host's busybox) for the
+ * instance's life. An image's own startscript is not run (a sandbox runs no service of its image).
+ */
+const START_ACTION = '/.singularity.d/actions/start';
+const START_SCRIPT = '/.singularity.d/startscript';
+const ACTION_TEXT = `#!${TOOLS} sh\n${TOOLS} kill -CONT 1\nexec ${START_SCRIPT}\n`;
+const SCRIPT_TEXT = `#!${TOOLS} sh\nwhile :; do ${TOOLS} sleep 86400; done\n`;
+
+interface HostFile {
+  path: string;
+  text: string;
+}
+
+/** The two files on a host, named by their content so a changed text is a new file. */
+function instanceScripts(host: Host): [HostFile, HostFile] {
+  const file = (kind: string, text: string) => ({
+    path: posix.join(
+      host.workDirectory,
+      'tools',
+      `gym-apptainer-${kind}-${createHash('sha256').update(text).digest('hex').slice(0, 12)}`,
+    ),
+    text,
+  });
+  return [file('start', ACTION_TEXT), file('startscript', SCRIPT_TEXT)];
+}
+
+/** Writes each file once (beside, then renamed into place), executable. */
+function placeInstanceScripts(...files: HostFile[]): string {
+  return files
+    .map(({ path, text }) => {
+      const [target, partial] = [shellJoin([path]), shellJoin([`${path}.partial-$$`])];
+      return `{ [ -x ${target} ] || { mkdir -p ${shellJoin([posix.dirname(path)])} && printf '%s' ${shellJoin([text])} > ${partial} && chmod 755 ${partial} && mv ${partial} ${target}; }; }`;
+    })
+    .join(' && ');
+}
 
 /** A host, with the apptainer command there. */
 const ApptainerHostSchema = sshRuntimeHostSchema('apptainer');
@@ -91,13 +133,15 @@ class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string>
      * command run there (contained, no network, no privileges) with `apptainer exec --writable`.
      */
     derivedSteps: (host, source, basePath, partial, environment) => ({
-      prepare: `cp -a ${shellJoin([basePath, partial])} && mkdir -p ${shellJoin([posix.join(partial, source.workdir)])} && tar -x --no-same-owner -C ${shellJoin([posix.join(partial, source.workdir)])}`,
+      // Apptainer makes no mount point in a writable image: the busybox's is made here, and goes
+      // with its folder after the command, whatever its end.
+      prepare: `cp -a ${shellJoin([basePath, partial])} && mkdir -p ${shellJoin([posix.join(partial, source.workdir), posix.join(partial, posix.dirname(TOOLS))])} && : > ${shellJoin([posix.join(partial, TOOLS)])} && tar -x --no-same-owner -C ${shellJoin([posix.join(partial, source.workdir)])}`,
       // The recipe is a task's, not ours: no more privileges than an agent's command.
-      run: this.#apptainer(host, [
+      run: `${this.#apptainer(host, [
         ...'exec --no-privs --writable --containall --net --network none'.split(' '),
         ...['--pwd', source.workdir, '--bind', `${host.busyboxPath}:${TOOLS}:ro`, partial],
         ...[TOOLS, 'env', '-i', ...environment, '/bin/sh', '-c', source.command],
-      ]),
+      ])}; code=$?; rm -rf ${shellJoin([posix.join(partial, posix.dirname(TOOLS))])}; exit $code`,
       seal: null,
       cleanup: `rm -rf ${shellJoin([partial])}`,
     }),
@@ -139,16 +183,18 @@ class ApptainerDriver implements Runtime.SshRuntimeDriver<ApptainerHost, string>
   async start(host: Host, sandbox: Runtime.SandboxStart): Promise<void> {
     this.#oomKills.start(sandbox.id);
     const errors = shellJoin([`${this.#access.statePath(host, sandbox.id)}.start-error`]);
+    const [action, script] = instanceScripts(host);
     // Start's own stdio goes to /dev/null: the instance inherits it and would hold the channel open.
     const started = await this.#access.run(
       host,
-      `cd / && ${this.#apptainer(host, [
+      `${placeInstanceScripts(action, script)} && cd / && ${this.#apptainer(host, [
         // Root's default in apptainer.conf is every capability; a non-root user has none anyway.
         ...'instance start --no-privs --containall --cleanenv --writable-tmpfs --no-home --net --network none'.split(
           ' ',
         ),
         '--bind',
         `${host.busyboxPath}:${TOOLS}:ro`,
+        ...['--bind', `${action.path}:${START_ACTION}:ro`, '--bind', `${script.path}:${START_SCRIPT}:ro`],
         ...(sandbox.relay === null ? [] : ['--bind', `${sandbox.relay}:${RELAY_IN_SANDBOX}:ro`]),
         ...resourceFlags(sandbox.spec),
         sandbox.image,

@@ -59,18 +59,65 @@ const GONE_MARK = 'gym: the sandbox keeper is gone';
 /** What a guard of an entry does when the keeper is gone. */
 const GONE = `{ echo ${shellJoin([GONE_MARK])} >&2; exit 255; }`;
 /**
- * Enters the keeper's namespaces after `enroot exec` joined the container's user and mount
- * namespace: used only at start, before anything of the sandbox has run (commands use `enter`).
+ * The host's busybox nsenter flags that join every namespace of the keeper whose `/proc/PID/ns`
+ * is `at`: its user, mount, network, IPC and UTS namespaces, and the pid namespace of its init
+ * (the keeper itself, unshare's parent, stays outside it).
  */
-const ENTER = [TOOLS, 'nsenter', '-t', '1', '-m', '-n', '-p', '-u', '-i', '--'];
+function entryFlags(at: string): string[] {
+  return [
+    ...[`-U${at}/user`, `-m${at}/mnt`, `-n${at}/net`, `-i${at}/ipc`, `-u${at}/uts`],
+    ...[`-p${at}/pid_for_children`, '--preserve-credentials', '--'],
+  ];
+}
+/** The keeper's init, once set up, sleeps in a child with exactly this command line. */
+const KEEPER_SLEEP = [TOOLS, 'sleep', '86400'];
 /**
  * The keeper: new mount, network, pid, IPC and UTS namespaces with their own /proc, a /sys of
  * the new network namespace, then a shell as the pid namespace's init that reaps orphans.
  */
 const KEEPER = [
   ...[TOOLS, 'unshare', '-m', '-n', '-p', '-u', '-i', '-f', '--mount-proc', TOOLS, 'sh', '-c'],
-  `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} ip link set lo up || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${TOOLS} sleep 86400 & wait; done`,
+  `${TOOLS} mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys || exit 1; ${TOOLS} ip link set lo up || exit 1; ${TOOLS} hostname sandbox; trap 'exit 0' TERM; while :; do ${KEEPER_SLEEP.join(' ')} & wait; done`,
 ];
+
+/** Where a derived image's build keeps, in its root filesystem, what Enroot's hooks change at start. */
+const HOOKS_ASIDE = '.gym-before-hooks';
+/** The files the stock hooks rewrite or add (10-shadow, 10-aptfix), relative to the root. */
+const HOOKED_FILES = ['etc/passwd', 'etc/group', 'etc/apt/apt.conf.d/enroot'];
+
+/**
+ * Host lines that keep aside, in `aside`, the base's copy of each hooked file (a `.absent` mark
+ * for one it lacks) and the SSH user's home folder when the base lacks it (10-shadow makes it).
+ */
+function keepAside(rootfs: string, aside: string): string {
+  const lines = [`mkdir -p ${shellJoin([aside])}`];
+  for (const file of HOOKED_FILES) {
+    const [from, kept] = [posix.join(rootfs, file), posix.join(aside, file.replaceAll('/', '_'))];
+    lines.push(
+      `if [ -e ${shellJoin([from])} ]; then cp -p ${shellJoin([from, kept])}; else : > ${shellJoin([`${kept}.absent`])}; fi`,
+    );
+  }
+  // The hook makes the home folder of the user's passwd entry (not $HOME, which a site may move).
+  lines.push(
+    `h=$(getent passwd "$(id -u)" | cut -d: -f6)`,
+    `if [ -n "$h" ] && [ ! -e ${shellJoin([rootfs])}"$h" ]; then printf '%s' "$h" > ${shellJoin([posix.join(aside, 'home')])}; fi`,
+  );
+  return `{ ${lines.join('; ')}; }`;
+}
+
+/**
+ * Inside the build, before its command: each hooked file back as the base had it (or gone), the
+ * home folder the hook made removed when still empty, then the aside folder.
+ */
+const PUT_BACK = [
+  `A=/${HOOKS_ASIDE};`,
+  ...HOOKED_FILES.map((file) => {
+    const kept = `$A/${file.replaceAll('/', '_')}`;
+    return `if [ -e ${kept}.absent ]; then ${TOOLS} rm -f /${file}; else ${TOOLS} cp -p ${kept} /${file} || exit 125; fi;`;
+  }),
+  `if [ -e $A/home ]; then read -r h < $A/home; ${TOOLS} rmdir "$h" 2>/dev/null; fi;`,
+  `${TOOLS} rm -rf $A || exit 125;`,
+].join(' ');
 
 /** A container's keeper as the host sees it: its PID and its start time (clock ticks since boot). */
 interface Keeper {
@@ -100,6 +147,34 @@ const FIND_KEEPER = `pid=$(enroot list --fancy 2>/dev/null | awk -v n="$1" '$1 =
 { read -r stat < "/proc/$pid/stat"; } 2>/dev/null || exit 0
 rest=\${stat##*) }; set -- $rest
 echo "$pid \${20}"`;
+
+/**
+ * A shell function `ready PID` that answers, from the host alone, whether the keeper PID has set
+ * up its sandbox: its child (the init of the new pid namespace) has mounted /sys, brought up lo and
+ * started its sleep; then whether the host's busybox can enter all of its namespaces, as every
+ * command does. Not `enroot exec`: enroot-nsenter joins the container's mount namespace before it
+ * reads its environment through the caller's `/proc/self`, and the keeper's /proc there is its
+ * own pid namespace's, in which the caller does not exist ("failed to load environment:
+ * /proc/self/fd/N: No such file or directory"), so that never answers yes under the real enroot.
+ */
+function readyFunction(host: Host): string {
+  const sleeping = `${KEEPER_SLEEP.join(' ')} `;
+  const enter = [
+    shellJoin([host.busyboxPath, 'nsenter']),
+    ...entryFlags('/proc/$1/ns').map((flag) => `"${flag}"`),
+  ];
+  return [
+    'ready() {',
+    // The children files end without a newline: read fails at their end though it read the pid.
+    '  init=; { read -r init rest < /proc/$1/task/$1/children; } 2>/dev/null; [ -n "$init" ] || return 1',
+    '  for child in $(cat /proc/$init/task/$init/children 2>/dev/null); do',
+    `    [ "$(tr '\\0' ' ' < /proc/$child/cmdline 2>/dev/null)" = ${shellJoin([sleeping])} ] || continue`,
+    `    ${enter.join(' ')} ${shellJoin([TOOLS, 'true'])} </dev/null >/dev/null 2>&1; return`,
+    '  done',
+    '  return 1',
+    '}',
+  ].join('\n');
+}
 
 /** Shell lines that go on only while the keeper's PID is the keeper we started (its start time), else run `otherwise`. */
 function keeperGuard(keeper: Keeper, otherwise: string): string {
@@ -140,17 +215,46 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
       // Always a user namespace, whatever enroot.conf or the host's env say (the environment wins
       // over enroot.conf): with this on, Enroot starts root's containers as root of the host.
       'ENROOT_ALLOW_SUPERUSER=no',
+      // Not through a login shell (Enroot's default): that reads the image's /etc/profile before
+      // the keeper has unshared anything (in the host's network namespace), and fails the start of
+      // an image without root's home folder (enroot-switchroot changes into it first).
+      'ENROOT_LOGIN_SHELL=no',
+      // Never the SSH user's home folder in the container (enroot.conf may turn it on: the 10-home
+      // hook binds it read-write at /root): the agent would write the user's ~/.bashrc or
+      // ~/.ssh/authorized_keys on the node and run code there at its next login.
+      'ENROOT_MOUNT_HOME=no',
     ];
+  }
+
+  /**
+   * `env K=V ... enroot` as the start of a shell line, PATH first: enroot runs its helpers
+   * (enroot-nsenter, enroot-mount, enroot-switchroot) by name, and an SSH command's PATH is the
+   * system's, without the folder of an enroot installed under a prefix of its own. So the folder of
+   * the `enroot` the host names comes first (before the host's `env` PATH, or the session's).
+   */
+  #enrootCommand(host: Host): string {
+    const folder = host.enroot.includes('/') ? posix.dirname(host.enroot) : null;
+    const { PATH: givenPath, ...rest } = host.env;
+    const others = this.#environment({ ...host, env: rest });
+    const path =
+      folder === null
+        ? givenPath === undefined
+          ? []
+          : [shellJoin([`PATH=${givenPath}`])]
+        : [
+            `${shellJoin([`PATH=${folder}:`])}${givenPath === undefined ? '"$PATH"' : shellJoin([givenPath])}`,
+          ];
+    return ['env', ...path, shellJoin([...others, host.enroot])].join(' ');
   }
 
   /** `env K=V ... enroot ARGS` as one shell line for the host. */
   #enroot(host: Host, args: string[]): string {
-    return shellJoin(['env', ...this.#environment(host), host.enroot, ...args]);
+    return `${this.#enrootCommand(host)} ${shellJoin(args)}`;
   }
 
   /** A shell function `enroot` with the host's environment, for scripts that call it several times. */
   #enrootFunction(host: Host): string {
-    return `enroot() { ${shellJoin(['env', ...this.#environment(host), host.enroot])} "$@"; }`;
+    return `enroot() { ${this.#enrootCommand(host)} "$@"; }`;
   }
 
   /** Makes enroot's four folders on the host. */
@@ -178,14 +282,16 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
 
   /**
    * `enroot create`, then the keeper started detached (its stdio away from the SSH channel, in a
-   * session of its own), then waits until `enroot list --fancy` names its PID and a command can
-   * enter its namespaces. One SSH command: the waiting costs no round trips.
+   * session of its own), then waits until `enroot list --fancy` names its PID, its init has set
+   * the sandbox up and the host's busybox can enter it (`readyFunction`, all seen from the host).
+   * One SSH command: the waiting costs no round trips.
    */
   async start(host: Host, { id, name, image, relay }: Runtime.SandboxStart): Promise<void> {
     const log = `${posix.join(host.workDirectory, 'enroot', 'tmp', name)}.start.log`;
     const q = (word: string) => shellJoin([word]);
     const script = [
       this.#enrootFunction(host),
+      readyFunction(host),
       `${this.#makeFolders(host)} || exit 20`,
       `enroot create --name ${q(name)} ${q(image)} >/dev/null 2>${q(log)} || { cat ${q(log)} >&2; rm -f ${q(log)}; exit 21; }`,
       // Its own line, not `cd / && setsid ...&`: that would background a subshell holding the channel's stdout.
@@ -197,12 +303,16 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
         ...KEEPER,
       ])} </dev/null >/dev/null 2>${q(log)} &`,
       'starter=$!',
-      'i=0',
-      `while [ $i -lt ${this.#startTimeoutSeconds * 10} ]; do`,
-      `  keeper=$(set -- ${q(name)}; ${FIND_KEEPER})`,
-      `  if [ -n "$keeper" ] && enroot exec \${keeper%% *} ${shellJoin([...ENTER, TOOLS, 'true'])} 2>/dev/null; then rm -f ${q(log)}; echo "$keeper"; exit 0; fi`,
+      // A deadline of the clock, not a count of rounds: a round's `enroot list` may take a second
+      // on a loaded node. The keeper's PID, once listed, stays its PID (exec and unshare keep it),
+      // so the listing runs again only while none is found or the one found is gone.
+      `deadline=$(( $(date +%s) + ${this.#startTimeoutSeconds} )); keeper=`,
+      'while [ "$(date +%s)" -lt "$deadline" ]; do',
+      '  [ -z "$keeper" ] || [ -d "/proc/${keeper%% *}" ] || keeper=',
+      `  [ -n "$keeper" ] || keeper=$(set -- ${q(name)}; ${FIND_KEEPER})`,
+      `  if [ -n "$keeper" ] && ready \${keeper%% *}; then rm -f ${q(log)}; echo "$keeper"; exit 0; fi`,
       `  kill -0 $starter 2>/dev/null || { cat ${q(log)} >&2; rm -f ${q(log)}; exit 22; }`,
-      '  sleep 0.1; i=$((i+1))',
+      '  sleep 0.1',
       'done',
       `cat ${q(log)} >&2; rm -f ${q(log)}; echo 'the keeper did not start in time' >&2; exit 23`,
     ].join('\n');
@@ -255,9 +365,8 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
         host.busyboxPath,
         'nsenter',
       ],
-      ...[`-U${at}/user`, `-m${at}/mnt`, `-n${at}/net`, `-i${at}/ipc`, `-u${at}/uts`],
-      // The keeper's pid namespace is its init's: the keeper itself (unshare's parent) stays outside it.
-      ...[`-p${at}/pid_for_children`, '--preserve-credentials', '--', ...argv],
+      ...entryFlags(at),
+      ...argv,
     ])}`;
   }
 
@@ -340,7 +449,11 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
   /**
    * A derived image: `enroot create` of the base, the files written into its root filesystem's
    * working directory, the command run there by `enroot start --root --rw` in a network
-   * namespace of its own, then `enroot export` to the image's `.sqsh`.
+   * namespace of its own, then `enroot export` to the image's `.sqsh`. Enroot's hooks change the
+   * root filesystem at every start, before the command, and `export` would keep that (the SSH
+   * user's passwd and group lines, doubled root lines, an apt configuration file, the user's home
+   * folder): the base's state of those is kept aside on the host and put back first thing in the
+   * build, so the image holds the base and its command's changes only, as a Docker build's does.
    */
   #derivedSteps(
     host: Host,
@@ -353,14 +466,15 @@ class EnrootDriver implements Runtime.SshRuntimeDriver<EnrootHost, Keeper> {
     const rootfs = posix.join(host.workDirectory, 'enroot', 'data', name);
     const inside = posix.join(rootfs, source.workdir);
     const remove = `${this.#enroot(host, ['remove', '--force', name])} >/dev/null`;
+    const aside = posix.join(rootfs, HOOKS_ASIDE);
     return {
-      prepare: `${this.#makeFolders(host)} && ${this.#enroot(host, ['create', '--name', name, basePath])} >/dev/null && mkdir -p ${shellJoin([inside])} && tar -x --no-same-owner -C ${shellJoin([inside])}`,
+      prepare: `${this.#makeFolders(host)} && ${this.#enroot(host, ['create', '--name', name, basePath])} >/dev/null && ${keepAside(rootfs, aside)} && mkdir -p ${shellJoin([inside])} && tar -x --no-same-owner -C ${shellJoin([inside])}`,
       run: `cd / && ${this.#enroot(host, [
         ...['start', '--root', '--rw', '--mount', `${host.busyboxPath}:${TOOLS}:none:x-create=file,bind,ro`],
         name,
         ...[TOOLS, 'unshare', '-n', '--', TOOLS, 'env', '-i', ...environment, TOOLS, 'sh', '-c'],
         // 126: a shell's "cannot run", for a working directory the sandbox lacks.
-        'cd "$1" || exit 126; shift; exec "$@"',
+        `${PUT_BACK} cd "$1" || exit 126; shift; exec "$@"`,
         ...['gym-build', source.workdir, '/bin/sh', '-c', source.command],
       ])} </dev/null`,
       // The empty file enroot made for the busybox mount goes before the export.

@@ -166,10 +166,12 @@ export function hostKillScriptArgv(
  * passes), run on the host (`$1`: a file of the sandbox's pid namespace): SIGKILL to that
  * namespace's init (the process there whose innermost pid is 1), after which the kernel kills
  * every process of the namespace at once, forks included. The sandbox ends with it. Exits 0 once
- * no process of the namespace is left (bounded), 1 otherwise.
+ * no process of the namespace is left (bounded), 1 otherwise; at once for its own namespace (the
+ * host's, when a host process took a dead init's pid: nothing of the sandbox is left there).
  */
 export const HOST_KILL_NAMESPACE_SCRIPT = `
 ns="$1"; pass=0
+[ "$ns" -ef /proc/self/ns/pid ] && exit 0
 while [ "$pass" -lt 100 ]; do
   left=0
   for dir in /proc/[0-9]*; do
@@ -196,10 +198,14 @@ export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): st
  * pid namespace, `$2`: the init's host pid): each process of the host's /proc in that namespace
  * is stopped, then killed, repeated while any is found (nothing forks while stopped). Prints how
  * many it killed. Run inside the sandbox, as the agent's user, the agent could stop it before it
- * ran and the call would never return.
+ * ran and the call would never return. A namespace that is the script's own (the host's: the
+ * sandbox's init died and a host process took its pid, which wraps within minutes where
+ * pid_max is 32768) is nothing of a sandbox: it stops nothing, where it would have stopped every
+ * process of the host, itself among them.
  */
 export const HOST_STOP_SCRIPT = `
 ns="$1"; init="$2"; killed=0; pass=0
+[ "$ns" -ef /proc/self/ns/pid ] && { echo 0; exit 0; }
 while [ "$pass" -lt 50 ]; do
   matches=""
   for dir in /proc/[0-9]*; do

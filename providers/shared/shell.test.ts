@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { hostKillNamespaceArgv, killScriptArgv } from './kill-script.ts';
+import { HOST_STOP_SCRIPT, hostKillNamespaceArgv, killScriptArgv } from './kill-script.ts';
 import { parseProcessState } from './proc-stat.ts';
 import { printfFormatFor, shellJoin } from './shell.ts';
 
@@ -103,6 +103,33 @@ describe('killScriptArgv reach', () => {
       await new Promise((resolve) => setTimeout(resolve, 10));
     expect(isRunning(wider.childPid)).toBe(false);
   });
+});
+
+describe('HOST_STOP_SCRIPT', () => {
+  // A sandbox whose init died and whose pid a host process took: the namespace then named is
+  // the host's own. Run in a pid namespace of the test's own, standing for the host, so a script
+  // that stops every process there stops only the test's. Needs root.
+  it.skipIf(process.getuid?.() !== 0)(
+    "stops nothing when the pid namespace it is given is its own (the host's)",
+    () => {
+      const inside = [
+        'sleep 1016 & victim=$!',
+        'sleep 0.2',
+        `sh -c "$0" gym-stop /proc/$victim/ns/pid 999999; echo "rc=$?"`,
+        'read -r state < /proc/$victim/stat; set -- $state; echo "victim=$3"',
+        'kill -9 $victim',
+      ].join('\n');
+      // Before the guard the script stopped every process here, itself too, and never returned:
+      // the time limit kills unshare, and --kill-child the whole namespace.
+      const output = execFileSync(
+        'unshare',
+        ['--fork', '--pid', '--mount-proc', '--kill-child', 'sh', '-c', inside, HOST_STOP_SCRIPT],
+        { timeout: 10_000, killSignal: 'SIGKILL' },
+      ).toString();
+      expect(output).toContain('rc=0');
+      expect(output).toContain('victim=S');
+    },
+  );
 });
 
 describe('HOST_KILL_NAMESPACE_SCRIPT', () => {

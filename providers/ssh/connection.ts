@@ -114,6 +114,8 @@ export class SshConnection {
   readonly target: SshTarget;
   readonly #logger: Logger;
   readonly #slots: ChannelSlots;
+  /** How each open channel's command ended, as the server said (kept from the channel's opening). */
+  readonly #exits = new WeakMap<ClientChannel, RemoteExit>();
   #client: Client | null = null;
   #connecting: Promise<Client> | null = null;
   #lastError: GymError | null = null;
@@ -298,7 +300,18 @@ export class SshConnection {
       const client = await this.client();
       try {
         return await new Promise<ClientChannel>((resolve, reject) => {
-          client.exec(command, (error, stream) => (error ? reject(error) : resolve(stream)));
+          client.exec(command, (error, stream) => {
+            if (error) return reject(error);
+            // From the moment the channel opens: a quick command's end may come before `#run`
+            // listens (an event, not stream data, so nothing keeps it), and was then unknown.
+            stream.once('exit', (code: number | null, signal?: string) =>
+              this.#exits.set(stream, {
+                code: code ?? null,
+                signal: signal === undefined ? null : `SIG${signal.replace(/^SIG/, '')}`,
+              }),
+            );
+            resolve(stream);
+          });
         });
       } catch (error) {
         const refused = /open failed|channel open failure/i.test((error as Error).message);
@@ -311,21 +324,15 @@ export class SshConnection {
 
   #run(channel: ClientChannel, options: Omit<RemoteExecOptions, 'stdin'>): Promise<RemoteExit> {
     return new Promise((resolve, reject) => {
-      let exit: RemoteExit | null = null;
       // Both streams are always read: `close` comes only after they end.
       channel.on('data', (chunk: Buffer) => options.onStdout?.(chunk));
       channel.stderr.on('data', (chunk: Buffer) => options.onStderr?.(chunk));
-      channel.on('exit', (code: number | null, signal?: string) => {
-        exit = {
-          code: code ?? null,
-          signal: signal === undefined ? null : `SIG${signal.replace(/^SIG/, '')}`,
-        };
-      });
       const abort = () => channel.close();
       options.signal?.addEventListener('abort', abort, { once: true });
       channel.on('close', () => {
         options.signal?.removeEventListener('abort', abort);
-        if (exit !== null) resolve(exit);
+        const exit = this.#exits.get(channel);
+        if (exit !== undefined) resolve(exit);
         else if (this.#client === null || options.signal?.aborted)
           reject(this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command'));
         // A server that never says how a command ended: unknown, never a success.

@@ -1,11 +1,12 @@
 /**
  * A compute node for the enroot provider's tests: a real sshd, a work directory with the busybox
- * image as a `.sqsh`, and the enroot stand-in (test/stand-ins/enroot.ts) as its `enroot`.
+ * image as a `.sqsh`, and the enroot stand-in (test/stand-ins/enroot.ts) as its `enroot`, or the
+ * real enroot that GYM_TEST_ENROOT names (a check by hand: docs/providers/enroot.md).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { BUSYBOX_REFERENCE, makeBusyboxRoot } from '../fixtures/busybox-root.ts';
 import { startSshd } from '../fixtures/sshd.ts';
@@ -27,23 +28,53 @@ export function squashInto(images: string, reference: string, root: string): voi
   ]);
 }
 
-export async function enrootNode(host: string, port: number) {
-  const sshd = await startSshd({ host, port });
+/**
+ * Puts enroot's three C helpers in `bin` as placeholders (the stand-in looks them up on PATH, as
+ * enroot runs them by name, and runs none of them): beside the `enroot` there, as an install under
+ * a prefix of its own leaves them, and not on the SSH session's PATH.
+ */
+export async function placeHelpers(bin: string): Promise<void> {
+  for (const helper of ['enroot-nsenter', 'enroot-mount', 'enroot-switchroot']) {
+    await writeFile(
+      join(bin, helper),
+      `#!/bin/sh\necho '${helper}: a placeholder of the enroot stand-in' >&2\nexit 1\n`,
+    );
+    await chmod(join(bin, helper), 0o755);
+  }
+}
+
+/**
+ * `user`: the SSH user is that user (not root) and owns the work directory; by default root, with
+ * `allowRootSshUser`.
+ */
+export async function enrootNode(host: string, port: number, options: { user?: string } = {}) {
+  const { user } = options;
+  const sshd = await startSshd({ host, port, ...(user === undefined ? {} : { user }) });
   const workDirectory = await mkdtemp(join(tmpdir(), `gym-enroot-node-${host}-`));
+  const handOver = () => {
+    if (user !== undefined) execFileSync('chown', ['-R', `${user}:`, workDirectory]);
+  };
   const images = join(workDirectory, 'images');
   const scratch = join(workDirectory, 'scratch');
   await makeBusyboxRoot(scratch);
   await mkdir(images);
   squashInto(images, BUSYBOX_REFERENCE, join(scratch, imageFolderName(BUSYBOX_REFERENCE)));
   await rm(scratch, { recursive: true, force: true });
-  const bin = join(workDirectory, 'bin');
-  await mkdir(bin);
-  const enroot = join(bin, 'enroot');
-  await writeFile(enroot, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
-  await chmod(enroot, 0o755);
+  // GYM_TEST_ENROOT names a real enroot (its helpers beside it), for a check by hand; CI has none.
+  const real = process.env.GYM_TEST_ENROOT;
+  const bin = real === undefined ? join(workDirectory, 'bin') : dirname(real);
+  const enroot = real ?? join(bin, 'enroot');
+  if (real === undefined) {
+    await mkdir(bin);
+    await writeFile(enroot, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
+    await chmod(enroot, 0o755);
+    await placeHelpers(bin);
+  }
+  handOver();
   const base = join(workDirectory, 'enroot');
   const env = {
     ...process.env,
+    PATH: `${bin}:${process.env.PATH ?? ''}`,
     ENROOT_RUNTIME_PATH: join(base, 'runtime'),
     ENROOT_DATA_PATH: join(base, 'data'),
     ENROOT_CACHE_PATH: join(base, 'cache'),
@@ -60,6 +91,7 @@ export async function enrootNode(host: string, port: number) {
       await rm(root, { recursive: true, force: true });
       for (const name of aliases)
         await symlink(`${imageFolderName(reference)}.sqsh`, join(images, `${imageFolderName(name)}.sqsh`));
+      handOver();
     },
     /** The containers on the node (`enroot list`). */
     listed: () =>
@@ -70,13 +102,13 @@ export async function enrootNode(host: string, port: number) {
       name: `node-${host.split('.').pop()}`,
       host,
       port,
-      username: 'root',
+      username: user ?? 'root',
       privateKeyPath: sshd.clientKeyPath,
       knownHostsPath: sshd.knownHostsPath,
       workDirectory,
       enroot,
-      // The tests log in as root (the stand-ins need it): accepted here, refused by default.
-      allowRootSshUser: true,
+      // Most tests log in as root: accepted here, refused by default.
+      allowRootSshUser: user === undefined,
     },
     /**
      * Kills every container's processes still on the node (a failed test, or a host that was down
@@ -84,7 +116,11 @@ export async function enrootNode(host: string, port: number) {
      */
     async cleanup() {
       const listed = spawnSync(enroot, ['list', '--fancy'], { env, encoding: 'utf8' });
+      let name = '';
       for (const line of (listed.stdout ?? '').split('\n').slice(1)) {
+        if (!line.startsWith(' ')) name = line.split(/\s+/)[0] ?? '';
+        // Enroot lists the containers of other data paths (other tests' nodes) as <unknown>: not ours.
+        if (name === '<unknown>') continue;
         const pid = line.trim().split(/\s+/)[line.startsWith(' ') ? 0 : 1];
         if (pid === undefined || !/^\d+$/.test(pid)) continue;
         spawnSync('sh', [

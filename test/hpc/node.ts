@@ -1,4 +1,7 @@
-/** A compute node for the HPC providers' tests: a real sshd, a work directory with the busybox image, the apptainer stand-in. */
+/**
+ * A compute node for the HPC providers' tests: a real sshd, a work directory with the busybox image,
+ * the apptainer stand-in (or the real apptainer that GYM_TEST_APPTAINER names, for a check by hand).
+ */
 import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,11 +17,14 @@ export async function computeNode(host: string, port: number) {
   const sshd = await startSshd({ host, port });
   const workDirectory = await mkdtemp(join(tmpdir(), `gym-node-${host}-`));
   await makeBusyboxRoot(join(workDirectory, 'images'));
-  const bin = join(workDirectory, 'bin');
-  await mkdir(bin);
-  const apptainer = join(bin, 'apptainer');
-  await writeFile(apptainer, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
-  await chmod(apptainer, 0o755);
+  // GYM_TEST_APPTAINER names a real apptainer, for a check by hand; CI has none.
+  const real = process.env.GYM_TEST_APPTAINER;
+  const apptainer = real ?? join(workDirectory, 'bin', 'apptainer');
+  if (real === undefined) {
+    await mkdir(join(workDirectory, 'bin'));
+    await writeFile(apptainer, `#!/bin/sh\nexec ${process.execPath} ${STAND_IN} "$@"\n`);
+    await chmod(apptainer, 0o755);
+  }
   const env = { ...process.env, APPTAINER_CONFIGDIR: join(workDirectory, 'apptainer') };
   const instances = () => {
     const listed = spawnSync(apptainer, ['instance', 'list', '--json'], { env, encoding: 'utf8' });

@@ -3,7 +3,7 @@
  * program over the tools the daemon's commands enter through, and stop (SIGSTOP) any process of
  * the sandbox, the daemon's kill script included.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, expect, it } from 'vitest';
@@ -84,5 +84,33 @@ it('keeps a root SSH user in a user namespace when the host allows Enroot superu
     await superuser.destroy(sandbox.id);
   } finally {
     await superuser.close();
+  }
+}, 90_000);
+
+/**
+ * ENROOT_MOUNT_HOME (enroot.conf; many sites turn it on for pyxis users) makes Enroot's 10-home
+ * hook bind the SSH user's home folder read-write into the container, at /root with `--root`: the
+ * agent could then write the SSH user's ~/.bashrc or ~/.ssh/authorized_keys on the node and run
+ * code there outside every namespace at the next login. The provider sets it to no on every call.
+ */
+it("does not give the agent the SSH user's home folder when the host's enroot mounts it", async () => {
+  const withHome = new EnrootProvider(
+    { hosts: [{ ...node.host, env: { ENROOT_MOUNT_HOME: 'yes' } }] },
+    testContext({ logger: silentLogger, stateDirectory, namespace: 'mounthome' }),
+  );
+  try {
+    const sandbox = await withHome.create(
+      parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
+    );
+    const planted = await withHome.exec(
+      sandbox.id,
+      parseOrThrow(ExecRequestSchema, { command: 'echo "echo owned" >> /root/.bashrc' }, 'exec'),
+    );
+    expect(planted).toMatchObject({ status: 'ok', exitCode: 0 });
+    // The node's SSH sessions have this home folder (test/fixtures/sshd.ts): nothing was written there.
+    await expect(readFile(join(node.sshd.home, '.bashrc'), 'utf8')).rejects.toThrow(/ENOENT/);
+    await withHome.destroy(sandbox.id);
+  } finally {
+    await withHome.close();
   }
 }, 90_000);

@@ -4,7 +4,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +13,7 @@ import { makeBusyboxRoot } from '../fixtures/busybox-root.ts';
 const STAND_IN = new URL('./apptainer.ts', import.meta.url).pathname;
 let directory = '';
 let image = '';
+let plain = '';
 const apptainer = (...args: string[]) => {
   const result = spawnSync(process.execPath, [STAND_IN, ...args], {
     env: { ...process.env, APPTAINER_CONFIGDIR: join(directory, 'config') },
@@ -25,6 +26,21 @@ beforeAll(async () => {
   directory = await mkdtemp(join(tmpdir(), 'gym-apptainer-standin-'));
   await makeBusyboxRoot(join(directory, 'images'));
   image = join(directory, 'images', 'local_busybox_rootfs');
+  // What `apptainer build` puts in an image and an instance needs: a start action and a
+  // startscript that keeps running (the plain root filesystem is refused, below).
+  plain = join(directory, 'images', 'plain');
+  await cp(image, plain, { recursive: true, verbatimSymlinks: true });
+  await mkdir(join(image, '.singularity.d', 'actions'), { recursive: true });
+  await writeFile(
+    join(image, '.singularity.d', 'actions', 'start'),
+    '#!/bin/sh\nkill -CONT 1\nexec /.singularity.d/startscript\n',
+    { mode: 0o755 },
+  );
+  await writeFile(
+    join(image, '.singularity.d', 'startscript'),
+    '#!/bin/sh\nwhile :; do sleep 86400; done\n',
+    { mode: 0o755 },
+  );
 });
 afterAll(async () => {
   apptainer('instance', 'stop', '--force', 'one');
@@ -131,6 +147,30 @@ describe('apptainer stand-in', () => {
     } finally {
       apptainer('instance', 'stop', '--force', 'privs');
     }
+  });
+
+  it('refuses an instance of a root filesystem that has no start action or no startscript, as Apptainer 1.4 does', () => {
+    const start = (root: string, ...binds: string[]) =>
+      apptainer('instance', 'start', '--containall', '--writable-tmpfs', ...binds, root, 'three');
+    expect(start(plain)).toMatchObject({
+      code: 255,
+      stderr: expect.stringContaining('exec /.singularity.d/actions/start failed'),
+    });
+    const action = join(image, '.singularity.d', 'actions', 'start');
+    expect(start(plain, '--bind', `${action}:/.singularity.d/actions/start:ro`)).toMatchObject({
+      code: 255,
+      stderr: expect.stringContaining('failed to start instance'),
+    });
+    const script = join(image, '.singularity.d', 'startscript');
+    const bound = start(
+      plain,
+      '--bind',
+      `${action}:/.singularity.d/actions/start:ro`,
+      '--bind',
+      `${script}:/.singularity.d/startscript:ro`,
+    );
+    expect(bound.code, bound.stderr).toBe(0);
+    expect(apptainer('instance', 'stop', 'three').code).toBe(0);
   });
 
   it('refuses what it does not reproduce, loudly', () => {

@@ -16,6 +16,10 @@
  * `--cap-drop ALL`), and on `exec` from that command (an exec into an instance decides its own
  * privileges: Apptainer recomputes root's capabilities at each join), with no_new_privs;
  * `exec --security uid:N,gid:N` runs the command as that uid and gid with no capabilities.
+ * As Apptainer 1.4 does, `instance start` refuses an image (binds counted) without an executable
+ * `/.singularity.d/actions/start` and `/.singularity.d/startscript` (`apptainer build` puts them
+ * in; a plain root filesystem has none, and the instance would end at once); the stand-in's own
+ * keeper keeps the instance, so it runs neither.
  * Instance records live where Apptainer keeps them: `$APPTAINER_CONFIGDIR or ~/.apptainer` +
  * `/instances/app/<hostname>/<user>/<name>/<name>.json`.
  *
@@ -27,7 +31,7 @@
  * `%startscript`, instance logs' content, the 64 MiB cap of `--writable-tmpfs` (writes go to
  * disk), and running as a non-root user (the stand-in needs root for mount and nsenter).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -233,6 +237,26 @@ async function instanceStart(args: string[]): Promise<void> {
       fatal(`stand-in: SIF files are not supported, only sandbox directories: ${image}`);
     fatal(`could not open image ${image}: failed to retrieve path for ${image}: no such file or directory`);
   }
+  const bindArgs = bindArguments(flags);
+  // Apptainer 1.4 runs its start action in the instance, and the instance ends when nothing runs
+  // in it any more: an image (or a bind) must give /.singularity.d/actions/start, and a
+  // /.singularity.d/startscript that keeps running (the stand-in's keeper does the keeping; it
+  // only checks that one is there and executable). A plain root filesystem has neither.
+  const bound = new Map<string, string>();
+  for (let index = 0; index < bindArgs.length; index += 3)
+    bound.set(bindArgs[index + 2]!, bindArgs[index + 1]!);
+  const provided = (path: string) => {
+    const file = bound.get(path) ?? join(image, path);
+    return spawnSync('test', ['-x', file]).status === 0;
+  };
+  if (!provided('/.singularity.d/actions/start')) {
+    fatal(
+      'exec /.singularity.d/actions/start failed: fork/exec /.singularity.d/actions/start: no such file or directory',
+    );
+  }
+  if (!provided('/.singularity.d/startscript')) {
+    fatal(`while executing starter: failed to start instance: while running starter: exit status 146`);
+  }
   const directory = instanceDirectory(name);
   mkdirSync(directory, { recursive: true });
   const root = join(directory, 'root');
@@ -248,7 +272,6 @@ async function instanceStart(args: string[]): Promise<void> {
   const logs = logPaths(name);
   mkdirSync(join(logs.out, '..'), { recursive: true });
   const busybox = '/bin/busybox';
-  const bindArgs = bindArguments(flags);
   // Mount points Apptainer makes for binds are open to every user (bubblewrap's would be 0700).
   for (let index = 0; index < bindArgs.length; index += 3)
     mkdirSync(join(root, dirname(bindArgs[index + 2]!)), { recursive: true, mode: 0o755 });
@@ -368,7 +391,8 @@ async function instanceStart(args: string[]): Promise<void> {
 
 /**
  * `exec --writable DIR cmd`: a command in a writable sandbox directory (how an image is changed
- * before it is used), contained (`--containall`), no network unless asked, binds as at start.
+ * before it is used), contained (`--containall`), no network unless asked, binds as at start but
+ * onto mount points the directory must already have (Apptainer makes none in a writable image).
  */
 function writableExec(flags: Map<string, string[]>, directory: string, command: string[]): void {
   if (!alias(flags, '-C', '--containall')) fatal('stand-in: only --containall is supported with --writable');
@@ -378,6 +402,14 @@ function writableExec(flags: Map<string, string[]>, directory: string, command: 
     fatal(`could not open image ${directory}: not a sandbox directory`);
   const env = withEnv(flags, { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' });
   const bindArgs = bindArguments(flags);
+  // A writable image gets no overlay: Apptainer cannot make a bind's mount point in it.
+  for (let index = 0; index < bindArgs.length; index += 3) {
+    const [source, destination] = [bindArgs[index + 1]!, bindArgs[index + 2]!];
+    if (!existsSync(join(directory, destination)))
+      fatal(
+        `container creation failed: mount hook function failure: mount ${source}->${destination} error: while mounting ${source}: destination ${destination} doesn't exist in container`,
+      );
+  }
   const cwd = flags.get('--pwd')?.[0] ?? flags.get('--cwd')?.[0] ?? '/';
   runToEnd('bwrap', [
     '--bind',

@@ -4,18 +4,20 @@
  * anything else (including a call without the four ENROOT_* paths).
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { imageFolderName } from '../../providers/shared/image-folder.ts';
 import { BUSYBOX_REFERENCE, makeBusyboxRoot } from '../fixtures/busybox-root.ts';
-import { squashInto } from '../hpc/enroot-node.ts';
+import { placeHelpers, squashInto } from '../hpc/enroot-node.ts';
 
 const STAND_IN = new URL('./enroot.ts', import.meta.url).pathname;
 let directory = '';
 let image = '';
 const paths = () => ({
+  PATH: `${join(directory, 'helpers')}:${process.env.PATH ?? ''}`,
   ENROOT_RUNTIME_PATH: join(directory, 'runtime'),
   ENROOT_DATA_PATH: join(directory, 'data'),
   ENROOT_CACHE_PATH: join(directory, 'cache'),
@@ -36,6 +38,8 @@ const pidOf = (name: string) =>
 
 beforeAll(async () => {
   directory = await mkdtemp(join(tmpdir(), 'gym-enroot-standin-'));
+  await mkdir(join(directory, 'helpers'));
+  await placeHelpers(join(directory, 'helpers'));
   await makeBusyboxRoot(join(directory, 'roots'));
   squashInto(directory, BUSYBOX_REFERENCE, join(directory, 'roots', imageFolderName(BUSYBOX_REFERENCE)));
   image = join(directory, `${imageFolderName(BUSYBOX_REFERENCE)}.sqsh`);
@@ -95,10 +99,77 @@ describe('enroot stand-in', () => {
       stderr: `[ERROR] Process not found: ${pid}\n`,
     });
     expect(enroot('export', '--output', join(directory, 'one.sqsh'), 'one').code).toBe(0);
+    // Enroot's 10-shadow hook ran at start: root, nobody and the caller first, the image's own
+    // lines after them (doubled on a root without shadow files), and `export` kept it.
+    const passwd = readFileSync(join(directory, 'data', 'one', 'etc', 'passwd'), 'utf8').split('\n');
+    expect(passwd.slice(0, 2)).toEqual([
+      'root:x:0:0:root:/root:/bin/sh',
+      'nobody:x:65534:65534:nobody:/:/sbin/nologin',
+    ]);
+    expect(passwd.filter((line) => line.startsWith('root:'))).toHaveLength(3);
     expect(enroot('remove', '--force', 'one').code).toBe(0);
     expect(enroot('list').stdout).toBe('');
     expect(enroot('create', '--name', 'again', join(directory, 'one.sqsh')).code).toBe(0);
     expect(enroot('exec', '1', 'true').code).toBe(1);
+  });
+
+  it('cannot exec into a container whose process mounted a /proc of its own pid namespace', async () => {
+    // As under the real enroot: enroot-nsenter reads its environment through /proc/self after
+    // joining the mount namespace, and the caller is not in that /proc's pid namespace.
+    expect(enroot('create', '--name', 'private', image).code).toBe(0);
+    const started = spawn(
+      process.execPath,
+      [
+        STAND_IN,
+        'start',
+        '--root',
+        '--rw',
+        'private',
+        'unshare',
+        '-m',
+        '-p',
+        '-f',
+        '--mount-proc',
+        'sleep',
+        '1000',
+      ],
+      { env: { ...process.env, ...paths() }, stdio: 'ignore', detached: true },
+    );
+    let pid: string | undefined;
+    // The listed process is the one that unshared; its child mounted the new /proc before it became sleep.
+    const sleeping = (listed: string) =>
+      spawnSync('sh', ['-c', `read -r c rest < /proc/${listed}/task/${listed}/children; cat /proc/$c/comm`], {
+        encoding: 'utf8',
+      }).stdout === 'sleep\n';
+    for (let attempt = 0; attempt < 50; attempt += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      pid = pidOf('private');
+      if (pid !== undefined && /^\d+$/.test(pid) && sleeping(pid)) break;
+    }
+    try {
+      expect(pid).toMatch(/^\d+$/);
+      // Seen from another data path (another daemon's, another user's), it is a foreign container.
+      const elsewhere = spawnSync(process.execPath, [STAND_IN, 'list', '--fancy'], {
+        env: { ...process.env, ...paths(), ENROOT_DATA_PATH: join(directory, 'other-data') },
+        encoding: 'utf8',
+      });
+      // (Other tests' containers may be listed there too.)
+      const unknown: string[] = [];
+      let group = '';
+      for (const line of elsewhere.stdout.split('\n').slice(1)) {
+        if (!line.startsWith(' ')) group = line.split(/\s+/)[0] ?? '';
+        if (group === '<unknown>') unknown.push(line.trim().split(/\s+/)[line.startsWith(' ') ? 0 : 1] ?? '');
+      }
+      expect(unknown).toContain(pid);
+      expect(enroot('exec', pid!, 'true')).toMatchObject({
+        code: 1,
+        stderr: 'enroot-nsenter: failed to load environment: /proc/self/fd/11: No such file or directory\n',
+      });
+    } finally {
+      if (pid !== undefined && /^\d+$/.test(pid)) process.kill(Number(pid), 'SIGKILL');
+      await new Promise((resolve) => started.once('exit', resolve));
+      enroot('remove', '--force', 'private');
+    }
   });
 
   it('refuses what it does not reproduce, loudly', () => {
@@ -116,6 +187,18 @@ describe('enroot stand-in', () => {
       const result = enroot(...args);
       expect(result.code, args.join(' ')).toBe(1);
       expect(result.stderr).toMatch(/^\[ERROR\] /);
+    }
+    // Enroot runs its helpers by name: without them on PATH, start and exec fail as its bash does.
+    for (const args of [
+      ['start', '--root', 'again', 'true'],
+      ['exec', String(process.pid), 'true'],
+    ]) {
+      const withoutHelpers = spawnSync(process.execPath, [STAND_IN, ...args], {
+        env: { ...process.env, ...paths(), PATH: process.env.PATH ?? '' },
+        encoding: 'utf8',
+      });
+      expect(withoutHelpers.status, args.join(' ')).toBe(127);
+      expect(withoutHelpers.stderr).toContain('enroot-nsenter: not found');
     }
     const withoutPaths = spawnSync(process.execPath, [STAND_IN, 'list'], {
       env: { ...process.env, ...paths(), ENROOT_TEMP_PATH: '' },

@@ -21,17 +21,25 @@
  *   gets no user namespace: the container is root of the host with every capability.
  * - `exec [--env K=V] PID CMD...` joins the user and mount namespaces of PID with nsenter, in its
  *   working directory, with its environment plus the `--env` ones (the user namespace only when
- *   it is not the caller's, as enroot-nsenter skips its own).
+ *   it is not the caller's, as enroot-nsenter skips its own). Like enroot-nsenter, which reads the
+ *   environment `enroot exec` hands it as `/proc/self/fd/N` only after joining the mount
+ *   namespace, it fails when the /proc there is of a pid namespace the caller is not in.
+ * - `start` and `exec` need enroot's helpers (enroot-nsenter, and for `start` enroot-mount and
+ *   enroot-switchroot) on PATH, as Enroot runs them by name (exit 127 otherwise); it runs none.
  * - `list [--fancy]` lists the root filesystems; `--fancy` adds, per container, the processes
  *   whose root is its root filesystem (lowest PID per mount namespace, as `lsns` gives them) in
- *   Enroot's columns `NAME PID COMM STATE STARTED TIME MNTNS USERNS COMMAND`.
+ *   Enroot's columns `NAME PID COMM STATE STARTED TIME MNTNS USERNS COMMAND`, and the processes of
+ *   every other enroot container on the machine (another data path's) under `<unknown>`.
+ * - `start` runs Enroot's standard hooks and its command through the container's shell, a login
+ *   shell unless ENROOT_LOGIN_SHELL says no (`enroot-start.ts`).
  *
  * Stricter than Enroot: ENROOT_RUNTIME_PATH, ENROOT_DATA_PATH, ENROOT_CACHE_PATH and
  * ENROOT_TEMP_PATH must all be set on every call (Enroot falls back to XDG directories), so a
  * provider that forgets them on one call fails its tests.
  *
  * What it does not reproduce: importing images (`import`, `load`, `bundle`, `batch`), starting a
- * `.sqsh` directly (squashfuse), `--conf` scripts, `--rc`, hooks, enroot.conf and environ.d,
+ * `.sqsh` directly (squashfuse), `--conf` scripts, `--rc`, hooks other than the standard
+ * 10-shadow and 10-aptfix (and their pwck/grpck pass), enroot.conf and environ.d,
  * mount types other than bind, `remove` without `--force` (Enroot prompts), running as a non-root
  * user (the stand-in runs as root and maps root to root), and the master branch's
  * `--pid`/`--net`/`--ipc`/`--uts` options (not in 4.1.2).
@@ -48,15 +56,35 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { isOn, runStandardHooks, switchedCommand } from './enroot-start.ts';
 import { standInCli } from './stand-in-cli.ts';
 
 const NAME = /^[^/]+$/;
-const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 const cli = standInCli({ name: 'enroot', prefix: '[ERROR] ', failCode: 1, endOfFlags: true });
 // Typed here: a call to it then ends the control flow for the checker too.
 const fail: (message: string) => never = cli.fail;
 const { parseFlags, runToEnd } = cli;
+
+/** Fails as one of enroot's C helpers does (`err(3)`: its name, the message, exit 1), with no `[ERROR]`. */
+function helperFail(helper: string, message: string): never {
+  process.stderr.write(`${helper}: ${message}\n`);
+  process.exit(1);
+}
+
+/**
+ * Fails, as enroot's bash does (exit 127), unless each of its C helpers a subcommand runs by name
+ * is on PATH: `start` and `exec` run enroot-nsenter first, then `start` enroot-mount and
+ * enroot-switchroot. The stand-in runs none of them; it only looks them up.
+ */
+function needHelpers(helpers: string[]): void {
+  const folders = (process.env.PATH ?? '').split(':').filter(Boolean);
+  for (const helper of helpers)
+    if (!folders.some((folder) => spawnSync('test', ['-x', join(folder, helper)]).status === 0)) {
+      process.stderr.write(`enroot: exec: ${helper}: not found\n`);
+      process.exit(127);
+    }
+}
 
 /** The four paths every call needs (see the top of this file). */
 function paths() {
@@ -180,16 +208,16 @@ function start(args: string[]): void {
   const { data } = paths();
   const [name, ...command] = rest;
   if (name === undefined) fail('Invalid argument');
+  needHelpers(['enroot-nsenter', 'enroot-mount', 'enroot-switchroot']);
   if (name.endsWith('.sqsh')) fail('stand-in: starting an image directly (squashfuse) is not reproduced');
   const rootfs = rootfsOf(data, name);
   if (!existsSync(rootfs) || !statSync(rootfs).isDirectory()) fail(`No such file or directory: ${rootfs}`);
-  if (process.getuid?.() !== 0) fail('stand-in: runs as root only');
-  const env: Record<string, string> = { PATH: DEFAULT_PATH };
+  const extra: Record<string, string> = {};
   for (const pair of flags.get('env') ?? []) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*(=|$)/.test(pair)) fail(`Invalid argument: ${pair}`);
     const at = pair.indexOf('=');
-    if (at < 0) env[pair] = process.env[pair] ?? '';
-    else env[pair.slice(0, at)] = pair.slice(at + 1);
+    if (at < 0) extra[pair] = process.env[pair] ?? '';
+    else extra[pair.slice(0, at)] = pair.slice(at + 1);
   }
   // The system mounts (Enroot's mounts/10-system.fstab and 20-config.fstab), targets made first.
   for (const directory of ['proc', 'sys', 'dev', 'tmp']) createTarget(rootfs, directory, 'dir');
@@ -235,12 +263,11 @@ function start(args: string[]): void {
   if (!existsSync(join(rootfs, '.lock'))) writeFileSync(join(rootfs, '.lock'), '');
   const remap = flags.has('root');
   const superuser = allowsSuperuser();
-  const argv =
-    command.length === 0
-      ? ['/bin/sh']
-      : existsSync(join(rootfs, 'etc', 'rc'))
-        ? ['/bin/sh', '/etc/rc', ...command]
-        : command;
+  const hooked = runStandardHooks(rootfs, remap);
+  mounts.push(...hooked.mounts);
+  const { argv, chdir, env } = switchedCommand(rootfs, command, { ...extra, ...hooked.env }, (message) =>
+    helperFail('enroot-switchroot', message),
+  );
   runToEnd('bwrap', [
     // ENROOT_ALLOW_SUPERUSER lets root start a container without a user namespace: root of
     // the host, with every capability of the host.
@@ -260,7 +287,7 @@ function start(args: string[]): void {
     '/',
     ...mounts,
     '--chdir',
-    '/',
+    chdir,
     '--clearenv',
     ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
     '--',
@@ -281,6 +308,12 @@ function exec(args: string[]): void {
   } catch {
     fail(`Process not found: ${pid}`);
   }
+  needHelpers(['enroot-nsenter']);
+  // enroot-nsenter joins the target's mount namespace first and only then reads the environment
+  // that `enroot exec` handed it as `/proc/self/fd/N`: through the /proc mounted there. A target
+  // with a /proc of its own pid namespace (the caller not in it) has no `self` for the caller.
+  if (!existsSync(`/proc/${pid}/root/proc/self/fd`))
+    helperFail('enroot-nsenter', 'failed to load environment: /proc/self/fd/11: No such file or directory');
   const env: Record<string, string> = {};
   for (const entry of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
     const at = entry.indexOf('=');
@@ -312,8 +345,7 @@ function exec(args: string[]): void {
  * stand-in reads no enroot.conf: the variable stands for the setting there too.
  */
 function allowsSuperuser(): boolean {
-  const value = process.env.ENROOT_ALLOW_SUPERUSER ?? '';
-  return value !== '' && !/^(no?|N[oO]?|[fF](alse)?|FALSE)$/.test(value) && process.getuid?.() === 0;
+  return isOn(process.env.ENROOT_ALLOW_SUPERUSER) && process.getuid?.() === 0;
 }
 
 /** Processes whose root is a container's root filesystem: the lowest PID of each mount namespace, by name. */
@@ -338,8 +370,10 @@ function containerProcesses(data: string): Map<string, number[]> {
         .map((line) => line.split(' '))
         .filter((fields) => fields[4] === '/');
       const root = roots.at(-1)?.[3];
-      if (root === undefined || !root.startsWith(relative)) continue;
-      const name = root.slice(relative.length);
+      if (root === undefined) continue;
+      // A container of another data path (another user's, another daemon's) is listed too, as Enroot lists it.
+      const inHere = root.startsWith(relative) && existsSync(join(data, root.slice(relative.length)));
+      const name = inHere ? root.slice(relative.length) : '<unknown>';
       byName.set(name, [...(byName.get(name) ?? []), pid]);
     } catch {}
   }
@@ -359,6 +393,8 @@ function list(args: string[]): void {
     return;
   }
   const processes = containerProcesses(data);
+  if (processes.has('<unknown>')) names.push('<unknown>');
+  names.sort();
   const rows: string[][] = [
     ['NAME', 'PID', 'COMM', 'STATE', 'STARTED', 'TIME', 'MNTNS', 'USERNS', 'COMMAND'],
   ];
