@@ -551,12 +551,15 @@ export class LiveForks {
       await sweepEngineLeftovers(this.#engineTemp);
       // Starts go one at a time here, but not across daemons (or test files) on one engine: an
       // identical checkpoint (two idle sandboxes of one image) uploaded by another at the same
-      // moment fails this one with "already exists". Once the other's upload is in, it works.
+      // moment fails this one with "already exists", and tried again it works. The engine may
+      // have gone on with that start all the same: a try after it that finds the container
+      // started (304) finds it started from this checkpoint, the only start asked of it.
       for (let attempt = 1; ; attempt += 1) {
         try {
           await checkpoints(container).start({ _query: { checkpoint: name }, _body: {} });
           return;
         } catch (error) {
+          if (attempt > 1 && (error as { statusCode?: number }).statusCode === 304) return;
           if (attempt >= 3 || !/already exists/.test(String((error as Error).message))) throw error;
           await new Promise((resolve) => setTimeout(resolve, 500 * attempt));
         }
