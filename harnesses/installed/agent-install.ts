@@ -5,13 +5,13 @@
  * an install the sandbox runs itself. What fails by the sandbox's going is `sandbox_gone`; what
  * fails in our copy is `infra_error`; an install the recipe has the sandbox run is the agent's.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { access, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { GymError } from '../../core/errors.ts';
 import type { HarnessOutcome, SandboxHandle } from '../harness.ts';
+import { pathExists, runOnHost } from './host-command.ts';
 import {
   ensureRuntimeBundle,
   type PythonHostSource,
@@ -90,37 +90,25 @@ export interface InSandboxSource {
   installCommand: string;
 }
 
-function runNpmInstall(prefix: string, spec: string, platform: AgentPlatform): Promise<void> {
-  return new Promise((resolve, reject) => {
-    // npm picks the optional platform packages for the platform named, not this host's.
-    const child = spawn(
-      'npm',
-      [
-        'install',
-        '--prefix',
-        prefix,
-        '--no-save',
-        '--no-audit',
-        '--no-fund',
-        '--loglevel=error',
-        '--os=linux',
-        `--cpu=${platform.arch}`,
-        `--libc=${platform.libc}`,
-        spec,
-      ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    let errors = '';
-    child.stderr.on('data', (chunk: Buffer) => {
-      errors = (errors + chunk.toString()).slice(-2000);
-    });
-    child.on('error', reject);
-    child.on('close', (code) =>
-      code === 0
-        ? resolve()
-        : reject(new GymError('INTERNAL', `npm install ${spec} failed: ${errors.trim()}`)),
-    );
-  });
+async function runNpmInstall(prefix: string, spec: string, platform: AgentPlatform): Promise<void> {
+  // npm picks the optional platform packages for the platform named, not this host's.
+  await runOnHost(
+    'npm',
+    [
+      'install',
+      '--prefix',
+      prefix,
+      '--no-save',
+      '--no-audit',
+      '--no-fund',
+      '--loglevel=error',
+      '--os=linux',
+      `--cpu=${platform.arch}`,
+      `--libc=${platform.libc}`,
+      spec,
+    ],
+    `npm install ${spec}`,
+  );
 }
 
 /**
@@ -151,31 +139,13 @@ export async function ensureAgentOnHost(
   return binary;
 }
 
-function run(command: string, args: string[], what: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    let errors = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      errors = (errors + chunk.toString()).slice(-2000);
-    });
-    child.on('error', reject);
-    child.on('close', (code) =>
-      code === 0 ? resolve(output) : reject(new GymError('INTERNAL', `${what} failed: ${errors.trim()}`)),
-    );
-  });
-}
-
 /** `npm pack`s a package into the host cache once; returns the tarball's path. */
 async function ensurePack(spec: string, packsDir: string): Promise<string> {
   const marker = join(packsDir, `${spec.replace(/[@/]/g, '_')}.name`);
   const known = await readFile(marker, 'utf8').catch(() => '');
-  if (known !== '' && (await exists(join(packsDir, known)))) return join(packsDir, known);
+  if (known !== '' && (await pathExists(join(packsDir, known)))) return join(packsDir, known);
   await mkdir(packsDir, { recursive: true });
-  const output = await run(
+  const output = await runOnHost(
     'npm',
     ['pack', '--pack-destination', packsDir, '--loglevel=error', spec],
     `npm pack ${spec}`,
@@ -184,12 +154,6 @@ async function ensurePack(spec: string, packsDir: string): Promise<string> {
   await writeFile(marker, name);
   return join(packsDir, name);
 }
-
-const exists = (path: string) =>
-  access(path).then(
-    () => true,
-    () => false,
-  );
 
 /** The launcher of a Node agent: the runtime and the installed package sit beside it. */
 export function nodeLauncher(source: NpmNodeSource): string {
@@ -241,7 +205,7 @@ async function buildNodeAgentOnHost(
     `${source.npmPackage.replace(/[@/]/g, '_')}-${source.version}-node${NODE_RUNTIME_VERSION}-linux-${platform.arch}`,
   );
   const bundle = `${dir}.tgz`;
-  if (!(await exists(join(dir, 'run'))) || !(await exists(bundle))) {
+  if (!(await pathExists(join(dir, 'run'))) || !(await pathExists(bundle))) {
     const nodePack = await ensurePack(
       `node-linux-${platform.arch}@${NODE_RUNTIME_VERSION}`,
       join(cacheDir, 'packs'),
@@ -250,14 +214,14 @@ async function buildNodeAgentOnHost(
     const staging = `${dir}.staging-${process.pid}-${randomBytes(4).toString('hex')}`;
     await rm(staging, { recursive: true, force: true });
     await mkdir(join(staging, 'runtime'), { recursive: true });
-    await run(
+    await runOnHost(
       'tar',
       ['-xzf', nodePack, '-C', join(staging, 'runtime'), '--strip-components=2', 'package/bin/node'],
       'unpacking Node',
     );
     await mkdir(join(staging, 'lib'), { recursive: true });
     await runNpmInstall(join(staging, 'lib'), `${source.npmPackage}@${source.version}`, platform);
-    await run(
+    await runOnHost(
       'tar',
       ['-czf', `${staging}.tgz`, '-C', staging, 'runtime', 'lib'],
       `packing ${source.npmPackage}`,

@@ -36,7 +36,7 @@ const WRONG = `sed -i 's/return 0/return -1/' textstats/core.py`;
 /** Each agent: its harness, and the scripted replies in the tool-call format it speaks. */
 interface AgentCase {
   recipe: InstalledAgentRecipe;
-  /** The replies that run `commands` then apply `edit` (sed's words), one a turn, then end the run. */
+  /** The replies that run `commands`, one a turn, then end the run. */
   replies(commands: string[]): unknown[];
   /** One reply repeated forever (an agent that never ends). */
   endless: unknown;

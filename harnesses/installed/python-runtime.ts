@@ -19,12 +19,12 @@
  *   lib/x86_64-linux-gnu (shared libraries, the loader among them),
  *   local/lib/python3.13/dist-packages (the agent), share/gym (our files), gym-runtime.json
  */
-import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { access, chmod, copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GymError } from '../../core/errors.ts';
+import { pathExists, runOnHost } from './host-command.ts';
 
 /** An agent installed from PyPI into a runtime of its own on the host, then given to sandboxes. */
 export interface PythonHostSource {
@@ -81,12 +81,6 @@ export function pythonRuntimeDir(cacheDir: string, source: PythonHostSource): st
   return join(cacheDir, `${source.name}-${source.version}-py${AGENT_PYTHON.version}`);
 }
 
-const exists = (path: string) =>
-  access(path).then(
-    () => true,
-    () => false,
-  );
-
 /** The runtime's manifest, or null when it has not been made (or was left half made). */
 export async function readRuntimeManifest(dir: string): Promise<RuntimeManifest | null> {
   const text = await readFile(join(dir, 'gym-runtime.json'), 'utf8').catch(() => null);
@@ -128,33 +122,6 @@ exec "$d/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$d/lib/x86_6
 
 export type RuntimeLog = (message: string) => void;
 
-function run(command: string, args: string[], what: string, env?: NodeJS.ProcessEnv): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], ...(env ? { env } : {}) });
-    let output = '';
-    let errors = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output = (output + chunk.toString()).slice(-100_000);
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      errors = (errors + chunk.toString()).slice(-4000);
-    });
-    child.on('error', (error) =>
-      reject(new GymError('INTERNAL', `${what}: could not start ${command}: ${error.message}`)),
-    );
-    child.on('close', (code) =>
-      code === 0
-        ? resolve(output)
-        : reject(
-            new GymError(
-              'INTERNAL',
-              `${what} failed (exit ${code}): ${errors.trim() || output.slice(-2000)}`,
-            ),
-          ),
-    );
-  });
-}
-
 export interface InstallRuntimeOptions {
   cacheDir: string;
   /** The Debian mirror debootstrap reads trixie from (the machine's configured one). */
@@ -167,12 +134,12 @@ export interface InstallRuntimeOptions {
 /** The shared trixie root the runtimes are made from (python3.13, pip and setuptools to install with). */
 async function ensureBase(options: InstallRuntimeOptions): Promise<string> {
   const base = join(options.cacheDir, 'python-base', `${AGENT_PYTHON.suite}-python${AGENT_PYTHON.version}`);
-  if (await exists(join(base, 'usr', 'bin', `python${AGENT_PYTHON.version}`))) return base;
+  if (await pathExists(join(base, 'usr', 'bin', `python${AGENT_PYTHON.version}`))) return base;
   const staging = `${base}.staging-${process.pid}-${randomBytes(4).toString('hex')}`;
   await mkdir(dirname(base), { recursive: true });
   options.log?.(`debootstrap ${AGENT_PYTHON.suite} with python${AGENT_PYTHON.version} (about a minute)`);
   try {
-    await run(
+    await runOnHost(
       'debootstrap',
       [
         '--variant=minbase',
@@ -183,7 +150,7 @@ async function ensureBase(options: InstallRuntimeOptions): Promise<string> {
       ],
       `debootstrap ${AGENT_PYTHON.suite}`,
     );
-    await run(
+    await runOnHost(
       'sh',
       ['-c', `rm -rf "${staging}"/var/cache/apt/archives/*.deb "${staging}"/var/lib/apt/lists/*`],
       'cleaning',
@@ -234,7 +201,7 @@ async function buildRuntime(
   const wheelhouse = join(options.cacheDir, 'wheelhouse');
   await mkdir(wheelhouse, { recursive: true });
   options.log?.(`downloading ${source.name} ${source.version}'s wheels (hashes checked)`);
-  await run(
+  await runOnHost(
     options.hostPython ?? 'python3',
     [
       '-m',
@@ -259,15 +226,15 @@ async function buildRuntime(
   try {
     await mkdir(staging, { recursive: true });
     options.log?.(`installing ${source.name} ${source.version} offline into python${AGENT_PYTHON.version}`);
-    await run('cp', ['-a', base, root], 'copying the trixie root');
+    await runOnHost('cp', ['-a', base, root], 'copying the trixie root');
     // Hard links: the wheelhouse and the cache are one filesystem; a copy where they are not.
-    await run(
+    await runOnHost(
       'sh',
       ['-c', 'cp -al "$0" "$1" 2>/dev/null || cp -a "$0" "$1"', wheelhouse, join(root, 'tmp', 'wheelhouse')],
       'linking the wheelhouse',
     );
     await copyFile(lock, join(root, 'tmp', 'gym-lock.txt'));
-    await run(
+    await runOnHost(
       'chroot',
       [
         root,
@@ -298,7 +265,7 @@ async function buildRuntime(
       `installing ${source.name}`,
     );
     const version = (
-      await run(
+      await runOnHost(
         'chroot',
         [root, `python${AGENT_PYTHON.version}`, '-c', 'import platform; print(platform.python_version())'],
         'reading the Python version',
@@ -361,10 +328,10 @@ export function ensureRuntimeBundle(dir: string): Promise<string> {
 
 async function packRuntime(dir: string): Promise<string> {
   const bundle = `${dir}.tgz`;
-  if (await exists(bundle)) return bundle;
+  if (await pathExists(bundle)) return bundle;
   const staging = `${bundle}.staging-${process.pid}-${randomBytes(4).toString('hex')}`;
   try {
-    await run(
+    await runOnHost(
       'sh',
       [
         '-c',
