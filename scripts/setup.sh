@@ -21,6 +21,7 @@
 #   5. the local base images (gym image build: busybox, debian-base)
 #   6. the agents from PyPI (gym agent install: mini-swe-agent, openhands), each a Python 3.13
 #      runtime made from a Debian trixie root and its hash-pinned wheels (docs/harnesses.md)
+#   7. the Python frameworks the integration tests run (scripts/framework-runtimes.ts), made the same way
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -202,3 +203,7 @@ node cli/main.ts image build
 # 6. Agents from PyPI (each made once; a runtime of the same pins is kept)
 log "installing the agents from PyPI (a few minutes the first time)"
 node cli/main.ts agent install
+
+# 7. The frameworks our users run, for the integration tests (each made once, like the agents)
+log "making the Python frameworks' runtimes (a few minutes the first time)"
+node scripts/framework-runtimes.ts

@@ -1,0 +1,23 @@
+/**
+ * The Python frameworks our users run (Harbor, SWE-ReX, NeMo Gym, ...), each made on this host as
+ * a self-contained CPython 3.13 runtime from its hash-pinned lock file, exactly as the agents from
+ * PyPI are (`harnesses/installed/python-runtime.ts`): the integration tests in `python/` run the
+ * real framework from it against a real daemon. Set-up makes them (`scripts/framework-runtimes.ts`);
+ * a test finds one with `frameworkRuntimeDir`.
+ */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { type PythonHostSource, pythonRuntimeDir } from '../../harnesses/installed/python-runtime.ts';
+
+/** Each framework's runtime: `lockFile` in `harnesses/installed/python/` (`framework-<name>.lock`). */
+export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [];
+
+/** Where set-up keeps the frameworks' runtimes. */
+export const FRAMEWORK_CACHE = join(homedir(), '.cache', 'gym', 'frameworks');
+
+/** The runtime folder of the named framework (its `bin/python` runs isolated, `-I`). */
+export function frameworkRuntimeDir(name: string, cacheDir = FRAMEWORK_CACHE): string {
+  const source = FRAMEWORK_RUNTIMES.find((item) => item.name === name);
+  if (source === undefined) throw new Error(`no framework runtime named "${name}"`);
+  return pythonRuntimeDir(cacheDir, source);
+}
