@@ -413,6 +413,8 @@ export class GymClient {
         api?: 'openai' | 'anthropic';
         requestTokenIds?: boolean;
       };
+      /** The sandbox whose agent makes the calls: calls from any other sandbox are refused. */
+      sandboxId?: string;
     } = {},
   ): Promise<{
     rolloutId: string;

@@ -268,6 +268,9 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
         maxModelRequestBytes: config.gateway.maxRequestBytes,
         logger,
         ...(tracing === undefined ? {} : { tracing }),
+        ...(gatewayArrivals === undefined
+          ? {}
+          : { arrivedFrom: (socket: object) => gatewayArrivals.sandboxOf(socket) }),
       });
       egress?.attach(gatewayApp);
       gatewayArrivals?.serve(gatewayApp.server);

@@ -238,6 +238,8 @@ export interface GatewayServerOptions {
   maxModelRequestBytes: number;
   logger?: FastifyBaseLogger;
   tracing?: DaemonTracing;
+  /** The sandbox whose own gateway socket a connection came through (`gateway/arrivals.ts`). */
+  arrivedFrom?: (socket: object) => string | undefined;
 }
 
 /**
@@ -257,6 +259,7 @@ export async function buildGatewayServer(options: GatewayServerOptions): Promise
   registerGatewayModelRoutes(app, options.gateway, {
     maxRequestBytes: options.maxModelRequestBytes,
     ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
+    ...(options.arrivedFrom === undefined ? {} : { arrivedFrom: options.arrivedFrom }),
   });
   return app;
 }

@@ -1,6 +1,7 @@
 /** Request and response bodies of the HTTP API (v1) that are not domain types of their own. */
 import { z } from 'zod';
 import { ERROR_CODES } from '../errors.ts';
+import { SANDBOX_ID_PATTERN } from '../ids.ts';
 import { AbsolutePathSchema, LabelsSchema } from './common.ts';
 import { NetworkPolicySchema, SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
 import { SandboxLineageSchema, SnapshotInfoSchema } from './snapshot.ts';
@@ -187,5 +188,14 @@ export const UpstreamSchema = z
 export const ROLLOUT_ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
 
 export const OpenRolloutRequestSchema = z
-  .object({ rolloutId: z.string().regex(ROLLOUT_ID_PATTERN).optional(), upstream: UpstreamSchema.optional() })
+  .object({
+    rolloutId: z.string().regex(ROLLOUT_ID_PATTERN).optional(),
+    upstream: UpstreamSchema.optional(),
+    /**
+     * The sandbox whose agent makes the rollout's calls: a call that arrives through any other
+     * sandbox's reach is refused as a wrong key is (a fork child holds its parent's key). Calls
+     * from outside every sandbox (a loop on the host) are taken as before.
+     */
+    sandboxId: z.string().regex(SANDBOX_ID_PATTERN, { message: 'not a sandbox id' }).optional(),
+  })
   .strict();

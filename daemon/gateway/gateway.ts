@@ -99,7 +99,7 @@ export class ModelGateway {
    * reaches this. A rollout that is open already is a ROLLOUT_CONFLICT: a key is handed out once.
    */
   async openRollout(
-    options: { rolloutId?: string; upstream?: UpstreamConfig } = {},
+    options: { rolloutId?: string; upstream?: UpstreamConfig; sandboxId?: string } = {},
   ): Promise<{ rolloutId: string; key: string; basePath: string }> {
     const upstream = options.upstream ?? this.#options.upstream;
     if (upstream === undefined) {
@@ -109,8 +109,11 @@ export class ModelGateway {
       );
     }
     this.#loopGuard.checkNotSelf(upstream);
-    return this.#rollouts.open(options.rolloutId, upstream, (rolloutId) =>
-      this.#journal.recordedBytes(rolloutId),
+    return this.#rollouts.open(
+      options.rolloutId,
+      upstream,
+      (rolloutId) => this.#journal.recordedBytes(rolloutId),
+      options.sandboxId,
     );
   }
 
@@ -142,8 +145,8 @@ export class ModelGateway {
    * The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's
    * token), the same for an unknown rollout and a wrong key.
    */
-  authorize(rolloutId: string, presentedKey: string): OpenRollout {
-    return this.#rollouts.authorize(rolloutId, presentedKey);
+  authorize(rolloutId: string, presentedKey: string, arrivedFrom?: string): OpenRollout {
+    return this.#rollouts.authorize(rolloutId, presentedKey, arrivedFrom);
   }
 
   /** Every record of a rollout; a damaged line stands as a {@link DamagedRecord} (see ./call-journal.ts). */

@@ -19,6 +19,8 @@ export interface OpenRollout {
   id: string;
   key: string;
   upstream: UpstreamConfig;
+  /** The sandbox whose calls alone it takes, when it was opened for one (see `authorize`). */
+  sandboxId?: string;
   calls: number;
   /** Bytes of records written so far (checked against the per-rollout budget). */
   recordedBytes: number;
@@ -96,6 +98,7 @@ export class RolloutTable {
     rolloutId: string | undefined,
     upstream: UpstreamConfig,
     recordedBytesOf: (rolloutId: string) => Promise<number>,
+    sandboxId?: string,
   ): Promise<{ rolloutId: string; key: string; basePath: string }> {
     const id = rolloutId ?? createId('ro');
     if (!ROLLOUT_ID_PATTERN.test(id)) throw new GymError('VALIDATION_FAILED', `invalid rollout id "${id}"`);
@@ -113,6 +116,7 @@ export class RolloutTable {
       id,
       key,
       upstream,
+      ...(sandboxId === undefined ? {} : { sandboxId }),
       calls: 0,
       recordedBytes,
       reservedBytes: 0,
@@ -126,13 +130,17 @@ export class RolloutTable {
   /**
    * The rollout whose key this is; UNAUTHORIZED otherwise (an agent never sees the daemon's
    * token). An unknown rollout and a wrong key answer alike, so a model call cannot probe which
-   * rollout ids exist.
+   * rollout ids exist. A rollout opened for a sandbox takes no call that `arrivedFrom` another
+   * sandbox (the one whose reach it came through; undefined from outside every sandbox): the key
+   * travels with a fork child's copy of its parent, the path a call took does not.
    */
-  authorize(rolloutId: string, presentedKey: string): OpenRollout {
+  authorize(rolloutId: string, presentedKey: string, arrivedFrom?: string): OpenRollout {
     const rollout = this.#rollouts.get(rolloutId);
     // Compare even when there is no such rollout, so both answers take the same time.
     const isKeyRight = tokenMatches(presentedKey, rollout?.key ?? `gym-ro-none-${presentedKey}x`);
-    if (rollout === undefined || !isKeyRight)
+    const isElsewhere =
+      rollout?.sandboxId !== undefined && arrivedFrom !== undefined && arrivedFrom !== rollout.sandboxId;
+    if (rollout === undefined || !isKeyRight || isElsewhere)
       throw new GymError('UNAUTHORIZED', 'no open rollout with this id and key');
     return rollout;
   }

@@ -73,6 +73,8 @@ export interface ModelRouteOptions {
   maxRequestBytes: number;
   /** A span per model call (docs/tracing.md); absent or off: none. */
   tracing?: DaemonTracing;
+  /** The sandbox whose own gateway socket a connection came through (`../gateway/arrivals.ts`). */
+  arrivedFrom?: (socket: object) => string | undefined;
 }
 
 export function registerGatewayModelRoutes(
@@ -92,6 +94,7 @@ export function registerGatewayModelRoutes(
       request.rollout = gateway.authorize(
         (request.params as { rolloutId: string }).rolloutId,
         presentedKey(request),
+        options.arrivedFrom?.(request.raw.socket),
       );
     } catch (error) {
       // Close the connection rather than read and drop whatever body the caller announced.

@@ -188,12 +188,16 @@ export async function setupSandbox(
   await options.environment.implementation.startSandbox?.({ row, sandbox, environment: options.environment });
 }
 
-/** Model: the rollout opened at the gateway, for a harness that calls a model. */
-export async function openModel(context: RolloutContext): Promise<ModelEndpoint> {
+/**
+ * Model: the rollout opened at the gateway, for a harness that calls a model, bound to the
+ * agent's sandbox (`sandboxId`): a call with its key from any other sandbox is refused.
+ */
+export async function openModel(context: RolloutContext, sandboxId?: string): Promise<ModelEndpoint> {
   const { options, client, rolloutId } = context;
   if (!options.harness.needsModel) return { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
   const rollout = await client.openRollout({
     rolloutId,
+    ...(sandboxId === undefined ? {} : { sandboxId }),
     ...(options.upstream === undefined ? {} : { upstream: options.upstream }),
   });
   return {

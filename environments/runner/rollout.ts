@@ -135,7 +135,7 @@ async function runPhases(
     watch.start();
     // In the rollout's own span, not a phase's: the daemon nests the rollout's model calls
     // under the span that opened it, and they belong to the rollout, not to a finished phase.
-    const model = await openModel(context);
+    const model = await openModel(context, sandboxId);
     const agentStarted = Date.now();
     harnessResult = await phase('agent', async (span) => {
       const result = await runAgent(context, sandbox, model);

@@ -258,12 +258,16 @@ class AsyncGymClient:
     async def expose_gateway(self, sandbox_id: str) -> GatewayReach:
         return cast(GatewayReach, await self._json(calls.expose_gateway(sandbox_id)))
 
-    async def open_rollout(self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None) -> Rollout:
+    async def open_rollout(
+        self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None, sandbox_id: str | None = None
+    ) -> Rollout:
         request: dict[str, Any] = {}
         if rollout_id is not None:
             request["rolloutId"] = rollout_id
         if upstream is not None:
             request["upstream"] = dict(upstream)
+        if sandbox_id is not None:
+            request["sandboxId"] = sandbox_id
         return cast(Rollout, await self._json(calls.open_rollout(request)))  # type: ignore[arg-type]
 
     def rollout_url(self, rollout: Rollout, reach: GatewayReach | None = None) -> str:

@@ -273,13 +273,17 @@ class GymClient:
         """Makes the gateway reachable from inside the sandbox; ``url`` is its origin as seen there."""
         return cast(GatewayReach, self._json(calls.expose_gateway(sandbox_id)))
 
-    def open_rollout(self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None) -> Rollout:
-        """Opens a rollout; its ``key`` is handed out once (opening it again is ``ROLLOUT_CONFLICT``)."""
+    def open_rollout(
+        self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None, sandbox_id: str | None = None
+    ) -> Rollout:
+        """Opens a rollout; its ``key`` is handed out once (opening it again is ``ROLLOUT_CONFLICT``); with ``sandbox_id``, a call from any other sandbox is refused."""
         request: dict[str, Any] = {}
         if rollout_id is not None:
             request["rolloutId"] = rollout_id
         if upstream is not None:
             request["upstream"] = dict(upstream)
+        if sandbox_id is not None:
+            request["sandboxId"] = sandbox_id
         return cast(Rollout, self._json(calls.open_rollout(request)))  # type: ignore[arg-type]
 
     def rollout_url(self, rollout: Rollout, reach: GatewayReach | None = None) -> str:

@@ -195,6 +195,7 @@ class OpenRolloutRequestUpstream(TypedDict):
 class OpenRolloutRequest(TypedDict):
     rolloutId: NotRequired[str]
     upstream: NotRequired[OpenRolloutRequestUpstream]
+    sandboxId: NotRequired[str]
 
 
 class PoolDefinition(TypedDict):

@@ -171,6 +171,36 @@ describe.skipIf(skipReason !== undefined)('the agent against the egress proxy (d
     await client.closeRollout(rollout.rolloutId);
   }, 120_000);
 
+  it("cannot make model calls under another sandbox's rollout with its key (a fork child holds its parent's)", async () => {
+    // The rollout is opened for the first sandbox; the second holds its key as a fork child
+    // would (its parent's files or memory copied): it comes through its own socket and is refused
+    // like a wrong key, before the upstream sees anything. The first is let through.
+    const rollout = await client.openRollout({ sandboxId: first });
+    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+    const path = `${rollout.basePath}/chat/completions`;
+    const headers = { Authorization: `Bearer ${rollout.key}`, 'Content-Type': 'application/json' };
+    const seenBefore = upstream.seen.length;
+    const stolen = await inside(second, { op: 'raw', method: 'POST', path, headers, body });
+    expect(stolen.status).toBe(401);
+    expect(upstream.seen).toHaveLength(seenBefore);
+    const own = await inside(first, { op: 'raw', method: 'POST', path, headers, body });
+    expect(own.status).not.toBe(401);
+    expect(upstream.seen).toHaveLength(seenBefore + 1);
+    expect(await client.rolloutRecords(rollout.rolloutId)).toHaveLength(1);
+    // A rollout opened for no sandbox stays as before: any holder of its key, from anywhere.
+    const unbound = await client.openRollout();
+    const anyone = await inside(second, {
+      op: 'raw',
+      method: 'POST',
+      path: `${unbound.basePath}/chat/completions`,
+      headers: { ...headers, Authorization: `Bearer ${unbound.key}` },
+      body,
+    });
+    expect(anyone.status).not.toBe(401);
+    await client.closeRollout(rollout.rolloutId);
+    await client.closeRollout(unbound.rolloutId);
+  }, 120_000);
+
   it("cannot set its own policy or read another sandbox's log through the relay, and sees only its own attempts", async () => {
     for (const [method, path, payload] of [
       ['PUT', `/v1/sandboxes/${first}/network`, JSON.stringify({ mode: 'public' })],
