@@ -4,7 +4,7 @@ import type Docker from 'dockerode';
 import type { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import type { ExecRequest, ExecResult } from '../../core/schemas/exec.ts';
-import { NetworkModeSchema, type SandboxInfo, type SandboxSpec } from '../../core/schemas/sandbox.ts';
+import type { SandboxInfo, SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../../core/schemas/toolchain.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import {
@@ -34,6 +34,8 @@ import { sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
+import { dockerCapabilities } from './capabilities.ts';
+import { sandboxContainerOptions } from './container-config.ts';
 import {
   ContainerListing,
   DOCKER_LABEL_PREFIX,
@@ -44,6 +46,7 @@ import { wrapDockerError, wrapStopError } from './docker-errors.ts';
 import { ContainerFiles, writeSeedFiles } from './docker-files.ts';
 import { DockerImages } from './docker-images.ts';
 import { openDockerSession, SessionNotStarted } from './docker-session.ts';
+import { engineHealth } from './engine-health.ts';
 import { EngineTraits } from './engine-kind.ts';
 import { GatewayRelays } from './gateway-relay.ts';
 import { HostAccessPolicy } from './host-access.ts';
@@ -51,16 +54,9 @@ import { ImageSources } from './image-sources.ts';
 import { LiveForks } from './live-fork.ts';
 import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
-import {
-  DEFAULT_CAPABILITIES,
-  type DockerProviderOptions,
-  DockerProviderOptionsSchema,
-  IDLE_SCRIPT,
-  SANDBOX_READONLY_PATHS,
-} from './options.ts';
+import { DEFAULT_CAPABILITIES, type DockerProviderOptions, DockerProviderOptionsSchema } from './options.ts';
 import { detectHostControl, ProcessControl } from './process-control.ts';
 import {
-  checkEngineRuntime,
   guestHostFdHolders,
   type RuntimeTier,
   runtimeTier,
@@ -174,31 +170,13 @@ export class DockerProvider implements SandboxProvider {
       docker,
       tier: this.#tier,
     });
-    // Under gVisor the helper is still the keeper, but the host cannot see the guest's processes.
-    const hasHostControl = this.#processes.host.mode === 'cgroup' && this.#tier.hostControlGap === undefined;
-    // There the keeper stops them from inside (`stopGuestProcesses`), which needs only the helper.
-    const canStopInGuest = this.#processes.helperBind !== null && this.#tier.hasGuestKernel;
-    this.capabilities = {
-      sessions: true,
-      snapshot: true,
-      // gVisor's checkpoint (live-fork.ts), started again from a copy in the engine's root
-      // directory: a local engine only. Whether the engine runs with --experimental is asked at use.
-      // It asks the exec helper (the host's, read-only) what in the guest blocks a restore.
-      liveFork: this.#tier.hasGuestKernel && isEngineLocal && this.#processes.helperBind !== null,
-      gpus: this.#options.gpus,
-      diskLimit: this.#options.diskQuota,
-      // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
-      // checked at create as FORBIDDEN_BY_CONFIG).
-      networkModes: [...NetworkModeSchema.options],
-      gatewayReach: this.#options.gatewayReach && !this.#tier.hasGuestKernel,
-      // Under gVisor each command runs traced by the helper, which takes all it started when killed.
-      timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
-      stopProcesses: hasHostControl || canStopInGuest,
-      ...(this.#tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const, keeperKillable: true } : {}),
-      // The engine's change list and archive reads need nothing on the host but the engine.
-      toolchainCheck: true,
-      imageFormats: ['rootfs', 'derived', 'plan'],
-    };
+    this.capabilities = dockerCapabilities({
+      tier: this.#tier,
+      hostControl: this.#processes.host.mode,
+      helperMounted: this.#processes.helperBind !== null,
+      isEngineLocal,
+      options: this.#options,
+    });
   }
 
   /** Container names embed the namespace, so a lookup by name never crosses deployments. */
@@ -233,42 +211,16 @@ export class DockerProvider implements SandboxProvider {
       });
   }
 
-  async health(): Promise<ProviderHealth> {
-    try {
-      const version = await this.#docker.version();
-      const engine = await this.#engine.kind();
-      const gap = this.#hostControlGap();
-      // A runtime the engine lacks, or gVisor without the arguments it needs here, fails every create.
-      const runtimeProblems =
-        this.#options.runtime === undefined
-          ? []
-          : await checkEngineRuntime(this.#docker, this.#options.runtime);
-      // Declared, but the engine may still lack what a live fork needs (--experimental).
-      const liveForkGap = this.capabilities.liveFork ? await this.#live.unavailable() : null;
-      return {
-        ok: runtimeProblems.length === 0,
-        message:
-          `${engine === 'podman' ? 'Podman' : 'Docker'} engine ${version.Version} (API ${version.ApiVersion}), runtime ${this.#tier.runtime}` +
-          (runtimeProblems.length > 0 ? `: ${runtimeProblems.join('; ')}` : '') +
-          (gap === undefined
-            ? '; timed-out commands are killed through their cgroup'
-            : this.capabilities.timeoutKill === 'traced'
-              ? `; timed-out commands are killed through their tracer inside the sandbox (${gap})`
-              : `; timed-out commands are killed from inside the sandbox only, a weaker guarantee (${gap})`) +
-          (liveForkGap === null ? '' : `; live fork refused: ${liveForkGap}`),
-        details: {
-          version: version.Version,
-          engine,
-          runtime: this.#tier.runtime,
-          timeoutKill: this.capabilities.timeoutKill,
-          ...(gap === undefined ? {} : { timeoutKillReason: gap }),
-          ...(runtimeProblems.length === 0 ? {} : { runtimeProblems }),
-          ...(this.capabilities.liveFork ? { liveFork: liveForkGap === null ? 'ready' : liveForkGap } : {}),
-        },
-      };
-    } catch (error) {
-      return { ok: false, message: wrapDockerError(error, { operation: 'ping' }).message };
-    }
+  health(): Promise<ProviderHealth> {
+    return engineHealth({
+      docker: this.#docker,
+      engine: this.#engine,
+      tier: this.#tier,
+      runtime: this.#options.runtime,
+      timeoutKill: this.capabilities.timeoutKill,
+      hostControlGap: this.#hostControlGap(),
+      liveFork: this.capabilities.liveFork ? () => this.#live.unavailable() : undefined,
+    });
   }
 
   /** Why commands cannot be confined and stopped from the host; undefined when they can. */
@@ -313,64 +265,24 @@ export class DockerProvider implements SandboxProvider {
       spec.labels,
     );
     labels[USER_KEYS_LABEL] = Object.keys(spec.labels).sort().join(',');
-    const { resources } = spec;
-
     let container: Docker.Container;
     try {
-      container = await this.#imageSources.createContainer(spec.image, {
-        name: this.containerName(id),
-        Image: spec.image,
-        // With the exec helper mounted, PID 1 is the helper's keeper: it runs nothing of the
-        // sandbox's own (a shell loop would run the sandbox's `sleep`, which an agent can replace
-        // to be respawned after every stop), cannot be killed from inside, and reaps orphans.
-        Entrypoint:
-          this.#processes.helperBind === null ? ['sh', '-c', IDLE_SCRIPT] : [EXEC_HELPER_MOUNT, '--keeper'],
-        Cmd: [],
-        Env: Object.entries(spec.env).map(([name, value]) => `${name}=${value}`),
-        Labels: labels,
-        ...(spec.workdir === undefined ? {} : { WorkingDir: spec.workdir }),
-        ...(spec.user === undefined ? {} : { User: spec.user }),
-        HostConfig: {
-          Init: this.#processes.helperBind === null ? this.#options.init : false,
-          // runc's; another runtime (gVisor) is left its own defaults.
-          ...(this.#options.runtime === undefined ? { ReadonlyPaths: SANDBOX_READONLY_PATHS } : {}),
-          NetworkMode: spec.network,
-          CapDrop: ['ALL'],
-          CapAdd: [...new Set([...DEFAULT_CAPABILITIES, ...specOptions.capAdd])],
-          SecurityOpt: ['no-new-privileges'],
-          LogConfig: { Type: 'none', Config: {} },
-          ...(resources.memoryMiB === undefined
-            ? {}
-            : {
-                Memory: (resources.memoryMiB + this.#tier.memoryOverheadMiB) * 1024 * 1024,
-                MemorySwap: (resources.memoryMiB + this.#tier.memoryOverheadMiB) * 1024 * 1024,
-              }),
-          ...(resources.cpus === undefined ? {} : { NanoCpus: Math.round(resources.cpus * 1e9) }),
-          // Under gVisor the host's counts include its kernel's own threads and memory.
-          ...(resources.pidsLimit === undefined
-            ? {}
-            : { PidsLimit: resources.pidsLimit + this.#tier.pidsOverhead }),
-          ...(resources.diskMiB === undefined ? {} : { StorageOpt: { size: `${resources.diskMiB}M` } }),
-          ...(specOptions.shmSizeMiB === undefined ? {} : { ShmSize: specOptions.shmSizeMiB * 1024 * 1024 }),
-          ...(binds.length === 0 && this.#processes.helperBind === null
-            ? {}
-            : {
-                Binds: [
-                  ...binds.map((bind) => `${bind.hostPath}:${bind.path}:ro`),
-                  ...(this.#processes.helperBind === null ? [] : [this.#processes.helperBind]),
-                ],
-              }),
-          ...(resources.gpus === undefined || resources.gpus === 0
-            ? {}
-            : { DeviceRequests: [{ Driver: 'nvidia', Count: resources.gpus, Capabilities: [['gpu']] }] }),
-          ...(this.#options.runtime === undefined ? {} : { Runtime: this.#options.runtime }),
-          ...(await this.#engine.hostConfig()),
-          // gVisor mounts a tmpfs of its own on an empty /tmp, where no archive upload reaches.
-          ...(this.#tier.hasGuestKernel
-            ? { Mounts: [{ Type: 'volume' as const, Source: '', Target: '/tmp' }] }
-            : {}),
-        },
-      });
+      container = await this.#imageSources.createContainer(
+        spec.image,
+        sandboxContainerOptions({
+          name: this.containerName(id),
+          spec,
+          labels,
+          binds,
+          capAdd: specOptions.capAdd,
+          shmSizeMiB: specOptions.shmSizeMiB,
+          helperBind: this.#processes.helperBind,
+          init: this.#options.init,
+          runtime: this.#options.runtime,
+          tier: this.#tier,
+          engineHostConfig: await this.#engine.hostConfig(),
+        }),
+      );
     } catch (error) {
       throw wrapDockerError(error, { operation: 'create', image: spec.image });
     }

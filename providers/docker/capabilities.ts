@@ -1,0 +1,49 @@
+/**
+ * What a Docker provider declares it can do, from its runtime (runc or gVisor), how it reaches
+ * the host's processes (a cgroup of its own per command, or tags), whether the exec helper is
+ * mounted, whether the engine is local, and the operator's options.
+ */
+import type { z } from 'zod';
+import { NetworkModeSchema } from '../../core/schemas/sandbox.ts';
+import type { ProviderCapabilities } from '../sandbox-provider.ts';
+import type { DockerProviderOptionsSchema } from './options.ts';
+import type { RuntimeTier } from './runtime-tier.ts';
+
+export interface CapabilityInputs {
+  tier: RuntimeTier;
+  /** How timed-out commands are confined and stopped from the host (`process-control.ts`). */
+  hostControl: 'cgroup' | 'tagged';
+  helperMounted: boolean;
+  /** The engine is reached through a local unix socket (its root directory is this host's). */
+  isEngineLocal: boolean;
+  options: Pick<z.output<typeof DockerProviderOptionsSchema>, 'gpus' | 'diskQuota' | 'gatewayReach'>;
+}
+
+export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabilities {
+  const { tier, helperMounted, options } = inputs;
+  // Under gVisor the helper is still the keeper, but the host cannot see the guest's processes.
+  const hasHostControl = inputs.hostControl === 'cgroup' && tier.hostControlGap === undefined;
+  // There the keeper stops them from inside (`stopGuestProcesses`), which needs only the helper.
+  const canStopInGuest = helperMounted && tier.hasGuestKernel;
+  return {
+    sessions: true,
+    snapshot: true,
+    // gVisor's checkpoint (live-fork.ts), started again from a copy in the engine's root
+    // directory: a local engine only. Whether the engine runs with --experimental is asked at use.
+    // It asks the exec helper (the host's, read-only) what in the guest blocks a restore.
+    liveFork: tier.hasGuestKernel && inputs.isEngineLocal && helperMounted,
+    gpus: options.gpus,
+    diskLimit: options.diskQuota,
+    // What the engine has; which of them specs may use is the operator's (allowedNetworkModes,
+    // checked at create as FORBIDDEN_BY_CONFIG).
+    networkModes: [...NetworkModeSchema.options],
+    gatewayReach: options.gatewayReach && !tier.hasGuestKernel,
+    // Under gVisor each command runs traced by the helper, which takes all it started when killed.
+    timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
+    stopProcesses: hasHostControl || canStopInGuest,
+    ...(tier.hasGuestKernel ? { limitOverrun: 'sandbox' as const, keeperKillable: true } : {}),
+    // The engine's change list and archive reads need nothing on the host but the engine.
+    toolchainCheck: true,
+    imageFormats: ['rootfs', 'derived', 'plan'],
+  };
+}
