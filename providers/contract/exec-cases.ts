@@ -123,6 +123,16 @@ export function defineExecCases(fixture: SandboxFixture, mode: ExecMode, sandbox
     expect(after).toMatchObject({ status: 'ok', stdout: 'still here\n' });
   });
 
+  // An agent is shown what its command printed before it was stopped (mini-SWE-agent's and
+  // Terminal-Bench's harnesses do): a timeout ends the command, not what it said.
+  it('keeps what a command printed before its timeout', async () => {
+    const result = await run({ command: 'echo before; echo oops >&2; sleep 1005', timeoutMs: 1000 });
+    expect(result.status).toBe('timeout');
+    expect(result.stdout).toBe('before\n');
+    // A session's shell that outlives the kill may add its own word on the job ("Killed").
+    expect(result.stderr.startsWith('oops\n')).toBe(true);
+  });
+
   it('kills processes that left the process group on timeout', async () => {
     const result = await run({ command: 'setsid sleep 1002 & sleep 1002', timeoutMs: 1000 });
     expect(result.status).toBe('timeout');

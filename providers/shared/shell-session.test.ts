@@ -44,6 +44,18 @@ describe('MarkerScanner', () => {
     expect(scanner.trailer).toBe('0');
   });
 
+  it('passes output on at once, holding back only an end that may begin the marker', () => {
+    const seen: string[] = [];
+    const scanner = new MarkerScanner(Buffer.from('__END__'), (chunk) => seen.push(chunk.toString()));
+    scanner.push(Buffer.from('before\n'));
+    expect(seen.join('')).toBe('before\n');
+    scanner.push(Buffer.from('a_b__E'));
+    expect(seen.join('')).toBe('before\na_b');
+    // The stream ended with no marker: what was held back was output after all.
+    scanner.flush();
+    expect(seen.join('')).toBe('before\na_b__E');
+  });
+
   it('has no trailer until its newline arrived', () => {
     const scanner = new MarkerScanner(Buffer.from('M'), () => {});
     scanner.push(Buffer.from('xM12'));

@@ -55,10 +55,19 @@ export class MarkerScanner {
       this.#pending = Buffer.alloc(0);
       return;
     }
-    // Keep just enough of the end to complete a marker split across chunks.
-    const keep = Math.min(buffer.length, this.#marker.length - 1);
+    // Hold back only an end that may be the start of a marker split across chunks: the rest is
+    // output now (a command killed before its marker keeps all it printed, see `flush`).
+    const keep = this.#markerStartAtEnd(buffer);
     this.#onData(buffer.subarray(0, buffer.length - keep));
     this.#pending = Buffer.from(buffer.subarray(buffer.length - keep));
+  }
+
+  /** The length of the longest end of `buffer` that begins the marker (0 when none does). */
+  #markerStartAtEnd(buffer: Buffer): number {
+    for (let length = Math.min(buffer.length, this.#marker.length - 1); length > 0; length -= 1) {
+      if (buffer.subarray(buffer.length - length).equals(this.#marker.subarray(0, length))) return length;
+    }
+    return 0;
   }
 
   /** No marker will come (the stream ended): what was held back as a possible one is output. */
@@ -259,6 +268,11 @@ export class ShellSession {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', cancel);
     this.#running = null;
+    // No marker is coming for a command killed or lost: what was held back as one is its output.
+    if (killing !== undefined || outcome === 'lost') {
+      running.stdout.flush();
+      running.stderr.flush();
+    }
 
     if (killing !== undefined) {
       // The result says "timeout" only once the kill has finished: nothing it reached runs on.
@@ -272,8 +286,6 @@ export class ShellSession {
     if (outcome === 'lost' && !this.#hasRun && (this.#exitCode === 126 || this.#exitCode === 127)) {
       // The shell never started (its wrapper could not become the user, say): a command that
       // cannot start, as a shell says it (126, 127), with the wrapper's message.
-      running.stdout.flush();
-      running.stderr.flush();
       output.push(
         'stderr',
         Buffer.from(
