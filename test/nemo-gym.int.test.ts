@@ -28,7 +28,7 @@ const NEMO_TESTS = [
   'python/tests/test_nemo_gym_resources_server.py',
   'python/tests/test_nemo_without_nemo_gym.py',
 ];
-const MIN_NEMO_TESTS = 18;
+const MIN_NEMO_TESTS = 19;
 
 function run(
   command: string,

@@ -226,6 +226,30 @@ def test_create_refuses_what_it_cannot_honour_before_allocating(client: GymClien
     assert _mine(client, case="refused") == []
 
 
+def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: GymClient, image: str) -> None:
+    """PTY sessions, pause/resume and endpoints are capabilities the provider does not declare:
+    NeMo Gym's facade refuses each with its own error, and the sandbox goes on working."""
+
+    async def scenario() -> None:
+        async with AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"})) as sandbox:
+            await sandbox.start()
+            with pytest.raises(NotImplementedError, match="PTY"):
+                await sandbox.pty.create("sh")
+            for call in (sandbox.pause, sandbox.resume):
+                with pytest.raises(NotImplementedError, match="pause/resume"):
+                    await call()
+            with pytest.raises(ValueError, match="not declared"):
+                await sandbox.endpoint(8080)
+            assert (await sandbox.exec("echo still here")).stdout == "still here\n"
+        # NeMo Gym's shipped sandbox configs carry options for their own providers (Terminal-Bench's
+        # OpenSandbox `resource_requests`): refused by name before anything is made, not dropped.
+        with pytest.raises(SandboxCreateError, match="resource_requests"):
+            await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"}, provider_options={"resource_requests": {"cpu": 0.5}})).start()
+        assert _mine(client, case="beyond") == []
+
+    asyncio.run(scenario())
+
+
 def test_a_dead_sandbox_is_error_type_sandbox(client: GymClient, image: str) -> None:
     async def scenario() -> None:
         provider = GymSandboxdProvider()
