@@ -19,6 +19,7 @@ from gym_sandboxd.errors import UnauthorizedError
 from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider
 from nemo_gym.sandbox import (
     AsyncSandbox,
+    AsyncSandboxCompose,
     create_provider,
     resolve_provider_config,
     resolve_provider_metadata,
@@ -226,8 +227,8 @@ def test_create_refuses_what_it_cannot_honour_before_allocating(client: GymClien
     assert _mine(client, case="refused") == []
 
 
-def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: GymClient, image: str) -> None:
-    """PTY sessions, pause/resume and endpoints are capabilities the provider does not declare:
+def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: GymClient, image: str, tmp_path: Path) -> None:
+    """PTY sessions, pause/resume, endpoints and Compose are capabilities the provider does not declare:
     NeMo Gym's facade refuses each with its own error, and the sandbox goes on working."""
 
     async def scenario() -> None:
@@ -241,6 +242,12 @@ def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: G
             with pytest.raises(ValueError, match="not declared"):
                 await sandbox.endpoint(8080)
             assert (await sandbox.exec("echo still here")).stdout == "still here\n"
+        # NeMo Gym's Compose adapter needs networking between sandboxes, which the provider does not
+        # declare: refused before any service starts.
+        compose = tmp_path / "compose.yaml"
+        compose.write_text(f"services:\n  app:\n    image: {image}\n  db:\n    image: {image}\n")
+        with pytest.raises(NotImplementedError, match="networking between sandboxes"):
+            await AsyncSandboxCompose(CONFIG, compose).start()
         # NeMo Gym's shipped sandbox configs carry options for their own providers (Terminal-Bench's
         # OpenSandbox `resource_requests`): refused by name before anything is made, not dropped.
         with pytest.raises(SandboxCreateError, match="resource_requests"):
