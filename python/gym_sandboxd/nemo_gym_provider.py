@@ -194,7 +194,7 @@ class GymSandboxdProvider:
                 "spec.entrypoint cannot be honoured: the daemon keeps each sandbox alive with its own keeper process; "
                 "start long-running services with exec instead"
             )
-        if spec.ports:
+        if getattr(spec, "ports", ()):  # NeMo Gym 0.4's SandboxSpec has no ports
             raise GymSandboxdCreateError(
                 "spec.ports cannot be honoured: the daemon offers no route from outside into a sandbox's ports "
                 "(an agent inside reaches the model through model_endpoint())"
