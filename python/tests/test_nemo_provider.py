@@ -252,6 +252,10 @@ def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: G
         # OpenSandbox `resource_requests`): refused by name before anything is made, not dropped.
         with pytest.raises(SandboxCreateError, match="resource_requests"):
             await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"}, provider_options={"resource_requests": {"cpu": 0.5}})).start()
+        # Its disk request (30 GiB) on a backend without disk quotas (the test daemon's Docker): the
+        # daemon's refusal, as NeMo Gym's SandboxCreateError.
+        with pytest.raises(SandboxCreateError, match="CAPABILITY_UNSUPPORTED"):
+            await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"}, resources={"disk_gib": 30})).start()
         assert _mine(client, case="beyond") == []
 
     asyncio.run(scenario())
