@@ -42,6 +42,12 @@ export interface PythonHostSource {
    * `/` is a path in the runtime (`share/gym/run.py`), any other is passed as it is (`-m`, `pkg`).
    */
   launchers: Record<string, string[]>;
+  /**
+   * Install although a package's Requires-Python names a later patch release than the runtime's
+   * CPython (3.13.14 against trixie's 3.13.5, as nemo-gym asks): only for a lock whose header says
+   * the patch level is all that differs.
+   */
+  ignoreRequiresPython?: boolean;
 }
 
 /** The Python the runtimes are made of. */
@@ -96,6 +102,7 @@ export async function readRuntimeManifest(dir: string): Promise<RuntimeManifest 
 export async function runtimeDigest(source: PythonHostSource): Promise<string> {
   const hash = createHash('sha256');
   hash.update(JSON.stringify({ layout: RUNTIME_LAYOUT, python: AGENT_PYTHON, launchers: source.launchers }));
+  if (source.ignoreRequiresPython === true) hash.update('ignore-requires-python');
   hash.update(await readFile(join(PYTHON_FILES, source.lockFile)));
   for (const file of source.files ?? []) {
     hash.update(file.to);
@@ -211,6 +218,7 @@ async function buildRuntime(
       '--no-deps',
       '--require-hashes',
       '--disable-pip-version-check',
+      ...(source.ignoreRequiresPython === true ? ['--ignore-requires-python'] : []),
       ...WHEEL_TARGET,
       '-r',
       lock,
@@ -259,6 +267,7 @@ async function buildRuntime(
         '--no-cache-dir',
         '--no-build-isolation',
         '--no-warn-script-location',
+        ...(source.ignoreRequiresPython === true ? ['--ignore-requires-python'] : []),
         '-r',
         '/tmp/gym-lock.txt',
       ],

@@ -18,7 +18,6 @@ try:
     from nemo_gym.sandbox.providers.base import (  # type: ignore[import-not-found]
         SandboxCreateError,
         SandboxCreateVerificationError,
-        SandboxEndpoint,
         SandboxExecResult,
         SandboxHandle,
         SandboxResources,
@@ -107,6 +106,12 @@ except ImportError:
         stderr: str | None
         return_code: int
         error_type: str | None = None
+
+
+# NeMo Gym 0.5 added SandboxEndpoint (with ports and endpoints); 0.4 has the rest.
+try:
+    from nemo_gym.sandbox.providers.base import SandboxEndpoint  # type: ignore[import-not-found]
+except ImportError:
 
     @dataclass(frozen=True)
     class SandboxEndpoint:  # type: ignore[no-redef]

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import posixpath
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ._nemo_types import (
-    SandboxCreateError,
-    SandboxCreateVerificationError,
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
@@ -35,6 +31,14 @@ from ._nemo_types import (
     SandboxStatus,
 )
 from ._nemo_access import borrowed_client, operate_access, release
+from ._nemo_spec import (
+    SANDBOX_LABEL,
+    GymSandboxdCreateError,
+    GymSandboxdCreateVerificationError,
+    SandboxFileError,
+    _absolute,
+    _labels,
+)
 from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES
 from .aio import AsyncGymClient
 from .discovery import find_daemon
@@ -65,9 +69,6 @@ DEFAULT_EXEC_TIMEOUT_S = 180.0
 # Commands of one sandbox run through persistent sessions (a millisecond instead of a fresh exec's
 # tens); one per concurrent command, up to this many, then fresh execs.
 MAX_SESSIONS_PER_SANDBOX = 8
-# A label the provider puts on every sandbox it makes, to find them.
-SANDBOX_LABEL = ("nemo-gym.sandbox", "1")
-_LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 # Errors that mean the command could not run at all: the sandbox, its backend or the daemon is
 # gone or does not answer. NeMo Gym's Docker provider reports the same (no such container, the
 # engine unreachable) as error_type "sandbox".
@@ -80,30 +81,6 @@ _SANDBOX_UNREACHABLE = (
     ShuttingDownError,
 )
 _PROVIDER_OPTION_KEYS = frozenset({"provider", "pool", "network", "user", "readiness_command", "pids_limit", "options"})
-
-
-class GymSandboxdCreateError(SandboxCreateError):
-    """The daemon refused or failed the create; ``gym_error`` is its error when it answered one."""
-
-    def __init__(self, message: str, gym_error: GymError | None = None) -> None:
-        super().__init__(message)
-        self.gym_error = gym_error
-
-
-class GymSandboxdCreateVerificationError(SandboxCreateVerificationError):
-    """The sandbox never became ready (its readiness probe failed, or the wait ran out)."""
-
-    def __init__(self, message: str, gym_error: GymError | None = None) -> None:
-        super().__init__(message)
-        self.gym_error = gym_error
-
-
-class SandboxFileError(RuntimeError):
-    """An upload or download failed (NeMo Gym's providers raise RuntimeError for these)."""
-
-    def __init__(self, message: str, gym_error: GymError | None = None) -> None:
-        super().__init__(message)
-        self.gym_error = gym_error
 
 
 @dataclass
@@ -127,34 +104,6 @@ class _SandboxState:
             return None
         self.sessions_made += 1
         return f"nemo-{self.sessions_made}"
-
-
-def _label_text(text: str) -> str:
-    """A label value made from any text (as the daemon's own toLabelValue does)."""
-    value = re.sub(r"[^A-Za-z0-9._-]", "-", str(text))[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
-
-
-def _labels(metadata: Mapping[str, Any]) -> dict[str, str]:
-    """``SandboxSpec.metadata`` as the daemon's labels: keys lower-cased, values made label-safe."""
-    labels: dict[str, str] = {}
-    for key, value in metadata.items():
-        label_key = _label_text(str(key).lower()).lower()
-        if not _LABEL_KEY.match(label_key):
-            raise GymSandboxdCreateError(f"metadata key {key!r} cannot be a label (1-63 of a-z, 0-9, '.', '_', '-')")
-        if label_key in labels:
-            raise GymSandboxdCreateError(f"metadata keys collide as the label {label_key!r}")
-        labels[label_key] = _label_text(value)
-    labels[SANDBOX_LABEL[0]] = SANDBOX_LABEL[1]
-    return labels
-
-
-def _absolute(path: str, workdir: str | None, what: str) -> str:
-    if path.startswith("/"):
-        return path
-    if workdir is None:
-        raise ValueError(f"{what} {path!r} is relative and the sandbox has no workdir to resolve it against")
-    return posixpath.normpath(posixpath.join(workdir, path))
 
 
 class GymSandboxdProvider:
@@ -210,6 +159,9 @@ class GymSandboxdProvider:
         self._ttl_s = ttl_s
         self._max_download_bytes = int(max_download_bytes)
         self._daemon_id: str | None = None
+        # Borrowed handles not yet let go: NeMo Gym's ``AsyncSandbox.disconnect()`` reaches the
+        # provider only through ``aclose()``, which then revokes their credentials.
+        self._borrowed: list[SandboxHandle] = []
 
     def _of(self, handle: SandboxHandle) -> AsyncGymClient:
         """The client a handle's calls go through: its scoped credential's when borrowed."""
@@ -242,7 +194,7 @@ class GymSandboxdProvider:
                 "spec.entrypoint cannot be honoured: the daemon keeps each sandbox alive with its own keeper process; "
                 "start long-running services with exec instead"
             )
-        if spec.ports:
+        if getattr(spec, "ports", ()):  # NeMo Gym 0.4's SandboxSpec has no ports
             raise GymSandboxdCreateError(
                 "spec.ports cannot be honoured: the daemon offers no route from outside into a sandbox's ports "
                 "(an agent inside reaches the model through model_endpoint())"
@@ -503,8 +455,14 @@ class GymSandboxdProvider:
             raise RuntimeError(f"destroying sandbox {handle.sandbox_id} failed: {error}") from error
 
     async def aclose(self) -> None:
-        """Closes this event loop's idle connections; the provider stays usable (it reconnects)."""
-        await self._client.aclose()
+        """Lets go of the borrowed handles it still holds (their credentials revoked: NeMo Gym's
+        ``AsyncSandbox.disconnect()`` ends here, not in :meth:`close`) and closes this event loop's
+        idle connections; the provider stays usable (it reconnects)."""
+        try:
+            while self._borrowed:
+                await self.disconnect(self._borrowed[-1])
+        finally:
+            await self._client.aclose()
 
     # ConnectableProvider.
 
@@ -570,13 +528,16 @@ class GymSandboxdProvider:
             raise RuntimeError(f"cannot connect to sandbox {sandbox_id} with its scoped credential: {error}") from error
         workdir = descriptor.get("workdir") or sandbox["spec"].get("workdir")
         state = _SandboxState(sandbox_id, shell, workdir, client=client, grant_id=str(access.get("grant_id") or "") or None)
-        return SandboxHandle(sandbox_id=sandbox_id, provider_name=self.name, raw=state)
+        handle = SandboxHandle(sandbox_id=sandbox_id, provider_name=self.name, raw=state)
+        self._borrowed.append(handle)
+        return handle
 
     async def disconnect(self, handle: SandboxHandle) -> None:
         """Lets go of a handle without ending the sandbox: a borrowed one revokes its own credential
         (one already dead is a success: safe from cleanup paths)."""
         state: _SandboxState = handle.raw
         client, state.client = state.client, None
+        self._borrowed = [held for held in self._borrowed if held is not handle]
         if client is not None:
             await release(client, state.grant_id, handle.sandbox_id)
 

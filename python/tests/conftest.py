@@ -6,14 +6,19 @@ directories with the Docker provider, then runs ``python3 -m pytest python/tests
 Run by hand the same way against a daemon of your own. Every sandbox a test makes carries the
 label ``python-test=<run>`` and is destroyed at the end of the session.
 
-The NeMo Gym stand-in (``stand_in/nemo_gym``, or the real one named by ``GYM_TEST_NEMO_GYM_PATH``) goes first on ``sys.path``, and the package's entry
-point is published from ``pyproject.toml`` into a temporary ``.dist-info``, so NeMo Gym's registry
-finds the provider by name exactly as it would once the package is installed.
+NeMo Gym is the real package: ``test/nemo-gym.int.test.ts`` runs this suite with the Python of
+the ``nemo-gym`` framework runtime (``test/frameworks/runtimes.ts``), where it is installed; or a
+folder holding its source, named by ``GYM_TEST_NEMO_GYM_PATH``, goes first on ``sys.path``. Without
+either (Debian's ``python3``, which the rest of the suite runs on) the tests that need NeMo Gym are
+not collected. The package's entry point is published from ``pyproject.toml`` into a temporary
+``.dist-info``, so NeMo Gym's registry finds the provider by name exactly as it would once the
+package is installed.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import sys
@@ -26,11 +31,27 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-# GYM_TEST_NEMO_GYM_PATH: a folder holding the real ``nemo_gym`` package, to run the provider's
-# tests against NeMo Gym itself instead of the stand-in.
-STAND_IN = Path(os.environ.get("GYM_TEST_NEMO_GYM_PATH") or Path(__file__).resolve().parent / "stand_in")
+# GYM_TEST_NEMO_GYM_PATH: a folder holding NeMo Gym's ``nemo_gym`` package (a source checkout),
+# for an interpreter that does not have it installed.
+NEMO_GYM_PATH = os.environ.get("GYM_TEST_NEMO_GYM_PATH") or None
 sys.path.insert(0, str(PACKAGE_ROOT))
-sys.path.insert(0, str(STAND_IN))
+if NEMO_GYM_PATH is not None:
+    sys.path.insert(0, NEMO_GYM_PATH)
+HAS_NEMO_GYM = importlib.util.find_spec("nemo_gym") is not None
+# The tests that drive the provider through NeMo Gym itself; without it they are not collected.
+collect_ignore = [] if HAS_NEMO_GYM else ["test_nemo_provider.py", "test_nemo_gym_resources_server.py"]
+
+
+def python_command(script: str, *, site: bool = True) -> list[str]:
+    """This interpreter running ``script`` with the package (and a NeMo Gym source folder) importable.
+
+    Paths go in through the script, not ``PYTHONPATH``: the framework runtime's Python runs
+    isolated (``-I``) and ignores it. ``site=False`` adds ``-S`` and leaves the NeMo Gym folder out:
+    no installed packages at all, NeMo Gym among them.
+    """
+    paths = [str(PACKAGE_ROOT)] + ([NEMO_GYM_PATH] if NEMO_GYM_PATH is not None and site else [])
+    prelude = f"import sys\nsys.path[:0] = {paths!r}\n"
+    return [sys.executable, *([] if site else ["-S"]), "-c", prelude + script]
 
 
 def _publish_entry_points() -> Path:

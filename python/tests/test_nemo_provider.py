@@ -1,24 +1,28 @@
-"""The NeMo Gym provider through NeMo Gym's facades (the stand-in, or the real NeMo Gym) on a real daemon."""
+"""The NeMo Gym provider through NeMo Gym's own registry and facades (the real package) on a real daemon."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.metadata
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PACKAGE_ROOT, RUN_LABEL, STAND_IN
+from conftest import NEMO_GYM_PATH, PACKAGE_ROOT, RUN_LABEL, python_command
 
 from gym_sandboxd import GymClient
 from gym_sandboxd.errors import UnauthorizedError
 from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider
 from nemo_gym.sandbox import (
     AsyncSandbox,
+    AsyncSandboxCompose,
+    create_provider,
+    resolve_provider_config,
+    resolve_provider_metadata,
     ConnectableProvider,
     Sandbox,
     SandboxCreateError,
@@ -44,6 +48,21 @@ def _mine(client: GymClient, **labels: str) -> list[str]:
     return [item["id"] for item in client.list_sandboxes(labels={**RUN_LABEL, **labels})]
 
 
+def test_it_is_the_installed_nemo_gym() -> None:
+    """The facade under test is NeMo Gym's distribution (the version the runner names), not a copy of ours."""
+    import nemo_gym.sandbox
+
+    if NEMO_GYM_PATH is not None:  # a source folder named by the runner
+        assert Path(NEMO_GYM_PATH).resolve() in Path(nemo_gym.sandbox.__file__).resolve().parents
+        return
+    distribution = importlib.metadata.distribution("nemo-gym")
+    wanted = os.environ.get("GYM_TEST_NEMO_GYM_VERSION")
+    assert wanted is None or distribution.version == wanted
+    installed = Path(str(distribution.locate_file("nemo_gym/sandbox/__init__.py"))).resolve()
+    assert Path(nemo_gym.sandbox.__file__).resolve() == installed
+    assert PACKAGE_ROOT not in installed.parents
+
+
 def test_nemo_gym_finds_the_provider_by_its_entry_point() -> None:
     assert "gym_sandboxd" in list_providers()
     assert get_provider_class("gym_sandboxd") is GymSandboxdProvider
@@ -51,6 +70,31 @@ def test_nemo_gym_finds_the_provider_by_its_entry_point() -> None:
     assert isinstance(provider, ConnectableProvider)
     # Neither is declared: no route into a sandbox's ports, no terminal sessions.
     assert not isinstance(provider, SupportsSandboxEndpoint) and not isinstance(provider, SupportsSandboxPty)
+
+
+def test_a_named_sandbox_block_selects_the_provider(client: GymClient, image: str) -> None:
+    """As a NeMo Gym config selects it: a top-level ``sandbox:`` block (the merged config is
+    OmegaConf's) named by ``sandbox_provider``, with NeMo Gym's reserved ``default_metadata``."""
+    from omegaconf import OmegaConf
+
+    merged = OmegaConf.create(
+        {"sandbox": {"gym_sandboxd": {"max_download_bytes": 4096}, "default_metadata": {"sandbox-api": "gym-sandboxd"}}}
+    )
+    resolved = resolve_provider_config("sandbox", merged)
+    assert resolved == {"gym_sandboxd": {"max_download_bytes": 4096}}
+    assert isinstance(create_provider(resolved), GymSandboxdProvider)
+    with pytest.raises(TypeError):  # an option the provider does not know is an error, not ignored
+        create_provider({"gym_sandboxd": {"max_download_byte": 4096}})
+
+    async def scenario() -> None:
+        metadata = resolve_provider_metadata("sandbox", merged) | {"case": "named"}
+        async with AsyncSandbox(resolved, _spec(image, metadata=metadata)) as sandbox:
+            await sandbox.start()
+            assert client.get_sandbox(sandbox._handle.sandbox_id)["labels"]["sandbox-api"] == "gym-sandboxd"
+            assert (await sandbox.exec("echo named")).stdout == "named\n"
+        assert _mine(client, case="named") == []
+
+    asyncio.run(scenario())
 
 
 def test_async_facade_creates_runs_times_out_moves_files_and_stops(client: GymClient, image: str, tmp_path: Path) -> None:
@@ -102,6 +146,25 @@ def test_async_facade_creates_runs_times_out_moves_files_and_stops(client: GymCl
         assert _mine(client, task="django__django-1234") == []
 
     asyncio.run(scenario())
+
+
+def test_a_background_service_outlives_its_command(client: GymClient, image: str) -> None:
+    """``exec(preserve_background_services=True)`` (how Terminal-Bench's server runs a solution that
+    starts a server): a service that redirects its output keeps running for the next command."""
+
+    async def scenario() -> None:
+        async with AsyncSandbox(CONFIG, _spec(image, metadata={"case": "service"})) as sandbox:
+            await sandbox.start()
+            started = await sandbox.exec(
+                "sh -c 'while true; do date > /tmp/beat; sleep 1; done' >/dev/null 2>&1 & echo started",
+                preserve_background_services=True,
+            )
+            assert (started.return_code, started.stdout) == (0, "started\n"), started
+            seen = await sandbox.exec("sleep 2; ps -o args")
+            assert "sh -c while true" in seen.stdout, seen
+
+    asyncio.run(scenario())
+    assert _mine(client, case="service") == []
 
 
 def test_a_download_is_bounded_by_the_provider_config(client: GymClient, image: str, tmp_path: Path) -> None:
@@ -164,6 +227,40 @@ def test_create_refuses_what_it_cannot_honour_before_allocating(client: GymClien
     assert _mine(client, case="refused") == []
 
 
+def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: GymClient, image: str, tmp_path: Path) -> None:
+    """PTY sessions, pause/resume, endpoints and Compose are capabilities the provider does not declare:
+    NeMo Gym's facade refuses each with its own error, and the sandbox goes on working."""
+
+    async def scenario() -> None:
+        async with AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"})) as sandbox:
+            await sandbox.start()
+            with pytest.raises(NotImplementedError, match="PTY"):
+                await sandbox.pty.create("sh")
+            for call in (sandbox.pause, sandbox.resume):
+                with pytest.raises(NotImplementedError, match="pause/resume"):
+                    await call()
+            with pytest.raises(ValueError, match="not declared"):
+                await sandbox.endpoint(8080)
+            assert (await sandbox.exec("echo still here")).stdout == "still here\n"
+        # NeMo Gym's Compose adapter needs networking between sandboxes, which the provider does not
+        # declare: refused before any service starts.
+        compose = tmp_path / "compose.yaml"
+        compose.write_text(f"services:\n  app:\n    image: {image}\n  db:\n    image: {image}\n")
+        with pytest.raises(NotImplementedError, match="networking between sandboxes"):
+            await AsyncSandboxCompose(CONFIG, compose).start()
+        # NeMo Gym's shipped sandbox configs carry options for their own providers (Terminal-Bench's
+        # OpenSandbox `resource_requests`): refused by name before anything is made, not dropped.
+        with pytest.raises(SandboxCreateError, match="resource_requests"):
+            await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"}, provider_options={"resource_requests": {"cpu": 0.5}})).start()
+        # Its disk request (30 GiB) on a backend without disk quotas (the test daemon's Docker): the
+        # daemon's refusal, as NeMo Gym's SandboxCreateError.
+        with pytest.raises(SandboxCreateError, match="CAPABILITY_UNSUPPORTED"):
+            await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"}, resources={"disk_gib": 30})).start()
+        assert _mine(client, case="beyond") == []
+
+    asyncio.run(scenario())
+
+
 def test_a_dead_sandbox_is_error_type_sandbox(client: GymClient, image: str) -> None:
     async def scenario() -> None:
         provider = GymSandboxdProvider()
@@ -206,8 +303,7 @@ def test_a_handle_moves_to_another_process(client: GymClient, image: str) -> Non
         "    await sandbox.stop()\n"
         "asyncio.run(main())\n"
     )
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(STAND_IN)])}
-    moved = subprocess.run([sys.executable, "-c", other, json.dumps(descriptor)], capture_output=True, text=True, env=environment, timeout=60)
+    moved = subprocess.run([*python_command(other), json.dumps(descriptor)], capture_output=True, text=True, timeout=60)
     assert moved.returncode == 0, moved.stderr
     assert moved.stdout == "from-the-first\n/srv\n"
     assert _mine(client, case="moved") == []  # the other process's stop destroyed it
@@ -262,13 +358,9 @@ def test_an_operate_descriptor_lends_the_sandbox_not_the_daemon(client: GymClien
         "    await sandbox.stop()\n"
         "asyncio.run(main())\n"
     )
-    environment = {
-        **os.environ,
-        "GYM_STATE_DIR": str(borrower_state),
-        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), str(STAND_IN)]),
-    }
+    environment = {**os.environ, "GYM_STATE_DIR": str(borrower_state)}
     moved = subprocess.run(
-        [sys.executable, "-c", borrower, json.dumps(descriptor), other], capture_output=True, text=True, env=environment, timeout=60
+        [*python_command(borrower), json.dumps(descriptor), other], capture_output=True, text=True, env=environment, timeout=60
     )
     assert moved.returncode == 0, moved.stderr
     assert moved.stdout.splitlines() == ["lent", "/srv", "uploaded", " ".join(["denied"] * 8)]
@@ -280,6 +372,32 @@ def test_an_operate_descriptor_lends_the_sandbox_not_the_daemon(client: GymClien
             revoked.get_sandbox(lent)
     client.delete_sandbox(lent)
     client.delete_sandbox(other)
+
+
+def test_a_borrower_that_disconnects_gives_its_credential_back(client: GymClient, image: str) -> None:
+    """NeMo Gym's borrowers (its Hermes agent, say) let go with ``AsyncSandbox.disconnect()``, which
+    reaches the provider only as ``aclose()``: the credential is revoked there, the sandbox kept."""
+
+    async def scenario() -> dict:
+        sandbox = await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "disconnected"})).start()
+        return await sandbox.serialize(scope="operate")
+
+    descriptor = asyncio.run(scenario())
+    borrower = (
+        "import asyncio, json, sys\n"
+        "from nemo_gym.sandbox import AsyncSandbox\n"
+        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
+        "async def main():\n"
+        "    sandbox = await AsyncSandbox.connect(json.loads(sys.argv[1]), provider=GymSandboxdProvider())\n"
+        "    print((await sandbox.exec('echo borrowed')).stdout, end='')\n"
+        "    await sandbox.disconnect()\n"
+        "asyncio.run(main())\n"
+    )
+    ran = subprocess.run([*python_command(borrower), json.dumps(descriptor)], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "borrowed\n"), ran.stderr
+    assert descriptor["access"]["grant_id"] not in [grant["id"] for grant in client.list_access()]
+    [kept] = _mine(client, case="disconnected")
+    client.delete_sandbox(kept)
 
 
 def test_an_operate_credential_dies_with_its_sandbox(client: GymClient, image: str) -> None:
@@ -342,23 +460,3 @@ def test_model_endpoint_reaches_the_gateway_from_inside(client: GymClient, image
             await provider.close(handle)
 
     asyncio.run(scenario())
-
-
-def test_the_package_imports_and_works_without_nemo_gym(client: GymClient, image: str) -> None:
-    script = (
-        "import asyncio, sys\n"
-        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
-        "from gym_sandboxd import _nemo_types as types\n"
-        "assert not types.HAS_NEMO_GYM and 'nemo_gym' not in sys.modules\n"
-        "async def main():\n"
-        "    provider = GymSandboxdProvider()\n"
-        f"    handle = await provider.create(types.SandboxSpec(image={image!r}, metadata={RUN_LABEL!r}))\n"
-        "    result = await provider.exec(handle, 'exit 7')\n"
-        "    await provider.close(handle)\n"
-        "    print(type(result).__module__, result.return_code)\n"
-        "asyncio.run(main())\n"
-    )
-    environment = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
-    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=60)
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout == "gym_sandboxd._nemo_types 7\n"

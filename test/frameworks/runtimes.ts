@@ -10,7 +10,19 @@ import { join } from 'node:path';
 import { type PythonHostSource, pythonRuntimeDir } from '../../harnesses/installed/python-runtime.ts';
 
 /** Each framework's runtime: `lockFile` in `harnesses/installed/python/` (`framework-<name>.lock`). */
-export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [];
+export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [
+  {
+    // NeMo Gym: its sandbox registry and facade run our provider (python/tests/test_nemo_*.py).
+    // 0.5 and later declare Requires-Python >=3.13.14; the runtime's CPython is trixie's 3.13.5,
+    // the patch level all that differs (the lock's header says so).
+    kind: 'python-host',
+    name: 'nemo-gym',
+    version: '0.7.0',
+    lockFile: 'framework-nemo-gym.lock',
+    ignoreRequiresPython: true,
+    launchers: {},
+  },
+];
 
 /** Where set-up keeps the frameworks' runtimes. */
 export const FRAMEWORK_CACHE = join(homedir(), '.cache', 'gym', 'frameworks');
