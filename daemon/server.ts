@@ -16,6 +16,8 @@ import { HealthSchema } from '../core/schemas/api.ts';
 import { type AccessGrants, isScopedCredential } from './access/grants.ts';
 import { toApiError } from './errors.ts';
 import type { ModelGateway } from './gateway/gateway.ts';
+import { registerIdempotency } from './idempotency/http.ts';
+import type { IdempotencyStore } from './idempotency/store.ts';
 import { tokenMatches } from './identity.ts';
 import type { ImageService } from './images.ts';
 import type { DaemonMetrics } from './metrics.ts';
@@ -43,6 +45,8 @@ export interface ServerOptions {
   token: string;
   /** Scoped credentials: what each lends, checked on the route that runs. */
   access: AccessGrants;
+  /** What requests sent with an `Idempotency-Key` answered (daemon/idempotency/). */
+  idempotency: IdempotencyStore;
   daemonId: string;
   version: string;
   /** The largest model request the gateway accepts. */
@@ -186,6 +190,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   installErrorHandlers(app, options.metrics);
+  registerIdempotency(app, options.idempotency);
   // After the token check: only a holder's of the token or a scoped credential traceparent is read.
   registerRequestSpans(app, options.tracing, {
     providerOf: (id) => {
@@ -249,7 +254,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     },
     async () => openApiDocument(app),
   );
-  registerSandboxRoutes(app, options.manager, options.pools);
+  registerSandboxRoutes(app, options.manager, options.pools, options.idempotency);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);

@@ -27,6 +27,7 @@ import { ExecRequestSchema, ExecResultSchema } from '../../core/schemas/exec.ts'
 import { NetworkPolicySchema, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import { SnapshotInfoSchema } from '../../core/schemas/snapshot.ts';
 import { ToolchainCheckRequestSchema, ToolchainCheckResultSchema } from '../../core/schemas/toolchain.ts';
+import { IdempotencyHeadersSchema } from '../idempotency/http.ts';
 import {
   BYTES,
   contentAnswer,
@@ -39,6 +40,7 @@ import {
 
 export const sandboxSchemas = {
   create: {
+    headers: IdempotencyHeadersSchema,
     summary: 'create a sandbox and wait until it is ready, or take one from a pool (`{"pool": name}`)',
     body: z.union([SandboxSpecSchema, PoolAcquireRequestSchema]),
     response: { 201: jsonAnswer('the ready sandbox', SandboxSchema), ...errorAnswers(400, 429, 502) },
@@ -66,6 +68,7 @@ export const sandboxSchemas = {
     },
   },
   exec: {
+    headers: IdempotencyHeadersSchema,
     summary: 'run a command; a non-zero exit is a result, not an error',
     querystring: ExecQuerySchema,
     body: ExecRequestSchema,
@@ -86,6 +89,7 @@ export const sandboxSchemas = {
     },
   },
   writeFile: {
+    headers: IdempotencyHeadersSchema,
     summary:
       'upload one file (raw bytes; Content-Length required; parents created; `mode`: octal permission bits, e.g. 755)',
     querystring: PathQuerySchema,
@@ -101,6 +105,7 @@ export const sandboxSchemas = {
     },
   },
   writeArchive: {
+    headers: IdempotencyHeadersSchema,
     summary: 'extract a tar into a directory (refused whole if any entry escapes it)',
     querystring: PathQuerySchema,
     body: contentBody({ 'application/x-tar': BYTES }),
@@ -170,6 +175,7 @@ export const sandboxSchemas = {
     },
   },
   fork: {
+    headers: IdempotencyHeadersSchema,
     summary:
       "`count` new sandboxes holding the parent's files as of now (a managed snapshot, then one create per child, each admitted like any create, each with its own lease); the parent keeps running. A child gets the parent's spec with the overrides, its `lineage` and the `gym.fork.*` labels, and none of the parent's exec environment, gateway reach or egress policy. All or nothing: a child that fails removes the others and the snapshot. `live` is refused (501) where the provider cannot carry processes over",
     body: ForkRequestSchema,

@@ -13,6 +13,8 @@ import {
 import { type ExecRequest, ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { toApiError } from '../errors.ts';
+import { completeRun, requestBody } from '../idempotency/http.ts';
+import type { IdempotencyStore } from '../idempotency/store.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
 import type { ManagedNetwork } from '../sandbox-manager.ts';
 import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
@@ -56,7 +58,13 @@ const scopedInspect = { config: { scoped: 'inspect' as const } };
 const scopedExec = { config: { scoped: 'exec' as const } };
 const scopedFiles = { config: { scoped: 'files' as const } };
 const scopedEndpoints = { config: { scoped: 'endpoints' as const } };
-const execOptions = { bodyLimit: EXEC_BODY_LIMIT_BYTES, ...scopedExec };
+const execOptions = {
+  bodyLimit: EXEC_BODY_LIMIT_BYTES,
+  config: { scoped: 'exec' as const, idempotent: 'json' as const },
+};
+/** Routes that take an `Idempotency-Key` (daemon/idempotency/http.ts). */
+const idempotentJson = { config: { idempotent: 'json' as const } };
+const idempotentFiles = { config: { scoped: 'files' as const, idempotent: 'stream' as const } };
 
 /** The parts of the daemon's sandboxes the routes call (`SandboxManager` has both). */
 export interface SandboxRouteTargets {
@@ -71,6 +79,7 @@ export function registerSandboxRoutes(
   app: FastifyInstance,
   targets: SandboxRouteTargets,
   pools: PoolManager,
+  idempotency: IdempotencyStore,
 ): void {
   const { lifecycle, operations, network, snapshots } = targets;
   const fork = (id: string, input: unknown) => targets.fork(id, input);
@@ -90,7 +99,7 @@ export function registerSandboxRoutes(
     network.log(sandboxId(request)),
   );
 
-  app.post('/v1/sandboxes', { schema: sandboxSchemas.create }, async (request, reply) => {
+  app.post('/v1/sandboxes', { ...idempotentJson, schema: sandboxSchemas.create }, async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;
     const sandbox =
       typeof body === 'object' && body !== null && 'pool' in body
@@ -133,13 +142,15 @@ export function registerSandboxRoutes(
       // Parsed once, here: the streamed form needs the request's output cap before it starts.
       const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
       if (query.stream === undefined) return operations.exec(id, exec);
-      return streamExec({ lifecycle, operations }, id, exec, reply);
+      return streamExec({ lifecycle, operations }, id, exec, reply, (status, last) =>
+        completeRun(idempotency, request, status, 'application/x-ndjson', last),
+      );
     },
   );
 
   app.put(
     '/v1/sandboxes/:id/files',
-    { ...scopedFiles, schema: sandboxSchemas.writeFile },
+    { ...idempotentFiles, schema: sandboxSchemas.writeFile },
     async (request, reply) => {
       const id = sandboxId(request);
       const query = parseOrThrow(PathQuerySchema, request.query, 'query');
@@ -153,7 +164,7 @@ export function registerSandboxRoutes(
       await operations.writeFile(
         id,
         query.path,
-        { stream: request.raw, sizeBytes: length },
+        { stream: requestBody(request), sizeBytes: length },
         query.mode === undefined ? undefined : Number.parseInt(query.mode, 8),
       );
       reply.status(204);
@@ -172,10 +183,10 @@ export function registerSandboxRoutes(
 
   app.put(
     '/v1/sandboxes/:id/archive',
-    { ...scopedFiles, schema: sandboxSchemas.writeArchive },
+    { ...idempotentFiles, schema: sandboxSchemas.writeArchive },
     async (request, reply) => {
       const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-      await operations.writeArchive(sandboxId(request), query.path, request.raw);
+      await operations.writeArchive(sandboxId(request), query.path, requestBody(request));
       reply.status(204);
     },
   );
@@ -223,11 +234,15 @@ export function registerSandboxRoutes(
     return { image: snapshot.image, snapshot };
   });
 
-  app.post('/v1/sandboxes/:id/fork', { schema: sandboxSchemas.fork }, async (request, reply) => {
-    const forked = await fork(sandboxId(request), request.body ?? {});
-    reply.status(201);
-    return forked;
-  });
+  app.post(
+    '/v1/sandboxes/:id/fork',
+    { ...idempotentJson, schema: sandboxSchemas.fork },
+    async (request, reply) => {
+      const forked = await fork(sandboxId(request), request.body ?? {});
+      reply.status(201);
+      return forked;
+    },
+  );
 
   app.get('/v1/snapshots', { schema: sandboxSchemas.snapshots }, async () => ({
     snapshots: snapshots.list(),
@@ -258,12 +273,20 @@ async function streamExec(
   id: string,
   exec: ExecRequest,
   reply: FastifyReply,
+  /** Told the last line (the result or the error) before the stream ends. */
+  onLast: (status: number, line: string) => void,
 ): Promise<FastifyReply> {
   lifecycle.get(id);
   const output = new PassThrough();
   const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   const room = { stdout: exec.maxOutputBytes, stderr: exec.maxOutputBytes };
   const write = (event: Record<string, unknown>) => output.write(`${JSON.stringify(event)}\n`);
+  // The status the answer would have had unstreamed: an error refused before it ran frees an idempotency key.
+  const last = (status: number, event: Record<string, unknown>) => {
+    const line = `${JSON.stringify(event)}\n`;
+    onLast(status, line);
+    output.write(line);
+  };
   const cancel = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) cancel.abort();
@@ -286,9 +309,12 @@ async function streamExec(
           const rest = room[stream] > 0 ? decoders[stream].end() : '';
           if (rest !== '') write({ type: stream, data: rest });
         }
-        write({ type: 'result', result });
+        last(200, { type: 'result', result });
       },
-      (error: unknown) => write({ type: 'error', error: toApiError(error).toJSON().error }),
+      (error: unknown) => {
+        const apiError = toApiError(error);
+        last(apiError.httpStatus, { type: 'error', error: apiError.toJSON().error });
+      },
     )
     .finally(() => output.end());
   // Headers go out now, not with the first output: a client sees at once that its command runs.
