@@ -37,6 +37,13 @@ export const IdempotencyHeadersSchema = z.object({
 
 export type IdempotentBody = 'json' | 'stream';
 
+/** How a route takes a key: its body's kind, and whether its begin is synced to disk first. */
+export interface IdempotentRoute {
+  body: IdempotentBody;
+  /** A create or a fork (a duplicate costs a sandbox): survive a host crash too. */
+  synced: boolean;
+}
+
 interface IdempotentRun {
   id: string;
   body: string | null;
@@ -48,7 +55,7 @@ interface IdempotentRun {
 declare module 'fastify' {
   interface FastifyContextConfig {
     /** This route takes an `Idempotency-Key` (routes/sandboxes.ts). */
-    idempotent?: IdempotentBody;
+    idempotent?: IdempotentRoute;
   }
   interface FastifyRequest {
     /** The idempotent run this request began (absent without a key, or when it was replayed). */
@@ -187,8 +194,9 @@ async function replay(
 
 export function registerIdempotency(app: FastifyInstance, store: IdempotencyStore): void {
   app.addHook('preHandler', async (request, reply) => {
-    const mode = request.routeOptions.config.idempotent;
-    if (mode === undefined) return;
+    const route = request.routeOptions.config.idempotent;
+    if (route === undefined) return;
+    const mode = route.body;
     const key = presentedKey(request);
     if (key === undefined) return;
     const owner = ownerOf(request);
@@ -196,7 +204,7 @@ export function registerIdempotency(app: FastifyInstance, store: IdempotencyStor
     const described = describeRequest(request);
     const body = mode === 'json' ? sha256(JSON.stringify(request.body ?? null)) : null;
     if (await replay(store, request, reply, mode, id, described, body)) return reply;
-    await store.begin(id, owner, described, body);
+    await store.begin(id, owner, described, body, route.synced);
     request.idempotency = {
       id,
       body,

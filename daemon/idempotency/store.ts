@@ -8,8 +8,10 @@
  * Neither the key nor the credential is stored.
  *
  * Durable in a JSON-lines journal (`idempotency.jsonl` in the state directory): a `begin` line is
- * on disk (fdatasync, shared by concurrent requests) before the request runs, an `end` line holds
- * the answer. A daemon that stops between the two finds the `begin` alone on its next start and
+ * written before the request runs (for a create or a fork also synced to disk, an fdatasync
+ * shared by concurrent requests; an exec's or a write's is not, as a sync would double a quick
+ * exec's latency: a daemon killed keeps it, a host crash may lose it), an `end` line holds the
+ * answer. A daemon that stops between the two finds the `begin` alone on its next start and
  * answers a repeat with IDEMPOTENT_OUTCOME_UNKNOWN: the request may or may not have taken effect,
  * and it is not run again.
  *
@@ -127,10 +129,10 @@ export class IdempotencyStore {
   }
 
   /**
-   * Records that a request begins; resolves once that is durable. The entry exists (and a
-   * repeat waits for it) from this call on, before the write.
+   * Records that a request begins; resolves once the line is written (with `synced`, on disk:
+   * a host crash keeps it too). The entry exists (and a repeat waits for it) from this call on.
    */
-  begin(id: string, owner: string, request: string, body: string | null): Promise<void> {
+  begin(id: string, owner: string, request: string, body: string | null, synced = true): Promise<void> {
     this.#expire();
     this.#evict(owner);
     let settle = () => {};
@@ -141,7 +143,7 @@ export class IdempotencyStore {
     this.#add({ id, owner, request, body, startedAt, state: { kind: 'running', settled } });
     this.#settle.set(id, settle);
     const line = this.#line({ op: 'begin', id, owner, request, body, at: startedAt });
-    return this.#append(line, true).catch((error: unknown) => {
+    return this.#append(line, synced).catch((error: unknown) => {
       // Not durable: the request must not run, and its key is free again.
       this.#drop(id);
       throw error;

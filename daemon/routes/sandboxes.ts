@@ -60,11 +60,13 @@ const scopedFiles = { config: { scoped: 'files' as const } };
 const scopedEndpoints = { config: { scoped: 'endpoints' as const } };
 const execOptions = {
   bodyLimit: EXEC_BODY_LIMIT_BYTES,
-  config: { scoped: 'exec' as const, idempotent: 'json' as const },
+  config: { scoped: 'exec' as const, idempotent: { body: 'json' as const, synced: false } },
 };
 /** Routes that take an `Idempotency-Key` (daemon/idempotency/http.ts). */
-const idempotentJson = { config: { idempotent: 'json' as const } };
-const idempotentFiles = { config: { scoped: 'files' as const, idempotent: 'stream' as const } };
+const idempotentJson = { config: { idempotent: { body: 'json' as const, synced: true } } };
+const idempotentFiles = {
+  config: { scoped: 'files' as const, idempotent: { body: 'stream' as const, synced: false } },
+};
 
 /** The parts of the daemon's sandboxes the routes call (`SandboxManager` has both). */
 export interface SandboxRouteTargets {
