@@ -11,6 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
+import { MAX_ANSWER_BYTES } from './store.ts';
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -219,6 +220,36 @@ describe('Idempotency-Key', () => {
     expect(test.provider().execs).toHaveLength(1);
     // The same key unstreamed is another request.
     expect((await test.send(exec(id), 'stream-1')).json().error.code).toBe('IDEMPOTENCY_KEY_MISMATCH');
+  });
+
+  it('tells a repeat whose answer was too large to keep so, and does not run it again', async () => {
+    const test = await setUp();
+    const id = (await test.send(CREATE)).json().id as string;
+    // The memory provider echoes its argv: an answer over the 4 MiB kept for a repeat.
+    const big = exec(id, ['echo', ...Array.from({ length: 80 }, () => 'x'.repeat(60_000))]);
+    const first = await test.send(big, 'big');
+    expect(first.statusCode).toBe(200);
+    expect(first.body.length).toBeGreaterThan(MAX_ANSWER_BYTES);
+    const again = await test.send(big, 'big');
+    expect(again.statusCode).toBe(409);
+    expect(again.json().error).toMatchObject({
+      code: 'IDEMPOTENT_OUTCOME_UNKNOWN',
+      details: { reason: 'answer-not-kept' },
+    });
+    expect(test.provider().execs).toHaveLength(1);
+  });
+
+  it('frees the key of a streamed exec whose sandbox was gone before it ran', async () => {
+    const test = await setUp();
+    const streamed = {
+      ...exec('sbx-doesnotexist1'),
+      url: '/v1/sandboxes/sbx-doesnotexist1/exec?stream=ndjson',
+    };
+    expect((await test.send(streamed, 's')).statusCode).toBe(404);
+    const id = (await test.send(CREATE)).json().id as string;
+    const retried = await test.send({ ...streamed, url: `/v1/sandboxes/${id}/exec?stream=ndjson` }, 's');
+    expect(retried.statusCode).toBe(200);
+    expect(test.provider().execs).toHaveLength(1);
   });
 
   it('refuses a malformed key', async () => {
