@@ -44,6 +44,8 @@ export interface RunningDaemon {
   manager: SandboxManager;
   pools: PoolManager;
   gateway: ModelGateway;
+  /** What requests sent with an `Idempotency-Key` answered. */
+  idempotency: IdempotencyStore;
   daemonId: string;
   token: string;
   /** `http://127.0.0.1:PORT`, or the unix socket path. */
@@ -341,5 +343,5 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     })();
     return stopping;
   };
-  return { app, manager, pools, gateway, daemonId, token, address, stop };
+  return { app, manager, pools, gateway, idempotency, daemonId, token, address, stop };
 }

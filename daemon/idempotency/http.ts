@@ -151,22 +151,32 @@ export function completeRun(
   store.finish(run.id, bodyHash, body === null ? null : { status, contentType, body });
 }
 
-async function replay(
+/**
+ * Answers a repeat, or begins the request: `began` resolves once its begin line is written. The
+ * lookup that finds no entry and the begin run with no await between them, so of repeats that
+ * wake together (the first was refused and freed its key) exactly one begins; the others wait on it.
+ */
+async function replayOrBegin(
   store: IdempotencyStore,
   request: FastifyRequest,
   reply: FastifyReply,
-  mode: IdempotentBody,
+  route: IdempotentRoute,
+  owner: string,
   id: string,
   described: string,
   body: string | null,
-): Promise<boolean> {
+): Promise<{ replayed: true } | { replayed: false; began: Promise<void> }> {
+  const mode = route.body;
   for (;;) {
     const entry = store.get(id);
-    if (entry === undefined) return false;
+    if (entry === undefined)
+      return { replayed: false, began: store.begin(id, owner, described, body, route.synced) };
     if (entry.request !== described || (body !== null && entry.body !== null && entry.body !== body))
       throw mismatch();
     if (entry.state.kind === 'running') {
+      entry.waiting += 1;
       await entry.state.settled;
+      entry.waiting -= 1;
       continue;
     }
     if (mode === 'stream') {
@@ -188,7 +198,7 @@ async function replay(
       );
     reply.status(answer.status).header('idempotent-replayed', 'true').type(answer.contentType);
     await reply.send(answer.body);
-    return true;
+    return { replayed: true };
   }
 }
 
@@ -203,8 +213,9 @@ export function registerIdempotency(app: FastifyInstance, store: IdempotencyStor
     const id = entryId(owner, key);
     const described = describeRequest(request);
     const body = mode === 'json' ? sha256(JSON.stringify(request.body ?? null)) : null;
-    if (await replay(store, request, reply, mode, id, described, body)) return reply;
-    await store.begin(id, owner, described, body, route.synced);
+    const outcome = await replayOrBegin(store, request, reply, route, owner, id, described, body);
+    if (outcome.replayed) return reply;
+    await outcome.began;
     request.idempotency = {
       id,
       body,

@@ -8,10 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { InjectOptions } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
+import { GymError } from '../../core/errors.ts';
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { MemoryProvider } from '../../test/fixtures/memory-provider.ts';
-import { MAX_ANSWER_BYTES } from './store.ts';
+import { waitFor } from '../../test/wait-for.ts';
+import { entryId, MAX_ANSWER_BYTES } from './store.ts';
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -250,6 +252,41 @@ describe('Idempotency-Key', () => {
     const retried = await test.send({ ...streamed, url: `/v1/sandboxes/${id}/exec?stream=ndjson` }, 's');
     expect(retried.statusCode).toBe(200);
     expect(test.provider().execs).toHaveLength(1);
+  });
+
+  it('lets exactly one waiting repeat run when the first was refused and freed the key', async () => {
+    const test = await setUp();
+    const id = (await test.send(CREATE)).json().id as string;
+    const provider = test.provider();
+    let calls = 0;
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const exec0 = provider.exec.bind(provider);
+    // The first call waits, then is refused as not ready (409: it did nothing); later calls run.
+    provider.exec = async (sandbox, request) => {
+      calls += 1;
+      if (calls === 1) {
+        await held;
+        throw new GymError('SANDBOX_NOT_READY', 'not yet');
+      }
+      return exec0(sandbox, request);
+    };
+    const first = test.send(exec(id), 'wake');
+    await waitFor('the first exec to reach the provider', () => calls === 1 || undefined);
+    const repeats = [test.send(exec(id), 'wake'), test.send(exec(id), 'wake'), test.send(exec(id), 'wake')];
+    const entry = entryId('token', 'wake');
+    await waitFor(
+      'the repeats to wait',
+      () => test.daemon().idempotency.get(entry)?.waiting === 3 || undefined,
+    );
+    release();
+    expect((await first).statusCode).toBe(409);
+    const answers = await Promise.all(repeats);
+    expect(answers.map((answer) => answer.statusCode)).toEqual([200, 200, 200]);
+    expect(answers.filter((answer) => answer.headers['idempotent-replayed'] === 'true')).toHaveLength(2);
+    expect(calls).toBe(2);
   });
 
   it('refuses a malformed key', async () => {

@@ -69,6 +69,8 @@ export interface IdempotencyEntry {
   body: string | null;
   startedAt: number;
   state: EntryState;
+  /** Repeats waiting for it to finish. */
+  waiting: number;
 }
 
 type JournalLine =
@@ -140,7 +142,7 @@ export class IdempotencyStore {
       settle = resolve;
     });
     const startedAt = this.#clock.now();
-    this.#add({ id, owner, request, body, startedAt, state: { kind: 'running', settled } });
+    this.#add({ id, owner, request, body, startedAt, state: { kind: 'running', settled }, waiting: 0 });
     this.#settle.set(id, settle);
     const line = this.#line({ op: 'begin', id, owner, request, body, at: startedAt });
     return this.#append(line, synced).catch((error: unknown) => {
@@ -292,6 +294,7 @@ export class IdempotencyStore {
         body: typeof line.body === 'string' ? line.body : null,
         startedAt: Number(line.at) || 0,
         state: { kind: 'interrupted' },
+        waiting: 0,
       });
       this.#trimOwner(this.#entries.get(line.id)!.owner, MAX_ENTRIES_PER_GRANT);
     } else if (line.op === 'end') {
