@@ -11,6 +11,7 @@ import {
   MAX_ANSWER_BYTES,
   MAX_ENTRIES_PER_GRANT,
   MAX_KEPT_ANSWER_BYTES,
+  MAX_KEPT_ANSWER_BYTES_PER_GRANT,
 } from './store.ts';
 
 const logger = pino({ level: 'silent' }) as unknown as Logger;
@@ -78,6 +79,24 @@ describe('the idempotency store', () => {
     expect(store.keptAnswerBytes).toBeLessThanOrEqual(MAX_KEPT_ANSWER_BYTES);
     expect(store.get('big-0')?.state).toEqual({ kind: 'done', answer: null });
     expect(store.get(`big-${count - 1}`)?.state).toEqual({ kind: 'done', answer: answer(big) });
+    await store.close();
+  });
+
+  it("bounds a scoped grant's kept answers: its own oldest go, never the token holder's", async () => {
+    const dir = await directory();
+    const store = await IdempotencyStore.open(dir, clockAt(15_000_000), logger);
+    await store.begin('trainer', 'token', 'r', null);
+    store.finish('trainer', null, answer('t'.repeat(1024 * 1024)));
+    const big = 'a'.repeat(MAX_ANSWER_BYTES);
+    const count = MAX_KEPT_ANSWER_BYTES_PER_GRANT / MAX_ANSWER_BYTES + 3;
+    for (let index = 0; index < count; index += 1) {
+      await store.begin(`agent-${index}`, 'grant-x', 'r', null);
+      store.finish(`agent-${index}`, null, answer(big));
+    }
+    expect(store.get('trainer')?.state).toMatchObject({ kind: 'done', answer: { status: 200 } });
+    expect(store.get('agent-0')?.state).toEqual({ kind: 'done', answer: null });
+    expect(store.get(`agent-${count - 1}`)?.state).toEqual({ kind: 'done', answer: answer(big) });
+    expect(store.keptAnswerBytes).toBeLessThanOrEqual(MAX_KEPT_ANSWER_BYTES_PER_GRANT + 1024 * 1024);
     await store.close();
   });
 

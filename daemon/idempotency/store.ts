@@ -18,7 +18,8 @@
  * Bounded: an entry lives {@link IDEMPOTENCY_TTL_MS}; at most {@link MAX_ENTRIES} are kept (the
  * oldest finished ones go first); an answer over {@link MAX_ANSWER_BYTES} is not kept (a repeat is
  * told so), and past {@link MAX_KEPT_ANSWER_BYTES} of answers the oldest answers are dropped the
- * same way. The journal is rewritten with the live entries when it grows past twice their size.
+ * same way. A scoped grant has bounds of its own ({@link MAX_ENTRIES_PER_GRANT} keys,
+ * {@link MAX_KEPT_ANSWER_BYTES_PER_GRANT} of answers) past which only its own oldest go. The journal is rewritten with the live entries when it grows past twice their size.
  */
 import { createHash } from 'node:crypto';
 import { type FileHandle, mkdir, open, rename } from 'node:fs/promises';
@@ -40,6 +41,8 @@ export const MAX_ENTRIES_PER_GRANT = 1_000;
 export const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
 /** All kept answers together; past it the oldest answers are dropped (their keys stay). */
 export const MAX_KEPT_ANSWER_BYTES = 64 * 1024 * 1024;
+/** One scoped grant's kept answers: past it its own oldest answers are dropped first. */
+export const MAX_KEPT_ANSWER_BYTES_PER_GRANT = 8 * 1024 * 1024;
 const JOURNAL_FILE = 'idempotency.jsonl';
 /** Rewrite the journal when it is larger than twice the live entries plus this. */
 const COMPACT_SLACK_BYTES = 4 * 1024 * 1024;
@@ -96,6 +99,8 @@ export class IdempotencyStore {
   readonly #settle = new Map<string, () => void>();
   /** How many entries each owner has. */
   readonly #owned = new Map<string, number>();
+  /** The bytes of each owner's kept answers. */
+  readonly #ownerAnswerBytes = new Map<string, number>();
   #keptAnswerBytes = 0;
   #handle: FileHandle | null = null;
   #journalBytes = 0;
@@ -158,10 +163,8 @@ export class IdempotencyStore {
     if (entry === undefined || entry.state.kind !== 'running') return;
     const bytes = answer === null ? 0 : Buffer.byteLength(answer.body);
     const kept = answer !== null && bytes <= MAX_ANSWER_BYTES ? answer : null;
-    if (kept !== null) this.#keptAnswerBytes += bytes;
     entry.body = entry.body ?? body;
-    entry.state = { kind: 'done', answer: kept };
-    this.#trimAnswers();
+    this.#done(entry, kept);
     this.#settled(id);
     // Not synced: an end lost to a host crash leaves the begin alone, which answers "unknown".
     this.#append(this.#line({ op: 'end', id, body: entry.body, answer: kept }), false).catch(
@@ -205,8 +208,7 @@ export class IdempotencyStore {
   #drop(id: string): void {
     const entry = this.#entries.get(id);
     if (entry === undefined) return;
-    if (entry.state.kind === 'done' && entry.state.answer !== null)
-      this.#keptAnswerBytes -= Buffer.byteLength(entry.state.answer.body);
+    this.#unkeep(entry);
     this.#entries.delete(id);
     const owned = (this.#owned.get(entry.owner) ?? 1) - 1;
     if (owned === 0) this.#owned.delete(entry.owner);
@@ -242,12 +244,42 @@ export class IdempotencyStore {
     }
   }
 
-  /** Past the bound on kept answers, the oldest answers go; their keys stay, so nothing runs twice. */
-  #trimAnswers(): void {
+  /** The entry has run: its answer is kept (null: none), within the bounds on kept answers. */
+  #done(entry: IdempotencyEntry, answer: StoredAnswer | null): void {
+    entry.state = { kind: 'done', answer };
+    if (answer !== null) {
+      const bytes = Buffer.byteLength(answer.body);
+      this.#keptAnswerBytes += bytes;
+      this.#ownerAnswerBytes.set(entry.owner, (this.#ownerAnswerBytes.get(entry.owner) ?? 0) + bytes);
+    }
+    // Past its own bound, a grant's oldest answers go first, so it cannot crowd out the token holder's.
+    if (entry.owner !== 'token')
+      this.#trimAnswers(
+        (owner) => owner === entry.owner,
+        () => (this.#ownerAnswerBytes.get(entry.owner) ?? 0) <= MAX_KEPT_ANSWER_BYTES_PER_GRANT,
+      );
+    this.#trimAnswers(
+      () => true,
+      () => this.#keptAnswerBytes <= MAX_KEPT_ANSWER_BYTES,
+    );
+  }
+
+  /** Forgets an entry's kept answer in the counts (the entry keeps its state). */
+  #unkeep(entry: IdempotencyEntry): void {
+    if (entry.state.kind !== 'done' || entry.state.answer === null) return;
+    const bytes = Buffer.byteLength(entry.state.answer.body);
+    this.#keptAnswerBytes -= bytes;
+    const owned = (this.#ownerAnswerBytes.get(entry.owner) ?? bytes) - bytes;
+    if (owned <= 0) this.#ownerAnswerBytes.delete(entry.owner);
+    else this.#ownerAnswerBytes.set(entry.owner, owned);
+  }
+
+  /** The oldest answers of the owners chosen go until `enough`; their keys stay, so nothing runs twice. */
+  #trimAnswers(chosen: (owner: string) => boolean, enough: () => boolean): void {
     for (const entry of this.#entries.values()) {
-      if (this.#keptAnswerBytes <= MAX_KEPT_ANSWER_BYTES) break;
-      if (entry.state.kind !== 'done' || entry.state.answer === null) continue;
-      this.#keptAnswerBytes -= Buffer.byteLength(entry.state.answer.body);
+      if (enough()) break;
+      if (entry.state.kind !== 'done' || entry.state.answer === null || !chosen(entry.owner)) continue;
+      this.#unkeep(entry);
       entry.state = { kind: 'done', answer: null };
     }
   }
@@ -300,11 +332,9 @@ export class IdempotencyStore {
     } else if (line.op === 'end') {
       const entry = this.#entries.get(line.id);
       if (entry === undefined) return;
-      const answer = line.answer ?? null;
-      if (answer !== null) this.#keptAnswerBytes += Buffer.byteLength(answer.body);
+      this.#unkeep(entry);
       entry.body = entry.body ?? line.body ?? null;
-      entry.state = { kind: 'done', answer };
-      this.#trimAnswers();
+      this.#done(entry, line.answer ?? null);
     } else if (line.op === 'forget') {
       this.#drop(line.id);
     }
