@@ -3,6 +3,7 @@
  * Types come from the same zod schemas the server validates with; errors come back as GymErrors
  * with the server's code.
  */
+import { randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
@@ -48,7 +49,26 @@ interface RequestOptions {
   body?: Readable | Buffer;
   contentType?: string;
   contentLength?: number;
+  /**
+   * Sent as `Idempotency-Key`: the daemon runs a request once per key and answers a repeat with
+   * the first answer (docs/api.md, "Safe retries"). With one, a request whose connection broke
+   * after it was sent goes once more with the same key (its body permitting).
+   */
+  idempotencyKey?: string;
 }
+
+/** A call that changes things: the key to send (the caller's, or a fresh one). */
+export interface IdempotentCallOptions {
+  /** Default: a fresh UUID per call. Pass your own to retry a call yourself, e.g. after a daemon restart. */
+  idempotencyKey?: string;
+}
+
+function keyOf(options: IdempotentCallOptions): string {
+  return options.idempotencyKey ?? randomUUID();
+}
+
+/** Errors of a connection that broke after the request may have reached the daemon. */
+const BROKEN_CONNECTION = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
 
 export type ExecStreamEvent =
   | { type: 'stdout' | 'stderr'; data: string }
@@ -106,6 +126,7 @@ export class GymClient {
     const headers: Record<string, string> = { authorization: `Bearer ${this.#options.token}` };
     const traceparent = this.#options.traceparent?.();
     if (traceparent !== undefined) headers.traceparent = traceparent;
+    if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
     let payload: Buffer | Readable | undefined = options.body;
     if (options.json !== undefined) {
       payload = Buffer.from(JSON.stringify(options.json));
@@ -114,35 +135,44 @@ export class GymClient {
     if (Buffer.isBuffer(payload)) headers['content-length'] = String(payload.length);
     else if (options.contentLength !== undefined) headers['content-length'] = String(options.contentLength);
 
-    const response = await new Promise<IncomingMessage>((resolve, reject) => {
-      const request = httpRequest(
-        {
-          method,
-          path: fullPath,
-          headers,
-          ...(base === undefined
-            ? { socketPath: this.#options.socket }
-            : { host: base.hostname, port: base.port || 80 }),
-        },
-        resolve,
-      );
-      request.on('error', (error: NodeJS.ErrnoException) =>
-        reject(
-          new GymError(
-            'DAEMON_UNAVAILABLE',
-            `the daemon does not answer at ${this.#options.url ?? this.#options.socket} (${error.code ?? error.message}); start it with \`gym daemon start\``,
-            {
-              cause: error,
-            },
+    const send = () =>
+      new Promise<IncomingMessage>((resolve, reject) => {
+        const request = httpRequest(
+          {
+            method,
+            path: fullPath,
+            headers,
+            ...(base === undefined
+              ? { socketPath: this.#options.socket }
+              : { host: base.hostname, port: base.port || 80 }),
+          },
+          resolve,
+        );
+        request.on('error', (error: NodeJS.ErrnoException) =>
+          reject(
+            new GymError(
+              'DAEMON_UNAVAILABLE',
+              `the daemon does not answer at ${this.#options.url ?? this.#options.socket} (${error.code ?? error.message}); start it with \`gym daemon start\``,
+              {
+                cause: error,
+              },
+            ),
           ),
-        ),
-      );
-      if (payload === undefined) request.end();
-      else if (Buffer.isBuffer(payload)) request.end(payload);
-      else {
-        payload.on('error', (error) => request.destroy(error));
-        payload.pipe(request);
-      }
+        );
+        if (payload === undefined) request.end();
+        else if (Buffer.isBuffer(payload)) request.end(payload);
+        else {
+          payload.on('error', (error) => request.destroy(error));
+          payload.pipe(request);
+        }
+      });
+    const response = await send().catch((error: unknown) => {
+      // A keyed request cut off after it may have arrived goes once more: the daemon runs it at most once.
+      const code = ((error as GymError).cause as NodeJS.ErrnoException | undefined)?.code;
+      const replayable = payload === undefined || Buffer.isBuffer(payload);
+      if (options.idempotencyKey === undefined || !replayable || !BROKEN_CONNECTION.has(code ?? ''))
+        throw error;
+      return send();
     });
     if ((response.statusCode ?? 500) >= 400)
       throw errorFromBody(response.statusCode ?? 500, await readBody(response));
@@ -169,8 +199,9 @@ export class GymClient {
     spec:
       | SandboxSpecInput
       | { pool: string; env?: Record<string, string>; labels?: Record<string, string>; ttlSeconds?: number },
+    options: IdempotentCallOptions = {},
   ): Promise<Sandbox> {
-    return this.#json('POST', '/v1/sandboxes', { json: spec });
+    return this.#json('POST', '/v1/sandboxes', { json: spec, idempotencyKey: keyOf(options) });
   }
 
   definePool(name: string, definition: PoolDefinitionInput): Promise<PoolStats> {
@@ -309,15 +340,23 @@ export class GymClient {
     });
   }
 
-  exec(id: string, request: ExecRequestInput): Promise<ExecResult> {
-    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, { json: request });
+  exec(id: string, request: ExecRequestInput, options: IdempotentCallOptions = {}): Promise<ExecResult> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, {
+      json: request,
+      idempotencyKey: keyOf(options),
+    });
   }
 
   /** Streams output events as they come; the last event is the result (or an error). */
-  async *execStream(id: string, request: ExecRequestInput): AsyncGenerator<ExecStreamEvent> {
+  async *execStream(
+    id: string,
+    request: ExecRequestInput,
+    options: IdempotentCallOptions = {},
+  ): AsyncGenerator<ExecStreamEvent> {
     const response = await this.raw('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, {
       json: request,
       query: { stream: 'ndjson' },
+      idempotencyKey: keyOf(options),
     });
     for await (const line of createInterface({ input: response, crlfDelay: Number.POSITIVE_INFINITY })) {
       if (line.trim() !== '') yield JSON.parse(line) as ExecStreamEvent;
@@ -329,6 +368,7 @@ export class GymClient {
     path: string,
     content: Buffer | { stream: Readable; sizeBytes: number },
     mode?: number,
+    options: IdempotentCallOptions = {},
   ): Promise<void> {
     const query = { path, ...(mode === undefined ? {} : { mode: mode.toString(8) }) };
     const isBuffer = Buffer.isBuffer(content);
@@ -337,6 +377,7 @@ export class GymClient {
       body: isBuffer ? content : content.stream,
       contentType: 'application/octet-stream',
       ...(isBuffer ? {} : { contentLength: content.sizeBytes }),
+      idempotencyKey: keyOf(options),
     });
   }
 
@@ -368,11 +409,17 @@ export class GymClient {
     return Buffer.concat(chunks, total);
   }
 
-  async writeArchive(id: string, directory: string, archive: Readable | Buffer): Promise<void> {
+  async writeArchive(
+    id: string,
+    directory: string,
+    archive: Readable | Buffer,
+    options: IdempotentCallOptions = {},
+  ): Promise<void> {
     await this.#json('PUT', `/v1/sandboxes/${encodeURIComponent(id)}/archive`, {
       query: { path: directory },
       body: archive,
       contentType: 'application/x-tar',
+      idempotencyKey: keyOf(options),
     });
   }
 
@@ -487,8 +534,15 @@ export class GymClient {
    * the parent keeps running. @throws GymError `CAPABILITY_UNSUPPORTED` for `live` where the
    * provider cannot carry processes over.
    */
-  fork(id: string, request: ForkRequestInput): Promise<{ snapshot: SnapshotInfo; sandboxes: Sandbox[] }> {
-    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/fork`, { json: request });
+  fork(
+    id: string,
+    request: ForkRequestInput,
+    options: IdempotentCallOptions = {},
+  ): Promise<{ snapshot: SnapshotInfo; sandboxes: Sandbox[] }> {
+    return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/fork`, {
+      json: request,
+      idempotencyKey: keyOf(options),
+    });
   }
 
   async listSnapshots(): Promise<SnapshotInfo[]> {

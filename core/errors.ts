@@ -74,6 +74,23 @@ export const ERROR_CODES = {
   PAYLOAD_TOO_LARGE: { httpStatus: 413, summary: 'the request body is too large' },
   /** A file read back from a sandbox is larger than the reader's byte limit (`details.maxBytes`); reading stopped there. */
   FILE_TOO_LARGE: { httpStatus: 413, summary: 'the file is larger than the reader accepts' },
+  /**
+   * An `Idempotency-Key` was sent before with another request (route, sandbox, query or body);
+   * nothing ran. A new request needs a new key (docs/api.md, "Safe retries").
+   */
+  IDEMPOTENCY_KEY_MISMATCH: {
+    httpStatus: 422,
+    summary: 'the idempotency key was used for a different request',
+  },
+  /**
+   * The request first sent with this `Idempotency-Key` cannot be answered again and is not run
+   * again: the daemon stopped while it ran (`details.reason: interrupted`), or its answer was too
+   * large to keep (`answer-not-kept`).
+   */
+  IDEMPOTENT_OUTCOME_UNKNOWN: {
+    httpStatus: 409,
+    summary: 'the first request with this idempotency key has no answer to give again',
+  },
   /** Another daemon holds the state directory, or the listen address is taken. */
   DAEMON_CONFLICT: { httpStatus: 409, summary: 'another daemon is in the way' },
   /** Client side: the daemon does not answer at its address (not started, or stopped). */

@@ -20,6 +20,7 @@ import { EgressCredentials } from './egress/credentials.ts';
 import { EgressProxy, type Resolver } from './egress/proxy.ts';
 import { GatewayArrivals } from './gateway/arrivals.ts';
 import { ModelGateway } from './gateway/gateway.ts';
+import { IdempotencyStore } from './idempotency/store.ts';
 import {
   ensureStateDir,
   loadOrCreateDaemonId,
@@ -43,6 +44,8 @@ export interface RunningDaemon {
   manager: SandboxManager;
   pools: PoolManager;
   gateway: ModelGateway;
+  /** What requests sent with an `Idempotency-Key` answered. */
+  idempotency: IdempotencyStore;
   daemonId: string;
   token: string;
   /** `http://127.0.0.1:PORT`, or the unix socket path. */
@@ -111,6 +114,11 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
   }
   const store = await StateStore.open(config.stateDir, logger);
   const snapshotStore = await SnapshotStore.open(config.stateDir, logger);
+  const idempotency = await IdempotencyStore.open(
+    config.stateDir,
+    clock,
+    logger.child({ component: 'idempotency' }),
+  );
   // Announce this daemon before the first reconcile, so peers never take its sandboxes for a dead one's.
   const owners = new OwnerRegistry({
     daemonId,
@@ -217,6 +225,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     metrics,
     token,
     access,
+    idempotency,
     daemonId,
     version: VERSION,
     maxModelRequestBytes: config.gateway.maxRequestBytes,
@@ -322,6 +331,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
       gatewayArrivals?.closeAll();
       await gatewayApp?.close();
       await app.close();
+      await idempotency.close();
       pools.stop();
       await manager.shutdown({ destroy: stopOptions.destroy ?? config.destroyOnShutdown });
       clearInterval(heartbeat);
@@ -336,5 +346,5 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     })();
     return stopping;
   };
-  return { app, manager, pools, gateway, daemonId, token, address, stop };
+  return { app, manager, pools, gateway, idempotency, daemonId, token, address, stop };
 }

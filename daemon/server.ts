@@ -10,14 +10,18 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
+import { z } from 'zod';
 import { GymError } from '../core/errors.ts';
+import { HealthSchema } from '../core/schemas/api.ts';
 import { type AccessGrants, isScopedCredential } from './access/grants.ts';
 import { toApiError } from './errors.ts';
 import type { ModelGateway } from './gateway/gateway.ts';
+import { registerIdempotency } from './idempotency/http.ts';
+import type { IdempotencyStore } from './idempotency/store.ts';
 import { tokenMatches } from './identity.ts';
 import type { ImageService } from './images.ts';
 import type { DaemonMetrics } from './metrics.ts';
-import { openApiDocument } from './openapi.ts';
+import { contentAnswer, jsonAnswer, openApiDocument, registerOpenApi, useRouteSchemas } from './openapi.ts';
 import type { PoolManager } from './pools/pool-manager.ts';
 import { registerAccessRoutes } from './routes/access.ts';
 import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes/gateway.ts';
@@ -41,6 +45,8 @@ export interface ServerOptions {
   token: string;
   /** Scoped credentials: what each lends, checked on the route that runs. */
   access: AccessGrants;
+  /** What requests sent with an `Idempotency-Key` answered (daemon/idempotency/). */
+  idempotency: IdempotencyStore;
   daemonId: string;
   version: string;
   /** The largest model request the gateway accepts. */
@@ -137,7 +143,6 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     return503OnClosing: true,
     frameworkErrors: frameworkErrors(options.metrics),
   });
-  const openApi = openApiDocument(options.version);
 
   // Files and archives stream straight from the socket: leave the body unread for the route.
   app.addContentTypeParser(['application/octet-stream', 'application/x-tar'], (_request, _payload, done) =>
@@ -185,6 +190,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   installErrorHandlers(app, options.metrics);
+  registerIdempotency(app, options.idempotency);
   // After the token check: only a holder's of the token or a scoped credential traceparent is read.
   registerRequestSpans(app, options.tracing, {
     providerOf: (id) => {
@@ -197,29 +203,58 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   // Liveness for anyone who can reach the port; versions, ids and provider details only with the token.
-  app.get('/healthz', { config: { auth: 'optional-token' } }, async (request) => {
-    const providers: Record<string, { ok: boolean; message: string }> = {};
-    await Promise.all(
-      [...options.manager.providers].map(async ([name, provider]) => {
-        const health = await provider.health();
-        providers[name] = { ok: health.ok, message: health.message };
-      }),
-    );
-    const ok = Object.values(providers).every((health) => health.ok);
-    if (!hasToken(request, options.token)) return { ok };
-    return {
-      ok,
-      version: options.version,
-      daemonId: options.daemonId,
-      providers,
-    };
-  });
-
-  app.get('/metrics', async (_request, reply) =>
-    reply.type('text/plain; version=0.0.4').send(await options.metrics.text()),
+  // Before any route: the document lists the routes as they are registered.
+  await registerOpenApi(app, options.version);
+  app.get(
+    '/healthz',
+    {
+      config: { auth: 'optional-token' },
+      schema: {
+        summary: 'liveness, and with the token the version, the daemon id and provider health',
+        security: [],
+        response: { 200: jsonAnswer('health', HealthSchema) },
+      },
+    },
+    async (request) => {
+      const providers: Record<string, { ok: boolean; message: string }> = {};
+      await Promise.all(
+        [...options.manager.providers].map(async ([name, provider]) => {
+          const health = await provider.health();
+          providers[name] = { ok: health.ok, message: health.message };
+        }),
+      );
+      const ok = Object.values(providers).every((health) => health.ok);
+      if (!hasToken(request, options.token)) return { ok };
+      return {
+        ok,
+        version: options.version,
+        daemonId: options.daemonId,
+        providers,
+      };
+    },
   );
-  app.get('/openapi.json', async () => openApi);
-  registerSandboxRoutes(app, options.manager, options.pools);
+
+  app.get(
+    '/metrics',
+    {
+      schema: {
+        summary: 'Prometheus metrics',
+        response: { 200: contentAnswer('Prometheus text format', { 'text/plain': z.string() }) },
+      },
+    },
+    async (_request, reply) => reply.type('text/plain; version=0.0.4').send(await options.metrics.text()),
+  );
+  app.get(
+    '/openapi.json',
+    {
+      schema: {
+        summary: 'this document, derived from the routes',
+        response: { 200: jsonAnswer('OpenAPI 3.1', z.record(z.string(), z.unknown())) },
+      },
+    },
+    async () => openApiDocument(app),
+  );
+  registerSandboxRoutes(app, options.manager, options.pools, options.idempotency);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);
@@ -255,6 +290,7 @@ export async function buildGatewayServer(options: GatewayServerOptions): Promise
     return503OnClosing: true,
     frameworkErrors: frameworkErrors(options.metrics),
   });
+  useRouteSchemas(app);
   installErrorHandlers(app, options.metrics);
   registerGatewayModelRoutes(app, options.gateway, {
     maxRequestBytes: options.maxModelRequestBytes,

@@ -4,7 +4,13 @@
  * `disconnect`), and do nothing else here.
  */
 import type { FastifyInstance } from 'fastify';
+import {
+  AccessGrantCreatedSchema,
+  AccessGrantListSchema,
+  AccessGrantRequestSchema,
+} from '../../core/schemas/access.ts';
 import type { AccessGrants, ScopedGrant, ScopedRouteRight } from '../access/grants.ts';
+import { emptyAnswer, errorAnswers, jsonAnswer } from '../openapi.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -18,16 +24,49 @@ declare module 'fastify' {
 }
 
 export function registerAccessRoutes(app: FastifyInstance, grants: AccessGrants): void {
-  app.post('/v1/access', async (request, reply) => {
-    const created = await grants.mint(request.body ?? {});
-    reply.status(201).header('cache-control', 'no-store');
-    return created;
-  });
+  app.post(
+    '/v1/access',
+    {
+      schema: {
+        summary:
+          'lend sandboxes: mint a scoped credential with named rights, expiring no later than their leases (token only; the credential is shown once)',
+        body: AccessGrantRequestSchema,
+        response: {
+          201: jsonAnswer('the grant and its credential', AccessGrantCreatedSchema),
+          ...errorAnswers(400, 404, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      const created = await grants.mint(request.body ?? {});
+      reply.status(201).header('cache-control', 'no-store');
+      return created;
+    },
+  );
 
-  app.get('/v1/access', async () => ({ grants: grants.list() }));
+  app.get(
+    '/v1/access',
+    {
+      schema: {
+        summary: 'the live grants, without their credentials (token only)',
+        response: { 200: jsonAnswer('grants', AccessGrantListSchema) },
+      },
+    },
+    async () => ({ grants: grants.list() }),
+  );
 
-  app.delete('/v1/access/:id', { config: { scoped: 'own-grant' } }, async (request, reply) => {
-    await grants.revoke((request.params as { id: string }).id);
-    reply.status(204);
-  });
+  app.delete(
+    '/v1/access/:id',
+    {
+      config: { scoped: 'own-grant' },
+      schema: {
+        summary: "revoke a grant (idempotent); the token, or the grant's own credential",
+        response: { 204: emptyAnswer('revoked'), ...errorAnswers(403) },
+      },
+    },
+    async (request, reply) => {
+      await grants.revoke((request.params as { id: string }).id);
+      reply.status(204);
+    },
+  );
 }

@@ -8,6 +8,7 @@
  */
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { OpenRolloutRequestSchema } from '../../core/schemas/api.ts';
 import { parseOrThrow } from '../../core/validate.ts';
@@ -17,6 +18,7 @@ import {
   type ModelGateway,
   type OpenRollout,
 } from '../gateway/gateway.ts';
+import { emptyAnswer, errorAnswers, jsonAnswer, optionalBody } from '../openapi.ts';
 import type { DaemonTracing } from '../telemetry/daemon-tracing.ts';
 import { traceModelCall } from '../telemetry/model-call-span.ts';
 
@@ -51,21 +53,61 @@ function anthropicHeaders(request: FastifyRequest): Record<string, string> {
   return headers;
 }
 
+/** What `POST /v1/gateway/rollouts` answers. */
+const OpenedRolloutSchema = z.object({ rolloutId: z.string(), key: z.string(), basePath: z.string() });
+/** Any JSON object: a model request or answer, forwarded as it is. */
+const ModelJsonSchema = z.record(z.string(), z.unknown());
+
 export function registerGatewayAdminRoutes(app: FastifyInstance, gateway: ModelGateway): void {
-  app.post('/v1/gateway/rollouts', async (request, reply) => {
-    const body = parseOrThrow(OpenRolloutRequestSchema, request.body ?? {}, 'rollout request');
-    reply.status(201);
-    return gateway.openRollout(body);
-  });
+  app.post(
+    '/v1/gateway/rollouts',
+    {
+      schema: {
+        summary: 'open a rollout on the model gateway; its key is the API key its agent uses',
+        ...optionalBody,
+        body: OpenRolloutRequestSchema,
+        response: {
+          201: jsonAnswer('the rollout, its key and base path', OpenedRolloutSchema),
+          ...errorAnswers(400),
+        },
+      },
+    },
+    async (request, reply) => {
+      const body = parseOrThrow(OpenRolloutRequestSchema, request.body ?? {}, 'rollout request');
+      reply.status(201);
+      return gateway.openRollout(body);
+    },
+  );
 
-  app.get('/v1/gateway/rollouts/:rolloutId/records', async (request) => ({
-    records: await gateway.records((request.params as { rolloutId: string }).rolloutId),
-  }));
+  app.get(
+    '/v1/gateway/rollouts/:rolloutId/records',
+    {
+      schema: {
+        summary: 'every model call of the rollout: request, response or streamed events, usage, timing',
+        response: {
+          200: jsonAnswer('the records, oldest first', z.object({ records: z.array(ModelJsonSchema) })),
+          ...errorAnswers(404),
+        },
+      },
+    },
+    async (request) => ({
+      records: await gateway.records((request.params as { rolloutId: string }).rolloutId),
+    }),
+  );
 
-  app.delete('/v1/gateway/rollouts/:rolloutId', async (request, reply) => {
-    await gateway.closeRollout((request.params as { rolloutId: string }).rolloutId);
-    reply.status(204);
-  });
+  app.delete(
+    '/v1/gateway/rollouts/:rolloutId',
+    {
+      schema: {
+        summary: 'close the rollout (its key stops working; records stay)',
+        response: { 204: emptyAnswer('closed') },
+      },
+    },
+    async (request, reply) => {
+      await gateway.closeRollout((request.params as { rolloutId: string }).rolloutId);
+      reply.status(204);
+    },
+  );
 }
 
 export interface ModelRouteOptions {
@@ -102,11 +144,23 @@ export function registerGatewayModelRoutes(
       throw error;
     }
   };
-  const routeOptions = {
+  const routeOptions = (summary: string, body?: z.ZodType) => ({
     bodyLimit: options.maxRequestBytes,
     config: { auth: 'rollout-key' as const },
     onRequest: authorize,
-  };
+    schema: {
+      summary,
+      security: [{ rolloutKey: [] }],
+      ...(body === undefined ? {} : { body }),
+      response: {
+        200: jsonAnswer(
+          'the upstream answer, unchanged (an event stream when the request asked for one)',
+          ModelJsonSchema,
+        ),
+        ...errorAnswers(400, 401, 413, 429, 502),
+      },
+    },
+  });
 
   const forward = (api: ModelApi) => async (request: FastifyRequest, reply: FastifyReply) => {
     const rollout = request.rollout!;
@@ -175,34 +229,63 @@ export function registerGatewayModelRoutes(
     return reply;
   };
 
-  app.post('/v1/gateway/:rolloutId/v1/chat/completions', routeOptions, forward('chat.completions'));
-  app.post('/v1/gateway/:rolloutId/v1/responses', routeOptions, forward('responses'));
+  app.post(
+    '/v1/gateway/:rolloutId/v1/chat/completions',
+    routeOptions(
+      'OpenAI Chat Completions (streaming or not), forwarded to the policy upstream and recorded; authenticated by the rollout key',
+      ModelJsonSchema,
+    ),
+    forward('chat.completions'),
+  );
+  app.post(
+    '/v1/gateway/:rolloutId/v1/responses',
+    routeOptions(
+      'OpenAI Responses API (streaming or not), forwarded and recorded; authenticated by the rollout key',
+      ModelJsonSchema,
+    ),
+    forward('responses'),
+  );
   // Anthropic Messages (Claude Code appends /v1/messages to its base URL, the rollout's `/v1/gateway/{id}`).
-  app.post('/v1/gateway/:rolloutId/v1/messages', routeOptions, forward('messages'));
+  app.post(
+    '/v1/gateway/:rolloutId/v1/messages',
+    routeOptions(
+      'Anthropic Messages (streaming or not), forwarded and recorded; authenticated by the rollout key (`x-api-key` too)',
+      ModelJsonSchema,
+    ),
+    forward('messages'),
+  );
   // Admitted and recorded like a model call: it reaches the upstream with the operator's key.
-  app.post('/v1/gateway/:rolloutId/v1/messages/count_tokens', routeOptions, async (request) => {
-    const body = request.body;
-    if (typeof body !== 'object' || body === null || Array.isArray(body))
-      throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
-    // Recorded: the request and a small answer.
-    const release = gateway.admit(request.rollout!, Buffer.byteLength(JSON.stringify(body)) + 1024);
-    try {
-      return await gateway.countTokens(
-        request.rollout!,
-        body as Record<string, unknown>,
-        anthropicHeaders(request),
-      );
-    } finally {
-      release();
-    }
-  });
-  app.get('/v1/gateway/:rolloutId/v1/models', routeOptions, async (request) => {
-    const id = request.rollout!.upstream.model ?? 'gateway';
-    // One list both OpenAI and Anthropic clients read.
-    return {
-      object: 'list',
-      data: [{ id, object: 'model', type: 'model', display_name: id, created: 0, owned_by: 'gym-gateway' }],
-      has_more: false,
-    };
-  });
+  app.post(
+    '/v1/gateway/:rolloutId/v1/messages/count_tokens',
+    routeOptions("Anthropic's token count, asked of the upstream and recorded", ModelJsonSchema),
+    async (request) => {
+      const body = request.body;
+      if (typeof body !== 'object' || body === null || Array.isArray(body))
+        throw new GymError('VALIDATION_FAILED', 'the request body must be a JSON object');
+      // Recorded: the request and a small answer.
+      const release = gateway.admit(request.rollout!, Buffer.byteLength(JSON.stringify(body)) + 1024);
+      try {
+        return await gateway.countTokens(
+          request.rollout!,
+          body as Record<string, unknown>,
+          anthropicHeaders(request),
+        );
+      } finally {
+        release();
+      }
+    },
+  );
+  app.get(
+    '/v1/gateway/:rolloutId/v1/models',
+    routeOptions('the model the rollout talks to, as an OpenAI and Anthropic model list'),
+    async (request) => {
+      const id = request.rollout!.upstream.model ?? 'gateway';
+      // One list both OpenAI and Anthropic clients read.
+      return {
+        object: 'list',
+        data: [{ id, object: 'model', type: 'model', display_name: id, created: 0, owned_by: 'gym-gateway' }],
+        has_more: false,
+      };
+    },
+  );
 }

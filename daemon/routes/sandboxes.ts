@@ -13,12 +13,15 @@ import {
 import { type ExecRequest, ExecRequestSchema } from '../../core/schemas/exec.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import { toApiError } from '../errors.ts';
+import { completeRun, requestBody } from '../idempotency/http.ts';
+import type { IdempotencyStore } from '../idempotency/store.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
 import type { ManagedNetwork } from '../sandbox-manager.ts';
 import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
 import type { SandboxOperations } from '../sandboxes/operations.ts';
 import type { ForkResult } from '../snapshots/fork.ts';
 import type { SnapshotService } from '../snapshots/snapshots.ts';
+import { sandboxSchemas } from './sandbox-schemas.ts';
 
 /** The largest JSON body an exec accepts (its stdin travels inside it). */
 const EXEC_BODY_LIMIT_BYTES = 96 * 1024 * 1024;
@@ -55,7 +58,15 @@ const scopedInspect = { config: { scoped: 'inspect' as const } };
 const scopedExec = { config: { scoped: 'exec' as const } };
 const scopedFiles = { config: { scoped: 'files' as const } };
 const scopedEndpoints = { config: { scoped: 'endpoints' as const } };
-const execOptions = { bodyLimit: EXEC_BODY_LIMIT_BYTES, ...scopedExec };
+const execOptions = {
+  bodyLimit: EXEC_BODY_LIMIT_BYTES,
+  config: { scoped: 'exec' as const, idempotent: { body: 'json' as const, synced: false } },
+};
+/** Routes that take an `Idempotency-Key` (daemon/idempotency/http.ts). */
+const idempotentJson = { config: { idempotent: { body: 'json' as const, synced: true } } };
+const idempotentFiles = {
+  config: { scoped: 'files' as const, idempotent: { body: 'stream' as const, synced: false } },
+};
 
 /** The parts of the daemon's sandboxes the routes call (`SandboxManager` has both). */
 export interface SandboxRouteTargets {
@@ -70,18 +81,27 @@ export function registerSandboxRoutes(
   app: FastifyInstance,
   targets: SandboxRouteTargets,
   pools: PoolManager,
+  idempotency: IdempotencyStore,
 ): void {
   const { lifecycle, operations, network, snapshots } = targets;
   const fork = (id: string, input: unknown) => targets.fork(id, input);
-  app.post('/v1/sandboxes/:id/gateway', scopedEndpoints, async (request) =>
-    operations.exposeGateway(sandboxId(request)),
+  app.post(
+    '/v1/sandboxes/:id/gateway',
+    { ...scopedEndpoints, schema: sandboxSchemas.gateway },
+    async (request) => operations.exposeGateway(sandboxId(request)),
   );
 
-  app.get('/v1/sandboxes/:id/network', async (request) => network.view(sandboxId(request)));
-  app.put('/v1/sandboxes/:id/network', async (request) => network.set(sandboxId(request), request.body));
-  app.get('/v1/sandboxes/:id/network/log', async (request) => network.log(sandboxId(request)));
+  app.get('/v1/sandboxes/:id/network', { schema: sandboxSchemas.networkView }, async (request) =>
+    network.view(sandboxId(request)),
+  );
+  app.put('/v1/sandboxes/:id/network', { schema: sandboxSchemas.networkSet }, async (request) =>
+    network.set(sandboxId(request), request.body),
+  );
+  app.get('/v1/sandboxes/:id/network/log', { schema: sandboxSchemas.networkLog }, async (request) =>
+    network.log(sandboxId(request)),
+  );
 
-  app.post('/v1/sandboxes', async (request, reply) => {
+  app.post('/v1/sandboxes', { ...idempotentJson, schema: sandboxSchemas.create }, async (request, reply) => {
     const body = (request.body ?? {}) as Record<string, unknown>;
     const sandbox =
       typeof body === 'object' && body !== null && 'pool' in body
@@ -91,7 +111,7 @@ export function registerSandboxRoutes(
     return sandbox;
   });
 
-  app.get('/v1/sandboxes', async (request) => {
+  app.get('/v1/sandboxes', { schema: sandboxSchemas.list }, async (request) => {
     const query = parseOrThrow(ListSandboxesQuerySchema, request.query, 'query');
     return {
       sandboxes: lifecycle.list({
@@ -101,73 +121,101 @@ export function registerSandboxRoutes(
     };
   });
 
-  app.get('/v1/sandboxes/:id', scopedInspect, async (request) => lifecycle.get(sandboxId(request)));
+  app.get('/v1/sandboxes/:id', { ...scopedInspect, schema: sandboxSchemas.inspect }, async (request) =>
+    lifecycle.get(sandboxId(request)),
+  );
 
-  app.delete('/v1/sandboxes/:id', async (request, reply) => {
+  app.delete('/v1/sandboxes/:id', { schema: sandboxSchemas.destroy }, async (request, reply) => {
     await lifecycle.destroy(sandboxId(request));
     reply.status(204);
   });
 
-  app.post('/v1/sandboxes/:id/keepalive', async (request) => {
+  app.post('/v1/sandboxes/:id/keepalive', { schema: sandboxSchemas.keepalive }, async (request) => {
     const body = parseOrThrow(KeepaliveRequestSchema, request.body ?? {}, 'keepalive request');
     return operations.keepalive(sandboxId(request), body.ttlSeconds);
   });
 
-  app.post('/v1/sandboxes/:id/exec', execOptions, async (request, reply) => {
-    const id = sandboxId(request);
-    const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
-    // Parsed once, here: the streamed form needs the request's output cap before it starts.
-    const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
-    if (query.stream === undefined) return operations.exec(id, exec);
-    return streamExec({ lifecycle, operations }, id, exec, reply);
-  });
-
-  app.put('/v1/sandboxes/:id/files', scopedFiles, async (request, reply) => {
-    const id = sandboxId(request);
-    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    const length = Number(request.headers['content-length']);
-    if (!Number.isInteger(length) || length < 0) {
-      throw new GymError(
-        'VALIDATION_FAILED',
-        'a file upload needs a Content-Length header (the tar header carries the size up front)',
+  app.post(
+    '/v1/sandboxes/:id/exec',
+    { ...execOptions, schema: sandboxSchemas.exec },
+    async (request, reply) => {
+      const id = sandboxId(request);
+      const query = parseOrThrow(ExecQuerySchema, request.query, 'query');
+      // Parsed once, here: the streamed form needs the request's output cap before it starts.
+      const exec = parseOrThrow(ExecRequestSchema, request.body, 'exec request');
+      if (query.stream === undefined) return operations.exec(id, exec);
+      return streamExec({ lifecycle, operations }, id, exec, reply, (status, last) =>
+        completeRun(idempotency, request, status, 'application/x-ndjson', last),
       );
-    }
-    await operations.writeFile(
-      id,
-      query.path,
-      { stream: request.raw, sizeBytes: length },
-      query.mode === undefined ? undefined : Number.parseInt(query.mode, 8),
-    );
-    reply.status(204);
-  });
-
-  app.get('/v1/sandboxes/:id/files', scopedFiles, async (request, reply) => {
-    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    const stream = await operations.readFile(sandboxId(request), query.path);
-    return reply.type('application/octet-stream').send(stream);
-  });
-
-  app.put('/v1/sandboxes/:id/archive', scopedFiles, async (request, reply) => {
-    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    await operations.writeArchive(sandboxId(request), query.path, request.raw);
-    reply.status(204);
-  });
-
-  app.get('/v1/sandboxes/:id/archive', scopedFiles, async (request, reply) => {
-    const query = parseOrThrow(PathQuerySchema, request.query, 'query');
-    const stream = await operations.readArchive(sandboxId(request), query.path);
-    return reply.type('application/x-tar').send(stream);
-  });
-
-  app.post('/v1/sandboxes/:id/stop-processes', scopedExec, async (request) =>
-    operations.stopProcesses(sandboxId(request)),
+    },
   );
 
-  app.post('/v1/sandboxes/:id/toolchain-check', scopedExec, async (request) =>
-    operations.checkToolchain(sandboxId(request), request.body ?? {}),
+  app.put(
+    '/v1/sandboxes/:id/files',
+    { ...idempotentFiles, schema: sandboxSchemas.writeFile },
+    async (request, reply) => {
+      const id = sandboxId(request);
+      const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+      const length = Number(request.headers['content-length']);
+      if (!Number.isInteger(length) || length < 0) {
+        throw new GymError(
+          'VALIDATION_FAILED',
+          'a file upload needs a Content-Length header (the tar header carries the size up front)',
+        );
+      }
+      await operations.writeFile(
+        id,
+        query.path,
+        { stream: requestBody(request), sizeBytes: length },
+        query.mode === undefined ? undefined : Number.parseInt(query.mode, 8),
+      );
+      reply.status(204);
+    },
   );
 
-  app.post('/v1/sandboxes/:id/snapshot', async (request) => {
+  app.get(
+    '/v1/sandboxes/:id/files',
+    { ...scopedFiles, schema: sandboxSchemas.readFile },
+    async (request, reply) => {
+      const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+      const stream = await operations.readFile(sandboxId(request), query.path);
+      return reply.type('application/octet-stream').send(stream);
+    },
+  );
+
+  app.put(
+    '/v1/sandboxes/:id/archive',
+    { ...idempotentFiles, schema: sandboxSchemas.writeArchive },
+    async (request, reply) => {
+      const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+      await operations.writeArchive(sandboxId(request), query.path, requestBody(request));
+      reply.status(204);
+    },
+  );
+
+  app.get(
+    '/v1/sandboxes/:id/archive',
+    { ...scopedFiles, schema: sandboxSchemas.readArchive },
+    async (request, reply) => {
+      const query = parseOrThrow(PathQuerySchema, request.query, 'query');
+      const stream = await operations.readArchive(sandboxId(request), query.path);
+      return reply.type('application/x-tar').send(stream);
+    },
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/stop-processes',
+    { ...scopedExec, schema: sandboxSchemas.stopProcesses },
+    async (request) => operations.stopProcesses(sandboxId(request)),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/toolchain-check',
+    { ...scopedExec, schema: sandboxSchemas.toolchainCheck },
+    async (request) => operations.checkToolchain(sandboxId(request), request.body ?? {}),
+  );
+
+  app.post('/v1/sandboxes/:id/snapshot', { schema: sandboxSchemas.snapshot }, async (request) => {
     const body = parseOrThrow(SnapshotRequestSchema, request.body ?? {}, 'snapshot request');
     const id = sandboxId(request);
     if (body.image !== undefined) {
@@ -188,17 +236,25 @@ export function registerSandboxRoutes(
     return { image: snapshot.image, snapshot };
   });
 
-  app.post('/v1/sandboxes/:id/fork', async (request, reply) => {
-    const forked = await fork(sandboxId(request), request.body ?? {});
-    reply.status(201);
-    return forked;
-  });
+  app.post(
+    '/v1/sandboxes/:id/fork',
+    { ...idempotentJson, schema: sandboxSchemas.fork },
+    async (request, reply) => {
+      const forked = await fork(sandboxId(request), request.body ?? {});
+      reply.status(201);
+      return forked;
+    },
+  );
 
-  app.get('/v1/snapshots', async () => ({ snapshots: snapshots.list() }));
+  app.get('/v1/snapshots', { schema: sandboxSchemas.snapshots }, async () => ({
+    snapshots: snapshots.list(),
+  }));
 
-  app.get('/v1/snapshots/:id', async (request) => snapshots.get((request.params as { id: string }).id));
+  app.get('/v1/snapshots/:id', { schema: sandboxSchemas.snapshotInspect }, async (request) =>
+    snapshots.get((request.params as { id: string }).id),
+  );
 
-  app.delete('/v1/snapshots/:id', async (request, reply) => {
+  app.delete('/v1/snapshots/:id', { schema: sandboxSchemas.snapshotDelete }, async (request, reply) => {
     await snapshots.delete((request.params as { id: string }).id);
     reply.status(204);
   });
@@ -219,12 +275,20 @@ async function streamExec(
   id: string,
   exec: ExecRequest,
   reply: FastifyReply,
+  /** Told the last line (the result or the error) before the stream ends. */
+  onLast: (status: number, line: string) => void,
 ): Promise<FastifyReply> {
   lifecycle.get(id);
   const output = new PassThrough();
   const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   const room = { stdout: exec.maxOutputBytes, stderr: exec.maxOutputBytes };
   const write = (event: Record<string, unknown>) => output.write(`${JSON.stringify(event)}\n`);
+  // The status the answer would have had unstreamed: an error refused before it ran frees an idempotency key.
+  const last = (status: number, event: Record<string, unknown>) => {
+    const line = `${JSON.stringify(event)}\n`;
+    onLast(status, line);
+    output.write(line);
+  };
   const cancel = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) cancel.abort();
@@ -247,9 +311,12 @@ async function streamExec(
           const rest = room[stream] > 0 ? decoders[stream].end() : '';
           if (rest !== '') write({ type: stream, data: rest });
         }
-        write({ type: 'result', result });
+        last(200, { type: 'result', result });
       },
-      (error: unknown) => write({ type: 'error', error: toApiError(error).toJSON().error }),
+      (error: unknown) => {
+        const apiError = toApiError(error);
+        last(apiError.httpStatus, { type: 'error', error: apiError.toJSON().error });
+      },
     )
     .finally(() => output.end());
   // Headers go out now, not with the first output: a client sees at once that its command runs.

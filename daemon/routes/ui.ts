@@ -11,7 +11,9 @@
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import { cookieValue, PAGE_HEADERS, sameSecret, sessionCookie } from '../../core/page-security.ts';
+import { BYTES, contentAnswer, emptyAnswer, jsonAnswer } from '../openapi.ts';
 import type { PoolManager } from '../pools/pool-manager.ts';
 import type { SandboxLifecycle } from '../sandboxes/lifecycle.ts';
 
@@ -62,6 +64,16 @@ class ExpiringSecrets {
   }
 }
 
+const SESSION_SECURITY = [{ uiSession: [] }];
+const REFUSED = contentAnswer('refused (plain text)', { 'text/plain': z.string() });
+/** The page's routes in the OpenAPI document: a person's browser calls them, not a client. */
+const pageSchema = (summary: string, answer: object, status = 200) => ({
+  summary,
+  tags: ['ui'],
+  security: SESSION_SECURITY,
+  response: { [status]: answer, 401: REFUSED },
+});
+
 function refuse(reply: FastifyReply, status: number, message: string) {
   return reply.code(status).headers(PAGE_HEADERS).type('text/plain; charset=utf-8').send(`${message}\n`);
 }
@@ -85,17 +97,45 @@ export function registerUiRoutes(
         'ask for a login link: gym daemon ui (or POST /ui/login-links with the token)',
       );
   };
-  const page = { config: { auth: 'ui-session' as const }, onRequest: requireSession };
+  const page = (summary: string, answer: object, status = 200) => ({
+    config: { auth: 'ui-session' as const },
+    onRequest: requireSession,
+    schema: pageSchema(summary, answer, status),
+  });
 
   // The one route of /ui that needs the token: it makes the link, and is never a GET a page could trigger.
-  app.post('/ui/login-links', async (_request, reply) => {
-    reply.status(201);
-    return { path: `/ui/login?nonce=${links.add()}`, expiresInMs: LOGIN_LINK_TTL_MS };
-  });
+  app.post(
+    '/ui/login-links',
+    {
+      schema: {
+        summary: 'a login link for the /ui page: good once, for a minute (token only)',
+        tags: ['ui'],
+        response: {
+          201: jsonAnswer(
+            'the link to open in a browser',
+            z.object({ path: z.string(), expiresInMs: z.number().int() }),
+          ),
+        },
+      },
+    },
+    async (_request, reply) => {
+      reply.status(201);
+      return { path: `/ui/login?nonce=${links.add()}`, expiresInMs: LOGIN_LINK_TTL_MS };
+    },
+  );
 
   app.get<{ Querystring: { nonce?: string } }>(
     '/ui/login',
-    { config: { auth: 'ui-session' } },
+    {
+      config: { auth: 'ui-session' },
+      schema: {
+        summary: 'open a login link: sets the session cookie and redirects to the page',
+        tags: ['ui'],
+        security: [],
+        querystring: z.object({ nonce: z.string().optional() }),
+        response: { 303: emptyAnswer('to /ui/, with the session cookie'), 403: REFUSED },
+      },
+    },
     async (request, reply) => {
       reply.headers(PAGE_HEADERS);
       const nonce = typeof request.query.nonce === 'string' ? links.find(request.query.nonce) : undefined;
@@ -107,28 +147,48 @@ export function registerUiRoutes(
     },
   );
 
-  app.get('/ui', page, async (_request, reply) => reply.redirect('/ui/', 303));
+  app.get('/ui', page('the page', emptyAnswer('to /ui/'), 303), async (_request, reply) =>
+    reply.redirect('/ui/', 303),
+  );
   for (const [path, asset] of Object.entries(ASSETS))
-    app.get(path, page, async (_request, reply) => {
-      if (!assets.has(path)) assets.set(path, readFile(asset.url));
-      return reply.type(asset.type).send(await assets.get(path));
-    });
+    app.get(
+      path,
+      page(`the page's ${path}`, contentAnswer('the asset', { [asset.type]: BYTES })),
+      async (_request, reply) => {
+        if (!assets.has(path)) assets.set(path, readFile(asset.url));
+        return reply.type(asset.type).send(await assets.get(path));
+      },
+    );
 
   // What a person needs to see, not the specs: those carry the sandboxes' env, which may hold keys.
-  app.get('/ui/api/sandboxes', page, async () => ({
-    sandboxes: lifecycle.list().map((sandbox) => ({
-      id: sandbox.id,
-      provider: sandbox.provider,
-      state: sandbox.state,
-      image: sandbox.image,
-      pool: sandbox.pool,
-      labels: sandbox.labels,
-      createdAt: sandbox.createdAt,
-      leaseExpiresAt: sandbox.leaseExpiresAt,
-      fromPool: sandbox.fromPool,
-    })),
-  }));
-  app.get('/ui/api/pools', page, async () => ({
-    pools: pools.list().map(({ definition: _definition, ...stats }) => stats),
-  }));
+  app.get(
+    '/ui/api/sandboxes',
+    page(
+      'what the page shows of the sandboxes',
+      jsonAnswer('the sandboxes', z.object({ sandboxes: z.array(z.record(z.string(), z.unknown())) })),
+    ),
+    async () => ({
+      sandboxes: lifecycle.list().map((sandbox) => ({
+        id: sandbox.id,
+        provider: sandbox.provider,
+        state: sandbox.state,
+        image: sandbox.image,
+        pool: sandbox.pool,
+        labels: sandbox.labels,
+        createdAt: sandbox.createdAt,
+        leaseExpiresAt: sandbox.leaseExpiresAt,
+        fromPool: sandbox.fromPool,
+      })),
+    }),
+  );
+  app.get(
+    '/ui/api/pools',
+    page(
+      'what the page shows of the pools',
+      jsonAnswer('the pools', z.object({ pools: z.array(z.record(z.string(), z.unknown())) })),
+    ),
+    async () => ({
+      pools: pools.list().map(({ definition: _definition, ...stats }) => stats),
+    }),
+  );
 }

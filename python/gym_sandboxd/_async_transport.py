@@ -211,7 +211,8 @@ class AsyncTransport:
                         return await self._read_head(connection, call.method)
                     except (_StaleConnection, *_STALE_ERRORS) as error:
                         connection.close()
-                        if reused and attempt == 0 and (body is None or body.replayable):
+                        # As the sync transport: a keyed call may go again on a fresh connection too.
+                        if (reused or call.idempotency_key is not None) and attempt == 0 and (body is None or body.replayable):
                             continue
                         raise DaemonUnavailableError(
                             f"the daemon closed the connection at {self.address.describe()} before answering"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._wire import DEFAULT_TIMEOUT_S, EXEC_TIMEOUT_MARGIN_S, Call, Upload, require, segment, upload_body
+from ._wire import DEFAULT_TIMEOUT_S, EXEC_TIMEOUT_MARGIN_S, Call, Upload, idempotency_key, require, segment, upload_body
 from .schema import ExecRequest, OpenRolloutRequest, PoolAcquireRequest, PoolDefinition, SandboxSpec
 
 # The daemon's default exec timeout (core/schemas/exec.ts), for the client's own wait.
@@ -28,14 +28,23 @@ def metrics() -> Call:
     return Call("GET", "/metrics")
 
 
-def create_sandbox(spec: SandboxSpec | PoolAcquireRequest) -> Call:
+def create_sandbox(spec: SandboxSpec | PoolAcquireRequest, key: str | None = None) -> Call:
     # A create answers once its readiness probe passed: wait at least that long, and a minute more.
     readiness = spec.get("readiness") or {}
     probe_s = readiness.get("timeoutMs", 0) / 1000  # type: ignore[union-attr]
-    return Call("POST", "/v1/sandboxes", json_body=dict(spec), has_json=True, timeout_s=max(DEFAULT_TIMEOUT_S, probe_s + 60))
+    return Call(
+        "POST",
+        "/v1/sandboxes",
+        json_body=dict(spec),
+        has_json=True,
+        timeout_s=max(DEFAULT_TIMEOUT_S, probe_s + 60),
+        idempotency_key=idempotency_key(key),
+    )
 
 
-def acquire(pool: str, env: Mapping[str, str] | None, labels: Mapping[str, str] | None, ttl_seconds: int | None) -> Call:
+def acquire(
+    pool: str, env: Mapping[str, str] | None, labels: Mapping[str, str] | None, ttl_seconds: int | None, key: str | None = None
+) -> Call:
     request: dict[str, Any] = {"pool": pool}
     if env is not None:
         request["env"] = dict(env)
@@ -43,7 +52,7 @@ def acquire(pool: str, env: Mapping[str, str] | None, labels: Mapping[str, str] 
         request["labels"] = dict(labels)
     if ttl_seconds is not None:
         request["ttlSeconds"] = ttl_seconds
-    return Call("POST", "/v1/sandboxes", json_body=request, has_json=True)
+    return Call("POST", "/v1/sandboxes", json_body=request, has_json=True, idempotency_key=idempotency_key(key))
 
 
 def list_sandboxes(labels: Mapping[str, str] | None, provider: str | None) -> Call:
@@ -109,7 +118,7 @@ def exec_request(
     return request
 
 
-def exec_call(sandbox_id: str, request: ExecRequest, *, stream: bool) -> Call:
+def exec_call(sandbox_id: str, request: ExecRequest, *, stream: bool, key: str | None = None) -> Call:
     wait_s = request.get("timeoutMs", DEFAULT_EXEC_TIMEOUT_MS) / 1000 + EXEC_TIMEOUT_MARGIN_S
     return Call(
         "POST",
@@ -118,10 +127,13 @@ def exec_call(sandbox_id: str, request: ExecRequest, *, stream: bool) -> Call:
         json_body=request,
         has_json=True,
         timeout_s=max(wait_s, DEFAULT_TIMEOUT_S) if stream else wait_s,
+        idempotency_key=idempotency_key(key),
     )
 
 
-def write_file(sandbox_id: str, path: str, source: Upload, mode: int | None, size_bytes: int | None) -> Call:
+def write_file(
+    sandbox_id: str, path: str, source: Upload, mode: int | None, size_bytes: int | None, key: str | None = None
+) -> Call:
     require(path.startswith("/"), f"paths inside a sandbox are absolute, not {path!r}")
     body = upload_body(source, size_bytes)
     require(
@@ -129,7 +141,14 @@ def write_file(sandbox_id: str, path: str, source: Upload, mode: int | None, siz
         "a file upload needs its size: give a path, bytes, a real file, or size_bytes=",
     )
     query = [("path", path)] + ([("mode", format(mode, "o"))] if mode is not None else [])
-    return Call("PUT", _sandbox(sandbox_id, "/files"), query=query, body=body, content_type="application/octet-stream")
+    return Call(
+        "PUT",
+        _sandbox(sandbox_id, "/files"),
+        query=query,
+        body=body,
+        content_type="application/octet-stream",
+        idempotency_key=idempotency_key(key),
+    )
 
 
 def read_file(sandbox_id: str, path: str) -> Call:
@@ -137,7 +156,7 @@ def read_file(sandbox_id: str, path: str) -> Call:
     return Call("GET", _sandbox(sandbox_id, "/files"), query=[("path", path)])
 
 
-def write_archive(sandbox_id: str, directory: str, source: Upload, size_bytes: int | None) -> Call:
+def write_archive(sandbox_id: str, directory: str, source: Upload, size_bytes: int | None, key: str | None = None) -> Call:
     require(directory.startswith("/"), f"paths inside a sandbox are absolute, not {directory!r}")
     return Call(
         "PUT",
@@ -145,6 +164,7 @@ def write_archive(sandbox_id: str, directory: str, source: Upload, size_bytes: i
         query=[("path", directory)],
         body=upload_body(source, size_bytes),
         content_type="application/x-tar",
+        idempotency_key=idempotency_key(key),
     )
 
 
@@ -183,6 +203,7 @@ def fork(
     ttl_seconds: int | None,
     snapshot_ttl_seconds: int | None,
     live: bool,
+    key: str | None = None,
 ) -> Call:
     request: dict[str, Any] = {"count": count}
     if labels is not None:
@@ -196,7 +217,14 @@ def fork(
     if live:
         request["live"] = True
     # A snapshot, then `count` creates (each may wait for admission): as long as creates may take.
-    return Call("POST", _sandbox(sandbox_id, "/fork"), json_body=request, has_json=True, timeout_s=DEFAULT_TIMEOUT_S + 60)
+    return Call(
+        "POST",
+        _sandbox(sandbox_id, "/fork"),
+        json_body=request,
+        has_json=True,
+        timeout_s=DEFAULT_TIMEOUT_S + 60,
+        idempotency_key=idempotency_key(key),
+    )
 
 
 def list_snapshots() -> Call:

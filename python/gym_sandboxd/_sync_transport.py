@@ -132,7 +132,9 @@ class SyncTransport:
                     raw = connection.getresponse()
                 except _STALE_ERRORS:
                     connection.close()
-                    if reused and attempt == 0 and (body is None or body.replayable):
+                    # A reused connection may have been closed while idle; a call with an idempotency
+                    # key may go again whatever happened to the first try: the daemon never runs it twice.
+                    if (reused or call.idempotency_key is not None) and attempt == 0 and (body is None or body.replayable):
                         continue
                     raise
                 except BaseException:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import uuid
 from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Union
@@ -52,6 +53,9 @@ class Call:
     body: Body | None = None
     content_type: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # Sent as ``Idempotency-Key`` on every attempt of this call: a retry of a call the daemon may
+    # have received gets its first answer and never runs it twice (docs/api.md, "Safe retries").
+    idempotency_key: str | None = None
 
     def target(self) -> str:
         return self.path + (f"?{urlencode(self.query)}" if self.query else "")
@@ -67,6 +71,8 @@ class Call:
             "Authorization": f"Bearer {address.token}",
             "Accept": "application/json",
         }
+        if self.idempotency_key is not None:
+            headers["Idempotency-Key"] = self.idempotency_key
         if self.has_json:
             headers["Content-Type"] = "application/json"
         elif self.content_type is not None:
@@ -81,6 +87,11 @@ class Call:
         elif self.method in ("POST", "PUT"):
             headers["Content-Length"] = "0"
         return headers
+
+
+def idempotency_key(given: str | None) -> str:
+    """The caller's key, or a fresh one: each call that changes things carries one."""
+    return given if given is not None else uuid.uuid4().hex
 
 
 def segment(value: str) -> str:

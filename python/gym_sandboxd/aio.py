@@ -71,9 +71,13 @@ class AsyncGymClient:
     async def metrics(self) -> str:
         return (await self._transport.call_bytes(calls.metrics()))[1].decode("utf-8")
 
-    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        """Creates a sandbox and answers when its readiness probe passed."""
-        return cast(Sandbox, await self._json(calls.create_sandbox(spec)))
+    async def create_sandbox(self, spec: SandboxSpec, *, idempotency_key: str | None = None) -> Sandbox:
+        """Creates a sandbox and answers when its readiness probe passed.
+
+        Every call sends an ``Idempotency-Key`` (``idempotency_key``, or a fresh one) and the same
+        key on its retries: the daemon never creates twice for one key (docs/api.md, "Safe retries").
+        """
+        return cast(Sandbox, await self._json(calls.create_sandbox(spec, idempotency_key)))
 
     async def acquire(
         self,
@@ -82,9 +86,10 @@ class AsyncGymClient:
         env: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         ttl_seconds: int | None = None,
+        idempotency_key: str | None = None,
     ) -> Sandbox:
         """Takes a ready sandbox from a pool (``fromPool`` true), or a cold create when none is idle."""
-        return cast(Sandbox, await self._json(calls.acquire(pool, env, labels, ttl_seconds)))
+        return cast(Sandbox, await self._json(calls.acquire(pool, env, labels, ttl_seconds, idempotency_key)))
 
     async def list_sandboxes(self, *, labels: Mapping[str, str] | None = None, provider: str | None = None) -> list[Sandbox]:
         return cast(list[Sandbox], (await self._json(calls.list_sandboxes(labels, provider)))["sandboxes"])
@@ -112,13 +117,14 @@ class AsyncGymClient:
         timeout_ms: int | None = None,
         max_output_bytes: int | None = None,
         user: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
         """Runs ``argv`` (no shell) or ``command`` (``sh -c``); see ``GymClient.exec``."""
         request = calls.exec_request(
             argv, command, session=session, cwd=cwd, env=env, stdin=stdin,
             timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, user=user,
         )  # fmt: skip
-        return cast(ExecResult, await self._json(calls.exec_call(sandbox_id, request, stream=False)))
+        return cast(ExecResult, await self._json(calls.exec_call(sandbox_id, request, stream=False, key=idempotency_key)))
 
     @asynccontextmanager
     async def exec_stream(
@@ -134,13 +140,14 @@ class AsyncGymClient:
         timeout_ms: int | None = None,
         max_output_bytes: int | None = None,
         user: str | None = None,
+        idempotency_key: str | None = None,
     ) -> AsyncIterator[AsyncIterator[ExecStreamEvent]]:
         """``async with client.exec_stream(...) as events: async for event in events``; leaving early cancels it."""
         request = calls.exec_request(
             argv, command, session=session, cwd=cwd, env=env, stdin=stdin,
             timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, user=user,
         )  # fmt: skip
-        response = await self._transport.open(calls.exec_call(sandbox_id, request, stream=True))
+        response = await self._transport.open(calls.exec_call(sandbox_id, request, stream=True, key=idempotency_key))
         try:
             if response.status >= 400:
                 check_answer(response.status, await response.read())
@@ -159,10 +166,10 @@ class AsyncGymClient:
         return int((await self._json(calls.stop_processes(sandbox_id)))["killed"])
 
     async def write_file(
-        self, sandbox_id: str, path: str, source: Upload, *, mode: int | None = None, size_bytes: int | None = None
+        self, sandbox_id: str, path: str, source: Upload, *, mode: int | None = None, size_bytes: int | None = None, idempotency_key: str | None = None
     ) -> None:
         """Writes one file (parents created), streamed from bytes, a path, a file object or (async) chunks."""
-        await self._json(calls.write_file(sandbox_id, path, source, mode, size_bytes))
+        await self._json(calls.write_file(sandbox_id, path, source, mode, size_bytes, idempotency_key))
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncResponse:
         """The file's bytes as a stream (``iter_chunks()``); close it with ``aclose()`` or ``async with``."""
@@ -203,8 +210,8 @@ class AsyncGymClient:
                     )
         return bytes(parts)
 
-    async def write_archive(self, sandbox_id: str, directory: str, source: Upload, *, size_bytes: int | None = None) -> None:
-        await self._json(calls.write_archive(sandbox_id, directory, source, size_bytes))
+    async def write_archive(self, sandbox_id: str, directory: str, source: Upload, *, size_bytes: int | None = None, idempotency_key: str | None = None) -> None:
+        await self._json(calls.write_archive(sandbox_id, directory, source, size_bytes, idempotency_key))
 
     async def read_archive(self, sandbox_id: str, directory: str) -> AsyncResponse:
         return await self._open_download(calls.read_archive(sandbox_id, directory))
@@ -337,6 +344,7 @@ class AsyncGymClient:
         ttl_seconds: int | None = None,
         snapshot_ttl_seconds: int | None = None,
         live: bool = False,
+        idempotency_key: str | None = None,
     ) -> ForkResult:
         call = calls.fork(
             sandbox_id,
@@ -346,6 +354,7 @@ class AsyncGymClient:
             ttl_seconds=ttl_seconds,
             snapshot_ttl_seconds=snapshot_ttl_seconds,
             live=live,
+            key=idempotency_key,
         )
         return cast(ForkResult, await self._json(call))
 

@@ -82,9 +82,13 @@ class GymClient:
 
     # Sandboxes.
 
-    def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        """Creates a sandbox and answers when its readiness probe passed."""
-        return cast(Sandbox, self._json(calls.create_sandbox(spec)))
+    def create_sandbox(self, spec: SandboxSpec, *, idempotency_key: str | None = None) -> Sandbox:
+        """Creates a sandbox and answers when its readiness probe passed.
+
+        Every call sends an ``Idempotency-Key`` (``idempotency_key``, or a fresh one) and the same
+        key on its retries: the daemon never creates twice for one key (docs/api.md, "Safe retries").
+        """
+        return cast(Sandbox, self._json(calls.create_sandbox(spec, idempotency_key)))
 
     def acquire(
         self,
@@ -93,9 +97,10 @@ class GymClient:
         env: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         ttl_seconds: int | None = None,
+        idempotency_key: str | None = None,
     ) -> Sandbox:
         """Takes a ready sandbox from a pool (``fromPool`` true), or a cold create when none is idle."""
-        return cast(Sandbox, self._json(calls.acquire(pool, env, labels, ttl_seconds)))
+        return cast(Sandbox, self._json(calls.acquire(pool, env, labels, ttl_seconds, idempotency_key)))
 
     def list_sandboxes(self, *, labels: Mapping[str, str] | None = None, provider: str | None = None) -> list[Sandbox]:
         return cast(list[Sandbox], self._json(calls.list_sandboxes(labels, provider))["sandboxes"])
@@ -126,6 +131,7 @@ class GymClient:
         timeout_ms: int | None = None,
         max_output_bytes: int | None = None,
         user: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
         """Runs ``argv`` (no shell) or ``command`` (``sh -c``); through ``session`` when named.
 
@@ -136,7 +142,7 @@ class GymClient:
             argv, command, session=session, cwd=cwd, env=env, stdin=stdin,
             timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, user=user,
         )  # fmt: skip
-        return cast(ExecResult, self._json(calls.exec_call(sandbox_id, request, stream=False)))
+        return cast(ExecResult, self._json(calls.exec_call(sandbox_id, request, stream=False, key=idempotency_key)))
 
     @contextmanager
     def exec_stream(
@@ -152,6 +158,7 @@ class GymClient:
         timeout_ms: int | None = None,
         max_output_bytes: int | None = None,
         user: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Iterator[Iterator[ExecStreamEvent]]:
         """Output events as they come (``stdout``/``stderr``), the ``result`` last.
 
@@ -162,7 +169,7 @@ class GymClient:
             argv, command, session=session, cwd=cwd, env=env, stdin=stdin,
             timeout_ms=timeout_ms, max_output_bytes=max_output_bytes, user=user,
         )  # fmt: skip
-        response = self._transport.open(calls.exec_call(sandbox_id, request, stream=True))
+        response = self._transport.open(calls.exec_call(sandbox_id, request, stream=True, key=idempotency_key))
         try:
             if response.status >= 400:
                 check_answer(response.status, response.read())
@@ -183,9 +190,9 @@ class GymClient:
 
     # Files.
 
-    def write_file(self, sandbox_id: str, path: str, source: Upload, *, mode: int | None = None, size_bytes: int | None = None) -> None:
+    def write_file(self, sandbox_id: str, path: str, source: Upload, *, mode: int | None = None, size_bytes: int | None = None, idempotency_key: str | None = None) -> None:
         """Writes one file (parents created), streamed from bytes, a local path or a file object."""
-        self._json(calls.write_file(sandbox_id, path, source, mode, size_bytes))
+        self._json(calls.write_file(sandbox_id, path, source, mode, size_bytes, idempotency_key))
 
     def read_file(self, sandbox_id: str, path: str) -> SyncResponse:
         """The file's bytes as a stream (``read(n)``, ``iter_chunks()``); close it (or use ``with``)."""
@@ -227,9 +234,9 @@ class GymClient:
                     )
         return bytes(parts)
 
-    def write_archive(self, sandbox_id: str, directory: str, source: Upload, *, size_bytes: int | None = None) -> None:
+    def write_archive(self, sandbox_id: str, directory: str, source: Upload, *, size_bytes: int | None = None, idempotency_key: str | None = None) -> None:
         """Unpacks a tar (bytes, a path, a file object or chunks) into a directory of the sandbox."""
-        self._json(calls.write_archive(sandbox_id, directory, source, size_bytes))
+        self._json(calls.write_archive(sandbox_id, directory, source, size_bytes, idempotency_key))
 
     def read_archive(self, sandbox_id: str, directory: str) -> SyncResponse:
         """A tar of the directory's contents, as a stream."""
@@ -364,6 +371,7 @@ class GymClient:
         ttl_seconds: int | None = None,
         snapshot_ttl_seconds: int | None = None,
         live: bool = False,
+        idempotency_key: str | None = None,
     ) -> ForkResult:
         """``count`` new sandboxes holding the parent's files as of now, each with its own lease (the parent keeps running)."""
         return cast(
@@ -377,6 +385,7 @@ class GymClient:
                     ttl_seconds=ttl_seconds,
                     snapshot_ttl_seconds=snapshot_ttl_seconds,
                     live=live,
+                    key=idempotency_key,
                 )
             ),
         )

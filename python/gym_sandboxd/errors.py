@@ -80,6 +80,8 @@ ERROR_STATUS: dict[str, int] = {
     "ROUTE_NOT_FOUND": 404,
     "PAYLOAD_TOO_LARGE": 413,
     "FILE_TOO_LARGE": 413,
+    "IDEMPOTENCY_KEY_MISMATCH": 422,
+    "IDEMPOTENT_OUTCOME_UNKNOWN": 409,
     "DAEMON_CONFLICT": 409,
     "DAEMON_UNAVAILABLE": 503,
     "SHUTTING_DOWN": 503,
@@ -233,6 +235,22 @@ class FileTooLargeError(GymError):
     """A file read back is larger than the reader's ``max_bytes``; reading stopped there."""
 
     code = "FILE_TOO_LARGE"
+
+
+class IdempotencyKeyMismatchError(GymError):
+    """An ``Idempotency-Key`` was sent before with a different request; nothing ran."""
+
+    code = "IDEMPOTENCY_KEY_MISMATCH"
+
+
+class IdempotentOutcomeUnknownError(GymError):
+    """The first request with this key cannot be answered again and is not run again.
+
+    ``details["reason"]`` is ``interrupted`` (the daemon stopped while it ran: it may or may not
+    have taken effect) or ``answer-not-kept`` (it ran; its answer was too large to keep).
+    """
+
+    code = "IDEMPOTENT_OUTCOME_UNKNOWN"
 
 
 class DaemonConflictError(GymError):

@@ -1,6 +1,6 @@
 """Generates ``schema.py`` (the API's TypedDicts) from the daemon's ``/openapi.json``.
 
-The daemon's document is generated from the zod schemas it validates with, so generating the
+The daemon's document is derived from the zod schemas its routes declare, so generating the
 Python types from it keeps the two from drifting: a test regenerates them from a real daemon's
 document and fails when the committed ``schema.py`` differs. After changing the API, run::
 
@@ -19,8 +19,8 @@ from typing import Any
 # default are optional); answers are the output form.
 ROOTS: list[tuple[str, list[str | int]]] = [
     ("ErrorBody", ["paths", "/v1/sandboxes/{id}", "get", "responses", "404", "content", "application/json", "schema"]),
-    ("SandboxSpec", ["paths", "/v1/sandboxes", "post", "requestBody", "content", "application/json", "schema", "oneOf", 0]),
-    ("PoolAcquireRequest", ["paths", "/v1/sandboxes", "post", "requestBody", "content", "application/json", "schema", "oneOf", 1]),
+    ("SandboxSpec", ["paths", "/v1/sandboxes", "post", "requestBody", "content", "application/json", "schema", "anyOf", 0]),
+    ("PoolAcquireRequest", ["paths", "/v1/sandboxes", "post", "requestBody", "content", "application/json", "schema", "anyOf", 1]),
     ("Sandbox", ["paths", "/v1/sandboxes/{id}", "get", "responses", "200", "content", "application/json", "schema"]),
     ("SandboxList", ["paths", "/v1/sandboxes", "get", "responses", "200", "content", "application/json", "schema"]),
     ("KeepaliveRequest", ["paths", "/v1/sandboxes/{id}/keepalive", "post", "requestBody", "content", "application/json", "schema"]),

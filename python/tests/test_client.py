@@ -316,3 +316,27 @@ def test_an_agent_made_link_never_leads_out_of_the_downloaded_folder(client: Gym
             client.download_directory(sandbox_id, f"/out/{name}", tmp_path / name)
         assert [path for path in (tmp_path / name).rglob("*") if path.is_symlink()] == [], name
     assert list(outside.iterdir()) == []
+
+
+def test_a_call_repeated_with_one_idempotency_key_runs_once(client: GymClient, sandbox_id: str, image: str) -> None:
+    key = f"py-exec-{os.urandom(8).hex()}"
+    appends = {"command": "echo run >> /tmp/idempotent-count; wc -l < /tmp/idempotent-count"}
+    first = client.exec(sandbox_id, **appends, idempotency_key=key)
+    again = client.exec(sandbox_id, **appends, idempotency_key=key)
+    assert first == again and first["stdout"].strip() == "1"
+    # The file holds one line: the repeat did not run.
+    assert client.exec(sandbox_id, ["cat", "/tmp/idempotent-count"])["stdout"] == "run\n"
+    # Another request under the key is refused, and runs nothing.
+    with pytest.raises(gym_errors.IdempotencyKeyMismatchError):
+        client.exec(sandbox_id, command="echo other >> /tmp/idempotent-count", idempotency_key=key)
+    assert client.exec(sandbox_id, ["cat", "/tmp/idempotent-count"])["stdout"] == "run\n"
+    # A create too: one sandbox for one key.
+    create_key = f"py-create-{os.urandom(8).hex()}"
+    spec = {"image": image, "labels": dict(RUN_LABEL)}
+    created = client.create_sandbox(spec, idempotency_key=create_key)  # type: ignore[arg-type]
+    try:
+        assert client.create_sandbox(spec, idempotency_key=create_key)["id"] == created["id"]  # type: ignore[arg-type]
+        same_run = [sandbox for sandbox in client.list_sandboxes(labels=RUN_LABEL) if sandbox["id"] == created["id"]]
+        assert len(same_run) == 1
+    finally:
+        client.delete_sandbox(created["id"])

@@ -17,6 +17,7 @@ import pytest
 
 from gym_sandboxd import AsyncGymClient, GymClient
 from gym_sandboxd.discovery import DaemonAddress
+from gym_sandboxd.errors import DaemonUnavailableError
 from gym_sandboxd.nemo_gym_provider import _exec_result
 
 
@@ -86,6 +87,86 @@ def test_async_client_sends_again_on_a_connection_closed_while_idle(one_request_
             return answers
 
     assert asyncio.run(scenario()) == [1, 2, 3, 4] and len(requests) == 4
+
+
+@pytest.fixture
+def drop_first_server() -> Iterator[tuple[int, list[bytes]]]:
+    """Reads the first request and closes the connection without an answer (a daemon killed
+    mid-request); answers every later one. Yields the port and each request's head."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.1)
+    heads: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            connection.settimeout(5)
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    piece = connection.recv(65536)
+                    if not piece:
+                        break
+                    data += piece
+                if not data:
+                    continue
+                heads.append(data.split(b"\r\n\r\n", 1)[0])
+                if len(heads) == 1:
+                    continue
+                body = b'{"status": "ok", "exitCode": 0, "stdout": "", "stderr": ""}'
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                connection.sendall(head + body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], heads
+    stop.set()
+    listener.close()
+    thread.join(timeout=5)
+
+
+def _keys(heads: list[bytes]) -> list[str]:
+    keys = []
+    for head in heads:
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"idempotency-key":
+                keys.append(value.strip().decode())
+    return keys
+
+
+def test_sync_client_sends_a_call_cut_off_mid_request_again_with_its_idempotency_key(drop_first_server) -> None:
+    port, heads = drop_first_server
+    with GymClient(address=DaemonAddress(token="t", host="127.0.0.1", port=port)) as client:
+        assert client.exec("sbx-abcdefgh", ["true"])["status"] == "ok"
+    keys = _keys(heads)
+    assert len(heads) == 2 and len(keys) == 2 and keys[0] == keys[1]
+    # A call without a key (it may not be safe twice) is not sent again on a fresh connection.
+    heads.clear()
+    with GymClient(address=DaemonAddress(token="t", host="127.0.0.1", port=port)) as client:
+        with pytest.raises(DaemonUnavailableError):
+            client.keepalive("sbx-abcdefgh")
+    assert len(heads) == 1 and _keys(heads) == []
+
+
+def test_async_client_sends_a_call_cut_off_mid_request_again_with_its_idempotency_key(drop_first_server) -> None:
+    port, heads = drop_first_server
+
+    async def scenario() -> str:
+        async with AsyncGymClient(address=DaemonAddress(token="t", host="127.0.0.1", port=port)) as client:
+            return (await client.exec("sbx-abcdefgh", ["true"]))["status"]
+
+    assert asyncio.run(scenario()) == "ok"
+    keys = _keys(heads)
+    assert len(heads) == 2 and len(keys) == 2 and keys[0] == keys[1]
 
 
 @pytest.mark.parametrize(
