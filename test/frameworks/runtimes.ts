@@ -10,7 +10,16 @@ import { join } from 'node:path';
 import { type PythonHostSource, pythonRuntimeDir } from '../../harnesses/installed/python-runtime.ts';
 
 /** Each framework's runtime: `lockFile` in `harnesses/installed/python/` (`framework-<name>.lock`). */
-export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [];
+export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [
+  // SWE-ReX's runtime models and exceptions, driven by test/swe-rex-deployment.int.test.ts.
+  {
+    kind: 'python-host',
+    name: 'swe-rex',
+    version: '1.4.0',
+    lockFile: 'framework-swe-rex.lock',
+    launchers: {},
+  },
+];
 
 /** Where set-up keeps the frameworks' runtimes. */
 export const FRAMEWORK_CACHE = join(homedir(), '.cache', 'gym', 'frameworks');

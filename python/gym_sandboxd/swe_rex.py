@@ -1,0 +1,527 @@
+"""A SWE-ReX deployment and runtime on gym-sandboxd: SWE-ReX's calls in a sandbox of the daemon.
+
+``GymSandboxdDeployment`` (config: :class:`GymSandboxdDeploymentConfig`) makes one sandbox on
+``start()`` and destroys it on ``stop()``; its ``runtime`` (:class:`GymSandboxdRuntime`) is SWE-ReX's
+``AbstractRuntime``: bash sessions (``create_session``, ``run_in_session`` with ``expect``, ``check``,
+timeouts and interrupts, ``close_session``), ``execute``, ``read_file``, ``write_file``, ``upload``,
+``is_alive`` and ``close``, raising SWE-ReX's own exceptions. Importing this module needs swe-rex;
+importing ``gym_sandboxd`` does not. See docs/integrations/swe-rex.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import shlex
+import stat
+import threading
+import uuid
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from swerex.deployment.abstract import AbstractDeployment
+from swerex.deployment.hooks.abstract import CombinedDeploymentHook, DeploymentHook
+from swerex.exceptions import (
+    BashIncorrectSyntaxError,
+    CommandTimeoutError,
+    DeploymentNotStartedError,
+    NoExitCodeError,
+    NonZeroExitCodeError,
+    SessionDoesNotExistError,
+    SessionExistsError,
+    SwerexException,
+)
+from swerex.runtime.abstract import (
+    AbstractRuntime,
+    BashAction,
+    BashInterruptAction,
+    BashObservation,
+    CloseBashSessionResponse,
+    CloseResponse,
+    Command,
+    CommandResponse,
+    CreateBashSessionRequest,
+    CreateBashSessionResponse,
+    IsAliveResponse,
+    ReadFileRequest,
+    ReadFileResponse,
+    UploadRequest,
+    UploadResponse,
+    WriteFileRequest,
+    WriteFileResponse,
+)
+
+from . import _swe_rex_shell as shell
+from ._swe_rex_running import HeldCommand
+from .client import GymClient
+from .errors import CapabilityUnsupportedError, FileNotFoundInSandboxError
+from .schema import ExecResult
+
+__all__ = [
+    "CommandEndedError",
+    "GymSandboxdDeployment",
+    "GymSandboxdDeploymentConfig",
+    "GymSandboxdRuntime",
+    "RequestReplayedError",
+]
+
+# SWE-ReX's "no timeout": the daemon's longest (24 h); the sandbox's lease still bounds it.
+NO_TIMEOUT_MS = 24 * 3600 * 1000
+# SWE-ReX gives a session's start-up 1 s by default (a local bash); one exec into a container on a
+# busy host can take that alone, so start-up gets at least this.
+MIN_STARTUP_TIMEOUT_S = 30.0
+# How long an interrupt waits for the command to end after each signal, at least (SWE-ReX's own
+# 0.2 s is for a local terminal; here each signal is an exec).
+MIN_INTERRUPT_WAIT_S = 5.0
+SANDBOX_LABEL = ("swe-rex", "1")
+_T = TypeVar("_T")
+
+
+class RequestReplayedError(SwerexException, RuntimeError):
+    """The same call reached the sandbox twice (a retry after a broken connection): it ran once,
+    and the answer of that run was lost with the connection. It is not run again."""
+
+
+class CommandEndedError(SwerexException, RuntimeError):
+    """The command could not finish: killed from outside, out of memory, or its sandbox is gone."""
+
+
+class GymSandboxdDeploymentConfig(BaseModel):
+    """The sandbox and the daemon of a :class:`GymSandboxdDeployment`.
+
+    The sandbox: ``image``, or ``pool`` to take a ready one from a warm pool; ``provider``,
+    ``provider_options``, ``resources``, ``network`` (``none`` unless set), ``user``, ``workdir``
+    (where sessions start), ``env``, ``labels``, ``ttl_seconds`` (its lease, renewed by each call).
+    ``max_output_bytes`` bounds a command's output (the daemon's 1 MiB by default, head and tail
+    kept); ``max_read_bytes`` a ``read_file`` (64 MiB). The daemon: ``url`` / ``socket`` / ``token``
+    / ``state_dir``, else found as the ``gym`` CLI finds it; ``token`` is never dumped.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str | None = None
+    pool: str | None = None
+    provider: str | None = None
+    provider_options: dict[str, Any] = {}
+    resources: dict[str, Any] = {}
+    network: Any = None
+    user: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    ttl_seconds: int | None = None
+    max_output_bytes: int | None = None
+    max_read_bytes: int = 64 * 1024 * 1024
+    url: str | None = None
+    socket: str | None = None
+    token: str | None = Field(default=None, exclude=True, repr=False)
+    state_dir: str | None = None
+
+    type: Literal["gym_sandboxd"] = "gym_sandboxd"
+    """Discriminator, as SWE-ReX's deployment configs have."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GymSandboxdDeploymentConfig:
+        if (self.image is None) == (self.pool is None):
+            raise ValueError("GymSandboxdDeployment needs exactly one of `image` or `pool`")
+        if self.pool is not None:
+            given = [key for key in ("provider", "user", "network", "workdir") if getattr(self, key) is not None]
+            given += [key for key in ("provider_options", "resources") if getattr(self, key)]
+            if given:
+                raise ValueError(f"{', '.join(given)} belong to the pool's spec; a sandbox acquired from `pool` takes them from it")
+        return self
+
+    def get_deployment(self) -> GymSandboxdDeployment:
+        return GymSandboxdDeployment.from_config(self)
+
+
+def _timeout_ms(timeout_s: float | None) -> int:
+    return NO_TIMEOUT_MS if timeout_s is None else max(1, min(NO_TIMEOUT_MS, round(timeout_s * 1000)))
+
+
+def _ended(result: ExecResult, what: str) -> CommandEndedError:
+    reason = f" ({result['reason']})" if "reason" in result else ""
+    return CommandEndedError(f"{what} ended with status {result['status']}{reason}")
+
+
+class _Session:
+    def __init__(self, name: str, state_dir: str) -> None:
+        self.name = name
+        self.state_dir = state_dir
+        self.lock = threading.Lock()
+        self.held: HeldCommand | None = None
+
+
+class GymSandboxdRuntime(AbstractRuntime):
+    """SWE-ReX's runtime in one sandbox of the daemon (made by :class:`GymSandboxdDeployment`).
+
+    A session is a state file in the sandbox, not a long-lived shell: each command runs as one
+    exec (so its timeout kills everything it started) after the session's working directory,
+    variables, functions, aliases and shell options are loaded, and saves them when it ends.
+    """
+
+    def __init__(
+        self,
+        client: GymClient,
+        sandbox_id: str,
+        *,
+        max_output_bytes: int | None = None,
+        max_read_bytes: int = 64 * 1024 * 1024,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.logger = logger or logging.getLogger("rex-runtime")
+        self._client = client
+        self.sandbox_id = sandbox_id
+        self._max_output_bytes = max_output_bytes
+        self._max_read_bytes = max_read_bytes
+        self._sessions: dict[str, _Session] = {}
+        self._sessions_lock = threading.Lock()
+        # Where `execute` claims its run ids (see _swe_rex_shell).
+        self._execute_runs = f"{shell.STATE_ROOT}/execute-{uuid.uuid4().hex}"
+
+    @staticmethod
+    async def _off_loop(function: Callable[[], _T]) -> _T:
+        # SWE-agent calls each method in an `asyncio.run` of its own: the blocking client runs in a
+        # thread, so nothing of ours is tied to one event loop.
+        return await asyncio.to_thread(function)
+
+    def _exec(self, argv: list[str], timeout_ms: int, **options: Any) -> ExecResult:
+        return self._client.exec(self.sandbox_id, argv, timeout_ms=timeout_ms, max_output_bytes=self._max_output_bytes, **options)
+
+    async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
+        def check() -> IsAliveResponse:
+            try:
+                state = self._client.get_sandbox(self.sandbox_id)["state"]
+            except Exception as error:  # noqa: BLE001 - SWE-ReX answers a failure, never raises
+                return IsAliveResponse(is_alive=False, message=f"sandbox {self.sandbox_id}: {error}")
+            if state != "ready":
+                return IsAliveResponse(is_alive=False, message=f"sandbox {self.sandbox_id} is {state}")
+            return IsAliveResponse(is_alive=True)
+
+        return await self._off_loop(check)
+
+    # Sessions.
+
+    def _session(self, name: str) -> _Session:
+        with self._sessions_lock:
+            session = self._sessions.get(name)
+        if session is None:
+            raise SessionDoesNotExistError(f"session {name!r} does not exist")
+        return session
+
+    async def create_session(self, request: CreateBashSessionRequest) -> CreateBashSessionResponse:  # type: ignore[override]
+        """Starts a session: its ``startup_source`` files sourced, its state saved for the next commands."""
+
+        def create() -> CreateBashSessionResponse:
+            with self._sessions_lock:
+                if request.session in self._sessions:
+                    raise SessionExistsError(f"session {request.session} already exists")
+                session = _Session(request.session, f"{shell.STATE_ROOT}/session-{uuid.uuid4().hex}")
+                self._sessions[request.session] = session
+            try:
+                startup = " ; ".join(f"source {shlex.quote(path)}" for path in request.startup_source) or ":"
+                timeout_s = max(request.startup_timeout, MIN_STARTUP_TIMEOUT_S)
+                observation = self._run(session, BashAction(command=startup, session=request.session, timeout=timeout_s, check="ignore"))
+            except BaseException:
+                with self._sessions_lock:
+                    self._sessions.pop(request.session, None)
+                raise
+            return CreateBashSessionResponse(output=observation.output)
+
+        return await self._off_loop(create)
+
+    async def run_in_session(self, action: BashAction | BashInterruptAction) -> BashObservation:  # type: ignore[override]
+        """Runs a command in the session (or interrupts the one still running in it).
+
+        Raises SWE-ReX's ``CommandTimeoutError`` (every process of the command killed),
+        ``BashIncorrectSyntaxError`` (nothing ran), ``NonZeroExitCodeError`` (``check="raise"``),
+        ``NoExitCodeError`` (``check="raise"`` on a command an ``expect`` string left running),
+        ``SessionDoesNotExistError``; :class:`RequestReplayedError`, :class:`CommandEndedError`.
+        """
+        session = self._session(action.session)
+        if isinstance(action, BashInterruptAction):
+            return await self._off_loop(lambda: self._interrupt(session, action))
+        if action.is_interactive_command or action.is_interactive_quit:
+            raise CapabilityUnsupportedError(
+                "gym-sandboxd's SWE-ReX sessions do not send input to a running program "
+                "(is_interactive_command / is_interactive_quit): run the program with its input "
+                "(a here-document, a file, `-c`)"
+            )
+        return await self._off_loop(lambda: self._run(session, action))
+
+    def _run(self, session: _Session, action: BashAction) -> BashObservation:
+        with session.lock:
+            if session.held is not None and not session.held.finished:
+                raise CapabilityUnsupportedError(
+                    f"a command is still running in session {session.name!r} (an `expect` string "
+                    "matched before it ended): interrupt it (BashInterruptAction) before the next command"
+                )
+            session.held = None
+            run_id = uuid.uuid4().hex
+            argv = shell.session_argv(session.state_dir, run_id, action.command)
+            timeout_ms = _timeout_ms(action.timeout)
+            if action.expect:
+                held = HeldCommand(self._client, self.sandbox_id, argv, run_id, timeout_ms, self._max_output_bytes)
+                matched = held.wait_for(action.expect)
+                if matched is not None:
+                    session.held = held
+                    return self._still_running(action, matched)
+                if held.error is not None:
+                    raise held.error
+                result, output, stderr = held.result, held.take_output(), held.stderr
+            else:
+                result = self._exec(argv, timeout_ms)
+                output, stderr = result["stdout"], result["stderr"]
+            return self._observation(action, run_id, result, output, stderr)
+
+    def _still_running(self, action: BashAction, matched: tuple[str, str]) -> BashObservation:
+        expect_string, output = matched
+        if action.check == "raise":
+            raise NoExitCodeError(
+                f"{action.command!r} printed {expect_string!r} and is still running: it has no exit code "
+                f"yet. Here is the output:\n{output!r}"
+            )
+        return BashObservation(output=output, exit_code=None, expect_string=expect_string)
+
+    def _observation(self, action: BashAction, run_id: str, result: ExecResult | None, output: str, stderr: str) -> BashObservation:
+        if result is None:
+            raise CommandEndedError(f"{action.command!r}: the daemon's stream ended without a result")
+        if result["status"] == "timeout":
+            raise CommandTimeoutError(f"timeout after {action.timeout} seconds while running command {action.command!r}")
+        control = shell.Control(run_id, stderr)
+        if control.replayed:
+            raise RequestReplayedError(f"{action.command!r} was sent twice; it ran once and its answer was lost")
+        if result["status"] != "ok":
+            raise _ended(result, f"{action.command!r}")
+        if control.syntax_error is not None:
+            message = f"bash found a syntax error in {action.command!r}:\n{control.syntax_error}"
+            raise BashIncorrectSyntaxError(message, extra_info={"bash_stdout": "", "bash_stderr": control.syntax_error})
+        exit_code = None if action.check == "ignore" else result["exitCode"]
+        if action.check == "raise" and exit_code != 0:
+            message = f"Command {action.command!r} failed with exit code {exit_code}. Here is the output:\n{output!r}"
+            raise NonZeroExitCodeError(f"{action.error_msg}: {message}" if action.error_msg else message)
+        return BashObservation(output=output, exit_code=exit_code, expect_string=shell.PS1)
+
+    def _interrupt(self, session: _Session, action: BashInterruptAction) -> BashObservation:
+        """Ctrl-C to the command an ``expect`` left running: SIGINT to it and what it started, up
+        to ``n_retry`` times, then SIGKILL. Nothing running: an empty observation, as at a prompt."""
+        with session.lock:
+            held, session.held = session.held, None
+            if held is None:
+                return BashObservation(output="", exit_code=0, expect_string=shell.PS1)
+            wait_s = max(action.timeout, MIN_INTERRUPT_WAIT_S)
+            signals = ["INT"] * max(1, action.n_retry) + ["KILL"]
+            for signal in signals:
+                if held.pid is not None and not held.finished:
+                    self._exec(shell.signal_argv(held.pid, signal), timeout_ms=30_000)
+                if held.wait_finished(wait_s):
+                    break
+            else:
+                # What escaped the command's process tree (setsid and a double fork): every
+                # process of the sandbox but its keeper, as a killed container would.
+                self._client.stop_processes(self.sandbox_id)
+                if not held.wait_finished(wait_s):
+                    raise CommandTimeoutError(f"could not interrupt the command of session {session.name!r}")
+            output = held.take_output()
+            matched = next((text for text in action.expect if text in output), shell.PS1)
+            return BashObservation(output=output, exit_code=0, expect_string=matched)
+
+    async def close_session(self, request: Any) -> CloseBashSessionResponse:
+        """Ends the session: a command still running in it is killed, its state removed."""
+        session = self._session(request.session)
+
+        def close() -> CloseBashSessionResponse:
+            self._end_session(session)
+            with self._sessions_lock:
+                self._sessions.pop(session.name, None)
+            return CloseBashSessionResponse()
+
+        return await self._off_loop(close)
+
+    def _end_session(self, session: _Session) -> None:
+        self._interrupt(session, BashInterruptAction(session=session.name, n_retry=0))
+        self._exec(["rm", "-rf", session.state_dir], timeout_ms=30_000)
+
+    # One-shot commands and files.
+
+    async def execute(self, command: Command) -> CommandResponse:
+        """Runs ``command`` as ``subprocess.run`` would (``shell``, ``env`` replacing the environment,
+        ``cwd``, ``merge_output_streams``), outside any session. ``CommandTimeoutError`` past its
+        ``timeout`` (every process killed); ``NonZeroExitCodeError`` with ``check``."""
+
+        def run() -> CommandResponse:
+            run_id = uuid.uuid4().hex
+            argv = shell.execute_argv(
+                self._execute_runs, run_id, command.command,
+                shell=command.shell, env=command.env, merge_output=command.merge_output_streams,
+            )  # fmt: skip
+            result = self._exec(argv, _timeout_ms(command.timeout), cwd=command.cwd)
+            if result["status"] == "timeout":
+                raise CommandTimeoutError(f"Timeout ({command.timeout}s) exceeded while running command")
+            control = shell.Control(run_id, result["stderr"])
+            if control.replayed:
+                raise RequestReplayedError(f"{command.command!r} was sent twice; it ran once and its answer was lost")
+            if result["status"] != "ok":
+                raise _ended(result, f"{command.command!r}")
+            response = CommandResponse(stdout=result["stdout"], stderr=result["stderr"], exit_code=result["exitCode"])
+            if command.check and response.exit_code != 0:
+                message = (
+                    f"Command {command.command!r} failed with exit code {response.exit_code}. "
+                    f"Stdout:\n{response.stdout!r}\nStderr:\n{response.stderr!r}"
+                )
+                raise NonZeroExitCodeError(f"{command.error_msg}: {message}" if command.error_msg else message)
+            return response
+
+        return await self._off_loop(run)
+
+    async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
+        """The file as text, decoded as ``Path.read_text(encoding, errors)`` decodes; ``FileNotFoundError``
+        when missing, :class:`~gym_sandboxd.errors.FileTooLargeError` past ``max_read_bytes``."""
+
+        def read() -> ReadFileResponse:
+            try:
+                data = self._client.read_file_bytes(self.sandbox_id, request.path, max_bytes=self._max_read_bytes)
+            except FileNotFoundInSandboxError as error:
+                raise FileNotFoundError(f"No such file in sandbox {self.sandbox_id}: {request.path!r}") from error
+            text = io.TextIOWrapper(io.BytesIO(data), encoding=request.encoding or "utf-8", errors=request.errors)
+            return ReadFileResponse(content=text.read())
+
+        return await self._off_loop(read)
+
+    async def write_file(self, request: WriteFileRequest) -> WriteFileResponse:
+        """Writes the text (UTF-8), parent folders made."""
+        data = request.content.encode("utf-8")
+        await self._off_loop(lambda: self._client.write_file(self.sandbox_id, request.path, data))
+        return WriteFileResponse()
+
+    async def upload(self, request: UploadRequest) -> UploadResponse:
+        """A local file to ``target_path`` (its mode kept), or a local folder's contents into it."""
+        source = Path(request.source_path).resolve()
+
+        def upload() -> None:
+            if source.is_dir():
+                self._client.upload_directory(self.sandbox_id, source, request.target_path)
+            elif source.is_file():
+                mode = stat.S_IMODE(source.stat().st_mode)
+                self._client.write_file(self.sandbox_id, request.target_path, source, mode=mode)
+            else:
+                raise ValueError(f"Source path {source} is not a file or directory")
+
+        await self._off_loop(upload)
+        return UploadResponse()
+
+    async def close(self) -> CloseResponse:
+        """Ends every session (a command still running in one is killed); the sandbox stays (``stop`` of the deployment destroys it)."""
+
+        def close() -> None:
+            with self._sessions_lock:
+                sessions, self._sessions = list(self._sessions.values()), {}
+            for session in sessions:
+                with session.lock:
+                    held = session.held
+                if held is not None and not held.finished:
+                    self._interrupt(session, BashInterruptAction(session=session.name, n_retry=0))
+
+        await self._off_loop(close)
+        return CloseResponse()
+
+
+def _destroy(client: GymClient, sandbox_id: str, owns_client: bool, logger: logging.Logger) -> None:
+    """Destroys the sandbox; for ``weakref.finalize``, so it holds no deployment."""
+    try:
+        client.delete_sandbox(sandbox_id)
+    except Exception as error:  # noqa: BLE001 - clean-up must not raise; the lease reaps what is left
+        logger.warning("could not destroy sandbox %s (its lease will reap it): %s", sandbox_id, error)
+    finally:
+        if owns_client:
+            client.close()
+
+
+class GymSandboxdDeployment(AbstractDeployment):
+    """SWE-ReX's deployment on the gym-sandboxd daemon: ``start()`` makes the sandbox (or takes one
+    from ``pool``), ``stop()`` destroys it; a sandbox is also destroyed when the deployment is
+    collected or the interpreter exits. Keywords: :class:`GymSandboxdDeploymentConfig`."""
+
+    def __init__(self, *, logger: logging.Logger | None = None, client: GymClient | None = None, **kwargs: Any) -> None:
+        self._config = GymSandboxdDeploymentConfig(**kwargs)
+        self.logger = logger or logging.getLogger("rex-deploy")
+        self._hooks = CombinedDeploymentHook()
+        self._given_client = client
+        self._runtime: GymSandboxdRuntime | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    @classmethod
+    def from_config(cls, config: GymSandboxdDeploymentConfig) -> GymSandboxdDeployment:
+        return cls(**config.model_dump(exclude={"type"}), token=config.token)
+
+    def add_hook(self, hook: DeploymentHook) -> None:
+        self._hooks.add_hook(hook)
+
+    @property
+    def runtime(self) -> GymSandboxdRuntime:
+        """The runtime; ``DeploymentNotStartedError`` before ``start()`` or after ``stop()``."""
+        if self._runtime is None:
+            raise DeploymentNotStartedError()
+        return self._runtime
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.runtime.sandbox_id
+
+    async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
+        return await self.runtime.is_alive(timeout=timeout)
+
+    async def start(self) -> None:
+        """Makes the sandbox and answers when it is ready; the daemon's error when it cannot. A
+        started deployment is left as it is."""
+        if self._runtime is not None:
+            return
+        config = self._config
+        client = self._given_client or GymClient(url=config.url, socket=config.socket, token=config.token, state_dir=config.state_dir)
+        owns_client = self._given_client is None
+        labels = {**config.labels, SANDBOX_LABEL[0]: SANDBOX_LABEL[1]}
+        self._hooks.on_custom_step("Starting gym-sandboxd sandbox")
+
+        def create() -> str:
+            if config.pool is not None:
+                return client.acquire(config.pool, env=config.env or None, labels=labels, ttl_seconds=config.ttl_seconds)["id"]
+            spec: dict[str, Any] = {"image": config.image, "labels": labels}
+            optional = {
+                "provider": config.provider,
+                "user": config.user,
+                "workdir": config.workdir,
+                "network": config.network,
+                "ttlSeconds": config.ttl_seconds,
+                "env": config.env or None,
+                "resources": config.resources or None,
+                "providerOptions": config.provider_options or None,
+            }
+            spec.update({key: value for key, value in optional.items() if value is not None})
+            return client.create_sandbox(spec)["id"]  # type: ignore[arg-type]
+
+        try:
+            sandbox_id = await asyncio.to_thread(create)
+        except BaseException:
+            if owns_client:
+                client.close()
+            raise
+        self.logger.info("sandbox %s ready", sandbox_id)
+        self._finalizer = weakref.finalize(self, _destroy, client, sandbox_id, owns_client, self.logger)
+        self._runtime = GymSandboxdRuntime(
+            client, sandbox_id, max_output_bytes=config.max_output_bytes, max_read_bytes=config.max_read_bytes, logger=self.logger
+        )
+
+    async def stop(self) -> None:
+        """Ends the sessions and destroys the sandbox; idempotent, and harmless before ``start()``."""
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            try:
+                await runtime.close()
+            except Exception as error:  # noqa: BLE001 - the sandbox goes anyway, and with it its processes
+                self.logger.warning("closing the sessions of sandbox %s: %s", runtime.sandbox_id, error)
+        if self._finalizer is not None:
+            await asyncio.to_thread(self._finalizer)
