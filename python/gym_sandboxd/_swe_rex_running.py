@@ -18,6 +18,9 @@ from .schema import ExecResult
 # Unread output kept of a command nobody reads yet (its tail), when `max_output_bytes` is not set.
 DEFAULT_MAX_HELD_OUTPUT = 1024 * 1024
 TRUNCATED = "[... output truncated ...]\n"
+# The script's stderr carries only its control lines (the command's stderr joins its stdout), and
+# they come first: what a command writes there beyond them by other ways is not kept.
+MAX_CONTROL_CHARS = 64 * 1024
 
 
 class HeldCommand:
@@ -56,7 +59,7 @@ class HeldCommand:
                     with self._changed:
                         if event["type"] == "stdout":
                             self._append(event["data"])
-                        elif event["type"] == "stderr":
+                        elif event["type"] == "stderr" and len(self._stderr) < MAX_CONTROL_CHARS:
                             self._stderr += event["data"]
                         elif event["type"] == "result":
                             self.result = event["result"]  # type: ignore[assignment]

@@ -7,7 +7,7 @@ state file in the sandbox instead: each command is one exec of :data:`SESSION_SC
 the state, runs the command in the current shell and writes the state back when it ends.
 
 Every command carries a run id, made once per call on the client: the script claims it with an
-atomic ``mkdir`` before anything else, so the same request sent twice (a retry after a connection
+exclusive create before anything else, so the same request sent twice (a retry after a connection
 that broke after the daemon had it) runs the command once and reports the second as a replay.
 
 The scripts talk to the client on stderr only (the command's own stderr joins its stdout, as on
@@ -28,23 +28,27 @@ SYNTAX_EXIT = 241
 
 # $1 state folder, $2 run id, $3 the command. Variables of bash's own (or of this script: `__gym_*`)
 # are not carried over; the rest are, with their attributes (exported, arrays, integers, read-only).
+# Few processes of its own (each is a fork on a busy host): the claim is an exclusive create
+# (`set -C`), the names come from `${!X*}` expansions rather than `$(compgen -v)`.
 SESSION_SCRIPT = r"""
 __gym_d=$1 __gym_run=$2 __gym_cmd=$3
 set --
-mkdir -p "$__gym_d/runs" 2>/dev/null
-if ! mkdir "$__gym_d/runs/$__gym_run" 2>/dev/null; then
+[ -d "$__gym_d/runs" ] || mkdir -p "$__gym_d/runs" 2>/dev/null
+set -C
+if ! { : >"$__gym_d/runs/$__gym_run"; } 2>/dev/null; then
   printf 'gym-swe-rex:%s:replayed\n' "$__gym_run" >&2; exit 240
 fi
+set +C
 printf 'gym-swe-rex:%s:pid %s\n' "$__gym_run" "$$" >&2
-if ! __gym_err=$(printf '%s\n' "$__gym_cmd" | bash -n 2>&1); then
-  printf 'gym-swe-rex:%s:syntax\n%s' "$__gym_run" "$__gym_err" >&2; exit 241
+if ! bash -n <<<"$__gym_cmd" 2>"$__gym_d/runs/$__gym_run"; then
+  printf 'gym-swe-rex:%s:syntax\n' "$__gym_run" >&2; cat "$__gym_d/runs/$__gym_run" >&2; exit 241
 fi
 exec 2>&1 </dev/null
 __gym_save() {
   __gym_rc=$?
   {
     printf 'cd -- %q 2>/dev/null\n' "$PWD"
-    for __gym_n in $(compgen -v); do
+    for __gym_n in ${!A*} ${!B*} ${!C*} ${!D*} ${!E*} ${!F*} ${!G*} ${!H*} ${!I*} ${!J*} ${!K*} ${!L*} ${!M*} ${!N*} ${!O*} ${!P*} ${!Q*} ${!R*} ${!S*} ${!T*} ${!U*} ${!V*} ${!W*} ${!X*} ${!Y*} ${!Z*} ${!a*} ${!b*} ${!c*} ${!d*} ${!e*} ${!f*} ${!g*} ${!h*} ${!i*} ${!j*} ${!k*} ${!l*} ${!m*} ${!n*} ${!o*} ${!p*} ${!q*} ${!r*} ${!s*} ${!t*} ${!u*} ${!v*} ${!w*} ${!x*} ${!y*} ${!z*} ${!_*}; do
       case $__gym_n in
         BASH*|SHELLOPTS|PPID|UID|EUID|GROUPS|FUNCNAME|PIPESTATUS|LINENO|RANDOM|SRANDOM|SECONDS|EPOCH*|HISTCMD|DIRSTACK|COMP*|_|__gym_*|SHLVL|PWD|OLDPWD|OPTIND|OPTERR) ;;
         *) declare -p "$__gym_n" ;;
@@ -133,7 +137,8 @@ class Control:
             what = line[len(prefix) :]
             if what == "replayed":
                 self.replayed = True
-            elif what.startswith("pid "):
+            elif what.startswith("pid ") and what[4:].isdigit() and self.pid is None:
+                # The script's own line comes first, before the command could write anything.
                 self.pid = int(what[4:])
             elif what == "syntax":
                 self.syntax_error = "\n".join(lines[index + 1 :])

@@ -182,6 +182,12 @@ class GymSandboxdRuntime(AbstractRuntime):
         self._sessions_lock = threading.Lock()
         # Where `execute` claims its run ids (see _swe_rex_shell).
         self._execute_runs = f"{shell.STATE_ROOT}/execute-{uuid.uuid4().hex}"
+        # Every exec but a streamed one goes through one daemon session (a shell attached to the
+        # sandbox): tens of milliseconds less a command than a `docker exec`, with the same timeout
+        # kill; each command still runs in a process of its own (a provider without sessions runs
+        # it one-shot). A streamed exec does not: through a session its output comes only at its
+        # end (measured on Docker), and `expect` must see it as it comes.
+        self._exec_session = f"swe-rex-{uuid.uuid4().hex[:12]}"
 
     @staticmethod
     async def _off_loop(function: Callable[[], _T]) -> _T:
@@ -190,7 +196,10 @@ class GymSandboxdRuntime(AbstractRuntime):
         return await asyncio.to_thread(function)
 
     def _exec(self, argv: list[str], timeout_ms: int, **options: Any) -> ExecResult:
-        return self._client.exec(self.sandbox_id, argv, timeout_ms=timeout_ms, max_output_bytes=self._max_output_bytes, **options)
+        return self._client.exec(
+            self.sandbox_id, argv, session=self._exec_session, timeout_ms=timeout_ms,
+            max_output_bytes=self._max_output_bytes, **options,
+        )  # fmt: skip
 
     async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
         def check() -> IsAliveResponse:
