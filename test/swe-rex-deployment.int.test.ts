@@ -4,7 +4,8 @@
  * `gym_sandboxd.swe_rex.GymSandboxdDeployment` the way SWE-agent does (each call in an
  * `asyncio.run` of its own), in a sandbox of a real daemon on Docker: bash sessions whose state
  * carries over, `check` modes, syntax errors, a timeout that leaves nothing running, `expect` and
- * the interrupt of the command it left running, a retried call that runs once, `execute` as
+ * the interrupt of the command it left running, input lines to a running program (Python's REPL)
+ * and its interrupts, a retried call that runs once, `execute` as
  * `subprocess.run`, files in and out, and no sandbox left once the deployment stopped.
  */
 import { spawn } from 'node:child_process';
@@ -102,7 +103,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       return found?.value as Record<string, unknown>;
     };
     const raised = (name: string) => steps.get(name)?.error;
-    expect(steps.size, output).toBe(50);
+    expect(steps.size, output).toBe(58);
 
     // The deployment's contract.
     expect(raised('runtime-before-start')).toBe('swerex.exceptions.DeploymentNotStartedError');
@@ -149,7 +150,20 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       exit_code: 0,
       expect_string: 'SHELLPS1PREFIX',
     });
-    expect(raised('interactive')).toBe('gym_sandboxd.errors.CapabilityUnsupportedError');
+
+    // A program that takes input lines, as typed at SWE-ReX's prompt; its interrupts.
+    expect(value('interactive-start')).toMatchObject({ output: '', exit_code: 0, expect_string: '>>> ' });
+    expect(value('interactive-line')).toMatchObject({ output: '42\n', exit_code: 0, expect_string: '>>> ' });
+    expect(value('interactive-quit')).toMatchObject({ exit_code: 0, expect_string: 'SHELLPS1PREFIX' });
+    expect(value('after-interactive').output).toBe('hello\n');
+    expect(raised('interactive-timeout')).toBe('swerex.exceptions.CommandTimeoutError');
+    expect(value('interrupt-to-prompt')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });
+    expect(value('interactive-alive')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });
+    expect(value('interrupt-interactive')).toMatchObject({ exit_code: 0, expect_string: 'SHELLPS1PREFIX' });
+    expect(value('interrupt-interactive').output).toContain('alive');
+    expect(
+      processes(steps.get('processes-after-interactive')!).filter((line) => line.startsWith('python3')),
+    ).toEqual([]);
 
     // The same call sent twice runs once.
     expect(value('replay-first').output).toBe('first\n');

@@ -9,6 +9,7 @@ on in the sandbox, still under its timeout, until the next call of its session i
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 from . import _swe_rex_shell as shell
@@ -38,7 +39,7 @@ class HeldCommand:
         self._client = client
         self._sandbox_id = sandbox_id
         self._argv = argv
-        self._run_id = run_id
+        self.run_id = run_id
         self._timeout_ms = timeout_ms
         self._max_output_bytes = max_output_bytes
         self._max_unread = max_output_bytes or DEFAULT_MAX_HELD_OUTPUT
@@ -89,11 +90,13 @@ class HeldCommand:
     @property
     def pid(self) -> int | None:
         """The pid of the session script running the command, once it said it."""
-        return shell.Control(self._run_id, self.stderr).pid
+        return shell.Control(self.run_id, self.stderr).pid
 
-    def wait_for(self, expect: Sequence[str]) -> tuple[str, str] | None:
+    def wait_for(self, expect: Sequence[str], timeout_s: float | None = None) -> tuple[str, str] | None:
         """Blocks until one of ``expect`` shows in the unread output: answers it and the output
-        before it (read through the match). ``None`` once the command ended without one."""
+        before it (read through the match). ``None`` once the command ended without one;
+        ``TimeoutError`` when neither happened within ``timeout_s`` (the command runs on)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._changed:
             while True:
                 found = [(self._unread.find(text), text) for text in expect if text and text in self._unread]
@@ -103,7 +106,10 @@ class HeldCommand:
                     return text, before
                 if self._finished:
                     return None
-                self._changed.wait()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"none of {list(expect)!r} within {timeout_s} s")
+                self._changed.wait(remaining)
 
     def wait_finished(self, timeout_s: float) -> bool:
         with self._changed:

@@ -26,12 +26,13 @@ PS1 = "SHELLPS1PREFIX"
 REPLAYED_EXIT = 240
 SYNTAX_EXIT = 241
 
-# $1 state folder, $2 run id, $3 the command. Variables of bash's own (or of this script: `__gym_*`)
+# $1 state folder, $2 run id, $3 the command, $4 `fifo` for standard input from a named pipe next
+# to the run's claim (input sent later: `is_interactive_command`), else none. Variables of bash's own (or of this script: `__gym_*`)
 # are not carried over; the rest are, with their attributes (exported, arrays, integers, read-only).
 # Few processes of its own (each is a fork on a busy host): the claim is an exclusive create
 # (`set -C`), the names come from `${!X*}` expansions rather than `$(compgen -v)`.
 SESSION_SCRIPT = r"""
-__gym_d=$1 __gym_run=$2 __gym_cmd=$3
+__gym_d=$1 __gym_run=$2 __gym_cmd=$3 __gym_input=$4
 set --
 [ -d "$__gym_d/runs" ] || mkdir -p "$__gym_d/runs" 2>/dev/null
 set -C
@@ -43,7 +44,11 @@ printf 'gym-swe-rex:%s:pid %s\n' "$__gym_run" "$$" >&2
 if ! bash -n <<<"$__gym_cmd" 2>"$__gym_d/runs/$__gym_run"; then
   printf 'gym-swe-rex:%s:syntax\n' "$__gym_run" >&2; cat "$__gym_d/runs/$__gym_run" >&2; exit 241
 fi
-exec 2>&1 </dev/null
+if [ "$__gym_input" = fifo ] && mkfifo -m 600 "$__gym_d/runs/$__gym_run.in" 2>/dev/null; then
+  exec 2>&1 0<>"$__gym_d/runs/$__gym_run.in"
+else
+  exec 2>&1 </dev/null
+fi
 __gym_save() {
   __gym_rc=$?
   {
@@ -89,8 +94,23 @@ __gym_tree "$1"
 """
 
 
-def session_argv(state_dir: str, run_id: str, command: str) -> list[str]:
-    return ["bash", "-c", SESSION_SCRIPT, "gym-swe-rex", state_dir, run_id, command]
+def session_argv(state_dir: str, run_id: str, command: str, *, takes_input: bool = False) -> list[str]:
+    input_mode = "fifo" if takes_input else "none"
+    return ["bash", "-c", SESSION_SCRIPT, "gym-swe-rex", state_dir, run_id, command, input_mode]
+
+
+def input_path(state_dir: str, run_id: str) -> str:
+    """The named pipe a command started with ``takes_input`` reads its standard input from."""
+    return f"{state_dir}/runs/{run_id}.in"
+
+
+# $1 the named pipe, $2 a line. Opened read-write, so the write never waits for a reader (the
+# program may have ended); the pipe holds the line until one reads it.
+SEND_SCRIPT = r"""[ -p "$1" ] && printf '%s\n' "$2" 1<>"$1" """
+
+
+def send_argv(pipe: str, line: str) -> list[str]:
+    return ["sh", "-c", SEND_SCRIPT, "gym-swe-rex", pipe, line]
 
 
 def execute_argv(

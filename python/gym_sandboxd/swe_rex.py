@@ -255,11 +255,7 @@ class GymSandboxdRuntime(AbstractRuntime):
         if isinstance(action, BashInterruptAction):
             return await self._off_loop(lambda: self._interrupt(session, action))
         if action.is_interactive_command or action.is_interactive_quit:
-            raise CapabilityUnsupportedError(
-                "gym-sandboxd's SWE-ReX sessions do not send input to a running program "
-                "(is_interactive_command / is_interactive_quit): run the program with its input "
-                "(a here-document, a file, `-c`)"
-            )
+            return await self._off_loop(lambda: self._interact(session, action))
         return await self._off_loop(lambda: self._run(session, action))
 
     def _run(self, session: _Session, action: BashAction) -> BashObservation:
@@ -267,13 +263,15 @@ class GymSandboxdRuntime(AbstractRuntime):
             if session.held is not None and not session.held.finished:
                 raise CapabilityUnsupportedError(
                     f"a command is still running in session {session.name!r} (an `expect` string "
-                    "matched before it ended): interrupt it (BashInterruptAction) before the next command"
+                    "matched before it ended): send it input (is_interactive_command) or interrupt "
+                    "it (BashInterruptAction) before the next command"
                 )
             session.held = None
             run_id = uuid.uuid4().hex
             argv = shell.session_argv(session.state_dir, run_id, action.command)
             timeout_ms = _timeout_ms(action.timeout)
             if action.expect:
+                argv = shell.session_argv(session.state_dir, run_id, action.command, takes_input=True)
                 held = HeldCommand(self._client, self.sandbox_id, argv, run_id, timeout_ms, self._max_output_bytes)
                 matched = held.wait_for(action.expect)
                 if matched is not None:
@@ -286,6 +284,37 @@ class GymSandboxdRuntime(AbstractRuntime):
                 result = self._exec(argv, timeout_ms)
                 output, stderr = result["stdout"], result["stderr"]
             return self._observation(action, run_id, result, output, stderr)
+
+    def _interact(self, session: _Session, action: BashAction) -> BashObservation:
+        """A line for the program running in the session (started by an ``expect``), or, with none
+        running, a program to start, as typed at SWE-ReX's prompt. Answers at one of ``expect`` or
+        when the program ends, with exit code 0 as SWE-ReX does; ``CommandTimeoutError`` when
+        neither came within ``timeout`` (the program runs on, to be interrupted)."""
+        with session.lock:
+            held = session.held if session.held is not None and not session.held.finished else None
+            if held is None:
+                run_id = uuid.uuid4().hex
+                argv = shell.session_argv(session.state_dir, run_id, action.command, takes_input=True)
+                # The program lives until it ends, is interrupted or the session closes, within the lease.
+                held = HeldCommand(self._client, self.sandbox_id, argv, run_id, NO_TIMEOUT_MS, self._max_output_bytes)
+            else:
+                pipe = shell.input_path(session.state_dir, held.run_id)
+                sent = self._exec(shell.send_argv(pipe, action.command), timeout_ms=30_000)
+                if sent["exitCode"] != 0:
+                    raise CommandEndedError(f"the program of session {session.name!r} takes no input (its standard input is gone)")
+            session.held = held
+            try:
+                matched = held.wait_for(action.expect, timeout_s=action.timeout)
+            except TimeoutError as error:
+                raise CommandTimeoutError(f"timeout after {action.timeout} seconds while running command {action.command!r}") from error
+            if matched is not None:
+                return BashObservation(output=matched[1], exit_code=0, expect_string=matched[0])
+            session.held = None
+            if held.error is not None:
+                raise held.error
+            if held.result is not None and held.result["status"] == "timeout":
+                raise CommandTimeoutError(f"timeout while running command {action.command!r}")
+            return BashObservation(output=held.take_output(), exit_code=0, expect_string=shell.PS1)
 
     def _still_running(self, action: BashAction, matched: tuple[str, str]) -> BashObservation:
         expect_string, output = matched
@@ -315,29 +344,35 @@ class GymSandboxdRuntime(AbstractRuntime):
             raise NonZeroExitCodeError(f"{action.error_msg}: {message}" if action.error_msg else message)
         return BashObservation(output=output, exit_code=exit_code, expect_string=shell.PS1)
 
-    def _interrupt(self, session: _Session, action: BashInterruptAction) -> BashObservation:
+    def _interrupt(self, session: _Session, action: BashInterruptAction, *, kill: bool = False) -> BashObservation:
         """Ctrl-C to the command an ``expect`` left running: SIGINT to it and what it started, up
-        to ``n_retry`` times, then SIGKILL. Nothing running: an empty observation, as at a prompt."""
+        to ``n_retry`` times, until it ends or shows one of the action's ``expect`` (a prompt it
+        came back to: it then stays running), then SIGKILL (at once with ``kill``). Nothing
+        running: an empty observation, as at a prompt."""
         with session.lock:
             held, session.held = session.held, None
             if held is None:
                 return BashObservation(output="", exit_code=0, expect_string=shell.PS1)
             wait_s = max(action.timeout, MIN_INTERRUPT_WAIT_S)
-            signals = ["INT"] * max(1, action.n_retry) + ["KILL"]
+            signals = ["KILL"] if kill else ["INT"] * max(1, action.n_retry) + ["KILL"]
             for signal in signals:
                 if held.pid is not None and not held.finished:
                     self._exec(shell.signal_argv(held.pid, signal), timeout_ms=30_000)
-                if held.wait_finished(wait_s):
-                    break
+                try:
+                    matched = held.wait_for([] if signal == "KILL" else action.expect, timeout_s=wait_s)
+                except TimeoutError:
+                    continue
+                if matched is not None:
+                    session.held = held
+                    return BashObservation(output=matched[1], exit_code=0, expect_string=matched[0])
+                break
             else:
                 # What escaped the command's process tree (setsid and a double fork): every
                 # process of the sandbox but its keeper, as a killed container would.
                 self._client.stop_processes(self.sandbox_id)
                 if not held.wait_finished(wait_s):
                     raise CommandTimeoutError(f"could not interrupt the command of session {session.name!r}")
-            output = held.take_output()
-            matched = next((text for text in action.expect if text in output), shell.PS1)
-            return BashObservation(output=output, exit_code=0, expect_string=matched)
+            return BashObservation(output=held.take_output(), exit_code=0, expect_string=shell.PS1)
 
     async def close_session(self, request: Any) -> CloseBashSessionResponse:
         """Ends the session: a command still running in it is killed, its state removed."""
@@ -352,7 +387,7 @@ class GymSandboxdRuntime(AbstractRuntime):
         return await self._off_loop(close)
 
     def _end_session(self, session: _Session) -> None:
-        self._interrupt(session, BashInterruptAction(session=session.name, n_retry=0))
+        self._interrupt(session, BashInterruptAction(session=session.name), kill=True)
         self._exec(["rm", "-rf", session.state_dir], timeout_ms=30_000)
 
     # One-shot commands and files.
@@ -433,7 +468,7 @@ class GymSandboxdRuntime(AbstractRuntime):
                 with session.lock:
                     held = session.held
                 if held is not None and not held.finished:
-                    self._interrupt(session, BashInterruptAction(session=session.name, n_retry=0))
+                    self._interrupt(session, BashInterruptAction(session=session.name), kill=True)
 
         await self._off_loop(close)
         return CloseResponse()
