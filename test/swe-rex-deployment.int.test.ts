@@ -103,7 +103,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       return found?.value as Record<string, unknown>;
     };
     const raised = (name: string) => steps.get(name)?.error;
-    expect(steps.size, output).toBe(58);
+    expect(steps.size, output).toBe(59);
 
     // The deployment's contract.
     expect(raised('runtime-before-start')).toBe('swerex.exceptions.DeploymentNotStartedError');
@@ -156,6 +156,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
     expect(value('interactive-line')).toMatchObject({ output: '42\n', exit_code: 0, expect_string: '>>> ' });
     expect(value('interactive-quit')).toMatchObject({ exit_code: 0, expect_string: 'SHELLPS1PREFIX' });
     expect(value('after-interactive').output).toBe('hello\n');
+    expect(raised('interactive-syntax-error')).toBe('swerex.exceptions.BashIncorrectSyntaxError');
     expect(raised('interactive-timeout')).toBe('swerex.exceptions.CommandTimeoutError');
     expect(value('interrupt-to-prompt')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });
     expect(value('interactive-alive')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });

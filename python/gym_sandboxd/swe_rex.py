@@ -268,10 +268,10 @@ class GymSandboxdRuntime(AbstractRuntime):
                 )
             session.held = None
             run_id = uuid.uuid4().hex
-            argv = shell.session_argv(session.state_dir, run_id, action.command)
+            # A command that may outlive this call (`expect`) reads a pipe that input can be sent to.
+            argv = shell.session_argv(session.state_dir, run_id, action.command, takes_input=bool(action.expect))
             timeout_ms = _timeout_ms(action.timeout)
             if action.expect:
-                argv = shell.session_argv(session.state_dir, run_id, action.command, takes_input=True)
                 held = HeldCommand(self._client, self.sandbox_id, argv, run_id, timeout_ms, self._max_output_bytes)
                 matched = held.wait_for(action.expect)
                 if matched is not None:
@@ -312,8 +312,7 @@ class GymSandboxdRuntime(AbstractRuntime):
             session.held = None
             if held.error is not None:
                 raise held.error
-            if held.result is not None and held.result["status"] == "timeout":
-                raise CommandTimeoutError(f"timeout while running command {action.command!r}")
+            self._check_ended(action, held.run_id, held.result, held.stderr)
             return BashObservation(output=held.take_output(), exit_code=0, expect_string=shell.PS1)
 
     def _still_running(self, action: BashAction, matched: tuple[str, str]) -> BashObservation:
@@ -325,7 +324,10 @@ class GymSandboxdRuntime(AbstractRuntime):
             )
         return BashObservation(output=output, exit_code=None, expect_string=expect_string)
 
-    def _observation(self, action: BashAction, run_id: str, result: ExecResult | None, output: str, stderr: str) -> BashObservation:
+    @staticmethod
+    def _check_ended(action: BashAction, run_id: str, result: ExecResult | None, stderr: str) -> ExecResult:
+        """The result of a session command that ran to its own end; raises for a session command that did not run to its own end: timed out, sent twice,
+        refused by bash's syntax check, or ended from outside."""
         if result is None:
             raise CommandEndedError(f"{action.command!r}: the daemon's stream ended without a result")
         if result["status"] == "timeout":
@@ -338,6 +340,10 @@ class GymSandboxdRuntime(AbstractRuntime):
         if control.syntax_error is not None:
             message = f"bash found a syntax error in {action.command!r}:\n{control.syntax_error}"
             raise BashIncorrectSyntaxError(message, extra_info={"bash_stdout": "", "bash_stderr": control.syntax_error})
+        return result
+
+    def _observation(self, action: BashAction, run_id: str, result: ExecResult | None, output: str, stderr: str) -> BashObservation:
+        result = self._check_ended(action, run_id, result, stderr)
         exit_code = None if action.check == "ignore" else result["exitCode"]
         if action.check == "raise" and exit_code != 0:
             message = f"Command {action.command!r} failed with exit code {exit_code}. Here is the output:\n{output!r}"
