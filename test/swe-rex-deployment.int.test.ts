@@ -103,7 +103,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       return found?.value as Record<string, unknown>;
     };
     const raised = (name: string) => steps.get(name)?.error;
-    expect(steps.size, output).toBe(59);
+    expect(steps.size, output).toBe(62);
 
     // The deployment's contract.
     expect(raised('runtime-before-start')).toBe('swerex.exceptions.DeploymentNotStartedError');
@@ -188,6 +188,8 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
     // Files: text as Path.read_text reads it, a missing one FileNotFoundError, uploads with modes.
     expect(value('read-file')).toEqual({ content: 'héllo\nworld\n' });
     expect(raised('read-missing')).toBe('builtins.FileNotFoundError');
+    expect(value('read-relative')).toEqual({ content: 'rel' });
+    expect(raised('read-missing-relative')).toBe('builtins.FileNotFoundError');
     expect(raised('upload-missing')).toBe('builtins.ValueError');
     expect(value('uploaded')).toEqual({ stdout: 'tool-ran\ntop\ndeep\n', stderr: '', exit_code: 0 });
 

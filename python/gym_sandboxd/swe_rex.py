@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import posixpath
 import shlex
 import stat
 import threading
@@ -171,6 +172,7 @@ class GymSandboxdRuntime(AbstractRuntime):
         *,
         max_output_bytes: int | None = None,
         max_read_bytes: int = 64 * 1024 * 1024,
+        workdir: str | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.logger = logger or logging.getLogger("rex-runtime")
@@ -178,6 +180,9 @@ class GymSandboxdRuntime(AbstractRuntime):
         self.sandbox_id = sandbox_id
         self._max_output_bytes = max_output_bytes
         self._max_read_bytes = max_read_bytes
+        # Where a relative path of `read_file`, `write_file` or `upload` is taken from (SWE-ReX's
+        # server takes it from its own working directory).
+        self._workdir = workdir or "/"
         self._sessions: dict[str, _Session] = {}
         self._sessions_lock = threading.Lock()
         # Where `execute` claims its run ids (see _swe_rex_shell).
@@ -398,6 +403,9 @@ class GymSandboxdRuntime(AbstractRuntime):
 
     # One-shot commands and files.
 
+    def _path(self, path: str) -> str:
+        return posixpath.join(self._workdir, path)
+
     async def execute(self, command: Command) -> CommandResponse:
         """Runs ``command`` as ``subprocess.run`` would (``shell``, ``env`` replacing the environment,
         ``cwd``, ``merge_output_streams``), outside any session. ``CommandTimeoutError`` past its
@@ -434,7 +442,7 @@ class GymSandboxdRuntime(AbstractRuntime):
 
         def read() -> ReadFileResponse:
             try:
-                data = self._client.read_file_bytes(self.sandbox_id, request.path, max_bytes=self._max_read_bytes)
+                data = self._client.read_file_bytes(self.sandbox_id, self._path(request.path), max_bytes=self._max_read_bytes)
             except FileNotFoundInSandboxError as error:
                 raise FileNotFoundError(f"No such file in sandbox {self.sandbox_id}: {request.path!r}") from error
             text = io.TextIOWrapper(io.BytesIO(data), encoding=request.encoding or "utf-8", errors=request.errors)
@@ -445,7 +453,7 @@ class GymSandboxdRuntime(AbstractRuntime):
     async def write_file(self, request: WriteFileRequest) -> WriteFileResponse:
         """Writes the text (UTF-8), parent folders made."""
         data = request.content.encode("utf-8")
-        await self._off_loop(lambda: self._client.write_file(self.sandbox_id, request.path, data))
+        await self._off_loop(lambda: self._client.write_file(self.sandbox_id, self._path(request.path), data))
         return WriteFileResponse()
 
     async def upload(self, request: UploadRequest) -> UploadResponse:
@@ -454,10 +462,10 @@ class GymSandboxdRuntime(AbstractRuntime):
 
         def upload() -> None:
             if source.is_dir():
-                self._client.upload_directory(self.sandbox_id, source, request.target_path)
+                self._client.upload_directory(self.sandbox_id, source, self._path(request.target_path))
             elif source.is_file():
                 mode = stat.S_IMODE(source.stat().st_mode)
-                self._client.write_file(self.sandbox_id, request.target_path, source, mode=mode)
+                self._client.write_file(self.sandbox_id, self._path(request.target_path), source, mode=mode)
             else:
                 raise ValueError(f"Source path {source} is not a file or directory")
 
@@ -562,7 +570,8 @@ class GymSandboxdDeployment(AbstractDeployment):
         self.logger.info("sandbox %s ready", sandbox_id)
         self._finalizer = weakref.finalize(self, _destroy, client, sandbox_id, owns_client, self.logger)
         self._runtime = GymSandboxdRuntime(
-            client, sandbox_id, max_output_bytes=config.max_output_bytes, max_read_bytes=config.max_read_bytes, logger=self.logger
+            client, sandbox_id, max_output_bytes=config.max_output_bytes, max_read_bytes=config.max_read_bytes,
+            workdir=config.workdir, logger=self.logger,
         )
 
     async def stop(self) -> None:
