@@ -30,6 +30,7 @@ from swerex.exceptions import (
     BashIncorrectSyntaxError,
     CommandTimeoutError,
     DeploymentNotStartedError,
+    DeploymentStartupError,
     NoExitCodeError,
     NonZeroExitCodeError,
     SessionDoesNotExistError,
@@ -59,7 +60,7 @@ from swerex.runtime.abstract import (
 from . import _swe_rex_shell as shell
 from ._swe_rex_running import HeldCommand
 from .client import GymClient
-from .errors import CapabilityUnsupportedError, FileNotFoundInSandboxError
+from .errors import CapabilityUnsupportedError, FileNotFoundInSandboxError, GymError
 from .schema import ExecResult
 
 __all__ = [
@@ -534,8 +535,9 @@ class GymSandboxdDeployment(AbstractDeployment):
         return await self.runtime.is_alive(timeout=timeout)
 
     async def start(self) -> None:
-        """Makes the sandbox and answers when it is ready; the daemon's error when it cannot. A
-        started deployment is left as it is."""
+        """Makes the sandbox and answers when it is ready. ``DeploymentStartupError`` when the
+        daemon cannot (its :class:`~gym_sandboxd.errors.GymError` as the cause; nothing is left
+        behind). A started deployment is left as it is."""
         if self._runtime is not None:
             return
         config = self._config
@@ -563,6 +565,12 @@ class GymSandboxdDeployment(AbstractDeployment):
 
         try:
             sandbox_id = await asyncio.to_thread(create)
+        except GymError as error:
+            if owns_client:
+                client.close()
+            # SWE-ReX's own type for a deployment that cannot start; the daemon's typed error
+            # (its `code`: IMAGE_NOT_FOUND, CAPACITY_EXCEEDED, ...) is its cause.
+            raise DeploymentStartupError(f"gym-sandboxd could not start the sandbox: {error}") from error
         except BaseException:
             if owns_client:
                 client.close()
