@@ -170,7 +170,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
 
     // The same call sent twice runs once.
     expect(value('replay-first').output).toBe('first\n');
-    expect(raised('replay-second')).toBe('gym_sandboxd.swe_rex.RequestReplayedError');
+    expect(raised('replay-second')).toBe('gym_sandboxd._swe_rex_runtime.RequestReplayedError');
     expect(value('replay-count').output).toBe('1\n');
 
     expect(value('close-session')).toEqual({ session_type: 'bash' });
