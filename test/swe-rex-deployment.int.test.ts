@@ -103,12 +103,13 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       return found?.value as Record<string, unknown>;
     };
     const raised = (name: string) => steps.get(name)?.error;
-    expect(steps.size, output).toBe(64);
+    expect(steps.size, output).toBe(65);
 
     // The deployment's contract.
     expect(raised('start-missing-image')).toBe('swerex.exceptions.DeploymentStartupError');
     expect(value('start-missing-image-cause')).toBe('ImageNotFoundError');
     expect(raised('runtime-before-start')).toBe('swerex.exceptions.DeploymentNotStartedError');
+    expect(value('twin-after-start')).toBe(true);
     expect(value('is-alive')).toEqual({ is_alive: true, message: '' });
     const sandboxId = steps.get('sandbox-id')?.value as string;
     expect(sandboxId).toMatch(/^sbx-/);

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 import weakref
 from typing import Any, Literal
 
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 SANDBOX_LABEL = ("swe-rex", "1")
+# A label naming one `start()`: its value is random, so a second sandbox made by the same create
+# sent twice is found and destroyed.
+START_LABEL = "swe-rex-start"
 
 
 class GymSandboxdDeploymentConfig(BaseModel):
@@ -86,13 +90,26 @@ class GymSandboxdDeploymentConfig(BaseModel):
         return GymSandboxdDeployment.from_config(self)
 
 
-def _destroy(client: GymClient, sandbox_id: str, owns_client: bool, logger: logging.Logger) -> None:
-    """Destroys the sandbox; for ``weakref.finalize``, so it holds no deployment."""
+def _sweep(client: GymClient, start_label: str, keep: str | None, logger: logging.Logger) -> None:
+    """Destroys the sandboxes of one ``start()`` but ``keep``: a create sent twice (the client sends
+    a request again once when a kept-alive connection turns out closed) may have made two."""
+    try:
+        strays = [sandbox["id"] for sandbox in client.list_sandboxes(labels={START_LABEL: start_label}) if sandbox["id"] != keep]
+        for sandbox_id in strays:
+            logger.warning("destroying sandbox %s, made by a create sent twice", sandbox_id)
+            client.delete_sandbox(sandbox_id)
+    except Exception as error:  # noqa: BLE001 - clean-up must not raise; the lease reaps what is left
+        logger.warning("could not look for sandboxes made twice (their leases will reap them): %s", error)
+
+
+def _destroy(client: GymClient, sandbox_id: str, start_label: str, owns_client: bool, logger: logging.Logger) -> None:
+    """Destroys the sandbox (and any twin of it); for ``weakref.finalize``, so it holds no deployment."""
     try:
         client.delete_sandbox(sandbox_id)
     except Exception as error:  # noqa: BLE001 - clean-up must not raise; the lease reaps what is left
         logger.warning("could not destroy sandbox %s (its lease will reap it): %s", sandbox_id, error)
     finally:
+        _sweep(client, start_label, None, logger)
         if owns_client:
             client.close()
 
@@ -140,7 +157,8 @@ class GymSandboxdDeployment(AbstractDeployment):
         config = self._config
         client = self._given_client or GymClient(url=config.url, socket=config.socket, token=config.token, state_dir=config.state_dir)
         owns_client = self._given_client is None
-        labels = {**config.labels, SANDBOX_LABEL[0]: SANDBOX_LABEL[1]}
+        start_label = uuid.uuid4().hex[:16]
+        labels = {**config.labels, SANDBOX_LABEL[0]: SANDBOX_LABEL[1], START_LABEL: start_label}
         self._hooks.on_custom_step("Starting gym-sandboxd sandbox")
 
         def create() -> str:
@@ -162,18 +180,18 @@ class GymSandboxdDeployment(AbstractDeployment):
 
         try:
             sandbox_id = await asyncio.to_thread(create)
-        except GymError as error:
+        except BaseException as error:
+            await asyncio.to_thread(_sweep, client, start_label, None, self.logger)
             if owns_client:
                 client.close()
-            # SWE-ReX's own type for a deployment that cannot start; the daemon's typed error
-            # (its `code`: IMAGE_NOT_FOUND, CAPACITY_EXCEEDED, ...) is its cause.
-            raise DeploymentStartupError(f"gym-sandboxd could not start the sandbox: {error}") from error
-        except BaseException:
-            if owns_client:
-                client.close()
+            if isinstance(error, GymError):
+                # SWE-ReX's own type for a deployment that cannot start; the daemon's typed error
+                # (its `code`: IMAGE_NOT_FOUND, CAPACITY_EXCEEDED, ...) is its cause.
+                raise DeploymentStartupError(f"gym-sandboxd could not start the sandbox: {error}") from error
             raise
+        await asyncio.to_thread(_sweep, client, start_label, sandbox_id, self.logger)
         self.logger.info("sandbox %s ready", sandbox_id)
-        self._finalizer = weakref.finalize(self, _destroy, client, sandbox_id, owns_client, self.logger)
+        self._finalizer = weakref.finalize(self, _destroy, client, sandbox_id, start_label, owns_client, self.logger)
         self._runtime = GymSandboxdRuntime(
             client, sandbox_id, max_output_bytes=config.max_output_bytes, max_read_bytes=config.max_read_bytes,
             workdir=config.workdir, logger=self.logger,
