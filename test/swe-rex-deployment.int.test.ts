@@ -103,7 +103,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       return found?.value as Record<string, unknown>;
     };
     const raised = (name: string) => steps.get(name)?.error;
-    expect(steps.size, output).toBe(65);
+    expect(steps.size, output).toBe(68);
 
     // The deployment's contract.
     expect(raised('start-missing-image')).toBe('swerex.exceptions.DeploymentStartupError');
@@ -148,6 +148,10 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       processes(steps.get('processes-after-interrupt')!).filter((line) => line.startsWith('sleep')),
     ).toEqual([]);
     expect(value('after-interrupt').output).toBe('hello\n');
+    // A command that ends by itself after its `expect`: what it printed after comes first next time.
+    expect(value('expect-then-ends')).toMatchObject({ output: '', expect_string: 'first-part' });
+    expect(value('expect-ended')).toBe(true);
+    expect(value('after-expect-ended').output).toBe('\nrest-of-it\nnext-command\n');
     expect(value('expect-unmatched')).toMatchObject({
       output: 'done\n',
       exit_code: 0,

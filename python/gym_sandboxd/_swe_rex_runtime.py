@@ -208,6 +208,9 @@ class GymSandboxdRuntime(AbstractRuntime):
                     "matched before it ended): send it input (is_interactive_command) or interrupt "
                     "it (BashInterruptAction) before the next command"
                 )
+            # What a command `expect` left running printed after it, until it ended by itself,
+            # comes before this command's output, as it would on SWE-ReX's terminal.
+            earlier = session.held.take_output() if session.held is not None else ""
             session.held = None
             run_id = uuid.uuid4().hex
             # A command that may outlive this call (`expect`) reads a pipe that input can be sent to.
@@ -225,7 +228,7 @@ class GymSandboxdRuntime(AbstractRuntime):
             else:
                 result = self._exec(argv, timeout_ms)
                 output, stderr = result["stdout"], result["stderr"]
-            return self._observation(action, run_id, result, output, stderr)
+            return self._observation(action, run_id, result, earlier + output, stderr)
 
     def _interact(self, session: _Session, action: BashAction) -> BashObservation:
         """A line for the program running in the session (started by an ``expect``), or, with none
