@@ -103,7 +103,7 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
       return found?.value as Record<string, unknown>;
     };
     const raised = (name: string) => steps.get(name)?.error;
-    expect(steps.size, output).toBe(68);
+    expect(steps.size, output).toBe(69);
 
     // The deployment's contract.
     expect(raised('start-missing-image')).toBe('swerex.exceptions.DeploymentStartupError');
@@ -165,10 +165,17 @@ describe.skipIf(skipReason !== undefined)('SWE-ReX 1.4 with GymSandboxdDeploymen
     expect(value('after-interactive').output).toBe('hello\n');
     expect(raised('interactive-syntax-error')).toBe('swerex.exceptions.BashIncorrectSyntaxError');
     expect(raised('interactive-timeout')).toBe('swerex.exceptions.CommandTimeoutError');
+    expect(value('interactive-restart')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });
+    // The REPL sleeping in a line past its timeout: Ctrl-C brings it back to its prompt.
     expect(value('interrupt-to-prompt')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });
-    expect(value('interactive-alive')).toMatchObject({ exit_code: 0, expect_string: '>>> ' });
+    expect(value('interrupt-to-prompt').output).toContain('KeyboardInterrupt');
+    expect(value('interactive-alive')).toMatchObject({
+      output: 'alive\n',
+      exit_code: 0,
+      expect_string: '>>> ',
+    });
     expect(value('interrupt-interactive')).toMatchObject({ exit_code: 0, expect_string: 'SHELLPS1PREFIX' });
-    expect(value('interrupt-interactive').output).toContain('alive');
+    expect(value('interrupt-interactive').output).toContain('KeyboardInterrupt');
     expect(
       processes(steps.get('processes-after-interactive')!).filter((line) => line.startsWith('python3')),
     ).toEqual([]);
