@@ -22,6 +22,14 @@ export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [
     ignoreRequiresPython: true,
     launchers: {},
   },
+  // SWE-ReX's runtime models and exceptions, driven by test/swe-rex-deployment.int.test.ts.
+  {
+    kind: 'python-host',
+    name: 'swe-rex',
+    version: '1.4.0',
+    lockFile: 'framework-swe-rex.lock',
+    launchers: {},
+  },
 ];
 
 /** Where set-up keeps the frameworks' runtimes. */
