@@ -10,7 +10,16 @@ import { join } from 'node:path';
 import { type PythonHostSource, pythonRuntimeDir } from '../../harnesses/installed/python-runtime.ts';
 
 /** Each framework's runtime: `lockFile` in `harnesses/installed/python/` (`framework-<name>.lock`). */
-export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [];
+export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [
+  // Harbor's own `harbor` command (`harbor run`), for test/harbor-environment.int.test.ts.
+  {
+    kind: 'python-host',
+    name: 'harbor',
+    version: '0.26.0',
+    lockFile: 'framework-harbor.lock',
+    launchers: { harbor: ['-m', 'harbor.cli.main'] },
+  },
+];
 
 /** Where set-up keeps the frameworks' runtimes. */
 export const FRAMEWORK_CACHE = join(homedir(), '.cache', 'gym', 'frameworks');
