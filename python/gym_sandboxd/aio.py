@@ -96,6 +96,10 @@ class AsyncGymClient:
         """Destroys the sandbox; deleting one that is gone is not an error."""
         await self._json(calls.delete_sandbox(sandbox_id))
 
+    async def get_network(self, sandbox_id: str) -> dict[str, Any]:
+        """The sandbox's egress policy; see ``GymClient.get_network``."""
+        return cast(dict, await self._json(calls.get_network(sandbox_id)))
+
     async def set_network(self, sandbox_id: str, mode: str, allowed_hosts: Sequence[str] = ()) -> dict[str, Any]:
         """Sets the sandbox's egress policy now; see ``GymClient.set_network``."""
         return cast(dict, await self._json(calls.set_network(sandbox_id, mode, allowed_hosts)))

@@ -107,6 +107,10 @@ class GymClient:
         """Destroys the sandbox; deleting one that is gone is not an error."""
         self._json(calls.delete_sandbox(sandbox_id))
 
+    def get_network(self, sandbox_id: str) -> dict[str, Any]:
+        """The sandbox's egress policy (``{"policy": {"mode", "allowedHosts"}, "proxy"}``)."""
+        return cast(dict, self._json(calls.get_network(sandbox_id)))
+
     def set_network(self, sandbox_id: str, mode: str, allowed_hosts: Sequence[str] = ()) -> dict[str, Any]:
         """Sets the sandbox's egress policy now (``none``, ``allowlist`` with hosts, ``public``), within the
         operator's cap (``ForbiddenByConfigError`` beyond it); open connections are cut. Answers the policy and proxy."""

@@ -48,7 +48,7 @@ from pydantic import Field
 
 from .aio import AsyncGymClient
 from .client import GymClient
-from .errors import GymError
+from .errors import ForbiddenByConfigError, GymError
 from .schema import SandboxSpec
 
 __all__ = ["GymSandboxdEnvironment", "GymSandboxdOptions"]
@@ -81,6 +81,13 @@ class GymSandboxdOptions(EnvironmentOptions):
     url: str | None = Field(default=None, description="The daemon's URL (http://127.0.0.1:PORT).")
     socket: str | None = Field(default=None, description="The daemon's unix socket.")
     ttl_seconds: int | None = Field(default=None, gt=0, description="The sandbox's lease; default the daemon's.")
+    build_provider: str | None = Field(
+        default=None,
+        description=(
+            "The daemon's backend that builds a task's Dockerfile, when `provider` has no image builder "
+            "(Kubernetes: its nodes must see that backend's images); default `provider`."
+        ),
+    )
     gym_command: str = Field(
         default="gym", description="The `gym` command that builds a task's Dockerfile (words split as a shell does)."
     )
@@ -197,8 +204,9 @@ class GymSandboxdEnvironment(BaseEnvironment):
             "--name", self.environment_name,
             "--timeout-seconds", str(max(1, int(self.task_env_config.build_timeout_sec))),
         ]  # fmt: skip
-        if self.options.provider is not None:
-            command += ["--provider", self.options.provider]
+        build_provider = self.options.build_provider or self.options.provider
+        if build_provider is not None:
+            command += ["--provider", build_provider]
         env = dict(os.environ)
         if self.options.state_dir is not None:
             env["GYM_STATE_DIR"] = self.options.state_dir
@@ -260,6 +268,15 @@ class GymSandboxdEnvironment(BaseEnvironment):
         client = self._make_client()
         try:
             sandbox = await client.create_sandbox(self._spec(image))
+        except ForbiddenByConfigError as error:
+            await client.aclose()
+            mode = self._network_policy.network_mode.value
+            raise ForbiddenByConfigError(
+                f"{error.message} (the {self.session_id} environment's network policy is {mode}; Harbor's default "
+                "when a task declares no [environment] network_mode is public): the daemon's operator allows it, "
+                "or the task declares less",
+                details=error.details,
+            ) from None
         except BaseException:
             await client.aclose()
             raise
