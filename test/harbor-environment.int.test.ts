@@ -285,6 +285,21 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     expect(trial!.exception_info?.exception_message).toContain('egress.allowPublic');
     expect(trial!.exception_info?.exception_message).toContain('network policy is public');
 
+    // The agent's links in the folders Harbor copies back (one to a host path, one climbing out):
+    // nothing is written through or outside the trial's folder; the trial is still judged.
+    const links = await harborRun('links', join(REFUSED, 'link-escape'), 'oracle');
+    expect(links.code, links.output).toBe(0);
+    const [linked] = await trials(links.job);
+    expect(linked!.verifier_result?.rewards.reward).toBe(1);
+    const [linkedDir] = (await readdir(links.job, { withFileTypes: true })).filter((entry) =>
+      entry.isDirectory(),
+    );
+    const agentDir = join(links.job, linkedDir!.name, 'agent');
+    const copied = await readdir(agentDir);
+    expect(copied).not.toContain('ssh');
+    expect(copied).not.toContain('up');
+    expect(await readFile(join(links.job, linkedDir!.name, 'trial.log'), 'utf8')).toContain('ARCHIVE_UNSAFE');
+
     // No daemon at all: Harbor's preflight says so before queueing anything.
     const nowhere = await harborRun('nowhere', TASKS, 'oracle', [
       `state_dir=${join(directory, 'no-daemon')}`,

@@ -316,3 +316,14 @@ def test_an_agent_made_link_never_leads_out_of_the_downloaded_folder(client: Gym
             client.download_directory(sandbox_id, f"/out/{name}", tmp_path / name)
         assert [path for path in (tmp_path / name).rglob("*") if path.is_symlink()] == [], name
     assert list(outside.iterdir()) == []
+
+
+def test_egress_policy_set_and_read_within_the_operators_cap(client: GymClient, sandbox_id: str) -> None:
+    assert client.get_network(sandbox_id)["policy"] == {"mode": "none", "allowedHosts": []}
+    view = client.set_network(sandbox_id, "allowlist", [])
+    assert view["policy"] == {"mode": "allowlist", "allowedHosts": []}
+    assert client.get_network(sandbox_id)["policy"] == view["policy"]
+    # The test daemons' cap allows no public egress: refused, and the policy stays as it was.
+    with pytest.raises(gym_errors.ForbiddenByConfigError, match="egress.allowPublic"):
+        client.set_network(sandbox_id, "public")
+    assert client.get_network(sandbox_id)["policy"]["mode"] == "allowlist"
