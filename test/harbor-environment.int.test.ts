@@ -30,6 +30,9 @@ const DRIVER = join(REPOSITORY, 'test', 'fixtures', 'harbor-run.py');
 const CONTRACT = join(REPOSITORY, 'test', 'fixtures', 'harbor-environment-contract.py');
 const TASKS = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks');
 const REFUSED = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks-refused');
+const ATTACKS = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks-attacks');
+/** Harbor agents of the tests' own (`--agent late_agent:LateAgent`). */
+const AGENTS = join(REPOSITORY, 'test', 'fixtures', 'harbor-agents');
 const ENVIRONMENT = 'gym_sandboxd.harbor:GymSandboxdEnvironment';
 const K8S_NAMESPACE = 'gym-harbor';
 
@@ -47,7 +50,8 @@ function run(
 ): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
     // Asynchronous: the daemon under test lives in this process's event loop.
-    const child = spawn(join(RUNTIME, 'bin', 'python'), [script, join(REPOSITORY, 'python'), ...args], {
+    const path = [join(REPOSITORY, 'python'), AGENTS].join(':');
+    const child = spawn(join(RUNTIME, 'bin', 'python'), [script, path, ...args], {
       cwd: REPOSITORY,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -270,6 +274,34 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     }
   }, 300_000);
 
+  it('gives an agent past its time limit no more time, and no way out through what comes back', async () => {
+    // An agent whose command outlives the task's [agent] timeout_sec and writes its answer while
+    // the tests run (they look after that write would have landed): Harbor cancels the call, and
+    // the command dies with it, so the answer never comes.
+    const late = await harborRun('late', join(ATTACKS, 'late-agent'), 'late_agent:LateAgent');
+    expect(late.code, late.output).toBe(0);
+    const [lateTrial] = await trials(late.job);
+    expect(lateTrial!.exception_info?.exception_type).toBe('AgentTimeoutError');
+    expect(lateTrial!.verifier_result?.rewards.reward, late.output.slice(-3000)).toBe(0);
+
+    // The agent's links in the folders Harbor copies back (one to a host path, one climbing out):
+    // nothing is written through or outside the trial's folder; the trial is still judged.
+    const links = await harborRun('links', join(ATTACKS, 'link-escape'), 'oracle');
+    expect(links.code, links.output).toBe(0);
+    const [linked] = await trials(links.job);
+    expect(linked!.verifier_result?.rewards.reward).toBe(1);
+    const [linkedDir] = (await readdir(links.job, { withFileTypes: true })).filter((entry) =>
+      entry.isDirectory(),
+    );
+    const agentDir = join(links.job, linkedDir!.name, 'agent');
+    const copied = await readdir(agentDir);
+    expect(copied).not.toContain('ssh');
+    expect(copied).not.toContain('up');
+    expect(await readFile(join(links.job, linkedDir!.name, 'trial.log'), 'utf8')).toContain('ARCHIVE_UNSAFE');
+
+    expect(await client.listSandboxes({ labels: { harbor: '1' } })).toEqual([]);
+  }, 300_000);
+
   it('refuses what it cannot run, clearly and before anything hangs', async () => {
     // A Compose task: refused before any trial starts, naming why.
     const compose = await harborRun('compose', join(REFUSED, 'compose-task'), 'oracle');
@@ -284,21 +316,6 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     expect(trial!.exception_info?.exception_type).toBe('ForbiddenByConfigError');
     expect(trial!.exception_info?.exception_message).toContain('egress.allowPublic');
     expect(trial!.exception_info?.exception_message).toContain('network policy is public');
-
-    // The agent's links in the folders Harbor copies back (one to a host path, one climbing out):
-    // nothing is written through or outside the trial's folder; the trial is still judged.
-    const links = await harborRun('links', join(REFUSED, 'link-escape'), 'oracle');
-    expect(links.code, links.output).toBe(0);
-    const [linked] = await trials(links.job);
-    expect(linked!.verifier_result?.rewards.reward).toBe(1);
-    const [linkedDir] = (await readdir(links.job, { withFileTypes: true })).filter((entry) =>
-      entry.isDirectory(),
-    );
-    const agentDir = join(links.job, linkedDir!.name, 'agent');
-    const copied = await readdir(agentDir);
-    expect(copied).not.toContain('ssh');
-    expect(copied).not.toContain('up');
-    expect(await readFile(join(links.job, linkedDir!.name, 'trial.log'), 'utf8')).toContain('ARCHIVE_UNSAFE');
 
     // No daemon at all: Harbor's preflight says so before queueing anything.
     const nowhere = await harborRun('nowhere', TASKS, 'oracle', [

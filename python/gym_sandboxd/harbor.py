@@ -12,8 +12,9 @@ subset, the same image, so both share it), or its ``docker_image`` used; ``exec`
 command`` (``sh -c`` where the image has no bash) in the task's ``workdir`` with the trial's environment variables and answers the exit
 code with stdout and stderr; a command past ``timeout_sec`` raises ``RuntimeError("Command timed
 out after N seconds")``; a build that fails raises Harbor's ``SandboxBuildFailedError`` (not
-retried). Where it differs, on purpose: a command past its timeout is killed with every process it
-started (Docker's leaves them running), and each network policy, the startup one and each phase's,
+retried). Where it differs, on purpose: a command past its timeout, or whose call Harbor cancels
+(an agent past its time limit), is killed with every process it started (Docker's runs on, into
+the verifier's phase), and each network policy, the startup one and each phase's,
 is enforced by the daemon's egress proxy (``dynamic_network_policy``).
 
 Refused, each with a clear error before anything starts: Compose task environments (the daemon
@@ -319,12 +320,14 @@ class GymSandboxdEnvironment(BaseEnvironment):
         }
         argv = [*_SHELL, command]
         callback = self._output_callback()
-        if callback is None:
-            return _result(dict(await self._client.exec(sandbox_id, argv, **keywords)), timeout_sec)
+        # Always streamed: when Harbor cancels this call (an agent past its timeout_sec, a trial
+        # cancelled) the connection closes and the daemon kills the command with everything it
+        # started, as at a timeout; a plain exec would run on into the verifier's phase.
         async with self._client.exec_stream(sandbox_id, argv, **keywords) as events:
             async for event in events:
                 if event["type"] in ("stdout", "stderr"):
-                    await callback(event["data"], event["type"])  # type: ignore[typeddict-item, arg-type]
+                    if callback is not None:
+                        await callback(event["data"], event["type"])  # type: ignore[typeddict-item, arg-type]
                 elif event["type"] == "result":
                     return _result(dict(event["result"]), timeout_sec)  # type: ignore[typeddict-item]
                 elif event["type"] == "error":
