@@ -96,6 +96,10 @@ class AsyncGymClient:
         """Destroys the sandbox; deleting one that is gone is not an error."""
         await self._json(calls.delete_sandbox(sandbox_id))
 
+    async def inspect_image(self, reference: str, *, provider: str | None = None) -> dict[str, Any]:
+        """An image the provider has; see ``GymClient.inspect_image``."""
+        return cast(dict, await self._json(calls.inspect_image(reference, provider)))
+
     async def get_network(self, sandbox_id: str) -> dict[str, Any]:
         """The sandbox's egress policy; see ``GymClient.get_network``."""
         return cast(dict, await self._json(calls.get_network(sandbox_id)))

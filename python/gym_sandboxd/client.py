@@ -107,6 +107,10 @@ class GymClient:
         """Destroys the sandbox; deleting one that is gone is not an error."""
         self._json(calls.delete_sandbox(sandbox_id))
 
+    def inspect_image(self, reference: str, *, provider: str | None = None) -> dict[str, Any]:
+        """An image the provider has (``workdir``, ``entrypoint``, ``labels``, ...); ``ImageNotFoundError`` otherwise."""
+        return cast(dict, self._json(calls.inspect_image(reference, provider)))
+
     def get_network(self, sandbox_id: str) -> dict[str, Any]:
         """The sandbox's egress policy (``{"policy": {"mode", "allowedHosts"}, "proxy"}``)."""
         return cast(dict, self._json(calls.get_network(sandbox_id)))

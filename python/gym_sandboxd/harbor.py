@@ -49,7 +49,7 @@ from pydantic import Field
 
 from .aio import AsyncGymClient
 from .client import GymClient
-from .errors import ForbiddenByConfigError, GymError
+from .errors import CapabilityUnsupportedError, ForbiddenByConfigError, GymError
 from .schema import SandboxSpec
 
 __all__ = ["GymSandboxdEnvironment", "GymSandboxdOptions"]
@@ -59,6 +59,8 @@ ENVIRONMENT_TYPE = "gym-sandboxd"
 SANDBOX_LABEL = ("harbor", "1")
 # Harbor's `timeout_sec=None` means no timeout; the daemon's longest is a day.
 MAX_EXEC_TIMEOUT_MS = 24 * 3600 * 1000
+# Starting the image's ENTRYPOINT in the background returns at once; this bounds a shell that hangs.
+ENTRYPOINT_START_TIMEOUT_SEC = 30
 # Harbor reads whole command outputs (agent logs, test output): the daemon's largest cap per
 # stream, past which its head and tail are kept with a marker between.
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -283,9 +285,29 @@ class GymSandboxdEnvironment(BaseEnvironment):
             raise
         self._client, self._sandbox_id = client, sandbox["id"]
         self.logger.debug(f"gym-sandboxd sandbox {sandbox['id']} ({sandbox.get('provider')}) from {image}")
+        await self._start_entrypoint(image)
         await self._upload_environment_dir_after_start()
         # Harbor's output folders, writable by the task's users (as its Docker environment makes them).
         await self.ensure_dirs(self._mount_targets(writable_only=True))
+
+    async def _start_entrypoint(self, image: str) -> None:
+        """The image's ENTRYPOINT, as Harbor's Docker environment runs it: with its keepalive
+        (`sh -c "sleep infinity"`) in place of the image's CMD, so an entrypoint that starts services
+        and then `exec "$@"`s keeps them up. The sandbox's own keeper is its first process here, so
+        it runs in the background from the working directory (as `gym eval run` starts it)."""
+        assert self._client is not None
+        try:
+            info = await self._client.inspect_image(image, provider=self.options.build_provider or self.options.provider)
+        except CapabilityUnsupportedError:
+            self.logger.debug(f"the provider cannot inspect {image}: its ENTRYPOINT, if any, is not started")
+            return
+        entrypoint = info.get("entrypoint") or []
+        if not entrypoint:
+            return
+        command = f"{shlex.join([*entrypoint, 'sh', '-c', 'sleep infinity'])} </dev/null >/dev/null 2>&1 &"
+        result = await self.exec(command, timeout_sec=ENTRYPOINT_START_TIMEOUT_SEC)
+        if result.return_code != 0:
+            raise RuntimeError(f"the image's ENTRYPOINT {entrypoint} could not be started (exit {result.return_code}): {result.stderr}")
 
     async def stop(self, delete: bool) -> None:
         client, sandbox_id = self._client, self._sandbox_id
@@ -314,7 +336,7 @@ class GymSandboxdEnvironment(BaseEnvironment):
         keywords: dict[str, Any] = {
             "cwd": cwd or self.task_env_config.workdir or None,
             "env": self._merge_env(env),
-            "timeout_ms": int(timeout_sec * 1000) if timeout_sec else MAX_EXEC_TIMEOUT_MS,
+            "timeout_ms": min(int(timeout_sec * 1000), MAX_EXEC_TIMEOUT_MS) if timeout_sec else MAX_EXEC_TIMEOUT_MS,
             "max_output_bytes": MAX_OUTPUT_BYTES,
             "user": None if resolved_user is None else str(resolved_user),
         }
