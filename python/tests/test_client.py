@@ -327,3 +327,11 @@ def test_egress_policy_set_and_read_within_the_operators_cap(client: GymClient, 
     with pytest.raises(gym_errors.ForbiddenByConfigError, match="egress.allowPublic"):
         client.set_network(sandbox_id, "public")
     assert client.get_network(sandbox_id)["policy"]["mode"] == "allowlist"
+
+
+def test_inspect_image_says_what_a_sandbox_of_it_starts_with(client: GymClient, image: str) -> None:
+    info = client.inspect_image(image)
+    assert info["reference"] == image
+    assert isinstance(info["labels"], dict)
+    with pytest.raises(gym_errors.ImageNotFoundError):
+        client.inspect_image("gym/no-such-image:none")
