@@ -124,7 +124,7 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
         '--job-name',
         jobName,
         '--n-concurrent',
-        '3',
+        '4',
         '--yes',
       ],
       {
@@ -167,17 +167,19 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
         const { code, output, job } = await harborRun(`${agent}-${provider}`, TASKS, agent, kwargs);
         expect(code, output).toBe(0);
         const results = await trials(job);
-        // The third task's image starts a service by its ENTRYPOINT, which its tests need running.
+        // One task's tests run in a separate verifier environment (a second sandbox, from
+        // tests/Dockerfile); another's image starts a service by its ENTRYPOINT, which its tests need.
         expect(rewards(results), output.slice(-4000)).toEqual([
           ['gym/hello-file', expected[agent], null],
           ['gym/sales-total', expected[agent], null],
+          ['gym/separate-verifier', expected[agent], null],
           ['gym/service-entrypoint', expected[agent], null],
         ]);
         expect(results[0]!.config.environment.import_path).toBe(ENVIRONMENT);
         // The job's own summary counts both trials, none errored.
         const summary = JSON.parse(await readFile(join(job, 'result.json'), 'utf8'));
-        expect(summary.n_total_trials).toBe(3);
-        expect(summary.stats.n_completed_trials).toBe(3);
+        expect(summary.n_total_trials).toBe(4);
+        expect(summary.stats.n_completed_trials).toBe(4);
         expect(summary.stats.n_errored_trials).toBe(0);
         const trialDirs = (await readdir(job, { withFileTypes: true })).filter((entry) =>
           entry.isDirectory(),
@@ -272,6 +274,7 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
       expect(lines.map((line) => [line.id, line.reward]).sort()).toEqual([
         ['gym/hello-file', reward],
         ['gym/sales-total', reward],
+        ['gym/separate-verifier', reward],
         ['gym/service-entrypoint', reward],
       ]);
     }
