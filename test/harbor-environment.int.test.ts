@@ -90,7 +90,11 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
       {
         namespace: `harbor-env-${randomBytes(3).toString('hex')}`,
         destroyOnShutdown: true,
-        providers: [{ name: 'docker' }, { name: 'kubernetes', options: { kubeconfigPath } }],
+        // The folder the contract script's read-only bind mount comes from, by the operator's leave.
+        providers: [
+          { name: 'docker', options: { allowedHostPaths: [directory] } },
+          { name: 'kubernetes', options: { kubeconfigPath } },
+        ],
         defaultProvider: 'docker',
       },
       { listen: true },
@@ -204,7 +208,7 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     }, 300_000);
   }
 
-  it("keeps Harbor's exec and file semantics, and switches each phase's network in place", async () => {
+  it("keeps Harbor's exec, file and mount semantics, and switches each phase's network in place", async () => {
     const scratch = await mkdtemp(join(directory, 'contract-'));
     const { code, output } = await run(
       [join(TASKS, 'hello-file'), scratch],
@@ -254,6 +258,12 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     expect(seen.is_file).toEqual([true, false]);
     expect(seen.downloaded).toEqual(['down-dir/a.txt', 'down-dir/deep/b.txt', 'down/a.txt']);
     expect(seen.download_missing.type).toBe('FileNotFoundInSandboxError');
+    // A read-only bind mount (Harbor's --mounts-json) reaches the sandbox, read-only; a writable
+    // one is refused before any sandbox is made.
+    expect(seen.mounts.writable_refused).toContain('read-only only');
+    expect(seen.mounts.read).toEqual(ok('from the host\n'));
+    expect(seen.mounts.write).not.toBe(0);
+    expect(seen.mounts.host_unchanged).toEqual(['data.txt']);
     // Stopped with delete: the sandbox is gone, and the environment says it has stopped.
     expect(seen.left).toEqual([]);
     expect(seen.exec_after_stop.message).toContain('has not started (or has stopped)');
