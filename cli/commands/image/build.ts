@@ -1,7 +1,7 @@
 import { GymError } from '../../../core/errors.ts';
 import type { ImageProgress, PreparedImage } from '../../../core/schemas/image.ts';
 import { IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
-import type { CommandOf } from '../../command.ts';
+import { type CommandOf, UsageError } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { connectOrStartInProcess } from '../../in-process-daemon.ts';
 import { formatDuration, leftText, startTicker, Timings } from '../../progress.ts';
@@ -14,10 +14,7 @@ export const imageBuildCommand: CommandOf<typeof imageBuild> = {
   async run({ options: values, args: [positionals], env, stdout, stderr, logger }) {
     if (values.context !== undefined) {
       if (positionals.length > 0 || values.force === true)
-        throw new GymError(
-          'VALIDATION_FAILED',
-          '--context builds one Dockerfile: give no image names and no --force',
-        );
+        throw new UsageError('--context builds one Dockerfile: give no image names and no --force');
       const daemon = await connectOrStartInProcess({ stateDir: resolveStateDir(values.stateDir, env), env });
       try {
         const result = await buildDockerfileContext(
@@ -41,7 +38,7 @@ export const imageBuildCommand: CommandOf<typeof imageBuild> = {
       return 0;
     }
     if (values.name !== undefined || values.timeoutSeconds !== undefined)
-      throw new GymError('VALIDATION_FAILED', '--name and --timeout-seconds go with --context');
+      throw new UsageError('--name and --timeout-seconds go with --context');
     const names =
       positionals.length > 0 ? positionals : IMAGE_DEFINITIONS.map((definition) => definition.name);
     const known: string[] = [...IMAGE_DEFINITIONS.map((item) => item.name), ...IMAGE_SETS];
