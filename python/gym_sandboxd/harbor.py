@@ -8,9 +8,10 @@ Harbor 0.26.0.
 
 What it keeps of Harbor's own Docker environment: a task's ``environment/Dockerfile`` is built
 (by the ``gym`` command, exactly as ``gym eval run`` builds a Harbor task: the same Dockerfile
-subset, the same image, so both share it), or its ``docker_image`` used; ``exec`` runs ``bash -c
-command`` (``sh -c`` where the image has no bash) in the task's ``workdir`` with the trial's environment variables and answers the exit
-code with stdout and stderr; a command past ``timeout_sec`` raises ``RuntimeError("Command timed
+subset, the same image, so both share it), or its ``docker_image`` used; the image's ENTRYPOINT
+runs; ``exec`` runs ``bash -c command`` (``sh -c`` where the image has no bash) in the task's
+``workdir`` with the trial's environment variables and answers the exit code with stdout and
+stderr; a command past ``timeout_sec`` raises ``RuntimeError("Command timed
 out after N seconds")``; a build that fails raises Harbor's ``SandboxBuildFailedError`` (not
 retried). Where it differs, on purpose: a command past its timeout, or whose call Harbor cancels
 (an agent past its time limit), is killed with every process it started (Docker's runs on, into
@@ -224,7 +225,14 @@ class GymSandboxdEnvironment(BaseEnvironment):
                     f"cannot run `{self.options.gym_command}` to build {self.environment_dir / 'Dockerfile'}: {error} "
                     "(set --ek gym_command=... to the gym command)"
                 ) from None
-            stdout, stderr = await process.communicate()
+            try:
+                stdout, stderr = await process.communicate()
+            except BaseException:
+                # Harbor's own build timeout (or a cancelled trial): the build goes with it.
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                raise
         if process.returncode != 0:
             raise SandboxBuildFailedError(
                 f"building {self.environment_dir / 'Dockerfile'} failed: {stderr.decode(errors='replace').strip()[-4000:]}"
