@@ -74,6 +74,19 @@ def keepalive(sandbox_id: str, ttl_seconds: int | None) -> Call:
     return Call("POST", _sandbox(sandbox_id, "/keepalive"), json_body={} if ttl_seconds is None else {"ttlSeconds": ttl_seconds}, has_json=True)
 
 
+def inspect_image(reference: str, provider: str | None) -> Call:
+    query = [("reference", reference)] + ([("provider", provider)] if provider is not None else [])
+    return Call("GET", "/v1/images/inspect", query=query)
+
+
+def get_network(sandbox_id: str) -> Call:
+    return Call("GET", _sandbox(sandbox_id, "/network"))
+
+
+def set_network(sandbox_id: str, mode: str, allowed_hosts: Sequence[str]) -> Call:
+    return Call("PUT", _sandbox(sandbox_id, "/network"), json_body={"mode": mode, "allowedHosts": list(allowed_hosts)}, has_json=True)
+
+
 def exec_request(
     argv: Sequence[str] | None,
     command: str | None,

@@ -101,6 +101,18 @@ class AsyncGymClient:
         """Destroys the sandbox; deleting one that is gone is not an error."""
         await self._json(calls.delete_sandbox(sandbox_id))
 
+    async def inspect_image(self, reference: str, *, provider: str | None = None) -> dict[str, Any]:
+        """An image the provider has; see ``GymClient.inspect_image``."""
+        return cast(dict, await self._json(calls.inspect_image(reference, provider)))
+
+    async def get_network(self, sandbox_id: str) -> dict[str, Any]:
+        """The sandbox's egress policy; see ``GymClient.get_network``."""
+        return cast(dict, await self._json(calls.get_network(sandbox_id)))
+
+    async def set_network(self, sandbox_id: str, mode: str, allowed_hosts: Sequence[str] = ()) -> dict[str, Any]:
+        """Sets the sandbox's egress policy now; see ``GymClient.set_network``."""
+        return cast(dict, await self._json(calls.set_network(sandbox_id, mode, allowed_hosts)))
+
     async def keepalive(self, sandbox_id: str, ttl_seconds: int | None = None) -> Sandbox:
         return cast(Sandbox, await self._json(calls.keepalive(sandbox_id, ttl_seconds)))
 

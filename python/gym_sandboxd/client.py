@@ -112,6 +112,19 @@ class GymClient:
         """Destroys the sandbox; deleting one that is gone is not an error."""
         self._json(calls.delete_sandbox(sandbox_id))
 
+    def inspect_image(self, reference: str, *, provider: str | None = None) -> dict[str, Any]:
+        """An image the provider has (``workdir``, ``entrypoint``, ``labels``, ...); ``ImageNotFoundError`` otherwise."""
+        return cast(dict, self._json(calls.inspect_image(reference, provider)))
+
+    def get_network(self, sandbox_id: str) -> dict[str, Any]:
+        """The sandbox's egress policy (``{"policy": {"mode", "allowedHosts"}, "proxy"}``)."""
+        return cast(dict, self._json(calls.get_network(sandbox_id)))
+
+    def set_network(self, sandbox_id: str, mode: str, allowed_hosts: Sequence[str] = ()) -> dict[str, Any]:
+        """Sets the sandbox's egress policy now (``none``, ``allowlist`` with hosts, ``public``), within the
+        operator's cap (``ForbiddenByConfigError`` beyond it); open connections are cut. Answers the policy and proxy."""
+        return cast(dict, self._json(calls.set_network(sandbox_id, mode, allowed_hosts)))
+
     def keepalive(self, sandbox_id: str, ttl_seconds: int | None = None) -> Sandbox:
         """Renews the lease (for ``ttl_seconds``, default the sandbox's own), never past its deadline."""
         return cast(Sandbox, self._json(calls.keepalive(sandbox_id, ttl_seconds)))

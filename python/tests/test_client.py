@@ -340,3 +340,22 @@ def test_a_call_repeated_with_one_idempotency_key_runs_once(client: GymClient, s
         assert len(same_run) == 1
     finally:
         client.delete_sandbox(created["id"])
+
+
+def test_egress_policy_set_and_read_within_the_operators_cap(client: GymClient, sandbox_id: str) -> None:
+    assert client.get_network(sandbox_id)["policy"] == {"mode": "none", "allowedHosts": []}
+    view = client.set_network(sandbox_id, "allowlist", [])
+    assert view["policy"] == {"mode": "allowlist", "allowedHosts": []}
+    assert client.get_network(sandbox_id)["policy"] == view["policy"]
+    # The test daemons' cap allows no public egress: refused, and the policy stays as it was.
+    with pytest.raises(gym_errors.ForbiddenByConfigError, match="egress.allowPublic"):
+        client.set_network(sandbox_id, "public")
+    assert client.get_network(sandbox_id)["policy"]["mode"] == "allowlist"
+
+
+def test_inspect_image_says_what_a_sandbox_of_it_starts_with(client: GymClient, image: str) -> None:
+    info = client.inspect_image(image)
+    assert info["reference"] == image
+    assert isinstance(info["labels"], dict)
+    with pytest.raises(gym_errors.ImageNotFoundError):
+        client.inspect_image("gym/no-such-image:none")

@@ -30,6 +30,14 @@ export const FRAMEWORK_RUNTIMES: readonly PythonHostSource[] = [
     lockFile: 'framework-swe-rex.lock',
     launchers: {},
   },
+  // Harbor's own `harbor` command (`harbor run`), for test/harbor-environment.int.test.ts.
+  {
+    kind: 'python-host',
+    name: 'harbor',
+    version: '0.26.0',
+    lockFile: 'framework-harbor.lock',
+    launchers: { harbor: ['-m', 'harbor.cli.main'] },
+  },
 ];
 
 /** Where set-up keeps the frameworks' runtimes. */

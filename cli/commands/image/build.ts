@@ -1,16 +1,44 @@
 import { GymError } from '../../../core/errors.ts';
 import type { ImageProgress, PreparedImage } from '../../../core/schemas/image.ts';
 import { IMAGE_DEFINITIONS } from '../../../images/definitions.ts';
-import type { CommandOf } from '../../command.ts';
+import { type CommandOf, UsageError } from '../../command.ts';
 import { resolveStateDir } from '../../connect.ts';
 import { connectOrStartInProcess } from '../../in-process-daemon.ts';
 import { formatDuration, leftText, startTicker, Timings } from '../../progress.ts';
 import { buildSweMiniImages, IMAGE_SETS } from '../../task-images.ts';
+import { buildDockerfileContext } from './build-dockerfile.ts';
 import type { imageBuild } from './definitions.ts';
 
 /** Builds on the daemon's provider (one started in-process when none runs), never on an engine. */
 export const imageBuildCommand: CommandOf<typeof imageBuild> = {
-  async run({ options: values, args: [positionals], env, stdout, stderr }) {
+  async run({ options: values, args: [positionals], env, stdout, stderr, logger }) {
+    if (values.context !== undefined) {
+      if (positionals.length > 0 || values.force === true)
+        throw new UsageError('--context builds one Dockerfile: give no image names and no --force');
+      const daemon = await connectOrStartInProcess({ stateDir: resolveStateDir(values.stateDir, env), env });
+      try {
+        const result = await buildDockerfileContext(
+          daemon.client,
+          {
+            context: values.context,
+            name: values.name,
+            timeoutSeconds: values.timeoutSeconds,
+            provider: values.provider,
+          },
+          logger,
+        );
+        stdout.write(
+          values.json
+            ? `${JSON.stringify(result)}\n`
+            : `${result.built ? `built ${result.reference} in ${(result.durationMs / 1000).toFixed(1)} s` : `${result.reference} is up to date`}\n`,
+        );
+      } finally {
+        await daemon.close();
+      }
+      return 0;
+    }
+    if (values.name !== undefined || values.timeoutSeconds !== undefined)
+      throw new UsageError('--name and --timeout-seconds go with --context');
     const names =
       positionals.length > 0 ? positionals : IMAGE_DEFINITIONS.map((definition) => definition.name);
     const known: string[] = [...IMAGE_DEFINITIONS.map((item) => item.name), ...IMAGE_SETS];

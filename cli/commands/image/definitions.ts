@@ -3,6 +3,7 @@
  * import their option types from here; `index.ts` pairs each parser with its body.
  */
 import { Command } from '@commander-js/extra-typings';
+import { integer } from '../../arguments.ts';
 import { jsonOption, stateDirOption } from '../../options.ts';
 
 export const imageBuild = () =>
@@ -17,6 +18,15 @@ export const imageBuild = () =>
     )
     .option('--force', 'rebuild even when the recipe hash exists')
     .option('--provider <NAME>', "the daemon's provider to build on (default: its default)")
+    .option(
+      '--context <DIR>',
+      "build DIR/Dockerfile (a Harbor task's environment/ folder) as `gym eval run` builds a Harbor task's image, instead of named images; prints its reference",
+    )
+    .option(
+      '--name <NAME>',
+      'with --context: the image is gym/harbor-NAME (default: the name of the folder holding DIR)',
+    )
+    .option('--timeout-seconds <S>', 'with --context: the whole build at most', integer(1))
     .addOption(stateDirOption())
     .addOption(jsonOption());
 
