@@ -194,7 +194,12 @@ export async function openModel(context: RolloutContext): Promise<ModelEndpoint>
   if (!options.harness.needsModel) return { baseUrl: '', basePath: '', apiKey: '', model: options.modelName };
   const rollout = await client.openRollout({
     rolloutId,
-    ...(options.upstream === undefined ? {} : { upstream: options.upstream }),
+    ...(options.upstream === undefined
+      ? {}
+      : {
+          upstream:
+            options.tokenIds === true ? { ...options.upstream, requestTokenIds: true } : options.upstream,
+        }),
   });
   return {
     baseUrl: `${client.url}${rollout.basePath}`,

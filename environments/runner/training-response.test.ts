@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { storedOutputText } from './rollout-line.ts';
 import { buildTrainingCapture, outputItemsOf } from './training-response.ts';
 
 /** A gateway record of a Chat Completions call whose upstream returned ids and logprobs. */
@@ -156,5 +157,21 @@ describe('a call answer as Responses items', () => {
     );
     expect(items.map((item) => item.type)).toEqual(['reasoning', 'message', 'function_call']);
     expect(items[2]).toMatchObject({ call_id: 'a', arguments: '{"command":"ls"}' });
+  });
+});
+
+describe('the final output of a line with a training response', () => {
+  it('is the submission, not every turn the training response holds (reverify grades it)', () => {
+    const output = buildTrainingCapture([first, second, third]).output!;
+    const ours = {
+      response: { object: 'response', output },
+      _ng_token_capture: {},
+      _gym: { harness: { submission: 'B' } },
+    };
+    expect(storedOutputText(ours)).toBe('B');
+    // NeMo Gym's own line: its output's last message.
+    expect(storedOutputText({ response: { object: 'response', output }, _ng_token_capture: {} })).toBe(
+      'Done.',
+    );
   });
 });
