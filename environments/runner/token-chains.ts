@@ -77,6 +77,8 @@ export interface ChainBuild {
 
 interface CallNode {
   call: TokenCall;
+  /** A hash key of the prompt ids (equal prompts, equal keys). */
+  promptKey: string;
   /** Prompt then generation. */
   cumulative: number[];
   parent: CallNode | undefined;
@@ -100,36 +102,95 @@ function isPrefixOf(prefix: readonly number[], sequence: readonly number[]): boo
   return true;
 }
 
-/**
- * The earlier node whose cumulative ids are the longest prefix of `prompt`, and whether another
- * node has the very same ids (then the parent is ambiguous). `byLength` holds the nodes so far,
- * longest first and, at one length, in the order they were added: the first match is the
- * parent, and only nodes of its length can tie with it.
- */
-function findParent(
-  prompt: readonly number[],
-  byLength: readonly CallNode[],
-): { parent: CallNode | undefined; isAmbiguous: boolean } {
-  let parent: CallNode | undefined;
-  for (const candidate of byLength) {
-    if (parent !== undefined && candidate.cumulative.length < parent.cumulative.length) break;
-    if (!isPrefixOf(candidate.cumulative, prompt)) continue;
-    if (parent !== undefined) return { parent, isAmbiguous: true };
-    parent = candidate;
-  }
-  return { parent, isAmbiguous: false };
+/** The hashes of every prefix of a sequence of ids: entry `p` of each lane hashes the first `p` ids. */
+interface PrefixHashes {
+  first: Uint32Array;
+  second: Uint32Array;
 }
 
-/** Inserts a node after every node at least as long: longest first, insertion order within a length. */
-function insertByLength(byLength: CallNode[], node: CallNode): void {
-  let low = 0;
-  let high = byLength.length;
-  while (low < high) {
-    const middle = (low + high) >> 1;
-    if (byLength[middle]!.cumulative.length >= node.cumulative.length) low = middle + 1;
-    else high = middle;
+/**
+ * The calls so far by their cumulative ids (prompt then generation), to find a prompt's parent
+ * in time linear in the prompt: each prompt is hashed once, prefix by prefix, and each prefix of
+ * a length some call has is looked up. Calls with the very same ids share a group (checked id by
+ * id when added, so a hash collision never joins two sequences), and a match is checked id by id
+ * before it is taken: a collision costs time, never a wrong parent. The hash mixes each id into
+ * two 32-bit lanes with multipliers drawn per build, so ids cannot be chosen to collide.
+ */
+class PrefixIndex {
+  readonly #multipliers: [number, number];
+  /** `length:lane1:lane2` to the groups of identical cumulative ids with that hash. */
+  readonly #groups = new Map<string, CallNode[][]>();
+  /** The lengths of the cumulative ids held: only prefixes of those lengths are looked up. */
+  readonly #lengths = new Set<number>();
+
+  constructor(random: () => number = Math.random) {
+    // Odd multipliers: a multiplication by one is a bijection of the 32-bit lane.
+    const odd = () => (Math.floor(random() * 0x7fff_ffff) * 2 + 1) | 0;
+    this.#multipliers = [odd(), odd()];
   }
-  byLength.splice(low, 0, node);
+
+  /** Hashes `ids` prefix by prefix, continuing from `from` (the hashes of ids before them) when given. */
+  hash(ids: readonly number[], from?: { first: number; second: number }): PrefixHashes {
+    const first = new Uint32Array(ids.length + 1);
+    const second = new Uint32Array(ids.length + 1);
+    let laneOne = from?.first ?? 0x2545_f491;
+    let laneTwo = from?.second ?? 0x6a09_e667;
+    first[0] = laneOne;
+    second[0] = laneTwo;
+    const [multiplierOne, multiplierTwo] = this.#multipliers;
+    for (let position = 0; position < ids.length; position += 1) {
+      const id = ids[position]!;
+      // Ids past 32 bits (none a tokeniser gives) fold their high part in.
+      const low = id | 0;
+      const high = (id / 4_294_967_296) | 0;
+      laneOne =
+        Math.imul((laneOne << 7) | (laneOne >>> 25), multiplierOne) ^ low ^ Math.imul(high, 0x27d4_eb2f);
+      laneTwo = Math.imul(laneTwo ^ low, multiplierTwo) + high;
+      laneTwo ^= laneTwo >>> 15;
+      first[position + 1] = laneOne;
+      second[position + 1] = laneTwo;
+    }
+    return { first, second };
+  }
+
+  /** The key of the first `length` ids hashed in `hashes`. */
+  static keyAt(hashes: PrefixHashes, length: number): string {
+    return `${length}:${hashes.first[length]}:${hashes.second[length]}`;
+  }
+
+  /** Adds a call, its prompt's hashes given (its generation's are hashed on from them). */
+  add(node: CallNode, promptHashes: PrefixHashes): void {
+    const promptLength = node.call.promptTokenIds.length;
+    const generated = this.hash(node.call.generationTokenIds, {
+      first: promptHashes.first[promptLength]!,
+      second: promptHashes.second[promptLength]!,
+    });
+    const ids = node.cumulative;
+    const key = `${ids.length}:${generated.first.at(-1)}:${generated.second.at(-1)}`;
+    const groups = this.#groups.get(key) ?? [];
+    const same = groups.find((group) => isPrefixOf(group[0]!.cumulative, ids));
+    if (same === undefined) groups.push([node]);
+    else same.push(node);
+    this.#groups.set(key, groups);
+    this.#lengths.add(ids.length);
+  }
+
+  /**
+   * The earlier call whose cumulative ids are the longest prefix of `prompt` (the first added
+   * of those ids), and whether another call has the very same ids (then the parent is ambiguous).
+   */
+  findParent(
+    prompt: readonly number[],
+    hashes: PrefixHashes,
+  ): { parent: CallNode | undefined; isAmbiguous: boolean } {
+    for (let length = prompt.length; length > 0; length -= 1) {
+      if (!this.#lengths.has(length)) continue;
+      for (const group of this.#groups.get(PrefixIndex.keyAt(hashes, length)) ?? [])
+        if (isPrefixOf(group[0]!.cumulative, prompt))
+          return { parent: group[0], isAmbiguous: group.length > 1 };
+    }
+    return { parent: undefined, isAmbiguous: false };
+  }
 }
 
 /**
@@ -157,14 +218,27 @@ function resolveRetries(nodes: readonly CallNode[], quarantined: string[]): stri
     else group.push(node);
   }
   for (const siblings of byParent.values()) {
-    const byPrompt = new Map<string, CallNode[]>();
+    // Siblings by their prompt ids: by key, then id by id (a shared key is not yet the same prompt).
+    const byPrompt = new Map<string, CallNode[][]>();
+    const groups: CallNode[][] = [];
     for (const node of siblings) {
-      const key = node.call.promptTokenIds.join(',');
-      const group = byPrompt.get(key);
-      if (group === undefined) byPrompt.set(key, [node]);
-      else group.push(node);
+      const key = node.promptKey;
+      const candidates = byPrompt.get(key) ?? [];
+      const prompt = node.call.promptTokenIds;
+      const same = candidates.find(
+        (group) =>
+          group[0]!.call.promptTokenIds.length === prompt.length &&
+          isPrefixOf(group[0]!.call.promptTokenIds, prompt),
+      );
+      if (same !== undefined) same.push(node);
+      else {
+        const group = [node];
+        candidates.push(group);
+        groups.push(group);
+      }
+      byPrompt.set(key, candidates);
     }
-    for (const retries of byPrompt.values()) {
+    for (const retries of groups) {
       if (retries.length < 2) continue;
       const extended = retries.filter((node) => node.children.some((child) => !child.isQuarantined));
       let kept: Set<CallNode>;
@@ -226,18 +300,20 @@ export function buildChains(calls: readonly TokenCall[]): ChainBuild {
   if (kept.length === 0) return { chains: [], quarantined: [], notes };
 
   const nodes: CallNode[] = [];
-  const byLength: CallNode[] = [];
+  const index = new PrefixIndex();
   const quarantined: string[] = [];
   let roots = 0;
   for (const call of [...kept].sort(byPromptThenId)) {
+    const hashes = index.hash(call.promptTokenIds);
     const node: CallNode = {
       call,
+      promptKey: PrefixIndex.keyAt(hashes, call.promptTokenIds.length),
       cumulative: [...call.promptTokenIds, ...call.generationTokenIds],
       parent: undefined,
       children: [],
       isQuarantined: false,
     };
-    const { parent, isAmbiguous } = findParent(call.promptTokenIds, byLength);
+    const { parent, isAmbiguous } = index.findParent(call.promptTokenIds, hashes);
     if (parent === undefined) roots += 1;
     else {
       node.parent = parent;
@@ -248,7 +324,7 @@ export function buildChains(calls: readonly TokenCall[]): ChainBuild {
       }
     }
     nodes.push(node);
-    insertByLength(byLength, node);
+    index.add(node, hashes);
   }
   const unresolvedRetries = resolveRetries(nodes, quarantined);
   const chains = materialise(nodes);
