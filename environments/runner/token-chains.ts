@@ -79,8 +79,8 @@ interface CallNode {
   call: TokenCall;
   /** A hash key of the prompt ids (equal prompts, equal keys). */
   promptKey: string;
-  /** Prompt then generation. */
-  cumulative: number[];
+  /** How many ids the prompt and generation hold together (a child's prompt starts with them all). */
+  cumulativeLength: number;
   parent: CallNode | undefined;
   children: CallNode[];
   isQuarantined: boolean;
@@ -93,6 +93,27 @@ function byPromptThenId(left: TokenCall, right: TokenCall): number {
   return left.callId < right.callId ? -1 : left.callId > right.callId ? 1 : 0;
 }
 
+/**
+ * Whether `sequence` starts with a call's prompt then generation (read in place: a copy of
+ * every call's whole sequence would cost as much again as the records).
+ */
+function startsWithCall(sequence: readonly number[], call: TokenCall): boolean {
+  const prompt = call.promptTokenIds;
+  const generated = call.generationTokenIds;
+  if (prompt.length + generated.length > sequence.length) return false;
+  // The last id first: a call that is no prefix usually differs at its end.
+  if (
+    generated.length > 0 &&
+    generated[generated.length - 1] !== sequence[prompt.length + generated.length - 1]
+  )
+    return false;
+  for (let position = 0; position < prompt.length; position += 1)
+    if (prompt[position] !== sequence[position]) return false;
+  for (let position = 0; position < generated.length; position += 1)
+    if (generated[position] !== sequence[prompt.length + position]) return false;
+  return true;
+}
+
 function isPrefixOf(prefix: readonly number[], sequence: readonly number[]): boolean {
   if (prefix.length > sequence.length) return false;
   // The last id first: a candidate that is no prefix usually differs at its end.
@@ -102,19 +123,23 @@ function isPrefixOf(prefix: readonly number[], sequence: readonly number[]): boo
   return true;
 }
 
-/** The hashes of every prefix of a sequence of ids: entry `p` of each lane hashes the first `p` ids. */
-interface PrefixHashes {
-  first: Uint32Array;
-  second: Uint32Array;
+/** Where a prompt's hashing ended, and the hashes of its prefixes of the lengths calls have. */
+interface PromptScan {
+  /** The key of the whole prompt (equal prompts, equal keys). */
+  key: string;
+  /** The lanes after the prompt's last id, to hash a generation on from. */
+  end: [number, number];
+  /** `[length, lane one, lane two]` of each prefix whose length some earlier call's ids have, shortest first. */
+  checkpoints: Array<[number, number, number]>;
 }
 
 /**
  * The calls so far by their cumulative ids (prompt then generation), to find a prompt's parent
- * in time linear in the prompt: each prompt is hashed once, prefix by prefix, and each prefix of
- * a length some call has is looked up. Calls with the very same ids share a group (checked id by
- * id when added, so a hash collision never joins two sequences), and a match is checked id by id
- * before it is taken: a collision costs time, never a wrong parent. The hash mixes each id into
- * two 32-bit lanes with multipliers drawn per build, so ids cannot be chosen to collide.
+ * in time linear in the prompt: each prompt is hashed once, and each of its prefixes of a length
+ * some call has is looked up. Calls with the very same ids share a group (checked id by id when
+ * added, so a hash collision never joins two sequences), and a match is checked id by id before
+ * it is taken: a collision costs time, never a wrong parent. The hash mixes each id into two
+ * 32-bit lanes with multipliers drawn per build, so ids cannot be chosen to collide.
  */
 class PrefixIndex {
   readonly #multipliers: [number, number];
@@ -129,14 +154,16 @@ class PrefixIndex {
     this.#multipliers = [odd(), odd()];
   }
 
-  /** Hashes `ids` prefix by prefix, continuing from `from` (the hashes of ids before them) when given. */
-  hash(ids: readonly number[], from?: { first: number; second: number }): PrefixHashes {
-    const first = new Uint32Array(ids.length + 1);
-    const second = new Uint32Array(ids.length + 1);
-    let laneOne = from?.first ?? 0x2545_f491;
-    let laneTwo = from?.second ?? 0x6a09_e667;
-    first[0] = laneOne;
-    second[0] = laneTwo;
+  /**
+   * Hashes `ids` on from `start` (the lanes after the ids before them), calling `onPrefix` with
+   * the lanes after each id; returns the lanes after the last.
+   */
+  #hash(
+    ids: readonly number[],
+    start: [number, number],
+    onPrefix?: (length: number, laneOne: number, laneTwo: number) => void,
+  ): [number, number] {
+    let [laneOne, laneTwo] = start;
     const [multiplierOne, multiplierTwo] = this.#multipliers;
     for (let position = 0; position < ids.length; position += 1) {
       const id = ids[position]!;
@@ -147,32 +174,32 @@ class PrefixIndex {
         Math.imul((laneOne << 7) | (laneOne >>> 25), multiplierOne) ^ low ^ Math.imul(high, 0x27d4_eb2f);
       laneTwo = Math.imul(laneTwo ^ low, multiplierTwo) + high;
       laneTwo ^= laneTwo >>> 15;
-      first[position + 1] = laneOne;
-      second[position + 1] = laneTwo;
+      onPrefix?.(position + 1, laneOne, laneTwo);
     }
-    return { first, second };
+    return [laneOne, laneTwo];
   }
 
-  /** The key of the first `length` ids hashed in `hashes`. */
-  static keyAt(hashes: PrefixHashes, length: number): string {
-    return `${length}:${hashes.first[length]}:${hashes.second[length]}`;
-  }
-
-  /** Adds a call, its prompt's hashes given (its generation's are hashed on from them). */
-  add(node: CallNode, promptHashes: PrefixHashes): void {
-    const promptLength = node.call.promptTokenIds.length;
-    const generated = this.hash(node.call.generationTokenIds, {
-      first: promptHashes.first[promptLength]!,
-      second: promptHashes.second[promptLength]!,
+  /** Hashes a prompt, keeping the prefixes of the lengths earlier calls have. */
+  scan(prompt: readonly number[]): PromptScan {
+    const checkpoints: Array<[number, number, number]> = [];
+    const end = this.#hash(prompt, [0x2545_f491, 0x6a09_e667], (length, laneOne, laneTwo) => {
+      if (this.#lengths.has(length)) checkpoints.push([length, laneOne, laneTwo]);
     });
-    const ids = node.cumulative;
-    const key = `${ids.length}:${generated.first.at(-1)}:${generated.second.at(-1)}`;
+    return { key: `${prompt.length}:${end[0]}:${end[1]}`, end, checkpoints };
+  }
+
+  /** Adds a call, its prompt's scan given (its generation is hashed on from it). */
+  add(node: CallNode, scan: PromptScan): void {
+    const [laneOne, laneTwo] = this.#hash(node.call.generationTokenIds, scan.end);
+    const length = node.cumulativeLength;
+    const key = `${length}:${laneOne}:${laneTwo}`;
     const groups = this.#groups.get(key) ?? [];
-    const same = groups.find((group) => isPrefixOf(group[0]!.cumulative, ids));
+    // The same length, so a prefix is the very same ids.
+    const same = groups.find((group) => startsWithCall(cumulativeOf(node.call), group[0]!.call));
     if (same === undefined) groups.push([node]);
     else same.push(node);
     this.#groups.set(key, groups);
-    this.#lengths.add(ids.length);
+    this.#lengths.add(length);
   }
 
   /**
@@ -181,16 +208,21 @@ class PrefixIndex {
    */
   findParent(
     prompt: readonly number[],
-    hashes: PrefixHashes,
+    scan: PromptScan,
   ): { parent: CallNode | undefined; isAmbiguous: boolean } {
-    for (let length = prompt.length; length > 0; length -= 1) {
-      if (!this.#lengths.has(length)) continue;
-      for (const group of this.#groups.get(PrefixIndex.keyAt(hashes, length)) ?? [])
-        if (isPrefixOf(group[0]!.cumulative, prompt))
+    for (let checkpoint = scan.checkpoints.length - 1; checkpoint >= 0; checkpoint -= 1) {
+      const [length, laneOne, laneTwo] = scan.checkpoints[checkpoint]!;
+      for (const group of this.#groups.get(`${length}:${laneOne}:${laneTwo}`) ?? [])
+        if (startsWithCall(prompt, group[0]!.call))
           return { parent: group[0], isAmbiguous: group.length > 1 };
     }
     return { parent: undefined, isAmbiguous: false };
   }
+}
+
+/** A call's prompt then generation, as one sequence (a copy: only to check two calls' ids are the same). */
+function cumulativeOf(call: TokenCall): number[] {
+  return [...call.promptTokenIds, ...call.generationTokenIds];
 }
 
 /**
@@ -269,13 +301,13 @@ function materialise(nodes: readonly CallNode[]): Chain[] {
     if (path.some((node) => node.isQuarantined)) continue;
     const root = path[0]!;
     const links: ChainLink[] = [];
-    let previous: readonly number[] = root.call.promptTokenIds;
+    let previousLength = root.call.promptTokenIds.length;
     for (const [step, node] of path.entries()) {
       links.push({
         call: node.call,
-        interstitial: step === 0 ? [] : node.call.promptTokenIds.slice(previous.length),
+        interstitial: step === 0 ? [] : node.call.promptTokenIds.slice(previousLength),
       });
-      previous = node.cumulative;
+      previousLength = node.cumulativeLength;
     }
     chains.push({ chainId: '', rootPrompt: root.call.promptTokenIds, links });
   }
@@ -304,16 +336,16 @@ export function buildChains(calls: readonly TokenCall[]): ChainBuild {
   const quarantined: string[] = [];
   let roots = 0;
   for (const call of [...kept].sort(byPromptThenId)) {
-    const hashes = index.hash(call.promptTokenIds);
+    const scan = index.scan(call.promptTokenIds);
     const node: CallNode = {
       call,
-      promptKey: PrefixIndex.keyAt(hashes, call.promptTokenIds.length),
-      cumulative: [...call.promptTokenIds, ...call.generationTokenIds],
+      promptKey: scan.key,
+      cumulativeLength: call.promptTokenIds.length + call.generationTokenIds.length,
       parent: undefined,
       children: [],
       isQuarantined: false,
     };
-    const { parent, isAmbiguous } = index.findParent(call.promptTokenIds, hashes);
+    const { parent, isAmbiguous } = index.findParent(call.promptTokenIds, scan);
     if (parent === undefined) roots += 1;
     else {
       node.parent = parent;
@@ -324,7 +356,7 @@ export function buildChains(calls: readonly TokenCall[]): ChainBuild {
       }
     }
     nodes.push(node);
-    index.add(node, hashes);
+    index.add(node, scan);
   }
   const unresolvedRetries = resolveRetries(nodes, quarantined);
   const chains = materialise(nodes);
