@@ -56,11 +56,17 @@ interface NemoGymVerdict {
   contiguity: string | null;
 }
 
-function nemoGym(input: {
+interface NemoGymInput {
   rollout_id: string;
-  records: unknown[];
+  records: readonly unknown[];
   response: unknown;
-}): Promise<NemoGymVerdict> {
+}
+
+function nemoGym(input: NemoGymInput): Promise<NemoGymVerdict>;
+function nemoGym(input: { rollouts: NemoGymInput[] }): Promise<NemoGymVerdict[]>;
+function nemoGym(
+  input: NemoGymInput | { rollouts: NemoGymInput[] },
+): Promise<NemoGymVerdict | NemoGymVerdict[]> {
   return new Promise((resolve, reject) => {
     const child = spawn(nemoGymPython(), [FIXTURE], { stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
@@ -74,7 +80,7 @@ function nemoGym(input: {
     child.on('error', reject);
     child.on('close', (code) => {
       if (code !== 0) reject(new Error(`NeMo Gym's capture exited ${code}: ${stderr}`));
-      else resolve(JSON.parse(stdout) as NemoGymVerdict);
+      else resolve(JSON.parse(stdout) as NemoGymVerdict | NemoGymVerdict[]);
     });
     child.stdin.end(JSON.stringify(input));
   });
@@ -285,4 +291,95 @@ describe.skipIf(skipReason !== undefined)("training responses against NeMo Gym's
       await client.destroySandbox(sandbox.id);
     }
   }, 240_000);
+});
+
+/**
+ * Synthetic rollouts of every shape the builder meets: calls continuing earlier ones (tool output
+ * between them), retries of a call (one extended later, or none), compacted prompts, calls that
+ * generated nothing, lost calls, completion times that tie. Generated ids are unique, so no two
+ * calls have the same ids (an ambiguous parent, where NeMo Gym 0.7's lineage leaves the call
+ * unresolved and ours quarantines it, is covered by the unit tests).
+ */
+function syntheticRollouts(count: number, seed: number): NemoGymInput[] {
+  let state = seed;
+  const random = () => {
+    state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
+    return state / 4_294_967_296;
+  };
+  const pick = <T>(items: readonly T[]) => items[Math.floor(random() * items.length)]!;
+  let nextId = 10_000;
+  const fresh = (length: number) => Array.from({ length }, () => nextId++);
+  return Array.from({ length: count }, (_, rolloutIndex) => {
+    const calls: Array<{ prompt: number[]; generation: number[]; isLost: boolean }> = [];
+    const callCount = 1 + Math.floor(random() * 7);
+    for (let index = 0; index < callCount; index += 1) {
+      const kept = calls.filter((call) => !call.isLost && call.generation.length > 0);
+      const roll = random();
+      let prompt: number[];
+      if (kept.length === 0 || roll < 0.15) prompt = [1, 2, ...fresh(Math.floor(random() * 3))];
+      else if (roll < 0.3) prompt = [...pick(calls).prompt];
+      else {
+        const parent = pick(kept);
+        prompt = [...parent.prompt, ...parent.generation, ...fresh(Math.floor(random() * 3))];
+      }
+      const generation = random() < 0.1 ? [] : fresh(1 + Math.floor(random() * 3));
+      calls.push({ prompt, generation, isLost: random() < 0.05 });
+    }
+    const records = calls.map((call, index) => ({
+      index,
+      rolloutId: `synthetic-${rolloutIndex}`,
+      api: 'chat.completions',
+      // Whole seconds and round durations: some calls complete at the same time.
+      startedAt: new Date(Date.UTC(2026, 0, 1, 0, 0, Math.floor(random() * 4))).toISOString(),
+      durationMs: pick([0, 250, 500]),
+      stream: false,
+      request: { messages: [] },
+      status: call.isLost ? 'error' : 'ok',
+      ...(call.isLost ? { error: { code: 'MODEL_UPSTREAM_ERROR', message: 'lost' } } : {}),
+      response: {
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content: `call ${index}` } }],
+      },
+      ...(call.isLost
+        ? {}
+        : {
+            tokens: {
+              promptTokenIds: call.prompt,
+              completionTokenIds: call.generation,
+              completionLogprobs: call.generation.map((id) => -id / 100_000),
+            },
+          }),
+    }));
+    return { rollout_id: `synthetic-${rolloutIndex}`, records, response: null };
+  });
+}
+
+describe("the training-response builder against NeMo Gym's, on synthetic rollouts", () => {
+  it('chains, quarantines, delivers and masks 300 rollouts of every shape exactly as NeMo Gym does', async () => {
+    const rollouts = syntheticRollouts(300, 34);
+    const verdicts = await nemoGym({ rollouts });
+    const seen = { masked: 0, multiChain: 0, quarantined: 0, incomplete: 0, failed: 0, unresolved: 0 };
+    for (const [index, theirs] of verdicts.entries()) {
+      const capture = buildTrainingCapture(rollouts[index]!.records);
+      const label = `rollout ${index}: ${JSON.stringify(rollouts[index]!.records.map((record) => (record as { tokens?: unknown }).tokens))}`;
+      expect(capture.maskSample, label).toBe(theirs.build.mask_sample);
+      expect(shared(capture.metrics as unknown as Record<string, unknown>), label).toEqual(
+        shared(theirs.build.metrics),
+      );
+      expect(capture.output === undefined, label).toBe(theirs.build.output === null);
+      if (capture.output !== undefined)
+        expect(tokenFields(capture.output), label).toEqual(tokenFields(theirs.build.output!));
+      seen.masked += capture.maskSample ? 1 : 0;
+      seen.multiChain += (capture.metrics.chains ?? 0) > 1 ? 1 : 0;
+      seen.quarantined += (capture.metrics.quarantined_calls ?? 0) > 0 ? 1 : 0;
+      seen.incomplete += capture.metrics.capture_incomplete === true ? 1 : 0;
+      seen.failed += capture.output === undefined ? 1 : 0;
+      seen.unresolved += capture.metrics.mask_reasons.some((reason) => reason.includes('share one prompt'))
+        ? 1
+        : 0;
+    }
+    // Every shape was met, and some rollouts were sound.
+    for (const [shape, count] of Object.entries(seen)) expect(count, shape).toBeGreaterThan(0);
+    expect(seen.masked).toBeLessThan(rollouts.length);
+  }, 120_000);
 });
