@@ -96,6 +96,9 @@ describe('gym eval run --token-ids', () => {
     expect(item!.generation_token_ids).toEqual(records[0]!.tokens.completionTokenIds);
     expect(item!.generation_log_probs).toEqual(records[0]!.tokens.completionLogprobs);
     expect(upstream.body.logprobs).toBe(true);
+    // The share of masked rollouts among the run's metrics.
+    const metrics = JSON.parse(await readFile(join(outputDir!, 'rollouts_aggregate_metrics.json'), 'utf8'));
+    expect(metrics[0].agent_metrics['mean/mask_sample']).toBe(0);
   });
 
   it("takes NeMo Gym's token_id_capture.enabled from env.yaml; without either, lines keep today's shape", async () => {
