@@ -27,7 +27,11 @@ afterEach(async () => {
 
 describe('gym eval run --token-ids', () => {
   /** A running daemon and a scripted model that answers (with ids as vLLM gives them when asked). */
-  async function runWithTokenIds(extraArgs: string[], envYaml = '/dev/null') {
+  async function runWithTokenIds(
+    extraArgs: string[],
+    envYaml = '/dev/null',
+    reply: Record<string, unknown> = {},
+  ) {
     daemon = await startTestDaemon(
       { providers: [{ name: 'memory' }] },
       {
@@ -40,7 +44,7 @@ describe('gym eval run --token-ids', () => {
         model: 'scripted',
         conversations: [
           {
-            replies: [{ content: 'Answer: B' }],
+            replies: [{ content: 'Answer: B', ...reply }],
           },
         ],
       }),
@@ -99,6 +103,27 @@ describe('gym eval run --token-ids', () => {
     // The share of masked rollouts among the run's metrics.
     const metrics = JSON.parse(await readFile(join(outputDir!, 'rollouts_aggregate_metrics.json'), 'utf8'));
     expect(metrics[0].agent_metrics['mean/mask_sample']).toBe(0);
+  });
+
+  it('masks a rollout whose upstream gave a call no ids, saying why, and keeps its response as it was', async () => {
+    const line = await runWithTokenIds(['--token-ids'], '/dev/null', { withholdTokenIds: true });
+    expect(line.reward).toBe(1);
+    expect(line.mask_sample).toBe(true);
+    const capture = line._ng_token_capture as {
+      n_calls: number;
+      capture_incomplete: boolean;
+      lost_calls: Array<{ call: number; reason: string }>;
+      mask_reasons: string[];
+    };
+    expect(capture).toMatchObject({ n_calls: 0, capture_incomplete: true });
+    expect(capture.lost_calls).toEqual([
+      { call: 0, reason: expect.stringContaining('no token ids: the upstream returned no') },
+    ]);
+    expect(capture.mask_reasons[0]).toMatch(/^call 0 lost its token ids/);
+    // Nothing stitched from text: the response is the line's usual one, with no token fields.
+    const output = (line.response as { output: Array<Record<string, unknown>> }).output;
+    expect(output).toHaveLength(1);
+    expect(output[0]).not.toHaveProperty('generation_token_ids');
   });
 
   it("takes NeMo Gym's token_id_capture.enabled from env.yaml; without either, lines keep today's shape", async () => {
