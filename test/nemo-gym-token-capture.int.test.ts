@@ -1,8 +1,9 @@
 /**
  * Our training responses against NeMo Gym's own token capture. Rollouts run for real against the
  * scripted model answering with token ids as vLLM does: a native tool-calling loop through
- * `runEval` on Docker (the line it writes), and Claude Code in a sandbox (its Messages calls
- * translated to Chat Completions). NeMo Gym's code, from the `nemo-gym` framework runtime, then
+ * `runEval` on Docker (the line it writes), Claude Code in a sandbox (its Messages calls
+ * translated to Chat Completions), and mini-swe-agent 2.x from PyPI (a Python agent, through
+ * litellm). NeMo Gym's code, from the `nemo-gym` framework runtime, then
  * takes the same recorded calls the way its model server takes the calls it serves, links them
  * by its own prefix index and builds its training response
  * (`test/fixtures/nemo-gym-token-capture.py`): ours must pass its prefix-contiguity check and
@@ -26,6 +27,12 @@ import { buildTrainingCapture } from '../environments/runner/training-response.t
 import { DEFAULT_LIMITS } from '../harnesses/harness.ts';
 import { CLAUDE_CODE_RECIPE } from '../harnesses/installed/claude-code.ts';
 import { ensureAgentOnHost, type NpmHostSource } from '../harnesses/installed/installed-agent.ts';
+import { MINI_SWE_AGENT_RECIPE } from '../harnesses/installed/mini-swe-agent.ts';
+import {
+  type PythonHostSource,
+  pythonRuntimeDir,
+  readRuntimeManifest,
+} from '../harnesses/installed/python-runtime.ts';
 import { HarnessRegistry } from '../harnesses/registry.ts';
 import { clientSandboxHandle } from '../harnesses/sandbox-handle.ts';
 import { ModelScriptSchema } from '../harnesses/scripted-model/script.ts';
@@ -37,6 +44,7 @@ import { frameworkRuntimeDir } from './frameworks/runtimes.ts';
 const { docker, skipReason } = await dockerTestEnvironment();
 const FIXTURE = new URL('./fixtures/nemo-gym-token-capture.py', import.meta.url).pathname;
 const AGENT_CACHE_DIR = `${process.env.HOME}/.cache/gym/agents`;
+const MINI_RUNTIME = pythonRuntimeDir(AGENT_CACHE_DIR, MINI_SWE_AGENT_RECIPE.source as PythonHostSource);
 
 /**
  * The runtime's python. `GYM_TEST_NEMO_GYM_PYTHON` names another install of the same NeMo Gym
@@ -149,6 +157,22 @@ describe.skipIf(skipReason !== undefined)("training responses against NeMo Gym's
             ],
           },
           {
+            match: 'task mini-capture',
+            replies: [
+              { content: 'Reading.', toolCalls: [{ name: 'bash', arguments: { command: 'cat calc.py' } }] },
+              {
+                content: 'Fixing.',
+                toolCalls: [{ name: 'bash', arguments: { command: "sed -i 's/a - b/a + b/' calc.py" } }],
+              },
+              {
+                content: 'Done.',
+                toolCalls: [
+                  { name: 'bash', arguments: { command: 'echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT' } },
+                ],
+              },
+            ],
+          },
+          {
             // The native tool-calling loop on swe-mini's mathutil-1.
             replies: [
               {
@@ -234,15 +258,11 @@ describe.skipIf(skipReason !== undefined)("training responses against NeMo Gym's
     ]);
   }, 300_000);
 
-  it("gives a Claude Code rollout, its history re-tokenised once, NeMo Gym's chains, tokens and mask", async () => {
-    const hostBinary = await ensureAgentOnHost(CLAUDE_CODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
+  /** An installed agent's rollout on the calc task, its upstream asked for ids; the gateway's records of it. */
+  async function agentRollout(harnessName: string, taskId: string, bind: { hostPath: string; path: string }) {
     const sandbox = await client.createSandbox({
       image: await testImage(docker, 'debian-base'),
-      providerOptions: {
-        readOnlyBinds: [
-          { hostPath: dirname(hostBinary), path: dirname(CLAUDE_CODE_RECIPE.sandboxBinaryPath) },
-        ],
-      },
+      providerOptions: { readOnlyBinds: [bind] },
     });
     try {
       const setup = await client.exec(sandbox.id, {
@@ -256,13 +276,9 @@ describe.skipIf(skipReason !== undefined)("training responses against NeMo Gym's
       const rollout = await client.openRollout({
         upstream: { baseUrl: model.baseUrl, model: 'scripted', requestTokenIds: true },
       });
-      const result = await (await new HarnessRegistry().create('claude-code')).run({
+      const result = await (await new HarnessRegistry().create(harnessName)).run({
         sandbox: clientSandboxHandle(client, sandbox.id),
-        task: {
-          id: 'claude-capture',
-          instruction: 'Fix add() in calc.py (task claude-capture).',
-          workdir: '/work/repo',
-        },
+        task: { id: taskId, instruction: `Fix add() in calc.py (task ${taskId}).`, workdir: '/work/repo' },
         model: {
           baseUrl: `${client.url}${rollout.basePath}`,
           basePath: rollout.basePath,
@@ -273,23 +289,53 @@ describe.skipIf(skipReason !== undefined)("training responses against NeMo Gym's
         logger: silentLogger,
       });
       expect(result.outcome, result.message).toBe('submitted');
-      const records = await client.rolloutRecords(rollout.rolloutId);
-      const capture = buildTrainingCapture(records);
-      const response = { object: 'response', output: capture.output };
-      const theirs = await nemoGym({ rollout_id: rollout.rolloutId, records, response });
-      expect(theirs.contiguity).toBeNull();
-      expect(tokenFields(capture.output!)).toEqual(tokenFields(theirs.build.output!));
-      expect(shared(capture.metrics as unknown as Record<string, unknown>)).toEqual(
-        shared(theirs.build.metrics),
-      );
-      // The re-tokenised call starts a chain of its own (as do the side calls): more than one, masked.
-      expect(capture.metrics.chains).toBeGreaterThan(1);
-      expect(capture.maskSample).toBe(true);
-      expect(theirs.build.mask_sample).toBe(true);
-      expect(capture.metrics.mask_reasons.join('\n')).toMatch(/chains; only the main one is delivered/);
+      return { rolloutId: rollout.rolloutId, records: await client.rolloutRecords(rollout.rolloutId) };
     } finally {
       await client.destroySandbox(sandbox.id);
     }
+  }
+
+  /** Our training response of an agent's records, checked against NeMo Gym's of the same calls. */
+  async function checkedCapture(rolloutId: string, records: unknown[]) {
+    const capture = buildTrainingCapture(records);
+    const theirs = await nemoGym({
+      rollout_id: rolloutId,
+      records,
+      response: { object: 'response', output: capture.output },
+    });
+    expect(theirs.contiguity).toBeNull();
+    expect(tokenFields(capture.output!)).toEqual(tokenFields(theirs.build.output!));
+    expect(shared(capture.metrics as unknown as Record<string, unknown>)).toEqual(
+      shared(theirs.build.metrics),
+    );
+    expect(capture.maskSample).toBe(theirs.build.mask_sample);
+    return capture;
+  }
+
+  it("gives a Claude Code rollout, its history re-tokenised once, NeMo Gym's chains, tokens and mask", async () => {
+    const hostBinary = await ensureAgentOnHost(CLAUDE_CODE_RECIPE.source as NpmHostSource, AGENT_CACHE_DIR);
+    const { rolloutId, records } = await agentRollout('claude-code', 'claude-capture', {
+      hostPath: dirname(hostBinary),
+      path: dirname(CLAUDE_CODE_RECIPE.sandboxBinaryPath),
+    });
+    const capture = await checkedCapture(rolloutId, records);
+    // The re-tokenised call starts a chain of its own (as do side calls): more than one, masked.
+    expect(capture.metrics.chains).toBeGreaterThan(1);
+    expect(capture.maskSample).toBe(true);
+    expect(capture.metrics.mask_reasons.join('\n')).toMatch(/chains; only the main one is delivered/);
+  }, 240_000);
+
+  it("gives a Python agent's rollout (mini-swe-agent 2.x through litellm) NeMo Gym's one chain, unmasked", async () => {
+    // set-up made the runtime (`gym agent install`); a missing one is a failure, not a skip.
+    expect(await readRuntimeManifest(MINI_RUNTIME), `no runtime at ${MINI_RUNTIME}`).not.toBeNull();
+    const { rolloutId, records } = await agentRollout('mini-swe-agent', 'mini-capture', {
+      hostPath: MINI_RUNTIME,
+      path: '/opt/gym-agents/mini-swe-agent',
+    });
+    expect(records).toHaveLength(3);
+    const capture = await checkedCapture(rolloutId, records);
+    expect(capture.metrics).toMatchObject({ n_calls: 3, chains: 1, roots: 1, delivered_fraction: 1 });
+    expect(capture.maskSample).toBe(false);
   }, 240_000);
 });
 
