@@ -44,6 +44,13 @@ export interface EvalOptions {
    * Default: the daemon's configured gateway upstream.
    */
   upstream?: { baseUrl: string; apiKey?: string; model?: string };
+  /**
+   * The run asked for exact token ids (`gym eval run --token-ids`, or `token_id_capture.enabled`
+   * in env.yaml): each rollout's upstream is asked for them (`requestTokenIds`, when the run
+   * names its upstream), and each line's `response.output` is its training response, with
+   * `_ng_token_capture` and `mask_sample` beside it (`training-response.ts`). Off: lines as before.
+   */
+  tokenIds?: boolean;
   limits?: Partial<HarnessLimits>;
   logger: Logger;
   /**

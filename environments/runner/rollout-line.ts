@@ -89,9 +89,23 @@ export function responseOutputText(response: unknown): string | null {
  * else the submission of a line from an earlier version; null when it has none.
  */
 export function storedOutputText(line: Json): string | null {
+  // A training response's output is every turn of the rollout, not its final output.
+  if (line._ng_token_capture !== undefined) return trainingFinalText(line);
   const text = responseOutputText(line.response);
   if (text !== null) return text;
   return gymFields(line).harness?.submission ?? null;
+}
+
+/**
+ * The final output of a line whose `response.output` is a training response (token capture on):
+ * what the harness submitted (ours), else the text of the output's last message (NeMo Gym's).
+ */
+function trainingFinalText(line: Json): string | null {
+  const harness = gymFields(line).harness;
+  if (harness !== undefined) return harness.submission ?? null;
+  const output = isObject(line.response) && Array.isArray(line.response.output) ? line.response.output : [];
+  const last = output.filter((item) => isObject(item) && item.type === 'message').at(-1);
+  return last === undefined ? null : responseOutputText({ output: [last] });
 }
 
 /**

@@ -198,7 +198,12 @@ export async function openModel(context: RolloutContext, sandboxId?: string): Pr
   const rollout = await client.openRollout({
     rolloutId,
     ...(sandboxId === undefined ? {} : { sandboxId }),
-    ...(options.upstream === undefined ? {} : { upstream: options.upstream }),
+    ...(options.upstream === undefined
+      ? {}
+      : {
+          upstream:
+            options.tokenIds === true ? { ...options.upstream, requestTokenIds: true } : options.upstream,
+        }),
   });
   return {
     baseUrl: `${client.url}${rollout.basePath}`,

@@ -9,6 +9,7 @@ import type { ForkSetupRecord } from './fork-setup.ts';
 import type { NetworkSummary } from './network-records.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields } from './rollout-line.ts';
 import type { AgentRecords, RolloutContext } from './rollout-phases.ts';
+import { buildTrainingCapture, MASK_SAMPLE_KEY, TOKEN_CAPTURE_KEY } from './training-response.ts';
 import { configuredPrices, sumUsage } from './usage.ts';
 
 /** What the phases of one attempt produced, however far it got. */
@@ -55,22 +56,30 @@ export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<st
     ...(end.network === undefined ? {} : { network: end.network }),
     ...(kind.describeRollout === undefined ? {} : { task: kind.describeRollout(row, environment, verdict) }),
   };
+  const response = buildResponse({
+    rolloutId,
+    startedAtMs: end.startedAtMs,
+    modelName: options.modelName,
+    params: row.responses_create_params,
+    harnessResult,
+    modelCalls,
+    usage,
+  });
+  // As NeMo Gym does with token capture on: the rebuilt output replaces the response's, the rest stays.
+  const capture = options.tokenIds === true ? buildTrainingCapture(modelCalls, modelCallsError) : undefined;
+  if (capture?.output !== undefined) response.output = capture.output;
   return {
     ...row,
     _ng_attempt_index: attempt,
     _ng_rollout_id: rolloutId,
     // Before `response` and `reward`, so a verifier's field can never stand in for either.
     ...verdict.fields,
-    response: buildResponse({
-      rolloutId,
-      startedAtMs: end.startedAtMs,
-      modelName: options.modelName,
-      params: row.responses_create_params,
-      harnessResult,
-      modelCalls,
-      usage,
-    }),
+    response,
     reward: verdict.reward,
+    // After the row's and the verifier's fields: neither can say a sample is sound.
+    ...(capture === undefined
+      ? {}
+      : { [TOKEN_CAPTURE_KEY]: capture.metrics, [MASK_SAMPLE_KEY]: capture.maskSample }),
     [GYM_FIELDS]: gym,
   };
 }

@@ -29,6 +29,8 @@ export const ScriptedReplySchema = z
      * turn was re-tokenised into other ids (see ./token-ids.ts): the drift a trainer must see.
      */
     retokeniseHistory: z.boolean().optional(),
+    /** Asked for token ids, answer without them (as a server that does not know `return_token_ids`): a call whose ids are lost. */
+    withholdTokenIds: z.boolean().optional(),
   })
   .strict();
 export type ScriptedReply = z.infer<typeof ScriptedReplySchema>;

@@ -386,7 +386,7 @@ export async function startScriptedModelServer(
       const model = typeof body.model === 'string' ? body.model : script.model;
       const streamOptions = body.stream_options as { include_usage?: unknown } | null | undefined;
       const tokens =
-        body.return_token_ids === true
+        body.return_token_ids === true && reply.withholdTokenIds !== true
           ? { ...scriptedTokens(body, reply, tokenizer), isLogprobsAsked: body.logprobs === true }
           : undefined;
       if (path.endsWith('/chat/completions'))

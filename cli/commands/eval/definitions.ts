@@ -52,6 +52,10 @@ Uses the daemon of the state directory when one runs, else starts one in-process
     )
     .option('--model-api-key, --policy-api-key <KEY>', "model upstream's API key (env.yaml: policy_api_key)")
     .option(
+      '--token-ids',
+      "ask the model upstream (vLLM 0.10.2 or later) for each call's exact token ids and logprobs, and write each rollout's training response in its line (env.yaml: token_id_capture: {enabled: true})",
+    )
+    .option(
       '--env-yaml <FILE>',
       'NeMo Gym env.yaml with the policy_* keys (default: ./env.yaml if present, which may not use ${oc.env:...})',
     )

@@ -21,6 +21,28 @@ interface PolicyConfig {
   baseUrl?: string;
   apiKey?: string;
   model?: string;
+  /**
+   * Ask the upstream for exact token ids and write training responses (`--token-ids`, or NeMo
+   * Gym's `token_id_capture: {enabled: true}` in env.yaml).
+   */
+  tokenIds?: boolean;
+}
+
+/**
+ * Whether env.yaml turns token capture on, as NeMo Gym reads `token_id_capture.enabled` (a
+ * boolean, or its text as `${oc.env:...}` leaves it).
+ */
+function isTokenCaptureEnabled(fromFile: Record<string, unknown>): boolean {
+  const block = fromFile.token_id_capture;
+  if (typeof block !== 'object' || block === null) return false;
+  const enabled = (block as Record<string, unknown>).enabled;
+  if (enabled === true) return true;
+  if (enabled === undefined || enabled === false || enabled === null) return false;
+  if (typeof enabled === 'string' && /^(true|false)$/i.test(enabled)) return enabled.toLowerCase() === 'true';
+  throw new GymError(
+    'VALIDATION_FAILED',
+    `env.yaml token_id_capture.enabled must be true or false, not ${JSON.stringify(enabled)}`,
+  );
 }
 
 /** Where a policy setting came from: a flag, the file given with --env-yaml, or a ./env.yaml only found. */
@@ -88,6 +110,8 @@ export async function policyConfig(
       { details: { keySource: apiKey.source, urlSource: baseUrl.source } },
     );
   const config: PolicyConfig = {};
+  // Asking for token ids sends nothing anywhere a key could leak to: any source may turn it on.
+  if (flags.tokenIds === true || isTokenCaptureEnabled(fromFile)) config.tokenIds = true;
   if (baseUrl !== undefined) config.baseUrl = baseUrl.value;
   if (apiKey !== undefined) config.apiKey = apiKey.value;
   if (model !== undefined) config.model = model.value;
@@ -153,7 +177,15 @@ export async function evalDaemonConfig(
             }
           : {}),
         ...(policy.baseUrl === undefined
-          ? {}
+          ? policy.tokenIds === true && configured.gateway.upstream !== undefined
+            ? // The configured upstream, asked for token ids too.
+              {
+                gateway: {
+                  ...configured.gateway,
+                  upstream: { ...configured.gateway.upstream, requestTokenIds: true },
+                },
+              }
+            : {}
           : {
               gateway: {
                 ...configured.gateway,
@@ -161,6 +193,7 @@ export async function evalDaemonConfig(
                   baseUrl: policy.baseUrl,
                   ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
                   ...(policy.model ? { model: policy.model } : {}),
+                  ...(policy.tokenIds === true ? { requestTokenIds: true } : {}),
                 },
               },
             }),
@@ -287,6 +320,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         ...(values.policyBaseUrl === undefined ? {} : { baseUrl: values.policyBaseUrl }),
         ...(values.policyApiKey === undefined ? {} : { apiKey: values.policyApiKey }),
         ...(values.model === undefined ? {} : { model: values.model }),
+        ...(values.tokenIds === true ? { tokenIds: true } : {}),
       },
       env,
       stderr,
@@ -302,6 +336,11 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
       await client.health();
       if (harness.needsModel && policy.baseUrl !== undefined)
         stderr.write(`gym: using the running daemon; this run's rollouts go to ${policy.baseUrl}\n`);
+      // A rollout can ask for ids only of an upstream it names; lines say so if none were asked.
+      if (harness.needsModel && policy.tokenIds === true && policy.baseUrl === undefined)
+        stderr.write(
+          "gym: token ids are asked of the running daemon's own upstream only if its configuration says requestTokenIds; give --policy-base-url to ask this run's\n",
+        );
     } catch (error) {
       if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
       const config = await evalDaemonConfig(resolveStateDir(values.stateDir, env), policy, env);
@@ -385,6 +424,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
                 ...(policy.model ? { model: policy.model } : {}),
               },
             }),
+        ...(policy.tokenIds === true ? { tokenIds: true } : {}),
         logger,
         onProgress: progress.onProgress,
       });
