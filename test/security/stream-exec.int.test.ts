@@ -120,4 +120,41 @@ describe.skipIf(skipReason !== undefined)('streamed exec under hostile clients',
       250,
     );
   });
+  // What a command prints reaches a streaming caller while it runs, in a session as one-shot:
+  // the command waits for a file the test makes only once its first line has arrived, so output
+  // held back until the end would stall it to its timeout.
+  for (const session of [undefined, 'streamed']) {
+    it(`streams output while the command runs (${session === undefined ? 'one-shot' : 'in a session'})`, async () => {
+      const gate = `/tmp/go-${randomBytes(4).toString('hex')}`;
+      const response = await fetch(execUrl(), {
+        method: 'POST',
+        headers: { ...daemon.auth, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          command: `echo first; while [ ! -e ${gate} ]; do sleep 0.1; done; echo second`,
+          timeoutMs: 20_000,
+          ...(session === undefined ? {} : { session }),
+        }),
+      });
+      expect(response.status).toBe(200);
+      const reader = response.body!.getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      let opened = false;
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += decoder.decode(value, { stream: true });
+        if (!opened && text.includes('"data":"first\\n"')) {
+          opened = true;
+          expect((await exec(`touch ${gate}`)).status).toBe('ok');
+        }
+      }
+      const events = text
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => JSON.parse(line) as { type: string; result?: Record<string, unknown> });
+      expect(opened).toBe(true);
+      expect(events.at(-1)?.result).toMatchObject({ status: 'ok', exitCode: 0, stdout: 'first\nsecond\n' });
+    }, 60_000);
+  }
 });
