@@ -8,7 +8,6 @@
  * a Compose task before any trial, a network policy beyond the operator's egress cap in the
  * trial's own result, a daemon that is not there by Harbor's preflight.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,6 +17,7 @@ import { GymClient } from '../client/client.ts';
 import { readJsonl } from '../environments/runner/files.ts';
 import { readRuntimeManifest } from '../harnesses/installed/python-runtime.ts';
 import { runGym } from './cli-process.ts';
+import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from './docker-available.ts';
 import { frameworkRuntimeDir } from './frameworks/runtimes.ts';
@@ -48,24 +48,8 @@ function run(
   env: NodeJS.ProcessEnv,
   script = DRIVER,
 ): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    // Asynchronous: the daemon under test lives in this process's event loop.
-    const path = [join(REPOSITORY, 'python'), AGENTS].join(':');
-    const child = spawn(join(RUNTIME, 'bin', 'python'), [script, path, ...args], {
-      cwd: REPOSITORY,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
+  const path = [join(REPOSITORY, 'python'), AGENTS].join(':');
+  return collectProcess(join(RUNTIME, 'bin', 'python'), [script, path, ...args], env);
 }
 
 describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnvironment', () => {

@@ -7,7 +7,6 @@
  * sandbox of the task image); a command past its timeout is shown to the agent as mini-SWE-agent
  * shows one, with nothing of it left running; the sandbox is gone once `mini` has exited.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
@@ -23,6 +22,7 @@ import {
 } from '../harnesses/installed/python-runtime.ts';
 import { ModelScriptSchema } from '../harnesses/scripted-model/script.ts';
 import { type ScriptedModelServer, startScriptedModelServer } from '../harnesses/scripted-model/server.ts';
+import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
 import { dockerTestEnvironment, localImages } from './docker-available.ts';
 
@@ -59,25 +59,7 @@ const COMMANDS = [
   'echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff',
 ];
 
-function run(
-  command: string,
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    // Asynchronous: the daemon under test lives in this process's event loop.
-    const child = spawn(command, args, { cwd: REPOSITORY, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
-}
+const run = collectProcess;
 
 describe.skipIf(skipReason !== undefined)('mini-SWE-agent 2.x with GymSandboxdEnvironment', () => {
   let model: ScriptedModelServer;

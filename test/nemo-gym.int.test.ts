@@ -6,11 +6,11 @@
  * facades drive it; one of its own resources servers (Terminal-Bench 2.1's) verifies a task in our
  * sandbox. Every test must pass and none be skipped; a missing runtime is a failure, not a skip.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readRuntimeManifest } from '../harnesses/installed/python-runtime.ts';
+import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from './docker-available.ts';
 import { FRAMEWORK_RUNTIMES, frameworkRuntimeDir } from './frameworks/runtimes.ts';
@@ -19,7 +19,6 @@ const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
 // Terminal-Bench's resources server runs its commands with bash.
 const debian = skipReason === undefined ? await testImage(docker, 'debian-base') : 'gym/debian-base:missing';
-const REPOSITORY = new URL('..', import.meta.url).pathname;
 const RUNTIME = frameworkRuntimeDir('nemo-gym');
 const VERSION = FRAMEWORK_RUNTIMES.find((source) => source.name === 'nemo-gym')!.version;
 /** The files whose tests need NeMo Gym, and how many tests they hold at least. */
@@ -30,25 +29,7 @@ const NEMO_TESTS = [
 ];
 const MIN_NEMO_TESTS = 19;
 
-function run(
-  command: string,
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    // Asynchronous: the daemon under test lives in this process's event loop.
-    const child = spawn(command, args, { cwd: REPOSITORY, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
-}
+const run = collectProcess;
 
 describe.skipIf(skipReason !== undefined)('the NeMo Gym provider under the real NeMo Gym', () => {
   const namespace = `nemo-${randomBytes(4).toString('hex')}`;

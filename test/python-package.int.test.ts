@@ -5,43 +5,24 @@
  * (scripts/setup.sh installs it); the run must pass with no test skipped, and its counts are
  * checked so a suite that collected nothing fails too.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from './docker-available.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
-const REPOSITORY = new URL('..', import.meta.url).pathname;
 // Debian's interpreter, the one setup.sh gives python3-pytest; GYM_PYTHON picks another.
 const PYTHON = process.env.GYM_PYTHON ?? (existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3');
 /** Tests the Python suite holds; fewer passing means some were not collected. */
 const MIN_PYTHON_TESTS = 40;
 
-function run(
-  command: string,
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    // Asynchronous: the daemons under test live in this process's event loop.
-    const child = spawn(command, args, { cwd: REPOSITORY, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
-}
+const run = collectProcess;
 
 describe.skipIf(skipReason !== undefined)('the Python package against real daemons', () => {
   const namespace = `python-${randomBytes(4).toString('hex')}`;

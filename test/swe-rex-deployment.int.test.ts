@@ -8,7 +8,6 @@
  * and its interrupts, a retried call that runs once, `execute` as
  * `subprocess.run`, files in and out, and no sandbox left once the deployment stopped.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -16,6 +15,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../client/client.ts';
 import { readRuntimeManifest } from '../harnesses/installed/python-runtime.ts';
+import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from './docker-available.ts';
 import { frameworkRuntimeDir } from './frameworks/runtimes.ts';
@@ -32,25 +32,7 @@ interface Step {
   message?: string;
 }
 
-function run(
-  command: string,
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    // Asynchronous: the daemon under test lives in this process's event loop.
-    const child = spawn(command, args, { cwd: REPOSITORY, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
-  });
-}
+const run = collectProcess;
 
 /** The command lines of a process listing the driver took (`PROCESSES`), one a process. */
 function processes(step: Step): string[] {
