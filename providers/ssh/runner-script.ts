@@ -42,6 +42,7 @@ pipe(my $wake_r, my $wake_w) or die "pipe: $!"; nb($wake_r); nb($wake_w);
 my (%cmd, %bypid);
 my $out = "${RUNNER_MARKER.replace('\n', '\\n')}";
 my $in = "";
+my $poll = 0.001;
 sub frame { my ($t, $id, $p) = @_; $p = "" unless defined $p; $out .= pack("aNN", $t, $id, length $p) . $p; }
 sub killall { for my $c (values %cmd) { kill "KILL", -$c->{pid}; kill "KILL", $c->{pid}; } }
 $SIG{PIPE} = "IGNORE";
@@ -113,7 +114,13 @@ for (;;) {
     }
     vec($w, fileno $c->{fi}, 1) = 1 if $c->{fi} && length $c->{q};
   }
-  my $n = select($r, $w, undef, undef);
+  # SIGCHLD wakes the loop through the pipe, but Perl runs the handler only between its own
+  # operations: a child that ends just before select would wait for the next event. So while a
+  # command has closed its outputs and is not yet reaped, the loop also polls, from 1 ms up to 50.
+  my $waiting = grep { !defined $_->{st} && !$_->{fo} && !$_->{fe} } values %cmd;
+  $poll = 0.001 unless $waiting;
+  my $n = select($r, $w, undef, $waiting ? $poll : undef);
+  $poll *= 2 if $waiting && $poll < 0.05;
   if ($n < 0) { next if $! == $EINTR; last; }
   if (vec($r, fileno $wake_r, 1)) { sysread $wake_r, my $drain, 4096; }
   while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { my $c = delete $bypid{$pid}; $c->{st} = $? if $c; }
