@@ -72,7 +72,10 @@ export interface RemoteExecOptions {
   stdin?: Buffer | NodeJS.ReadableStream;
   onStdout?: (chunk: Buffer) => void;
   onStderr?: (chunk: Buffer) => void;
-  /** Aborting closes the channel (OpenSSH also sends the command's process group a SIGHUP). */
+  /**
+   * Aborting closes the command: through the runner its process group is SIGKILLed; on a channel
+   * of its own the channel is closed (OpenSSH hangs up on it).
+   */
   signal?: AbortSignal;
 }
 
@@ -83,9 +86,12 @@ export interface RemoteProcess {
   write(data: string | Buffer): void;
   /** Ends stdin (after `data`, when given). */
   end(data?: Buffer): void;
-  /** Closes the channel (OpenSSH sends the command's process group a SIGHUP). */
+  /** Closes it early (through the runner: SIGKILL to its process group; else the channel closes). */
   close(): void;
-  /** Stops and restarts reading its stdout (the server stops sending while the window is full). */
+  /**
+   * Stops and restarts reading its stdout (the server stops sending while the window is full;
+   * through the runner, at most the rest of the command's 1 MiB output window still arrives).
+   */
   pause(): void;
   resume(): void;
   done: Promise<RemoteExit>;
