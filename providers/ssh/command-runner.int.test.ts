@@ -211,6 +211,26 @@ describe('ssh command runner', () => {
     await expect.poll(() => isGone(runner)).toBe(true);
   });
 
+  it('ends its commands with an unknown exit when the runner dies under a live connection, then starts another', async () => {
+    await bashrc();
+    const connection = connect();
+    const runner = Number((await run(connection, 'echo $PPID')).stdout.trim());
+    let said = '';
+    const running = await connection.start('sleep 1000 & echo $!; wait', {
+      onStdout: (chunk) => {
+        said += chunk.toString();
+      },
+    });
+    await expect.poll(() => said.includes('\n')).toBe(true);
+    process.kill(runner, 'SIGTERM');
+    // Not a success, not a dropped connection: unknown, as a channel closed without an exit status.
+    expect(await running.done).toEqual({ code: null, signal: null });
+    // It took its commands with it.
+    await expect.poll(() => isGone(Number(said.trim()))).toBe(true);
+    expect(await run(connection, 'echo next')).toMatchObject({ code: 0, stdout: 'next\n' });
+    expect(await rcRuns()).toBe(2);
+  });
+
   it('fails with a clear, bounded error when a start-up file blocks', async () => {
     const gate = join(sshd.home, 'gate');
     execFileSync('mkfifo', [gate]);

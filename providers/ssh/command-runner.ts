@@ -15,7 +15,8 @@
  * A `RemoteProcess` from here behaves as one from an exec channel: `close()` kills the command's
  * process group (a channel close only hung up on it), and the runner channel's end (the
  * connection dropped or closed) fails every command still running with the connection's error,
- * while the runner kills them on the host.
+ * while the runner kills them on the host; a runner that dies under a live connection ends them
+ * with an unknown exit, as a channel that closes without an exit status does.
  */
 import { Writable } from 'node:stream';
 import type { ClientChannel } from 'ssh2';
@@ -32,8 +33,14 @@ const PREAMBLE_KEPT_BYTES = 16 * 1024;
 const HEADER_BYTES = 9;
 
 export interface RunnerHooks {
-  /** The error for commands cut off by the channel's end (the connection's own when it dropped). */
+  /** The error for a command started on a runner whose channel already ended. */
   lost(): GymError;
+  /**
+   * How the commands still running end when the runner's channel ends: with the connection's
+   * error when it dropped; null while the connection is up (the runner itself died: their end is
+   * unknown, as a channel's that closed without an exit status, never a success).
+   */
+  cutOff(): GymError | null;
   /** The error for a command closed before it ended whose caller aborted it. */
   stopped(): GymError;
   /** The error when the shell did not start the runner in time. */
@@ -292,7 +299,10 @@ export class CommandRunner {
     this.#isOpen = false;
     const cut = [...this.#commands.values()];
     this.#commands.clear();
-    for (const entry of cut) entry.settle({ error: this.#hooks.lost() });
+    if (cut.length === 0) return;
+    const error = this.#hooks.cutOff();
+    for (const entry of cut)
+      entry.settle(error === null ? { exit: { code: null, signal: null } } : { error });
   }
 
   /** Ends the runner's channel: the runner kills what still runs and exits. */

@@ -355,6 +355,13 @@ export class SshConnection {
     const timeoutMs = this.target.shellStartTimeoutMs ?? DEFAULT_TARGET.shellStartTimeoutMs;
     const hooks: RunnerHooks = {
       lost: () => this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command'),
+      cutOff: () => {
+        // ssh2 closes the client before its channels: a live client here means the runner died.
+        if (this.#client !== client)
+          return this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command');
+        this.#logger.warn({ host: this.name }, 'ssh: the command runner ended under a live connection');
+        return null;
+      },
       stopped: () =>
         this.#client === null
           ? (this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command'))
