@@ -51,6 +51,8 @@ export interface SshRuntimeOptions<H extends HostConfig> {
   maxChannels: number;
   maxConnections: number;
   idleCloseMs: number;
+  commandRunner: boolean;
+  shellStartTimeoutMs: number;
   gatewayReach: boolean;
   relayHelperPath: string;
   relayMaxConnections: number;

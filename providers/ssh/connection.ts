@@ -7,11 +7,20 @@
  * `exec` runs one command and ends when it ends: exit code or signal, stdout and stderr as they
  * come, stdin fed and closed. A connection that drops mid-command rejects the command with
  * `PROVIDER_UNAVAILABLE`, which the provider turns into `sandbox_gone` or `unreachable`.
+ *
+ * Commands go through the connection's command runner (`command-runner.ts`): one exec channel
+ * whose login shell starts a runner once, so the SSH user's shell start-up files are paid once
+ * per connection, not per command; each command is `/bin/sh -c LINE` in its own process group.
+ * A host without `perl` keeps one exec channel per command (logged once, with the reason); a
+ * shell that does not start the runner within `shellStartTimeoutMs` (a start-up file that blocks)
+ * fails the commands waiting for it with `PROVIDER_TIMEOUT`, and the next try waits
+ * `SHELL_RETRY_MS` first.
  */
 import { readFile } from 'node:fs/promises';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
+import { CommandRunner, type RunnerHooks } from './command-runner.ts';
 import { type HostKeyVerdict, hostName, parseKnownHosts, verifyHostKey } from './known-hosts.ts';
 
 export interface SshTarget {
@@ -29,6 +38,13 @@ export interface SshTarget {
   /** Sessions open at once on this connection; keep it below the server's MaxSessions. */
   maxChannels: number;
   readyTimeoutMs: number;
+  /**
+   * Run commands through one runner per connection (default true); false: one exec channel,
+   * hence one login shell with its start-up files, per command.
+   */
+  commandRunner?: boolean;
+  /** How long the login shell may take to start the runner (its start-up files run first). Default 20 s. */
+  shellStartTimeoutMs?: number;
 }
 
 export const DEFAULT_TARGET = {
@@ -37,7 +53,13 @@ export const DEFAULT_TARGET = {
   keepaliveCountMax: 3,
   maxChannels: 8,
   readyTimeoutMs: 15_000,
+  // Long enough for a slow module system or conda on a loaded node; a start-up file that blocks
+  // (a stale lock) fails here rather than hang every command of the host.
+  shellStartTimeoutMs: 20_000,
 } as const;
+
+/** After the shell did not start the runner in time, how long starts fail fast before it is tried again. */
+const SHELL_RETRY_MS = 10_000;
 
 export interface RemoteExit {
   /** Null when the command ended by a signal, or the server said nothing of its end. */
@@ -50,7 +72,10 @@ export interface RemoteExecOptions {
   stdin?: Buffer | NodeJS.ReadableStream;
   onStdout?: (chunk: Buffer) => void;
   onStderr?: (chunk: Buffer) => void;
-  /** Aborting closes the channel (OpenSSH also sends the command's process group a SIGHUP). */
+  /**
+   * Aborting closes the command: through the runner its process group is SIGKILLed; on a channel
+   * of its own the channel is closed (OpenSSH hangs up on it).
+   */
   signal?: AbortSignal;
 }
 
@@ -61,9 +86,12 @@ export interface RemoteProcess {
   write(data: string | Buffer): void;
   /** Ends stdin (after `data`, when given). */
   end(data?: Buffer): void;
-  /** Closes the channel (OpenSSH sends the command's process group a SIGHUP). */
+  /** Closes it early (through the runner: SIGKILL to its process group; else the channel closes). */
   close(): void;
-  /** Stops and restarts reading its stdout (the server stops sending while the window is full). */
+  /**
+   * Stops and restarts reading its stdout (the server stops sending while the window is full;
+   * through the runner, at most the rest of the command's 1 MiB output window still arrives).
+   */
   pause(): void;
   resume(): void;
   done: Promise<RemoteExit>;
@@ -123,6 +151,12 @@ export class SshConnection {
   /** Consecutive failed connects, for the backoff. */
   #failures = 0;
   #retryAt = 0;
+  /** The runner of the current client, once asked for (null inside: the host cannot run one). */
+  #runner: { client: Client; opening: Promise<CommandRunner | null> } | null = null;
+  /** Why this host has no runner (then every command has its own channel); null while it may. */
+  #noRunner: string | null = null;
+  #runnerError: GymError | null = null;
+  #runnerRetryAt = 0;
 
   constructor(target: SshTarget, logger: Logger) {
     this.target = target;
@@ -265,6 +299,12 @@ export class SshConnection {
     const release = await this.#slots.acquire();
     let channel: ClientChannel;
     try {
+      const runner = await this.#runnerOf();
+      if (runner !== null) {
+        const started = runner.start(command, options);
+        started.done.then(release, release);
+        return started;
+      }
       channel = await this.#openChannel(command);
     } catch (error) {
       release();
@@ -288,6 +328,75 @@ export class SshConnection {
       resume: () => channel.resume(),
       done,
     };
+  }
+
+  /**
+   * The command runner of the live client, started at the first command of each connection;
+   * null when this host cannot run one (or it is turned off): commands then get a channel each.
+   */
+  async #runnerOf(): Promise<CommandRunner | null> {
+    if (this.target.commandRunner === false || this.#noRunner !== null) return null;
+    const client = await this.client();
+    const current = this.#runner;
+    if (current !== null && current.client === client) {
+      const runner = await current.opening;
+      if (runner === null || runner.isOpen) return runner;
+    }
+    if (Date.now() < this.#runnerRetryAt && this.#runnerError !== null) throw this.#runnerError;
+    const opening = this.#openRunner(client);
+    this.#runner = { client, opening };
+    opening.catch(() => {
+      if (this.#runner?.opening === opening) this.#runner = null;
+    });
+    return opening;
+  }
+
+  async #openRunner(client: Client): Promise<CommandRunner | null> {
+    const timeoutMs = this.target.shellStartTimeoutMs ?? DEFAULT_TARGET.shellStartTimeoutMs;
+    const hooks: RunnerHooks = {
+      lost: () => this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command'),
+      cutOff: () => {
+        // ssh2 closes the client before its channels: a live client here means the runner died.
+        if (this.#client !== client)
+          return this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command');
+        this.#logger.warn({ host: this.name }, 'ssh: the command runner ended under a live connection');
+        return null;
+      },
+      stopped: () =>
+        this.#client === null
+          ? (this.#lastError ?? this.#unavailable('dropped', 'the connection closed mid-command'))
+          : this.#unavailable('dropped', 'the command was closed before it ended'),
+      startTimedOut: (ms) =>
+        new GymError(
+          'PROVIDER_TIMEOUT',
+          `ssh ${this.name}: the login shell did not start the command runner within ${ms / 1000} s: a shell start-up file (~/.bashrc, ~/.profile, /etc/bash.bashrc) blocks or is very slow; fix it, or raise shellStartTimeoutMs`,
+          {
+            details: { host: this.target.host, port: this.target.port, reason: 'shell-start', timeoutMs: ms },
+          },
+        ),
+    };
+    let opened: Awaited<ReturnType<typeof CommandRunner.open>>;
+    try {
+      opened = await CommandRunner.open((line) => this.#openChannel(line), hooks, timeoutMs);
+    } catch (error) {
+      if ((error as GymError).code === 'PROVIDER_TIMEOUT') {
+        this.#runnerError = error as GymError;
+        this.#runnerRetryAt = Date.now() + SHELL_RETRY_MS;
+      }
+      throw error;
+    }
+    if ('runner' in opened) {
+      this.#runnerError = null;
+      return opened.runner;
+    }
+    // The channel ended without a runner because the connection dropped: that is the error.
+    if (this.#client !== client) throw hooks.lost();
+    this.#noRunner = opened.unavailable;
+    this.#logger.warn(
+      { host: this.name, reason: opened.unavailable },
+      'ssh: no command runner on this host; every command opens its own channel (and runs the shell start-up files)',
+    );
+    return null;
   }
 
   /**

@@ -67,6 +67,13 @@ export const FleetConnectionFields = {
   maxConnections: z.number().int().positive().max(64).default(DEFAULT_POOL.maxConnections),
   /** An extra connection to a host that carried nothing this long is closed. */
   idleCloseMs: z.number().int().positive().default(DEFAULT_POOL.idleCloseMs),
+  /**
+   * Commands through one runner per connection, so the SSH user's shell start-up files run once
+   * per connection (see connection.ts); false: a channel, and a login shell, per command.
+   */
+  commandRunner: z.boolean().default(true),
+  /** How long the login shell may take to start the runner (a blocking start-up file fails here). */
+  shellStartTimeoutMs: z.number().int().positive().default(DEFAULT_TARGET.shellStartTimeoutMs),
 };
 export interface FleetConnectionSettings {
   keepaliveIntervalMs: number;
@@ -74,6 +81,8 @@ export interface FleetConnectionSettings {
   maxChannels: number;
   maxConnections?: number;
   idleCloseMs?: number;
+  commandRunner?: boolean;
+  shellStartTimeoutMs?: number;
 }
 
 export type FleetHost<C extends HostConfig = HostConfig> = C & { readonly connection: SshPool };
@@ -179,6 +188,10 @@ export class HostFleet<C extends HostConfig = HostConfig> {
           keepaliveCountMax: settings.keepaliveCountMax,
           maxChannels: settings.maxChannels,
           readyTimeoutMs: DEFAULT_TARGET.readyTimeoutMs,
+          ...(settings.commandRunner === undefined ? {} : { commandRunner: settings.commandRunner }),
+          ...(settings.shellStartTimeoutMs === undefined
+            ? {}
+            : { shellStartTimeoutMs: settings.shellStartTimeoutMs }),
           ...(config.privateKeyPath === undefined ? {} : { privateKeyPath: config.privateKeyPath }),
           ...(config.agent === undefined ? {} : { agent: config.agent }),
         },

@@ -11,7 +11,7 @@ import { ApptainerProvider } from '../../providers/apptainer/apptainer-provider.
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 import { computeNode } from '../hpc/node.ts';
-import { stopperCases } from './ssh-runtime-agent.ts';
+import { runnerOutOfReachCase, stopperCases } from './ssh-runtime-agent.ts';
 
 const node = await computeNode('127.0.0.33', 31000 + (process.pid % 1000));
 const provider = new ApptainerProvider({ hosts: [node.host] }, testContext({ logger: silentLogger }));
@@ -21,6 +21,7 @@ afterAll(async () => {
 });
 
 stopperCases(provider, 2346);
+runnerOutOfReachCase(provider);
 
 /**
  * What the agent may do as root on the node (the SSH user here is root): nothing that takes a

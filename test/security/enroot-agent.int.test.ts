@@ -15,7 +15,7 @@ import { EnrootProvider } from '../../providers/enroot/enroot-provider.ts';
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
 import { enrootNode } from '../hpc/enroot-node.ts';
-import { stopperCases } from './ssh-runtime-agent.ts';
+import { runnerOutOfReachCase, stopperCases } from './ssh-runtime-agent.ts';
 
 const node = await enrootNode('127.0.0.31', 31000 + (process.pid % 1000));
 const stateDirectory = await mkdtemp(join(tmpdir(), 'gym-enroot-agent-'));
@@ -57,6 +57,7 @@ it('runs the next command inside the sandbox after the agent mounts over its bus
 });
 
 stopperCases(provider, 2345);
+runnerOutOfReachCase(provider);
 
 /**
  * ENROOT_ALLOW_SUPERUSER (enroot.conf, or the environment) lets root start a container without a

@@ -74,3 +74,48 @@ export function stopperCases(
     await provider.destroy(sandbox.id);
   }, 90_000);
 }
+
+/** Host processes whose command line contains `text`. */
+async function hostProcessesNamed(text: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const line = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    if (line.includes(text)) found.push(Number(entry));
+  }
+  return found;
+}
+
+/**
+ * Registers the case of the SSH command runner (providers/ssh/runner-script.ts): a process of the
+ * SSH user on the node that runs whatever its stdin says, outside every namespace. It has no
+ * socket; its stdin is a pipe from sshd, which a process of the same user could open through
+ * `/proc/<pid>/fd/0` if it saw the runner's pid. The sandbox's own pid namespace and /proc hide
+ * it, and a command run through it holds none of its descriptors.
+ */
+export function runnerOutOfReachCase(provider: SandboxProvider): void {
+  it('gives the agent no way to see or reach the SSH command runner', async () => {
+    const sandbox = await provider.create(
+      parseOrThrow(SandboxSpecSchema, { image: BUSYBOX_REFERENCE }, 'spec'),
+    );
+    const exec = (command: string) =>
+      provider.exec(sandbox.id, parseOrThrow(ExecRequestSchema, { command, timeoutMs: 30_000 }, 'exec'));
+    // The runner is there, on the host, running the command below.
+    expect((await hostProcessesNamed('gym-command-runner')).length).toBeGreaterThan(0);
+    const probe = await exec(
+      [
+        'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " < "$f" 2>/dev/null; echo; done > /tmp/listed',
+        // The listing works: it shows this probe itself.
+        'grep -c "[f]or f in /proc" /tmp/listed',
+        'grep -c "gym-command-runne[r]" /tmp/listed',
+        'ls /proc/self/fd | tr "\\n" " "',
+      ].join('; '),
+    );
+    const [itself, seen, descriptors] = probe.stdout.split('\n');
+    expect(Number(itself)).toBeGreaterThan(0);
+    expect(seen).toBe('0');
+    // Its stdin, stdout, stderr and ls's folder: nothing of the runner or another command.
+    expect(descriptors?.trim().split(' ')).toEqual(['0', '1', '2', '3']);
+    await provider.destroy(sandbox.id);
+  }, 90_000);
+}
