@@ -165,6 +165,8 @@ start kube-controller-manager "$gymkube" kube-controller-manager \
 start kube-scheduler "$gymkube" kube-scheduler \
   --kubeconfig "$K8S_STATE/scheduler.kubeconfig" --secure-port 0 --leader-elect=false
 start node unshare --mount --propagation private "$here/node.sh"
+# The kubelet's own health first: a node object left from an earlier run still reads Ready.
+wait_for "the kubelet" 180 curl -sf "http://127.0.0.1:$K8S_KUBELET_HEALTHZ_PORT/healthz"
 wait_for "the node $K8S_NODE_NAME" 180 \
   sh -c "'$gymkube' kubectl --kubeconfig '$K8S_STATE/admin.kubeconfig' get node '$K8S_NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 

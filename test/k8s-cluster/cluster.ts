@@ -38,6 +38,13 @@ export async function clusterTestEnvironment(): Promise<ClusterTestEnvironment> 
   return { kubeconfigPath, kubeconfig, namespace };
 }
 
+/** A client configuration for the daemon's identity on the cluster. */
+export function kubeConfigOf(cluster: ClusterTestEnvironment): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromString(cluster.kubeconfig);
+  return kubeConfig;
+}
+
 /** Puts images of the local Docker engine into the cluster's node (idempotent). */
 export async function importImages(...images: string[]): Promise<void> {
   await run(join(scripts, 'images.sh'), images, { maxBuffer: 1024 * 1024 });
