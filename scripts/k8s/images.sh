@@ -8,11 +8,14 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/lib.sh"
 
 ctr_k8s() { ctr --address "$K8S_RUN/containerd.sock" -n k8s.io "$@"; }
+# One stream for all: the layers images share go once.
 import() {
-  local image="$1"
-  docker image inspect "$image" >/dev/null 2>&1 || { k8s_log "no image $image in the Docker engine"; return 1; }
-  docker save "$image" | ctr_k8s images import - >/dev/null
-  k8s_log "imported $image"
+  local image
+  for image in "$@"; do
+    docker image inspect "$image" >/dev/null 2>&1 || { k8s_log "no image $image in the Docker engine"; return 1; }
+  done
+  docker save "$@" | ctr_k8s images import - >/dev/null
+  k8s_log "imported $*"
 }
 
 if [ "$#" -eq 0 ]; then
@@ -25,4 +28,4 @@ if [ "$#" -eq 0 ]; then
   fi
   set -- "$K8S_PAUSE_IMAGE"
 fi
-for image in "$@"; do import "$image"; done
+import "$@"
