@@ -10,10 +10,11 @@ pids="$K8S_STATE/pids"
 
 alive() { [ -f "$pids/$1" ] && kill -0 "$(cat "$pids/$1")" 2>/dev/null; }
 # The Pods' processes, then the node's own (every process in the node's mount namespace).
-kubepods=/sys/fs/cgroup/pids/kubepods
-if [ -d "$kubepods" ]; then
+# (v1 here: /sys/fs/cgroup/pids/kubepods; a cgroup v2 host has one tree, /sys/fs/cgroup/kubepods)
+for kubepods in /sys/fs/cgroup/pids/kubepods /sys/fs/cgroup/kubepods; do
+  [ -f "$kubepods/cgroup.procs" ] || continue
   find "$kubepods" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-fi
+done
 if alive node; then
   node_ns="$(readlink "/proc/$(cat "$pids/node")/ns/mnt")"
   for proc in /proc/[0-9]*; do
@@ -30,8 +31,8 @@ for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do
 done
 rm -f "$pids/node"
 # The kubelet's cgroups, deepest first, in every v1 hierarchy.
-for hierarchy in /sys/fs/cgroup/*/; do
-  [ -d "$hierarchy/kubepods" ] && find "$hierarchy/kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+for kubepods in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+  [ -d "$kubepods" ] && find "$kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 done
 ip link show "$K8S_BRIDGE" >/dev/null 2>&1 && ip link delete "$K8S_BRIDGE"
 rm -rf "$K8S_RUN"
