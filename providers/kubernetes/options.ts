@@ -39,6 +39,14 @@ export const KubernetesProviderOptionsSchema = z
     /** Secrets (by name, in the namespace) the kubelet uses to pull images. */
     imagePullSecrets: z.array(z.string()).default([]),
     imagePullPolicy: z.enum(['Always', 'IfNotPresent', 'Never']).optional(),
+    /**
+     * The share of a sandbox's cpu and memory limits its Pod requests, i.e. what the scheduler
+     * reserves on a node. 1 (the default): requests equal limits, QoS Guaranteed, a node holds
+     * as many sandboxes as its cores and memory cover at their limits (the daemon's default
+     * sandbox asks for 2 cpus). Below 1: Burstable Pods, more of them per node, which compete
+     * for what they use past their requests and go first when the node runs short of memory.
+     */
+    requestFraction: z.number().positive().max(1).default(1),
     /** The nodes have NVIDIA GPUs and the device plugin: allow `resources.gpus`. */
     gpus: z.boolean().default(false),
     /** Create (once per namespace) and check a NetworkPolicy that denies all traffic to our Pods. */

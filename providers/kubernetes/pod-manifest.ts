@@ -4,7 +4,8 @@
  * idles under a shell loop with `restartPolicy: Never`, no service account token, all
  * capabilities dropped but the few a root shell needs, no privilege escalation, seccomp
  * `RuntimeDefault`, and `activeDeadlineSeconds` at the hard deadline (the kubelet ends the Pod
- * even if every daemon is gone). Resources: requests equal limits (cpu, memory), disk as
+ * even if every daemon is gone). Resources: requests equal limits (cpu, memory), or the operator's
+ * `requestFraction` of them, disk as
  * `ephemeral-storage`, GPUs as `nvidia.com/gpu` when the operator allows them.
  */
 import type { V1Pod } from '@kubernetes/client-node';
@@ -53,13 +54,19 @@ export function podManifest(
   const { resources } = spec;
   const user = numericUser(spec.user);
   const limits: Record<string, string> = {};
-  if (resources.cpus !== undefined) limits.cpu = `${Math.round(resources.cpus * 1000)}m`;
+  const milliCpus = resources.cpus === undefined ? undefined : Math.round(resources.cpus * 1000);
+  if (milliCpus !== undefined) limits.cpu = `${milliCpus}m`;
   if (resources.memoryMiB !== undefined) limits.memory = `${resources.memoryMiB}Mi`;
   if (resources.diskMiB !== undefined) limits['ephemeral-storage'] = `${resources.diskMiB}Mi`;
   if (resources.gpus !== undefined && resources.gpus > 0) limits['nvidia.com/gpu'] = String(resources.gpus);
-  const requests = Object.fromEntries(
-    Object.entries(limits).filter(([key]) => key === 'cpu' || key === 'memory'),
-  );
+  // What the scheduler reserves on a node: the limits themselves by default (QoS Guaranteed), or
+  // the operator's fraction of them (Burstable), so more sandboxes than a node's cores fit on it.
+  const requests: Record<string, string> = {};
+  // From the limit's whole millicores, so a request never exceeds its limit (4.03 * 1000 is 4030.0000000000005).
+  if (milliCpus !== undefined)
+    requests.cpu = `${Math.max(1, Math.ceil(milliCpus * options.requestFraction))}m`;
+  if (resources.memoryMiB !== undefined)
+    requests.memory = `${Math.max(1, Math.ceil(resources.memoryMiB * options.requestFraction))}Mi`;
   return {
     apiVersion: 'v1',
     kind: 'Pod',
