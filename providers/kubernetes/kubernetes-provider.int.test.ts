@@ -255,13 +255,15 @@ describe.skipIf(skipReason !== undefined)('kubernetes provider specifics', () =>
   }, async () => {
     const info = await provider.create(spec());
     created.push(info.id);
-    // Left by an earlier command: stops every process of the Pod but itself, the stop script too.
+    // Left by an earlier command: stops every process of the Pod started after it, the stop
+    // script too. Not the processes of the exec that starts it (older): stopping those raced
+    // that exec's own end, which a loaded host lost (the exec timed out).
     const left = await provider.exec(
       info.id,
       parseOrThrow(
         ExecRequestSchema,
         {
-          command: `sh -c 'while :; do for p in /proc/[0-9]*; do [ "\${p#/proc/}" = "$$" ] || kill -STOP "\${p#/proc/}" 2>/dev/null; done; done' >/dev/null 2>&1 &`,
+          command: `sh -c 'while :; do for p in /proc/[0-9]*; do [ "\${p#/proc/}" -gt "$$" ] && kill -STOP "\${p#/proc/}" 2>/dev/null; done; done' >/dev/null 2>&1 &`,
         },
         'exec',
       ),
