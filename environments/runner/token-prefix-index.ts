@@ -2,7 +2,27 @@
  * A hash index of model calls by their ids (prompt then generation), to find the earlier call a
  * prompt continues in time linear in the prompt (`token-chains.ts`).
  */
-import type { TokenCall } from './token-chains.ts';
+
+/** One model call's training tokens (NeMo Gym's `TokenEntry`). */
+export interface TokenCall {
+  /**
+   * The call's id. Ties are ordered by it as text, so ids whose text order is the calls' order
+   * (zero-padded indices) give the order NeMo Gym gives the same ids.
+   */
+  callId: string;
+  /** The ids the policy was conditioned on. */
+  promptTokenIds: readonly number[];
+  /** The ids it sampled. */
+  generationTokenIds: readonly number[];
+  /** The logprob of each sampled id (as many as there are ids). */
+  generationLogProbs: readonly number[];
+  /** The call's answer as Responses output items, without token fields. */
+  outputItems: ReadonlyArray<Record<string, unknown>>;
+  /** Which output item the tokens belong to; undefined when none (then the last, or a token-only item). */
+  tokenItemIndex?: number;
+  /** When the answer was complete, in seconds since the epoch (NeMo Gym's `created_at`). */
+  completedAt: number;
+}
 
 /** What the index holds of a call: the call, and how many ids its prompt and generation hold. */
 export interface IndexedCall {

@@ -21,7 +21,7 @@
 import { Writable } from 'node:stream';
 import type { ClientChannel } from 'ssh2';
 import type { GymError } from '../../core/errors.ts';
-import type { RemoteExecOptions, RemoteExit, RemoteProcess } from './connection.ts';
+import type { RemoteExecOptions, RemoteExit, RemoteProcess } from './remote-process.ts';
 import { RUNNER_MARKER, RUNNER_UNAVAILABLE, runnerLaunchLine } from './runner-script.ts';
 
 /** Stdin bytes sent to one command before the runner acknowledges them. */

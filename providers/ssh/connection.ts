@@ -22,6 +22,7 @@ import { GymError } from '../../core/errors.ts';
 import type { Logger } from '../../core/logger.ts';
 import { CommandRunner, type RunnerHooks } from './command-runner.ts';
 import { type HostKeyVerdict, hostName, parseKnownHosts, verifyHostKey } from './known-hosts.ts';
+import type { RemoteExecOptions, RemoteExit, RemoteProcess } from './remote-process.ts';
 
 export interface SshTarget {
   host: string;
@@ -61,41 +62,7 @@ export const DEFAULT_TARGET = {
 /** After the shell did not start the runner in time, how long starts fail fast before it is tried again. */
 const SHELL_RETRY_MS = 10_000;
 
-export interface RemoteExit {
-  /** Null when the command ended by a signal, or the server said nothing of its end. */
-  code: number | null;
-  /** `SIGKILL` and so on, when a signal ended it. */
-  signal: string | null;
-}
-
-export interface RemoteExecOptions {
-  stdin?: Buffer | NodeJS.ReadableStream;
-  onStdout?: (chunk: Buffer) => void;
-  onStderr?: (chunk: Buffer) => void;
-  /**
-   * Aborting closes the command: through the runner its process group is SIGKILLed; on a channel
-   * of its own the channel is closed (OpenSSH hangs up on it).
-   */
-  signal?: AbortSignal;
-}
-
-/** A command started with `start`: its stdin, its end, and a way to close it early. */
-export interface RemoteProcess {
-  /** The channel as a writable stream (to pipe into). */
-  stdin: NodeJS.WritableStream;
-  write(data: string | Buffer): void;
-  /** Ends stdin (after `data`, when given). */
-  end(data?: Buffer): void;
-  /** Closes it early (through the runner: SIGKILL to its process group; else the channel closes). */
-  close(): void;
-  /**
-   * Stops and restarts reading its stdout (the server stops sending while the window is full;
-   * through the runner, at most the rest of the command's 1 MiB output window still arrives).
-   */
-  pause(): void;
-  resume(): void;
-  done: Promise<RemoteExit>;
-}
+export type { RemoteExecOptions, RemoteExit, RemoteProcess } from './remote-process.ts';
 
 /** Feeds a started command its whole stdin (none: end of file at once) and waits for its end. */
 export function runToEnd(
