@@ -196,9 +196,13 @@ export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): st
 /**
  * Stops every process of a sandbox but its init, run on the host (`$1`: a file of the sandbox's
  * pid namespace, `$2`: the init's host pid): each process of the host's /proc in that namespace
- * is stopped, then killed, repeated while any is found (nothing forks while stopped). Prints how
- * many it killed. Run inside the sandbox, as the agent's user, the agent could stop it before it
- * ran and the call would never return. A namespace that is the script's own (the host's: the
+ * is stopped, then killed, repeated while any is found (nothing forks while stopped). A zombie
+ * is already dead (its parent reaps it, or never will): it is not counted, where a loop that
+ * counted it ran out of rounds and failed the stop (an init that does not reap, or a loaded host
+ * slow to). The rounds follow each other at once: an init that starts a child again as soon as
+ * it dies (a keeper's `sleep`) must not win a round. Prints how many it killed. Run inside the
+ * sandbox, as the agent's user, the agent could stop it before it ran and the call would never
+ * return. A namespace that is the script's own (the host's: the
  * sandbox's init died and a host process took its pid, which wraps within minutes where
  * pid_max is 32768) is nothing of a sandbox: it stops nothing, where it would have stopped every
  * process of the host, itself among them.
@@ -212,6 +216,9 @@ while [ "$pass" -lt 50 ]; do
     pid="\${dir#/proc/}"
     [ "$pid" = "$init" ] && continue
     [ "$dir/ns/pid" -ef "$ns" ] || continue
+    state=""
+    while read -r key value rest; do [ "$key" = State: ] && { state="$value"; break; }; done < "$dir/status" 2>/dev/null
+    [ "$state" = Z ] && continue
     kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
   done
   [ -z "$matches" ] && { echo "$killed"; exit 0; }
