@@ -208,7 +208,7 @@ export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): st
  * process of the host, itself among them.
  */
 export const HOST_STOP_SCRIPT = `
-ns="$1"; init="$2"; killed=0; pass=0
+ns="$1"; init="$2"; killed=0; pass=0; seen=""
 [ "$ns" -ef /proc/self/ns/pid ] && { echo 0; exit 0; }
 while [ "$pass" -lt 50 ]; do
   matches=""
@@ -218,11 +218,14 @@ while [ "$pass" -lt 50 ]; do
     [ "$dir/ns/pid" -ef "$ns" ] || continue
     state=""
     while read -r key value rest; do [ "$key" = State: ] && { state="$value"; break; }; done < "$dir/status" 2>/dev/null
-    [ "$state" = Z ] && continue
+    case "$state" in Z|X) continue ;; esac
     kill -STOP "$pid" 2>/dev/null && matches="$matches $pid"
   done
   [ -z "$matches" ] && { echo "$killed"; exit 0; }
-  for pid in $matches; do kill -9 "$pid" 2>/dev/null && killed=$((killed + 1)); done
+  for pid in $matches; do
+    kill -9 "$pid" 2>/dev/null || continue
+    case " $seen " in *" $pid "*) ;; *) seen="$seen $pid"; killed=$((killed + 1)) ;; esac
+  done
   pass=$((pass + 1))
 done
 echo "$killed"
