@@ -199,8 +199,11 @@ export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): st
  * is stopped, then killed, repeated while any is found (nothing forks while stopped). A zombie
  * is already dead (its parent reaps it, or never will): it is not counted, where a loop that
  * counted it ran out of rounds and failed the stop (an init that does not reap, or a loaded host
- * slow to). The rounds follow each other at once: an init that starts a child again as soon as
- * it dies (a keeper's `sleep`) must not win a round. Prints how many it killed. Run inside the
+ * slow to). The init is held stopped while the rounds run and let go on at the end: an init
+ * that starts a child again as soon as one dies (Enroot's keeper and its `sleep`) won round after
+ * round, and the stop ended only by the luck of a round falling between a death and the next
+ * start (a SIGSTOP from the host reaches a namespace's init, which takes no signal from inside).
+ * Prints how many it killed. Run inside the
  * sandbox, as the agent's user, the agent could stop it before it ran and the call would never
  * return. A namespace that is the script's own (the host's: the
  * sandbox's init died and a host process took its pid, which wraps within minutes where
@@ -210,6 +213,9 @@ export function hostKillNamespaceArgv(busybox: string, pidNamespace: string): st
 export const HOST_STOP_SCRIPT = `
 ns="$1"; init="$2"; killed=0; pass=0; seen=""
 [ "$ns" -ef /proc/self/ns/pid ] && { echo 0; exit 0; }
+held=""
+[ "$init" != 0 ] && [ /proc/"$init"/ns/pid -ef "$ns" ] && kill -STOP "$init" 2>/dev/null && held=1
+trap '[ -n "$held" ] && kill -CONT "$init" 2>/dev/null' EXIT
 while [ "$pass" -lt 50 ]; do
   matches=""
   for dir in /proc/[0-9]*; do

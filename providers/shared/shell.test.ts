@@ -175,6 +175,50 @@ describe('HOST_STOP_SCRIPT with zombies', () => {
   });
 });
 
+describe('HOST_STOP_SCRIPT with an init that starts a child again', () => {
+  // Enroot's keeper: an init whose loop starts its `sleep` again as soon as it dies. Every round
+  // of the stop found a new one, so the stop ended only when a round fell between a death and
+  // the next start: it failed on a host where the init always won (50 rounds, exit 1).
+  it.skipIf(process.getuid?.() !== 0)(
+    'holds the init while it stops the rest, then lets it go on',
+    async () => {
+      const outer = spawn(
+        'unshare',
+        ['--fork', '--pid', 'sh', '-c', 'sleep 1030 & while :; do sleep 1031 & wait $!; done'],
+        { stdio: 'ignore' },
+      );
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        const init = execFileSync('pgrep', ['-P', String(outer.pid)])
+          .toString()
+          .trim();
+        const namespace = `/proc/${outer.pid}/ns/pid_for_children`;
+        const output = execFileSync('sh', ['-c', HOST_STOP_SCRIPT, 'gym-stop', namespace, init], {
+          timeout: 20_000,
+        }).toString();
+        // The two sleeps of before; none started while the stop ran.
+        expect(output.trim()).toBe('2');
+        // The init goes on (not left stopped) and starts its sleep again.
+        const deadline = performance.now() + 5_000;
+        const state = () =>
+          execFileSync('sh', ['-c', `read -r s < /proc/${init}/stat; set -- $s; echo $3`])
+            .toString()
+            .trim();
+        const children = () =>
+          execFileSync('sh', ['-c', `cat /proc/${init}/task/${init}/children`])
+            .toString()
+            .trim();
+        while ((state() === 'T' || children() === '') && performance.now() < deadline)
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        expect(state()).not.toBe('T');
+        expect(children()).not.toBe('');
+      } finally {
+        outer.kill('SIGKILL');
+      }
+    },
+  );
+});
+
 describe('HOST_KILL_NAMESPACE_SCRIPT', () => {
   // The escalation when a host kill was outrun: the namespace's init goes, and with it every
   // process of the namespace, however fast they fork. Needs root (a pid namespace of its own).
