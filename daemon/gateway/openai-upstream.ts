@@ -40,9 +40,15 @@ export function createOpenAiClient(upstream: UpstreamConfig, settings: UpstreamS
   });
 }
 
-/** Puts streamed Chat Completions chunks back together into one completion (content and tool calls). */
+/**
+ * Puts streamed Chat Completions chunks back together into one completion (content, reasoning
+ * and tool calls). Reasoning comes as `reasoning_content` (vLLM before 0.10, DeepSeek's API) or
+ * `reasoning` (vLLM since); it is kept under the name it came by, as a non-streamed answer has it,
+ * so a training response and a trajectory see the same message streamed or not.
+ */
 export function assembleChat(chunks: Array<Record<string, unknown>>): Record<string, unknown> {
   let content = '';
+  const reasoning: Record<string, string> = {};
   let finishReason: unknown = null;
   let usage: unknown;
   const toolCalls: Array<{ id?: string; type: 'function'; function: { name: string; arguments: string } }> =
@@ -52,6 +58,8 @@ export function assembleChat(chunks: Array<Record<string, unknown>>): Record<str
     for (const choice of (chunk.choices as Array<Record<string, unknown>> | undefined) ?? []) {
       const delta = (choice.delta ?? {}) as Record<string, unknown>;
       if (typeof delta.content === 'string') content += delta.content;
+      for (const key of ['reasoning_content', 'reasoning'])
+        if (typeof delta[key] === 'string') reasoning[key] = (reasoning[key] ?? '') + delta[key];
       for (const call of (delta.tool_calls as Array<Record<string, unknown>> | undefined) ?? []) {
         const index = call.index as number;
         const fn = (call.function ?? {}) as { name?: string; arguments?: string };
@@ -71,6 +79,7 @@ export function assembleChat(chunks: Array<Record<string, unknown>>): Record<str
         message: {
           role: 'assistant',
           content: content === '' && toolCalls.length > 0 ? null : content,
+          ...reasoning,
           ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
         },
         finish_reason: finishReason,
