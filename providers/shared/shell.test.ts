@@ -132,22 +132,26 @@ describe('HOST_STOP_SCRIPT', () => {
   );
 });
 
+/**
+ * `script` as the init of a pid namespace of its own (unshare's child), after `settleMs`: the
+ * unshare process, the init's host pid and the namespace's file. Needs root.
+ */
+async function pidNamespace(script: string, settleMs: number) {
+  const outer = spawn('unshare', ['--fork', '--pid', 'sh', '-c', script], { stdio: 'ignore' });
+  await new Promise((resolve) => setTimeout(resolve, settleMs));
+  const init = execFileSync('pgrep', ['-P', String(outer.pid)])
+    .toString()
+    .trim();
+  return { outer, init, namespace: `/proc/${outer.pid}/ns/pid_for_children` };
+}
+
 describe('HOST_STOP_SCRIPT with zombies', () => {
   // An init that never reaps (here `sleep`, exec'd over the shell that forked its children) keeps
   // a dead child a zombie for good: a stop that counted it went round 50 times and failed.
   it.skipIf(process.getuid?.() !== 0)('stops the live processes and passes over a zombie', async () => {
-    const outer = spawn(
-      'unshare',
-      ['--fork', '--pid', 'sh', '-c', 'sleep 0.3 & sleep 1020 & exec sleep 1021'],
-      { stdio: 'ignore' },
-    );
+    // The first child ends after the shell became `sleep`: nothing will reap it.
+    const { outer, init, namespace } = await pidNamespace('sleep 0.3 & sleep 1020 & exec sleep 1021', 800);
     try {
-      // The first child ends after the shell became `sleep`: nothing will reap it.
-      await new Promise((resolve) => setTimeout(resolve, 800));
-      const init = execFileSync('pgrep', ['-P', String(outer.pid)])
-        .toString()
-        .trim();
-      const namespace = `/proc/${outer.pid}/ns/pid_for_children`;
       const states = () =>
         execFileSync('sh', [
           '-c',
@@ -182,17 +186,11 @@ describe('HOST_STOP_SCRIPT with an init that starts a child again', () => {
   it.skipIf(process.getuid?.() !== 0)(
     'holds the init while it stops the rest, then lets it go on',
     async () => {
-      const outer = spawn(
-        'unshare',
-        ['--fork', '--pid', 'sh', '-c', 'sleep 1030 & while :; do sleep 1031 & wait $!; done'],
-        { stdio: 'ignore' },
+      const { outer, init, namespace } = await pidNamespace(
+        'sleep 1030 & while :; do sleep 1031 & wait $!; done',
+        500,
       );
       try {
-        await new Promise((resolve) => setTimeout(resolve, 500));
-        const init = execFileSync('pgrep', ['-P', String(outer.pid)])
-          .toString()
-          .trim();
-        const namespace = `/proc/${outer.pid}/ns/pid_for_children`;
         const output = execFileSync('sh', ['-c', HOST_STOP_SCRIPT, 'gym-stop', namespace, init], {
           timeout: 20_000,
         }).toString();
