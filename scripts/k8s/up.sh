@@ -194,8 +194,13 @@ metadata: { name: gym-netpol }
 roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gym-netpol }
 subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: gym-netpol }]
 YAML
+# Rules a controller killed without down.sh left would satisfy the wait below before this one
+# synced: a new controller starts from none.
+if ! { [ -f "$K8S_STATE/pids/netpol" ] && kill -0 "$(cat "$K8S_STATE/pids/netpol")" 2>/dev/null; }; then
+  "$(k8s_bin_dir)/gymnetpol" cleanup >>"$K8S_STATE/logs/netpol.log" 2>&1
+fi
 start netpol "$(k8s_bin_dir)/gymnetpol" run --kubeconfig "$K8S_STATE/netpol.kubeconfig" \
-  --node "$K8S_NODE_NAME" --service-cidr 10.96.0.0/24
+  --node "$K8S_NODE_NAME" --service-cidr 10.96.0.0/24 -v 1
 # Its chains exist once it has synced: before that a Pod's traffic would pass unchecked.
 wait_for "the policy controller" 60 iptables -S KUBE-ROUTER-FORWARD
 

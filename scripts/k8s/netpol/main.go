@@ -62,6 +62,7 @@ func run(args []string) error {
 	node := flags.String("node", "", "the node's name (its InternalIP is the node's address)")
 	serviceCIDR := flags.String("service-cidr", "10.96.0.0/24", "the cluster's Service range")
 	syncPeriod := flags.Duration("sync-period", time.Minute, "full resync period")
+	klog.InitFlags(flags) // -v 1 logs how long each sync took
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
