@@ -2,7 +2,7 @@
  * The Kubernetes provider against a real cluster: the one-node cluster `scripts/k8s/up.sh` starts
  * (kube-apiserver, kube-controller-manager, kube-scheduler and kubelet as `scripts/k8s/gymkube`
  * pins them, etcd, containerd), through a ServiceAccount holding only the Role the docs tell users
- * to grant. Run by hand: `GYM_TEST_K8S_KUBECONFIG=$(scripts/k8s/up.sh) npx vitest run <this file>`
+ * to grant. In CI (.ci/run starts the cluster), or by hand: `GYM_TEST_K8S_KUBECONFIG=$(scripts/k8s/up.sh) npx vitest run <this file>`
  * (vitest.config.ts leaves it out of runs without that variable).
  *
  * A real Pod has `eth0`: `network: none` on Kubernetes is the deny-all NetworkPolicy, which the
