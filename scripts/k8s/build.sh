@@ -16,12 +16,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/lib.sh"
 
 command -v go >/dev/null 2>&1 || PATH="/usr/local/go/bin:$PATH"
-# build NAME SOURCE-DIR CHECK-ARGS LDFLAGS: once; a binary that answers CHECK-ARGS is kept.
+# build NAME SOURCE-DIR CHECK-ARGS LDFLAGS [EXPECTED]: once; a binary that answers CHECK-ARGS (with
+# output containing EXPECTED, when given) is kept.
 build() {
-  local name="$1" source="$2" check="$3" ldflags="$4" out
+  local name="$1" source="$2" check="$3" ldflags="$4" expected="${5:-}" out answer
   out="$(k8s_bin_dir)/$1"
   # shellcheck disable=SC2086 # CHECK-ARGS are words
-  if [ -x "$out" ] && "$out" $check >/dev/null 2>&1; then return 0; fi
+  if [ -x "$out" ] && answer="$("$out" $check 2>/dev/null)" && [[ "$answer" == *"$expected"* ]]; then return 0; fi
   command -v go >/dev/null 2>&1 || { k8s_log "go is not installed (Go >= 1.24 builds Kubernetes $K8S_VERSION)"; exit 1; }
   mkdir -p "$(k8s_bin_dir)"
   k8s_log "building $name for Kubernetes $K8S_VERSION with $(go version | cut -d' ' -f3) (niced)"
@@ -39,5 +40,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   version_flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 build gymkube "$here/gymkube" "kubectl version --client" "$version_flags"
-build gymnetpol "$here/netpol" "version" ""
+# The kube-router version go.mod pins, which the binary reports: another pin builds it again.
+kube_router="$(sed -n 's/^\tgithub.com\/cloudnativelabs\/kube-router\/v2 \(v[0-9.]*\)$/\1/p' "$here/netpol/go.mod")"
+build gymnetpol "$here/netpol" "version" " -X main.kubeRouterVersion=$kube_router" "kube-router $kube_router "
 echo "$(k8s_bin_dir)/gymkube"

@@ -30,8 +30,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// What go.mod requires; build.sh checks that the binary runs by asking it.
-const kubeRouterVersion = "v2.1.0"
+// The kube-router version go.mod requires, set by build.sh (-X), which asks for it to tell
+// whether the cached binary is of the current pin.
+var kubeRouterVersion = "unknown"
 
 func main() {
 	if len(os.Args) < 2 {
