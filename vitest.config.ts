@@ -1,6 +1,13 @@
 import { defineConfig } from 'vitest/config';
 import { LongestFirstSequencer } from './test/sequencer.ts';
 
+// CI (.ci/run) starts the test cluster and asks for it: there its absence fails the run instead of
+// leaving the cluster's files out.
+if (process.env.GYM_REQUIRE_K8S_CLUSTER === '1' && !process.env.GYM_TEST_K8S_KUBECONFIG)
+  throw new Error(
+    'GYM_REQUIRE_K8S_CLUSTER=1 but GYM_TEST_K8S_KUBECONFIG is not set: start scripts/k8s/up.sh',
+  );
+
 export default defineConfig({
   test: {
     include: ['**/*.test.ts'],

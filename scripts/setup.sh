@@ -22,6 +22,9 @@
 #   6. the agents from PyPI (gym agent install: mini-swe-agent, openhands), each a Python 3.13
 #      runtime made from a Debian trixie root and its hash-pinned wheels (docs/harnesses.md)
 #   7. the Python frameworks the integration tests run (scripts/framework-runtimes.ts), made the same way
+#   8. the one-node Kubernetes cluster's binaries (scripts/k8s/build.sh: gymkube and gymnetpol, from
+#      the Go module proxy, once per machine into ~/.cache/gym/k8s), and br_netfilter for its
+#      NetworkPolicy; .ci/run starts the cluster (scripts/k8s/up.sh) for the `*.cluster.int.test.ts` files
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -70,6 +73,11 @@ command -v munged >/dev/null 2>&1 || missing+=(munge)
 # Podman's Docker-compatible service.
 command -v runsc >/dev/null 2>&1 || missing+=(runsc)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
+# The one-node Kubernetes cluster of the tests (scripts/k8s/): its node's container runtime and CNI
+# plugins, and the ipsets its NetworkPolicy controller keeps.
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+command -v ipset >/dev/null 2>&1 || missing+=(ipset)
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq >/dev/null
@@ -207,3 +215,13 @@ node cli/main.ts agent install
 # 7. The frameworks our users run, for the integration tests (each made once, like the agents)
 log "making the Python frameworks' runtimes (a few minutes the first time)"
 node scripts/framework-runtimes.ts
+
+# 8. The Kubernetes test cluster's binaries (a long compile the first time, niced; kept after).
+# Its NetworkPolicy controller sees the Pods' bridged traffic only through br_netfilter with
+# bridge-nf-call-iptables on (up.sh refuses to start without it; best effort here).
+modprobe br_netfilter 2>/dev/null || true
+sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+log "building the Kubernetes test cluster's binaries (about 20 min of wall time on 2 busy cores the first time)"
+k8s_started=$SECONDS
+scripts/k8s/build.sh >/dev/null
+log "the Kubernetes test cluster's binaries are ready ($(((SECONDS - k8s_started) / 60)) min)"

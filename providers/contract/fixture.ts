@@ -45,6 +45,15 @@ export interface ContractOptions {
    * a backend whose image builds run in one; without it the failed-plan case checks the image only.
    */
   buildLeftovers?: (reference: string) => Promise<number>;
+  /**
+   * For a provider whose `network: none` is a rule of its backend rather than a sandbox without
+   * interfaces (Kubernetes: a Pod always has `eth0`, and a deny-all NetworkPolicy cuts it off):
+   * a TCP listener that a sandbox would reach were the rule not enforced, which the helper has
+   * checked is reachable from outside the rule and which writes `banner` to each connection.
+   * The no-network case then checks that the sandbox cannot reach it, instead of counting
+   * interfaces.
+   */
+  networkPolicyPeer?: () => Promise<{ host: string; port: number; banner: string }>;
 }
 
 /** Tracks every sandbox a test makes and destroys them all, whatever the test's outcome. */

@@ -133,11 +133,24 @@ export function defineLifecycleCases(fixture: SandboxFixture): void {
     expect(seen.stdout).toMatch(/No such file/);
   });
 
-  it('has no network but loopback by default', async () => {
-    const info = await fixture.create();
-    const result = await fixture.exec(info.id, { command: 'ls /sys/class/net' });
-    expect(result.stdout.split(/\s+/).filter(Boolean)).toEqual(['lo']);
-  });
+  const peer = fixture.options.networkPolicyPeer;
+  if (peer === undefined)
+    it('has no network but loopback by default', async () => {
+      const info = await fixture.create();
+      const result = await fixture.exec(info.id, { command: 'ls /sys/class/net' });
+      expect(result.stdout.split(/\s+/).filter(Boolean)).toEqual(['lo']);
+    });
+  else
+    it('has no network by default: a listener reachable from outside the policy is not reachable from it', async () => {
+      const { host, port, banner } = await peer();
+      const info = await fixture.create();
+      const result = await fixture.exec(info.id, {
+        command: `nc -w 3 ${host} ${port} </dev/null; echo "exit=$?"`,
+        timeoutMs: 30_000,
+      });
+      expect(result.stdout).not.toContain(banner);
+      expect(result.stdout).toMatch(/exit=[1-9]/);
+    });
 
   // A provider whose limits take the whole sandbox (see `limitOverrun`) has these cases instead.
   const takesSandbox = fixture.options.capabilities?.limitOverrun === 'sandbox';

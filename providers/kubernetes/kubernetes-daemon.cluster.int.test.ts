@@ -1,6 +1,7 @@
 /**
  * The daemon with only the Kubernetes provider against the real test cluster of scripts/k8s/
- * (run by hand: GYM_TEST_K8S_KUBECONFIG=$(scripts/k8s/up.sh); see test/k8s-cluster/cluster.ts):
+ * (in CI, where .ci/run starts it; by hand: GYM_TEST_K8S_KUBECONFIG=$(scripts/k8s/up.sh); see
+ * test/k8s-cluster/cluster.ts):
  * `gym eval run` scores all of swe-mini as on Docker, a warm pool keeps its Pods, and a fork by
  * archive gives children equal to the parent. Images go to the node from the local engine.
  *

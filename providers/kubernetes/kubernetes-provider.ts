@@ -180,9 +180,13 @@ export class KubernetesProvider implements SandboxProvider {
       const problem = await this.#policy.problem();
       if (problem !== null) return { ok: false, message: problem };
     }
+    // The API cannot tell whether the network plugin enforces NetworkPolicy: say so (gym doctor shows it).
+    const isolation = this.#options.networkPolicy
+      ? `network none is the NetworkPolicy ${this.#policy.name}, which holds only if the cluster's network plugin enforces NetworkPolicy`
+      : 'networkPolicy is off: network none is not enforced by this provider';
     return {
       ok: true,
-      message: `Kubernetes API server answers for namespace ${this.#namespace}; timed-out commands are killed from inside the Pod only (tagged)`,
+      message: `Kubernetes API server answers for namespace ${this.#namespace}; ${isolation}; timed-out commands are killed from inside the Pod only (tagged)`,
       details: { namespace: this.#namespace, timeoutKill: this.capabilities.timeoutKill },
     };
   }

@@ -21,7 +21,7 @@ if alive node; then
     [ "$(readlink "$proc/ns/mnt" 2>/dev/null)" = "$node_ns" ] && kill -9 "${proc#/proc/}" 2>/dev/null || true
   done
 fi
-for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for name in netpol kube-scheduler kube-controller-manager kube-apiserver etcd; do
   if alive "$name"; then
     kill "$(cat "$pids/$name")"
     for _ in $(seq 1 50); do alive "$name" || break; sleep 0.1; done
@@ -34,6 +34,8 @@ rm -f "$pids/node"
 for kubepods in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
   [ -d "$kubepods" ] && find "$kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 done
+# The policy controller's iptables chains and ipsets (all named KUBE-*); nothing else of the machine's.
+[ -x "$(k8s_bin_dir)/gymnetpol" ] && "$(k8s_bin_dir)/gymnetpol" cleanup >>"$K8S_STATE/logs/netpol.log" 2>&1 || true
 ip link show "$K8S_BRIDGE" >/dev/null 2>&1 && ip link delete "$K8S_BRIDGE"
 rm -rf "$K8S_RUN"
 if [ "${1:-}" = "--purge" ]; then

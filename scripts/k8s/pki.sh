@@ -42,6 +42,7 @@ cert admin "/O=system:masters/CN=gym-k8s-admin" clientAuth
 cert controller-manager "/CN=system:kube-controller-manager" clientAuth
 cert scheduler "/CN=system:kube-scheduler" clientAuth
 cert kubelet-client "/O=system:nodes/CN=system:node:gym-node" clientAuth
+cert netpol "/CN=gym-netpol" clientAuth
 cert kubelet-server "/CN=gym-node" serverAuth "IP:$node_ip,DNS:gym-node"
 [ -f sa.key ] || openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
 [ -f sa.pub ] || openssl pkey -in sa.key -pubout -out sa.pub

@@ -41,6 +41,7 @@ kubeconfig admin admin
 kubeconfig controller-manager controller-manager
 kubeconfig scheduler scheduler
 kubeconfig kubelet kubelet-client
+kubeconfig netpol netpol
 kubectl() { "$gymkube" kubectl --kubeconfig "$K8S_STATE/admin.kubeconfig" "$@"; }
 
 cat >"$K8S_STATE/containerd.toml" <<TOML
@@ -73,7 +74,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 TOML
 
 # Pods get an interface on a bridge with no address on the host and no route out: they reach
-# each other on the node and nothing else. Nothing here enforces NetworkPolicy (no policy engine).
+# each other on the node and nothing else. NetworkPolicy is enforced by gymnetpol (below).
 cat >"$K8S_STATE/cni/10-gym.conflist" <<JSON
 {
   "cniVersion": "0.4.0",
@@ -169,6 +170,39 @@ start node unshare --mount --propagation private "$here/node.sh"
 wait_for "the kubelet" 180 curl -sf "http://127.0.0.1:$K8S_KUBELET_HEALTHZ_PORT/healthz"
 wait_for "the node $K8S_NODE_NAME" 180 \
   sh -c "'$gymkube' kubectl --kubeconfig '$K8S_STATE/admin.kubeconfig' get node '$K8S_NODE_NAME' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+
+# NetworkPolicy: kube-router's policy controller (gymnetpol) turns the policies into iptables rules
+# and ipsets on this machine for the Pods' addresses. It sees bridged traffic only through
+# br_netfilter with net.bridge.bridge-nf-call-iptables=1 (Docker sets both); without them no
+# policy would hold, so up.sh refuses to start a cluster that would claim one.
+[ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" = 1 ] || {
+  k8s_log "net.bridge.bridge-nf-call-iptables is not 1 (modprobe br_netfilter): NetworkPolicy could not be enforced"
+  exit 1
+}
+command -v ipset >/dev/null 2>&1 || { k8s_log "ipset is not installed (Debian's ipset): gymnetpol needs it"; exit 1; }
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: { name: gym-netpol }
+rules:
+  - { apiGroups: [""], resources: [pods, namespaces, nodes], verbs: [get, list, watch] }
+  - { apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [get, list, watch] }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: { name: gym-netpol }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gym-netpol }
+subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: gym-netpol }]
+YAML
+# Rules a controller killed without down.sh left would satisfy the wait below before this one
+# synced: a new controller starts from none.
+if ! { [ -f "$K8S_STATE/pids/netpol" ] && kill -0 "$(cat "$K8S_STATE/pids/netpol")" 2>/dev/null; }; then
+  "$(k8s_bin_dir)/gymnetpol" cleanup >>"$K8S_STATE/logs/netpol.log" 2>&1
+fi
+start netpol "$(k8s_bin_dir)/gymnetpol" run --kubeconfig "$K8S_STATE/netpol.kubeconfig" \
+  --node "$K8S_NODE_NAME" --service-cidr 10.96.0.0/24 -v 1
+# Its chains exist once it has synced: before that a Pod's traffic would pass unchecked.
+wait_for "the policy controller" 60 iptables -S KUBE-ROUTER-FORWARD
 
 # The daemon's identity: exactly the Role the docs ask users to grant, nothing more.
 kubectl apply -f - >/dev/null <<YAML

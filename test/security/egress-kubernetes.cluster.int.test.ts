@@ -1,6 +1,6 @@
 /**
  * The egress contract (egress-cases.ts) on the Kubernetes provider against the real test cluster
- * of scripts/k8s/ (run by hand: GYM_TEST_K8S_KUBECONFIG=$(scripts/k8s/up.sh); see
+ * of scripts/k8s/ (in CI, where .ci/run starts it; by hand: GYM_TEST_K8S_KUBECONFIG=$(scripts/k8s/up.sh); see
  * test/k8s-cluster/cluster.ts). The proxy is reached through the exec-channel relay; the Pods'
  * deny-all NetworkPolicy, read back from the real API server, stays without rules.
  */
