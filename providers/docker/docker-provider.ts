@@ -29,6 +29,7 @@ import {
 import { abnormalEndResult, OomKillCounts } from '../shared/abnormal-end.ts';
 import { cannotStartResult, ExecOutput } from '../shared/exec-output.ts';
 import { encodeLabels } from '../shared/labels.ts';
+import type { PortRelay } from '../shared/port-relay.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
@@ -55,6 +56,7 @@ import { LiveForks } from './live-fork.ts';
 import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import { DEFAULT_CAPABILITIES, type DockerProviderOptions, DockerProviderOptionsSchema } from './options.ts';
+import { startDockerPortRelay } from './port-relay.ts';
 import { detectHostControl, ProcessControl } from './process-control.ts';
 import {
   guestHostFdHolders,
@@ -469,6 +471,13 @@ export class DockerProvider implements SandboxProvider {
     }
     const container = this.#docker.getContainer(this.containerName(id));
     return { url: await this.#relays.expose(id, container, options) };
+  }
+
+  openPortRelay(id: string): Promise<PortRelay> {
+    return startDockerPortRelay(this.#docker.getContainer(this.containerName(id)), id, {
+      relayHelperPath: this.#options.relayHelperPath,
+      writeFile: (path, content, mode) => this.writeFile(id, path, content, { mode }),
+    });
   }
 
   /** What the gateway relays hold (listeners, open and refused connections), for metrics. */

@@ -64,6 +64,7 @@ class SandboxSpec(TypedDict):
     labels: NotRequired[dict[str, str]]
     files: NotRequired[list[SandboxSpecFilesItem]]
     readiness: NotRequired[SandboxSpecReadiness]
+    ports: NotRequired[list[int]]
     providerOptions: NotRequired[dict[str, Any]]
 
 
@@ -100,6 +101,7 @@ class SandboxSpecOutput(TypedDict):
     labels: dict[str, str]
     files: list[SandboxSpecFilesItemOutput]
     readiness: NotRequired[SandboxSpecReadinessOutput]
+    ports: list[int]
     providerOptions: dict[str, Any]
 
 
@@ -182,6 +184,12 @@ class ExecStreamEventError(TypedDict):
 
 class GatewayReach(TypedDict):
     url: str
+
+
+class PortEndpoint(TypedDict):
+    port: int
+    path: str
+    headers: dict[str, str]
 
 
 class OpenRolloutRequestUpstream(TypedDict):
