@@ -44,6 +44,9 @@ class PortConnection extends Duplex {
     super({ allowHalfOpen: true });
     this.#relay = relay;
     this.id = id;
+    // A relay that closes under a connection nobody listens to any more must not crash the daemon;
+    // whoever listens still hears the error.
+    this.on('error', () => {});
   }
 
   /** Bytes from the sandbox; false when the caller reads no more (the channel pauses). */
@@ -264,6 +267,13 @@ export class PortRelay {
     if (type === 'R') {
       if (this.#onReady === undefined) {
         this.#breakProtocol('a second ready frame');
+        return;
+      }
+      // A relay built before connect mode listens instead, and says on which port.
+      if (payload.length !== 2 || payload.readUInt16BE(0) !== 0) {
+        this.#breakProtocol(
+          'it listens instead of connecting (a relay older than connect mode: run scripts/setup.sh)',
+        );
         return;
       }
       this.#onReady();
