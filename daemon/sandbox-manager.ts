@@ -26,6 +26,7 @@ import { SandboxPorts } from './sandboxes/ports.ts';
 import { Reaper } from './sandboxes/reaper.ts';
 import { Reconciler } from './sandboxes/reconcile.ts';
 import { SandboxRuntime } from './sandboxes/runtime.ts';
+import { SandboxServices } from './sandboxes/services.ts';
 import { type ForkResult, forkSandbox } from './snapshots/fork.ts';
 import type { SnapshotStore } from './snapshots/snapshot-store.ts';
 import { SnapshotService } from './snapshots/snapshots.ts';
@@ -73,6 +74,8 @@ export class SandboxManager {
   readonly network: ManagedNetwork;
   /** Declared ports: each sandbox's port relay and port key (`sandboxes/ports.ts`). */
   readonly ports: SandboxPorts;
+  /** Each sandbox's service (its `entrypoint`) and health check (`sandboxes/services.ts`). */
+  readonly services: SandboxServices;
   /** Managed snapshots: made, listed, removed, reaped, and resolved at create (`snapshot:<id>`). */
   readonly snapshots: SnapshotService;
   readonly #config: DaemonConfig;
@@ -118,6 +121,8 @@ export class SandboxManager {
       ...(options.gatewayArrivals === undefined ? {} : { arrivals: options.gatewayArrivals }),
     });
     const network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
+    this.services = new SandboxServices({ clock, logger });
+    this.lifecycle.setServices(this.services);
     this.ports = new SandboxPorts({
       lifecycle: this.lifecycle,
       ...(options.portKeySecret === undefined ? {} : { secret: options.portKeySecret }),
@@ -126,6 +131,7 @@ export class SandboxManager {
       network.forget(record.id);
       gateway.forget(record.id);
       this.ports.forget(record.id);
+      this.services.forget(record.id);
     });
     this.operations = new SandboxOperations({
       lifecycle: this.lifecycle,

@@ -29,6 +29,7 @@ import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
 import { registerPortRoutes } from './routes/ports.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
+import { registerServiceRoutes } from './routes/services.ts';
 import { registerUiRoutes } from './routes/ui.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
 import type { DaemonTracing } from './telemetry/daemon-tracing.ts';
@@ -259,6 +260,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   );
   registerSandboxRoutes(app, options.manager, options.pools, options.idempotency);
   registerPortRoutes(app, options.manager.ports);
+  registerServiceRoutes(app, options.manager.lifecycle, options.manager.services);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);

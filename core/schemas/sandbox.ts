@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema, LabelsSchema } from './common.ts';
+import { EntrypointSchema, HealthCheckSchema } from './service.ts';
 
 /** One week: a lease longer than this is almost always a forgotten sandbox. */
 export const MAX_TTL_SECONDS = 7 * 24 * 3600;
@@ -153,6 +154,14 @@ export const SandboxSpecSchema = z
     readiness: ReadinessProbeSchema.optional(),
     /** Ports a caller may reach through the daemon (see `DeclaredPortsSchema`); any other is refused. */
     ports: DeclaredPortsSchema.default([]),
+    /**
+     * A service started beside the sandbox's keeper once it is up (`core/schemas/service.ts`): an
+     * argv, or `image` for the image's own ENTRYPOINT and CMD. Supervised by the daemon: its output
+     * kept (the latest 256 KiB per stream), its end reported; it dies with the sandbox.
+     */
+    entrypoint: EntrypointSchema.optional(),
+    /** Docker's HEALTHCHECK (`HealthCheckSchema`): create returns once it passes, or fails with SERVICE_UNHEALTHY. */
+    healthcheck: HealthCheckSchema.optional(),
     /** What only one provider understands; each provider validates its own part. */
     providerOptions: z.record(z.string(), z.unknown()).default({}),
   })
