@@ -48,18 +48,7 @@ describe.skipIf(skipReason !== undefined)('sandbox services and health checks (d
     await daemon?.cleanup();
   });
 
-  const output = async (id: string) => {
-    const response = await fetch(`${daemon.address.url}/v1/sandboxes/${id}/service/output`, {
-      headers: { authorization: `Bearer ${daemon.token}` },
-    });
-    expect(response.status).toBe(200);
-    return (await response.json()) as {
-      stdout: string;
-      stderr: string;
-      droppedStdoutBytes: number;
-      droppedStderrBytes: number;
-    };
-  };
+  const output = (id: string) => client.serviceOutput(id);
 
   const containersOfNamespace = async () =>
     (await docker.listContainers({ all: true })).filter((container) =>
@@ -82,11 +71,7 @@ describe.skipIf(skipReason !== undefined)('sandbox services and health checks (d
     });
     expect(sandbox.service).toMatchObject({ state: 'healthy', argv: ['sh', '-c', expect.any(String)] });
     // The page is there as soon as create returns: no waiting on the caller's side.
-    const endpoint = (await (
-      await fetch(`${daemon.address.url}/v1/sandboxes/${sandbox.id}/ports/8080`, {
-        headers: { authorization: `Bearer ${daemon.token}` },
-      })
-    ).json()) as { path: string; headers: Record<string, string> };
+    const endpoint = await client.portEndpoint(sandbox.id, 8080);
     const page = await fetch(`${daemon.address.url}${endpoint.path}index.html`, {
       headers: endpoint.headers,
     });

@@ -96,3 +96,13 @@ export const ServiceOutputSchema = z.object({
   droppedStderrBytes: z.number().int(),
 });
 export type ServiceOutput = z.infer<typeof ServiceOutputSchema>;
+
+/** Where a declared port is reached through the daemon (`GET /v1/sandboxes/{id}/ports/{port}`). */
+export const PortEndpointSchema = z.object({
+  port: z.number().int(),
+  /** The proxy's path on the daemon; a request to `path + rest` reaches `/rest` of the service. */
+  path: z.string(),
+  /** Headers every request to the path must carry (the sandbox's port key). */
+  headers: z.record(z.string(), z.string()),
+});
+export type PortEndpoint = z.infer<typeof PortEndpointSchema>;

@@ -20,6 +20,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { GymError } from '../../core/errors.ts';
 import { SANDBOX_ID_PATTERN } from '../../core/ids.ts';
+import { PortEndpointSchema } from '../../core/schemas/service.ts';
 import { toApiError } from '../errors.ts';
 import { emptyAnswer, errorAnswers, jsonAnswer } from '../openapi.ts';
 import { PORT_KEY_HEADER, type SandboxPorts } from '../sandboxes/ports.ts';
@@ -30,14 +31,6 @@ declare module 'fastify' {
     portKey?: boolean;
   }
 }
-
-export const PortEndpointSchema = z.object({
-  port: z.number().int(),
-  /** The proxy's path on the daemon; a request to `path + rest` reaches `/rest` of the service. */
-  path: z.string(),
-  /** Headers every request to the path must carry (the sandbox's port key). */
-  headers: z.record(z.string(), z.string()),
-});
 
 const PortParamsSchema = z.object({ id: z.string(), port: z.coerce.number().int().min(1).max(65_535) });
 const PROXY_PATTERN = /^\/v1\/sandboxes\/([^/?]+)\/ports\/([0-9]{1,5})(\/[^?]*)?(\?.*)?$/;
