@@ -100,6 +100,12 @@ export class SandboxPorts {
     for (const sandboxId of [...this.#relays.keys()]) this.forget(sandboxId);
   }
 
+  /** Whether the sandbox's relay is up now (false: none yet, or it closed; the next request starts one). */
+  async isRelayOpen(sandboxId: string): Promise<boolean> {
+    const relay = await this.#relays.get(sandboxId)?.catch(() => undefined);
+    return relay?.isOpen === true;
+  }
+
   /** Relays open now, for tests and metrics. */
   get openRelays(): number {
     return this.#relays.size;
