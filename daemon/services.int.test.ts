@@ -81,6 +81,39 @@ describe.skipIf(skipReason !== undefined)('sandbox services and health checks (d
     await client.destroySandbox(sandbox.id);
   });
 
+  it("runs the image's own ENTRYPOINT and CMD when asked", async () => {
+    // An image whose ENTRYPOINT and CMD together start a service, as a task image's would.
+    const reference = `gym-test/service-image:${randomBytes(4).toString('hex')}`;
+    const [repo, tag] = reference.split(':') as [string, string];
+    const base = await docker.createContainer({ Image: image, Cmd: ['true'] });
+    await base.commit({
+      repo,
+      tag,
+      changes: ['ENTRYPOINT ["sh", "-c"]', 'CMD ["echo from the image; exec sleep 1000"]'],
+    });
+    await base.remove({ force: true });
+    try {
+      const sandbox = await client.createSandbox({
+        image: reference,
+        entrypoint: 'image',
+        healthcheck: { test: 'true', intervalMs: 100 },
+      });
+      expect(sandbox.service).toMatchObject({
+        state: 'healthy',
+        argv: ['sh', '-c', 'echo from the image; exec sleep 1000'],
+      });
+      let seen = await output(sandbox.id);
+      for (let attempt = 0; attempt < 100 && seen.stdout === ''; attempt += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        seen = await output(sandbox.id);
+      }
+      expect(seen.stdout).toBe('from the image\n');
+      await client.destroySandbox(sandbox.id);
+    } finally {
+      await docker.getImage(reference).remove({ force: true });
+    }
+  });
+
   it('fails the create with SERVICE_UNHEALTHY when the check never passes, and leaves nothing', async () => {
     const error = await client
       .createSandbox({
