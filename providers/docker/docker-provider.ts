@@ -35,7 +35,7 @@ import { sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
-import { dockerCapabilities } from './capabilities.ts';
+import { dockerCapabilities, gatewayReachUnsupported } from './capabilities.ts';
 import { sandboxContainerOptions } from './container-config.ts';
 import {
   ContainerListing,
@@ -457,18 +457,7 @@ export class DockerProvider implements SandboxProvider {
    * namespace of its own, so its port collides with no other sandbox's.
    */
   async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
-    if (!this.capabilities.gatewayReach) {
-      const why = this.#tier.hasGuestKernel
-        ? `runtime ${this.#tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
-        : 'it is off in the options';
-      throw new GymError(
-        'CAPABILITY_UNSUPPORTED',
-        `gatewayReach is not offered by this docker provider: ${why}`,
-        {
-          details: { provider: this.name, capability: 'gatewayReach', runtime: this.#tier.runtime },
-        },
-      );
-    }
+    if (!this.capabilities.gatewayReach) throw gatewayReachUnsupported(this.name, this.#tier);
     const container = this.#docker.getContainer(this.containerName(id));
     return { url: await this.#relays.expose(id, container, options) };
   }
