@@ -259,7 +259,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     async () => openApiDocument(app),
   );
   registerSandboxRoutes(app, options.manager, options.pools, options.idempotency);
-  registerPortRoutes(app, options.manager.ports);
+  registerPortRoutes(app, options.manager.ports, (authorization) => {
+    const presented = authorization.startsWith('Bearer ')
+      ? authorization.slice('Bearer '.length)
+      : authorization;
+    return tokenMatches(presented, options.token) || isScopedCredential(presented);
+  });
   registerServiceRoutes(app, options.manager.lifecycle, options.manager.services);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);

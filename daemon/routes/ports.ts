@@ -57,10 +57,22 @@ function parsePort(raw: unknown): { id: string; port: number } {
   return parsed.data;
 }
 
-function upstreamHeaders(headers: IncomingHttpHeaders, port: number, prefix: string): OutgoingHttpHeaders {
+/** Whether an `Authorization` value carries a credential of this daemon (its token, a scoped one). */
+export type IsDaemonCredential = (authorization: string) => boolean;
+
+function upstreamHeaders(
+  headers: IncomingHttpHeaders,
+  port: number,
+  prefix: string,
+  isDaemonCredential: IsDaemonCredential,
+): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(headers))
     if (value !== undefined && !HOP_HEADERS.has(name)) out[name] = value;
+  // A client that sends its daemon credential on every request must not hand it to the service:
+  // the service is the sandbox's, and the agent reads what it is sent.
+  if (typeof out.authorization === 'string' && isDaemonCredential(out.authorization))
+    delete out.authorization;
   out.host = `localhost:${port}`;
   out['x-forwarded-prefix'] = prefix;
   return out;
@@ -111,7 +123,11 @@ function rawHead(response: IncomingMessage, extra: Record<string, string> = {}):
   return `${lines.join('\r\n')}\r\n\r\n`;
 }
 
-export function registerPortRoutes(app: FastifyInstance, ports: SandboxPorts): void {
+export function registerPortRoutes(
+  app: FastifyInstance,
+  ports: SandboxPorts,
+  isDaemonCredential: IsDaemonCredential,
+): void {
   app.get(
     '/v1/sandboxes/:id/ports/:port',
     {
@@ -160,7 +176,7 @@ export function registerPortRoutes(app: FastifyInstance, ports: SandboxPorts): v
         const upstream = httpRequest({
           method: request.method,
           path: `/${rest}${query}`,
-          headers: upstreamHeaders(request.headers, port, prefix),
+          headers: upstreamHeaders(request.headers, port, prefix, isDaemonCredential),
           createConnection: () => connection as never,
         });
         upstream.on('response', (answer) => {
@@ -184,7 +200,9 @@ export function registerPortRoutes(app: FastifyInstance, ports: SandboxPorts): v
   // it checks the key before the sandbox sees a byte. Anything else that asks to upgrade is refused.
   app.server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => {});
-    void proxyUpgrade(ports, request, socket, head).catch((error: unknown) => writeError(socket, error));
+    void proxyUpgrade(ports, isDaemonCredential, request, socket, head).catch((error: unknown) =>
+      writeError(socket, error),
+    );
   });
 }
 
@@ -200,6 +218,7 @@ function refusedToApi(error: Error, port: number): GymError {
 
 async function proxyUpgrade(
   ports: SandboxPorts,
+  isDaemonCredential: IsDaemonCredential,
   request: IncomingMessage,
   socket: Duplex,
   head: Buffer,
@@ -211,7 +230,12 @@ async function proxyUpgrade(
   const { id, port } = parsePort({ id: rawId, port: match[2] });
   const connection = await ports.connect(id, port);
   socket.on('close', () => connection.destroy());
-  const headers = upstreamHeaders(request.headers, port, `/v1/sandboxes/${id}/ports/${port}`);
+  const headers = upstreamHeaders(
+    request.headers,
+    port,
+    `/v1/sandboxes/${id}/ports/${port}`,
+    isDaemonCredential,
+  );
   headers.connection = 'Upgrade';
   if (request.headers.upgrade !== undefined) headers.upgrade = request.headers.upgrade;
   const upstream = httpRequest({

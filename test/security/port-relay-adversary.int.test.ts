@@ -97,6 +97,47 @@ describe.skipIf(skipReason !== undefined)('a declared port against the agent (do
     await client.destroySandbox(sandbox.id);
   });
 
+  it("never hands the service the caller's daemon token, a scoped credential or the port key", async () => {
+    // Records each request's head and answers a body: what the sandbox's service sees.
+    const recorder = [
+      '#!/bin/sh',
+      'while read -r line; do line=$(printf %s "$line" | tr -d "\\r"); echo "$line" >> /tmp/heads; [ -z "$line" ] && break; done',
+      'printf "HTTP/1.1 200 OK\\r\\nContent-Length: 3\\r\\nConnection: close\\r\\n\\r\\nok\\n"',
+      '',
+    ].join('\n');
+    const sandbox = await client.createSandbox({
+      image,
+      ports: [8080],
+      files: [{ path: '/recorder.sh', content: recorder, mode: 0o755 }],
+      entrypoint: ['nc', '-ll', '-p', '8080', '-e', '/recorder.sh'],
+    });
+    const { path, headers } = await client.portEndpoint(sandbox.id, 8080);
+    const scoped = await client.grantAccess({ sandboxIds: [sandbox.id], rights: ['endpoints'] });
+    const send = async (authorization: string) => {
+      for (let attempt = 0; attempt < 100; attempt += 1) {
+        const response = await fetch(`${daemon.address.url}${path}probe`, {
+          headers: { ...headers, authorization, 'x-kept': 'yes' },
+        });
+        if (response.status === 200) return response.text();
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error('the recorder never answered');
+    };
+    expect(await send(`Bearer ${daemon.token}`)).toBe('ok\n');
+    expect(await send(`Bearer ${scoped.token}`)).toBe('ok\n');
+    expect(await send('Bearer the-service-own-token')).toBe('ok\n');
+    const heads = (await client.exec(sandbox.id, { argv: ['cat', '/tmp/heads'] })).stdout.toLowerCase();
+    expect(heads.match(/^get \/probe http\/1.1$/gm)).toHaveLength(3);
+    expect(heads).not.toContain(daemon.token.toLowerCase());
+    expect(heads).not.toContain(scoped.token.toLowerCase());
+    expect(heads).not.toContain(Object.values(headers)[0]!.toLowerCase());
+    expect(heads).not.toContain('x-gym-port-key');
+    // The service's own credentials and headers pass.
+    expect(heads).toContain('authorization: bearer the-service-own-token');
+    expect(heads.match(/^x-kept: yes$/gm)).toHaveLength(3);
+    await client.destroySandbox(sandbox.id);
+  });
+
   it("reaches only its own sandbox's loopback: another sandbox's service is not there", async () => {
     const spec = {
       image,
