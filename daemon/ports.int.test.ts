@@ -24,6 +24,17 @@ const UPGRADE_ECHO = [
   '',
 ].join('\n');
 
+/** Answers a request with its own body (an `nc -ll -e` handler): what a JSON API in a sandbox does. */
+const BODY_ECHO = [
+  '#!/bin/sh',
+  'length=0',
+  'while read -r line; do line=$(printf %s "$line" | tr -d "\\r"); [ -z "$line" ] && break;',
+  '  case "$line" in [Cc]ontent-[Ll]ength:*) length=${line#*: };; esac; done',
+  'body=$(head -c "$length")',
+  'printf "HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: %s\\r\\nConnection: close\\r\\n\\r\\n%s" "${#body}" "$body"',
+  '',
+].join('\n');
+
 describe.skipIf(skipReason !== undefined)('declared ports through the daemon (docker)', () => {
   let daemon: TestDaemon;
   let client: GymClient;
@@ -44,17 +55,19 @@ describe.skipIf(skipReason !== undefined)('declared ports through the daemon (do
     client = new GymClient({ url: base, token: daemon.token });
     const spec = {
       image,
-      ports: [8080, 8081],
+      ports: [8080, 8081, 8082],
       files: [
         { path: '/www/index.html', content: 'hello from the sandbox\n' },
         { path: '/upgrade-echo.sh', content: UPGRADE_ECHO, mode: 0o755 },
+        { path: '/body-echo.sh', content: BODY_ECHO, mode: 0o755 },
       ],
     };
     served = (await client.createSandbox(spec)).id;
     other = (await client.createSandbox(spec)).id;
     for (const id of [served, other]) {
       const started = await client.exec(id, {
-        command: 'httpd -p 8080 -h /www && (nc -ll -p 8081 -e /upgrade-echo.sh </dev/null >/dev/null 2>&1 &)',
+        command:
+          'httpd -p 8080 -h /www && (nc -ll -p 8081 -e /upgrade-echo.sh </dev/null >/dev/null 2>&1 &) && (nc -ll -p 8082 -e /body-echo.sh </dev/null >/dev/null 2>&1 &)',
       });
       expect(started.exitCode, started.stderr).toBe(0);
     }
@@ -110,6 +123,26 @@ describe.skipIf(skipReason !== undefined)('declared ports through the daemon (do
     const proxied = await fetch(`${base}/v1/sandboxes/${served}/ports/22/`, { headers });
     expect(proxied.status).toBe(400);
     expect(((await proxied.json()) as { error: { message: string } }).error.message).toMatch(/not declared/);
+  });
+
+  it('streams a request body to the service untouched, JSON included', async () => {
+    const { path, headers } = await endpoint(served, 8082);
+    const body = JSON.stringify({ method: 'tools/call', params: { text: 'x'.repeat(100_000) } });
+    let response = await fetch(`${base}${path}rpc`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body,
+    });
+    for (let attempt = 0; attempt < 100 && response.status === 502; attempt += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      response = await fetch(`${base}${path}rpc`, {
+        method: 'POST',
+        headers: { ...headers, 'content-type': 'application/json' },
+        body,
+      });
+    }
+    expect(response.status).toBe(200);
+    expect(await response.text()).toBe(body);
   });
 
   it('carries an upgrade both ways', async () => {
