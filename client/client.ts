@@ -26,6 +26,7 @@ import type {
 } from '../core/schemas/image.ts';
 import type { PoolDefinitionInput, PoolStats } from '../core/schemas/pool.ts';
 import type { NetworkPolicyInput, SandboxSpecInput } from '../core/schemas/sandbox.ts';
+import type { PortEndpoint, ServiceOutput } from '../core/schemas/service.ts';
 import type { ForkRequestInput, SnapshotInfo } from '../core/schemas/snapshot.ts';
 import type { ToolchainCheckRequestInput, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 
@@ -433,6 +434,16 @@ export class GymClient {
    */
   exposeGateway(id: string): Promise<{ url: string }> {
     return this.#json('POST', `/v1/sandboxes/${encodeURIComponent(id)}/gateway`, { json: {} });
+  }
+
+  /** A declared port's proxy path on the daemon and the headers (its port key) each request there needs. */
+  portEndpoint(id: string, port: number): Promise<PortEndpoint> {
+    return this.#json('GET', `/v1/sandboxes/${encodeURIComponent(id)}/ports/${port}`);
+  }
+
+  /** The latest output of the sandbox's service (its `entrypoint`), per stream. */
+  serviceOutput(id: string): Promise<ServiceOutput> {
+    return this.#json('GET', `/v1/sandboxes/${encodeURIComponent(id)}/service/output`);
   }
 
   /**

@@ -97,6 +97,12 @@ export const ERROR_CODES = {
   DAEMON_UNAVAILABLE: { httpStatus: 503, summary: 'the daemon cannot be reached' },
   /** The daemon is shutting down and takes no new work. */
   SHUTTING_DOWN: { httpStatus: 503, summary: 'the daemon is shutting down' },
+  /**
+   * The sandbox's service (its `entrypoint`) exited, or its health check failed `retries` times,
+   * before it was healthy: the task's own fault, not the infrastructure's (a retry gets the same).
+   * The sandbox was destroyed; `details` has the service's exit, its last probe and its output's tail.
+   */
+  SERVICE_UNHEALTHY: { httpStatus: 422, summary: "the sandbox's service never became healthy" },
   /** Anything we did not anticipate. A bug: please report it. */
   INTERNAL: { httpStatus: 500, summary: 'internal error' },
 } as const satisfies Record<string, { httpStatus: number; summary: string }>;

@@ -139,6 +139,8 @@ export interface ImageInfo {
   workdir?: string;
   /** The image's ENTRYPOINT, when it sets one and the backend can tell (Harbor tasks run it). */
   entrypoint?: string[];
+  /** The image's CMD, when it sets one and the backend can tell (`entrypoint: "image"` runs both). */
+  command?: string[];
 }
 
 export interface ImageFilter {

@@ -185,6 +185,7 @@ async function assemble(options: StartDaemonOptions, unlock: () => Promise<void>
     ...(gatewaySocket === undefined ? {} : { gatewaySocket }),
     ...(gatewayArrivals === undefined ? {} : { gatewayArrivals }),
     ...(egress === undefined ? {} : { egress }),
+    portKeySecret: token,
   });
   // Sockets of sandboxes a killed daemon left; reconcile opens those of the adopted ones again.
   await gatewayArrivals?.clear();

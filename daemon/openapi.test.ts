@@ -51,7 +51,9 @@ function routerRoutes(): string[] {
     parents[depth] = path;
     parents.length = depth + 1;
     for (const method of match[3]!.split(', '))
-      if (method !== 'HEAD') routes.push(`${method} ${path.replace(/:(\w+)/g, '{$1}')}`);
+      if (method !== 'HEAD')
+        // fastify's tree prints a wildcard `/*` as `*`; the document names it `/{*}`.
+        routes.push(`${method} ${path.replace(/:(\w+)/g, '{$1}').replace(/\/?\*$/, '/{*}')}`);
   }
   return routes;
 }

@@ -141,6 +141,13 @@ export async function registerOpenApi(app: FastifyInstance, version: string): Pr
               'the daemon token; or a scoped credential (`gym-access.…`) on the routes and sandboxes it grants (docs/api.md, "Scoped access")',
           },
           rolloutKey: { type: 'http', scheme: 'bearer', description: "a gateway rollout's key" },
+          portKey: {
+            type: 'apiKey',
+            in: 'header',
+            name: 'x-gym-port-key',
+            description:
+              "a sandbox's port key (GET /v1/sandboxes/{id}/ports/{port}), for its declared ports alone",
+          },
           uiSession: {
             type: 'apiKey',
             in: 'cookie',

@@ -22,9 +22,11 @@ import { Leases } from './sandboxes/leases.ts';
 import { SandboxLifecycle } from './sandboxes/lifecycle.ts';
 import { type NetworkView, SandboxNetwork } from './sandboxes/network.ts';
 import { SandboxOperations } from './sandboxes/operations.ts';
+import { SandboxPorts } from './sandboxes/ports.ts';
 import { Reaper } from './sandboxes/reaper.ts';
 import { Reconciler } from './sandboxes/reconcile.ts';
 import { SandboxRuntime } from './sandboxes/runtime.ts';
+import { SandboxServices } from './sandboxes/services.ts';
 import { type ForkResult, forkSandbox } from './snapshots/fork.ts';
 import type { SnapshotStore } from './snapshots/snapshot-store.ts';
 import { SnapshotService } from './snapshots/snapshots.ts';
@@ -52,6 +54,8 @@ export interface SandboxManagerOptions {
   gatewayArrivals?: GatewayArrivals;
   /** The egress proxy on the gateway socket; without it no sandbox gets a network policy but `none`. */
   egress?: EgressProxy;
+  /** The secret each sandbox's port key is derived from (the API token); absent: a random one. */
+  portKeySecret?: string;
 }
 
 export class SandboxManager {
@@ -68,6 +72,10 @@ export class SandboxManager {
   readonly reconciler: Reconciler;
   /** Each sandbox's egress policy, its proxy credential and its log of attempts. */
   readonly network: ManagedNetwork;
+  /** Declared ports: each sandbox's port relay and port key (`sandboxes/ports.ts`). */
+  readonly ports: SandboxPorts;
+  /** Each sandbox's service (its `entrypoint`) and health check (`sandboxes/services.ts`). */
+  readonly services: SandboxServices;
   /** Managed snapshots: made, listed, removed, reaped, and resolved at create (`snapshot:<id>`). */
   readonly snapshots: SnapshotService;
   readonly #config: DaemonConfig;
@@ -113,9 +121,17 @@ export class SandboxManager {
       ...(options.gatewayArrivals === undefined ? {} : { arrivals: options.gatewayArrivals }),
     });
     const network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
+    this.services = new SandboxServices({ clock, logger });
+    this.lifecycle.setServices(this.services);
+    this.ports = new SandboxPorts({
+      lifecycle: this.lifecycle,
+      ...(options.portKeySecret === undefined ? {} : { secret: options.portKeySecret }),
+    });
     this.lifecycle.onRemoved((record) => {
       network.forget(record.id);
       gateway.forget(record.id);
+      this.ports.forget(record.id);
+      this.services.forget(record.id);
     });
     this.operations = new SandboxOperations({
       lifecycle: this.lifecycle,
@@ -212,6 +228,7 @@ export class SandboxManager {
     this.lifecycle.beginShutdown();
     for (const timer of this.#timers) clearInterval(timer);
     await this.lifecycle.settle(options);
+    this.ports.closeAll();
     await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));
     await this.#store.close();
     await this.#snapshotStore.close();

@@ -27,7 +27,9 @@ import { registerAccessRoutes } from './routes/access.ts';
 import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes/gateway.ts';
 import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
+import { registerPortRoutes } from './routes/ports.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
+import { registerServiceRoutes } from './routes/services.ts';
 import { registerUiRoutes } from './routes/ui.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
 import type { DaemonTracing } from './telemetry/daemon-tracing.ts';
@@ -158,7 +160,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.addHook('onRequest', async (request, reply) => {
     const auth = request.routeOptions.config.auth ?? 'token';
     // The /ui page's routes check their own session cookie (routes/ui.ts); it grants nothing else.
-    if (auth === 'rollout-key' || auth === 'optional-token' || auth === 'ui-session') return;
+    // A declared port's proxy checks the sandbox's port key itself (routes/ports.ts).
+    if (auth === 'rollout-key' || auth === 'optional-token' || auth === 'ui-session' || auth === 'port-key')
+      return;
     if (hasToken(request, options.token)) return;
     const presented = presentedBearer(request);
     if (!isScopedCredential(presented)) throw unauthorized(request, reply, 'wrong bearer token');
@@ -255,6 +259,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     async () => openApiDocument(app),
   );
   registerSandboxRoutes(app, options.manager, options.pools, options.idempotency);
+  registerPortRoutes(app, options.manager.ports, (authorization) => {
+    const presented = authorization.startsWith('Bearer ')
+      ? authorization.slice('Bearer '.length)
+      : authorization;
+    return tokenMatches(presented, options.token) || isScopedCredential(presented);
+  });
+  registerServiceRoutes(app, options.manager.lifecycle, options.manager.services);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);

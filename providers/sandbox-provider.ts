@@ -54,6 +54,7 @@ import type { StopProcessesResult } from '../core/schemas/api.ts';
 import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
+import type { PortRelay } from './shared/port-relay.ts';
 import type { SandboxTimes } from './shared/sandbox-identity.ts';
 
 /** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
@@ -113,6 +114,11 @@ export interface ProviderCapabilities {
   networkModes: ReadonlyArray<SandboxSpec['network']>;
   /** `exposeGateway()`: the daemon's model gateway reachable from inside a sandbox, at a URL the provider chooses. */
   gatewayReach: boolean;
+  /**
+   * `openPortRelay()`: the spec's declared `ports` reached from the daemon through the relay over
+   * the exec channel (absent: false, and a spec that declares ports is refused at create).
+   */
+  ports?: boolean;
   /**
    * How a timeout finds what a command started (see the top of this file): `cgroup` from outside
    * the sandbox, which nothing inside can escape; `traced` by the command's tracer inside the
@@ -451,6 +457,20 @@ export interface SandboxProvider {
 
   /** What the relays of `exposeGateway` hold now, for metrics. Optional, with `gatewayReach`. */
   relayStats?(): RelayStats;
+
+  /**
+   * Starts the static relay in connect mode in the sandbox (`shared/port-relay.ts`) over one
+   * long-lived exec channel of the provider's own, and resolves once it is ready: each connection
+   * the daemon opens through it reaches 127.0.0.1:PORT inside that sandbox and nowhere else. It
+   * opens no network: a sandbox whose network is `none` keeps none. Which ports may be asked is
+   * the daemon's check (the spec's `ports`), not the provider's. Each call starts a new relay; the
+   * daemon keeps one per sandbox and closes it at destroy. The relay dies with the sandbox, and
+   * with the daemon (its stdin ends).
+   * Optional: present only with the `ports` capability.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `SANDBOX_NOT_READY`, `CAPABILITY_UNSUPPORTED` (no relay
+   *   binary on this host), `PROVIDER_ERROR` (the relay did not start).
+   */
+  openPortRelay?(id: string): Promise<PortRelay>;
 
   /**
    * Kills every process in the sandbox except what keeps it alive (its init and idle keeper),

@@ -14,6 +14,7 @@ import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from './docker-available.ts';
 import { FRAMEWORK_RUNTIMES, frameworkRuntimeDir } from './frameworks/runtimes.ts';
+import { relayBinaryForTests } from './relay-binary.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -27,7 +28,7 @@ const NEMO_TESTS = [
   'python/tests/test_nemo_gym_resources_server.py',
   'python/tests/test_nemo_without_nemo_gym.py',
 ];
-const MIN_NEMO_TESTS = 19;
+const MIN_NEMO_TESTS = 20;
 
 const run = collectProcess;
 
@@ -42,7 +43,15 @@ describe.skipIf(skipReason !== undefined)('the NeMo Gym provider under the real 
       await readRuntimeManifest(RUNTIME),
       `no NeMo Gym runtime at ${RUNTIME}: run scripts/with-node.sh node scripts/framework-runtimes.ts nemo-gym`,
     ).not.toBeNull();
-    daemon = await startTestDaemon({ namespace, destroyOnShutdown: true }, { listen: true });
+    daemon = await startTestDaemon(
+      {
+        namespace,
+        destroyOnShutdown: true,
+        // A relay as new as its source (declared ports need its connect mode).
+        providers: [{ name: 'docker', options: { relayHelperPath: relayBinaryForTests() } }],
+      },
+      { listen: true },
+    );
   });
 
   afterAll(async () => {

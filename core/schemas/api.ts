@@ -4,6 +4,7 @@ import { ERROR_CODES } from '../errors.ts';
 import { SANDBOX_ID_PATTERN } from '../ids.ts';
 import { AbsolutePathSchema, LabelsSchema } from './common.ts';
 import { NetworkPolicySchema, SandboxSpecSchema, SandboxStateSchema } from './sandbox.ts';
+import { ServiceViewSchema } from './service.ts';
 import { SandboxLineageSchema, SnapshotInfoSchema } from './snapshot.ts';
 
 export {
@@ -32,6 +33,8 @@ export const SandboxSchema = z.object({
   spec: SandboxSpecSchema,
   /** Where it was forked from; null for a sandbox that is no fork. */
   lineage: SandboxLineageSchema.nullable(),
+  /** Its service (the spec's `entrypoint`), when this daemon started one: state, exit, last health probe. */
+  service: ServiceViewSchema.optional(),
 });
 export type Sandbox = z.infer<typeof SandboxSchema>;
 

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema, LabelsSchema } from './common.ts';
+import { EntrypointSchema, HealthCheckSchema } from './service.ts';
 
 /** One week: a lease longer than this is almost always a forgotten sandbox. */
 export const MAX_TTL_SECONDS = 7 * 24 * 3600;
@@ -111,6 +112,20 @@ export function networkPolicyOf(network: unknown): NetworkPolicy | null {
   return parsed.success ? parsed.data : null;
 }
 
+/** Ports a spec may declare at most. */
+export const MAX_DECLARED_PORTS = 32;
+
+/**
+ * The TCP ports a service in the sandbox listens on (on its loopback or any address), which the
+ * daemon proxies for the caller at `/v1/sandboxes/{id}/ports/{port}/...` with the sandbox's port
+ * key (`GET /v1/sandboxes/{id}/ports/{port}` gives the URL and the header). Reached through the
+ * relay over the provider's exec channel: declaring one opens no network.
+ */
+export const DeclaredPortsSchema = z
+  .array(z.number().int().min(1).max(65_535))
+  .max(MAX_DECLARED_PORTS)
+  .refine((ports) => new Set(ports).size === ports.length, { message: 'a port is declared twice' });
+
 export const SandboxSpecSchema = z
   .object({
     image: z.string().min(1).max(512),
@@ -137,6 +152,16 @@ export const SandboxSpecSchema = z
     labels: LabelsSchema.default({}),
     files: z.array(SeedFileSchema).max(1000).default([]),
     readiness: ReadinessProbeSchema.optional(),
+    /** Ports a caller may reach through the daemon (see `DeclaredPortsSchema`); any other is refused. */
+    ports: DeclaredPortsSchema.default([]),
+    /**
+     * A service started beside the sandbox's keeper once it is up (`core/schemas/service.ts`): an
+     * argv, or `image` for the image's own ENTRYPOINT and CMD. Supervised by the daemon: its output
+     * kept (the latest 256 KiB per stream), its end reported; it dies with the sandbox.
+     */
+    entrypoint: EntrypointSchema.optional(),
+    /** Docker's HEALTHCHECK (`HealthCheckSchema`): create returns once it passes, or fails with SERVICE_UNHEALTHY. */
+    healthcheck: HealthCheckSchema.optional(),
     /** What only one provider understands; each provider validates its own part. */
     providerOptions: z.record(z.string(), z.unknown()).default({}),
   })

@@ -23,7 +23,7 @@ import type { DaemonTracing } from '../telemetry/daemon-tracing.ts';
 import { traceModelCall } from '../telemetry/model-call-span.ts';
 
 /** What a route says about who may call it; read by the API's auth hook. */
-export type RouteAuth = 'token' | 'rollout-key' | 'optional-token' | 'ui-session';
+export type RouteAuth = 'token' | 'rollout-key' | 'optional-token' | 'ui-session' | 'port-key';
 
 declare module 'fastify' {
   interface FastifyContextConfig {

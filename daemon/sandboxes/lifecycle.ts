@@ -11,6 +11,7 @@ import { createId } from '../../core/ids.ts';
 import type { Logger } from '../../core/logger.ts';
 import type { Sandbox } from '../../core/schemas/api.ts';
 import { type SandboxSpec, SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
+import type { ServiceView } from '../../core/schemas/service.ts';
 import { LINEAGE_LABELS, type SandboxLineage } from '../../core/schemas/snapshot.ts';
 import { parseOrThrow } from '../../core/validate.ts';
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
@@ -25,6 +26,7 @@ import type { SandboxRecord, StateStore } from '../state-store.ts';
 import { forEachLimited, REAPER_CONCURRENCY } from './concurrency.ts';
 import type { Leases } from './leases.ts';
 import type { SandboxRuntime } from './runtime.ts';
+import type { SandboxServices } from './services.ts';
 
 export interface ListOptions {
   labels?: Record<string, string>;
@@ -80,6 +82,7 @@ export class SandboxLifecycle {
   readonly #admissions = new Map<string, Admission>();
   readonly #removalListeners: RemovalListener[] = [];
   #images: SpecImageResolver | undefined;
+  #services: SandboxServices | undefined;
   #isShuttingDown = false;
 
   constructor(options: SandboxLifecycleOptions) {
@@ -94,6 +97,11 @@ export class SandboxLifecycle {
     for (const provider of options.config.providers) {
       this.#admissions.set(provider.name, new Admission(provider.name, provider));
     }
+  }
+
+  /** From now on each create starts the spec's service and waits for its health check (set once, before the first create). */
+  setServices(services: SandboxServices): void {
+    this.#services = services;
   }
 
   /** From now on `snapshot:<id>` images resolve through `resolver` (set once, before the first create). */
@@ -153,6 +161,7 @@ export class SandboxLifecycle {
       fromPool: record.fromPool,
       spec: record.spec,
       lineage: record.lineage,
+      ...withService(this.#services?.view(record.id)),
     };
   }
 
@@ -305,6 +314,13 @@ export class SandboxLifecycle {
           await provider.destroy(id).catch(() => {});
           throw error;
         }
+      }
+      try {
+        await this.#services?.start(provider, id, spec);
+      } catch (error) {
+        this.#services?.forget(id);
+        await provider.destroy(id).catch(() => {});
+        throw error;
       }
       const record: SandboxRecord = {
         id,
@@ -500,4 +516,8 @@ export class SandboxLifecycle {
   queued(): Array<{ provider: string; count: number }> {
     return [...this.#admissions].map(([provider, admission]) => ({ provider, count: admission.queued }));
   }
+}
+
+function withService(service: ServiceView | undefined): { service?: ServiceView } {
+  return service === undefined ? {} : { service };
 }

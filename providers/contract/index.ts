@@ -23,6 +23,7 @@ import { type ContractOptions, SandboxFixture } from './fixture.ts';
 import { defineGatewayCases } from './gateway-cases.ts';
 import { defineImageCases } from './image-cases.ts';
 import { defineLifecycleCases } from './lifecycle-cases.ts';
+import { definePortCases } from './port-cases.ts';
 import { defineSnapshotCases } from './snapshot-cases.ts';
 
 export type { ContractOptions } from './fixture.ts';
@@ -75,6 +76,11 @@ export function describeSandboxProviderContract(options: ContractOptions): void 
           afterEach(() => fixture.cleanup(), timeout);
           defineGatewayCases(fixture);
         });
+
+      describe('ports', () => {
+        afterEach(() => fixture.cleanup(), timeout);
+        definePortCases(fixture);
+      });
 
       // One parent and its children, shared by the cases (each leaves the parent as it found it).
       describe('snapshot', () => {

@@ -4,6 +4,7 @@
  * mounted, whether the engine is local, and the operator's options.
  */
 import type { z } from 'zod';
+import { GymError } from '../../core/errors.ts';
 import { NetworkModeSchema } from '../../core/schemas/sandbox.ts';
 import type { ProviderCapabilities } from '../sandbox-provider.ts';
 import type { DockerProviderOptionsSchema } from './options.ts';
@@ -38,6 +39,8 @@ export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabiliti
     // checked at create as FORBIDDEN_BY_CONFIG).
     networkModes: [...NetworkModeSchema.options],
     gatewayReach: options.gatewayReach && !tier.hasGuestKernel,
+    // Through the relay over an exec: every runtime and network mode (`port-relay.ts`).
+    ports: true,
     // Under gVisor each command runs traced by the helper, which takes all it started when killed.
     timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
     stopProcesses: hasHostControl || canStopInGuest,
@@ -46,4 +49,18 @@ export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabiliti
     toolchainCheck: true,
     imageFormats: ['rootfs', 'derived', 'plan'],
   };
+}
+
+/** Why `exposeGateway` is refused on this provider: a runtime with its own network stack, or the option. */
+export function gatewayReachUnsupported(providerName: string, tier: RuntimeTier): GymError {
+  const why = tier.hasGuestKernel
+    ? `runtime ${tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
+    : 'it is off in the options';
+  return new GymError(
+    'CAPABILITY_UNSUPPORTED',
+    `gatewayReach is not offered by this docker provider: ${why}`,
+    {
+      details: { provider: providerName, capability: 'gatewayReach', runtime: tier.runtime },
+    },
+  );
 }

@@ -266,6 +266,9 @@ export class DockerImages {
         ...((asList(image.Config?.Entrypoint as string | string[] | null) ?? []).length > 0
           ? { entrypoint: asList(image.Config?.Entrypoint as string | string[] | null)! }
           : {}),
+        ...((asList(image.Config?.Cmd as string | string[] | null) ?? []).length > 0
+          ? { command: asList(image.Config?.Cmd as string | string[] | null)! }
+          : {}),
       };
     } catch (error) {
       if (engineStatus(error) === 404) return null;

@@ -9,6 +9,7 @@ import { DEFAULT_RESOURCES } from '../../daemon/config.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
 import { dockerTier } from '../../test/docker-tiers.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
+import { relayBinaryForTests } from '../../test/relay-binary.ts';
 import { waitFor } from '../../test/wait-for.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
 import { BUILD_DEADLINE_LABEL, BUILD_LABEL, isBuildContainerName } from './docker-images.ts';
@@ -47,7 +48,8 @@ const buildLeftovers = async (reference: string) =>
 describeSandboxProviderContract({
   name: 'docker (busybox)',
   image: busybox,
-  createProvider: () => new DockerProvider(docker, testContext()),
+  // A relay as new as its source (the port cases need its connect mode).
+  createProvider: () => new DockerProvider(docker, testContext(), { relayHelperPath: relayBinaryForTests() }),
   removeImage,
   buildLeftovers,
   createUnreachableProvider: () =>
@@ -59,7 +61,7 @@ describeSandboxProviderContract({
 describeSandboxProviderContract({
   name: 'docker (debian-base)',
   image: debian,
-  createProvider: () => new DockerProvider(docker, testContext()),
+  createProvider: () => new DockerProvider(docker, testContext(), { relayHelperPath: relayBinaryForTests() }),
   removeImage,
   ...((skipReason ?? debianMissing) === undefined ? {} : { skipReason: skipReason ?? debianMissing }),
 });
@@ -71,7 +73,11 @@ for (const name of ['runsc', 'podman'] as const) {
   describeSandboxProviderContract({
     name: `docker (busybox, ${name})`,
     image: busybox,
-    createProvider: () => new DockerProvider(tier!.docker, testContext(), tier!.providerOptions),
+    createProvider: () =>
+      new DockerProvider(tier!.docker, testContext(), {
+        ...tier!.providerOptions,
+        relayHelperPath: relayBinaryForTests(),
+      }),
     removeImage: (image) => tier!.docker.getImage(image).remove({ force: true }),
     capabilities: tier?.capabilities ?? {},
     testTimeoutMs: 90_000,

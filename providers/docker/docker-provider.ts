@@ -29,12 +29,13 @@ import {
 import { abnormalEndResult, OomKillCounts } from '../shared/abnormal-end.ts';
 import { cannotStartResult, ExecOutput } from '../shared/exec-output.ts';
 import { encodeLabels } from '../shared/labels.ts';
+import type { PortRelay } from '../shared/port-relay.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
-import { dockerCapabilities } from './capabilities.ts';
+import { dockerCapabilities, gatewayReachUnsupported } from './capabilities.ts';
 import { sandboxContainerOptions } from './container-config.ts';
 import {
   ContainerListing,
@@ -55,6 +56,7 @@ import { LiveForks } from './live-fork.ts';
 import { LossCheck } from './loss-check.ts';
 import { EXEC_HELPER_MOUNT, notStartedNote, runOneShotExec } from './one-shot-exec.ts';
 import { DEFAULT_CAPABILITIES, type DockerProviderOptions, DockerProviderOptionsSchema } from './options.ts';
+import { startDockerPortRelay } from './port-relay.ts';
 import { detectHostControl, ProcessControl } from './process-control.ts';
 import {
   guestHostFdHolders,
@@ -455,20 +457,16 @@ export class DockerProvider implements SandboxProvider {
    * namespace of its own, so its port collides with no other sandbox's.
    */
   async exposeGateway(id: string, options: { socketPath: string; url?: string }): Promise<{ url: string }> {
-    if (!this.capabilities.gatewayReach) {
-      const why = this.#tier.hasGuestKernel
-        ? `runtime ${this.#tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
-        : 'it is off in the options';
-      throw new GymError(
-        'CAPABILITY_UNSUPPORTED',
-        `gatewayReach is not offered by this docker provider: ${why}`,
-        {
-          details: { provider: this.name, capability: 'gatewayReach', runtime: this.#tier.runtime },
-        },
-      );
-    }
+    if (!this.capabilities.gatewayReach) throw gatewayReachUnsupported(this.name, this.#tier);
     const container = this.#docker.getContainer(this.containerName(id));
     return { url: await this.#relays.expose(id, container, options) };
+  }
+
+  openPortRelay(id: string): Promise<PortRelay> {
+    return startDockerPortRelay(this.#docker.getContainer(this.containerName(id)), id, {
+      relayHelperPath: this.#options.relayHelperPath,
+      writeFile: (path, content, mode) => this.writeFile(id, path, content, { mode }),
+    });
   }
 
   /** What the gateway relays hold (listeners, open and refused connections), for metrics. */

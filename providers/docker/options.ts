@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { NetworkModeSchema, ResourcesSchema } from '../../core/schemas/sandbox.ts';
+import { DEFAULT_RELAY_HELPER_PATH } from '../shared/gateway-relay.ts';
 import { DEFAULT_SNAPSHOT_IMAGE_PREFIX } from './host-access.ts';
 import { ImageSourcesSchema } from './image-sources.ts';
 import { DEFAULT_EXEC_HELPER_PATH } from './process-control.ts';
@@ -81,6 +82,12 @@ export const DockerProviderOptionsSchema = z
      * a kill script inside the sandbox, and `capabilities.timeoutKill` says `tagged`.
      */
     execHelperPath: z.string().startsWith('/').default(DEFAULT_EXEC_HELPER_PATH),
+    /**
+     * The static relay (`../shared/relay-helper/gym-relay.c`, built by scripts/setup.sh) that
+     * carries a spec's declared `ports` over an exec (`port-relay.ts`); without it, opening a
+     * port is `CAPABILITY_UNSUPPORTED`.
+     */
+    relayHelperPath: z.string().startsWith('/').default(DEFAULT_RELAY_HELPER_PATH),
     /**
      * Whether a confined session shell talks to the daemon over pipes the exec helper makes
      * (`session-pipes.ts`), not through the engine's exec stream. On by default; off is how it

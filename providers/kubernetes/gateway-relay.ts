@@ -6,8 +6,11 @@
  * into `.tools/gym-relay`) into the Pod and runs it as one long-lived exec, tagged for the kill
  * script; the relay listens on the Pod's loopback. `/tmp` must be writable.
  */
+import { randomBytes } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { GatewayRelay } from '../shared/gateway-relay.ts';
+import { GymError } from '../../core/errors.ts';
+import { GatewayRelay, loadRelayBinary } from '../shared/gateway-relay.ts';
+import { PortRelay } from '../shared/port-relay.ts';
 import { type PodTarget, startPodExec } from './pod-exec.ts';
 
 export { DEFAULT_RELAY_HELPER_PATH, loadRelayBinary, relayStatsOf } from '../shared/gateway-relay.ts';
@@ -65,4 +68,38 @@ export function tagRelay(relay: PodRelay, execId: string): TaggedPodRelay {
     },
     close: () => relay.close(),
   };
+}
+
+/**
+ * A sandbox's declared ports (`openPortRelay`): the relay copied to a fresh path in the Pod's
+ * `/tmp` and run in connect mode as one long-lived exec (no shell needed), so each connection the
+ * daemon opens reaches 127.0.0.1:PORT in the Pod. The Pod's network policy is untouched: the
+ * bytes travel the exec channel.
+ */
+export async function startPodPortRelay(
+  kubeConfig: KubeConfig,
+  target: PodTarget,
+  relayHelperPath: string,
+  writeFile: (path: string, content: Buffer) => Promise<void>,
+): Promise<PortRelay> {
+  const binary = await loadRelayBinary(relayHelperPath);
+  if (binary === null)
+    throw new GymError(
+      'CAPABILITY_UNSUPPORTED',
+      `ports need the relay at ${relayHelperPath}, which scripts/setup.sh builds`,
+      {
+        details: { capability: 'ports', relayHelperPath },
+      },
+    );
+  const path = `/tmp/.gym-port-relay-${randomBytes(6).toString('hex')}`;
+  await writeFile(path, binary);
+  return PortRelay.start(
+    (io) =>
+      startPodExec(kubeConfig, target, [path, 'connect'], {
+        stdin: io.stdin,
+        keepStdinOpen: true,
+        onStdout: io.onStdout,
+      }),
+    { label: target.pod, details: { pod: target.pod } },
+  );
 }

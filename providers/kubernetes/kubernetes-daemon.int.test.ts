@@ -19,6 +19,7 @@ import { startScriptedModelServer } from '../../harnesses/scripted-model/server.
 import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, localImages, testImage } from '../../test/docker-available.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
+import { relayBinaryForTests } from '../../test/relay-binary.ts';
 import { DockerStreamDemuxer } from '../docker/demux.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -118,6 +119,40 @@ describe.skipIf(skipReason !== undefined)(
       );
       expect(((await pods.json()) as { items: unknown[] }).items).toEqual([]);
     }, 300_000);
+
+    it("runs a spec's service in a Pod, gated by its health check, and serves its declared port", async () => {
+      const busybox = await testImage(docker, 'busybox');
+      const daemon = await startTestDaemon(
+        {
+          namespace: `k8sports-${randomBytes(3).toString('hex')}`,
+          providers: [
+            { name: 'kubernetes', options: { kubeconfigPath, relayHelperPath: relayBinaryForTests() } },
+          ],
+        },
+        { listen: true },
+      );
+      try {
+        const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
+        const sandbox = await client.createSandbox({
+          image: busybox,
+          ports: [8080],
+          files: [{ path: '/www/index.html', content: 'served from a Pod\n' }],
+          entrypoint: ['httpd', '-f', '-p', '8080', '-h', '/www'],
+          healthcheck: {
+            test: ['CMD', 'wget', '-q', '-O', '/dev/null', 'http://127.0.0.1:8080/'],
+            intervalMs: 200,
+          },
+        });
+        expect(sandbox.service?.state).toBe('healthy');
+        const { path, headers } = await client.portEndpoint(sandbox.id, 8080);
+        const page = await fetch(`${daemon.address.url}${path}index.html`, { headers });
+        expect(await page.text()).toBe('served from a Pod\n');
+        expect((await fetch(`${daemon.address.url}${path}index.html`)).status).toBe(401);
+        await client.destroySandbox(sandbox.id);
+      } finally {
+        await daemon.stop({ destroy: true });
+      }
+    }, 120_000);
 
     it('keeps a warm pool of Pods, labelled with the pool, and hands one out warm', async () => {
       const busybox = await testImage(docker, 'busybox');

@@ -16,6 +16,7 @@ import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { runStopperAttack } from '../../test/fixtures/stopper-attack.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
+import { relayBinaryForTests } from '../../test/relay-binary.ts';
 import { describeSandboxProviderContract } from '../contract/index.ts';
 import { type ContractEntry, entriesToTar } from '../contract/tar-helpers.ts';
 import { createKubernetesProvider, KubernetesProvider } from './index.ts';
@@ -37,8 +38,12 @@ if (emulator !== null) {
   );
 }
 
+// A relay as new as its source (the port cases need its connect mode).
 const makeProvider = async () =>
-  (await createKubernetesProvider({ kubeconfigPath }, testContext())) as KubernetesProvider;
+  (await createKubernetesProvider(
+    { kubeconfigPath, relayHelperPath: relayBinaryForTests() },
+    testContext(),
+  )) as KubernetesProvider;
 
 afterAll(async () => {
   await emulator?.close();

@@ -43,6 +43,7 @@ import {
 import { OomKillCounts } from '../shared/abnormal-end.ts';
 import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, selectorLabels } from '../shared/labels.ts';
+import type { PortRelay } from '../shared/port-relay.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { RelayTable } from '../shared/relay-table.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
@@ -57,6 +58,7 @@ import {
   PodRelay,
   RELAY_PATH_IN_POD,
   relayStatsOf,
+  startPodPortRelay,
   type TaggedPodRelay,
   tagRelay,
 } from './gateway-relay.ts';
@@ -142,6 +144,8 @@ export class KubernetesProvider implements SandboxProvider {
       pidsLimit: false,
       networkModes: ['none'],
       gatewayReach: this.#options.gatewayReach && existsSync(this.#options.relayHelperPath),
+      // The same relay in connect mode, over an exec stream (`openPortRelay`).
+      ports: existsSync(this.#options.relayHelperPath),
       timeoutKill: 'tagged',
       // From inside the Pod, by a script of shell builtins (`kill-scripts.ts`): the tagged guarantee.
       stopProcesses: true,
@@ -393,6 +397,17 @@ export class KubernetesProvider implements SandboxProvider {
       this.#relayCounters,
     );
     return tagRelay(relay, execId);
+  }
+
+  async openPortRelay(id: string): Promise<PortRelay> {
+    if ((await this.get(id)).state !== 'ready')
+      throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} is not running`, { details: { sandboxId: id } });
+    return startPodPortRelay(
+      this.#kubeConfig,
+      this.#target(id),
+      this.#options.relayHelperPath,
+      (path, content) => this.writeFile(id, path, content, { mode: 0o755 }),
+    );
   }
 
   relayStats(): RelayStats {

@@ -1,6 +1,6 @@
 /**
  * The one check of what a spec asks of its provider beyond the required operations: gpus, a
- * disk limit, and its network mode (the names are ours; each provider declares which it has).
+ * disk limit, declared ports, and its network mode (the names are ours; each provider declares which it has).
  * The daemon runs it before a request reaches the provider; a provider used on its own runs the
  * same function in `create`, so the two can never disagree.
  */
@@ -28,7 +28,7 @@ export function capabilityUnsupported(
 export function requireSpecCapabilities(
   providerName: string,
   capabilities: ProviderCapabilities,
-  spec: Pick<SandboxSpec, 'resources' | 'network'>,
+  spec: Pick<SandboxSpec, 'resources' | 'network'> & { ports?: readonly number[] },
   hints: CapabilityHints = {},
 ): void {
   const hinted = (message: string, hint: string | undefined) =>
@@ -45,6 +45,14 @@ export function requireSpecCapabilities(
       providerName,
       'diskLimit',
       hinted("cannot limit a sandbox's disk (resources.diskMiB)", hints.diskLimit),
+    );
+  }
+  if ((spec.ports?.length ?? 0) > 0 && capabilities.ports !== true) {
+    throw capabilityUnsupported(
+      providerName,
+      'ports',
+      'cannot carry declared ports (ports): it has no relay over its exec channel',
+      { ports: [...(spec.ports ?? [])] },
     );
   }
   if (!capabilities.networkModes.includes(spec.network)) {

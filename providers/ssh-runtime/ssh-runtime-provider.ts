@@ -47,6 +47,7 @@ import { superviseExec } from '../shared/exec-skeleton.ts';
 import { type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
 import { EXEC_ID_ENV, type KillOutcome, type KillReach, killTaggedOnHost } from '../shared/kill-script.ts';
+import { PortRelay } from '../shared/port-relay.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { RelayTable } from '../shared/relay-table.ts';
 import { newSandboxInfo, sandboxIdentity } from '../shared/sandbox-identity.ts';
@@ -55,7 +56,7 @@ import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
 import { type FleetHost, type HostConfig, HostFleet, type RemoteResult } from '../ssh/host-fleet.ts';
 import { SlurmHosts } from '../ssh/slurm-hosts.ts';
-import { openSshSession, startSshRelay } from '../ssh/ssh-session.ts';
+import { openSshSession, sshRelayChannel, startSshRelay } from '../ssh/ssh-session.ts';
 import {
   DEFAULT_PATH,
   RELAY_IN_SANDBOX,
@@ -132,6 +133,8 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
       imageFormats: ['rootfs', 'derived'],
       ...this.#driver.capabilities,
       gatewayReach: options.gatewayReach && existsSync(options.relayHelperPath),
+      // The relay mounted for gateway reach runs in connect mode too (`openPortRelay`).
+      ports: options.gatewayReach && existsSync(options.relayHelperPath),
     };
     this.fleet = this.#fleet(options.hosts ?? []);
     if (options.slurm !== undefined)
@@ -470,6 +473,31 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
 
   relayStats(): RelayStats {
     return relayStatsOf(this.#relays.openRelays, this.#relayCounters.refusedTotal);
+  }
+
+  /** The relay mounted at create, run in connect mode in the sandbox (its own loopback) over one SSH channel. */
+  async openPortRelay(id: string): Promise<PortRelay> {
+    if (this.capabilities.ports !== true)
+      throw new GymError(
+        'CAPABILITY_UNSUPPORTED',
+        `ports need the relay, which is off for this ${this.#driver.runtime} provider (option gatewayReach, or no relay at ${this.#options.relayHelperPath})`,
+        { details: { provider: this.name, capability: 'ports' } },
+      );
+    const { host, target } = await this.#target(id);
+    if (!(await this.fleet.exists(host, id)))
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
+    const execId = randomBytes(12).toString('hex');
+    const argv = wrappedArgv(
+      { PATH: DEFAULT_PATH, [EXEC_ID_ENV]: execId },
+      '/',
+      [RELAY_IN_SANDBOX, 'connect'],
+      'gym-relay',
+    );
+    const command = this.#driver.enter(host, target, argv, { tag: execId });
+    return PortRelay.start(sshRelayChannel(host.connection, command), {
+      label: `${host.name}/${this.#nameOf(id)}`,
+      details: { sandboxId: id, host: host.name },
+    });
   }
 
   /** Drops a sandbox's relay; with `kill`, also kills the relay process in the sandbox (by its tag). */

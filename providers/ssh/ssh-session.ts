@@ -6,7 +6,7 @@
  * only (the shell shares the commands' session and must live), then drops the session if its
  * markers do not come. The gateway relay runs over such a channel too.
  */
-import { GatewayRelay } from '../shared/gateway-relay.ts';
+import { GatewayRelay, type OpenRelayChannel } from '../shared/gateway-relay.ts';
 import type { KillOutcome } from '../shared/kill-script.ts';
 import { ShellSession } from '../shared/shell-session.ts';
 import type { RemoteExecOptions, RemoteProcess } from './connection.ts';
@@ -52,6 +52,20 @@ export async function openSshSession(
  * shell line that ends in the relay binary inside the sandbox, with its port) over one held
  * channel, and resolves once it listens.
  */
+/** The relay's channel: `command` held open over SSH, its stdin and stdout the relay's frames. */
+export function sshRelayChannel(host: ChannelStarter, command: string): OpenRelayChannel {
+  return async (io) => {
+    const started = await host.start(command, { held: true, onStdout: io.onStdout });
+    io.stdin.pipe(started.stdin);
+    return {
+      done: started.done.catch(() => null),
+      pause: () => started.pause(),
+      resume: () => started.resume(),
+      abandon: () => started.close(),
+    };
+  };
+}
+
 export function startSshRelay(
   host: ChannelStarter,
   command: string,
@@ -60,20 +74,5 @@ export function startSshRelay(
   maxConnections: number,
   stats: { refusedTotal: number },
 ): Promise<GatewayRelay> {
-  return GatewayRelay.start(
-    async (io) => {
-      const started = await host.start(command, { held: true, onStdout: io.onStdout });
-      io.stdin.pipe(started.stdin);
-      return {
-        done: started.done.catch(() => null),
-        pause: () => started.pause(),
-        resume: () => started.resume(),
-        abandon: () => started.close(),
-      };
-    },
-    where,
-    socketPath,
-    maxConnections,
-    stats,
-  );
+  return GatewayRelay.start(sshRelayChannel(host, command), where, socketPath, maxConnections, stats);
 }

@@ -256,6 +256,14 @@ def expose_gateway(sandbox_id: str) -> Call:
     return Call("POST", _sandbox(sandbox_id, "/gateway"), json_body={}, has_json=True)
 
 
+def port_endpoint(sandbox_id: str, port: int) -> Call:
+    return Call("GET", _sandbox(sandbox_id, f"/ports/{int(port)}"))
+
+
+def service_output(sandbox_id: str) -> Call:
+    return Call("GET", _sandbox(sandbox_id, "/service/output"))
+
+
 def open_rollout(request: OpenRolloutRequest) -> Call:
     return Call("POST", "/v1/gateway/rollouts", json_body=dict(request), has_json=True)
 

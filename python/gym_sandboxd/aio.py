@@ -24,15 +24,17 @@ from .schema import (
     AccessGrant,
     AccessGrantCreated,
     ExecResult,
-    ForkResult,
     ExecStreamEvent,
+    ForkResult,
     GatewayReach,
     Health,
     OpenRolloutRequestUpstream,
     PoolDefinition,
     PoolStats,
+    PortEndpoint,
     Sandbox,
     SandboxSpec,
+    ServiceOutput,
     SnapshotInfo,
 )
 
@@ -276,6 +278,14 @@ class AsyncGymClient:
 
     async def expose_gateway(self, sandbox_id: str) -> GatewayReach:
         return cast(GatewayReach, await self._json(calls.expose_gateway(sandbox_id)))
+
+    async def port_endpoint(self, sandbox_id: str, port: int) -> PortEndpoint:
+        """A declared port's proxy ``path`` on the daemon and the ``headers`` (its port key) each request there needs."""
+        return cast(PortEndpoint, await self._json(calls.port_endpoint(sandbox_id, port)))
+
+    async def service_output(self, sandbox_id: str) -> ServiceOutput:
+        """The latest output of the sandbox's service (its ``entrypoint``), per stream, with the bytes dropped before it."""
+        return cast(ServiceOutput, await self._json(calls.service_output(sandbox_id)))
 
     async def open_rollout(
         self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None, sandbox_id: str | None = None

@@ -18,15 +18,17 @@ from .schema import (
     AccessGrant,
     AccessGrantCreated,
     ExecResult,
-    ForkResult,
     ExecStreamEvent,
+    ForkResult,
     GatewayReach,
     Health,
     OpenRolloutRequestUpstream,
     PoolDefinition,
     PoolStats,
+    PortEndpoint,
     Sandbox,
     SandboxSpec,
+    ServiceOutput,
     SnapshotInfo,
 )
 
@@ -292,6 +294,14 @@ class GymClient:
     def expose_gateway(self, sandbox_id: str) -> GatewayReach:
         """Makes the gateway reachable from inside the sandbox; ``url`` is its origin as seen there."""
         return cast(GatewayReach, self._json(calls.expose_gateway(sandbox_id)))
+
+    def port_endpoint(self, sandbox_id: str, port: int) -> PortEndpoint:
+        """A declared port's proxy ``path`` on the daemon and the ``headers`` (its port key) each request there needs."""
+        return cast(PortEndpoint, self._json(calls.port_endpoint(sandbox_id, port)))
+
+    def service_output(self, sandbox_id: str) -> ServiceOutput:
+        """The latest output of the sandbox's service (its ``entrypoint``), per stream, with the bytes dropped before it."""
+        return cast(ServiceOutput, self._json(calls.service_output(sandbox_id)))
 
     def open_rollout(
         self, rollout_id: str | None = None, *, upstream: OpenRolloutRequestUpstream | None = None, sandbox_id: str | None = None

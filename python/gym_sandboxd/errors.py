@@ -85,6 +85,7 @@ ERROR_STATUS: dict[str, int] = {
     "DAEMON_CONFLICT": 409,
     "DAEMON_UNAVAILABLE": 503,
     "SHUTTING_DOWN": 503,
+    "SERVICE_UNHEALTHY": 422,
     "INTERNAL": 500,
 }
 
@@ -265,6 +266,16 @@ class DaemonUnavailableError(GymError):
 
 class ShuttingDownError(GymError):
     code = "SHUTTING_DOWN"
+
+
+class ServiceUnhealthyError(GymError):
+    """The sandbox's service exited, or its health check kept failing, before it was healthy.
+
+    The task's own fault, not the infrastructure's: a retry gets the same. The sandbox was
+    destroyed; ``details`` has the service's exit, its last probe and the tail of its stderr.
+    """
+
+    code = "SERVICE_UNHEALTHY"
 
 
 class InternalError(GymError):

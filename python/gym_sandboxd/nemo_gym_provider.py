@@ -5,9 +5,11 @@ NeMo Gym finds it through the entry point ``gym_sandboxd`` of the group
 ``sandbox:`` block (see ``python/README.md``). It implements NeMo Gym's ``SandboxProvider``
 protocol and ``ConnectableProvider`` (a handle is the daemon's sandbox id, so any process with
 the same configuration rebuilds it; ``serialize_handle(scope="operate")`` lends it with a scoped
-credential instead, for a process that holds no token). It does not declare ``endpoint`` (the daemon gives no route
-from outside into a sandbox's ports, so ``SandboxSpec.ports`` is refused) nor PTY sessions (the
-daemon's sessions run one command at a time, with no terminal). What it adds is
+credential instead, for a process that holds no token). ``SandboxSpec.ports`` are the daemon's
+declared ports and :meth:`GymSandboxdProvider.endpoint` their URL on the daemon with the sandbox's
+port key as a header (the port is reached through the daemon's relay, so a sandbox without network
+keeps none); ``SandboxSpec.entrypoint`` runs as the daemon's supervised service beside its keeper.
+It does not declare PTY sessions (the daemon's sessions run one command at a time, with no terminal). What it adds is
 :meth:`GymSandboxdProvider.model_endpoint`: the model gateway as an agent inside the sandbox
 reaches it, with its rollout's key.
 """
@@ -188,16 +190,11 @@ class GymSandboxdProvider:
             raise GymSandboxdCreateError("provider_options['options'] (the daemon provider's own options) must be a mapping")
         return merged
 
-    def _refuse_unhonourable(self, spec: SandboxSpec) -> None:
-        if spec.entrypoint:
+    def _refuse_unhonourable(self, spec: SandboxSpec, options: dict[str, Any]) -> None:
+        if options.get("pool") is not None and (spec.entrypoint or getattr(spec, "ports", ())):
             raise GymSandboxdCreateError(
-                "spec.entrypoint cannot be honoured: the daemon keeps each sandbox alive with its own keeper process; "
-                "start long-running services with exec instead"
-            )
-        if getattr(spec, "ports", ()):  # NeMo Gym 0.4's SandboxSpec has no ports
-            raise GymSandboxdCreateError(
-                "spec.ports cannot be honoured: the daemon offers no route from outside into a sandbox's ports "
-                "(an agent inside reaches the model through model_endpoint())"
+                "spec.entrypoint and spec.ports cannot be honoured with provider_options['pool']: "
+                "a pool's sandboxes were made from the pool's own spec (declare them there)"
             )
         if spec.resources.gpu_type is not None:
             raise GymSandboxdCreateError("resources.gpu_type cannot be honoured: the daemon asks for a number of GPUs, not a type")
@@ -219,6 +216,10 @@ class GymSandboxdProvider:
             daemon_spec["resources"] = resources
         if spec.workdir is not None:
             daemon_spec["workdir"] = spec.workdir
+        if getattr(spec, "ports", ()):  # NeMo Gym 0.4's SandboxSpec has no ports
+            daemon_spec["ports"] = [int(port) for port in spec.ports]
+        if spec.entrypoint:
+            daemon_spec["entrypoint"] = [str(argument) for argument in spec.entrypoint]
         for key in ("provider", "network", "user"):
             if options.get(key) is not None:
                 daemon_spec[key] = str(options[key])
@@ -247,7 +248,7 @@ class GymSandboxdProvider:
         :class:`GymSandboxdCreateVerificationError`, with what was made removed.
         """
         options = self._options(spec)
-        self._refuse_unhonourable(spec)
+        self._refuse_unhonourable(spec, options)
         labels = _labels(spec.metadata or {})
         # Names this create, so a wait that gives up can still find and remove what it made.
         labels["nemo-gym.create"] = uuid.uuid4().hex[:16]
@@ -540,6 +541,23 @@ class GymSandboxdProvider:
         self._borrowed = [held for held in self._borrowed if held is not handle]
         if client is not None:
             await release(client, state.grant_id, handle.sandbox_id)
+
+    # Declared ports.
+
+    async def endpoint(self, handle: SandboxHandle, port: int) -> SandboxEndpoint:
+        """A declared port of the sandbox as the caller reaches it: a URL on the daemon, and the
+        sandbox's port key in ``headers`` (``x-gym-port-key``), which every request there must carry.
+
+        HTTP and WebSocket upgrades both pass; the key holds for this sandbox's declared ports alone.
+        """
+        client = self._of(handle)
+        found = await client.port_endpoint(handle.sandbox_id, port)
+        origin = client.address.url
+        if origin is None:
+            raise NotImplementedError(
+                f"{PROVIDER_NAME} cannot give a URL for port {port}: the daemon listens on a unix socket (give it a TCP address)"
+            )
+        return SandboxEndpoint(endpoint=origin.rstrip("/") + found["path"], headers=dict(found["headers"]))
 
     # The model gateway.
 

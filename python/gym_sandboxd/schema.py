@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "ACCESS_DENIED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "IDEMPOTENCY_KEY_MISMATCH", "IDEMPOTENT_OUTCOME_UNKNOWN", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "INTERNAL"]
+ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "ACCESS_DENIED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "IDEMPOTENCY_KEY_MISMATCH", "IDEMPOTENT_OUTCOME_UNKNOWN", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "SERVICE_UNHEALTHY", "INTERNAL"]
 ExecStatus = Literal["ok", "timeout", "killed", "oom", "sandbox_gone"]
 NetworkMode = Literal["none", "host", "bridge"]
 SandboxState = Literal["creating", "ready", "destroying", "gone", "failed", "unreachable"]
@@ -52,6 +52,15 @@ class SandboxSpecReadiness(TypedDict):
     intervalMs: NotRequired[int]
 
 
+class SandboxSpecHealthcheck(TypedDict):
+    test: str | list[str]
+    intervalMs: NotRequired[int]
+    timeoutMs: NotRequired[int]
+    retries: NotRequired[int]
+    startPeriodMs: NotRequired[int]
+    startIntervalMs: NotRequired[int]
+
+
 class SandboxSpec(TypedDict):
     image: str
     provider: NotRequired[str]
@@ -64,6 +73,9 @@ class SandboxSpec(TypedDict):
     labels: NotRequired[dict[str, str]]
     files: NotRequired[list[SandboxSpecFilesItem]]
     readiness: NotRequired[SandboxSpecReadiness]
+    ports: NotRequired[list[int]]
+    entrypoint: NotRequired[Literal["image"] | list[str]]
+    healthcheck: NotRequired[SandboxSpecHealthcheck]
     providerOptions: NotRequired[dict[str, Any]]
 
 
@@ -88,6 +100,15 @@ class SandboxSpecReadinessOutput(TypedDict):
     intervalMs: int
 
 
+class SandboxSpecHealthcheckOutput(TypedDict):
+    test: str | list[str]
+    intervalMs: int
+    timeoutMs: int
+    retries: int
+    startPeriodMs: int
+    startIntervalMs: int
+
+
 class SandboxSpecOutput(TypedDict):
     image: str
     provider: NotRequired[str]
@@ -100,6 +121,9 @@ class SandboxSpecOutput(TypedDict):
     labels: dict[str, str]
     files: list[SandboxSpecFilesItemOutput]
     readiness: NotRequired[SandboxSpecReadinessOutput]
+    ports: list[int]
+    entrypoint: NotRequired[Literal["image"] | list[str]]
+    healthcheck: NotRequired[SandboxSpecHealthcheckOutput]
     providerOptions: dict[str, Any]
 
 
@@ -107,6 +131,26 @@ class SandboxLineage0(TypedDict):
     parent: str
     snapshot: str
     forkIndex: int
+
+
+class SandboxServiceExit(TypedDict):
+    status: str
+    exitCode: int | None
+
+
+class SandboxServiceHealth(TypedDict):
+    failingStreak: int
+    lastExitCode: int | None
+    lastOutput: str
+
+
+class SandboxService(TypedDict):
+    state: Literal["starting", "healthy", "running", "unhealthy", "exited"]
+    argv: list[str]
+    startedAt: str
+    endedAt: NotRequired[str]
+    exit: NotRequired[SandboxServiceExit]
+    health: NotRequired[SandboxServiceHealth]
 
 
 class Sandbox(TypedDict):
@@ -122,6 +166,7 @@ class Sandbox(TypedDict):
     fromPool: bool
     spec: SandboxSpecOutput
     lineage: SandboxLineage0 | None
+    service: NotRequired[SandboxService]
 
 
 class SandboxList(TypedDict):
@@ -182,6 +227,19 @@ class ExecStreamEventError(TypedDict):
 
 class GatewayReach(TypedDict):
     url: str
+
+
+class PortEndpoint(TypedDict):
+    port: int
+    path: str
+    headers: dict[str, str]
+
+
+class ServiceOutput(TypedDict):
+    stdout: str
+    stderr: str
+    droppedStdoutBytes: int
+    droppedStderrBytes: int
 
 
 class OpenRolloutRequestUpstream(TypedDict):

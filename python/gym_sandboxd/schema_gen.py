@@ -28,6 +28,8 @@ ROOTS: list[tuple[str, list[str | int]]] = [
     ("ExecResult", ["paths", "/v1/sandboxes/{id}/exec", "post", "responses", "200", "content", "application/json", "schema"]),
     ("ExecStreamEvent", ["paths", "/v1/sandboxes/{id}/exec", "post", "responses", "200", "content", "application/x-ndjson", "schema"]),
     ("GatewayReach", ["paths", "/v1/sandboxes/{id}/gateway", "post", "responses", "200", "content", "application/json", "schema"]),
+    ("PortEndpoint", ["paths", "/v1/sandboxes/{id}/ports/{port}", "get", "responses", "200", "content", "application/json", "schema"]),
+    ("ServiceOutput", ["paths", "/v1/sandboxes/{id}/service/output", "get", "responses", "200", "content", "application/json", "schema"]),
     ("OpenRolloutRequest", ["paths", "/v1/gateway/rollouts", "post", "requestBody", "content", "application/json", "schema"]),
     ("PoolDefinition", ["paths", "/v1/pools/{name}", "put", "requestBody", "content", "application/json", "schema"]),
     ("PoolStats", ["paths", "/v1/pools/{name}", "get", "responses", "200", "content", "application/json", "schema"]),

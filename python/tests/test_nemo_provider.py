@@ -68,8 +68,8 @@ def test_nemo_gym_finds_the_provider_by_its_entry_point() -> None:
     assert get_provider_class("gym_sandboxd") is GymSandboxdProvider
     provider = GymSandboxdProvider()
     assert isinstance(provider, ConnectableProvider)
-    # Neither is declared: no route into a sandbox's ports, no terminal sessions.
-    assert not isinstance(provider, SupportsSandboxEndpoint) and not isinstance(provider, SupportsSandboxPty)
+    # Declared ports are reached through the daemon; terminal sessions are not declared.
+    assert isinstance(provider, SupportsSandboxEndpoint) and not isinstance(provider, SupportsSandboxPty)
 
 
 def test_a_named_sandbox_block_selects_the_provider(client: GymClient, image: str) -> None:
@@ -210,8 +210,9 @@ def test_create_refuses_what_it_cannot_honour_before_allocating(client: GymClien
     async def scenario() -> None:
         for spec in (
             _spec(image, metadata={"case": "refused"}, provider_options={"volumes": ["/:/host"]}),
-            _spec(image, metadata={"case": "refused"}, ports=[8080]),
-            _spec(image, metadata={"case": "refused"}, entrypoint=["/bin/server"]),
+            # A pool's sandboxes were made from its own spec: ports and an entrypoint cannot be added.
+            _spec(image, metadata={"case": "refused"}, ports=[8080], provider_options={"pool": "any-pool"}),
+            _spec(image, metadata={"case": "refused"}, entrypoint=["/bin/server"], provider_options={"pool": "any-pool"}),
             _spec(image, metadata={"case": "refused"}, resources={"gpu_type": "h100"}),
             SandboxSpec(metadata=dict(RUN_LABEL)),
         ):
@@ -257,6 +258,49 @@ def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: G
         with pytest.raises(SandboxCreateError, match="CAPABILITY_UNSUPPORTED"):
             await AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"}, resources={"disk_gib": 30})).start()
         assert _mine(client, case="beyond") == []
+
+    asyncio.run(scenario())
+
+
+def test_a_server_in_the_sandbox_is_fetched_through_endpoint_and_only_with_its_key(client: GymClient, image: str) -> None:
+    """Through NeMo Gym's facade: the spec's entrypoint starts a web server in a sandbox without
+    network, ``endpoint(port)`` gives the URL and header the caller fetches it with; without the
+    header, or with another sandbox's, the daemon refuses; an undeclared port is refused."""
+    import urllib.error
+    import urllib.request
+
+    server = "mkdir -p /www && echo served from the sandbox > /www/index.html && exec httpd -f -p 8080 -h /www"
+
+    def fetch(url: str, headers: dict[str, str]) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    async def scenario() -> None:
+        spec = _spec(image, metadata={"case": "endpoint"}, ports=[8080], entrypoint=["sh", "-c", server])
+        async with AsyncSandbox(CONFIG, spec) as sandbox, AsyncSandbox(CONFIG, spec) as other:
+            await sandbox.start()
+            await other.start()
+            endpoint = await sandbox.endpoint(8080)
+            assert endpoint.endpoint.endswith("/ports/8080/") and "x-gym-port-key" in endpoint.headers
+            # NeMo Gym's spec has no health check: the entrypoint may still be starting its server.
+            for _ in range(100):
+                status, body = await asyncio.to_thread(fetch, endpoint.endpoint + "index.html", endpoint.headers)
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert (status, body) == (200, "served from the sandbox\n")
+            assert (await asyncio.to_thread(fetch, endpoint.endpoint + "index.html", {}))[0] == 401
+            others = await other.endpoint(8080)
+            assert (await asyncio.to_thread(fetch, endpoint.endpoint + "index.html", others.headers))[0] == 401
+            with pytest.raises(ValueError, match="not declared"):
+                await sandbox.endpoint(9090)
+            # The entrypoint is the daemon's supervised service, beside the keeper.
+            services = [client.get_sandbox(made)["service"] for made in _mine(client, case="endpoint")]
+            assert [(service["state"], service["argv"]) for service in services] == [("running", ["sh", "-c", server])] * 2
+        assert _mine(client, case="endpoint") == []
 
     asyncio.run(scenario())
 

@@ -16,6 +16,7 @@ import { describeSandboxProviderContract, expectGymError } from '../../providers
 import type { SandboxProvider } from '../../providers/sandbox-provider.ts';
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
 import { testContext } from '../fixtures/provider-context.ts';
+import { relayBinaryForTests } from '../relay-binary.ts';
 import { SSH_RUNTIMES, type SshRuntimeRow } from './ssh-runtimes.ts';
 
 /**
@@ -57,7 +58,12 @@ export async function describeSshRuntimeContract(runtime: SshRuntimeRow['runtime
         imageFormats: ['rootfs', 'derived'],
       },
       testTimeoutMs: 120_000,
-      createProvider: () => row.provider({ hosts: [node.host], keepaliveIntervalMs: 1000 }, context()),
+      // A relay as new as its source (the port cases need its connect mode).
+      createProvider: () =>
+        row.provider(
+          { hosts: [node.host], keepaliveIntervalMs: 1000, relayHelperPath: relayBinaryForTests() },
+          context(),
+        ),
     });
 
     /** Reach is per sandbox: only one given it reaches the gateway, and a provider without the relay says so. */

@@ -47,6 +47,8 @@ const SCOPED_ROUTES: Record<string, 'inspect' | 'exec' | 'files' | 'endpoints'> 
   'GET /v1/sandboxes/:id/archive': 'files',
   'HEAD /v1/sandboxes/:id/archive': 'files',
   'POST /v1/sandboxes/:id/gateway': 'endpoints',
+  'GET /v1/sandboxes/:id/ports/:port': 'endpoints',
+  'HEAD /v1/sandboxes/:id/ports/:port': 'endpoints',
 };
 
 /** Routes that answer anyone the same whatever the bearer (liveness), or check their own key or cookie. */
@@ -155,6 +157,8 @@ describe('a scoped credential', () => {
           .replaceAll(':id', id)
           .replaceAll(':name', 'pool-a')
           .replaceAll(':rolloutId', 'ro-abcdefgh')
+          // fastify's tree prints a wildcard `/*` without its `/`.
+          .replace(/(?<!\/)\*$/, '/x')
           .replaceAll('*', 'x'),
         headers: {
           ...bearer(token),
@@ -184,7 +188,8 @@ describe('a scoped credential', () => {
       if (right !== undefined && right !== 'inspect' && right !== 'files') {
         const response = await call(method, path, own, filesOnly.token);
         expect(response.statusCode, `${key} without ${right}`).toBe(403);
-        expect(response.json().error.code).toBe('ACCESS_DENIED');
+        // A HEAD answer has no body to name the code.
+        if (method !== 'HEAD') expect(response.json().error.code).toBe('ACCESS_DENIED');
       }
     }
 

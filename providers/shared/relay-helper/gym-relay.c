@@ -14,6 +14,15 @@
  *   'E' both ways: end of that side's bytes (a half-close); the connection closes when both ended
  *   'X' daemon -> relay: drop the connection now
  *
+ * Connect mode (`gym-relay connect`), the way in for a sandbox's declared ports: it listens on
+ * nothing; the daemon opens each connection, and the relay connects it to 127.0.0.1:PORT inside
+ * the sandbox and nowhere else (a loopback address is all it can name), so a port is reached
+ * through the exec channel and a sandbox without network stays without:
+ *
+ *   'R' relay -> daemon, id 0: ready; payload = 0 (2 bytes)
+ *   'O' daemon -> relay: connect id to 127.0.0.1:PORT; payload = PORT (2 bytes, big endian)
+ *   'X' relay -> daemon: that connection was refused (nothing listens there), or dropped
+ *
  * It exits when its stdin ends: a daemon that goes away (even killed with -9) takes it along.
  * Static, no libc beyond the system calls, so it runs in any Linux image of the host's CPU.
  */
@@ -80,6 +89,33 @@ static void maybe_close(struct connection *connection) {
   if (connection->read_done && connection->write_done) drop(connection);
 }
 
+/* Connect mode: the daemon's open of `id` to 127.0.0.1:port; a refusal is an 'X' back. */
+static void open_connection(uint32_t id, const unsigned char *payload, uint32_t length) {
+  if (length != 2 || find(id) != NULL) _exit(4);
+  uint16_t port_be;
+  memcpy(&port_be, payload, 2);
+  int slot = -1;
+  for (int i = 0; i < MAX_CONNECTIONS; i++)
+    if (connections[i].fd < 0) {
+      slot = i;
+      break;
+    }
+  int fd = slot < 0 ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in address;
+  memset(&address, 0, sizeof address);
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = port_be;
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof address) == 0) {
+    connections[slot] = (struct connection){fd, id, 0, 0};
+    return;
+  }
+  if (fd >= 0) close(fd);
+  send_frame('X', id, NULL, 0);
+}
+
+static int connect_mode;
+
 /* Handles every whole frame in the input buffer. */
 static void handle_input(void) {
   size_t offset = 0;
@@ -92,6 +128,11 @@ static void handle_input(void) {
     if (length > CHUNK) _exit(4);
     if (input_length - offset < HEADER + length) break;
     unsigned char type = input[offset];
+    if (connect_mode && type == 'O') {
+      open_connection(id, input + offset + HEADER, length);
+      offset += HEADER + length;
+      continue;
+    }
     struct connection *connection = find(id);
     if (connection != NULL) {
       if (type == 'D' && !connection->write_done) {
@@ -126,21 +167,25 @@ static void handle_input(void) {
 int main(int argc, char **argv) {
   if (argc != 2) return 2;
   for (int i = 0; i < MAX_CONNECTIONS; i++) connections[i].fd = -1;
-  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listener < 0) return 5;
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in address;
-  memset(&address, 0, sizeof address);
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons((uint16_t)atoi(argv[1]));
-  if (bind(listener, (struct sockaddr *)&address, sizeof address) < 0 || listen(listener, 64) < 0) return 6;
-  socklen_t size = sizeof address;
-  getsockname(listener, (struct sockaddr *)&address, &size);
-  unsigned char port[2];
-  uint16_t port_be = address.sin_port;
-  memcpy(port, &port_be, 2);
+  connect_mode = strcmp(argv[1], "connect") == 0;
+  int listener = -1;
+  unsigned char port[2] = {0, 0};
+  if (!connect_mode) {
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0) return 5;
+    int one = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in address;
+    memset(&address, 0, sizeof address);
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons((uint16_t)atoi(argv[1]));
+    if (bind(listener, (struct sockaddr *)&address, sizeof address) < 0 || listen(listener, 64) < 0) return 6;
+    socklen_t size = sizeof address;
+    getsockname(listener, (struct sockaddr *)&address, &size);
+    uint16_t port_be = address.sin_port;
+    memcpy(port, &port_be, 2);
+  }
   send_frame('R', 0, port, 2);
 
   uint32_t next_id = 1;
@@ -152,9 +197,11 @@ int main(int argc, char **argv) {
     fds[count].fd = 0;
     fds[count].events = POLLIN;
     owners[count++] = -1;
-    fds[count].fd = listener;
-    fds[count].events = POLLIN;
-    owners[count++] = -2;
+    if (listener >= 0) {
+      fds[count].fd = listener;
+      fds[count].events = POLLIN;
+      owners[count++] = -2;
+    }
     for (int i = 0; i < MAX_CONNECTIONS; i++) {
       if (connections[i].fd < 0 || connections[i].read_done) continue;
       fds[count].fd = connections[i].fd;
