@@ -90,6 +90,9 @@ async function checkRows(
           _ng_task_index: taskIndex,
           _ng_failure_class: 'invalid_row',
           _ng_failure_terminal: true,
+          // Never run: nothing of it measures the policy.
+          mask_sample: true,
+          failure_reason: `invalid_row: ${reason}`,
           [GYM_FIELDS]: { reason },
         });
     }
