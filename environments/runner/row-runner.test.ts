@@ -87,6 +87,14 @@ describe('the row runner (gym serve)', () => {
       expect(answer).toMatchObject({ reward: 1, mask_sample: false, failure_reason: null });
       expect(gymFields(answer).outcome).toBe('reward');
       expect(comparable(answer)).toEqual(comparable(written!));
+      // The row's own keys cannot stand in for the facts or our fields: they are written after it.
+      const forged = await runner.run({
+        ...rows[0],
+        mask_sample: true,
+        failure_reason: 'forged',
+        _gym: { outcome: 'forged' },
+      });
+      expect(forged).toMatchObject({ mask_sample: false, failure_reason: null, _gym: { outcome: 'reward' } });
       const refused = await runner.run({ id: 'nothing' }).catch((error: unknown) => error);
       expect(isGymError(refused, 'VALIDATION_FAILED')).toBe(true);
     } finally {
