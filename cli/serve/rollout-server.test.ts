@@ -225,3 +225,33 @@ describe('gym serve: POST /aggregate_metrics', () => {
     ).toBe(400);
   });
 });
+
+describe('gym serve over a socket', () => {
+  it('does not run a row whose sender gave up while it waited', async () => {
+    const runner = gatedRunner();
+    const { app, admission } = server(runner, 1, 2);
+    apps.push(app);
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    const send = (id: string, signal?: AbortSignal) =>
+      fetch(`${url}/run`, {
+        method: 'POST',
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ id }),
+        ...(signal === undefined ? {} : { signal }),
+      });
+    const first = send('first');
+    await until(() => runner.ran.length === 1);
+    const abort = new AbortController();
+    const abandoned = send('abandoned', abort.signal).catch((error: unknown) => error);
+    await until(() => admission.state().waiting === 1);
+    abort.abort();
+    await abandoned;
+    const kept = send('kept');
+    await until(() => admission.state().waiting === 2);
+    runner.open();
+    expect((await first).status).toBe(200);
+    expect((await kept).status).toBe(200);
+    expect(runner.ran.map((row) => row.id)).toEqual(['first', 'kept']);
+    expect(admission.state()).toEqual({ running: 0, waiting: 0 });
+  });
+});

@@ -99,6 +99,11 @@ export function buildRolloutServer(options: RolloutServerOptions): FastifyInstan
         'VALIDATION_FAILED',
         `Idempotency-Key must be one value of 1 to ${MAX_KEY_CHARS} characters`,
       );
+    // A trainer that gave up on a row while it waited (its connection closed) gets no run of it.
+    let isAbandoned = false;
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) isAbandoned = true;
+    });
     const run = async (): Promise<Json> => {
       const entered = admission.enter();
       if (entered === undefined) {
@@ -111,6 +116,10 @@ export function buildRolloutServer(options: RolloutServerOptions): FastifyInstan
         );
       }
       const turn = await entered;
+      if (isAbandoned) {
+        turn.release();
+        throw new GymError('VALIDATION_FAILED', 'the row was given up while it waited: not run');
+      }
       try {
         return await options.runRow(row);
       } finally {
