@@ -7,7 +7,8 @@
  * runner, the server, its HTTP client and the scripted model. Each phase counts from its pools'
  * definition to their removal, so both pay for filling them.
  *
- *   npm run bench:train        (GYM_BENCH_TRAIN_CONCURRENCY=64,256 and GYM_BENCH_TRAIN_ROWS=N to change)
+ *   npm run bench:train   (GYM_BENCH_TRAIN_CONCURRENCY=64,256, GYM_BENCH_TRAIN_ROWS=N and
+ *                          GYM_BENCH_TRAIN_SERVE_FIRST=1 to change)
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -206,9 +207,13 @@ try {
     const wanted = Number(process.env.GYM_BENCH_TRAIN_ROWS ?? concurrency);
     const repeats = Math.max(1, Math.ceil(wanted / tasks.length));
     const rollouts = repeats * tasks.length;
+    // In-process first unless GYM_BENCH_TRAIN_SERVE_FIRST=1: the second phase starts while the
+    // engine still removes the first one's sandboxes, so the order is worth trying both ways.
+    const serveFirst = process.env.GYM_BENCH_TRAIN_SERVE_FIRST === '1';
+    const served0 = serveFirst ? await throughServe(concurrency, repeats, rollouts) : undefined;
     const local = await inProcess(concurrency, repeats, rollouts);
     process.stderr.write(`bench:train: in-process c${concurrency}: ${JSON.stringify(local)}\n`);
-    const served = await throughServe(concurrency, repeats, rollouts);
+    const served = served0 ?? (await throughServe(concurrency, repeats, rollouts));
     process.stderr.write(`bench:train: serve c${concurrency}: ${JSON.stringify(served)}\n`);
     results[`c${concurrency}`] = {
       serve: served,
@@ -217,7 +222,7 @@ try {
     };
   }
   process.stdout.write(
-    `${JSON.stringify({ bench: 'train', environment: 'terminal', harness: 'mini-swe', model: 'scripted', pools: true, ...results })}\n`,
+    `${JSON.stringify({ bench: 'train', environment: 'terminal', harness: 'mini-swe', model: 'scripted', pools: true, order: process.env.GYM_BENCH_TRAIN_SERVE_FIRST === '1' ? 'serve first' : 'in-process first', ...results })}\n`,
   );
 } finally {
   const exited = new Promise((resolve) => daemonProcess.once('exit', resolve));
