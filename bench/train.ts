@@ -11,6 +11,7 @@
  *                          GYM_BENCH_TRAIN_SERVE_FIRST=1 to change)
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,11 +30,14 @@ import { createRowRunner } from '../environments/runner/row-runner.ts';
 import { HarnessRegistry } from '../harnesses/registry.ts';
 import { ModelScriptSchema } from '../harnesses/scripted-model/script.ts';
 import { startScriptedModelServer } from '../harnesses/scripted-model/server.ts';
+import { createDockerClient } from '../providers/docker/index.ts';
 import { round } from './stats.ts';
 
 const CLI = new URL('../cli/main.ts', import.meta.url).pathname;
 const CONCURRENCIES = (process.env.GYM_BENCH_TRAIN_CONCURRENCY ?? '64,256').split(',').map(Number);
 const TICKS_PER_SECOND = 100;
+// This run's own: a sandbox another run left behind is never waited for, and any this one leaves is counted.
+const NAMESPACE = `bench-train-${randomBytes(3).toString('hex')}`;
 const logger = pino({ level: 'warn' }, pino.destination(2)) as unknown as Logger & ReturnType<typeof pino>;
 
 /** A process's CPU-seconds so far and its resident memory now (MiB), from /proc. */
@@ -58,7 +62,7 @@ async function startDaemonProcess(
       '--state-dir',
       stateDir,
       '--namespace',
-      'bench-train',
+      NAMESPACE,
       '--destroy-on-shutdown',
       '--port',
       '0',
@@ -80,6 +84,7 @@ async function startDaemonProcess(
   }
 }
 
+const docker = createDockerClient();
 const stateDir = await mkdtemp(join(tmpdir(), 'gym-bench-train-'));
 const model = await startScriptedModelServer(
   ModelScriptSchema.parse({
@@ -116,7 +121,21 @@ interface Phase {
   infraErrors: number;
 }
 
+/**
+ * Waits until the daemon holds no sandbox (the previous phase's pools drained, its last rollouts'
+ * sandboxes removed), so a phase does not pay for the one before it: without this the second
+ * phase ran at about half the speed of the first, whichever it was.
+ */
+async function settle(): Promise<void> {
+  const engineHolds = async () =>
+    (await docker.listContainers({ all: true, filters: { label: [`gym.namespace=${NAMESPACE}`] } })).length >
+    0;
+  while ((await client.listSandboxes()).length > 0 || (await engineHolds()))
+    await new Promise((resolve) => setTimeout(resolve, 500));
+}
+
 async function measure(rollouts: number, body: () => Promise<number>): Promise<Phase> {
+  await settle();
   const daemonBefore = await processUsage(daemonPid);
   const selfBefore = process.cpuUsage();
   const started = performance.now();
@@ -230,4 +249,10 @@ try {
   await exited;
   await model.close();
   await rm(stateDir, { recursive: true, force: true });
+  // A daemon stopped with --destroy-on-shutdown should leave nothing; say so if it did, and clean up.
+  const left = await docker.listContainers({ all: true, filters: { label: [`gym.namespace=${NAMESPACE}`] } });
+  if (left.length > 0) {
+    process.stderr.write(`bench:train: the stopped daemon left ${left.length} containers; removing them\n`);
+    for (const container of left) await docker.getContainer(container.Id).remove({ force: true });
+  }
 }
