@@ -41,7 +41,8 @@ export async function connect(stateDir: string, token?: string): Promise<GymClie
   });
 }
 
-async function readToken(stateDir: string): Promise<string> {
+/** The token file of the daemon of `stateDir`. */
+export async function readToken(stateDir: string): Promise<string> {
   try {
     return (await readFile(join(stateDir, TOKEN_FILE), 'utf8')).trim();
   } catch (error) {

@@ -8,6 +8,7 @@ import type { EvalPlan } from './eval-plan.ts';
 import type { EvalOptions } from './eval-types.ts';
 import { readJsonl, writeJsonlAtomic } from './files.ts';
 import { computeRewardMetrics, fieldStats, taskProfile } from './metrics.ts';
+import { gymFields } from './rollout-line.ts';
 import { usageMetrics } from './usage.ts';
 
 /** Rollouts the verifier never judged (no reward), by failure class. */
@@ -28,6 +29,26 @@ export async function writeMetrics(
   expectedByTask: ReadonlyMap<number, number> = new Map(),
   kind?: Pick<EnvironmentKind, 'computeMetrics' | 'keyMetrics'>,
 ): Promise<Record<string, number>> {
+  const aggregate = aggregateMetrics(rollouts, harnessName, failures, expectedByTask, kind);
+  await writeFile(path, `${JSON.stringify([{ agent_ref: { name: harnessName }, ...aggregate }], null, 2)}\n`);
+  return aggregate.agent_metrics;
+}
+
+/** NeMo Gym's `AggregateMetrics` of a run's lines (its `/aggregate_metrics` answer, a metrics file's entry). */
+export interface AggregateMetrics {
+  agent_metrics: Record<string, number>;
+  key_metrics: Record<string, number>;
+  group_level_metrics: Array<Record<string, unknown>>;
+}
+
+/** The metrics of {@link writeMetrics}, computed without a file (`gym serve`'s `/aggregate_metrics`). */
+export function aggregateMetrics(
+  rollouts: Array<Record<string, unknown>>,
+  harnessName: string,
+  failures: Array<Record<string, unknown>> = [],
+  expectedByTask: ReadonlyMap<number, number> = new Map(),
+  kind?: Pick<EnvironmentKind, 'computeMetrics' | 'keyMetrics'>,
+): AggregateMetrics {
   const byTask = new Map<number, Array<Record<string, unknown>>>();
   for (const row of rollouts) {
     const task = Number(row._ng_task_index);
@@ -69,11 +90,30 @@ export async function writeMetrics(
     ...computeRewardMetrics([rewardsOf(lines)]),
     ...usageMetrics(lines),
   }));
-  await writeFile(
-    path,
-    `${JSON.stringify([{ agent_ref: { name: harnessName }, agent_metrics: agentMetrics, key_metrics: keyMetrics, group_level_metrics: groupLevel }], null, 2)}\n`,
-  );
-  return agentMetrics;
+  return { agent_metrics: agentMetrics, key_metrics: keyMetrics, group_level_metrics: groupLevel };
+}
+
+/**
+ * The metrics of lines sent back by a trainer (NeMo Gym's `/aggregate_metrics`), as `gym eval run`
+ * computes them from its files: a line goes where the run would have written it (a reward or an
+ * agent's failure to the rollouts, a verifier timeout or error to the failures; an infra error,
+ * retried and masked, nowhere). A line of another writer without our fields counts when it has a
+ * numeric reward.
+ */
+export function aggregateLines(
+  lines: ReadonlyArray<Record<string, unknown>>,
+  harnessName: string,
+  kind?: Pick<EnvironmentKind, 'computeMetrics' | 'keyMetrics'>,
+): AggregateMetrics {
+  const rollouts: Array<Record<string, unknown>> = [];
+  const failures: Array<Record<string, unknown>> = [];
+  for (const line of lines) {
+    const outcome = gymFields(line).outcome ?? (typeof line.reward === 'number' ? 'reward' : undefined);
+    if (outcome === 'reward' || outcome === 'agent_error') rollouts.push(line);
+    else if (outcome === 'verifier_timeout' || outcome === 'verifier_error')
+      failures.push({ ...line, _ng_failure_class: outcome });
+  }
+  return aggregateMetrics(rollouts, harnessName, failures, new Map(), kind);
 }
 
 /** Sorts the rollouts file, writes the metrics and the kind's reports; returns the counts. */

@@ -18,16 +18,32 @@ export function materialize(
   harnessName: string,
 ): Array<Record<string, unknown>> {
   return rows.flatMap((row, position) =>
-    Array.from({ length: numRepeats }, (_, repeat) => ({
-      ...row,
-      _ng_task_index: typeof row._ng_task_index === 'number' ? row._ng_task_index : position,
-      _ng_rollout_index: repeat,
-      agent_ref: { name: harnessName },
-      responses_create_params: row.responses_create_params ?? {
-        input: [{ role: 'user', content: rowInstruction(row) }],
-      },
-    })),
+    Array.from({ length: numRepeats }, (_, repeat) =>
+      materializeRow(row, position, repeat, { name: harnessName }),
+    ),
   );
+}
+
+/**
+ * One (task, repeat) as a rollout runs it: the row with its indices (its own `_ng_task_index`, else
+ * `position`), the agent it is run by, and its `responses_create_params` (the task's instruction as
+ * the user's message when the row has none).
+ */
+export function materializeRow(
+  row: Record<string, unknown>,
+  position: number,
+  repeat: number,
+  agentRef: unknown,
+): Record<string, unknown> {
+  return {
+    ...row,
+    _ng_task_index: typeof row._ng_task_index === 'number' ? row._ng_task_index : position,
+    _ng_rollout_index: repeat,
+    agent_ref: agentRef,
+    responses_create_params: row.responses_create_params ?? {
+      input: [{ role: 'user', content: rowInstruction(row) }],
+    },
+  };
 }
 
 /** A run's work, decided before it starts. */
@@ -90,6 +106,9 @@ async function checkRows(
           _ng_task_index: taskIndex,
           _ng_failure_class: 'invalid_row',
           _ng_failure_terminal: true,
+          // Never run: nothing of it measures the policy.
+          mask_sample: true,
+          failure_reason: `invalid_row: ${reason}`,
           [GYM_FIELDS]: { reason },
         });
     }

@@ -55,7 +55,7 @@ async function recordAttempt(
       'infra error; retrying',
     );
     if (attempt + 1 < options.maxInfraAttempts)
-      await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 1000 * 2 ** attempt)));
+      await new Promise((resolve) => setTimeout(resolve, infraRetryDelayMs(attempt)));
     return { retry: true, earned: null };
   }
   if (outcome === 'verifier_timeout') {
@@ -101,6 +101,36 @@ async function recordAttempt(
 }
 
 /**
+ * One rollout to its end: attempts until one is not retried (`onAttempt` says), at most
+ * `maxAttempts`, each with its own rollout id: readable for people (the run, the indices, the
+ * attempt), unguessable for agents (the random part keeps another rollout's agent from naming
+ * this one). Returns the last attempt's line. `gym eval run` and `gym serve` both end rollouts here.
+ */
+export async function settleRollout(
+  row: TaskRow,
+  runId: string,
+  maxAttempts: number,
+  runAttempt: RunAttempt,
+  onAttempt: (result: Record<string, unknown>, attempt: number) => Promise<{ retry: boolean }>,
+): Promise<Record<string, unknown>> {
+  let result: Record<string, unknown> = {};
+  for (let attempt = 0; attempt < Math.max(1, maxAttempts); attempt += 1) {
+    result = await runAttempt(
+      row,
+      `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
+      attempt,
+    );
+    if (!(await onAttempt(result, attempt)).retry) break;
+  }
+  return result;
+}
+
+/** The wait before an infra error's next attempt: 1 s, doubling, at most 10 s. */
+export function infraRetryDelayMs(attempt: number): number {
+  return Math.min(10_000, 1000 * 2 ** attempt);
+}
+
+/**
  * Runs every pending rollout, `options.concurrency` at once, reporting progress as each ends.
  * Returns when all have ended. The pending rollouts come task by task, so the repeats of one task
  * (a `--fork-setup` group) start close together.
@@ -119,19 +149,12 @@ export async function scheduleRollouts(
       const row = pending[next++]!;
       let ended: RolloutOutcome | undefined;
       let earned: number | null = null;
-      for (let attempt = 0; attempt < options.maxInfraAttempts; attempt += 1) {
-        const result = await runAttempt(
-          row,
-          // Readable for people, unguessable for agents: the random part is what keeps another
-          // rollout's agent from naming this one.
-          `${runId}-${row._ng_task_index}-${row._ng_rollout_index}-${attempt}-${randomBytes(12).toString('hex')}`,
-          attempt,
-        );
+      await settleRollout(row, runId, options.maxInfraAttempts, runAttempt, async (result, attempt) => {
         ended = gymFields(result).outcome as RolloutOutcome;
         const recorded = await recordAttempt(recorder, row, result, attempt);
         earned = recorded.earned;
-        if (!recorded.retry) break;
-      }
+        return recorded;
+      });
       await onSettled?.(row);
       // Whatever the end (a verifier error, infra errors to the last attempt): the progress line
       // once named the previous rollout after one without a reward.

@@ -184,6 +184,7 @@ describe('an infrastructure fault is an infra error, never a reward', () => {
   it('gives the fault-free run reward 1 (the baseline every fault is measured against)', async () => {
     const { rollouts, failures } = await runOnce(fakeClient(null), createOracleHarness(), 'baseline');
     expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 1]]);
+    expect(rollouts[0]).toMatchObject({ mask_sample: false, failure_reason: null });
     expect(failures).toEqual([]);
   });
 
@@ -218,6 +219,11 @@ describe('an infrastructure fault is an infra error, never a reward', () => {
     );
     expect(rollouts).toEqual([]);
     expect(failures.map((row) => gymFields(row).outcome)).toEqual(['infra_error']);
+    // A trainer reading the line drops it: its 0 is no measurement of the agent.
+    expect(failures[0]).toMatchObject({
+      mask_sample: true,
+      failure_reason: expect.stringMatching(/^infra_error: ./),
+    });
   });
 });
 
@@ -246,6 +252,8 @@ describe("what the agent's own files or code can cause is graded, never infra", 
     expect(failures).toEqual([]);
     expect(rollouts.map((row) => [gymFields(row).outcome, row.reward])).toEqual([['reward', 0]]);
     expect(String((gymFields(rollouts[0]!).verifier as { reason?: unknown }).reason)).not.toBe('undefined');
+    // A graded 0 is the agent's: a trainer keeps it.
+    expect(rollouts[0]!.mask_sample).toBe(false);
   });
 });
 
@@ -346,6 +354,11 @@ describe('a model-driven harness ends on an infrastructure fault instead of carr
     );
     expect(rollouts).toEqual([]);
     expect(failures.map((row) => gymFields(row).outcome)).toEqual(['infra_error']);
+    // A trainer reading the line drops it: its 0 is no measurement of the agent.
+    expect(failures[0]).toMatchObject({
+      mask_sample: true,
+      failure_reason: expect.stringMatching(/^infra_error: ./),
+    });
   });
 
   // What the agent's files cause is an error the model sees; the run goes on and is graded.

@@ -5,11 +5,12 @@
 import type { HarnessResult } from '../../harnesses/harness.ts';
 import type { Verdict } from '../verifiers/verifier.ts';
 import type { Timings } from './eval-types.ts';
+import { failureFacts } from './failure-facts.ts';
 import type { ForkSetupRecord } from './fork-setup.ts';
 import type { NetworkSummary } from './network-records.ts';
 import { buildResponse, GYM_FIELDS, type GymRolloutFields } from './rollout-line.ts';
 import type { AgentRecords, RolloutContext } from './rollout-phases.ts';
-import { buildTrainingCapture, MASK_SAMPLE_KEY, TOKEN_CAPTURE_KEY } from './training-response.ts';
+import { buildTrainingCapture, TOKEN_CAPTURE_KEY } from './training-response.ts';
 import { configuredPrices, sumUsage } from './usage.ts';
 
 /** What the phases of one attempt produced, however far it got. */
@@ -77,9 +78,8 @@ export function rolloutLine(context: RolloutContext, end: RolloutEnd): Record<st
     response,
     reward: verdict.reward,
     // After the row's and the verifier's fields: neither can say a sample is sound.
-    ...(capture === undefined
-      ? {}
-      : { [TOKEN_CAPTURE_KEY]: capture.metrics, [MASK_SAMPLE_KEY]: capture.maskSample }),
+    ...(capture === undefined ? {} : { [TOKEN_CAPTURE_KEY]: capture.metrics }),
+    ...failureFacts(verdict, harnessResult, capture),
     [GYM_FIELDS]: gym,
   };
 }

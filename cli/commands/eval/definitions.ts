@@ -80,6 +80,78 @@ Uses the daemon of the state directory when one runs, else starts one in-process
     )
     .addOption(stateDirOption());
 
+export const evalServe = () =>
+  new Command('serve')
+    .summary(
+      "serve NeMo Gym's agent-server contract: POST /run runs one row as gym eval run does and answers its line",
+    )
+    .description(
+      `Serve NeMo Gym's agent-server contract for rollout collection, so NeMo Gym (and the trainers that drive it) can send rows here: POST /run runs one row as gym eval run runs it (sandbox, harness, verifier, infra retries) and answers with the line gym eval run writes; POST /aggregate_metrics answers NeMo Gym's aggregate metrics of the lines sent back. At most --concurrency rows run and --queue wait; past that a row is refused with 429 and Retry-After. A row sent again with its Idempotency-Key gets the first answer and never runs twice. Every route but /healthz needs the daemon's token as a bearer token, unless --no-token (loopback only: NeMo Gym's client sends none). Uses the daemon of the state directory when one runs, else starts one in-process. Runs until interrupted (docs/integrations/nemo-gym-trainer.md).`,
+    )
+    .option('--env <NAME>', 'environment (see gym env ls); without it, told from the --input rows')
+    .option(
+      '-i, --input <FILE>',
+      "the task rows the server expects (JSONL): their images are prepared and, with --pool, pooled; default: the environment's own",
+    )
+    .option('--harness <NAME>', "agent harness (default: the environment's)")
+    .option('--harness-options <JSON>', "the harness's options as a JSON object")
+    .option(
+      '--provider-options <JSON>',
+      "providerOptions added to every agent sandbox's spec as a JSON object",
+    )
+    .addOption(new Option('--limit <N>', 'expect only the first N tasks').argParser(integer(1)))
+    .addOption(new Option('--concurrency <N>', 'rows run at once').argParser(integer(1)).default(8))
+    .addOption(
+      new Option('--queue <N>', 'rows that may wait for a turn; past it a row is refused with 429')
+        .argParser(integer(0))
+        .default(256),
+    )
+    .addOption(
+      new Option('--max-infra-attempts <N>', 'tries of a row that hits an infrastructure error')
+        .argParser(integer(1))
+        .default(3),
+    )
+    .option('--pool', 'serve shared images from warm pools sized to the concurrency')
+    .addOption(
+      new Option('--num-repeats <N>', 'repeats of each row the trainer will send (sizes the pools)')
+        .argParser(integer(1))
+        .default(1),
+    )
+    .option('--model <NAME>', 'model name sent upstream (env.yaml: policy_model_name)')
+    .option(
+      '--model-url, --policy-base-url <URL>',
+      'model upstream, OpenAI-compatible (env.yaml: policy_base_url)',
+    )
+    .option('--model-api-key, --policy-api-key <KEY>', "model upstream's API key (env.yaml: policy_api_key)")
+    .option(
+      '--token-ids',
+      "answer each row's training response with exact token ids (as gym eval run --token-ids)",
+    )
+    .option('--env-yaml <FILE>', 'NeMo Gym env.yaml with the policy_* keys (default: ./env.yaml if present)')
+    .option('--image-template <TEMPLATE>', 'swebench: image name per row')
+    .addOption(
+      new Option(
+        '--task-env <VAR>',
+        "harbor: a host variable task.toml's ${VAR} may read (repeat for more)",
+      ).argParser((name: string, previous: string[] = []) => {
+        if (!/^[A-Za-z_]\w*$/.test(name)) throw new InvalidArgumentError(`${name} is not a variable name`);
+        return [...previous, name];
+      }),
+    )
+    .option('--host <ADDRESS>', 'address to listen on', '127.0.0.1')
+    .addOption(
+      new Option('--port <PORT>', 'TCP port (0: any free port)').argParser(integer(0, 65_535)).default(0),
+    )
+    .option(
+      '--no-token',
+      "take rows without the daemon's token (loopback addresses only: NeMo Gym's client sends none)",
+    )
+    .option(
+      '-o, --output <FILE>',
+      "where rollouts' network logs go (FILE_network_logs/); default: in the state directory",
+    )
+    .addOption(stateDirOption());
+
 export const evalReverify = () =>
   new Command('reverify')
     .summary('recompute rewards from stored rollouts (their patches or answers), running no agent')

@@ -1,6 +1,6 @@
 /** `gym eval`: its verbs, each a parser and a body loaded when it runs. */
 import { type CommandDefinition, group, verb } from '../../command-definition.ts';
-import { evalExport, evalProfile, evalReverify, evalRun, evalView } from './definitions.ts';
+import { evalExport, evalProfile, evalReverify, evalRun, evalServe, evalView } from './definitions.ts';
 
 export const evalCommands: CommandDefinition = group(
   'eval',
@@ -11,5 +11,6 @@ export const evalCommands: CommandDefinition = group(
     verb(evalProfile, () => import('./profile.ts').then((module) => module.evalProfileCommand)),
     verb(evalExport, () => import('./export.ts').then((module) => module.evalExportCommand)),
     verb(evalView, () => import('./view.ts').then((module) => module.evalViewCommand)),
+    verb(evalServe, () => import('./serve.ts').then((module) => module.evalServeCommand)),
   ],
 );

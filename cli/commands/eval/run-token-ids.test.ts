@@ -139,7 +139,8 @@ describe('gym eval run --token-ids', () => {
     await daemon?.cleanup();
     await model?.close();
     const plain = await runWithTokenIds([]);
-    expect(plain).not.toHaveProperty('mask_sample');
+    // Failure facts are on every line; the capture metrics only when ids were asked for.
+    expect(plain).toMatchObject({ mask_sample: false, failure_reason: null });
     expect(plain).not.toHaveProperty('_ng_token_capture');
     expect(model!.requests[0]!.body.return_token_ids).toBeUndefined();
     expect((plain.response as { output: unknown[] }).output).toHaveLength(1);

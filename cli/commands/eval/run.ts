@@ -2,13 +2,15 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { GymClient } from '../../../client/client.ts';
 import { GymError, isGymError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/logger.ts';
 import { createTracing, tracingConfigFromEnvironment } from '../../../core/tracing.ts';
 import { configFromEnvironment, type DaemonConfig, loadConfig } from '../../../daemon/config.ts';
 import { type RunningDaemon, startDaemon } from '../../../daemon/daemon.ts';
-import { loadEnvironment, readRows } from '../../../environments/environment.ts';
+import { type LoadedEnvironment, loadEnvironment, readRows } from '../../../environments/environment.ts';
 import { inferEnvironment } from '../../../environments/infer-format.ts';
 import { type EvalProgress, runEval } from '../../../environments/runner/eval.ts';
 import { exportTrajectories, formatsOf } from '../../../environments/runner/trajectory-files.ts';
+import type { Harness } from '../../../harnesses/harness.ts';
 import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { type CommandOf, UsageError } from '../../command.ts';
 import { connect, resolveStateDir } from '../../connect.ts';
@@ -262,134 +264,178 @@ function progressPrinter(stderr: NodeJS.WritableStream & { isTTY?: boolean }): {
   };
 }
 
+/** The options `gym eval run` and `gym eval serve` share: what to run, with which model, where. */
+export type EvalSetupValues = Pick<
+  ReturnType<ReturnType<typeof evalRun>['opts']>,
+  | 'env'
+  | 'input'
+  | 'imageTemplate'
+  | 'taskEnv'
+  | 'limit'
+  | 'providerOptions'
+  | 'harness'
+  | 'harnessOptions'
+  | 'envYaml'
+  | 'policyBaseUrl'
+  | 'policyApiKey'
+  | 'model'
+  | 'tokenIds'
+  | 'stateDir'
+>;
+
+/** What a run (or a server of rows) runs, and the daemon it runs on. */
+export interface PreparedEval {
+  environment: LoadedEnvironment;
+  rows: Array<Record<string, unknown>>;
+  harness: Harness;
+  harnessName: string;
+  policy: PolicyConfig;
+  logger: Logger;
+  client: GymClient;
+  /** The daemon started for this command when none ran: the command stops it. */
+  inProcess: RunningDaemon | undefined;
+}
+
+/**
+ * The set-up of `gym eval run` and `gym eval serve`: the environment and its rows (`--input`, else
+ * its own), the harness, the policy (env.yaml, flags), the daemon (the state directory's, else one
+ * started in-process) and the task images the kind makes.
+ */
+export async function prepareEval(
+  values: EvalSetupValues,
+  env: Readonly<Record<string, string | undefined>>,
+  stderr: NodeJS.WritableStream & { isTTY?: boolean },
+): Promise<PreparedEval> {
+  if (values.env === undefined && values.input === undefined)
+    throw new UsageError('--env NAME or --input FILE is required (see `gym env ls`)');
+  let rows = values.input === undefined ? undefined : await readRows(values.input);
+  let environmentName = values.env;
+  if (environmentName === undefined) {
+    // No --env: the rows say what they are, or the run asks for --env (never a silent default).
+    const inferred = inferEnvironment(rows!, values.input!);
+    environmentName = inferred.environment;
+    stderr.write(`gym: ${values.input} holds ${inferred.format}: running them as --env ${environmentName}\n`);
+  }
+  let environment = await loadEnvironment(environmentName);
+  if (values.imageTemplate !== undefined)
+    environment = {
+      ...environment,
+      options: { ...environment.options, imageTemplate: values.imageTemplate },
+    };
+  if (values.taskEnv !== undefined) {
+    // Harbor's ${VAR}: the host variables the operator lets tasks read, besides the environment's own.
+    const own = Array.isArray(environment.options.taskEnv) ? (environment.options.taskEnv as string[]) : [];
+    environment = {
+      ...environment,
+      options: { ...environment.options, taskEnv: [...own, ...values.taskEnv] },
+    };
+  }
+  // Harbor and Terminal-Bench tasks declare their network and resources: the operator's rule applies.
+  if (environment.implementation.name === 'harbor')
+    environment = {
+      ...environment,
+      options: { ...environment.options, ...(await operatorTaskSettings(env)) },
+    };
+  rows ??= await readRows(environment.dataPath);
+  if (rows.length === 0)
+    throw new UsageError(
+      `environment ${environment.name} has no tasks of its own: give them with --input FILE`,
+    );
+  if (values.limit !== undefined) rows = rows.slice(0, values.limit);
+  if (values.providerOptions !== undefined) {
+    const added = jsonObjectOption('--provider-options', values.providerOptions);
+    const own = (environment.sandbox.providerOptions ?? {}) as Record<string, unknown>;
+    environment = {
+      ...environment,
+      sandbox: { ...environment.sandbox, providerOptions: { ...own, ...added } },
+    };
+  }
+  const harnessName = values.harness ?? environment.defaultHarness;
+  const harnessOptions =
+    values.harnessOptions === undefined ? {} : jsonObjectOption('--harness-options', values.harnessOptions);
+  const harness = await new HarnessRegistry().create(harnessName, harnessOptions);
+  const policy = await policyConfig(
+    values.envYaml,
+    {
+      ...(values.policyBaseUrl === undefined ? {} : { baseUrl: values.policyBaseUrl }),
+      ...(values.policyApiKey === undefined ? {} : { apiKey: values.policyApiKey }),
+      ...(values.model === undefined ? {} : { model: values.model }),
+      ...(values.tokenIds === true ? { tokenIds: true } : {}),
+    },
+    env,
+    stderr,
+  );
+  // Readable lines among the progress lines (JSON only with GYM_LOG_FORMAT=json).
+  const logger = commandLogger(env, stderr);
+
+  let client: GymClient;
+  let inProcess: RunningDaemon | undefined;
+  let hasUpstream = false;
+  try {
+    client = await connect(resolveStateDir(values.stateDir, env));
+    await client.health();
+    if (harness.needsModel && policy.baseUrl !== undefined)
+      stderr.write(`gym: using the running daemon; this run's rollouts go to ${policy.baseUrl}\n`);
+    // A rollout can ask for ids only of an upstream it names; lines say so if none were asked.
+    if (harness.needsModel && policy.tokenIds === true && policy.baseUrl === undefined)
+      stderr.write(
+        "gym: token ids are asked of the running daemon's own upstream only if its configuration says requestTokenIds; give --policy-base-url to ask this run's\n",
+      );
+  } catch (error) {
+    if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
+    const config = await evalDaemonConfig(resolveStateDir(values.stateDir, env), policy, env);
+    hasUpstream = config.gateway.upstream !== undefined;
+    inProcess = await startDaemon({ config, logger });
+    client = new GymClient({ url: inProcess.address.url!, token: inProcess.token });
+    stderr.write(`gym: no daemon running; started one in-process (${inProcess.address.url})\n`);
+  }
+  if (harness.needsModel && inProcess !== undefined && !hasUpstream) {
+    await inProcess.stop({ destroy: true });
+    throw new GymError(
+      'VALIDATION_FAILED',
+      `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url (or gateway.upstream in GYM_CONFIG)`,
+    );
+  }
+  const { prepareImages } = environment.implementation;
+  if (prepareImages !== undefined) {
+    // The kind makes its rows' images on the daemon's provider (nothing for those it has). A
+    // build says nothing until it ends (a Dockerfile's RUN can take minutes): tick meanwhile.
+    const clear = stderr.isTTY ? '\r\x1b[2K' : '';
+    let current = '';
+    let ticker: ReturnType<typeof startTicker> | undefined;
+    try {
+      await prepareImages.call(environment.implementation, {
+        client,
+        environment,
+        rows,
+        logger,
+        onStart: (reference, index, total) => {
+          current = `${index + 1} of ${total}: ${reference}`;
+          ticker ??= startTicker(
+            stderr,
+            (elapsedMs) => `preparing the task images (${current}), ${formatDuration(elapsedMs)} elapsed`,
+          );
+        },
+        onImage: (reference, built, durationMs) => {
+          if (built) stderr.write(`${clear}built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
+        },
+        onNotice: (message) => stderr.write(`${clear}gym: ${message}\n`),
+      });
+    } catch (error) {
+      // A daemon started for this run would keep the process alive after the error is printed.
+      await inProcess?.stop({ destroy: true });
+      throw error;
+    } finally {
+      ticker?.stop();
+    }
+  }
+  return { environment, rows, harness, harnessName, policy, logger, client, inProcess };
+}
+
 export const evalRunCommand: CommandOf<typeof evalRun> = {
   async run({ options: values, env, stdout, stderr }) {
-    if (values.env === undefined && values.input === undefined)
-      throw new UsageError('--env NAME or --input FILE is required (see `gym env ls`)');
-    let rows = values.input === undefined ? undefined : await readRows(values.input);
-    let environmentName = values.env;
-    if (environmentName === undefined) {
-      // No --env: the rows say what they are, or the run asks for --env (never a silent default).
-      const inferred = inferEnvironment(rows!, values.input!);
-      environmentName = inferred.environment;
-      stderr.write(
-        `gym: ${values.input} holds ${inferred.format}: running them as --env ${environmentName}\n`,
-      );
-    }
-    let environment = await loadEnvironment(environmentName);
-    if (values.imageTemplate !== undefined)
-      environment = {
-        ...environment,
-        options: { ...environment.options, imageTemplate: values.imageTemplate },
-      };
-    if (values.taskEnv !== undefined) {
-      // Harbor's ${VAR}: the host variables the operator lets tasks read, besides the environment's own.
-      const own = Array.isArray(environment.options.taskEnv) ? (environment.options.taskEnv as string[]) : [];
-      environment = {
-        ...environment,
-        options: { ...environment.options, taskEnv: [...own, ...values.taskEnv] },
-      };
-    }
-    // Harbor and Terminal-Bench tasks declare their network and resources: the operator's rule applies.
-    if (environment.implementation.name === 'harbor')
-      environment = {
-        ...environment,
-        options: { ...environment.options, ...(await operatorTaskSettings(env)) },
-      };
-    rows ??= await readRows(environment.dataPath);
-    if (rows.length === 0)
-      throw new UsageError(
-        `environment ${environment.name} has no tasks of its own: give them with --input FILE`,
-      );
-    if (values.limit !== undefined) rows = rows.slice(0, values.limit);
-    if (values.providerOptions !== undefined) {
-      const added = jsonObjectOption('--provider-options', values.providerOptions);
-      const own = (environment.sandbox.providerOptions ?? {}) as Record<string, unknown>;
-      environment = {
-        ...environment,
-        sandbox: { ...environment.sandbox, providerOptions: { ...own, ...added } },
-      };
-    }
-    const harnessName = values.harness ?? environment.defaultHarness;
-    const harnessOptions =
-      values.harnessOptions === undefined ? {} : jsonObjectOption('--harness-options', values.harnessOptions);
-    const harness = await new HarnessRegistry().create(harnessName, harnessOptions);
-    const policy = await policyConfig(
-      values.envYaml,
-      {
-        ...(values.policyBaseUrl === undefined ? {} : { baseUrl: values.policyBaseUrl }),
-        ...(values.policyApiKey === undefined ? {} : { apiKey: values.policyApiKey }),
-        ...(values.model === undefined ? {} : { model: values.model }),
-        ...(values.tokenIds === true ? { tokenIds: true } : {}),
-      },
-      env,
-      stderr,
-    );
-    // Readable lines among the progress lines (JSON only with GYM_LOG_FORMAT=json).
-    const logger = commandLogger(env, stderr);
-
-    let client: GymClient;
-    let inProcess: RunningDaemon | undefined;
-    let hasUpstream = false;
-    try {
-      client = await connect(resolveStateDir(values.stateDir, env));
-      await client.health();
-      if (harness.needsModel && policy.baseUrl !== undefined)
-        stderr.write(`gym: using the running daemon; this run's rollouts go to ${policy.baseUrl}\n`);
-      // A rollout can ask for ids only of an upstream it names; lines say so if none were asked.
-      if (harness.needsModel && policy.tokenIds === true && policy.baseUrl === undefined)
-        stderr.write(
-          "gym: token ids are asked of the running daemon's own upstream only if its configuration says requestTokenIds; give --policy-base-url to ask this run's\n",
-        );
-    } catch (error) {
-      if (!isGymError(error, 'DAEMON_UNAVAILABLE')) throw error;
-      const config = await evalDaemonConfig(resolveStateDir(values.stateDir, env), policy, env);
-      hasUpstream = config.gateway.upstream !== undefined;
-      inProcess = await startDaemon({ config, logger });
-      client = new GymClient({ url: inProcess.address.url!, token: inProcess.token });
-      stderr.write(`gym: no daemon running; started one in-process (${inProcess.address.url})\n`);
-    }
-    if (harness.needsModel && inProcess !== undefined && !hasUpstream) {
-      await inProcess.stop({ destroy: true });
-      throw new GymError(
-        'VALIDATION_FAILED',
-        `harness ${harnessName} needs a model: set policy_base_url in env.yaml, or --policy-base-url (or gateway.upstream in GYM_CONFIG)`,
-      );
-    }
-    const { prepareImages } = environment.implementation;
-    if (prepareImages !== undefined) {
-      // The kind makes its rows' images on the daemon's provider (nothing for those it has). A
-      // build says nothing until it ends (a Dockerfile's RUN can take minutes): tick meanwhile.
-      const clear = stderr.isTTY ? '\r\x1b[2K' : '';
-      let current = '';
-      let ticker: ReturnType<typeof startTicker> | undefined;
-      try {
-        await prepareImages.call(environment.implementation, {
-          client,
-          environment,
-          rows,
-          logger,
-          onStart: (reference, index, total) => {
-            current = `${index + 1} of ${total}: ${reference}`;
-            ticker ??= startTicker(
-              stderr,
-              (elapsedMs) => `preparing the task images (${current}), ${formatDuration(elapsedMs)} elapsed`,
-            );
-          },
-          onImage: (reference, built, durationMs) => {
-            if (built) stderr.write(`${clear}built ${reference} in ${(durationMs / 1000).toFixed(1)} s\n`);
-          },
-          onNotice: (message) => stderr.write(`${clear}gym: ${message}\n`),
-        });
-      } catch (error) {
-        // A daemon started for this run would keep the process alive after the error is printed.
-        await inProcess?.stop({ destroy: true });
-        throw error;
-      } finally {
-        ticker?.stop();
-      }
-    }
-
+    const prepared = await prepareEval(values, env, stderr);
+    const { environment, rows, harness, harnessName, policy, logger, client, inProcess } = prepared;
     const stop = () => {
       void inProcess?.stop({ destroy: true });
     };
