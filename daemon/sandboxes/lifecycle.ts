@@ -28,6 +28,14 @@ import type { Leases } from './leases.ts';
 import type { SandboxRuntime } from './runtime.ts';
 import type { SandboxServices } from './services.ts';
 
+/** What a new record says of its pool, lineage and exec environment. */
+interface CreateMembership {
+  pool: string | null;
+  poolState: SandboxRecord['poolState'];
+  lineage: SandboxRecord['lineage'];
+  execEnv: Record<string, string>;
+}
+
 export interface ListOptions {
   labels?: Record<string, string>;
   provider?: string;
@@ -84,6 +92,8 @@ export class SandboxLifecycle {
   #images: SpecImageResolver | undefined;
   #services: SandboxServices | undefined;
   #isShuttingDown = false;
+  /** Creates not yet settled, a pool's refills among them. */
+  readonly #inFlight = new Set<Promise<SandboxRecord>>();
 
   constructor(options: SandboxLifecycleOptions) {
     this.#config = options.config;
@@ -278,16 +288,31 @@ export class SandboxLifecycle {
     return this.#images?.providerFor(spec) ?? spec.provider ?? this.defaultProvider;
   }
 
-  async #createRecord(
+  /**
+   * Creates and records a sandbox, held in `#inFlight` until it settles: shutdown waits for it
+   * before it closes the providers and the store. A pool's refill is in flight with no request
+   * behind it (draining the HTTP server does not wait for it); when it finished after the store
+   * closed, its record failed and its destroy went to a closed provider, and the container was
+   * left behind.
+   */
+  #createRecord(
     spec: SandboxSpec,
     providerName: string,
     slot: CreateSlot,
-    membership: {
-      pool: string | null;
-      poolState: SandboxRecord['poolState'];
-      lineage: SandboxRecord['lineage'];
-      execEnv: Record<string, string>;
-    },
+    membership: CreateMembership,
+  ): Promise<SandboxRecord> {
+    const creating = this.#createRecordNow(spec, providerName, slot, membership);
+    this.#inFlight.add(creating);
+    const forget = () => this.#inFlight.delete(creating);
+    creating.then(forget, forget);
+    return creating;
+  }
+
+  async #createRecordNow(
+    spec: SandboxSpec,
+    providerName: string,
+    slot: CreateSlot,
+    membership: CreateMembership,
   ): Promise<SandboxRecord> {
     const provider = this.provider(providerName);
     const id = createId('sbx');
@@ -486,6 +511,7 @@ export class SandboxLifecycle {
 
   /** Waits for destroys in flight; with `destroy`, destroys every sandbox left (at shutdown). */
   async settle(options: { destroy: boolean }): Promise<void> {
+    await Promise.allSettled(this.#inFlight);
     await Promise.allSettled(this.#runtime.destroying.values());
     if (!options.destroy) return;
     await forEachLimited(this.#store.all(), REAPER_CONCURRENCY, (record) =>

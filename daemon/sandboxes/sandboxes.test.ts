@@ -246,6 +246,32 @@ describe('SandboxLifecycle', () => {
     expect(store.all()).toEqual([]);
   });
 
+  it("waits at shutdown for a pool's refill under way, and destroys what it made", async () => {
+    const { lifecycle, provider, store } = await wire();
+    let finish = () => {};
+    const held = new Promise<void>((resolve) => {
+      finish = resolve;
+    });
+    const create = provider.create.bind(provider);
+    provider.create = async (...args: Parameters<typeof create>) => {
+      const info = await create(...args);
+      await held;
+      return info;
+    };
+    // A refill has no request behind it: nothing else waits for it when the daemon stops.
+    const refill = lifecycle.createIdle(SandboxSpecSchema.parse({ image: 'img' }), 'p', 600);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    lifecycle.beginShutdown();
+    const settled = lifecycle.settle({ destroy: true });
+    setTimeout(finish, 20);
+    await settled;
+    // Before, settle saw an empty store and returned; the refill then finished on a provider and
+    // a store the daemon had closed, and its sandbox was left behind.
+    await refill;
+    expect(provider.sandboxes.size).toBe(0);
+    expect(store.all()).toEqual([]);
+  });
+
   it("keeps idle pool members out of listings until claimed once, with the claim's labels, env and lease", async () => {
     const { lifecycle, clock, advance } = await wire();
     const spec = SandboxSpecSchema.parse({ image: 'img', labels: { pool: 'p' } });
