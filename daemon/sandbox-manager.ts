@@ -17,6 +17,7 @@ import type { EgressProxy } from './egress/proxy.ts';
 import type { GatewayArrivals } from './gateway/arrivals.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
+import { type PtyLimits, PtySessions } from './ptys/pty-sessions.ts';
 import { GatewayReach } from './sandboxes/gateway-reach.ts';
 import { Leases } from './sandboxes/leases.ts';
 import { SandboxLifecycle } from './sandboxes/lifecycle.ts';
@@ -52,6 +53,8 @@ export interface SandboxManagerOptions {
   gatewayArrivals?: GatewayArrivals;
   /** The egress proxy on the gateway socket; without it no sandbox gets a network policy but `none`. */
   egress?: EgressProxy;
+  /** Terminal bounds (default `DEFAULT_PTY_LIMITS`). */
+  ptyLimits?: Partial<PtyLimits>;
 }
 
 export class SandboxManager {
@@ -70,6 +73,8 @@ export class SandboxManager {
   readonly network: ManagedNetwork;
   /** Managed snapshots: made, listed, removed, reaped, and resolved at create (`snapshot:<id>`). */
   readonly snapshots: SnapshotService;
+  /** Terminals (PTY sessions) of the sandboxes; they end with their sandbox. */
+  readonly ptys: PtySessions;
   readonly #config: DaemonConfig;
   readonly #providers: ReadonlyMap<string, SandboxProvider>;
   readonly #store: StateStore;
@@ -113,9 +118,19 @@ export class SandboxManager {
       ...(options.gatewayArrivals === undefined ? {} : { arrivals: options.gatewayArrivals }),
     });
     const network = new SandboxNetwork({ store, config: options.config.egress, proxy: options.egress });
+    this.ptys = new PtySessions({
+      sandboxes: {
+        record: (id) => this.lifecycle.record(id),
+        provider: (name) => this.lifecycle.provider(name),
+        touch: (record) => leases.touch(record),
+      },
+      logger,
+      ...(options.ptyLimits === undefined ? {} : { limits: options.ptyLimits }),
+    });
     this.lifecycle.onRemoved((record) => {
       network.forget(record.id);
       gateway.forget(record.id);
+      this.ptys.forget(record.id);
     });
     this.operations = new SandboxOperations({
       lifecycle: this.lifecycle,
@@ -211,6 +226,7 @@ export class SandboxManager {
   async shutdown(options: { destroy: boolean }): Promise<void> {
     this.lifecycle.beginShutdown();
     for (const timer of this.#timers) clearInterval(timer);
+    await this.ptys.closeAll();
     await this.lifecycle.settle(options);
     await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));
     await this.#store.close();

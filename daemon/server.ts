@@ -27,6 +27,7 @@ import { registerAccessRoutes } from './routes/access.ts';
 import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes/gateway.ts';
 import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
+import { registerPtyRoutes } from './routes/ptys.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import { registerUiRoutes } from './routes/ui.ts';
 import type { SandboxManager } from './sandbox-manager.ts';
@@ -255,6 +256,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     async () => openApiDocument(app),
   );
   registerSandboxRoutes(app, options.manager, options.pools, options.idempotency);
+  registerPtyRoutes(app, options.manager.ptys);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);

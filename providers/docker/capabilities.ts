@@ -4,6 +4,7 @@
  * mounted, whether the engine is local, and the operator's options.
  */
 import type { z } from 'zod';
+import { GymError } from '../../core/errors.ts';
 import { NetworkModeSchema } from '../../core/schemas/sandbox.ts';
 import type { ProviderCapabilities } from '../sandbox-provider.ts';
 import type { DockerProviderOptionsSchema } from './options.ts';
@@ -45,5 +46,37 @@ export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabiliti
     // The engine's change list and archive reads need nothing on the host but the engine.
     toolchainCheck: true,
     imageFormats: ['rootfs', 'derived', 'plan'],
+    // An exec with `Tty`, resized through the engine: every runtime has it.
+    pty: true,
   };
+}
+
+/** Why gateway reach is not offered, as the error that refuses it. */
+export function gatewayReachUnsupported(provider: string, tier: RuntimeTier): GymError {
+  const why = tier.hasGuestKernel
+    ? `runtime ${tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
+    : 'it is off in the options';
+  return new GymError(
+    'CAPABILITY_UNSUPPORTED',
+    `gatewayReach is not offered by this docker provider: ${why}`,
+    {
+      details: { provider, capability: 'gatewayReach', runtime: tier.runtime },
+    },
+  );
+}
+
+/** Why stopping processes is not offered (`reason`: what keeps the host from the container's processes). */
+export function stopProcessesUnsupported(
+  provider: string,
+  tier: RuntimeTier,
+  reason: string | undefined,
+): GymError {
+  return new GymError('CAPABILITY_UNSUPPORTED', 'this docker provider cannot stop processes from the host', {
+    details: {
+      provider,
+      capability: 'stopProcesses',
+      runtime: tier.runtime,
+      ...(reason === undefined ? {} : { reason }),
+    },
+  });
 }
