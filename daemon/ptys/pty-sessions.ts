@@ -119,8 +119,10 @@ export class PtySessions {
     const stderr = new OutputRing(request.tty ? 1 : this.#limits.ringBytes);
     const wake = new Set<() => void>();
     const wakeAll = () => {
-      for (const listener of [...wake]) listener();
+      // Cleared first: a listener not done yet adds itself again for the next wake.
+      const listeners = [...wake];
       wake.clear();
+      for (const listener of listeners) listener();
     };
     await this.#sandboxes.touch(record);
     const channel = await open(
@@ -343,8 +345,9 @@ export class PtySessions {
     session.channel.close();
     if (session.end === null) session.end = { exitCode: null, lost: reason };
     session.attachment = null;
-    for (const listener of [...session.wake]) listener();
+    const listeners = [...session.wake];
     session.wake.clear();
+    for (const listener of listeners) listener();
   }
 
   #control(session: Session, argv: string[]) {
