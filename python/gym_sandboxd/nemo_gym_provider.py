@@ -5,9 +5,10 @@ NeMo Gym finds it through the entry point ``gym_sandboxd`` of the group
 ``sandbox:`` block (see ``python/README.md``). It implements NeMo Gym's ``SandboxProvider``
 protocol and ``ConnectableProvider`` (a handle is the daemon's sandbox id, so any process with
 the same configuration rebuilds it; ``serialize_handle(scope="operate")`` lends it with a scoped
-credential instead, for a process that holds no token). It does not declare ``endpoint`` (the daemon gives no route
-from outside into a sandbox's ports, so ``SandboxSpec.ports`` is refused) nor PTY sessions (the
-daemon's sessions run one command at a time, with no terminal). What it adds is
+credential instead, for a process that holds no token). It declares PTY sessions and their
+re-attach (``SupportsSandboxPty``, ``SupportsSandboxPtyAttach``: the daemon's terminals, which
+live in the daemon and replay from a byte offset). It does not declare ``endpoint`` (the daemon gives no route
+from outside into a sandbox's ports, so ``SandboxSpec.ports`` is refused). What it adds is
 :meth:`GymSandboxdProvider.model_endpoint`: the model gateway as an agent inside the sandbox
 reaches it, with its rollout's key.
 """
@@ -31,6 +32,9 @@ from ._nemo_types import (
     SandboxStatus,
 )
 from ._nemo_access import borrowed_client, operate_access, release
+from ._nemo_pty import GymSandboxdPtySession
+from ._nemo_pty import attach_session as attach_pty_session
+from ._nemo_pty import create_session as create_pty_session
 from ._nemo_spec import (
     SANDBOX_LABEL,
     GymSandboxdCreateError,
@@ -385,6 +389,20 @@ class GymSandboxdProvider:
             if session is not None:
                 state.idle_sessions.append(session)
         return _exec_result(result, effective_timeout)
+
+    # Terminals (NeMo Gym's SupportsSandboxPty and SupportsSandboxPtyAttach: ``_nemo_pty.py``).
+
+    async def create_pty(self, handle: SandboxHandle, spec: Any) -> GymSandboxdPtySession:
+        """A terminal in the sandbox (the daemon's: it outlives this process, never its sandbox)."""
+        state: _SandboxState = handle.raw
+        return await create_pty_session(self._of(handle), state.sandbox_id, spec, state.workdir)
+
+    async def attach_pty(
+        self, handle: SandboxHandle, session_id: str, *, takeover: bool = True, since: int | None = None
+    ) -> GymSandboxdPtySession:
+        """Holds a terminal opened elsewhere; ``since`` replays from that byte offset."""
+        state: _SandboxState = handle.raw
+        return await attach_pty_session(self._of(handle), state.sandbox_id, session_id, takeover=takeover, since=since)
 
     # Files.
 
