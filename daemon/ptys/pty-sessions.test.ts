@@ -88,3 +88,35 @@ describe('PtySessions', () => {
     sessions.write('sbx-aaaaaaaa', first.pty.id, { data: 'eA==', attachment: second.attachment });
   });
 });
+
+describe('PtySessions on a provider without terminals', () => {
+  it('refuses with CAPABILITY_UNSUPPORTED naming the capability, before anything opens', async () => {
+    const sessions = new PtySessions({
+      sandboxes: {
+        record: (id) => ({ id, provider: 'plain', execEnv: {} }) as unknown as SandboxRecord,
+        provider: () => ({ capabilities: {} }) as unknown as SandboxProvider,
+        touch: async () => {},
+      },
+      logger: silentLogger,
+    });
+    await expect(sessions.create('sbx-aaaaaaaa', {})).rejects.toMatchObject({
+      code: 'CAPABILITY_UNSUPPORTED',
+      details: { provider: 'plain', capability: 'pty' },
+    });
+    expect(sessions.stats().sessions).toBe(0);
+  });
+});
+
+describe('PtySessions under parallel creates', () => {
+  it('counts opens in flight against the limit', async () => {
+    const { sessions } = handDriven();
+    const results = await Promise.allSettled([1, 2, 3, 4, 5].map(() => sessions.create('sbx-aaaaaaaa', {})));
+    expect(results.filter((result) => result.status === 'fulfilled')).toHaveLength(2);
+    expect(
+      results
+        .filter((result) => result.status === 'rejected')
+        .map((result) => (result as PromiseRejectedResult).reason.code),
+    ).toEqual(['PTY_LIMIT_REACHED', 'PTY_LIMIT_REACHED', 'PTY_LIMIT_REACHED']);
+    expect(sessions.stats().sessions).toBe(2);
+  });
+});

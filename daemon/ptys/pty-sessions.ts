@@ -20,6 +20,7 @@ import { ExecRequestSchema } from '../../core/schemas/exec.ts';
 import {
   type PtyAttachment,
   PtyAttachRequestSchema,
+  type PtyCreateRequest,
   PtyCreateRequestSchema,
   type PtyInfo,
   type PtyOutput,
@@ -95,6 +96,8 @@ export class PtySessions {
   readonly #limits: PtyLimits;
   /** Sessions by sandbox id, then by session id (insertion order: oldest first). */
   readonly #bySandbox = new Map<string, Map<string, Session>>();
+  /** Opens in flight per sandbox: they count against the limit, so parallel creates cannot pass it. */
+  readonly #opening = new Map<string, number>();
 
   constructor(options: { sandboxes: PtySandboxes; logger: Logger; limits?: Partial<PtyLimits> }) {
     this.#sandboxes = options.sandboxes;
@@ -113,6 +116,22 @@ export class PtySessions {
     const open = requirePty(record.provider, provider);
     const request = parseOrThrow(PtyCreateRequestSchema, input ?? {}, 'terminal request');
     this.#makeRoom(sandboxId);
+    this.#opening.set(sandboxId, (this.#opening.get(sandboxId) ?? 0) + 1);
+    try {
+      return await this.#open(sandboxId, record, open, request);
+    } finally {
+      const left = (this.#opening.get(sandboxId) ?? 1) - 1;
+      if (left === 0) this.#opening.delete(sandboxId);
+      else this.#opening.set(sandboxId, left);
+    }
+  }
+
+  async #open(
+    sandboxId: string,
+    record: SandboxRecord,
+    open: NonNullable<SandboxProvider['openPty']>,
+    request: PtyCreateRequest,
+  ): Promise<PtyAttachment> {
     const tag = createId('exec');
     const id = createId('pty');
     const stdout = new OutputRing(this.#limits.ringBytes);
@@ -366,13 +385,14 @@ export class PtySessions {
 
   /** Frees a place for one more session: the oldest ended one goes; with none ended, refused. */
   #makeRoom(sandboxId: string): void {
-    const sessions = this.#bySandbox.get(sandboxId);
-    if (sessions === undefined || sessions.size < this.#limits.maxPerSandbox) return;
+    const sessions = this.#bySandbox.get(sandboxId) ?? new Map<string, Session>();
+    const count = sessions.size + (this.#opening.get(sandboxId) ?? 0);
+    if (count < this.#limits.maxPerSandbox) return;
     const ended = [...sessions.values()].find((session) => session.end !== null);
     if (ended === undefined)
       throw new GymError(
         'PTY_LIMIT_REACHED',
-        `sandbox ${sandboxId} has ${sessions.size} terminals running, the most allowed; close one first`,
+        `sandbox ${sandboxId} has ${count} terminals running or opening, the most allowed; close one first`,
         { details: { sandboxId, maxPerSandbox: this.#limits.maxPerSandbox } },
       );
     sessions.delete(ended.id);
