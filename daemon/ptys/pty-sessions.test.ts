@@ -120,3 +120,13 @@ describe('PtySessions under parallel creates', () => {
     expect(sessions.stats().sessions).toBe(2);
   });
 });
+
+describe('PtySessions at the daemon stop', () => {
+  it('answers a waiting read at once, so the drain is not held', async () => {
+    const { sessions } = handDriven();
+    const { pty } = await sessions.create('sbx-aaaaaaaa', {});
+    const waiting = sessions.read('sbx-aaaaaaaa', pty.id, { since: '0', waitMs: '60000' });
+    sessions.releaseWaiters();
+    expect(await waiting).toMatchObject({ data: '', eof: false, state: 'running' });
+  });
+});

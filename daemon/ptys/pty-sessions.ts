@@ -98,6 +98,8 @@ export class PtySessions {
   readonly #bySandbox = new Map<string, Map<string, Session>>();
   /** Opens in flight per sandbox: they count against the limit, so parallel creates cannot pass it. */
   readonly #opening = new Map<string, number>();
+  /** Set when the daemon stops: long polls answer at once, so they never hold its drain. */
+  #isStopping = false;
 
   constructor(options: { sandboxes: PtySandboxes; logger: Logger; limits?: Partial<PtyLimits> }) {
     this.#sandboxes = options.sandboxes;
@@ -328,6 +330,18 @@ export class PtySessions {
     for (const session of sessions.values()) this.#drop(session, 'its sandbox was removed');
   }
 
+  /** The daemon is stopping: every waiting read and wait answers now, and later ones do not wait. */
+  releaseWaiters(): void {
+    this.#isStopping = true;
+    for (const sessions of this.#bySandbox.values()) {
+      for (const session of sessions.values()) {
+        const listeners = [...session.wake];
+        session.wake.clear();
+        for (const listener of listeners) listener();
+      }
+    }
+  }
+
   /** At the daemon's stop: every session ended (its transport lives in this process). */
   async closeAll(): Promise<void> {
     const all = [...this.#bySandbox.values()].flatMap((sessions) => [...sessions.values()]);
@@ -433,10 +447,10 @@ export class PtySessions {
   }
 
   #waitFor(session: Session, waitMs: number, isDone: () => boolean): Promise<void> {
-    if (waitMs === 0 || isDone()) return Promise.resolve();
+    if (waitMs === 0 || this.#isStopping || isDone()) return Promise.resolve();
     return new Promise((resolve) => {
       const check = () => {
-        if (isDone()) finish();
+        if (this.#isStopping || isDone()) finish();
         else session.wake.add(check);
       };
       const timer = setTimeout(() => finish(), waitMs);

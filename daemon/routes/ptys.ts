@@ -106,6 +106,11 @@ export const ptySchemas = {
 };
 
 export function registerPtyRoutes(app: FastifyInstance, ptys: PtySessions): void {
+  // A long poll (up to a minute) must not hold the daemon's drain when it stops.
+  app.addHook('preClose', (done) => {
+    ptys.releaseWaiters();
+    done();
+  });
   const base = '/v1/sandboxes/:id/ptys';
   app.post(base, { ...scopedPty, schema: ptySchemas.create }, async (request, reply) => {
     const created = await ptys.create(ids(request).sandboxId, request.body ?? {});
