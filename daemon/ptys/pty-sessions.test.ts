@@ -72,7 +72,7 @@ describe('PtySessions', () => {
     await sessions.create('sbx-aaaaaaaa', {});
     expect(sessions.stats().sessions).toBe(2);
     sessions.forget('sbx-aaaaaaaa');
-    expect(sessions.stats()).toEqual({ sessions: 0, heldBytes: 0 });
+    expect(sessions.stats()).toEqual({ sessions: 0, heldBytes: 0, waiting: 0 });
   });
 
   it('a takeover evicts the holder; without it a held terminal refuses', async () => {

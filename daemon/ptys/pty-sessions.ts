@@ -349,17 +349,19 @@ export class PtySessions {
     await Promise.allSettled(all.map((session) => this.#end(session)));
   }
 
-  /** Sessions and bytes held now, over all sandboxes (for tests and metrics). */
-  stats(): { sessions: number; heldBytes: number } {
+  /** Sessions, bytes held and reads or waits waiting now, over all sandboxes (for tests and metrics). */
+  stats(): { sessions: number; heldBytes: number; waiting: number } {
     let sessions = 0;
     let heldBytes = 0;
+    let waiting = 0;
     for (const map of this.#bySandbox.values()) {
       for (const session of map.values()) {
         sessions += 1;
         heldBytes += session.stdout.heldBytes + session.stderr.heldBytes;
+        waiting += session.wake.size;
       }
     }
-    return { sessions, heldBytes };
+    return { sessions, heldBytes, waiting };
   }
 
   async #end(session: Session): Promise<void> {
