@@ -29,6 +29,7 @@ import type { NetworkPolicyInput, SandboxSpecInput } from '../core/schemas/sandb
 import type { PortEndpoint, ServiceOutput } from '../core/schemas/service.ts';
 import type { ForkRequestInput, SnapshotInfo } from '../core/schemas/snapshot.ts';
 import type { ToolchainCheckRequestInput, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
+import { PtyClient } from './ptys.ts';
 
 export interface GymClientOptions {
   /** `http://127.0.0.1:7380` (TCP) ... */
@@ -109,6 +110,11 @@ export class GymClient {
     if ((options.url === undefined) === (options.socket === undefined))
       throw new Error('GymClient needs exactly one of url or socket');
     this.#options = options;
+  }
+
+  /** The terminal (PTY session) calls (`ptys.ts`). */
+  get ptys(): PtyClient {
+    return new PtyClient(this);
   }
 
   /** The same daemon and token, each request sent with `traceparent()`'s value when it has one. */

@@ -74,6 +74,14 @@ export const ERROR_CODES = {
   PAYLOAD_TOO_LARGE: { httpStatus: 413, summary: 'the request body is too large' },
   /** A file read back from a sandbox is larger than the reader's byte limit (`details.maxBytes`); reading stopped there. */
   FILE_TOO_LARGE: { httpStatus: 413, summary: 'the file is larger than the reader accepts' },
+  /** No terminal of that id in the sandbox (never opened, closed, or gone with its sandbox). */
+  PTY_NOT_FOUND: { httpStatus: 404, summary: 'no such terminal' },
+  /** Another client holds the terminal; attach with `takeover` to evict it. */
+  PTY_HELD: { httpStatus: 409, summary: 'another client holds the terminal' },
+  /** The attachment named was evicted by another client's takeover (or detached); attach again. */
+  PTY_DETACHED: { httpStatus: 409, summary: 'the terminal was taken over by another client' },
+  /** The sandbox has as many terminals open as the daemon allows (`details.maxPerSandbox`); close one. */
+  PTY_LIMIT_REACHED: { httpStatus: 429, summary: 'too many terminals in the sandbox' },
   /**
    * An `Idempotency-Key` was sent before with another request (route, sandbox, query or body);
    * nothing ran. A new request needs a new key (docs/api.md, "Safe retries").

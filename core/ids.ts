@@ -5,7 +5,7 @@ const ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 /** 16 characters of a 36-letter alphabet is about 82 bits: collisions are not a practical concern. */
 const ID_RANDOM_LENGTH = 16;
 
-export type IdPrefix = 'sbx' | 'pool' | 'ro' | 'daemon' | 'exec' | 'snp' | 'acc';
+export type IdPrefix = 'sbx' | 'pool' | 'ro' | 'daemon' | 'exec' | 'snp' | 'acc' | 'pty' | 'att';
 
 /**
  * Random bytes drawn from the system's CSPRNG 4 KiB at a time: an id or a marker per command

@@ -45,7 +45,7 @@ export function sessionOrOneShot(
 }
 
 /** The optional operations a capability flag stands for. */
-type OptionalOperation = 'snapshot' | 'stopProcesses' | 'exposeGateway' | 'checkToolchain';
+type OptionalOperation = 'snapshot' | 'stopProcesses' | 'exposeGateway' | 'checkToolchain' | 'openPty';
 
 /** An optional operation bound to its provider; CAPABILITY_UNSUPPORTED unless both it and its flag are there. */
 function requireOperation<Name extends OptionalOperation>(
@@ -106,6 +106,17 @@ export function requireToolchainCheck(
     'toolchainCheck',
     "cannot compare a sandbox's files with its image from outside the sandbox",
   );
+}
+
+/**
+ * `openPty()`, bound to its provider.
+ * @throws GymError `CAPABILITY_UNSUPPORTED` without the `pty` capability.
+ */
+export function requirePty(
+  providerName: string,
+  provider: SandboxProvider,
+): NonNullable<SandboxProvider['openPty']> {
+  return requireOperation(providerName, provider, 'openPty', 'pty', 'cannot open terminals in a sandbox');
 }
 
 /**

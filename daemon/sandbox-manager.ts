@@ -17,6 +17,7 @@ import type { EgressProxy } from './egress/proxy.ts';
 import type { GatewayArrivals } from './gateway/arrivals.ts';
 import type { DaemonMetrics } from './metrics.ts';
 import type { OwnerLiveness } from './owners.ts';
+import { type PtyLimits, PtySessions } from './ptys/pty-sessions.ts';
 import { GatewayReach } from './sandboxes/gateway-reach.ts';
 import { Leases } from './sandboxes/leases.ts';
 import { SandboxLifecycle } from './sandboxes/lifecycle.ts';
@@ -56,6 +57,8 @@ export interface SandboxManagerOptions {
   egress?: EgressProxy;
   /** The secret each sandbox's port key is derived from (the API token); absent: a random one. */
   portKeySecret?: string;
+  /** Terminal bounds (default `DEFAULT_PTY_LIMITS`). */
+  ptyLimits?: Partial<PtyLimits>;
 }
 
 export class SandboxManager {
@@ -78,6 +81,8 @@ export class SandboxManager {
   readonly services: SandboxServices;
   /** Managed snapshots: made, listed, removed, reaped, and resolved at create (`snapshot:<id>`). */
   readonly snapshots: SnapshotService;
+  /** Terminals (PTY sessions) of the sandboxes; they end with their sandbox. */
+  readonly ptys: PtySessions;
   readonly #config: DaemonConfig;
   readonly #providers: ReadonlyMap<string, SandboxProvider>;
   readonly #store: StateStore;
@@ -127,11 +132,21 @@ export class SandboxManager {
       lifecycle: this.lifecycle,
       ...(options.portKeySecret === undefined ? {} : { secret: options.portKeySecret }),
     });
+    this.ptys = new PtySessions({
+      sandboxes: {
+        record: (id) => this.lifecycle.record(id),
+        provider: (name) => this.lifecycle.provider(name),
+        touch: (record) => leases.touch(record),
+      },
+      logger,
+      ...(options.ptyLimits === undefined ? {} : { limits: options.ptyLimits }),
+    });
     this.lifecycle.onRemoved((record) => {
       network.forget(record.id);
       gateway.forget(record.id);
       this.ports.forget(record.id);
       this.services.forget(record.id);
+      this.ptys.forget(record.id);
     });
     this.operations = new SandboxOperations({
       lifecycle: this.lifecycle,
@@ -227,6 +242,7 @@ export class SandboxManager {
   async shutdown(options: { destroy: boolean }): Promise<void> {
     this.lifecycle.beginShutdown();
     for (const timer of this.#timers) clearInterval(timer);
+    await this.ptys.closeAll();
     await this.lifecycle.settle(options);
     this.ports.closeAll();
     await Promise.allSettled([...this.#providers.values()].map((provider) => provider.close()));

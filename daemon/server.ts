@@ -28,6 +28,7 @@ import { registerGatewayAdminRoutes, registerGatewayModelRoutes } from './routes
 import { registerImageRoutes } from './routes/images.ts';
 import { registerPoolRoutes } from './routes/pools.ts';
 import { registerPortRoutes } from './routes/ports.ts';
+import { registerPtyRoutes } from './routes/ptys.ts';
 import { registerSandboxRoutes } from './routes/sandboxes.ts';
 import { registerServiceRoutes } from './routes/services.ts';
 import { registerUiRoutes } from './routes/ui.ts';
@@ -266,6 +267,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     return tokenMatches(presented, options.token) || isScopedCredential(presented);
   });
   registerServiceRoutes(app, options.manager.lifecycle, options.manager.services);
+  registerPtyRoutes(app, options.manager.ptys);
   registerAccessRoutes(app, options.access);
   registerPoolRoutes(app, options.pools);
   registerImageRoutes(app, options.images);

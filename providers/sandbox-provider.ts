@@ -10,6 +10,7 @@
  * | files | tar through the engine's archive endpoints | tar through exec (`tar -x` / `tar -c`) | tar through an SSH exec into the instance | tar through an SSH exec into the container |
  * | destroy | force-remove the container (idempotent: a missing one is success) | delete the Pod | `apptainer instance stop -F NAME` | kill the start channel, `enroot remove -f NAME` |
  * | list | containers filtered by our labels | Pods filtered by label selector | `apptainer instance list --json` per host, joined with our state files | `enroot list` per host, joined with our state files |
+ * | terminals (`openPty`) | an exec with `Tty`, resized through the engine | pods/exec with `tty` and the resize channel | an ssh2 channel with a pty request around `apptainer exec` | likewise, around `enroot exec` |
  * | gateway reach (`exposeGateway`) | a daemon-held listener in the container's network namespace, relayed to the gateway socket | a relay over the exec channel, or a Service plus a NetworkPolicy that admits only the Pod | the static relay run in the instance over an SSH channel, listening on the instance's own loopback and framed to the gateway socket (a port on the host's shared network would be open to every sandbox there) | likewise |
  * | toolchain check (`checkToolchain`) | the container's overlay2 folders read on the host (else the engine's change list), files through the archive endpoints of the container and of a never-started container of its image | none: exec and tar run inside the Pod | none yet (the host could read the instance's overlay over SSH) | none yet (the host could read the container's root folder over SSH) |
  * | images (`prepareImage`) | `docker import` of the root filesystem; a derived image or a build plan: a container of the base (no network), files written, commands run, committed with the settings | an image pushed to a registry the nodes pull from, or preloaded on them | a SIF built from the root filesystem, copied to the hosts | a squashfs of the root filesystem (`mksquashfs`), copied to the hosts |
@@ -55,6 +56,7 @@ import type { ExecRequest, ExecResult } from '../core/schemas/exec.ts';
 import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 import type { PortRelay } from './shared/port-relay.ts';
+import type { PtyChannel, PtyOpenOptions, PtyOpenRequest } from './shared/pty-channel.ts';
 import type { SandboxTimes } from './shared/sandbox-identity.ts';
 
 /** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
@@ -140,6 +142,11 @@ export interface ProviderCapabilities {
    * made by other means, and specs name them as they are).
    */
   imageFormats?: ReadonlyArray<ImageFormat>;
+  /**
+   * `openPty()`: terminals (PTY sessions) inside a sandbox, with resize (absent: false). Without
+   * it opening one is `CAPABILITY_UNSUPPORTED`.
+   */
+  pty?: boolean;
 }
 
 // The image sources a provider turns into what it runs: below the providers (the builder in
@@ -494,6 +501,17 @@ export interface SandboxProvider {
    * @throws GymError `SANDBOX_NOT_FOUND`, `PROVIDER_ERROR` (the backend could not show the files).
    */
   checkToolchain?(id: string, request: ToolchainCheckRequest): Promise<ToolchainCheckResult>;
+
+  /**
+   * Starts one program inside the sandbox on a terminal of its own (or on pipes, `tty: false`) and
+   * returns its transport (`shared/pty-channel.ts`): output to `options.onOutput` as it comes,
+   * input, resize, and its end. The daemon keeps the output, signals the program and ends it (by
+   * the `GYM_EXEC_ID` tag in `request.env`, through `exec`); the provider only carries bytes. A
+   * program started so dies with its sandbox.
+   * Optional: present only with the `pty` capability.
+   * @throws GymError `SANDBOX_NOT_FOUND`, `SANDBOX_NOT_READY`, `PROVIDER_ERROR`.
+   */
+  openPty?(id: string, request: PtyOpenRequest, options: PtyOpenOptions): Promise<PtyChannel>;
 
   /** Releases connections and sessions (does not destroy sandboxes). */
   close(): Promise<void>;

@@ -27,8 +27,9 @@ const NEMO_TESTS = [
   'python/tests/test_nemo_provider.py',
   'python/tests/test_nemo_gym_resources_server.py',
   'python/tests/test_nemo_without_nemo_gym.py',
+  'python/tests/test_nemo_pty.py',
 ];
-const MIN_NEMO_TESTS = 20;
+const MIN_NEMO_TESTS = 23;
 
 const run = collectProcess;
 

@@ -8,8 +8,7 @@ import { SANDBOX_ID_PATTERN } from '../ids.ts';
 /**
  * What a scoped credential may do on its sandboxes. `exec`: run commands (and stop them);
  * `files`: files and archives in and out; `endpoints`: make the model gateway reachable inside;
- * `pty`: terminal sessions, a route the daemon does not have yet (the right is accepted so a
- * descriptor stays valid when it comes, and grants nothing today). Reading its own sandboxes'
+ * `pty`: terminal sessions (`/ptys/...`: open, attach, read, write, resize, signal, close). Reading its own sandboxes'
  * records comes with every grant. Create, destroy, keepalive, fork, snapshots, network policy,
  * pools, images, rollouts and other sandboxes come with none.
  */

@@ -48,11 +48,13 @@ export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabiliti
     // The engine's change list and archive reads need nothing on the host but the engine.
     toolchainCheck: true,
     imageFormats: ['rootfs', 'derived', 'plan'],
+    // An exec with `Tty`, resized through the engine: every runtime has it.
+    pty: true,
   };
 }
 
-/** Why `exposeGateway` is refused on this provider: a runtime with its own network stack, or the option. */
-export function gatewayReachUnsupported(providerName: string, tier: RuntimeTier): GymError {
+/** Why gateway reach is not offered, as the error that refuses it. */
+export function gatewayReachUnsupported(provider: string, tier: RuntimeTier): GymError {
   const why = tier.hasGuestKernel
     ? `runtime ${tier.runtime} runs its own network stack, which the relay on the sandbox's host loopback does not reach`
     : 'it is off in the options';
@@ -60,7 +62,23 @@ export function gatewayReachUnsupported(providerName: string, tier: RuntimeTier)
     'CAPABILITY_UNSUPPORTED',
     `gatewayReach is not offered by this docker provider: ${why}`,
     {
-      details: { provider: providerName, capability: 'gatewayReach', runtime: tier.runtime },
+      details: { provider, capability: 'gatewayReach', runtime: tier.runtime },
     },
   );
+}
+
+/** Why stopping processes is not offered (`reason`: what keeps the host from the container's processes). */
+export function stopProcessesUnsupported(
+  provider: string,
+  tier: RuntimeTier,
+  reason: string | undefined,
+): GymError {
+  return new GymError('CAPABILITY_UNSUPPORTED', 'this docker provider cannot stop processes from the host', {
+    details: {
+      provider,
+      capability: 'stopProcesses',
+      runtime: tier.runtime,
+      ...(reason === undefined ? {} : { reason }),
+    },
+  });
 }

@@ -30,12 +30,13 @@ import { abnormalEndResult, OomKillCounts } from '../shared/abnormal-end.ts';
 import { cannotStartResult, ExecOutput } from '../shared/exec-output.ts';
 import { encodeLabels } from '../shared/labels.ts';
 import type { PortRelay } from '../shared/port-relay.ts';
+import type { PtyChannel, PtyOpenOptions, PtyOpenRequest } from '../shared/pty-channel.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
 import { SessionTable } from '../shared/session-table.ts';
 import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
-import { dockerCapabilities, gatewayReachUnsupported } from './capabilities.ts';
+import { dockerCapabilities, gatewayReachUnsupported, stopProcessesUnsupported } from './capabilities.ts';
 import { sandboxContainerOptions } from './container-config.ts';
 import {
   ContainerListing,
@@ -46,6 +47,7 @@ import {
 import { wrapDockerError, wrapStopError } from './docker-errors.ts';
 import { ContainerFiles, writeSeedFiles } from './docker-files.ts';
 import { DockerImages } from './docker-images.ts';
+import { openDockerPty } from './docker-pty.ts';
 import { openDockerSession, SessionNotStarted } from './docker-session.ts';
 import { engineHealth } from './engine-health.ts';
 import { EngineTraits } from './engine-kind.ts';
@@ -474,6 +476,12 @@ export class DockerProvider implements SandboxProvider {
     return this.#relays.stats();
   }
 
+  /** A terminal: an exec with `Tty` (`docker-pty.ts`); it dies with the container. */
+  openPty(id: string, request: PtyOpenRequest, options: PtyOpenOptions): Promise<PtyChannel> {
+    const container = this.#docker.getContainer(this.containerName(id));
+    return this.#live.running(id, () => openDockerPty(container, id, request, options));
+  }
+
   async destroy(id: string): Promise<void> {
     this.#sessions.close(id);
     this.#relays.close(id);
@@ -495,20 +503,8 @@ export class DockerProvider implements SandboxProvider {
    * drops its sessions, whose shells die with the rest.
    */
   async stopProcesses(id: string): Promise<{ killed: number }> {
-    if (!this.capabilities.stopProcesses) {
-      throw new GymError(
-        'CAPABILITY_UNSUPPORTED',
-        'this docker provider cannot stop processes from the host',
-        {
-          details: {
-            provider: this.name,
-            capability: 'stopProcesses',
-            runtime: this.#tier.runtime,
-            ...(this.#hostControlGap() === undefined ? {} : { reason: this.#hostControlGap() }),
-          },
-        },
-      );
-    }
+    if (!this.capabilities.stopProcesses)
+      throw stopProcessesUnsupported(this.name, this.#tier, this.#hostControlGap());
     const container = this.#docker.getContainer(this.containerName(id));
     return this.#live.running(id, async () => {
       this.#sessions.close(id);

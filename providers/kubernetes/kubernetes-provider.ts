@@ -44,6 +44,7 @@ import { OomKillCounts } from '../shared/abnormal-end.ts';
 import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
 import { decodeLabels, encodeLabels, SYSTEM_LABELS, selectorLabels } from '../shared/labels.ts';
 import type { PortRelay } from '../shared/port-relay.ts';
+import type { PtyChannel, PtyOpenOptions, PtyOpenRequest } from '../shared/pty-channel.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { RelayTable } from '../shared/relay-table.ts';
 import { sandboxIdentity } from '../shared/sandbox-identity.ts';
@@ -71,6 +72,7 @@ import {
 } from './options.ts';
 import { PodExecRefused, type PodTarget } from './pod-exec.ts';
 import { KUBERNETES_LABEL_PREFIX, podManifest, SANDBOX_CONTAINER } from './pod-manifest.ts';
+import { openPodPty } from './pod-pty.ts';
 import { waitPodRunning } from './pod-start.ts';
 import { podState } from './pod-status.ts';
 import { Pods } from './pods.ts';
@@ -149,6 +151,8 @@ export class KubernetesProvider implements SandboxProvider {
       timeoutKill: 'tagged',
       // From inside the Pod, by a script of shell builtins (`kill-scripts.ts`): the tagged guarantee.
       stopProcesses: true,
+      // pods/exec with `tty` and the resize channel (`pod-pty.ts`).
+      pty: true,
     };
   }
 
@@ -332,6 +336,20 @@ export class KubernetesProvider implements SandboxProvider {
     } catch (error) {
       if (error instanceof PodExecRefused) return await this.#commands.refused(id, error);
       throw error;
+    }
+  }
+
+  /** A terminal: pods/exec with `tty` (`pod-pty.ts`); it dies with the Pod. */
+  async openPty(id: string, request: PtyOpenRequest, options: PtyOpenOptions): Promise<PtyChannel> {
+    try {
+      return await openPodPty(this.#kubeConfig, this.#target(id), request, options);
+    } catch (error) {
+      if (!(error instanceof PodExecRefused)) throw error;
+      // The same reading of the refusal as a command's: no Pod, a Pod not running, or the cluster.
+      const refused = await this.#commands.refused(id, error);
+      throw new GymError('SANDBOX_NOT_READY', `sandbox ${id} cannot open a terminal (${refused.status})`, {
+        details: { sandboxId: id },
+      });
     }
   }
 

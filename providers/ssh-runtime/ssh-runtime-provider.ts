@@ -48,6 +48,8 @@ import { type GatewayRelay, relayStatsOf } from '../shared/gateway-relay.ts';
 import { loopbackGatewayUrl, recordedGatewayPort } from '../shared/gateway-url.ts';
 import { EXEC_ID_ENV, type KillOutcome, type KillReach, killTaggedOnHost } from '../shared/kill-script.ts';
 import { PortRelay } from '../shared/port-relay.ts';
+import type { PtyChannel, PtyOpenOptions, PtyOpenRequest } from '../shared/pty-channel.ts';
+import { sshPtyChannel } from '../shared/pty-ssh.ts';
 import { waitUntilReady } from '../shared/readiness.ts';
 import { RelayTable } from '../shared/relay-table.ts';
 import { newSandboxInfo, sandboxIdentity } from '../shared/sandbox-identity.ts';
@@ -131,6 +133,8 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
       timeoutKill: 'tagged',
       stopProcesses: true,
       imageFormats: ['rootfs', 'derived'],
+      // An SSH channel with a pty request around the runtime's entry (`shared/pty-ssh.ts`).
+      pty: true,
       ...this.#driver.capabilities,
       gatewayReach: options.gatewayReach && existsSync(options.relayHelperPath),
       // The relay mounted for gateway reach runs in connect mode too (`openPortRelay`).
@@ -316,6 +320,36 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
         if (end === 'sandbox_gone') this.#driver.lost(id);
         return abnormalEndResult(output, end, sigkilled ? SIGKILL_EXIT_CODE : null);
       },
+    });
+  }
+
+  /** A terminal: the runtime's entry into the sandbox on an SSH channel with a pty request. */
+  async openPty(id: string, request: PtyOpenRequest, options: PtyOpenOptions): Promise<PtyChannel> {
+    await this.#resumed();
+    const host = await this.fleet.locate(id);
+    const entry = await this.#entry(host, id, request.user, {
+      env: request.env,
+      ...(request.cwd === undefined ? {} : { cwd: request.cwd }),
+    });
+    if (entry === null)
+      throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} is gone`, { details: { sandboxId: id } });
+    const tag = request.env[EXEC_ID_ENV];
+    const argv = wrappedArgv(entry.env, entry.cwd, request.argv, 'gym-pty');
+    const line = this.#driver.enter(host, entry.target, argv, {
+      ...(tag === undefined ? {} : { tag }),
+      as: entry.as,
+    });
+    const remote = await host.connection.start(line, {
+      held: true,
+      terminal: request.tty
+        ? { rows: request.rows, cols: request.cols, term: request.env.TERM ?? 'xterm-256color' }
+        : null,
+      onStdout: (chunk) => options.onOutput('stdout', chunk),
+      onStderr: (chunk) => options.onOutput('stderr', chunk),
+    });
+    return sshPtyChannel(remote, {
+      tty: request.tty,
+      isGone: async () => !(await this.fleet.exists(host, id)),
     });
   }
 

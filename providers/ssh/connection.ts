@@ -266,17 +266,21 @@ export class SshConnection {
     const release = await this.#slots.acquire();
     let channel: ClientChannel;
     try {
-      const runner = await this.#runnerOf();
+      // A terminal's program is interactive and long-lived: a channel of its own, never the runner.
+      const runner = options.terminal === undefined ? await this.#runnerOf() : null;
       if (runner !== null) {
         const started = runner.start(command, options);
         started.done.then(release, release);
         return started;
       }
-      channel = await this.#openChannel(command);
+      channel = await this.#openChannel(command, options.terminal ?? null);
     } catch (error) {
       release();
       throw error;
     }
+    // A terminal's input is never ended by its user: once its program exited, ending it lets
+    // the channel close now (else the close waits on the open input, tens of seconds).
+    if (options.terminal !== undefined) channel.once('exit', () => channel.writable && channel.end());
     const done = this.#run(channel, options);
     done.then(release, release);
     return {
@@ -291,6 +295,9 @@ export class SshConnection {
         else channel.end(data);
       },
       close: () => channel.close(),
+      resize: (rows, cols) => {
+        channel.setWindow(rows, cols, 0, 0);
+      },
       pause: () => channel.pause(),
       resume: () => channel.resume(),
       done,
@@ -371,12 +378,16 @@ export class SshConnection {
    * ago (it frees the slot after its own bookkeeping), so a refused open ("open failed") is
    * tried again a few times, shortly, before it is an error.
    */
-  async #openChannel(command: string): Promise<ClientChannel> {
+  async #openChannel(
+    command: string,
+    pty: { rows: number; cols: number; term: string } | null = null,
+  ): Promise<ClientChannel> {
     for (let attempt = 0; ; attempt += 1) {
       const client = await this.client();
       try {
         return await new Promise<ClientChannel>((resolve, reject) => {
-          client.exec(command, (error, stream) => {
+          const options = pty === null ? {} : { pty: { rows: pty.rows, cols: pty.cols, term: pty.term } };
+          client.exec(command, options, (error, stream) => {
             if (error) return reject(error);
             // From the moment the channel opens: a quick command's end may come before `#run`
             // listens (an event, not stream data, so nothing keeps it), and was then unknown.

@@ -20,6 +20,11 @@ export interface RemoteExecOptions {
    * of its own the channel is closed (OpenSSH hangs up on it).
    */
   signal?: AbortSignal;
+  /**
+   * `start` only: the command runs on a channel of its own (never the command runner), with a
+   * terminal of this size and `TERM` when not null (a pty request), else on plain pipes.
+   */
+  terminal?: { rows: number; cols: number; term: string } | null;
 }
 
 /** A command started with `start`: its stdin, its end, and a way to close it early. */
@@ -31,6 +36,8 @@ export interface RemoteProcess {
   end(data?: Buffer): void;
   /** Closes it early (through the runner: SIGKILL to its process group; else the channel closes). */
   close(): void;
+  /** Resizes its terminal (a window-change request); only a command started with a `terminal` has it. */
+  resize?(rows: number, cols: number): void;
   /**
    * Stops and restarts reading its stdout (the server stops sending while the window is full;
    * through the runner, at most the rest of the command's 1 MiB output window still arrives).

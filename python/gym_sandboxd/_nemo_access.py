@@ -14,8 +14,8 @@ from typing import Any
 from .aio import AsyncGymClient
 from .errors import GymError, SandboxNotFoundError, UnauthorizedError
 
-# What an operate borrower may do: commands, uploads, downloads (and read its sandbox's record).
-OPERATE_RIGHTS = ("exec", "files")
+# What an operate borrower may do: commands, uploads, downloads, terminals (and read its sandbox's record).
+OPERATE_RIGHTS = ("exec", "files", "pty")
 
 
 async def operate_access(owner: AsyncGymClient, sandbox_id: str) -> dict[str, Any]:

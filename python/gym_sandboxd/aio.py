@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from . import _calls as calls
 from ._async_transport import AsyncResponse, AsyncTransport
+from ._ptys import AsyncPtyCalls
 from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES, TarPipe, download_too_large, extract_stream
 from ._wire import Upload, check_answer, decode_json, parse_stream_line
 from .client import Rollout
@@ -41,7 +42,7 @@ from .schema import (
 __all__ = ["AsyncGymClient"]
 
 
-class AsyncGymClient:
+class AsyncGymClient(AsyncPtyCalls):
     """An async client of one daemon; finds it as :class:`~gym_sandboxd.client.GymClient` does.
 
     One instance may serve several event loops (each keeps its own connections). Every method

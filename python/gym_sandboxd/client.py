@@ -10,6 +10,7 @@ from typing import Any, TypedDict, cast
 
 from . import _calls as calls
 from ._sync_transport import SyncResponse, SyncTransport
+from ._ptys import SyncPtyCalls
 from ._tar import DEFAULT_MAX_DOWNLOAD_BYTES, TarPipe, download_too_large, extract_stream
 from ._wire import Upload, check_answer, decode_json, parse_stream_line
 from .discovery import DaemonAddress, find_daemon
@@ -43,7 +44,7 @@ class Rollout(TypedDict):
     basePath: str
 
 
-class GymClient:
+class GymClient(SyncPtyCalls):
     """A client of one daemon. Thread-safe; connections are kept alive and reused.
 
     With no arguments it finds the daemon as the ``gym`` CLI does (``GYM_STATE_DIR``, the

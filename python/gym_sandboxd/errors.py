@@ -80,6 +80,10 @@ ERROR_STATUS: dict[str, int] = {
     "ROUTE_NOT_FOUND": 404,
     "PAYLOAD_TOO_LARGE": 413,
     "FILE_TOO_LARGE": 413,
+    "PTY_NOT_FOUND": 404,
+    "PTY_HELD": 409,
+    "PTY_DETACHED": 409,
+    "PTY_LIMIT_REACHED": 429,
     "IDEMPOTENCY_KEY_MISMATCH": 422,
     "IDEMPOTENT_OUTCOME_UNKNOWN": 409,
     "DAEMON_CONFLICT": 409,
@@ -236,6 +240,30 @@ class FileTooLargeError(GymError):
     """A file read back is larger than the reader's ``max_bytes``; reading stopped there."""
 
     code = "FILE_TOO_LARGE"
+
+
+class PtyNotFoundError(GymError):
+    """No terminal of that id in the sandbox (never opened, closed, or gone with its sandbox)."""
+
+    code = "PTY_NOT_FOUND"
+
+
+class PtyHeldError(GymError):
+    """Another client holds the terminal; attach with ``takeover`` to evict it."""
+
+    code = "PTY_HELD"
+
+
+class PtyDetachedError(GymError):
+    """This attachment was evicted by another client's takeover (or detached)."""
+
+    code = "PTY_DETACHED"
+
+
+class PtyLimitReachedError(GymError):
+    """The sandbox has as many terminals open as the daemon allows; close one."""
+
+    code = "PTY_LIMIT_REACHED"
 
 
 class IdempotencyKeyMismatchError(GymError):

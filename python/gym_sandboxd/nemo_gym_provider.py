@@ -9,7 +9,8 @@ credential instead, for a process that holds no token). ``SandboxSpec.ports`` ar
 declared ports and :meth:`GymSandboxdProvider.endpoint` their URL on the daemon with the sandbox's
 port key as a header (the port is reached through the daemon's relay, so a sandbox without network
 keeps none); ``SandboxSpec.entrypoint`` runs as the daemon's supervised service beside its keeper.
-It does not declare PTY sessions (the daemon's sessions run one command at a time, with no terminal). What it adds is
+It declares PTY sessions and their re-attach (``SupportsSandboxPty``, ``SupportsSandboxPtyAttach``:
+the daemon's terminals, which live in the daemon and replay from a byte offset). What it adds is
 :meth:`GymSandboxdProvider.model_endpoint`: the model gateway as an agent inside the sandbox
 reaches it, with its rollout's key.
 """
@@ -33,6 +34,9 @@ from ._nemo_types import (
     SandboxStatus,
 )
 from ._nemo_access import borrowed_client, operate_access, release
+from ._nemo_pty import GymSandboxdPtySession
+from ._nemo_pty import attach_session as attach_pty_session
+from ._nemo_pty import create_session as create_pty_session
 from ._nemo_spec import (
     SANDBOX_LABEL,
     GymSandboxdCreateError,
@@ -386,6 +390,20 @@ class GymSandboxdProvider:
             if session is not None:
                 state.idle_sessions.append(session)
         return _exec_result(result, effective_timeout)
+
+    # Terminals (NeMo Gym's SupportsSandboxPty and SupportsSandboxPtyAttach: ``_nemo_pty.py``).
+
+    async def create_pty(self, handle: SandboxHandle, spec: Any) -> GymSandboxdPtySession:
+        """A terminal in the sandbox (the daemon's: it outlives this process, never its sandbox)."""
+        state: _SandboxState = handle.raw
+        return await create_pty_session(self._of(handle), state.sandbox_id, spec, state.workdir)
+
+    async def attach_pty(
+        self, handle: SandboxHandle, session_id: str, *, takeover: bool = True, since: int | None = None
+    ) -> GymSandboxdPtySession:
+        """Holds a terminal opened elsewhere; ``since`` replays from that byte offset."""
+        state: _SandboxState = handle.raw
+        return await attach_pty_session(self._of(handle), state.sandbox_id, session_id, takeover=takeover, since=since)
 
     # Files.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "ACCESS_DENIED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "IDEMPOTENCY_KEY_MISMATCH", "IDEMPOTENT_OUTCOME_UNKNOWN", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "SERVICE_UNHEALTHY", "INTERNAL"]
+ErrorCode = Literal["VALIDATION_FAILED", "FORBIDDEN_BY_CONFIG", "UNAUTHORIZED", "ACCESS_DENIED", "SANDBOX_NOT_FOUND", "IMAGE_NOT_FOUND", "FILE_NOT_FOUND", "PROVIDER_NOT_FOUND", "PROVIDER_INVALID", "SANDBOX_NOT_READY", "ARCHIVE_UNSAFE", "PATH_KIND_MISMATCH", "SANDBOX_START_FAILED", "CAPABILITY_UNSUPPORTED", "PROVIDER_UNAVAILABLE", "PROVIDER_ERROR", "PROVIDER_TIMEOUT", "POOL_EXHAUSTED", "HARNESS_NOT_FOUND", "MODEL_UPSTREAM_ERROR", "MODEL_RATE_LIMITED", "ROLLOUT_NOT_FOUND", "ROLLOUT_CONFLICT", "GATEWAY_LOOP", "POOL_NOT_FOUND", "SNAPSHOT_NOT_FOUND", "SNAPSHOT_TOO_LARGE", "CAPACITY_EXCEEDED", "ROUTE_NOT_FOUND", "PAYLOAD_TOO_LARGE", "FILE_TOO_LARGE", "PTY_NOT_FOUND", "PTY_HELD", "PTY_DETACHED", "PTY_LIMIT_REACHED", "IDEMPOTENCY_KEY_MISMATCH", "IDEMPOTENT_OUTCOME_UNKNOWN", "DAEMON_CONFLICT", "DAEMON_UNAVAILABLE", "SHUTTING_DOWN", "SERVICE_UNHEALTHY", "INTERNAL"]
 ExecStatus = Literal["ok", "timeout", "killed", "oom", "sandbox_gone"]
 NetworkMode = Literal["none", "host", "bridge"]
 SandboxState = Literal["creating", "ready", "destroying", "gone", "failed", "unreachable"]
@@ -375,6 +375,51 @@ class AccessGrantCreated(TypedDict):
     createdAt: str
     expiresAt: str
     token: str
+
+
+class PtyCreateRequest(TypedDict):
+    command: NotRequired[str]
+    cwd: NotRequired[str]
+    env: NotRequired[dict[str, str]]
+    rows: NotRequired[int]
+    cols: NotRequired[int]
+    user: NotRequired[str]
+    tty: NotRequired[bool]
+
+
+class PtyInfoOutput(TypedDict):
+    start: int
+    end: int
+
+
+class PtyInfo(TypedDict):
+    id: str
+    sandboxId: str
+    command: str | None
+    tty: bool
+    rows: int
+    cols: int
+    state: Literal["running", "exited", "lost"]
+    exitCode: int | None
+    reason: NotRequired[str]
+    output: PtyInfoOutput
+    held: bool
+    createdAt: str
+
+
+class PtyAttachment(TypedDict):
+    pty: PtyInfo
+    attachment: str
+
+
+class PtyOutput(TypedDict):
+    data: str
+    offset: int
+    next: int
+    dropped: int
+    eof: bool
+    state: Literal["running", "exited", "lost"]
+    exitCode: int | None
 
 
 ExecStreamEvent = ExecStreamEventStdout | ExecStreamEventStderr | ExecStreamEventResult | ExecStreamEventError

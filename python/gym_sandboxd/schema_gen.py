@@ -45,6 +45,10 @@ ROOTS: list[tuple[str, list[str | int]]] = [
     ("AccessGrant", ["paths", "/v1/access", "get", "responses", "200", "content", "application/json", "schema", "properties", "grants", "items"]),
     ("AccessGrantList", ["paths", "/v1/access", "get", "responses", "200", "content", "application/json", "schema"]),
     ("AccessGrantCreated", ["paths", "/v1/access", "post", "responses", "201", "content", "application/json", "schema"]),
+    ("PtyCreateRequest", ["paths", "/v1/sandboxes/{id}/ptys", "post", "requestBody", "content", "application/json", "schema"]),
+    ("PtyInfo", ["paths", "/v1/sandboxes/{id}/ptys/{ptyId}", "get", "responses", "200", "content", "application/json", "schema"]),
+    ("PtyAttachment", ["paths", "/v1/sandboxes/{id}/ptys", "post", "responses", "201", "content", "application/json", "schema"]),
+    ("PtyOutput", ["paths", "/v1/sandboxes/{id}/ptys/{ptyId}/output", "get", "responses", "200", "content", "application/json", "schema"]),
 ]
 
 # Nested objects are named parent + property (a variant of a union by its "type" constant). One

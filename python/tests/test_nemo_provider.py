@@ -68,8 +68,8 @@ def test_nemo_gym_finds_the_provider_by_its_entry_point() -> None:
     assert get_provider_class("gym_sandboxd") is GymSandboxdProvider
     provider = GymSandboxdProvider()
     assert isinstance(provider, ConnectableProvider)
-    # Declared ports are reached through the daemon; terminal sessions are not declared.
-    assert isinstance(provider, SupportsSandboxEndpoint) and not isinstance(provider, SupportsSandboxPty)
+    # Declared ports are reached through the daemon; terminals are declared too (test_nemo_pty.py).
+    assert isinstance(provider, SupportsSandboxEndpoint) and isinstance(provider, SupportsSandboxPty)
 
 
 def test_a_named_sandbox_block_selects_the_provider(client: GymClient, image: str) -> None:
@@ -229,14 +229,12 @@ def test_create_refuses_what_it_cannot_honour_before_allocating(client: GymClien
 
 
 def test_what_the_facade_offers_beyond_the_protocol_is_refused_clearly(client: GymClient, image: str, tmp_path: Path) -> None:
-    """PTY sessions, pause/resume, endpoints and Compose are capabilities the provider does not declare:
+    """Pause/resume, endpoints and Compose are capabilities the provider does not declare:
     NeMo Gym's facade refuses each with its own error, and the sandbox goes on working."""
 
     async def scenario() -> None:
         async with AsyncSandbox(CONFIG, _spec(image, metadata={"case": "beyond"})) as sandbox:
             await sandbox.start()
-            with pytest.raises(NotImplementedError, match="PTY"):
-                await sandbox.pty.create("sh")
             for call in (sandbox.pause, sandbox.resume):
                 with pytest.raises(NotImplementedError, match="pause/resume"):
                     await call()

@@ -4,7 +4,8 @@
  * No API server can run on our machines, so this speaks, over real HTTP and WebSocket, the subset
  * of the API the Kubernetes provider uses, closely enough that the unmodified
  * `@kubernetes/client-node` works against it: Pods (create, get, list and watch by label
- * selector, delete, exec over `v4`/`v5.channel.k8s.io`), NetworkPolicies and Services (accepted,
+ * selector, delete, exec over `v4`/`v5.channel.k8s.io`, with a terminal and its resize channel),
+ * NetworkPolicies and Services (accepted,
  * validated and recorded, never enforced). A Pod is one container of the engine, labelled
  * `gym-k8s-emulator=<id>` so `close()` (or a person) can find and remove every one.
  *
@@ -967,7 +968,8 @@ export class KubernetesEmulator {
       AttachStderr: streams.stderr && !streams.tty,
       Tty: streams.tty,
     });
-    const stream = (await exec.start({ hijack: true, stdin: streams.stdin })) as Duplex;
+    // `Tty` at the start too: without it the engine frames a terminal's raw stream as if it had none.
+    const stream = (await exec.start({ hijack: true, stdin: streams.stdin, Tty: streams.tty })) as Duplex;
     this.#wss.handleUpgrade(request, socket, head, (ws) => this.#runExec(ws, pod, exec, stream, streams.tty));
   }
 
@@ -996,6 +998,7 @@ export class KubernetesEmulator {
       if (data.length === 0) return;
       const channel = data[0];
       if (channel === 0) stream.write(data.subarray(1));
+      else if (channel === 4 && tty) resizeExec(exec, data.subarray(1));
       else if (channel === 255 && protocol === 'v5.channel.k8s.io' && data[1] === 0) stream.end();
     });
     ws.on('close', () => {
@@ -1078,4 +1081,26 @@ function readBody(request: IncomingMessage): Promise<Buffer> {
     request.on('end', () => resolve(Buffer.concat(chunks)));
     request.on('error', reject);
   });
+}
+
+/**
+ * The resize channel (4) of a terminal exec: one JSON `{"Width", "Height"}` per message, field
+ * names matched without case as the kubelet's Go decoder does (client-node sends `width`,
+ * `height`), applied to the engine's exec as the kubelet applies it to the runtime's.
+ */
+function resizeExec(exec: Docker.Exec, payload: Buffer): void {
+  let size: Record<string, unknown>;
+  try {
+    size = Object.fromEntries(
+      Object.entries(JSON.parse(payload.toString('utf8')) as Record<string, unknown>).map(([key, value]) => [
+        key.toLowerCase(),
+        value,
+      ]),
+    );
+  } catch {
+    return;
+  }
+  const { width, height } = size;
+  if (typeof width !== 'number' || typeof height !== 'number' || width < 1 || height < 1) return;
+  exec.resize({ w: width, h: height }).catch(() => {});
 }

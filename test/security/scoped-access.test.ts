@@ -34,7 +34,7 @@ class MovableClock implements Clock {
  * What a scoped credential may call, on a sandbox it names, and the right it takes (`inspect`:
  * any grant). Everything else the server registers must refuse it.
  */
-const SCOPED_ROUTES: Record<string, 'inspect' | 'exec' | 'files' | 'endpoints'> = {
+const SCOPED_ROUTES: Record<string, 'inspect' | 'exec' | 'files' | 'endpoints' | 'pty'> = {
   'GET /v1/sandboxes/:id': 'inspect',
   'HEAD /v1/sandboxes/:id': 'inspect',
   'POST /v1/sandboxes/:id/exec': 'exec',
@@ -49,6 +49,19 @@ const SCOPED_ROUTES: Record<string, 'inspect' | 'exec' | 'files' | 'endpoints'> 
   'POST /v1/sandboxes/:id/gateway': 'endpoints',
   'GET /v1/sandboxes/:id/ports/:port': 'endpoints',
   'HEAD /v1/sandboxes/:id/ports/:port': 'endpoints',
+  'POST /v1/sandboxes/:id/ptys': 'pty',
+  'GET /v1/sandboxes/:id/ptys': 'pty',
+  'HEAD /v1/sandboxes/:id/ptys': 'pty',
+  'GET /v1/sandboxes/:id/ptys/:ptyId': 'pty',
+  'HEAD /v1/sandboxes/:id/ptys/:ptyId': 'pty',
+  'DELETE /v1/sandboxes/:id/ptys/:ptyId': 'pty',
+  'POST /v1/sandboxes/:id/ptys/:ptyId/attach': 'pty',
+  'DELETE /v1/sandboxes/:id/ptys/:ptyId/attach': 'pty',
+  'GET /v1/sandboxes/:id/ptys/:ptyId/output': 'pty',
+  'HEAD /v1/sandboxes/:id/ptys/:ptyId/output': 'pty',
+  'POST /v1/sandboxes/:id/ptys/:ptyId/input': 'pty',
+  'POST /v1/sandboxes/:id/ptys/:ptyId/resize': 'pty',
+  'POST /v1/sandboxes/:id/ptys/:ptyId/signal': 'pty',
 };
 
 /** Routes that answer anyone the same whatever the bearer (liveness), or check their own key or cookie. */
