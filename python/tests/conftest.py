@@ -39,7 +39,9 @@ if NEMO_GYM_PATH is not None:
     sys.path.insert(0, NEMO_GYM_PATH)
 HAS_NEMO_GYM = importlib.util.find_spec("nemo_gym") is not None
 # The tests that drive the provider through NeMo Gym itself; without it they are not collected.
-collect_ignore = [] if HAS_NEMO_GYM else ["test_nemo_provider.py", "test_nemo_gym_resources_server.py"]
+collect_ignore = (
+    [] if HAS_NEMO_GYM else ["test_nemo_provider.py", "test_nemo_pty.py", "test_nemo_gym_resources_server.py"]
+)
 
 
 def python_command(script: str, *, site: bool = True) -> list[str]:
