@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema, LabelsSchema } from './common.ts';
+import { ServicesSchema } from './services.ts';
 
 /** One week: a lease longer than this is almost always a forgotten sandbox. */
 export const MAX_TTL_SECONDS = 7 * 24 * 3600;
@@ -137,6 +138,12 @@ export const SandboxSpecSchema = z
     labels: LabelsSchema.default({}),
     files: z.array(SeedFileSchema).max(1000).default([]),
     readiness: ReadinessProbeSchema.optional(),
+    /**
+     * The task's other containers (a Compose file's other services), run beside the sandbox in its
+     * network namespace and destroyed with it (see `services.ts`); only where the provider has the
+     * `services` capability. Created in `dependsOn` order, health-checked, before `create` returns.
+     */
+    services: ServicesSchema.optional(),
     /** What only one provider understands; each provider validates its own part. */
     providerOptions: z.record(z.string(), z.unknown()).default({}),
   })

@@ -38,6 +38,8 @@ export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabiliti
     // checked at create as FORBIDDEN_BY_CONFIG).
     networkModes: [...NetworkModeSchema.options],
     gatewayReach: options.gatewayReach && !tier.hasGuestKernel,
+    // Companions join the sandbox's network namespace, which gVisor keeps inside its own kernel.
+    services: !tier.hasGuestKernel,
     // Under gVisor each command runs traced by the helper, which takes all it started when killed.
     timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
     stopProcesses: hasHostControl || canStopInGuest,

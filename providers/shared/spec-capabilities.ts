@@ -28,7 +28,7 @@ export function capabilityUnsupported(
 export function requireSpecCapabilities(
   providerName: string,
   capabilities: ProviderCapabilities,
-  spec: Pick<SandboxSpec, 'resources' | 'network'>,
+  spec: Pick<SandboxSpec, 'resources' | 'network'> & Partial<Pick<SandboxSpec, 'services'>>,
   hints: CapabilityHints = {},
 ): void {
   const hinted = (message: string, hint: string | undefined) =>
@@ -45,6 +45,15 @@ export function requireSpecCapabilities(
       providerName,
       'diskLimit',
       hinted("cannot limit a sandbox's disk (resources.diskMiB)", hints.diskLimit),
+    );
+  }
+  const services = spec.services ?? [];
+  if (services.length > 0 && capabilities.services !== true) {
+    throw capabilityUnsupported(
+      providerName,
+      'services',
+      `cannot run a task's other containers beside its sandbox (spec.services: ${services.map((service) => service.name).join(', ')}): a multi-container task (Compose) runs on a provider with the services capability (docker, kubernetes)`,
+      { services: services.map((service) => service.name) },
     );
   }
   if (!capabilities.networkModes.includes(spec.network)) {
