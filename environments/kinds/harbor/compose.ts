@@ -66,6 +66,11 @@ export interface ComposeContext {
   taskDirectory: string;
   /** Names the images built for companion services (`<repository>:<tag of the context>` later). */
   imageName: (service: string) => string;
+  /**
+   * The main service's name when the harness adds it itself (Harbor merges its own `main` over
+   * the task's file, which may leave it out); else Terminal-Bench's `client`, or the only service.
+   */
+  mainName?: string;
   /** Variables the harness itself sets (Harbor's CONTEXT_DIR), replaced where they appear. */
   variables: Readonly<Record<string, string>>;
   /** Volume entries the harness adds itself (log mounts): ignored. */
@@ -198,7 +203,7 @@ export function parseCompose(text: string, context: ComposeContext): ComposeTask
   }
   const services = asRecord(top.services);
   const names = Object.keys(services);
-  const main = mainName(names);
+  const main = context.mainName ?? mainName(names);
   if (main === undefined)
     throw new Error(
       `${names.length === 0 ? 'no service' : `services ${names.join(', ')}`}: none is the main service (Harbor's main, Terminal-Bench's client)`,
@@ -207,7 +212,7 @@ export function parseCompose(text: string, context: ComposeContext): ComposeTask
     throw new Error(`${names.length - 1} services beside ${main}: at most ${MAX_SERVICES} are supported`);
   const companions = names
     .filter((name) => name !== main)
-    .map((name) => readService(name, asRecord(services[name]), context, names));
+    .map((name) => readService(name, asRecord(services[name]), context, [...names, main]));
   const order = serviceStartOrder(
     companions.map((service) => ({
       ...service,
@@ -222,7 +227,7 @@ export function parseCompose(text: string, context: ComposeContext): ComposeTask
         `service ${service.name} depends on ${main}, the agent's sandbox: the sandbox starts first and runs nothing of its own`,
       );
   // The main service keeps only what its sandbox takes; its own dependencies start before the agent anyway.
-  const mainService = readService(main, asRecord(services[main]), context, names, true);
+  const mainService = readService(main, asRecord(services[main]), context, [...names, main], true);
   return {
     main: {
       name: main,
