@@ -4,7 +4,7 @@ import { parse as parseToml } from 'smol-toml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { exists, imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
-import { readComposeTask } from './compose-task.ts';
+import { readHarborCompose } from './compose-task.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
 import {
   BaselineNetworkFields,
@@ -170,7 +170,7 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     workdir = plan.settings.workdir;
   }
   if (config.environment.workdir !== undefined) workdir = config.environment.workdir;
-  const compose = await composeOf(taskDir, id, image, fail);
+  const compose = await readHarborCompose(taskDir, id, image, fail);
   if (compose !== undefined && separateVerifier)
     fail('a separate verifier beside Compose services is not supported: its sandbox would not reach them');
   const mcpServers = config.environment.mcp_servers ?? [];
@@ -204,37 +204,6 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     ...(healthcheck === undefined ? {} : { healthcheck }),
     ...(mcpServers.length === 0 ? {} : { mcp_servers: mcpServers }),
   };
-}
-
-/** Harbor's own log mounts (`${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}`): its harness's, not the task's. */
-const HARBOR_LOG_VOLUME = /^\$\{HOST_[A-Z_]+_PATH\}:(\$\{ENV_[A-Z_]+_PATH\}|\/[\w/.-]+)(:rw|:ro)?$/;
-
-/**
- * environment/docker-compose.yaml (or .yml), read as Harbor merges it over its own: `main` is the
- * agent's sandbox, built as without a Compose file (its environment applies); the others run
- * beside it. Undefined without a Compose file.
- */
-async function composeOf(taskDir: string, id: string, mainImage: string, fail: (message: string) => never) {
-  for (const name of ['docker-compose.yaml', 'docker-compose.yml']) {
-    const path = join(taskDir, 'environment', name);
-    if (!(await exists(path))) continue;
-    const environment = join(taskDir, 'environment');
-    const task = await readComposeTask(
-      path,
-      id,
-      {
-        composeDirectory: environment,
-        taskDirectory: taskDir,
-        mainName: 'main',
-        variables: { CONTEXT_DIR: environment, MAIN_IMAGE_NAME: mainImage },
-        isHarnessVolume: (volume) => HARBOR_LOG_VOLUME.test(volume),
-        isHarnessEnv: () => false,
-      },
-      fail,
-    );
-    return task;
-  }
-  return undefined;
 }
 
 /** A stdio server runs in the sandbox; an HTTP one must be a service of the group (by host name). */
