@@ -11,7 +11,8 @@ import { type SandboxSpecInput, SandboxSpecSchema } from '../../core/schemas/san
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
 import { testContext } from '../../test/fixtures/provider-context.ts';
 import { DockerProvider } from './docker-provider.ts';
-import { SERVICE_OF_LABEL } from './service-group.ts';
+import { EngineTraits } from './engine-kind.ts';
+import { SERVICE_OF_LABEL, ServiceGroups } from './service-group.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
 const busybox = skipReason === undefined ? await testImage(docker, 'busybox') : 'gym/busybox:missing';
@@ -145,5 +146,37 @@ describe.skipIf(skipReason !== undefined)('docker: a sandbox with companion serv
     await expect(provider.create(failing)).rejects.toThrow(
       /service worker exited with code 3.*cannot start/s,
     );
+  });
+
+  it('gives up on a service still starting past its bound, whatever its health check allows', async () => {
+    // A dataset's intervals and retries could hold a create (and its admission slot) for days.
+    const name = (id: string) => `gym-test-bound-${id}`;
+    const groups = new ServiceGroups(docker, undefined, new EngineTraits(docker), name, 1500);
+    const id = `sbx-bound${Date.now().toString(36)}`;
+    const sandbox = await docker.createContainer({
+      name: name(id),
+      Image: busybox,
+      Cmd: ['sleep', '600'],
+      HostConfig: { NetworkMode: 'none' },
+    });
+    await sandbox.start();
+    const slow = spec({
+      services: [
+        {
+          name: 'db',
+          image: busybox,
+          command: ['sleep', '600'],
+          healthcheck: { argv: ['true'], intervalMs: 600_000, startPeriodMs: 600_000, retries: 1000 },
+        },
+      ],
+    });
+    try {
+      await expect(groups.start(id, slow, sandbox.id, { [SERVICE_OF_LABEL]: id })).rejects.toThrow(
+        /service db did not become healthy within 2 s/,
+      );
+    } finally {
+      await groups.removeGroup(id, sandbox);
+    }
+    expect(await serviceContainers(id)).toBe(0);
   });
 });

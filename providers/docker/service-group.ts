@@ -26,6 +26,12 @@ export const SERVICE_LABEL = 'gym.service';
 export const SERVICE_OF_LABEL = 'gym.service-of';
 /** How often a service's state is read while the create waits for it (start, health). */
 const SERVICE_POLL_MS = 100;
+/**
+ * The longest a create waits for its services to run and be healthy, whatever their health
+ * checks say (a task's intervals and retries could otherwise hold a create, and its admission
+ * slot, for days). Past it the create fails naming the service still waited for.
+ */
+export const SERVICES_READY_TIMEOUT_MS = 10 * 60_000;
 /** Bytes of a failed service's log quoted in the create's error. */
 const LOG_TAIL_BYTES = 2_000;
 /** Each service's log is kept (bounded) so a failure can quote it. */
@@ -46,6 +52,7 @@ export class ServiceGroups {
   readonly #engine: Pick<EngineTraits, 'hostConfig'>;
   /** The sandbox container's name (service containers are named after it). */
   readonly #containerName: (id: string) => string;
+  readonly #readyTimeoutMs: number;
   /** The service names of each sandbox this process created ([] for none); others are found by label. */
   readonly #known = new Map<string, string[]>();
 
@@ -54,7 +61,9 @@ export class ServiceGroups {
     runtime: string | undefined,
     engine: Pick<EngineTraits, 'hostConfig'>,
     containerName: (id: string) => string,
+    readyTimeoutMs = SERVICES_READY_TIMEOUT_MS,
   ) {
+    this.#readyTimeoutMs = readyTimeoutMs;
     this.#docker = docker;
     this.#runtime = runtime;
     this.#engine = engine;
@@ -84,11 +93,12 @@ export class ServiceGroups {
     if (typeof order === 'string') throw new GymError('VALIDATION_FAILED', `spec.services: ${order}`);
     const engineHostConfig = await this.#engine.hostConfig();
     const containers = new Map<string, Docker.Container>();
+    const deadlineMs = Date.now() + this.#readyTimeoutMs;
     for (const service of order) {
       for (const dependency of service.dependsOn) {
         const container = containers.get(dependency.service);
         if (container !== undefined && dependency.condition === 'healthy')
-          await this.#waitHealthy(dependency.service, container);
+          await this.#waitHealthy(dependency.service, container, deadlineMs);
       }
       const container = await this.#docker.createContainer(
         this.#serviceOptions(id, spec, service, sandboxContainerId, labels, engineHostConfig),
@@ -98,7 +108,7 @@ export class ServiceGroups {
     }
     for (const service of order) {
       const container = containers.get(service.name);
-      if (container !== undefined) await this.#waitHealthy(service.name, container);
+      if (container !== undefined) await this.#waitHealthy(service.name, container, deadlineMs);
     }
   }
 
@@ -155,8 +165,14 @@ export class ServiceGroups {
   }
 
   /** Until the service runs and (with a health check) is healthy; an exit or `unhealthy` throws. */
-  async #waitHealthy(name: string, container: Docker.Container): Promise<void> {
+  async #waitHealthy(name: string, container: Docker.Container, deadlineMs: number): Promise<void> {
     for (;;) {
+      if (Date.now() > deadlineMs)
+        throw await this.#failed(
+          name,
+          container,
+          `did not become healthy within ${Math.round(this.#readyTimeoutMs / 1000)} s`,
+        );
       const inspected = await container.inspect();
       const { State } = inspected;
       if (State.Status === 'exited' || State.Status === 'dead')
