@@ -52,6 +52,31 @@ class SandboxSpecReadiness(TypedDict):
     intervalMs: NotRequired[int]
 
 
+class SandboxSpecServicesItemHealthcheck(TypedDict):
+    argv: list[str]
+    intervalMs: NotRequired[int]
+    timeoutMs: NotRequired[int]
+    startPeriodMs: NotRequired[int]
+    retries: NotRequired[int]
+
+
+class SandboxSpecServicesItemDependsOnItem(TypedDict):
+    service: str
+    condition: Literal["started", "healthy"]
+
+
+class SandboxSpecServicesItem(TypedDict):
+    name: str
+    image: str
+    entrypoint: NotRequired[list[str]]
+    command: NotRequired[list[str]]
+    env: NotRequired[dict[str, str]]
+    workdir: NotRequired[str]
+    user: NotRequired[str]
+    healthcheck: NotRequired[SandboxSpecServicesItemHealthcheck]
+    dependsOn: NotRequired[list[SandboxSpecServicesItemDependsOnItem]]
+
+
 class SandboxSpec(TypedDict):
     image: str
     provider: NotRequired[str]
@@ -64,6 +89,7 @@ class SandboxSpec(TypedDict):
     labels: NotRequired[dict[str, str]]
     files: NotRequired[list[SandboxSpecFilesItem]]
     readiness: NotRequired[SandboxSpecReadiness]
+    services: NotRequired[list[SandboxSpecServicesItem]]
     providerOptions: NotRequired[dict[str, Any]]
 
 
@@ -88,6 +114,26 @@ class SandboxSpecReadinessOutput(TypedDict):
     intervalMs: int
 
 
+class SandboxSpecServicesItemHealthcheckOutput(TypedDict):
+    argv: list[str]
+    intervalMs: int
+    timeoutMs: int
+    startPeriodMs: int
+    retries: int
+
+
+class SandboxSpecServicesItemOutput(TypedDict):
+    name: str
+    image: str
+    entrypoint: NotRequired[list[str]]
+    command: NotRequired[list[str]]
+    env: dict[str, str]
+    workdir: NotRequired[str]
+    user: NotRequired[str]
+    healthcheck: NotRequired[SandboxSpecServicesItemHealthcheckOutput]
+    dependsOn: list[SandboxSpecServicesItemDependsOnItem]
+
+
 class SandboxSpecOutput(TypedDict):
     image: str
     provider: NotRequired[str]
@@ -100,6 +146,7 @@ class SandboxSpecOutput(TypedDict):
     labels: dict[str, str]
     files: list[SandboxSpecFilesItemOutput]
     readiness: NotRequired[SandboxSpecReadinessOutput]
+    services: NotRequired[list[SandboxSpecServicesItemOutput]]
     providerOptions: dict[str, Any]
 
 
