@@ -52,7 +52,7 @@ export function requireSpecCapabilities(
     throw capabilityUnsupported(
       providerName,
       'services',
-      `cannot run a task's other containers beside its sandbox (spec.services: ${services.map((service) => service.name).join(', ')}): a multi-container task (Compose) runs on a provider with the services capability (docker, kubernetes)`,
+      `cannot run a task's other containers beside its sandbox (spec.services: ${services.map((service) => service.name).join(', ')}): a multi-container task (Compose) runs on a provider with the services capability (Docker with runc)`,
       { services: services.map((service) => service.name) },
     );
   }
