@@ -32,6 +32,34 @@ describe('Admission', () => {
     expect(admission.live).toBe(2);
   });
 
+  it('weighs a sandbox with companion services as one container each against the live limit', async () => {
+    const admission = new Admission('p', {
+      maxConcurrentCreates: 10,
+      maxLiveSandboxes: 4,
+      queueSize: 5,
+      queueTimeoutMs: 5_000,
+    });
+    // A sandbox with two services: three containers.
+    const group = await admission.acquire(3);
+    group.succeeded();
+    expect(admission.live).toBe(3);
+    // Another such group waits until the first is gone; a lone sandbox would have fitted.
+    let isGranted = false;
+    const second = admission.acquire(3).then((slot) => {
+      isGranted = true;
+      return slot;
+    });
+    expect(admission.tryAcquire(0, 2)).toBeNull();
+    await Promise.resolve();
+    expect(isGranted).toBe(false);
+    admission.released(3);
+    (await second).succeeded();
+    expect(admission.live).toBe(3);
+    // A group heavier than the whole limit is refused at once, not queued forever.
+    await expect(admission.acquire(5)).rejects.toMatchObject({ code: 'CAPACITY_EXCEEDED' });
+    expect(admission.queued).toBe(0);
+  });
+
   it('limits concurrent creates separately from live sandboxes', async () => {
     const admission = new Admission('p', {
       maxConcurrentCreates: 1,

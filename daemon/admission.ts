@@ -3,6 +3,9 @@
  * `maxLiveSandboxes` live (live + creating). A create over either limit waits in a FIFO queue of
  * at most `queueSize`; past the queue, or after `queueTimeoutMs` in it, it is refused with a 429
  * that says when to retry. The daemon never holds unbounded work, whatever the burst.
+ *
+ * A sandbox with companion services (`spec.services`) weighs one plus its services against
+ * `maxLiveSandboxes`: each is a container the backend runs. It is still one create.
  */
 import { GymError } from '../core/errors.ts';
 
@@ -14,6 +17,7 @@ export interface AdmissionLimits {
 }
 
 interface Waiter {
+  weight: number;
   grant: (slot: CreateSlot) => void;
   timer: NodeJS.Timeout;
 }
@@ -31,6 +35,8 @@ export class Admission {
   readonly #limits: AdmissionLimits;
   readonly #queue: Waiter[] = [];
   #creating = 0;
+  /** The weight of the creates running (see the top of this file). */
+  #creatingWeight = 0;
   #live = 0;
 
   constructor(provider: string, limits: AdmissionLimits) {
@@ -56,19 +62,29 @@ export class Admission {
     this.#pump();
   }
 
-  /** A live sandbox is gone (destroyed, reaped): room for a waiting create. */
-  released(): void {
-    this.#live = Math.max(0, this.#live - 1);
+  /** A live sandbox of this weight is gone (destroyed, reaped): room for a waiting create. */
+  released(weight = 1): void {
+    this.#live = Math.max(0, this.#live - weight);
     this.#pump();
   }
 
-  /** Waits for room (FIFO) and returns the slot; throws CAPACITY_EXCEEDED when the queue is full or the wait times out. */
-  acquire(): Promise<CreateSlot> {
-    if (this.#queue.length === 0 && this.#hasRoom()) return Promise.resolve(this.#take());
+  /**
+   * Waits for room (FIFO) and returns the slot; throws CAPACITY_EXCEEDED when the queue is full,
+   * the wait times out, or the sandbox alone weighs more than the live limit.
+   */
+  acquire(weight = 1): Promise<CreateSlot> {
+    if (weight > this.#limits.maxLiveSandboxes)
+      return Promise.reject(
+        this.#refusal(
+          `a sandbox with ${weight - 1} services weighs ${weight}, over the limit of ${this.#limits.maxLiveSandboxes} live`,
+        ),
+      );
+    if (this.#queue.length === 0 && this.#hasRoom(weight)) return Promise.resolve(this.#take(weight));
     if (this.#queue.length >= this.#limits.queueSize)
       return Promise.reject(this.#refusal('the wait queue is full'));
     return new Promise<CreateSlot>((resolve, reject) => {
       const waiter: Waiter = {
+        weight,
         grant: resolve,
         timer: setTimeout(() => {
           const index = this.#queue.indexOf(waiter);
@@ -85,28 +101,30 @@ export class Admission {
    * slot a request is waiting for. It also leaves `headroom` creates and live sandboxes free, so
    * a request arriving next finds room at once.
    */
-  tryAcquire(headroom = 1): CreateSlot | null {
+  tryAcquire(headroom = 1, weight = 1): CreateSlot | null {
     if (this.#queue.length > 0) return null;
     if (this.#creating + headroom >= this.#limits.maxConcurrentCreates) return null;
-    if (this.#live + this.#creating + headroom >= this.#limits.maxLiveSandboxes) return null;
-    return this.#take();
+    if (this.#live + this.#creatingWeight + headroom + weight > this.#limits.maxLiveSandboxes) return null;
+    return this.#take(weight);
   }
 
-  #hasRoom(): boolean {
+  #hasRoom(weight: number): boolean {
     return (
       this.#creating < this.#limits.maxConcurrentCreates &&
-      this.#live + this.#creating < this.#limits.maxLiveSandboxes
+      this.#live + this.#creatingWeight + weight <= this.#limits.maxLiveSandboxes
     );
   }
 
-  #take(): CreateSlot {
+  #take(weight: number): CreateSlot {
     this.#creating += 1;
+    this.#creatingWeight += weight;
     let isSettled = false;
     const settle = (isLive: boolean) => {
       if (isSettled) return;
       isSettled = true;
       this.#creating -= 1;
-      if (isLive) this.#live += 1;
+      this.#creatingWeight -= weight;
+      if (isLive) this.#live += weight;
       this.#pump();
     };
     return { succeeded: () => settle(true), failed: () => settle(false) };
@@ -114,10 +132,10 @@ export class Admission {
 
   /** Hands slots to waiters while there is room; `#take` counts each at once, so none is over-granted. */
   #pump(): void {
-    while (this.#queue.length > 0 && this.#hasRoom()) {
+    while (this.#queue.length > 0 && this.#hasRoom(this.#queue[0]!.weight)) {
       const waiter = this.#queue.shift()!;
       clearTimeout(waiter.timer);
-      waiter.grant(this.#take());
+      waiter.grant(this.#take(waiter.weight));
     }
   }
 

@@ -114,6 +114,12 @@ export interface ProviderCapabilities {
    * the rest at create (`FORBIDDEN_BY_CONFIG`).
    */
   networkModes: ReadonlyArray<SandboxSpec['network']>;
+  /**
+   * `spec.services`: a task's other containers beside the sandbox, sharing its network namespace
+   * (names resolve to 127.0.0.1), created and health-checked with it and destroyed with it
+   * (absent: false, and a spec with services is `CAPABILITY_UNSUPPORTED`).
+   */
+  services?: boolean;
   /** `exposeGateway()`: the daemon's model gateway reachable from inside a sandbox, at a URL the provider chooses. */
   gatewayReach: boolean;
   /**

@@ -30,6 +30,7 @@ const DRIVER = join(REPOSITORY, 'test', 'fixtures', 'harbor-run.py');
 const CONTRACT = join(REPOSITORY, 'test', 'fixtures', 'harbor-environment-contract.py');
 const TASKS = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks');
 const REFUSED = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks-refused');
+const COMPOSE = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks-compose');
 const ATTACKS = join(REPOSITORY, 'test', 'fixtures', 'harbor-tasks-attacks');
 /** Harbor agents of the tests' own (`--agent late_agent:LateAgent`). */
 const AGENTS = join(REPOSITORY, 'test', 'fixtures', 'harbor-agents');
@@ -57,6 +58,7 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
   let daemon: TestDaemon;
   let client: GymClient;
   let directory = '';
+  const namespace = `harbor-env-${randomBytes(3).toString('hex')}`;
 
   beforeAll(async () => {
     // set-up made it (step 7); a missing runtime is a failure, not a skip.
@@ -72,7 +74,7 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     await writeFile(kubeconfigPath, emulator.kubeconfig(K8S_NAMESPACE), { mode: 0o600 });
     daemon = await startTestDaemon(
       {
-        namespace: `harbor-env-${randomBytes(3).toString('hex')}`,
+        namespace,
         destroyOnShutdown: true,
         // The folder the contract script's read-only bind mount comes from, by the operator's leave.
         providers: [
@@ -302,11 +304,31 @@ describe.skipIf(skipReason !== undefined)('Harbor 0.26.0 with GymSandboxdEnviron
     expect(await client.listSandboxes({ labels: { harbor: '1' } })).toEqual([]);
   }, 300_000);
 
+  it("runs a Compose task whose MCP server is a service beside the sandbox, behind Harbor's health check: oracle 1, nop 0", async () => {
+    const expected: Record<string, number> = { oracle: 1, nop: 0 };
+    for (const agent of ['oracle', 'nop']) {
+      const { code, output, job } = await harborRun(`compose-${agent}`, COMPOSE, agent);
+      expect(code, output).toBe(0);
+      expect(rewards(await trials(job)), output.slice(-4000)).toEqual([
+        ['gym/mcp-health', expected[agent], null],
+      ]);
+    }
+    expect(await client.listSandboxes({ labels: { harbor: '1' } })).toEqual([]);
+    const services = await docker.listContainers({
+      all: true,
+      filters: { label: ['gym.service', `gym.namespace=${namespace}`] },
+    });
+    expect(services).toEqual([]);
+  }, 300_000);
+
   it('refuses what it cannot run, clearly and before anything hangs', async () => {
-    // A Compose task: refused before any trial starts, naming why.
+    // A Compose task with a prebuilt image (its services are built with its image): refused
+    // before any trial starts, naming why.
     const compose = await harborRun('compose', join(REFUSED, 'compose-task'), 'oracle');
     expect(compose.code).not.toBe(0);
-    expect(compose.output.replace(/[│\s]+/g, ' ')).toContain('cannot run Docker Compose task environments');
+    expect(compose.output.replace(/[│\s]+/g, ' ')).toContain(
+      "builds a Compose task's services with its image: a Compose task with a prebuilt",
+    );
 
     // Harbor's default network (public) beyond the daemon's egress cap: the trial's own error.
     const publicTask = await harborRun('public', join(REFUSED, 'public-task'), 'oracle');

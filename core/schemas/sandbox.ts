@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { AbsolutePathSchema, EnvSchema, ExecArgumentSchema, LabelsSchema } from './common.ts';
 import { EntrypointSchema, HealthCheckSchema } from './service.ts';
+import { ServicesSchema } from './services.ts';
 
 /** One week: a lease longer than this is almost always a forgotten sandbox. */
 export const MAX_TTL_SECONDS = 7 * 24 * 3600;
@@ -162,6 +163,12 @@ export const SandboxSpecSchema = z
     entrypoint: EntrypointSchema.optional(),
     /** Docker's HEALTHCHECK (`HealthCheckSchema`): create returns once it passes, or fails with SERVICE_UNHEALTHY. */
     healthcheck: HealthCheckSchema.optional(),
+    /**
+     * The task's other containers (a Compose file's other services), run beside the sandbox in its
+     * network namespace and destroyed with it (see `services.ts`); only where the provider has the
+     * `services` capability. Created in `dependsOn` order, health-checked, before `create` returns.
+     */
+    services: ServicesSchema.optional(),
     /** What only one provider understands; each provider validates its own part. */
     providerOptions: z.record(z.string(), z.unknown()).default({}),
   })

@@ -139,7 +139,12 @@ export class SandboxLifecycle {
   /** Admission counts what the store holds (after reconcile). */
   syncLiveCounts(): void {
     for (const [name, admission] of this.#admissions) {
-      admission.setLive(this.#store.all().filter((record) => record.provider === name).length);
+      admission.setLive(
+        this.#store
+          .all()
+          .filter((record) => record.provider === name)
+          .reduce((sum, record) => sum + admissionWeight(record.spec), 0),
+      );
     }
   }
 
@@ -244,7 +249,7 @@ export class SandboxLifecycle {
             },
           };
     const providerName = this.#providerFor(spec);
-    const slot = await this.#admissions.get(providerName)!.acquire();
+    const slot = await this.#admissions.get(providerName)!.acquire(admissionWeight(spec));
     const record = await this.#createRecord(spec, providerName, slot, {
       pool: options.pool ?? null,
       poolState: options.pool ? 'leased' : null,
@@ -260,7 +265,7 @@ export class SandboxLifecycle {
    */
   async createIdle(spec: SandboxSpec, pool: string, idleTtlSeconds: number): Promise<SandboxRecord | null> {
     const providerName = this.#providerFor(spec);
-    const slot = this.#admissions.get(providerName)!.tryAcquire();
+    const slot = this.#admissions.get(providerName)!.tryAcquire(1, admissionWeight(spec));
     if (slot === null) return null;
     const limited = applyResourceLimits({ ...spec, ttlSeconds: idleTtlSeconds }, this.#config);
     return this.#createRecord(limited, providerName, slot, {
@@ -490,7 +495,7 @@ export class SandboxLifecycle {
     await this.#store.delete(record.id);
     this.#leases.forget(record.id);
     this.#runtime.unreachable.delete(record.id);
-    this.#admissions.get(record.provider)?.released();
+    this.#admissions.get(record.provider)?.released(admissionWeight(record.spec));
     this.#metrics?.destroySeconds.observe(
       { provider: record.provider },
       (performance.now() - started) / 1000,
@@ -505,7 +510,7 @@ export class SandboxLifecycle {
     await this.#store.delete(record.id);
     this.#leases.forget(record.id);
     this.#runtime.unreachable.delete(record.id);
-    this.#admissions.get(record.provider)?.released();
+    this.#admissions.get(record.provider)?.released(admissionWeight(record.spec));
     this.#notifyRemoved(record, reason);
   }
 
@@ -546,4 +551,9 @@ export class SandboxLifecycle {
 
 function withService(service: ServiceView | undefined): { service?: ServiceView } {
   return service === undefined ? {} : { service };
+}
+
+/** What a sandbox weighs against its provider's live limit: itself and each companion service. */
+function admissionWeight(spec: Pick<SandboxSpec, 'services'>): number {
+  return 1 + (spec.services?.length ?? 0);
 }

@@ -98,7 +98,8 @@ export function sandboxRequest(
     image,
     labels: { role: 'agent' },
   };
-  const pool = pools.get(image);
+  // A pool's members have the image's spec alone: a task with services of its own makes its group.
+  const pool = 'services' in spec ? undefined : pools.get(image);
   return pool === undefined ? { spec } : { spec, pool };
 }
 

@@ -41,6 +41,8 @@ export function dockerCapabilities(inputs: CapabilityInputs): ProviderCapabiliti
     gatewayReach: options.gatewayReach && !tier.hasGuestKernel,
     // Through the relay over an exec: every runtime and network mode (`port-relay.ts`).
     ports: true,
+    // Companions join the sandbox's network namespace, which gVisor keeps inside its own kernel.
+    services: !tier.hasGuestKernel,
     // Under gVisor each command runs traced by the helper, which takes all it started when killed.
     timeoutKill: hasHostControl ? 'cgroup' : canStopInGuest ? 'traced' : 'tagged',
     stopProcesses: hasHostControl || canStopInGuest,

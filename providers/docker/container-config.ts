@@ -55,6 +55,8 @@ export function sandboxContainerOptions(inputs: SandboxContainerInputs): Docker.
       // runc's; another runtime (gVisor) is left its own defaults.
       ...(inputs.runtime === undefined ? { ReadonlyPaths: SANDBOX_READONLY_PATHS } : {}),
       NetworkMode: spec.network,
+      // Its companion services share its network namespace: their names are loopback here.
+      ...serviceHosts(spec),
       CapDrop: ['ALL'],
       CapAdd: [...new Set([...DEFAULT_CAPABILITIES, ...inputs.capAdd])],
       SecurityOpt: ['no-new-privileges'],
@@ -82,4 +84,10 @@ export function sandboxContainerOptions(inputs: SandboxContainerInputs): Docker.
       ...(tier.hasGuestKernel ? { Mounts: [{ Type: 'volume' as const, Source: '', Target: '/tmp' }] } : {}),
     },
   };
+}
+
+/** Each companion service's name resolving to loopback (see `service-group.ts`). */
+function serviceHosts(spec: SandboxSpec): Partial<Docker.HostConfig> {
+  const services = spec.services ?? [];
+  return services.length === 0 ? {} : { ExtraHosts: services.map((service) => `${service.name}:127.0.0.1`) };
 }

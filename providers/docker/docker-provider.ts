@@ -38,12 +38,7 @@ import type { ShellSession } from '../shared/shell-session.ts';
 import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
 import { dockerCapabilities, gatewayReachUnsupported, stopProcessesUnsupported } from './capabilities.ts';
 import { sandboxContainerOptions } from './container-config.ts';
-import {
-  ContainerListing,
-  DOCKER_LABEL_PREFIX,
-  removeContainer,
-  USER_KEYS_LABEL,
-} from './container-listing.ts';
+import { ContainerListing, DOCKER_LABEL_PREFIX, USER_KEYS_LABEL } from './container-listing.ts';
 import { wrapDockerError, wrapStopError } from './docker-errors.ts';
 import { ContainerFiles, writeSeedFiles } from './docker-files.ts';
 import { DockerImages } from './docker-images.ts';
@@ -68,6 +63,7 @@ import {
   tracedLaunch,
   watchSandboxEnd,
 } from './runtime-tier.ts';
+import { ServiceGroups } from './service-group.ts';
 import {
   commitSnapshot,
   deleteSnapshot,
@@ -117,6 +113,8 @@ export class DockerProvider implements SandboxProvider {
   readonly #imageSources: ImageSources;
   /** Sandboxes by name and by label (`get`, `list`). */
   readonly #listing: ContainerListing;
+  /** Each sandbox's companion services (`spec.services`), made and removed with it. */
+  readonly #services: ServiceGroups;
   /** Files and archives through the engine's archive API. */
   readonly #files: ContainerFiles;
   /** Why a command ended without a normal exit, and whether its sandbox is still there. */
@@ -164,6 +162,9 @@ export class DockerProvider implements SandboxProvider {
       context.logger,
     );
     this.#listing = new ContainerListing(docker, context.namespace, this.name, this.#engine, (id) =>
+      this.containerName(id),
+    );
+    this.#services = new ServiceGroups(docker, this.#options.runtime, this.#engine, (id) =>
       this.containerName(id),
     );
     this.#files = new ContainerFiles(
@@ -296,16 +297,19 @@ export class DockerProvider implements SandboxProvider {
       else await this.#live.restore(container, options.restore);
       this.#oomCounts.start(id);
       if (this.#processes.helperBind !== null) this.#processes.created(id, container.id);
+      await this.#services.start(id, spec, container.id, labels);
       if (spec.files.length > 0) await writeSeedFiles(container, spec);
       if (spec.readiness !== undefined)
         await waitUntilReady(spec.readiness, (request) => this.exec(id, request));
     } catch (error) {
-      await removeContainer(container).catch((removeError: unknown) =>
-        this.#context.logger.warn(
-          { sandboxId: id, error: String(removeError) },
-          'could not remove a sandbox whose create failed',
-        ),
-      );
+      await this.#services
+        .removeGroup(id, container)
+        .catch((removeError: unknown) =>
+          this.#context.logger.warn(
+            { sandboxId: id, error: String(removeError) },
+            'could not remove a sandbox whose create failed',
+          ),
+        );
       this.#oomCounts.forget(id);
       const cause = wrapDockerError(error, { operation: 'start', sandboxId: id });
       throw new GymError(
@@ -489,7 +493,7 @@ export class DockerProvider implements SandboxProvider {
     this.#processes.forget(id);
     this.#loss.destroyStarted(id);
     try {
-      await removeContainer(this.#docker.getContainer(this.containerName(id)));
+      await this.#services.removeGroup(id, this.#docker.getContainer(this.containerName(id)));
     } catch (error) {
       throw wrapDockerError(error, { operation: 'destroy', sandboxId: id });
     } finally {

@@ -28,7 +28,7 @@ export function capabilityUnsupported(
 export function requireSpecCapabilities(
   providerName: string,
   capabilities: ProviderCapabilities,
-  spec: Pick<SandboxSpec, 'resources' | 'network'> & { ports?: readonly number[] },
+  spec: Pick<SandboxSpec, 'resources' | 'network'> & Partial<Pick<SandboxSpec, 'ports' | 'services'>>,
   hints: CapabilityHints = {},
 ): void {
   const hinted = (message: string, hint: string | undefined) =>
@@ -53,6 +53,15 @@ export function requireSpecCapabilities(
       'ports',
       'cannot carry declared ports (ports): it has no relay over its exec channel',
       { ports: [...(spec.ports ?? [])] },
+    );
+  }
+  const services = spec.services ?? [];
+  if (services.length > 0 && capabilities.services !== true) {
+    throw capabilityUnsupported(
+      providerName,
+      'services',
+      `cannot run a task's other containers beside its sandbox (spec.services: ${services.map((service) => service.name).join(', ')}): a multi-container task (Compose) runs on a provider with the services capability (Docker with runc)`,
+      { services: services.map((service) => service.name) },
     );
   }
   if (!capabilities.networkModes.includes(spec.network)) {

@@ -176,6 +176,26 @@ describe('requireSpecCapabilities', () => {
       requireSpecCapabilities('docker', capabilities, { resources: {} as never, network: 'none' }),
     ).not.toThrow();
   });
+
+  it("refuses a multi-container task's services where the provider cannot run them, naming them", () => {
+    const spec = {
+      resources: {} as never,
+      network: 'none' as const,
+      services: [{ name: 'db', image: 'gym/db:1', env: {}, dependsOn: [] }],
+    };
+    let refusal: GymError | undefined;
+    try {
+      requireSpecCapabilities('kubernetes', capabilities, spec);
+    } catch (error) {
+      refusal = error as GymError;
+    }
+    expect(refusal?.code).toBe('CAPABILITY_UNSUPPORTED');
+    expect(refusal?.message).toMatch(
+      /provider kubernetes cannot run a task's other containers .*spec\.services: db/,
+    );
+    expect(refusal?.details).toMatchObject({ capability: 'services', services: ['db'] });
+    expect(() => requireSpecCapabilities('docker', { ...capabilities, services: true }, spec)).not.toThrow();
+  });
 });
 
 describe('superviseExec', () => {

@@ -18,8 +18,13 @@ retried). Where it differs, on purpose: a command past its timeout, or whose cal
 the verifier's phase), and each network policy, the startup one and each phase's,
 is enforced by the daemon's egress proxy (``dynamic_network_policy``).
 
-Refused, each with a clear error before anything starts: Compose task environments (the daemon
-has no multi-container sandboxes yet), GPUs and TPUs, Windows tasks, writable or volume mounts
+A Compose task (``environment/docker-compose.yaml``) runs as the daemon's group: ``main`` is the
+sandbox, its other services run beside it in its network namespace (each name resolves to
+loopback), built by the same ``gym image build`` (on a provider with the ``services``
+capability: Docker). Harbor's ``[environment.healthcheck]`` and MCP servers are Harbor's own.
+
+Refused, each with a clear error before anything starts: extra Compose files
+(``--extra-docker-compose``) and a Compose task with a prebuilt image, GPUs and TPUs, Windows tasks, writable or volume mounts
 (read-only bind mounts go to the Docker provider, which needs the operator's leave), CIDR ranges
 in an allow-list, stream mode. A policy beyond the operator's egress cap (Harbor's default is
 ``public``; the daemon's default cap allows nothing) is refused by the daemon at start.
@@ -69,8 +74,12 @@ MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 # bash (busybox) the command runs under `sh -c` rather than not at all. `exec` keeps one process.
 _SHELL = ["sh", "-c", 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; exec sh -c "$1"', "sh"]
 _COMPOSE_REFUSAL = (
-    "gym-sandboxd cannot run Docker Compose task environments yet (one sandbox per trial; "
-    "multi-container sandboxes are planned): use one of Harbor's compose-capable environments for this task"
+    "gym-sandboxd runs a task's own environment/docker-compose.yaml (its other services beside the sandbox), "
+    "not extra Compose files (--extra-docker-compose): use one of Harbor's compose-capable environments for this job"
+)
+_COMPOSE_PREBUILT_REFUSAL = (
+    "gym-sandboxd builds a Compose task's services with its image: a Compose task with a prebuilt "
+    "[environment].docker_image (or without a Dockerfile) is not supported"
 )
 
 
@@ -173,8 +182,12 @@ class GymSandboxdEnvironment(BaseEnvironment):
             raise SystemExit(f"gym-sandboxd: no daemon to run Harbor's trials on: {error}") from None
 
     def _validate_definition(self) -> None:
-        if (self.environment_dir / COMPOSE_FILE_NAME).exists() or self.extra_docker_compose_paths:
+        if self.extra_docker_compose_paths:
             raise ValueError(_COMPOSE_REFUSAL)
+        if (self.environment_dir / COMPOSE_FILE_NAME).exists() and (
+            self.task_env_config.docker_image or not (self.environment_dir / "Dockerfile").exists()
+        ):
+            raise ValueError(_COMPOSE_PREBUILT_REFUSAL)
         require_agent_environment_definition(self.environment_dir, docker_image=self.task_env_config.docker_image)
         if self.os == TaskOS.WINDOWS:
             raise RuntimeError("gym-sandboxd runs Linux sandboxes only; this task declares [environment].os = 'windows'")
@@ -199,8 +212,9 @@ class GymSandboxdEnvironment(BaseEnvironment):
             raise RuntimeError("the gym-sandboxd environment has not started (or has stopped)")
         return self._sandbox_id
 
-    async def _build_image(self) -> str:
-        """The task's Dockerfile built on the daemon's provider by `gym image build --context`; its reference."""
+    async def _build_image(self) -> tuple[str, list[dict[str, Any]]]:
+        """The task's Dockerfile built on the daemon's provider by `gym image build --context`: its
+        reference, and a Compose task's other services (their images built too) as the spec takes them."""
         command = [
             *shlex.split(self.options.gym_command),
             "image", "build", "--json",
@@ -237,10 +251,13 @@ class GymSandboxdEnvironment(BaseEnvironment):
             raise SandboxBuildFailedError(
                 f"building {self.environment_dir / 'Dockerfile'} failed: {stderr.decode(errors='replace').strip()[-4000:]}"
             )
-        return str(json.loads(stdout.decode().strip().splitlines()[-1])["reference"])
+        built = json.loads(stdout.decode().strip().splitlines()[-1])
+        return str(built["reference"]), list(built.get("services", []))
 
-    def _spec(self, image: str) -> SandboxSpec:
+    def _spec(self, image: str, services: list[dict[str, Any]] | None = None) -> SandboxSpec:
         spec: dict[str, Any] = {"image": image, "labels": dict([SANDBOX_LABEL])}
+        if services:
+            spec["services"] = services
         if self.options.provider is not None:
             spec["provider"] = self.options.provider
         resources: dict[str, Any] = {}
@@ -275,10 +292,12 @@ class GymSandboxdEnvironment(BaseEnvironment):
         use_prebuilt = should_use_prebuilt_docker_image(
             self.environment_dir, docker_image=self.task_env_config.docker_image, force_build=force_build
         )
-        image = str(self.task_env_config.docker_image) if use_prebuilt else await self._build_image()
+        image, services = (
+            (str(self.task_env_config.docker_image), []) if use_prebuilt else await self._build_image()
+        )
         client = self._make_client()
         try:
-            sandbox = await client.create_sandbox(self._spec(image))
+            sandbox = await client.create_sandbox(self._spec(image, services))
         except ForbiddenByConfigError as error:
             await client.aclose()
             mode = self._network_policy.network_mode.value

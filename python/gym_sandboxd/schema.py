@@ -61,6 +61,31 @@ class SandboxSpecHealthcheck(TypedDict):
     startIntervalMs: NotRequired[int]
 
 
+class SandboxSpecServicesItemHealthcheck(TypedDict):
+    argv: list[str]
+    intervalMs: NotRequired[int]
+    timeoutMs: NotRequired[int]
+    startPeriodMs: NotRequired[int]
+    retries: NotRequired[int]
+
+
+class SandboxSpecServicesItemDependsOnItem(TypedDict):
+    service: str
+    condition: Literal["started", "healthy"]
+
+
+class SandboxSpecServicesItem(TypedDict):
+    name: str
+    image: str
+    entrypoint: NotRequired[list[str]]
+    command: NotRequired[list[str]]
+    env: NotRequired[dict[str, str]]
+    workdir: NotRequired[str]
+    user: NotRequired[str]
+    healthcheck: NotRequired[SandboxSpecServicesItemHealthcheck]
+    dependsOn: NotRequired[list[SandboxSpecServicesItemDependsOnItem]]
+
+
 class SandboxSpec(TypedDict):
     image: str
     provider: NotRequired[str]
@@ -76,6 +101,7 @@ class SandboxSpec(TypedDict):
     ports: NotRequired[list[int]]
     entrypoint: NotRequired[Literal["image"] | list[str]]
     healthcheck: NotRequired[SandboxSpecHealthcheck]
+    services: NotRequired[list[SandboxSpecServicesItem]]
     providerOptions: NotRequired[dict[str, Any]]
 
 
@@ -109,6 +135,26 @@ class SandboxSpecHealthcheckOutput(TypedDict):
     startIntervalMs: int
 
 
+class SandboxSpecServicesItemHealthcheckOutput(TypedDict):
+    argv: list[str]
+    intervalMs: int
+    timeoutMs: int
+    startPeriodMs: int
+    retries: int
+
+
+class SandboxSpecServicesItemOutput(TypedDict):
+    name: str
+    image: str
+    entrypoint: NotRequired[list[str]]
+    command: NotRequired[list[str]]
+    env: dict[str, str]
+    workdir: NotRequired[str]
+    user: NotRequired[str]
+    healthcheck: NotRequired[SandboxSpecServicesItemHealthcheckOutput]
+    dependsOn: list[SandboxSpecServicesItemDependsOnItem]
+
+
 class SandboxSpecOutput(TypedDict):
     image: str
     provider: NotRequired[str]
@@ -124,6 +170,7 @@ class SandboxSpecOutput(TypedDict):
     ports: list[int]
     entrypoint: NotRequired[Literal["image"] | list[str]]
     healthcheck: NotRequired[SandboxSpecHealthcheckOutput]
+    services: NotRequired[list[SandboxSpecServicesItemOutput]]
     providerOptions: dict[str, Any]
 
 

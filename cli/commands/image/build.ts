@@ -24,6 +24,7 @@ export const imageBuildCommand: CommandOf<typeof imageBuild> = {
             name: values.name,
             timeoutSeconds: values.timeoutSeconds,
             provider: values.provider,
+            env,
           },
           logger,
         );

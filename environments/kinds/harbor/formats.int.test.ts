@@ -1,6 +1,7 @@
 /**
  * Folders as users have them, against real Docker: a Harbor dataset mixing good tasks with ones
- * this runner cannot take (Compose, MCP servers, network it does not give, a build that fails),
+ * this runner cannot take (a Compose service whose image is not here, an MCP server outside the
+ * task, network it does not give, a build that fails),
  * and a Terminal-Bench dataset in its own format. The fixtures are written here in each format's
  * published shape (every field), on images this project builds (busybox, debian-base).
  */
@@ -267,10 +268,11 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       'e-legacy-internet',
       'f-build-fails',
     ]);
-    expect(reasons['b-compose']).toMatch(
-      /environment\/docker-compose\.yaml: Docker Compose tasks .* not supported/,
+    // Nothing is pulled: a service's image must be here, or built from the task.
+    expect(reasons['b-compose']).toMatch(/the image of its service db: .*postgres:16/);
+    expect(reasons['c-mcp']).toMatch(
+      /\[\[environment\.mcp_servers\]\] search: an MCP server must be a service of environment\/docker-compose\.yaml/,
     );
-    expect(reasons['c-mcp']).toMatch(/MCP servers \(\[\[environment\.mcp_servers\]\]\) are not supported/);
     expect(reasons['d-network']).toMatch(
       /the verifier phase declares network_mode public, beyond the operator's egress configuration \(.*egress\.allowPublic/,
     );
@@ -456,9 +458,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
     ]);
     expect(oracle.rollouts[0]!.workdir).toBe('/app');
     expect(oracle.failures.map((row) => gymFields(row).reason)).toEqual([
-      expect.stringMatching(
-        /2 services \(client, redis\): Docker Compose tasks of several services are not supported/,
-      ),
+      expect.stringMatching(/the image of its service redis: .*redis:7/),
     ]);
     const noop = await run(root, 'noop');
     expect(noop.rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([

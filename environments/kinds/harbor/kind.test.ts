@@ -272,9 +272,13 @@ describe('a folder of tasks, each on its own', () => {
     await taskDir(ok, join(folder, 'a-good'));
     await taskDir(ok, join(folder, 'b-compose'));
     await mkdir(join(folder, 'b-compose', 'environment'));
-    await writeFile(join(folder, 'b-compose', 'environment', 'docker-compose.yaml'), 'services: {}\n');
+    await writeFile(
+      join(folder, 'b-compose', 'environment', 'docker-compose.yaml'),
+      'services:\n  db:\n    image: busybox\n    privileged: true\n',
+    );
+    // An MCP server over HTTP must be a service of the task's group: nothing else is reachable.
     await taskDir(
-      `${ok}[[environment.mcp_servers]]\nname = "x"\ntransport = "stdio"\ncommand = "x"\n`,
+      `${ok}[[environment.mcp_servers]]\nname = "search"\ntransport = "streamable-http"\nurl = "http://mcp.example/mcp"\n`,
       join(folder, 'c-mcp'),
     );
     await taskDir(`${ok}[verifier.environment]\ncpus = 1\n`, join(folder, 'd-separate'));
@@ -288,19 +292,21 @@ describe('a folder of tasks, each on its own', () => {
       ['e-broken', false],
     ]);
     const reasons = rows.slice(1).map((row) => String(row.refused));
-    expect(reasons[0]).toMatch(/environment\/docker-compose\.yaml: Docker Compose tasks/);
-    expect(reasons[1]).toMatch(/MCP servers/);
+    expect(reasons[0]).toMatch(
+      /environment\/docker-compose\.yaml: service db: privileged is not supported: a privileged container reaches the host/,
+    );
+    expect(reasons[1]).toMatch(/\[\[environment\.mcp_servers\]\] search: an MCP server must be a service/);
     expect(reasons[2]).toMatch(/a separate verifier is built from tests\/Dockerfile .* and there is none/);
     expect(reasons[3]).toMatch(/task\.toml cannot be read/);
     // The run fails each with its reason alone, never with the fields a refused row lacks.
     expect(() => parseRow(kind, rows[1]!, 1)).toThrow(
-      /is not a valid harbor task: \(row\): .*Docker Compose tasks/,
+      /is not a valid harbor task: \(row\): .*privileged is not supported/,
     );
     expect(inferEnvironment(rows, folder).environment).toBe('harbor');
     await rm(folder, { recursive: true, force: true });
   });
 
-  it('reads a Terminal-Bench task.yaml folder, and refuses Compose files of more than one sandbox', async () => {
+  it('reads a Terminal-Bench task.yaml folder with its other services, and refuses what reaches the host', async () => {
     const task = await mkdtemp(join(tmpdir(), 'tb-kind-'));
     await writeFile(
       join(task, 'task.yaml'),
@@ -328,11 +334,35 @@ describe('a folder of tasks, each on its own', () => {
     for (const [extra, reason] of [
       ['    ports:\n      - "8080:8080"\n', /service client: ports is not supported/],
       ['    volumes:\n      - /etc:/host-etc\n', /volumes \["\/etc:\/host-etc"\] are not supported/],
-      ['networks:\n  outside: {}\n', /networks \(beyond one service\) is not supported/],
+      ['networks:\n  outside: {}\n', /networks outside: only the default network is supported/],
+      [
+        '  db:\n    image: gym/db:1\n    network_mode: host\n',
+        /service db: network_mode host is not supported/,
+      ],
+      [
+        '  db:\n    build: ../elsewhere\n',
+        /service db: the build context \.\.\/elsewhere is outside the task folder/,
+      ],
     ] as const) {
       await compose(extra);
       await expect(readRows(task)).rejects.toThrow(reason);
     }
+    // A database beside the client: a companion service of the agent's sandbox, built from the task.
+    await mkdir(join(task, 'db'));
+    await writeFile(join(task, 'db', 'Dockerfile'), 'FROM gym/busybox:latest\nCMD ["httpd", "-f"]\n');
+    await compose(
+      '    depends_on:\n      db:\n        condition: service_healthy\n  db:\n    build: ./db\n    healthcheck:\n      test: ["CMD", "true"]\n      interval: 1s\n',
+    );
+    const [withDb] = await readRows(task);
+    expect(withDb?.services).toEqual([
+      expect.objectContaining({
+        name: 'db',
+        build: true,
+        build_context: join(task, 'db'),
+        image: expect.stringMatching(/^gym\/harbor-tb-kind-\w+-db:[0-9a-f]{12}$/),
+        healthcheck: expect.objectContaining({ argv: ['true'], intervalMs: 1000 }),
+      }),
+    ]);
     await rm(task, { recursive: true, force: true });
   });
 

@@ -9,6 +9,7 @@ import { join, relative } from 'node:path';
 import { z } from 'zod';
 import { GymError, isGymError } from '../../../core/errors.ts';
 import type { NetworkPolicy } from '../../../core/schemas/sandbox.ts';
+import type { ServiceSpecInput } from '../../../core/schemas/services.ts';
 import { type TaskNetworkPolicy, TaskNetworkPolicySchema } from '../../../core/schemas/task-network.ts';
 import { EgressConfigSchema } from '../../../daemon/egress/config.ts';
 import type { HarnessTask } from '../../../harnesses/harness.ts';
@@ -17,6 +18,8 @@ import { verifyScript } from '../../verifiers/script.ts';
 import type { Verdict } from '../../verifiers/verifier.ts';
 import { nonEmpty, sandboxPath } from '../fields.ts';
 import { type EnvironmentKind, parseRow, type TaskRow } from '../kind.ts';
+import type { ComposeServiceRow } from './compose.ts';
+import { runHarborHealthcheck } from './healthcheck.ts';
 import { buildHarborImages } from './images.ts';
 import {
   DEFAULT_EGRESS_CAP,
@@ -255,12 +258,16 @@ export const kind: EnvironmentKind = {
     taskEnv(row, environment, 'environment_env', '[environment]');
     taskEnv(row, environment, 'verifier_env', '[verifier]');
     taskEnv(row, environment, 'solution_env', '[solution]');
+    companionServices(row, environment);
   },
   // task.toml's env over the environment's, its cpus and memory_mb over the environment's
-  // defaults (whose pids limit stays). Its network is `network`'s, set by the runner.
+  // defaults (whose pids limit stays). Its network is `network`'s, set by the runner. A Compose
+  // task's other services run beside it (compose.ts).
   sandbox: (row, environment) => {
     const { over: _over, ...asked } = taskResources(row, environment);
+    const services = companionServices(row, environment);
     return {
+      ...(services.length === 0 ? {} : { services }),
       workdir: String(row.workdir),
       env: {
         ...((environment.sandbox as { env?: object }).env ?? {}),
@@ -271,12 +278,16 @@ export const kind: EnvironmentKind = {
   },
   async startSandbox({ row, sandbox }) {
     const command = entrypointCommand(row);
-    if (command === undefined) return;
-    const started = await sandbox.exec({ command, cwd: String(row.workdir), timeoutMs: 30_000 });
-    if (started.status !== 'ok' || started.exitCode !== 0)
-      throw new Error(
-        `the image's ENTRYPOINT could not be started (${started.status}, exit ${started.exitCode})`,
-      );
+    if (command !== undefined) {
+      const started = await sandbox.exec({ command, cwd: String(row.workdir), timeoutMs: 30_000 });
+      if (started.status !== 'ok' || started.exitCode !== 0)
+        throw new Error(
+          `the image's ENTRYPOINT could not be started (${started.status}, exit ${started.exitCode})`,
+        );
+    }
+    const healthcheck = row.healthcheck as HarborRow['healthcheck'];
+    if (healthcheck !== undefined)
+      await runHarborHealthcheck(sandbox, healthcheck, { cwd: String(row.workdir) });
   },
   network: (row, environment) => networkOf(row, environment).decision.applied,
   limits: (row) =>
@@ -428,12 +439,73 @@ export const kind: EnvironmentKind = {
       logger,
       progress,
     );
+    await buildServiceImages(client, accepted, logger, progress);
     for (const { owner, row } of verifiers) {
       if (typeof row.refused === 'string') owner.refused = `the separate verifier's image: ${row.refused}`;
       else owner.verifier_environment = { ...separateOf(owner)!, workdir: String(row.workdir) };
     }
   },
 };
+
+/**
+ * A Compose task's other services as the sandbox spec takes them (`spec.services`), their
+ * environment's `${VAR}` resolved as task.toml's [environment] env is.
+ */
+function companionServices(row: TaskRow, environment: LoadedEnvironment): ServiceSpecInput[] {
+  const services = (row.services ?? []) as ComposeServiceRow[];
+  return services.map((service) => ({
+    name: service.name,
+    image: service.image,
+    ...(service.entrypoint === undefined ? {} : { entrypoint: service.entrypoint }),
+    ...(service.command === undefined ? {} : { command: service.command }),
+    env: resolveTaskEnv(
+      service.env,
+      process.env,
+      `docker-compose.yaml service ${service.name} environment`,
+      allowedTaskEnv(environment),
+    ),
+    ...(service.workdir === undefined ? {} : { workdir: service.workdir }),
+    ...(service.user === undefined ? {} : { user: service.user }),
+    ...(service.healthcheck === undefined ? {} : { healthcheck: service.healthcheck }),
+    dependsOn: service.depends_on,
+  }));
+}
+
+/** The images of Compose services built from the task (a task whose service image fails is refused). */
+async function buildServiceImages(
+  client: Parameters<typeof buildHarborImages>[0],
+  rows: ReadonlyArray<TaskRow>,
+  logger: Parameters<typeof buildHarborImages>[2],
+  progress: Parameters<typeof buildHarborImages>[3],
+): Promise<void> {
+  const builds = rows.flatMap((row) =>
+    row.refused !== undefined
+      ? []
+      : ((row.services ?? []) as ComposeServiceRow[]).map((service) => ({
+          owner: row,
+          row: {
+            id: `${String(row.id)} (its service ${service.name})`,
+            task_dir: String(row.task_dir),
+            image: service.image,
+            build: service.build,
+            workdir: '/',
+            ...(service.build
+              ? { build_context: service.build_context, dockerfile: service.dockerfile }
+              : {}),
+            build_timeout_sec: Number(row.build_timeout_sec ?? 600),
+          } as Record<string, unknown>,
+        })),
+  );
+  await buildHarborImages(
+    client,
+    builds.map((build) => build.row),
+    logger,
+    progress,
+  );
+  for (const { owner, row } of builds)
+    if (typeof row.refused === 'string' && owner.refused === undefined)
+      owner.refused = `the image of its service ${String(row.id).replace(/.*its service (.*)\)$/, '$1')}: ${row.refused}`;
+}
 
 /** A row's separate verifier, when the task has one. */
 function separateOf(row: TaskRow): NonNullable<HarborRow['verifier_environment']> | undefined {

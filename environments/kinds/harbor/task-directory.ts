@@ -4,6 +4,7 @@ import { parse as parseToml } from 'smol-toml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { exists, imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
+import { readHarborCompose } from './compose-task.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
 import {
   BaselineNetworkFields,
@@ -46,12 +47,30 @@ const EnvironmentSectionSchema = z.looseObject({
   tpu: z.undefined({ message: 'no TPUs here: a task that needs one cannot run' }).optional(),
   /** Harbor's `workdir` overrides the image's WORKDIR. */
   workdir: z.string().startsWith('/').optional(),
+  /** Harbor's agents connect to them; the servers themselves are Compose services of the task. */
   mcp_servers: z
-    .array(z.unknown())
-    .max(
-      0,
-      'MCP servers ([[environment.mcp_servers]]) are not supported: no harness here connects an agent to them',
+    .array(
+      z.looseObject({
+        name: z.string().min(1),
+        transport: z.enum(['sse', 'streamable-http', 'stdio']).default('sse'),
+        url: z.string().min(1).optional(),
+        command: z.string().min(1).optional(),
+        args: z.array(z.string()).default([]),
+      }),
     )
+    .max(64)
+    .optional(),
+  /** Harbor's HealthcheckConfig: a shell command in the agent's sandbox, Docker's semantics. */
+  healthcheck: z
+    .object({
+      command: z.string().min(1),
+      interval_sec: z.number().positive().max(3600).default(5),
+      timeout_sec: z.number().positive().max(3600).default(30),
+      start_period_sec: z.number().nonnegative().max(3600).default(0),
+      start_interval_sec: z.number().positive().max(3600).default(5),
+      retries: z.number().int().positive().max(1000).default(3),
+    })
+    .strict()
     .optional(),
   ...BaselineNetworkFields,
 });
@@ -121,11 +140,6 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     fail('instruction.md is missing'),
   );
   if (instruction.trim() === '') fail('instruction.md is empty');
-  for (const compose of ['docker-compose.yaml', 'docker-compose.yml'])
-    if (await exists(where(`environment/${compose}`)))
-      fail(
-        `environment/${compose}: Docker Compose tasks (several services) are not supported: each rollout runs in one sandbox`,
-      );
   const separateVerifier =
     config.verifier.environment_mode === 'separate' || config.verifier.environment !== undefined;
   if (!(await exists(where('tests/test.sh')))) fail('tests/test.sh is missing');
@@ -156,6 +170,16 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     workdir = plan.settings.workdir;
   }
   if (config.environment.workdir !== undefined) workdir = config.environment.workdir;
+  const compose = await readHarborCompose(taskDir, id, image, fail);
+  if (compose !== undefined && separateVerifier)
+    fail('a separate verifier beside Compose services is not supported: its sandbox would not reach them');
+  const mcpServers = config.environment.mcp_servers ?? [];
+  const unreachable = mcpServers.filter((server) => !mcpReachable(server, compose?.services ?? []));
+  if (unreachable.length > 0)
+    fail(
+      `[[environment.mcp_servers]] ${unreachable.map((server) => server.name).join(', ')}: an MCP server must be a service of environment/docker-compose.yaml (its url's host names one) or a stdio command in the sandbox; nothing else is reachable from it`,
+    );
+  const healthcheck = config.environment.healthcheck;
   return {
     id,
     instruction,
@@ -166,7 +190,8 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     verifier_timeout_sec: config.verifier.timeout_sec,
     ...(config.agent.timeout_sec === undefined ? {} : { agent_timeout_sec: config.agent.timeout_sec }),
     build_timeout_sec: config.environment.build_timeout_sec,
-    environment_env: config.environment.env,
+    // Compose's environment of the main service, then task.toml's over it.
+    environment_env: { ...compose?.main.env, ...config.environment.env },
     verifier_env: config.verifier.env,
     solution_env: config.solution.env,
     ...(config.verifier.user === undefined ? {} : { verifier_user: config.verifier.user }),
@@ -175,7 +200,25 @@ export async function readHarborTask(directory: string): Promise<HarborRow> {
     ...(config.environment.workdir === undefined ? {} : { workdir_from_task: true }),
     declared_network: network,
     ...separate,
+    ...(compose === undefined || compose.services.length === 0 ? {} : { services: compose.services }),
+    ...(healthcheck === undefined ? {} : { healthcheck }),
+    ...(mcpServers.length === 0 ? {} : { mcp_servers: mcpServers }),
   };
+}
+
+/** A stdio server runs in the sandbox; an HTTP one must be a service of the group (by host name). */
+function mcpReachable(
+  server: { transport: string; url?: string | undefined },
+  services: ReadonlyArray<{ name: string }>,
+) {
+  if (server.transport === 'stdio') return true;
+  if (server.url === undefined) return false;
+  try {
+    const host = new URL(server.url).hostname;
+    return services.some((service) => service.name === host) || host === 'localhost' || host === '127.0.0.1';
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -198,7 +241,7 @@ async function separateVerifierFields(
       typeof entry === 'object' && entry !== null ? (entry as { service?: unknown }).service : undefined;
     if (service !== undefined && service !== 'main')
       fail(
-        `artifacts[${index}] names the Compose service ${String(service)}: Docker Compose tasks are not supported`,
+        `artifacts[${index}] names the Compose service ${String(service)}: artifacts are taken from the main service only`,
       );
     const refused = refusedArtifact(sources[index]!);
     if (refused !== undefined) fail(`task.toml ${refused}`);

@@ -2,6 +2,7 @@
  * The row a Harbor or Terminal-Bench task folder becomes: what both readers
  * (`task-directory.ts`, `terminal-bench.ts`) produce and the `harbor` kind runs.
  */
+import type { ComposeServiceRow } from './compose.ts';
 import type { DeclaredNetwork } from './network.ts';
 
 /** A Harbor task as a row of the `harbor` kind. */
@@ -46,6 +47,25 @@ export interface HarborRow {
   };
   /** task.toml's `artifacts`: copied from the agent's sandbox into a separate verifier's. */
   artifacts?: string[];
+  /**
+   * The Compose file's other services (compose.ts), run beside the agent's sandbox in its network
+   * namespace; each built image's `workdir` is filled in when it is built.
+   */
+  services?: ComposeServiceRow[];
+  /**
+   * task.toml's `[environment.healthcheck]`: a shell command run in the agent's sandbox with
+   * Docker's HEALTHCHECK semantics before the agent starts (seconds, as Harbor writes them).
+   */
+  healthcheck?: {
+    command: string;
+    interval_sec: number;
+    timeout_sec: number;
+    start_period_sec: number;
+    start_interval_sec: number;
+    retries: number;
+  };
+  /** task.toml's `[[environment.mcp_servers]]`, as Harbor gives them to its agents. */
+  mcp_servers?: Array<Record<string, unknown>>;
   /** What task.toml declares for the network of the agent's run and of the tests (network.ts). */
   declared_network: DeclaredNetwork;
   /**

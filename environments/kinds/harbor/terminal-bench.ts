@@ -5,11 +5,12 @@
  * - `task.yaml`: `instruction` (what the agent is told), `max_agent_timeout_sec` (default 360),
  *   `max_test_timeout_sec` (default 60), `parser_name` (`pytest`, the only parser here); its other
  *   keys (author, difficulty, tags, `run_tests_in_same_shell`, ...) are metadata to us.
- * - `docker-compose.yaml`: one service (Terminal-Bench names it `client`) built from the task's
- *   `Dockerfile` (or its `build` context) or naming an `image`; its `environment`, `working_dir`
- *   apply; Terminal-Bench's own log volumes and the `TEST_DIR=${T_BENCH_TEST_DIR}` variable are
- *   what its harness adds and mean nothing more here. Several services, networks, ports or other
- *   volumes are refused, naming what (each rollout runs in one sandbox).
+ * - `docker-compose.yaml`: the main service (Terminal-Bench names it `client`) is the agent's
+ *   sandbox, built from the task's `Dockerfile` (or its `build` context) or naming an `image`; its
+ *   `environment`, `working_dir` apply; Terminal-Bench's own log volumes and the
+ *   `TEST_DIR=${T_BENCH_TEST_DIR}` variable are what its harness adds and mean nothing more here.
+ *   Other services (a database, a server) run beside it (compose.ts); what Compose features reach
+ *   the host (ports, bind mounts, privileged, other networks) are refused, naming them.
  * - `tests/` is copied to /tests after the agent finishes and `run-tests.sh` beside it, run with
  *   `bash` from the image's working directory with `TEST_DIR=/tests`, and graded as Terminal-Bench
  *   grades with its pytest parser: reward 1 when pytest's short test summary lists tests and all
@@ -23,6 +24,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
 import { imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
+import { readComposeTask } from './compose-task.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
 import { taskLinkOut } from './task-links.ts';
 import type { HarborRow } from './task-row.ts';
@@ -47,16 +49,6 @@ const TaskYamlSchema = z.looseObject({
 /** What Terminal-Bench's harness itself sets on the service: nothing a task asks for. */
 const HARNESS_VOLUME = /^\$\{T_BENCH_[A-Z_]+\}:\$\{T_BENCH_[A-Z_]+\}$/;
 const HARNESS_ENV = /^TEST_DIR=\$\{T_BENCH_TEST_DIR\}$/;
-/** Service keys that mean nothing beyond the one sandbox (its harness's names, its keeper). */
-const SERVICE_KEYS = new Set([
-  'build',
-  'image',
-  'container_name',
-  'command',
-  'environment',
-  'working_dir',
-  'volumes',
-]);
 
 interface ServiceImage {
   /** The Dockerfile's folder (the build context), when the image is built. */
@@ -68,64 +60,30 @@ interface ServiceImage {
   workdir?: string;
 }
 
-/** The one service of a Terminal-Bench docker-compose.yaml, or why it cannot run in one sandbox. */
-function composeService(text: string, taskDir: string): ServiceImage {
-  const fail = (message: string): never => {
-    throw new GymError(
-      'VALIDATION_FAILED',
-      `Terminal-Bench task ${taskDir}: docker-compose.yaml: ${message}`,
-    );
-  };
-  let compose: unknown;
-  try {
-    compose = parseYaml(text);
-  } catch (error) {
-    return fail(`not YAML: ${(error as Error).message}`);
-  }
-  const document = (compose ?? {}) as Record<string, unknown>;
-  const extra = Object.keys(document).filter((key) => key !== 'services' && key !== 'version');
-  if (extra.length > 0)
-    fail(`${extra.join(', ')} (beyond one service) is not supported: each rollout runs in one sandbox`);
-  const services = (document.services ?? {}) as Record<string, Record<string, unknown>>;
-  const names = Object.keys(services);
-  if (names.length !== 1)
-    fail(
-      `${names.length === 0 ? 'no service' : `${names.length} services (${names.join(', ')})`}: Docker Compose tasks of several services are not supported, each rollout runs in one sandbox`,
-    );
-  const service = services[names[0]!] ?? {};
-  const unknown = Object.keys(service).filter((key) => !SERVICE_KEYS.has(key));
-  if (unknown.length > 0)
-    fail(`service ${names[0]}: ${unknown.join(', ')} is not supported (one sandbox, no network, no ports)`);
-  const volumes = Array.isArray(service.volumes) ? service.volumes : [];
-  const own = volumes.filter((volume) => typeof volume !== 'string' || !HARNESS_VOLUME.test(volume));
-  if (own.length > 0)
-    fail(`service ${names[0]}: volumes ${JSON.stringify(own)} are not supported (no host folders)`);
-  const env: Record<string, string> = {};
-  const environment = service.environment;
-  const entries: Array<[string, string]> = Array.isArray(environment)
-    ? environment
-        .map(String)
-        .filter((entry) => !HARNESS_ENV.test(entry))
-        .map((entry) => {
-          const at = entry.indexOf('=');
-          return at === -1 ? [entry, `\${${entry}}`] : [entry.slice(0, at), entry.slice(at + 1)];
-        })
-    : Object.entries((environment ?? {}) as Record<string, unknown>)
-        .filter(([key, value]) => !HARNESS_ENV.test(`${key}=${String(value)}`))
-        .map(([key, value]) => [key, value === null ? `\${${key}}` : String(value)]);
-  for (const [key, value] of entries) env[key] = value;
-  const result: ServiceImage = { env };
-  if (typeof service.working_dir === 'string' && !service.working_dir.includes('${'))
-    result.workdir = service.working_dir;
-  const build = service.build;
-  if (typeof build === 'string') result.context = build;
-  else if (typeof build === 'object' && build !== null) {
-    const { context = '.', dockerfile } = build as { context?: string; dockerfile?: string };
-    result.context = context;
-    if (dockerfile !== undefined) result.dockerfile = dockerfile;
-  } else if (typeof service.image === 'string' && !service.image.includes('${')) result.image = service.image;
-  else result.context = '.';
-  return result;
+/** The main service (`client`) of a Terminal-Bench docker-compose.yaml, and the others beside it. */
+async function composeServices(path: string, taskDir: string, id: string, fail: (message: string) => never) {
+  const task = await readComposeTask(
+    path,
+    id,
+    {
+      composeDirectory: taskDir,
+      taskDirectory: taskDir,
+      variables: {},
+      isHarnessVolume: (volume) => HARNESS_VOLUME.test(volume),
+      isHarnessEnv: (entry) => HARNESS_ENV.test(entry),
+    },
+    fail,
+  );
+  const { main } = task;
+  const service: ServiceImage = { env: main.env };
+  if (main.workdir !== undefined && !main.workdir.includes('${')) service.workdir = main.workdir;
+  if (main.build !== undefined) {
+    service.context = relative(taskDir, main.build.context) || '.';
+    if (main.build.dockerfile !== undefined)
+      service.dockerfile = relative(main.build.context, main.build.dockerfile);
+  } else if (main.image !== undefined) service.image = main.image;
+  else service.context = '.';
+  return { service, services: task.services };
 }
 
 const inside = (folder: string, path: string) => path === folder || path.startsWith(folder + sep);
@@ -167,10 +125,10 @@ export async function readTerminalBenchTask(directory: string): Promise<HarborRo
     );
   const config = parsed.data!;
   const composePath = join(taskDir, 'docker-compose.yaml');
-  const service: ServiceImage = (await exists(composePath))
-    ? composeService(await readFile(composePath, 'utf8'), taskDir)
-    : { context: '.', env: {} };
   const id = basename(taskDir);
+  const { service, services } = (await exists(composePath))
+    ? await composeServices(composePath, taskDir, id, fail)
+    : { service: { context: '.', env: {} } as ServiceImage, services: [] };
   let image: string;
   let build = false;
   let workdir = '/';
@@ -214,5 +172,6 @@ export async function readTerminalBenchTask(directory: string): Promise<HarborRo
     format: 'terminal-bench',
     ...(buildContext === undefined ? {} : { build_context: buildContext }),
     ...(dockerfile === undefined ? {} : { dockerfile }),
+    ...(services.length === 0 ? {} : { services }),
   };
 }
