@@ -74,13 +74,14 @@ async function recordAttempt(
     );
     return { retry: false, earned: null };
   }
-  if (outcome === 'verifier_error') {
-    // The verifier gave no reward (a Harbor test wrote no reward file): never a 0 among the
-    // rewards, and not retried (the same tests would do the same).
+  if (outcome === 'verifier_error' || outcome === 'task_error') {
+    // The verifier gave no reward (a Harbor test wrote no reward file), or the task could not be
+    // run as written (its service never became healthy): never a 0 among the rewards, and not
+    // retried (the same tests, the same task, would do the same).
     await appendJsonl(paths.failures, {
       ...result,
       reward: null,
-      _ng_failure_class: 'verifier_error',
+      _ng_failure_class: outcome,
       _ng_failure_terminal: true,
     });
     options.logger.warn(
@@ -89,7 +90,9 @@ async function recordAttempt(
         rollout: row._ng_rollout_index,
         reason,
       },
-      'verifier error: no reward',
+      outcome === 'task_error'
+        ? 'task error: the task cannot run as written, no reward'
+        : 'verifier error: no reward',
     );
     return { retry: false, earned: null };
   }

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { GymError } from '../../core/errors.ts';
 import type { HarnessResult } from '../../harnesses/harness.ts';
 import { failureFacts, MAX_FAILURE_REASON_CHARS } from './failure-facts.ts';
+import { faultVerdict, type RolloutContext } from './rollout-phases.ts';
 import { buildTrainingCapture } from './training-response.ts';
 
 const harness = (message: string | null): HarnessResult =>
@@ -24,7 +26,7 @@ describe('failureFacts', () => {
     ).toEqual({ mask_sample: true, failure_reason: 'infra_error: PROVIDER_UNAVAILABLE: engine gone' });
   });
 
-  it.each(['verifier_timeout', 'verifier_error'] as const)('a %s is masked', (outcome) => {
+  it.each(['verifier_timeout', 'verifier_error', 'task_error'] as const)('a %s is masked', (outcome) => {
     const facts = failureFacts(
       { outcome, reward: 0, details: { reason: 'tests hung' } },
       undefined,
@@ -57,5 +59,31 @@ describe('failureFacts', () => {
       undefined,
     );
     expect(facts.failure_reason).toHaveLength(MAX_FAILURE_REASON_CHARS);
+  });
+});
+
+describe('faultVerdict', () => {
+  const context = {
+    image: null,
+    row: {},
+    options: { environment: { implementation: {} } },
+  } as unknown as RolloutContext;
+
+  it("makes a task's service that never became healthy a task error, not an outage to retry", () => {
+    const verdict = faultVerdict(
+      context,
+      new GymError('SERVICE_UNHEALTHY', 'service db is unhealthy: its health check failed its retries'),
+    );
+    expect(verdict).toEqual({
+      outcome: 'task_error',
+      reward: 0,
+      details: { reason: 'service db is unhealthy: its health check failed its retries' },
+    });
+  });
+
+  it('keeps a provider fault an infra error', () => {
+    expect(faultVerdict(context, new GymError('PROVIDER_UNAVAILABLE', 'engine gone')).outcome).toBe(
+      'infra_error',
+    );
   });
 });

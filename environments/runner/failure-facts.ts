@@ -24,6 +24,7 @@ const MASKED_OUTCOMES: ReadonlySet<RolloutOutcome> = new Set([
   'infra_error',
   'verifier_timeout',
   'verifier_error',
+  'task_error',
 ]);
 
 export interface FailureFacts {

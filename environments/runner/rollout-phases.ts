@@ -340,6 +340,10 @@ export function faultVerdict(context: RolloutContext, error: unknown): Verdict {
     );
   }
   if (isGymError(error) && CONFIGURATION_ERRORS.has(error.code)) throw error;
+  // The task's own fault, not an outage: its service (or a companion) exited or never became
+  // healthy. Not a reward, and not retried.
+  if (isGymError(error, 'SERVICE_UNHEALTHY'))
+    return { outcome: 'task_error', reward: 0, details: { reason: error.message } };
   return {
     outcome: 'infra_error',
     reward: 0,

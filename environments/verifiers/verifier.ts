@@ -3,9 +3,17 @@ import type { ExecResult } from '../../core/schemas/exec.ts';
 /** What a verifier returns: the reward, or why there is none. */
 /**
  * `verifier_error`: the verifier ran to its end but gave no reward (a Harbor test that wrote no
- * reward file): the rollout goes to the failures file, never into the rewards.
+ * reward file): the rollout goes to the failures file, never into the rewards. `task_error`: the
+ * task itself cannot be run as written (a service it declares never became healthy): the agent
+ * never had its turn, so there is no reward, and it is not retried as an outage would be.
  */
-export type RolloutOutcome = 'reward' | 'agent_error' | 'infra_error' | 'verifier_timeout' | 'verifier_error';
+export type RolloutOutcome =
+  | 'reward'
+  | 'agent_error'
+  | 'infra_error'
+  | 'verifier_timeout'
+  | 'verifier_error'
+  | 'task_error';
 
 export interface Verdict {
   outcome: RolloutOutcome;

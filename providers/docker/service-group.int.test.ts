@@ -122,7 +122,7 @@ describe.skipIf(skipReason !== undefined)('docker: a sandbox with companion serv
       (caught: unknown) => caught,
     );
     expect(error).toBeInstanceOf(GymError);
-    expect((error as GymError).code).toBe('SANDBOX_START_FAILED');
+    expect((error as GymError).code).toBe('SERVICE_UNHEALTHY');
     expect((error as GymError).message).toMatch(/service db is unhealthy.*db refuses to serve/s);
     // (By its label: other test files create sandboxes in the same namespace meanwhile.)
     expect((await provider.list({ labels: { case: 'unhealthy' } })).sandboxes).toEqual([]);

@@ -74,7 +74,7 @@ export class ServiceGroups {
    * Creates and starts the sandbox's services in `dependsOn` order, each waited for as its
    * dependants ask (`started`, or `healthy`), then waits until every service with a health check
    * is healthy. The sandbox container runs already (it owns the network namespace).
-   * @throws GymError `SANDBOX_START_FAILED` naming the service that exited or became unhealthy,
+   * @throws GymError `SERVICE_UNHEALTHY` naming the service that exited or became unhealthy,
    *   with the end of its log; the caller removes the group.
    */
   async start(
@@ -192,8 +192,10 @@ export class ServiceGroups {
       .then((buffer) => demuxedText(buffer as unknown as Buffer))
       .catch(() => '');
     const tail = log.length > LOG_TAIL_BYTES ? log.slice(-LOG_TAIL_BYTES) : log;
+    // The task's fault (its service exits or fails its own check), not the backend's: a runner
+    // makes it a task error, not an outage to retry.
     return new GymError(
-      'SANDBOX_START_FAILED',
+      'SERVICE_UNHEALTHY',
       `service ${name} ${what}${tail.trim() === '' ? '' : `; its log ends: ${tail.trim()}`}`,
       { details: { service: name, reason: what } },
     );

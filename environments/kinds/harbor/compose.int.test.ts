@@ -270,12 +270,11 @@ describe.skipIf(skipReason !== undefined)('multi-container tasks against real Do
     expect(oracle.rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
       [`compose-${tag}-served`, 'reward', 1],
     ]);
-    // Today an infra error (retried): the outcome of a task whose service is never healthy is
-    // for the runner to decide with issue 35's item 2.
+    // The task's fault, not an outage: a task error, no reward, not retried.
     expect(oracle.failures.map((row) => [row.task_dir, ...reasonOf(row)])).toEqual([
       [
         expect.stringMatching(/compose-\w+-sick$/),
-        'infra_error',
+        'task_error',
         expect.stringMatching(/service db is unhealthy: its health check failed its retries/),
       ],
     ]);
@@ -325,7 +324,7 @@ describe.skipIf(skipReason !== undefined)('multi-container tasks against real Do
     expect(rollouts).toEqual([]);
     expect(failures.map(reasonOf)).toEqual([
       [
-        'infra_error',
+        'task_error',
         expect.stringMatching(
           /\[environment\.healthcheck\] failed 3 times in a row \(exit 1\): test -e \/tmp\/never/,
         ),

@@ -6,6 +6,7 @@
  * Each try may take `timeout_sec`. (Named for the merge with the sandbox-wide service health
  * checks of issue 35's item 2, which may take it over.)
  */
+import { GymError } from '../../../core/errors.ts';
 import type { SandboxHandle } from '../../../harnesses/harness.ts';
 import type { HarborRow } from './task-row.ts';
 
@@ -17,7 +18,7 @@ export type Pause = (milliseconds: number) => Promise<void>;
 const pauseFor: Pause = (milliseconds) => new Promise((resolve) => setTimeout(resolve, milliseconds));
 
 /**
- * @throws Error naming the command, the tries and the last failure's output when the check fails
+ * @throws GymError `SERVICE_UNHEALTHY` naming the command, the tries and the last failure's output when the check fails
  *   its retries.
  */
 export async function runHarborHealthcheck(
@@ -45,7 +46,9 @@ export async function runHarborHealthcheck(
     failures += 1;
     if (failures >= check.retries) {
       const output = `${result.stdout}${result.stderr}`.trim().slice(-500);
-      throw new Error(
+      // The task's fault (its own check of its own service), not an outage: a task error.
+      throw new GymError(
+        'SERVICE_UNHEALTHY',
         `the task's [environment.healthcheck] failed ${failures} times in a row (${result.status === 'timeout' ? `timed out after ${check.timeout_sec} s` : `exit ${result.exitCode}`}): ${check.command}${output === '' ? '' : `; its output ends: ${output}`}`,
       );
     }
