@@ -312,8 +312,9 @@ export class DockerProvider implements SandboxProvider {
         );
       this.#oomCounts.forget(id);
       const cause = wrapDockerError(error, { operation: 'start', sandboxId: id });
+      // A companion that never became healthy is the task's fault: its code is kept.
       throw new GymError(
-        'SANDBOX_START_FAILED',
+        cause.code === 'SERVICE_UNHEALTHY' ? cause.code : 'SANDBOX_START_FAILED',
         `sandbox ${id} failed to start and was removed: ${cause.message}`,
         {
           details: { sandboxId: id, image: spec.image, reason: cause.message },
