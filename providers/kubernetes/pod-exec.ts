@@ -16,8 +16,9 @@
  * the daemon queue without end. So stdin is read only while the socket holds less than
  * `MAX_STDIN_QUEUED_BYTES` unsent; above it the stream feeding stdin fills and its writer waits.
  */
-import { PassThrough, Readable, Writable } from 'node:stream';
-import { Exec, type KubeConfig, type V1Status } from '@kubernetes/client-node';
+import { PassThrough, Readable, type Writable } from 'node:stream';
+import type { KubeConfig, V1Status } from '@kubernetes/client-node';
+import WebSocket from 'ws';
 import { GymError } from '../../core/errors.ts';
 
 /** The target of an exec. */
@@ -84,9 +85,11 @@ export function exitCodeOf(status: V1Status): number | null {
 export const MAX_STDIN_QUEUED_BYTES = 1024 * 1024;
 /** How often a paused stdin looks whether the socket has sent enough to take more. */
 const STDIN_POLL_MS = 10;
+/** How long after its status an exec stream is waited for to close, at most. */
+const STATUS_CLOSE_GRACE_MS = 2_000;
 
 /**
- * Copies `source` into `target` (what client-node sends) while `queued()` (the socket's unsent
+ * Copies `source` into `target` (what the socket sends) while `queued()` (the socket's unsent
  * bytes) is at most `maxQueued`; above it, `source` is paused until the socket has sent half of
  * that, or `isClosed()`. Ends `target` after `source`, unless `keepOpen`.
  */
@@ -115,13 +118,72 @@ export function pumpStdin(
   });
 }
 
-function sink(onChunk: ((chunk: Buffer) => void) | undefined): Writable {
-  return new Writable({
-    write(chunk: Buffer, _encoding, callback) {
-      onChunk?.(chunk);
-      callback();
-    },
+/** The channels of the pods/exec stream protocol (the first byte of each binary frame). */
+const [STDIN, STDOUT, STDERR, STATUS, CLOSE] = [0, 1, 2, 3, 255];
+/** The subprotocols offered, newest first, as client-node offers them. */
+const EXEC_PROTOCOLS = [
+  'v5.channel.k8s.io',
+  'v4.channel.k8s.io',
+  'v3.channel.k8s.io',
+  'v2.channel.k8s.io',
+  'channel.k8s.io',
+];
+
+/** The pods/exec path of a command (never a TTY here: terminals have their own). */
+function execPath(target: PodTarget, argv: string[], streams: { stdin: boolean }): string {
+  const query = new URLSearchParams({
+    stdout: 'true',
+    stderr: 'true',
+    stdin: String(streams.stdin),
+    tty: 'false',
+    container: target.container,
   });
+  for (const arg of argv) query.append('command', arg);
+  return `/api/v1/namespaces/${encodeURIComponent(target.namespace)}/pods/${encodeURIComponent(target.pod)}/exec?${query}`;
+}
+
+/**
+ * Opens a pods/exec WebSocket with the kubeconfig's server, TLS and credentials (what client-node's
+ * handler does), each binary frame handed to `onFrame` by channel; the socket is never closed here
+ * on a frame, unlike client-node's, which closed it at the status.
+ */
+async function openExecSocket(
+  kubeConfig: KubeConfig,
+  path: string,
+  onFrame: (channel: number, data: Buffer) => void,
+): Promise<WebSocket> {
+  const server = kubeConfig.getCurrentCluster()?.server;
+  if (server === undefined) throw new Error('the kubeconfig names no cluster');
+  const options: Record<string, unknown> = {};
+  await kubeConfig.applyToHTTPSOptions(options);
+  const url = `${server.replace(/^http/, 'ws')}${path}`;
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(url, EXEC_PROTOCOLS, options);
+    socket.on('message', (data: Buffer, isBinary: boolean) => {
+      if (isBinary && data.length > 0) onFrame(data[0]!, data.subarray(1));
+    });
+    socket.once('open', () => resolve(socket));
+    socket.once('error', reject);
+  });
+}
+
+/** Sends what `stdin` gives as channel-0 frames, and its end as v5's CLOSE of channel 0. */
+function sendStdin(stdin: Readable, socket: WebSocket): void {
+  stdin.on('data', (chunk: Buffer) => socket.send(Buffer.concat([Buffer.from([STDIN]), chunk])));
+  stdin.on('end', () => socket.send(Buffer.from([CLOSE, STDIN])));
+}
+
+function parseStatus(data: Buffer): V1Status {
+  try {
+    return JSON.parse(data.toString('utf8')) as V1Status;
+  } catch {
+    return { status: 'Failure', message: `an unreadable status: ${data.toString('utf8').slice(0, 200)}` };
+  }
+}
+
+function statusReason(data: Buffer): string {
+  const status = parseStatus(data);
+  return status.message ?? status.reason ?? 'a failure without an exit code';
 }
 
 /** Opens the exec; resolves once the stream is open, with a promise of its end. */
@@ -132,30 +194,33 @@ export async function startPodExec(
   io: PodExecIo = {},
 ): Promise<RunningPodExec> {
   let settle!: (end: PodExecEnd) => void;
+  let ended: PodExecEnd | undefined;
   const done = new Promise<PodExecEnd>((resolve) => {
     settle = resolve;
   });
-  // client-node sends stdin as it reads it and closes it (under v5) at its end: hold the bytes
-  // back until the protocol is known, so nothing is sent on a v4 socket.
+  // Stdin is sent as it is read and closed (under v5) at its end: the bytes are held back until
+  // the protocol is known, so nothing is sent on a v4 socket.
   const stdin = io.stdin === undefined || io.stdin === null ? null : new PassThrough();
-  let socket: Awaited<ReturnType<Exec['exec']>>;
+  const [onStdout, onStderr] = [io.onStdout, io.onStderr];
+  let socket: WebSocket;
   try {
-    socket = await new Exec(kubeConfig).exec(
-      target.namespace,
-      target.pod,
-      target.container,
-      argv,
-      sink(io.onStdout),
-      sink(io.onStderr),
-      stdin,
-      false,
-      (status: V1Status) => {
-        const exitCode = exitCodeOf(status);
-        settle(
-          exitCode === null
-            ? { kind: 'broken', reason: status.message ?? status.reason ?? 'a failure without an exit code' }
-            : { kind: 'exited', exitCode },
-        );
+    socket = await openExecSocket(
+      kubeConfig,
+      execPath(target, argv, { stdin: stdin !== null }),
+      (channel, data) => {
+        if (channel === STDOUT) onStdout?.(data);
+        else if (channel === STDERR) onStderr?.(data);
+        else if (channel === STATUS && ended === undefined) {
+          const exitCode = exitCodeOf(parseStatus(data));
+          ended =
+            exitCode === null ? { kind: 'broken', reason: statusReason(data) } : { kind: 'exited', exitCode };
+          // The end is told once the server closes the stream (it does right after the status), so
+          // output frames it sends after the status are still taken: client-node closed the socket
+          // at the status and ended the output there, and once a real cluster's exec ended with
+          // exit 0 and 17.5 of its 20 MB of stdout. A server that keeps the stream open is waited
+          // for no longer than this.
+          setTimeout(() => settle(ended!), STATUS_CLOSE_GRACE_MS).unref();
+        }
       },
     );
   } catch (error) {
@@ -165,7 +230,9 @@ export async function startPodExec(
   }
   // The status frame is handled before the close that follows it; a close alone means no status.
   socket.on('close', () =>
-    setImmediate(() => settle({ kind: 'broken', reason: 'the exec stream closed without a status' })),
+    setImmediate(() =>
+      settle(ended ?? { kind: 'broken', reason: 'the exec stream closed without a status' }),
+    ),
   );
   socket.on('error', () => {});
   const protocol = socket.protocol;
@@ -177,6 +244,7 @@ export async function startPodExec(
         `the API server negotiated ${protocol || 'an old protocol'}, which cannot close stdin without losing the exit status; stdin needs v5.channel.k8s.io (Kubernetes 1.30 or later)`,
       );
     }
+    sendStdin(stdin, socket);
     const source = io.stdin instanceof Readable ? io.stdin : Readable.from([io.stdin as Buffer]);
     pumpStdin(
       source,
