@@ -68,7 +68,15 @@ const AGENTS: AgentCase[] = [
     ],
     // Output that changes every turn: the SDK's stuck detector ends a run that repeats itself.
     endless: terminal('date +%s%N && sleep 5'),
-    printed: (observation) => observation,
+    // A terminal's text: its escapes (bracketed paste) and, on a loaded host, the echo of the
+    // command itself come and go between two runs of one command; what it printed stays.
+    printed: (observation) =>
+      observation
+        // biome-ignore lint/suspicious/noControlCharactersInRegex: terminal escapes are the point
+        .replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '')
+        .split('\n')
+        .filter((line) => line.trim() !== '' && line.trim() !== MODULES)
+        .join('\n'),
   },
 ];
 
