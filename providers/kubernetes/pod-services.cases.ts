@@ -68,8 +68,10 @@ export function describePodServices(setup: PodServicesSetup): void {
     const readPod = (id: string) =>
       core().readNamespacedPod({ name: provider().podName(id), namespace: setup.namespace });
     afterAll(async () => {
+      // Also one whose create was still under way when its case timed out (the namespace is this suite's).
+      const listed = (await provider().list()).sandboxes.map((sandbox) => sandbox.id);
       await Promise.all(
-        made.map((id) =>
+        [...new Set([...made, ...listed])].map((id) =>
           provider()
             .destroy(id)
             .catch(() => undefined),
