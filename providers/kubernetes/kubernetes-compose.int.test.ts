@@ -1,8 +1,9 @@
 /**
- * A Terminal-Bench task with a docker-compose.yaml (a client and a server `db` the tests ask by
- * name) end to end on a daemon whose only provider is Kubernetes, through the emulator: the
- * server runs as a sidecar of the client's Pod behind its health check; the oracle scores 1, a
- * do-nothing agent 0, and no Pod is left. The task's images are built by a Docker daemon first
+ * Multi-container tasks end to end on a daemon whose only provider is Kubernetes, through the
+ * emulator: a Terminal-Bench task with a docker-compose.yaml (a client and a server `db` the tests
+ * ask by name) and a Harbor task whose MCP server is a Compose service and whose
+ * [environment.healthcheck] gates the agent. Each service runs as a sidecar of the sandbox's Pod
+ * behind its health check; the oracle scores 1, a do-nothing agent 0, and no Pod is left. The task's images are built by a Docker daemon first
  * (the Kubernetes provider builds none; the emulator runs Pods from the engine's images).
  */
 import { randomBytes } from 'node:crypto';
@@ -19,7 +20,7 @@ import { gymFields } from '../../environments/runner/rollout-line.ts';
 import { HarnessRegistry } from '../../harnesses/registry.ts';
 import { startTestDaemon, type TestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../test/docker-available.ts';
-import { terminalBenchTask } from '../../test/fixtures/terminal-bench-compose.ts';
+import { harborTask, terminalBenchTask } from '../../test/fixtures/compose-tasks.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -55,7 +56,7 @@ describe.skipIf(skipReason !== undefined)(
       const images = await docker.listImages();
       for (const image of images)
         for (const tag of image.RepoTags ?? [])
-          if (/^gym\/harbor-terminal-bench-k8s-compose-/.test(tag))
+          if (/^gym\/harbor-(terminal-bench-)?k8s-compose-/.test(tag))
             await docker
               .getImage(tag)
               .remove({ force: true })
@@ -63,11 +64,8 @@ describe.skipIf(skipReason !== undefined)(
       if (directory !== '') await rm(directory, { recursive: true, force: true });
     });
 
-    it('runs a Terminal-Bench task with a server beside its client: the oracle scores 1, noop 0, no Pod left', async () => {
-      const root = join(directory, 'terminal-bench');
-      const tag = randomBytes(4).toString('hex');
-      const name = `k8s-compose-${tag}`;
-      await terminalBenchTask(root, name, `s3cret-${tag}`);
+    /** Builds the rows' images on the Docker daemon, then runs the oracle and noop on the Kubernetes one. */
+    async function oracleAndNoop(root: string, id: string): Promise<void> {
       const environment = await loadEnvironment('harbor');
       const rows = await readRows(root);
       const builderClient = new GymClient({ url: builder.address.url!, token: builder.token });
@@ -82,7 +80,7 @@ describe.skipIf(skipReason !== undefined)(
         ['oracle', 1],
         ['noop', 0],
       ] as const) {
-        const output = join(directory, `${harnessName}.jsonl`);
+        const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
         await runEval({
           client,
           environment,
@@ -101,7 +99,7 @@ describe.skipIf(skipReason !== undefined)(
         expect(failures.map((row) => JSON.stringify(gymFields(row)).slice(0, 2000))).toEqual([]);
         const rollouts = await readJsonl(output);
         expect(rollouts.map((row) => [row.id, gymFields(row).outcome, row.reward])).toEqual([
-          [name, 'reward', expected],
+          [id, 'reward', expected],
         ]);
       }
       expect(await client.listSandboxes()).toEqual([]);
@@ -110,6 +108,25 @@ describe.skipIf(skipReason !== undefined)(
         { headers: { authorization: `Bearer ${emulator.token}` } },
       );
       expect(((await pods.json()) as { items: unknown[] }).items).toEqual([]);
+    }
+
+    it('runs a Terminal-Bench task with a server beside its client: the oracle scores 1, noop 0, no Pod left', async () => {
+      const root = join(directory, 'terminal-bench');
+      const tag = randomBytes(4).toString('hex');
+      await terminalBenchTask(root, `k8s-compose-${tag}`, `s3cret-${tag}`);
+      await oracleAndNoop(root, `k8s-compose-${tag}`);
+    }, 900_000);
+
+    it('runs a Harbor task whose MCP server is a Compose service, behind its health check: the oracle scores 1, noop 0', async () => {
+      const root = join(directory, 'harbor');
+      const tag = randomBytes(4).toString('hex');
+      await harborTask(
+        root,
+        `k8s-compose-${tag}-mcp`,
+        `mcp-${tag}`,
+        'wget -q -O /dev/null http://mcp:8000/health && touch /tmp/healthchecked',
+      );
+      await oracleAndNoop(root, `gym/k8s-compose-${tag}-mcp`);
     }, 900_000);
   },
 );

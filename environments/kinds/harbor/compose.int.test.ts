@@ -16,108 +16,13 @@ import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { SERVICE_LABEL } from '../../../providers/docker/service-group.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
-import { put, terminalBenchTask } from '../../../test/fixtures/terminal-bench-compose.ts';
+import { harborTask, terminalBenchTask } from '../../../test/fixtures/compose-tasks.ts';
 import { loadEnvironment, readRows } from '../../environment.ts';
 import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
-
-/** The MCP server: JSON-RPC over HTTP (streamable-http's POST), one tool that returns the secret. */
-const MCP_SERVER = `import json
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-SECRET = open("/srv/secret").read().strip()
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if request.get("method") == "tools/call" and request["params"]["name"] == "lookup":
-            result = {"content": [{"type": "text", "text": SECRET}]}
-        elif request.get("method") == "tools/list":
-            result = {"tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]}
-        else:
-            result = {}
-        body = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-HTTPServer(("127.0.0.1", 8000), Handler).serve_forever()
-`;
-
-const LOOKUP = `wget -q -O - --header 'Content-Type: application/json' --post-data '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","arguments":{}}}' http://mcp:8000/mcp | sed 's/.*"text": "\\([^"]*\\)".*/\\1/'`;
-
-/** A Harbor task whose MCP server is a Compose service, its agent gated by a health check. */
-async function harborTask(root: string, name: string, secret: string, healthcheck: string) {
-  const task = join(root, name);
-  await put(
-    join(task, 'task.toml'),
-    `schema_version = "1.4"
-
-[task]
-name = "gym/${name}"
-
-[verifier]
-timeout_sec = 60.0
-
-[agent]
-timeout_sec = 120.0
-
-[environment]
-build_timeout_sec = 300.0
-
-[environment.healthcheck]
-command = "${healthcheck}"
-interval_sec = 0.2
-start_period_sec = 60
-start_interval_sec = 0.2
-retries = 3
-
-[[environment.mcp_servers]]
-name = "lookup"
-transport = "streamable-http"
-url = "http://mcp:8000/mcp"
-`,
-  );
-  await put(
-    join(task, 'instruction.md'),
-    'Call the MCP server lookup and write its answer into /app/answer.txt.\n',
-  );
-  await put(join(task, 'environment/Dockerfile'), 'FROM gym/busybox:latest\nWORKDIR /app\n');
-  await put(
-    join(task, 'environment/mcp/Dockerfile'),
-    `FROM gym/debian-base:latest\nCOPY server.py /srv/server.py\nRUN echo ${secret} > /srv/secret\nCMD ["python3", "/srv/server.py"]\n`,
-  );
-  await put(join(task, 'environment/mcp/server.py'), MCP_SERVER);
-  await put(
-    join(task, 'environment/docker-compose.yaml'),
-    'services:\n  main:\n    depends_on:\n      - mcp\n  mcp:\n    build:\n      context: ./mcp\n',
-  );
-  // The oracle answers only if the health check ran before it (it leaves its mark).
-  await put(
-    join(task, 'solution/solve.sh'),
-    `#!/bin/sh\nif [ -e /tmp/healthchecked ]; then ${LOOKUP} > /app/answer.txt; fi\n`,
-    0o755,
-  );
-  await put(
-    join(task, 'tests/test.sh'),
-    `#!/bin/sh\nexpected=$(${LOOKUP})\nif [ -n "$expected" ] && [ "$(cat /app/answer.txt 2>/dev/null)" = "$expected" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n`,
-    0o755,
-  );
-  return task;
-}
 
 describe.skipIf(skipReason !== undefined)('multi-container tasks against real Docker', () => {
   let daemon: TestDaemon;
