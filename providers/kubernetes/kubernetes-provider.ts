@@ -14,6 +14,7 @@
  *   Docker before a byte reaches the Pod.
  * - `network-policy.ts`: a NetworkPolicy that denies all ingress and egress to our Pods,
  *   created once per namespace and checked by `health()`.
+ * - `pod-services.ts`: a multi-container task's other services, as sidecars of the same Pod.
  * - `gateway-relay.ts`: gateway reach over an exec stream; `errors.ts`: the API's refusals as
  *   our errors.
  */
@@ -73,6 +74,7 @@ import {
 import { PodExecRefused, type PodTarget } from './pod-exec.ts';
 import { KUBERNETES_LABEL_PREFIX, podManifest, SANDBOX_CONTAINER } from './pod-manifest.ts';
 import { openPodPty } from './pod-pty.ts';
+import { servicesProblem } from './pod-services.ts';
 import { waitPodRunning } from './pod-start.ts';
 import { podState } from './pod-status.ts';
 import { Pods } from './pods.ts';
@@ -153,6 +155,8 @@ export class KubernetesProvider implements SandboxProvider {
       stopProcesses: true,
       // pods/exec with `tty` and the resize channel (`pod-pty.ts`).
       pty: true,
+      // Sidecars of the sandbox's Pod, sharing its network namespace (`pod-services.ts`).
+      services: true,
     };
   }
 
@@ -233,7 +237,9 @@ export class KubernetesProvider implements SandboxProvider {
     if (this.#options.networkPolicy) await this.#policy.ensure();
     const created = await this.#pods.create(manifest);
     try {
-      await waitPodRunning(this.#pods, id, spec.image, this.#options.createTimeoutMs);
+      await waitPodRunning(this.#pods, id, spec.image, this.#options.createTimeoutMs, (pod) =>
+        servicesProblem(id, pod, spec.services ?? []),
+      );
       this.#oomCounts.start(id);
       for (const file of spec.files) {
         const content = Buffer.from(file.content, file.encoding === 'base64' ? 'base64' : 'utf8');

@@ -6,12 +6,14 @@
  * `RuntimeDefault`, and `activeDeadlineSeconds` at the hard deadline (the kubelet ends the Pod
  * even if every daemon is gone). Resources: requests equal limits (cpu, memory), or the operator's
  * `requestFraction` of them, disk as
- * `ephemeral-storage`, GPUs as `nvidia.com/gpu` when the operator allows them.
+ * `ephemeral-storage`, GPUs as `nvidia.com/gpu` when the operator allows them. A spec's services
+ * are sidecars of the same Pod (`pod-services.ts`).
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { GymError } from '../../core/errors.ts';
 import type { SandboxSpec } from '../../core/schemas/sandbox.ts';
 import type { KubernetesOptions } from './options.ts';
+import { podServices } from './pod-services.ts';
 
 /** Every label we write starts with this (as on Docker), so one selector finds all our Pods. */
 export const KUBERNETES_LABEL_PREFIX = 'gym.';
@@ -67,6 +69,19 @@ export function podManifest(
     requests.cpu = `${Math.max(1, Math.ceil(milliCpus * options.requestFraction))}m`;
   if (resources.memoryMiB !== undefined)
     requests.memory = `${Math.max(1, Math.ceil(resources.memoryMiB * options.requestFraction))}Mi`;
+  const hardening = {
+    allowPrivilegeEscalation: false,
+    privileged: false,
+    capabilities: { drop: ['ALL'], add: DEFAULT_CAPABILITIES },
+  };
+  const imagePullPolicy =
+    options.imagePullPolicy === undefined ? {} : { imagePullPolicy: options.imagePullPolicy };
+  // The companion services (`pod-services.ts`): sidecars with the same hardening and limits.
+  const services = podServices(
+    spec,
+    { ...imagePullPolicy, resources: { limits, requests }, securityContext: hardening },
+    numericUser,
+  );
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -90,27 +105,29 @@ export function podManifest(
       activeDeadlineSeconds: maxLifetimeSeconds,
       securityContext: {
         seccompProfile: { type: 'RuntimeDefault' },
-        ...(user === undefined
-          ? {}
-          : {
-              runAsUser: user.uid,
-              ...(user.gid === undefined ? {} : { runAsGroup: user.gid }),
-              runAsNonRoot: user.uid !== 0,
-            }),
       },
+      ...(services.initContainers.length === 0
+        ? {}
+        : { initContainers: services.initContainers, hostAliases: services.hostAliases }),
       containers: [
         {
           name: SANDBOX_CONTAINER,
           image: spec.image,
-          ...(options.imagePullPolicy === undefined ? {} : { imagePullPolicy: options.imagePullPolicy }),
+          ...imagePullPolicy,
           command: ['sh', '-c', IDLE_SCRIPT],
           env: Object.entries(spec.env).map(([name, value]) => ({ name, value })),
           ...(spec.workdir === undefined ? {} : { workingDir: spec.workdir }),
           resources: { limits, requests },
+          // The user on the container, not the Pod: a service runs as its own user, as on Docker.
           securityContext: {
-            allowPrivilegeEscalation: false,
-            privileged: false,
-            capabilities: { drop: ['ALL'], add: DEFAULT_CAPABILITIES },
+            ...hardening,
+            ...(user === undefined
+              ? {}
+              : {
+                  runAsUser: user.uid,
+                  ...(user.gid === undefined ? {} : { runAsGroup: user.gid }),
+                  runAsNonRoot: user.uid !== 0,
+                }),
           },
         },
       ],

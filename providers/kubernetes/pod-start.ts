@@ -3,6 +3,8 @@
  * (an image that cannot be pulled, a container the runtime cannot start, a Pod that ended), and
  * patience with a Pod the scheduler cannot place yet (a cluster autoscaler may add a node).
  */
+
+import type { V1Pod } from '@kubernetes/client-node';
 import { GymError } from '../../core/errors.ts';
 import { isReady } from './pod-status.ts';
 import type { Pods } from './pods.ts';
@@ -26,6 +28,8 @@ export async function waitPodRunning(
   id: string,
   image: string,
   createTimeoutMs: number,
+  /** What else fails the start, read from each status (the Pod's services: `pod-services.ts`). */
+  problem: (pod: V1Pod) => GymError | null = () => null,
 ): Promise<void> {
   const deadline = performance.now() + createTimeoutMs;
   let last = 'no status yet';
@@ -33,6 +37,8 @@ export async function waitPodRunning(
   let unscheduled: string | null = null;
   for (let attempt = 0; performance.now() < deadline; attempt++) {
     const pod = await pods.read(id);
+    const failure = problem(pod);
+    if (failure !== null) throw failure;
     if (isReady(pod)) return;
     const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
     const terminated = pod.status?.containerStatuses?.[0]?.state?.terminated;

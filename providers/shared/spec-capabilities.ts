@@ -60,7 +60,7 @@ export function requireSpecCapabilities(
     throw capabilityUnsupported(
       providerName,
       'services',
-      `cannot run a task's other containers beside its sandbox (spec.services: ${services.map((service) => service.name).join(', ')}): a multi-container task (Compose) runs on a provider with the services capability (Docker with runc)`,
+      `cannot run a task's other containers beside its sandbox (spec.services: ${services.map((service) => service.name).join(', ')}): a multi-container task (Compose) runs on a provider with the services capability (Docker with runc, Kubernetes)`,
       { services: services.map((service) => service.name) },
     );
   }

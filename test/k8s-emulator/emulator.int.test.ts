@@ -277,6 +277,52 @@ describe.skipIf(skipReason !== undefined)('kubernetes API emulator', () => {
     await core.deleteNamespacedPod({ name: 'ghost', namespace: NS, gracePeriodSeconds: 0 });
   });
 
+  it("runs native sidecars in order behind their startup probes, on the Pod's loopback, and removes them with it", async () => {
+    // The second sidecar fails unless the first answers already: it started after the first's probe passed.
+    const sidecar = (name: string, script: string, probe?: string[]) => ({
+      name,
+      image: busybox,
+      restartPolicy: 'Always',
+      command: ['sh', '-c', script],
+      ...(probe === undefined
+        ? {}
+        : { startupProbe: { exec: { command: probe }, periodSeconds: 1, failureThreshold: 30 } }),
+    });
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: pod('delta', {
+        hostAliases: [{ ip: '127.0.0.1', hostnames: ['web', 'reader'] }],
+        initContainers: [
+          sidecar('web', 'mkdir -p /tmp/w && echo hi > /tmp/w/x && exec httpd -f -p 8080 -h /tmp/w', [
+            'wget',
+            '-q',
+            '-O',
+            '/dev/null',
+            'http://127.0.0.1:8080/x',
+          ]),
+          sidecar('reader', 'wget -q -O - http://web:8080/x && exec sleep 3600'),
+        ],
+      }),
+    });
+    const running = await waitRunning(core, 'delta');
+    expect(running.status?.initContainerStatuses?.map((status) => [status.name, status.started])).toEqual([
+      ['web', true],
+      ['reader', true],
+    ]);
+    expect((await runExec(kc, 'delta', ['wget', '-q', '-O', '-', 'http://web:8080/x'])).stdout.trim()).toBe(
+      'hi',
+    );
+    const containers = async () =>
+      (await docker.listContainers({ all: true, filters: { label: [`gym-k8s-emulator.pod=${NS}/delta`] } }))
+        .length;
+    expect(await containers()).toBe(3);
+    await core.deleteNamespacedPod({ name: 'delta', namespace: NS, gracePeriodSeconds: 0 });
+    expect(await containers()).toBe(0);
+    // Only sidecars: an init container that runs to completion is not emulated, so it is refused.
+    const plain = pod('epsilon', { initContainers: [{ name: 'setup', image: busybox, command: ['true'] }] });
+    expect((await refusal(core.createNamespacedPod({ namespace: NS, body: plain }))).code).toBe(422);
+  });
+
   it('records NetworkPolicies and Services after validating them', async () => {
     const networking = kc.makeApiClient(NetworkingV1Api);
     await networking.createNamespacedNetworkPolicy({

@@ -7,7 +7,10 @@
  * selector, delete, exec over `v4`/`v5.channel.k8s.io`, with a terminal and its resize channel),
  * NetworkPolicies and Services (accepted,
  * validated and recorded, never enforced). A Pod is one container of the engine, labelled
- * `gym-k8s-emulator=<id>` so `close()` (or a person) can find and remove every one.
+ * `gym-k8s-emulator=<id>` so `close()` (or a person) can find and remove every one. A Pod's native
+ * sidecars (init containers with `restartPolicy: Always`, the only init containers it takes) are
+ * more containers joined to that one's network namespace, with `hostAliases` in the hosts file
+ * they share and exec startup probes: `sidecars.ts` says what of the kubelet it reproduces.
  *
  * It refuses what a real server refuses (see `validation.ts`): a bearer token is required, every
  * object is checked against Kubernetes' own OpenAPI schema, unknown fields are an error, names
@@ -28,6 +31,14 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { DockerStreamDemuxer } from '../../providers/docker/demux.ts';
 import { cgroup2Mount } from '../../providers/docker/host-checks.ts';
 import { viewThroughHostPid } from '../../providers/shared/host-process.ts';
+import {
+  removeSidecars,
+  type Sidecar,
+  sidecarStatuses,
+  sidecarsOf,
+  sidecarsStarted,
+  startSidecars,
+} from './sidecars.ts';
 import { type Cause, type Kind, validateObject } from './validation.ts';
 
 /** Bytes of an exec's output sent to the client and not yet flushed before the output is not read. */
@@ -53,6 +64,8 @@ interface StoredPod {
   evicted?: string;
   /** With `oomKillsContainer`: the kill of the whole container after an OOM kill in it. */
   oomKill?: Promise<void>;
+  /** Its native sidecars (`sidecars.ts`), in start order. */
+  sidecars: Sidecar[];
 }
 
 interface Watcher {
@@ -632,12 +645,27 @@ export class KubernetesEmulator {
     body.spec.dnsPolicy ??= 'ClusterFirst';
     body.spec.schedulerName ??= 'default-scheduler';
     body.status = { phase: 'Pending', qosClass: 'BestEffort' };
-    const stored: StoredPod = { object: body, containerId: null, waiting: null, fingerprint: '' };
+    const sidecars = sidecarsOf(body.spec);
+    if (typeof sidecars === 'string') throw new ApiError(422, 'Invalid', sidecars);
+    const stored: StoredPod = { object: body, containerId: null, waiting: null, fingerprint: '', sidecars };
     this.#pods.set(`${namespace}/${body.metadata.name}`, stored);
     this.#emit('ADDED', body);
     sendJson(response, 201, body);
     // The kubelet's part happens after the API answered, as on a cluster.
-    void this.#startContainer(stored).then(() => this.#refresh(stored));
+    void this.#startContainer(stored).then(async () => {
+      await this.#refresh(stored);
+      if (stored.containerId === null || stored.waiting !== null || sidecars.length === 0) return;
+      await startSidecars(
+        this.#docker,
+        body.spec,
+        sidecars,
+        stored.containerId,
+        (sidecar) => `${this.id}-${namespace}-${body.metadata.name}-${sidecar}`.slice(0, 200),
+        { [EMULATOR_LABEL]: this.id, [POD_LABEL]: `${namespace}/${body.metadata.name}` },
+        () => body.metadata.deletionTimestamp !== undefined,
+      );
+      await this.#refresh(stored);
+    });
   }
 
   async #startContainer(pod: StoredPod): Promise<void> {
@@ -683,6 +711,10 @@ export class KubernetesEmulator {
         },
         HostConfig: {
           NetworkMode: 'none',
+          // The kubelet writes hostAliases into each container's hosts file; sidecars share this one.
+          ExtraHosts: (spec.hostAliases ?? []).flatMap((alias: Json) =>
+            (alias.hostnames ?? []).map((hostname: string) => `${hostname}:${alias.ip}`),
+          ),
           ...(memory === undefined ? {} : { Memory: memory, MemorySwap: memory }),
           ...(cpu === undefined ? {} : { NanoCpus: cpu }),
           CapDrop: security.capabilities?.drop ?? [],
@@ -735,6 +767,9 @@ export class KubernetesEmulator {
       if (inspected === null) {
         phase = 'Failed';
         containerStatus.state = { terminated: { exitCode: 137, reason: 'ContainerStatusUnknown' } };
+      } else if (inspected.State.Running && !sidecarsStarted(pod.sidecars)) {
+        // Here it holds the namespace from the start; a kubelet starts it after the sidecars.
+        containerStatus.state = { waiting: { reason: 'PodInitializing' } };
       } else if (inspected.State.Running) {
         phase = 'Running';
         containerStatus = {
@@ -768,6 +803,8 @@ export class KubernetesEmulator {
       ...(pod.evicted === undefined ? {} : { reason: 'Evicted', message: pod.evicted }),
     };
     if (containerStatus !== null) status.containerStatuses = [containerStatus];
+    if (pod.sidecars.length > 0)
+      status.initContainerStatuses = await sidecarStatuses(this.#docker, pod.sidecars);
     if (phase === 'Running') status.podIP = '127.0.0.1';
     const fingerprint = JSON.stringify(status);
     if (fingerprint === pod.fingerprint) return;
@@ -789,6 +826,7 @@ export class KubernetesEmulator {
     const grace =
       requested === null ? Number(pod.object.spec.terminationGracePeriodSeconds ?? 30) : Number(requested);
     const remove = async () => {
+      await removeSidecars(this.#docker, pod.sidecars);
       if (pod.containerId !== null) {
         const { containerId, hostPid } = pod;
         const container = this.#docker.getContainer(containerId);

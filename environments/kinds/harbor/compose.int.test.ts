@@ -6,7 +6,7 @@
  * the rollout with its name, and nothing of any group is left behind.
  */
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,183 +16,13 @@ import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { SERVICE_LABEL } from '../../../providers/docker/service-group.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { harborTask, terminalBenchTask } from '../../../test/fixtures/compose-tasks.ts';
 import { loadEnvironment, readRows } from '../../environment.ts';
 import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
-
-async function put(path: string, text: string, mode = 0o644): Promise<void> {
-  await mkdir(join(path, '..'), { recursive: true });
-  await writeFile(path, text);
-  await chmod(path, mode);
-}
-
-/** A Terminal-Bench task: a client (the agent's) and a server `db` that holds a secret. */
-async function terminalBenchTask(
-  root: string,
-  name: string,
-  secret: string,
-  dbHealth = 'wget -q -O /dev/null http://127.0.0.1:8080/secret',
-) {
-  const task = join(root, name);
-  await put(
-    join(task, 'task.yaml'),
-    `instruction: |-\n  The server db answers http://db:8080/secret. Write what it answers into /app/answer.txt.\nauthor_name: Gym Tests\ndifficulty: easy\nparser_name: pytest\nmax_agent_timeout_sec: 120.0\nmax_test_timeout_sec: 60.0\n`,
-  );
-  await put(join(task, 'Dockerfile'), 'FROM gym/debian-base:latest\nWORKDIR /app\n');
-  await put(
-    join(task, 'db/Dockerfile'),
-    `FROM gym/busybox:latest\nRUN mkdir -p /www && echo ${secret} > /www/secret\nCMD ["httpd", "-f", "-p", "8080", "-h", "/www"]\n`,
-  );
-  await put(
-    join(task, 'docker-compose.yaml'),
-    `services:
-  client:
-    build:
-      dockerfile: Dockerfile
-    image: \${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}
-    container_name: \${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}
-    command: [ "sh", "-c", "sleep infinity" ]
-    environment:
-      - TEST_DIR=\${T_BENCH_TEST_DIR}
-      - SECRET_URL=http://db:8080/secret
-    volumes:
-      - \${T_BENCH_TASK_LOGS_PATH}:\${T_BENCH_CONTAINER_LOGS_PATH}
-    depends_on:
-      db:
-        condition: service_healthy
-  db:
-    build: ./db
-    container_name: \${T_BENCH_TASK_DOCKER_NAME_PREFIX}__db
-    healthcheck:
-      test: ["CMD-SHELL", "${dbHealth}"]
-      interval: 200ms
-      timeout: 5s
-      retries: 5
-`,
-  );
-  await put(
-    join(task, 'run-tests.sh'),
-    '#!/bin/bash\npython3 -m pytest "$TEST_DIR/test_outputs.py" -rA -p no:cacheprovider\n',
-    0o755,
-  );
-  await put(
-    join(task, 'tests/test_outputs.py'),
-    `import os
-import urllib.request
-from pathlib import Path
-
-
-def test_answer_is_the_servers():
-    served = urllib.request.urlopen(os.environ["SECRET_URL"]).read().decode().strip()
-    assert served
-    assert Path("/app/answer.txt").read_text().strip() == served
-`,
-  );
-  await put(
-    join(task, 'solution.sh'),
-    '#!/bin/bash\npython3 -c "import os, urllib.request; print(urllib.request.urlopen(os.environ[\'SECRET_URL\']).read().decode().strip())" > /app/answer.txt\n',
-    0o755,
-  );
-  return task;
-}
-
-/** The MCP server: JSON-RPC over HTTP (streamable-http's POST), one tool that returns the secret. */
-const MCP_SERVER = `import json
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-SECRET = open("/srv/secret").read().strip()
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if request.get("method") == "tools/call" and request["params"]["name"] == "lookup":
-            result = {"content": [{"type": "text", "text": SECRET}]}
-        elif request.get("method") == "tools/list":
-            result = {"tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]}
-        else:
-            result = {}
-        body = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-HTTPServer(("127.0.0.1", 8000), Handler).serve_forever()
-`;
-
-const LOOKUP = `wget -q -O - --header 'Content-Type: application/json' --post-data '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","arguments":{}}}' http://mcp:8000/mcp | sed 's/.*"text": "\\([^"]*\\)".*/\\1/'`;
-
-/** A Harbor task whose MCP server is a Compose service, its agent gated by a health check. */
-async function harborTask(root: string, name: string, secret: string, healthcheck: string) {
-  const task = join(root, name);
-  await put(
-    join(task, 'task.toml'),
-    `schema_version = "1.4"
-
-[task]
-name = "gym/${name}"
-
-[verifier]
-timeout_sec = 60.0
-
-[agent]
-timeout_sec = 120.0
-
-[environment]
-build_timeout_sec = 300.0
-
-[environment.healthcheck]
-command = "${healthcheck}"
-interval_sec = 0.2
-start_period_sec = 60
-start_interval_sec = 0.2
-retries = 3
-
-[[environment.mcp_servers]]
-name = "lookup"
-transport = "streamable-http"
-url = "http://mcp:8000/mcp"
-`,
-  );
-  await put(
-    join(task, 'instruction.md'),
-    'Call the MCP server lookup and write its answer into /app/answer.txt.\n',
-  );
-  await put(join(task, 'environment/Dockerfile'), 'FROM gym/busybox:latest\nWORKDIR /app\n');
-  await put(
-    join(task, 'environment/mcp/Dockerfile'),
-    `FROM gym/debian-base:latest\nCOPY server.py /srv/server.py\nRUN echo ${secret} > /srv/secret\nCMD ["python3", "/srv/server.py"]\n`,
-  );
-  await put(join(task, 'environment/mcp/server.py'), MCP_SERVER);
-  await put(
-    join(task, 'environment/docker-compose.yaml'),
-    'services:\n  main:\n    depends_on:\n      - mcp\n  mcp:\n    build:\n      context: ./mcp\n',
-  );
-  // The oracle answers only if the health check ran before it (it leaves its mark).
-  await put(
-    join(task, 'solution/solve.sh'),
-    `#!/bin/sh\nif [ -e /tmp/healthchecked ]; then ${LOOKUP} > /app/answer.txt; fi\n`,
-    0o755,
-  );
-  await put(
-    join(task, 'tests/test.sh'),
-    `#!/bin/sh\nexpected=$(${LOOKUP})\nif [ -n "$expected" ] && [ "$(cat /app/answer.txt 2>/dev/null)" = "$expected" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n`,
-    0o755,
-  );
-  return task;
-}
 
 describe.skipIf(skipReason !== undefined)('multi-container tasks against real Docker', () => {
   let daemon: TestDaemon;
