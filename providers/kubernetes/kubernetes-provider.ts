@@ -259,7 +259,9 @@ export class KubernetesProvider implements SandboxProvider {
       this.#oomCounts.forget(id);
       if (
         error instanceof GymError &&
-        (error.code === 'IMAGE_NOT_FOUND' || error.code === 'SANDBOX_START_FAILED')
+        (error.code === 'IMAGE_NOT_FOUND' ||
+          error.code === 'SANDBOX_START_FAILED' ||
+          error.code === 'SERVICE_UNHEALTHY')
       )
         throw error;
       const cause = error instanceof GymError ? error : wrapApiError(error, 'Pod start', id);

@@ -152,7 +152,7 @@ export function describePodServices(setup: PodServicesSetup): void {
           (caught: unknown) => caught,
         );
       expect(error).toBeInstanceOf(GymError);
-      expect((error as GymError).code).toBe('SANDBOX_START_FAILED');
+      expect((error as GymError).code).toBe('SERVICE_UNHEALTHY');
       expect((error as GymError).message).toMatch(/failed to start and was removed: service db is unhealthy/);
       expect((error as GymError).details).toMatchObject({ service: 'db' });
       expect((await provider().list({ labels: { case: 'unhealthy' } })).sandboxes).toEqual([]);

@@ -80,9 +80,11 @@ describe('the Pod of a sandbox with services', () => {
       started: false,
       lastState: { terminated: { exitCode: 137 } },
     });
-    expect(servicesProblem('sbx-1', probeKilled, [db({ argv: ['false'] })])?.message).toMatch(
-      /service db is unhealthy: its health check failed its retries/,
-    );
+    expect(servicesProblem('sbx-1', probeKilled, [db({ argv: ['false'] })])).toMatchObject({
+      // The task's fault: a runner makes it a task error, not an outage to retry.
+      code: 'SERVICE_UNHEALTHY',
+      message: expect.stringMatching(/service db is unhealthy: its health check failed its retries/),
+    });
     const pulling = podWith({ state: { waiting: { reason: 'ErrImagePull', message: 'not found' } } });
     expect(servicesProblem('sbx-1', pulling, [db()])).toMatchObject({
       code: 'SANDBOX_START_FAILED',

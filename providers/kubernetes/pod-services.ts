@@ -124,13 +124,20 @@ const SERVICE_FATAL_REASONS = new Set([
 /** Exit codes of a process ended by the kubelet's TERM or KILL (a failed startup probe). */
 const KILLED_EXIT_CODES = new Set([137, 143]);
 
-/** As Docker says it: the sandbox removed, the service named (its log is not read: no pods/log grant). */
-function failed(id: string, service: string, what: string): GymError {
-  return new GymError(
-    'SANDBOX_START_FAILED',
-    `sandbox ${id} failed to start and was removed: service ${service} ${what}`,
-    { details: { sandboxId: id, service, reason: what } },
-  );
+/**
+ * As Docker says it: the sandbox removed, the service named (its log is not read: no pods/log
+ * grant). A service that exited or failed its own check is the task's fault (`SERVICE_UNHEALTHY`,
+ * a task error to a runner); one whose container cannot start (its image) is not.
+ */
+function failed(
+  id: string,
+  service: string,
+  what: string,
+  code: 'SERVICE_UNHEALTHY' | 'SANDBOX_START_FAILED' = 'SERVICE_UNHEALTHY',
+): GymError {
+  return new GymError(code, `sandbox ${id} failed to start and was removed: service ${service} ${what}`, {
+    details: { sandboxId: id, service, reason: what },
+  });
 }
 
 /**
@@ -148,7 +155,12 @@ export function servicesProblem(id: string, pod: V1Pod, services: readonly Servi
     if (status === undefined) continue;
     const waiting = status.state?.waiting;
     if (waiting?.reason !== undefined && SERVICE_FATAL_REASONS.has(waiting.reason))
-      return failed(id, service.name, `cannot start (${waiting.reason}): ${waiting.message ?? ''}`.trim());
+      return failed(
+        id,
+        service.name,
+        `cannot start (${waiting.reason}): ${waiting.message ?? ''}`.trim(),
+        'SANDBOX_START_FAILED',
+      );
     const terminated = status.state?.terminated ?? status.lastState?.terminated;
     if (terminated === undefined && status.restartCount === 0) continue;
     const exitCode = terminated?.exitCode;
