@@ -100,37 +100,13 @@ def test_answer_is_the_servers():
 }
 
 /** The MCP server: JSON-RPC over HTTP (streamable-http's POST), one tool that returns the secret. */
-const MCP_SERVER = `import json
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-SECRET = open("/srv/secret").read().strip()
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if request.get("method") == "tools/call" and request["params"]["name"] == "lookup":
-            result = {"content": [{"type": "text", "text": SECRET}]}
-        elif request.get("method") == "tools/list":
-            result = {"tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]}
-        else:
-            result = {}
-        body = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-HTTPServer(("127.0.0.1", 8000), Handler).serve_forever()
-`;
+const MCP_SERVER = await readFile(
+  join(
+    import.meta.dirname,
+    '../../../test/fixtures/harbor-tasks-compose/mcp-health/environment/mcp/server.py',
+  ),
+  'utf8',
+);
 
 const LOOKUP = `wget -q -O - --header 'Content-Type: application/json' --post-data '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","arguments":{}}}' http://mcp:8000/mcp | sed 's/.*"text": "\\([^"]*\\)".*/\\1/'`;
 
