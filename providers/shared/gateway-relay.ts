@@ -78,7 +78,8 @@ export async function untilRelayReady<T>(given: {
   return outcome;
 }
 
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+/** One frame of the relays' protocol: its type letter, the connection's id, the payload's length, the payload. */
+export function relayFrame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
   const header = Buffer.alloc(HEADER);
   header.write(type, 0, 'latin1');
   header.writeUInt32BE(id, 1);
@@ -160,7 +161,7 @@ export class GatewayRelay {
     let isInputFull = false;
     const send = (type: string, id: number, payload?: Buffer) => {
       if (input.writableEnded) return;
-      const isBelowMark = input.write(frame(type, id, payload));
+      const isBelowMark = input.write(relayFrame(type, id, payload));
       // The agent stalled the relay and forges opens into its stdout: each would queue one more
       // refusal here without end.
       if (input.writableLength + input.readableLength > MAX_QUEUED_FOR_RELAY) {

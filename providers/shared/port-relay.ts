@@ -17,20 +17,17 @@
  */
 import { Duplex, PassThrough } from 'node:stream';
 import { GymError } from '../../core/errors.ts';
-import { type OpenRelayChannel, type RelayChannel, untilRelayReady } from './gateway-relay.ts';
+import {
+  relayFrame as frame,
+  type OpenRelayChannel,
+  type RelayChannel,
+  untilRelayReady,
+} from './gateway-relay.ts';
 
 const HEADER = 9;
 const CHUNK = 32_768;
 /** Connections one sandbox's relay carries at once; the relay itself holds at most 64. */
 export const MAX_PORT_CONNECTIONS = 64;
-
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const header = Buffer.alloc(HEADER);
-  header.write(type, 0, 'latin1');
-  header.writeUInt32BE(id, 1);
-  header.writeUInt32BE(payload.length, 5);
-  return Buffer.concat([header, payload]);
-}
 
 /** One connection to a port in the sandbox, as a stream (what `http.request` takes as its socket). */
 class PortConnection extends Duplex {
