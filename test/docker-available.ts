@@ -59,3 +59,12 @@ export function localImages(docker: Docker): ImagePreparer {
   });
   return { prepareImage: (request) => service.prepare(request) };
 }
+
+/** Removes every container a test daemon of `namespace` left (its label says whose it is). */
+export async function removeNamespaceContainers(docker: Docker, namespace: string): Promise<void> {
+  const containers = await docker.listContainers({
+    all: true,
+    filters: { label: [`gym.namespace=${namespace}`] },
+  });
+  for (const container of containers) await docker.getContainer(container.Id).remove({ force: true });
+}
