@@ -68,3 +68,14 @@ export async function removeNamespaceContainers(docker: Docker, namespace: strin
   });
   for (const container of containers) await docker.getContainer(container.Id).remove({ force: true });
 }
+
+/** Removes the images with a tag `pattern` matches (the ones a test built, by their random tags). */
+export async function removeImagesTagged(docker: Docker, pattern: RegExp): Promise<void> {
+  for (const image of await docker.listImages())
+    for (const tag of image.RepoTags ?? [])
+      if (pattern.test(tag))
+        await docker
+          .getImage(tag)
+          .remove({ force: true })
+          .catch(() => {});
+}

@@ -14,7 +14,7 @@ import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
 import { SERVICE_LABEL } from '../../../providers/docker/service-group.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { dockerTestEnvironment, removeImagesTagged, testImage } from '../../../test/docker-available.ts';
 import { runTestEval } from '../../../test/eval-run.ts';
 import { loadEnvironment, readRows } from '../../environment.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
@@ -184,14 +184,7 @@ describe.skipIf(skipReason !== undefined)('multi-container tasks against real Do
 
   afterAll(async () => {
     await daemon?.cleanup();
-    const images = await docker.listImages();
-    for (const image of images)
-      for (const tag of image.RepoTags ?? [])
-        if (/^gym\/harbor-(gym-compose-|terminal-bench-compose-|compose-)/.test(tag))
-          await docker
-            .getImage(tag)
-            .remove({ force: true })
-            .catch(() => {});
+    await removeImagesTagged(docker, /^gym\/harbor-(gym-compose-|terminal-bench-compose-|compose-)/);
     await rm(directory, { recursive: true, force: true });
   });
 

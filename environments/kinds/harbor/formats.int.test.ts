@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { dockerTestEnvironment, removeImagesTagged, testImage } from '../../../test/docker-available.ts';
 import { runTestEval } from '../../../test/eval-run.ts';
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../../environment.ts';
 import { readJsonl } from '../../runner/files.ts';
@@ -169,14 +169,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
   afterAll(async () => {
     await daemon?.cleanup();
     // Only the images these tests made (their tags carry the fixtures' random content).
-    const images = await docker.listImages();
-    for (const image of images)
-      for (const tag of image.RepoTags ?? [])
-        if (/^gym\/harbor-(gym-gym-formats-|terminal-bench-tb-)/.test(tag))
-          await docker
-            .getImage(tag)
-            .remove({ force: true })
-            .catch(() => {});
+    await removeImagesTagged(docker, /^gym\/harbor-(gym-gym-formats-|terminal-bench-tb-)/);
     await rm(directory, { recursive: true, force: true });
   });
 
