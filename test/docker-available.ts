@@ -59,3 +59,23 @@ export function localImages(docker: Docker): ImagePreparer {
   });
   return { prepareImage: (request) => service.prepare(request) };
 }
+
+/** Removes every container a test daemon of `namespace` left (its label says whose it is). */
+export async function removeNamespaceContainers(docker: Docker, namespace: string): Promise<void> {
+  const containers = await docker.listContainers({
+    all: true,
+    filters: { label: [`gym.namespace=${namespace}`] },
+  });
+  for (const container of containers) await docker.getContainer(container.Id).remove({ force: true });
+}
+
+/** Removes the images with a tag `pattern` matches (the ones a test built, by their random tags). */
+export async function removeImagesTagged(docker: Docker, pattern: RegExp): Promise<void> {
+  for (const image of await docker.listImages())
+    for (const tag of image.RepoTags ?? [])
+      if (pattern.test(tag))
+        await docker
+          .getImage(tag)
+          .remove({ force: true })
+          .catch(() => {});
+}

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readRuntimeManifest } from '../harnesses/installed/python-runtime.ts';
 import { collectProcess } from './collect-process.ts';
 import { startTestDaemon, type TestDaemon } from './daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from './docker-available.ts';
+import { dockerTestEnvironment, removeNamespaceContainers, testImage } from './docker-available.ts';
 import { FRAMEWORK_RUNTIMES, frameworkRuntimeDir } from './frameworks/runtimes.ts';
 import { relayBinaryForTests } from './relay-binary.ts';
 
@@ -57,11 +57,7 @@ describe.skipIf(skipReason !== undefined)('the NeMo Gym provider under the real 
 
   afterAll(async () => {
     await daemon?.cleanup();
-    const containers = await docker.listContainers({
-      all: true,
-      filters: { label: [`gym.namespace=${namespace}`] },
-    });
-    for (const container of containers) await docker.getContainer(container.Id).remove({ force: true });
+    await removeNamespaceContainers(docker, namespace);
   });
 
   it('passes the provider tests with every test run', { timeout: 480_000 }, async () => {

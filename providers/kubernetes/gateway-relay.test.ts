@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { relayFrame as frame } from '../shared/gateway-relay.ts';
 
 const exec = vi.hoisted(() => ({
   onStdout: undefined as ((chunk: Buffer) => void) | undefined,
@@ -44,14 +45,6 @@ vi.mock('./pod-exec.ts', () => ({
 }));
 
 const { PodRelay } = await import('./gateway-relay.ts');
-
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const header = Buffer.alloc(9);
-  header.write(type, 0, 'latin1');
-  header.writeUInt32BE(id, 1);
-  header.writeUInt32BE(payload.length, 5);
-  return Buffer.concat([header, payload]);
-}
 
 function feed(bytes: Buffer): void {
   (exec.onStdout as (chunk: Buffer) => void)(bytes);

@@ -18,6 +18,7 @@ import { ModelScriptSchema } from '../../harnesses/scripted-model/script.ts';
 import { startScriptedModelServer } from '../../harnesses/scripted-model/server.ts';
 import { spawnDaemonProcess, startTestDaemon } from '../../test/daemon-harness.ts';
 import { dockerTestEnvironment, localImages, testImage } from '../../test/docker-available.ts';
+import { expectServedPage, httpdServiceSpec } from '../../test/httpd-service.ts';
 import { KubernetesEmulator } from '../../test/k8s-emulator/emulator.ts';
 import { relayBinaryForTests } from '../../test/relay-binary.ts';
 import { DockerStreamDemuxer } from '../docker/demux.ts';
@@ -133,21 +134,9 @@ describe.skipIf(skipReason !== undefined)(
       );
       try {
         const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
-        const sandbox = await client.createSandbox({
-          image: busybox,
-          ports: [8080],
-          files: [{ path: '/www/index.html', content: 'served from a Pod\n' }],
-          entrypoint: ['httpd', '-f', '-p', '8080', '-h', '/www'],
-          healthcheck: {
-            test: ['CMD', 'wget', '-q', '-O', '/dev/null', 'http://127.0.0.1:8080/'],
-            intervalMs: 200,
-          },
-        });
+        const sandbox = await client.createSandbox(httpdServiceSpec(busybox, 'served from a Pod\n'));
         expect(sandbox.service?.state).toBe('healthy');
-        const { path, headers } = await client.portEndpoint(sandbox.id, 8080);
-        const page = await fetch(`${daemon.address.url}${path}index.html`, { headers });
-        expect(await page.text()).toBe('served from a Pod\n');
-        expect((await fetch(`${daemon.address.url}${path}index.html`)).status).toBe(401);
+        await expectServedPage(client, daemon.address.url!, sandbox.id, 'served from a Pod\n');
         await client.destroySandbox(sandbox.id);
       } finally {
         await daemon.stop({ destroy: true });

@@ -10,15 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { GatewayRelay } from './gateway-relay.ts';
-
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const header = Buffer.alloc(9);
-  header.write(type, 0, 'latin1');
-  header.writeUInt32BE(id, 1);
-  header.writeUInt32BE(payload.length, 5);
-  return Buffer.concat([header, payload]);
-}
+import { relayFrame as frame, GatewayRelay } from './gateway-relay.ts';
 
 let dir: string;
 let socketPath: string;

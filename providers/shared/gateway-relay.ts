@@ -44,7 +44,42 @@ const MAX_QUEUED_FOR_RELAY = 1024 * 1024;
 /** How long a relay may take to say it listens. */
 const READY_TIMEOUT_MS = 15_000;
 
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+/**
+ * What the relay's first ready line said, or, when its channel ended first or it stayed silent
+ * READY_TIMEOUT_MS, a PROVIDER_ERROR naming the relay and the sandbox (after `abandon`).
+ */
+export async function untilRelayReady<T>(given: {
+  name: string;
+  where: { label: string; details: Record<string, unknown> };
+  ready: Array<Promise<T | Error>>;
+  done: Promise<unknown>;
+  /** How the failures say it: "ended before it <before>", "the relay <late> in time". */
+  readyWords: { before: string; late: string };
+  abandon: () => void;
+}): Promise<T> {
+  const { name, where, readyWords } = given;
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    ...given.ready,
+    given.done.then(
+      (end) => new Error(`the relay ended before it ${readyWords.before} (${JSON.stringify(end)})`),
+    ),
+    new Promise<Error>((resolve) => {
+      timer = setTimeout(() => resolve(new Error(`the relay ${readyWords.late} in time`)), READY_TIMEOUT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (outcome instanceof Error) {
+    given.abandon();
+    throw new GymError('PROVIDER_ERROR', `${name} in ${where.label}: ${outcome.message}`, {
+      details: where.details,
+    });
+  }
+  return outcome;
+}
+
+/** One frame of the relays' protocol: its type letter, the connection's id, the payload's length, the payload. */
+export function relayFrame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
   const header = Buffer.alloc(HEADER);
   header.write(type, 0, 'latin1');
   header.writeUInt32BE(id, 1);
@@ -126,7 +161,7 @@ export class GatewayRelay {
     let isInputFull = false;
     const send = (type: string, id: number, payload?: Buffer) => {
       if (input.writableEnded) return;
-      const isBelowMark = input.write(frame(type, id, payload));
+      const isBelowMark = input.write(relayFrame(type, id, payload));
       // The agent stalled the relay and forges opens into its stdout: each would queue one more
       // refusal here without end.
       if (input.writableLength + input.readableLength > MAX_QUEUED_FOR_RELAY) {
@@ -253,22 +288,14 @@ export class GatewayRelay {
       },
     });
     if (blocked.size > 0) exec.pause();
-    let timer: NodeJS.Timeout | undefined;
-    const outcome = await Promise.race([
-      ready,
-      brokenBeforeReady,
-      exec.done.then((end) => new Error(`the relay ended before it listened (${JSON.stringify(end)})`)),
-      new Promise<Error>((resolve) => {
-        timer = setTimeout(() => resolve(new Error('the relay did not listen in time')), READY_TIMEOUT_MS);
-      }),
-    ]);
-    clearTimeout(timer);
-    if (outcome instanceof Error) {
-      exec.abandon();
-      throw new GymError('PROVIDER_ERROR', `gateway relay in ${where.label}: ${outcome.message}`, {
-        details: where.details,
-      });
-    }
+    const outcome = await untilRelayReady({
+      name: 'gateway relay',
+      where,
+      ready: [ready, brokenBeforeReady],
+      done: exec.done,
+      readyWords: { before: 'listened', late: 'did not listen' },
+      abandon: () => exec.abandon(),
+    });
     relay = new GatewayRelay(outcome, exec, input, sockets);
     if (broken !== null) relay.close();
     return relay;

@@ -7,15 +7,8 @@
  */
 import type { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
+import { relayFrame as frame } from './gateway-relay.ts';
 import { PortRelay } from './port-relay.ts';
-
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const header = Buffer.alloc(9);
-  header.write(type, 0, 'latin1');
-  header.writeUInt32BE(id, 1);
-  header.writeUInt32BE(payload.length, 5);
-  return Buffer.concat([header, payload]);
-}
 
 /** A relay over a fake channel: `feed` plays its stdout, `sent` is what the daemon wrote to its stdin. */
 async function fakeRelay(ready: Buffer = frame('R', 0, Buffer.alloc(2))) {

@@ -17,22 +17,17 @@
  */
 import { Duplex, PassThrough } from 'node:stream';
 import { GymError } from '../../core/errors.ts';
-import type { OpenRelayChannel, RelayChannel } from './gateway-relay.ts';
+import {
+  relayFrame as frame,
+  type OpenRelayChannel,
+  type RelayChannel,
+  untilRelayReady,
+} from './gateway-relay.ts';
 
 const HEADER = 9;
 const CHUNK = 32_768;
-/** How long a relay may take to say it is ready. */
-const READY_TIMEOUT_MS = 15_000;
 /** Connections one sandbox's relay carries at once; the relay itself holds at most 64. */
 export const MAX_PORT_CONNECTIONS = 64;
-
-function frame(type: string, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const header = Buffer.alloc(HEADER);
-  header.write(type, 0, 'latin1');
-  header.writeUInt32BE(id, 1);
-  header.writeUInt32BE(payload.length, 5);
-  return Buffer.concat([header, payload]);
-}
 
 /** One connection to a port in the sandbox, as a stream (what `http.request` takes as its socket). */
 class PortConnection extends Duplex {
@@ -126,21 +121,14 @@ export class PortRelay {
     });
     relay.#channel = await open({ stdin: relay.#input, onStdout: (chunk) => relay.#receive(chunk) });
     const channel = relay.#channel;
-    let timer: NodeJS.Timeout | undefined;
-    const outcome = await Promise.race([
-      ready,
-      channel.done.then((end) => new Error(`the relay ended before it was ready (${JSON.stringify(end)})`)),
-      new Promise<Error>((resolve) => {
-        timer = setTimeout(() => resolve(new Error('the relay was not ready in time')), READY_TIMEOUT_MS);
-      }),
-    ]);
-    clearTimeout(timer);
-    if (outcome instanceof Error) {
-      relay.close();
-      throw new GymError('PROVIDER_ERROR', `port relay in ${where.label}: ${outcome.message}`, {
-        details: where.details,
-      });
-    }
+    await untilRelayReady({
+      name: 'port relay',
+      where,
+      ready: [ready],
+      done: channel.done,
+      readyWords: { before: 'was ready', late: 'was not ready' },
+      abandon: () => relay.close(),
+    });
     relay.#onBroken = undefined;
     channel.done.then(() => relay.close());
     return relay;

@@ -482,19 +482,10 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     if (open !== undefined) return { url: loopbackGatewayUrl(open.port) };
     const port = recordedGatewayPort(options.url);
     const started = await this.#relays.open(id, async () => {
-      const { host, target } = await this.#target(id);
-      if (!(await this.fleet.exists(host, id)))
-        throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
-      const execId = randomBytes(12).toString('hex');
-      const argv = wrappedArgv(
-        { PATH: DEFAULT_PATH, [EXEC_ID_ENV]: execId },
-        '/',
-        [RELAY_IN_SANDBOX, String(port)],
-        'gym-relay',
-      );
+      const { host, target, execId, command } = await this.#relayCommand(id, String(port));
       const relay = await startSshRelay(
         host.connection,
-        this.#driver.enter(host, target, argv, { tag: execId }),
+        command,
         { label: `${host.name}/${this.#nameOf(id)}`, details: { sandboxId: id, host: host.name, port } },
         options.socketPath,
         this.#options.relayMaxConnections,
@@ -517,6 +508,15 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
         `ports need the relay, which is off for this ${this.#driver.runtime} provider (option gatewayReach, or no relay at ${this.#options.relayHelperPath})`,
         { details: { provider: this.name, capability: 'ports' } },
       );
+    const { host, command } = await this.#relayCommand(id, 'connect');
+    return PortRelay.start(sshRelayChannel(host.connection, command), {
+      label: `${host.name}/${this.#nameOf(id)}`,
+      details: { sandboxId: id, host: host.name },
+    });
+  }
+
+  /** The command that runs the sandbox's relay with `mode` (a gateway port, or `connect`), tagged with a fresh exec id. */
+  async #relayCommand(id: string, mode: string) {
     const { host, target } = await this.#target(id);
     if (!(await this.fleet.exists(host, id)))
       throw new GymError('SANDBOX_NOT_FOUND', `sandbox ${id} does not exist`);
@@ -524,14 +524,10 @@ export class SshRuntimeProvider<H extends HostConfig, Target> implements Sandbox
     const argv = wrappedArgv(
       { PATH: DEFAULT_PATH, [EXEC_ID_ENV]: execId },
       '/',
-      [RELAY_IN_SANDBOX, 'connect'],
+      [RELAY_IN_SANDBOX, mode],
       'gym-relay',
     );
-    const command = this.#driver.enter(host, target, argv, { tag: execId });
-    return PortRelay.start(sshRelayChannel(host.connection, command), {
-      label: `${host.name}/${this.#nameOf(id)}`,
-      details: { sandboxId: id, host: host.name },
-    });
+    return { host, target, execId, command: this.#driver.enter(host, target, argv, { tag: execId }) };
   }
 
   /** Drops a sandbox's relay; with `kill`, also kills the relay process in the sandbox (by its tag). */

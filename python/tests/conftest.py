@@ -56,6 +56,21 @@ def python_command(script: str, *, site: bool = True) -> list[str]:
     return [sys.executable, *([] if site else ["-S"]), "-c", prelude + script]
 
 
+def connected_script(body: str) -> str:
+    """A script for another process: ``main()`` connects ``sandbox`` from the descriptor in
+    ``sys.argv[1]`` (NeMo Gym's ``AsyncSandbox.connect`` with our provider), then runs ``body``
+    (lines indented four spaces, inside ``main``)."""
+    return (
+        "import asyncio, json, sys\n"
+        "from nemo_gym.sandbox import AsyncSandbox\n"
+        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
+        "async def main():\n"
+        "    sandbox = await AsyncSandbox.connect(json.loads(sys.argv[1]), provider=GymSandboxdProvider())\n"
+        f"{body}"
+        "asyncio.run(main())\n"
+    )
+
+
 def _publish_entry_points() -> Path:
     """A ``.dist-info`` with the entry points ``pyproject.toml`` declares, as an install writes it."""
     project = tomllib.loads((PACKAGE_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]

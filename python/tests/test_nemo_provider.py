@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NEMO_GYM_PATH, PACKAGE_ROOT, RUN_LABEL, python_command
+from conftest import NEMO_GYM_PATH, PACKAGE_ROOT, RUN_LABEL, connected_script, python_command
 
 from gym_sandboxd import GymClient
 from gym_sandboxd.errors import UnauthorizedError
@@ -335,15 +335,9 @@ def test_a_handle_moves_to_another_process(client: GymClient, image: str) -> Non
 
     descriptor = asyncio.run(scenario())
     assert client.address.token not in json.dumps(descriptor)
-    other = (
-        "import asyncio, json, sys\n"
-        "from nemo_gym.sandbox import AsyncSandbox\n"
-        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
-        "async def main():\n"
-        "    sandbox = await AsyncSandbox.connect(json.loads(sys.argv[1]), provider=GymSandboxdProvider())\n"
+    other = connected_script(
         "    print((await sandbox.exec('cat state; pwd')).stdout, end='')\n"
         "    await sandbox.stop()\n"
-        "asyncio.run(main())\n"
     )
     moved = subprocess.run([*python_command(other), json.dumps(descriptor)], capture_output=True, text=True, timeout=60)
     assert moved.returncode == 0, moved.stderr
@@ -425,15 +419,9 @@ def test_a_borrower_that_disconnects_gives_its_credential_back(client: GymClient
         return await sandbox.serialize(scope="operate")
 
     descriptor = asyncio.run(scenario())
-    borrower = (
-        "import asyncio, json, sys\n"
-        "from nemo_gym.sandbox import AsyncSandbox\n"
-        "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
-        "async def main():\n"
-        "    sandbox = await AsyncSandbox.connect(json.loads(sys.argv[1]), provider=GymSandboxdProvider())\n"
+    borrower = connected_script(
         "    print((await sandbox.exec('echo borrowed')).stdout, end='')\n"
         "    await sandbox.disconnect()\n"
-        "asyncio.run(main())\n"
     )
     ran = subprocess.run([*python_command(borrower), json.dumps(descriptor)], capture_output=True, text=True, timeout=60)
     assert (ran.returncode, ran.stdout) == (0, "borrowed\n"), ran.stderr

@@ -12,7 +12,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import RUN_LABEL, python_command
+from conftest import RUN_LABEL, connected_script, python_command
 
 from gym_sandboxd import GymClient
 from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider
@@ -89,12 +89,7 @@ def test_another_process_reattaches_and_replays_from_an_offset(client: GymClient
 
     async def scenario() -> None:
         descriptor, session_id, shell, sandbox = await first()
-        other = (
-            "import asyncio, json, sys\n"
-            "from nemo_gym.sandbox import AsyncSandbox\n"
-            "from gym_sandboxd.nemo_gym_provider import GymSandboxdProvider\n"
-            "async def main():\n"
-            "    sandbox = await AsyncSandbox.connect(json.loads(sys.argv[1]), provider=GymSandboxdProvider())\n"
+        other = connected_script(
             "    session = await sandbox.pty.attach(sys.argv[2], since=0)\n"
             "    seen = bytearray()\n"
             "    while b'first-11' not in seen:\n"
@@ -104,7 +99,6 @@ def test_another_process_reattaches_and_replays_from_an_offset(client: GymClient
             "        seen.extend(await session.read(timeout_s=10))\n"
             "    print(json.dumps({'replayed': seen.decode(errors='replace')}))\n"
             "    await session.close()\n"
-            "asyncio.run(main())\n"
         )
         moved = await asyncio.to_thread(
             subprocess.run, [*python_command(other), json.dumps(descriptor), session_id], capture_output=True, text=True, timeout=120

@@ -9,6 +9,7 @@ import { GymClient } from '../../client/client.ts';
 import type { ProviderContext } from '../../providers/sandbox-provider.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { BUSYBOX_REFERENCE } from '../fixtures/busybox-root.ts';
+import { expectServedPage, httpdServiceSpec } from '../httpd-service.ts';
 import { relayBinaryForTests } from '../relay-binary.ts';
 import { type RuntimeNode, SSH_RUNTIMES } from './ssh-runtimes.ts';
 
@@ -48,21 +49,10 @@ for (const row of SSH_RUNTIMES) {
 
     it('runs the service, gates create on its health check, and serves its declared port', async () => {
       const client = new GymClient({ url: daemon.address.url!, token: daemon.token });
-      const sandbox = await client.createSandbox({
-        image: BUSYBOX_REFERENCE,
-        ports: [8080],
-        files: [{ path: '/tmp/www/index.html', content: `served on ${row.runtime}\n` }],
-        entrypoint: ['httpd', '-f', '-p', '8080', '-h', '/tmp/www'],
-        healthcheck: {
-          test: ['CMD', 'wget', '-q', '-O', '/dev/null', 'http://127.0.0.1:8080/'],
-          intervalMs: 200,
-        },
-      });
+      const page = `served on ${row.runtime}\n`;
+      const sandbox = await client.createSandbox(httpdServiceSpec(BUSYBOX_REFERENCE, page, '/tmp/www'));
       expect(sandbox.service?.state).toBe('healthy');
-      const { path, headers } = await client.portEndpoint(sandbox.id, 8080);
-      const page = await fetch(`${daemon.address.url}${path}index.html`, { headers });
-      expect(await page.text()).toBe(`served on ${row.runtime}\n`);
-      expect((await fetch(`${daemon.address.url}${path}index.html`)).status).toBe(401);
+      await expectServedPage(client, daemon.address.url!, sandbox.id, page);
       await client.destroySandbox(sandbox.id);
     }, 120_000);
   });

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { dockerTestEnvironment, removeNamespaceContainers, testImage } from '../docker-available.ts';
 import { waitFor } from '../wait-for.ts';
 import { hostProcessWith, ptyCases } from './pty-cases.ts';
 
@@ -22,11 +22,7 @@ describe.skipIf(skipReason !== undefined)('terminals on docker', () => {
 
   afterAll(async () => {
     await daemon?.cleanup();
-    const containers = await docker.listContainers({
-      all: true,
-      filters: { label: [`gym.namespace=${namespace}`] },
-    });
-    for (const container of containers) await docker.getContainer(container.Id).remove({ force: true });
+    await removeNamespaceContainers(docker, namespace);
   });
 
   ptyCases({
@@ -41,11 +37,7 @@ describe.skipIf(skipReason !== undefined)('a terminal at the daemon stop', () =>
   const namespace = `ptystop-${randomBytes(4).toString('hex')}`;
 
   afterAll(async () => {
-    const containers = await docker.listContainers({
-      all: true,
-      filters: { label: [`gym.namespace=${namespace}`] },
-    });
-    for (const container of containers) await docker.getContainer(container.Id).remove({ force: true });
+    await removeNamespaceContainers(docker, namespace);
   });
 
   it('a client waiting for output does not hold the stop: its read answers, the stop ends', async () => {

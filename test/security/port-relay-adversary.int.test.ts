@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../client/client.ts';
 import { startTestDaemon, type TestDaemon } from '../daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../docker-available.ts';
+import { httpdServiceSpec } from '../httpd-service.ts';
 import { relayBinaryForTests } from '../relay-binary.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -68,16 +69,7 @@ describe.skipIf(skipReason !== undefined)('a declared port against the agent (do
   };
 
   it('connects nowhere for forged frames, drops that relay, and serves the next request cleanly', async () => {
-    const sandbox = await client.createSandbox({
-      image,
-      ports: [8080],
-      files: [{ path: '/www/index.html', content: 'the real page\n' }],
-      entrypoint: ['httpd', '-f', '-p', '8080', '-h', '/www'],
-      healthcheck: {
-        test: ['CMD', 'wget', '-q', '-O', '/dev/null', 'http://127.0.0.1:8080/'],
-        intervalMs: 200,
-      },
-    });
+    const sandbox = await client.createSandbox(httpdServiceSpec(image, 'the real page\n'));
     expect(await fetchPage(sandbox.id)).toEqual({ status: 200, body: 'the real page\n' });
     expect(await daemon.manager.ports.isRelayOpen(sandbox.id)).toBe(true);
 
@@ -139,19 +131,8 @@ describe.skipIf(skipReason !== undefined)('a declared port against the agent (do
   });
 
   it("reaches only its own sandbox's loopback: another sandbox's service is not there", async () => {
-    const spec = {
-      image,
-      ports: [8080],
-      files: [{ path: '/www/index.html', content: 'page\n' }],
-    };
-    const served = await client.createSandbox({
-      ...spec,
-      entrypoint: ['httpd', '-f', '-p', '8080', '-h', '/www'],
-      healthcheck: {
-        test: ['CMD', 'wget', '-q', '-O', '/dev/null', 'http://127.0.0.1:8080/'],
-        intervalMs: 200,
-      },
-    });
+    const spec = { image, ports: [8080], files: [{ path: '/www/index.html', content: 'page\n' }] };
+    const served = await client.createSandbox(httpdServiceSpec(image, 'page\n'));
     const empty = await client.createSandbox(spec);
     expect((await fetchPage(served.id)).status).toBe(200);
     const other = await fetchPage(empty.id);

@@ -6,6 +6,20 @@ import { Command, InvalidArgumentError, Option } from '@commander-js/extra-typin
 import { integer } from '../../arguments.ts';
 import { jsonOption, stateDirOption } from '../../options.ts';
 
+/** The model upstream of gym eval run and gym eval serve, by flag or (NeMo Gym's keys) by env.yaml. */
+const modelOption = () =>
+  new Option('--model <NAME>', 'model name sent upstream (env.yaml: policy_model_name)');
+const policyBaseUrlOption = () =>
+  new Option(
+    '--model-url, --policy-base-url <URL>',
+    'model upstream, OpenAI-compatible (env.yaml: policy_base_url)',
+  );
+const policyApiKeyOption = () =>
+  new Option(
+    '--model-api-key, --policy-api-key <KEY>',
+    "model upstream's API key (env.yaml: policy_api_key)",
+  );
+
 export const evalRun = () =>
   new Command('run')
     .summary(
@@ -45,12 +59,9 @@ Uses the daemon of the state directory when one runs, else starts one in-process
       '--fork-setup',
       "run each task's setup once and fork its repeats from it (snapshot and fork; with --pool, the pools serve the setup sandboxes)",
     )
-    .option('--model <NAME>', 'model name sent upstream (env.yaml: policy_model_name)')
-    .option(
-      '--model-url, --policy-base-url <URL>',
-      'model upstream, OpenAI-compatible (env.yaml: policy_base_url)',
-    )
-    .option('--model-api-key, --policy-api-key <KEY>', "model upstream's API key (env.yaml: policy_api_key)")
+    .addOption(modelOption())
+    .addOption(policyBaseUrlOption())
+    .addOption(policyApiKeyOption())
     .option(
       '--token-ids',
       "ask the model upstream (vLLM 0.10.2 or later) for each call's exact token ids and logprobs, and write each rollout's training response in its line (env.yaml: token_id_capture: {enabled: true})",
@@ -117,12 +128,9 @@ export const evalServe = () =>
         .argParser(integer(1))
         .default(1),
     )
-    .option('--model <NAME>', 'model name sent upstream (env.yaml: policy_model_name)')
-    .option(
-      '--model-url, --policy-base-url <URL>',
-      'model upstream, OpenAI-compatible (env.yaml: policy_base_url)',
-    )
-    .option('--model-api-key, --policy-api-key <KEY>', "model upstream's API key (env.yaml: policy_api_key)")
+    .addOption(modelOption())
+    .addOption(policyBaseUrlOption())
+    .addOption(policyApiKeyOption())
     .option(
       '--token-ids',
       "answer each row's training response with exact token ids (as gym eval run --token-ids)",

@@ -47,6 +47,29 @@ function isTokenCaptureEnabled(fromFile: Record<string, unknown>): boolean {
   );
 }
 
+/**
+ * The run's policy as each rollout's options: every rollout opens with this run's upstream, so
+ * --policy-* and env.yaml apply on a running daemon too (its configured upstream stays the
+ * default of other runs).
+ */
+export function policyRunOptions(policy: PolicyConfig): {
+  upstream?: { baseUrl: string; apiKey?: string; model?: string };
+  tokenIds?: true;
+} {
+  return {
+    ...(policy.baseUrl === undefined
+      ? {}
+      : {
+          upstream: {
+            baseUrl: policy.baseUrl,
+            ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
+            ...(policy.model ? { model: policy.model } : {}),
+          },
+        }),
+    ...(policy.tokenIds === true ? { tokenIds: true as const } : {}),
+  };
+}
+
 /** Where a policy setting came from: a flag, the file given with --env-yaml, or a ./env.yaml only found. */
 type PolicySource = 'flag' | 'env-yaml' | 'found';
 
@@ -459,18 +482,7 @@ export const evalRunCommand: CommandOf<typeof evalRun> = {
         maxInfraAttempts: values.maxInfraAttempts,
         usePools: values.pool === true,
         forkSetup: values.forkSetup === true,
-        // Each rollout opens with this run's upstream, so --policy-* and env.yaml apply on a
-        // running daemon too (its configured upstream stays the default of other runs).
-        ...(policy.baseUrl === undefined
-          ? {}
-          : {
-              upstream: {
-                baseUrl: policy.baseUrl,
-                ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
-                ...(policy.model ? { model: policy.model } : {}),
-              },
-            }),
-        ...(policy.tokenIds === true ? { tokenIds: true } : {}),
+        ...policyRunOptions(policy),
         logger,
         onProgress: progress.onProgress,
       });

@@ -8,7 +8,7 @@ import { RunAdmission } from '../../serve/admission.ts';
 import { buildRolloutServer } from '../../serve/rollout-server.ts';
 import { RunKeys } from '../../serve/run-keys.ts';
 import type { evalServe } from './definitions.ts';
-import { prepareEval } from './run.ts';
+import { policyRunOptions, prepareEval } from './run.ts';
 
 /** Whether `host` names this machine's loopback only (no other machine can connect to it). */
 export function isLoopbackHost(host: string): boolean {
@@ -47,16 +47,7 @@ export const evalServeCommand: CommandOf<typeof evalServe> = {
         usePools: values.pool === true,
         expectedRows: rows,
         expectedRepeats: values.numRepeats,
-        ...(policy.baseUrl === undefined
-          ? {}
-          : {
-              upstream: {
-                baseUrl: policy.baseUrl,
-                ...(policy.apiKey ? { apiKey: policy.apiKey } : {}),
-                ...(policy.model ? { model: policy.model } : {}),
-              },
-            }),
-        ...(policy.tokenIds === true ? { tokenIds: true } : {}),
+        ...policyRunOptions(policy),
         logger,
       });
       const app = buildRolloutServer({

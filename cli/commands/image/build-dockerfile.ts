@@ -23,7 +23,7 @@ import {
 } from '../../../environments/kinds/harbor/build-context.ts';
 import { readHarborCompose } from '../../../environments/kinds/harbor/compose-task.ts';
 import { buildDockerfileImage, type ImageClient } from '../../../environments/kinds/harbor/images.ts';
-import { resolveTaskEnv } from '../../../environments/kinds/harbor/task-directory.ts';
+import { composeServiceSpec } from '../../../environments/kinds/harbor/task-directory.ts';
 
 export interface DockerfileBuild {
   /** The build context; its `Dockerfile` is built. */
@@ -115,22 +115,7 @@ async function buildServices(
       );
     else if ((await images.inspectImage(service.image)) === null)
       fail(`service ${service.name}: the image ${service.image} is not on the provider (nothing is pulled)`);
-    services.push({
-      name: service.name,
-      image: service.image,
-      ...(service.entrypoint === undefined ? {} : { entrypoint: service.entrypoint }),
-      ...(service.command === undefined ? {} : { command: service.command }),
-      env: resolveTaskEnv(
-        service.env,
-        env,
-        `docker-compose.yaml service ${service.name} environment`,
-        new Set(Object.keys(env)),
-      ),
-      ...(service.workdir === undefined ? {} : { workdir: service.workdir }),
-      ...(service.user === undefined ? {} : { user: service.user }),
-      ...(service.healthcheck === undefined ? {} : { healthcheck: service.healthcheck }),
-      dependsOn: service.depends_on,
-    });
+    services.push(composeServiceSpec(service, env, new Set(Object.keys(env))));
   }
   return services;
 }

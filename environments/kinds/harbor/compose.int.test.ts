@@ -12,14 +12,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
-import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { SERVICE_LABEL } from '../../../providers/docker/service-group.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { dockerTestEnvironment, removeImagesTagged, testImage } from '../../../test/docker-available.ts';
+import { runTestEval } from '../../../test/eval-run.ts';
 import { harborTask, terminalBenchTask } from '../../../test/fixtures/compose-tasks.ts';
 import { loadEnvironment, readRows } from '../../environment.ts';
-import { runEval } from '../../runner/eval.ts';
-import { readJsonl } from '../../runner/files.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 
 const { docker, skipReason } = await dockerTestEnvironment();
@@ -40,14 +38,7 @@ describe.skipIf(skipReason !== undefined)('multi-container tasks against real Do
 
   afterAll(async () => {
     await daemon?.cleanup();
-    const images = await docker.listImages();
-    for (const image of images)
-      for (const tag of image.RepoTags ?? [])
-        if (/^gym\/harbor-(gym-compose-|terminal-bench-compose-|compose-)/.test(tag))
-          await docker
-            .getImage(tag)
-            .remove({ force: true })
-            .catch(() => {});
+    await removeImagesTagged(docker, /^gym\/harbor-(gym-compose-|terminal-bench-compose-|compose-)/);
     await rm(directory, { recursive: true, force: true });
   });
 
@@ -55,25 +46,8 @@ describe.skipIf(skipReason !== undefined)('multi-container tasks against real Do
     const environment = await loadEnvironment('harbor');
     const rows = await readRows(path);
     await environment.implementation.prepareImages!({ client, environment, rows, logger: silentLogger });
-    const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
-    await runEval({
-      client,
-      environment,
-      rows,
-      harness: await new HarnessRegistry().create(harnessName),
-      harnessName,
-      modelName: 'none',
-      numRepeats: 1,
-      concurrency: 2,
-      output,
-      resume: false,
-      maxInfraAttempts: 1,
-      logger: silentLogger,
-    });
-    return {
-      rollouts: await readJsonl(output),
-      failures: await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl')),
-    };
+    const { rollouts, failures } = await runTestEval({ client, environment, rows, harnessName, directory });
+    return { rollouts, failures };
   }
 
   /** Why a rollout failed (an infra error keeps its reason with the verifier's fields). */

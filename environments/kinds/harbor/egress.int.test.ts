@@ -13,12 +13,10 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
-import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { runTestEval } from '../../../test/eval-run.ts';
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../../environment.ts';
-import { runEval } from '../../runner/eval.ts';
-import { readJsonl } from '../../runner/files.ts';
 import type { NetworkSummary } from '../../runner/network-records.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 
@@ -167,28 +165,7 @@ describe.skipIf(skipReason !== undefined)("Harbor tasks' network per phase (dock
       const verifierImage = (row.verifier_environment as { image?: string } | undefined)?.image;
       if (verifierImage !== undefined) madeImages.add(verifierImage);
     }
-    const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
-    const summary = await runEval({
-      client,
-      environment,
-      rows,
-      harness: await new HarnessRegistry().create(harnessName),
-      harnessName,
-      modelName: 'none',
-      numRepeats: 1,
-      concurrency: 2,
-      output,
-      resume: false,
-      maxInfraAttempts: 2,
-      logger: silentLogger,
-      ...more,
-    });
-    return {
-      output,
-      summary,
-      rollouts: await readJsonl(output),
-      failures: await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl')),
-    };
+    return runTestEval({ client, environment, rows, harnessName, directory, maxInfraAttempts: 2, ...more });
   }
 
   it('scores 1 with the oracle and 0 with noop when the verifier installs its tool from the allowed host; the egress log goes with the rollout', async () => {

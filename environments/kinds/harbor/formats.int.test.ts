@@ -13,11 +13,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
-import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
-import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { dockerTestEnvironment, removeImagesTagged, testImage } from '../../../test/docker-available.ts';
+import { runTestEval } from '../../../test/eval-run.ts';
 import { type LoadedEnvironment, loadEnvironment, readRows } from '../../environment.ts';
-import { runEval } from '../../runner/eval.ts';
 import { readJsonl } from '../../runner/files.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 
@@ -170,14 +169,7 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
   afterAll(async () => {
     await daemon?.cleanup();
     // Only the images these tests made (their tags carry the fixtures' random content).
-    const images = await docker.listImages();
-    for (const image of images)
-      for (const tag of image.RepoTags ?? [])
-        if (/^gym\/harbor-(gym-gym-formats-|terminal-bench-tb-)/.test(tag))
-          await docker
-            .getImage(tag)
-            .remove({ force: true })
-            .catch(() => {});
+    await removeImagesTagged(docker, /^gym\/harbor-(gym-gym-formats-|terminal-bench-tb-)/);
     await rm(directory, { recursive: true, force: true });
   });
 
@@ -193,26 +185,18 @@ describe.skipIf(skipReason !== undefined)('published task formats against real D
       logger: silentLogger,
       onNotice: (message) => notices.push(message),
     });
-    const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
-    const summary = await runEval({
+    const { summary, rollouts, failures } = await runTestEval({
       client,
       environment,
       rows,
-      harness: await new HarnessRegistry().create(harnessName),
       harnessName,
-      modelName: 'none',
-      numRepeats: 1,
-      concurrency: 2,
-      output,
-      resume: false,
-      maxInfraAttempts: 1,
-      logger: silentLogger,
+      directory,
     });
     return {
       summary,
       notices,
-      rollouts: await readJsonl(output),
-      failures: await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl')),
+      rollouts,
+      failures,
     };
   }
 

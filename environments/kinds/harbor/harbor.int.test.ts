@@ -5,12 +5,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GymClient } from '../../../client/client.ts';
 import { silentLogger } from '../../../core/logger.ts';
-import { HarnessRegistry } from '../../../harnesses/registry.ts';
 import { startTestDaemon, type TestDaemon } from '../../../test/daemon-harness.ts';
 import { dockerTestEnvironment, testImage } from '../../../test/docker-available.ts';
+import { runTestEval } from '../../../test/eval-run.ts';
 import { loadEnvironment, readRows } from '../../environment.ts';
-import { runEval } from '../../runner/eval.ts';
-import { readJsonl } from '../../runner/files.ts';
 import { gymFields } from '../../runner/rollout-line.ts';
 import { buildDockerfileImage, buildHarborImages } from './images.ts';
 
@@ -48,27 +46,7 @@ describe.skipIf(skipReason !== undefined)('Harbor task directories against real 
     const environment = await loadEnvironment('harbor');
     const rows = await readRows(path);
     await buildHarborImages(client, rows, silentLogger);
-    const output = join(directory, `${harnessName}-${randomBytes(3).toString('hex')}.jsonl`);
-    const summary = await runEval({
-      client,
-      environment,
-      rows,
-      harness: await new HarnessRegistry().create(harnessName),
-      harnessName,
-      modelName: 'none',
-      numRepeats: 1,
-      concurrency: 2,
-      output,
-      resume: false,
-      maxInfraAttempts: 1,
-      logger: silentLogger,
-    });
-    return {
-      rows,
-      summary,
-      rollouts: await readJsonl(output),
-      failures: await readJsonl(output.replace(/\.jsonl$/, '_failures.jsonl')),
-    };
+    return { rows, ...(await runTestEval({ client, environment, rows, harnessName, directory })) };
   }
 
   it('scores every example task 1 with the oracle and 0 with noop, from images built here', async () => {

@@ -30,7 +30,7 @@ import {
   opensAnything,
 } from './network.ts';
 import { verifySeparately } from './separate-verifier.ts';
-import { MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
+import { composeServiceSpec, MAX_BUILD_TIMEOUT_SEC, resolveTaskEnv } from './task-directory.ts';
 import { readTaskFile, refuseTaskLinkOut } from './task-links.ts';
 import type { HarborRow } from './task-row.ts';
 
@@ -453,22 +453,7 @@ export const kind: EnvironmentKind = {
  */
 function companionServices(row: TaskRow, environment: LoadedEnvironment): ServiceSpecInput[] {
   const services = (row.services ?? []) as ComposeServiceRow[];
-  return services.map((service) => ({
-    name: service.name,
-    image: service.image,
-    ...(service.entrypoint === undefined ? {} : { entrypoint: service.entrypoint }),
-    ...(service.command === undefined ? {} : { command: service.command }),
-    env: resolveTaskEnv(
-      service.env,
-      process.env,
-      `docker-compose.yaml service ${service.name} environment`,
-      allowedTaskEnv(environment),
-    ),
-    ...(service.workdir === undefined ? {} : { workdir: service.workdir }),
-    ...(service.user === undefined ? {} : { user: service.user }),
-    ...(service.healthcheck === undefined ? {} : { healthcheck: service.healthcheck }),
-    dependsOn: service.depends_on,
-  }));
+  return services.map((service) => composeServiceSpec(service, process.env, allowedTaskEnv(environment)));
 }
 
 /** The images of Compose services built from the task (a task whose service image fails is refused). */

@@ -3,7 +3,9 @@ import { basename, join, resolve } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { z } from 'zod';
 import { GymError } from '../../../core/errors.ts';
+import type { ServiceSpecInput } from '../../../core/schemas/services.ts';
 import { exists, imageRepository, imageTagOf, linkOutOf } from './build-context.ts';
+import type { ComposeServiceRow } from './compose.ts';
 import { readHarborCompose } from './compose-task.ts';
 import { parseDockerfile, planDockerfile } from './dockerfile.ts';
 import {
@@ -369,4 +371,26 @@ export function resolveTaskEnv(
       }),
     ]),
   );
+}
+
+/**
+ * A Compose service as the sandbox spec takes it (`spec.services`), its environment's `${VAR}`
+ * resolved from `env` as task.toml's [environment] env is (only the variables in `allowed`).
+ */
+export function composeServiceSpec(
+  service: ComposeServiceRow,
+  env: Readonly<Record<string, string | undefined>>,
+  allowed: ReadonlySet<string>,
+): ServiceSpecInput {
+  return {
+    name: service.name,
+    image: service.image,
+    ...(service.entrypoint === undefined ? {} : { entrypoint: service.entrypoint }),
+    ...(service.command === undefined ? {} : { command: service.command }),
+    env: resolveTaskEnv(service.env, env, `docker-compose.yaml service ${service.name} environment`, allowed),
+    ...(service.workdir === undefined ? {} : { workdir: service.workdir }),
+    ...(service.user === undefined ? {} : { user: service.user }),
+    ...(service.healthcheck === undefined ? {} : { healthcheck: service.healthcheck }),
+    dependsOn: service.depends_on,
+  };
 }
