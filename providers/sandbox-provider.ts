@@ -57,6 +57,7 @@ import type { SandboxInfo, SandboxSpec } from '../core/schemas/sandbox.ts';
 import type { ToolchainCheckRequest, ToolchainCheckResult } from '../core/schemas/toolchain.ts';
 import type { PortRelay } from './shared/port-relay.ts';
 import type { PtyChannel, PtyOpenOptions, PtyOpenRequest } from './shared/pty-channel.ts';
+import type { RelayStats } from './shared/relay-stats.ts';
 import type { SandboxTimes } from './shared/sandbox-identity.ts';
 
 /** What a provider can do beyond the required operations. Asking for a missing one is `CAPABILITY_UNSUPPORTED`. */
@@ -209,15 +210,7 @@ export interface SnapshotResult {
   checkpoint?: string;
 }
 
-/** What a provider's gateway relays (its means of `exposeGateway`) hold right now. */
-export interface RelayStats {
-  /** Listening sockets (or other endpoints) that carry gateway reach, over all sandboxes. */
-  listeners: number;
-  /** Relay connections open, over all sandboxes. */
-  connections: number;
-  /** Connections closed at once because their sandbox had its maximum open, since start. */
-  refusedTotal: number;
-}
+export type { RelayStats };
 
 /** What the composition root hands every provider. */
 export interface ProviderContext {

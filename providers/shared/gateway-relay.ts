@@ -25,7 +25,7 @@ import { connect, type Socket } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { GymError } from '../../core/errors.ts';
-import type { RelayStats } from '../sandbox-provider.ts';
+import type { RelayStats } from './relay-stats.ts';
 
 /** Where scripts/setup.sh builds the relay, from a checkout or a built package. */
 export const DEFAULT_RELAY_HELPER_PATH = ['../../.tools/gym-relay', '../../../.tools/gym-relay']
