@@ -1,6 +1,8 @@
 import type { Duplex } from 'node:stream';
 import { expect, it as vitestIt } from 'vitest';
+import { SandboxSpecSchema } from '../../core/schemas/sandbox.ts';
 import type { PortRelay } from '../shared/port-relay.ts';
+import { requireSpecCapabilities } from '../shared/spec-capabilities.ts';
 import type { SandboxFixture } from './fixture.ts';
 
 const ECHO_PORT = 18_080;
@@ -62,14 +64,30 @@ async function echoOnceListening(relay: PortRelay, payload: Buffer): Promise<Buf
 /**
  * Declared ports (`openPortRelay`): a connection the daemon opens reaches a service on the
  * sandbox's own loopback, whole and both ways, in a sandbox without network; a port where
- * nothing listens is refused; each sandbox's relay reaches its own sandbox alone. Skipped without
- * the `ports` capability.
+ * nothing listens is refused; each sandbox's relay reaches its own sandbox alone. Without the
+ * `ports` capability, each case checks that such a spec is refused instead.
  */
 export function definePortCases(fixture: SandboxFixture): void {
   const it = (name: string, body: () => Promise<void>) =>
-    vitestIt(name, async (context) => {
+    vitestIt(name, async () => {
       const { provider } = fixture;
-      if (provider.capabilities.ports !== true || provider.openPortRelay === undefined) context.skip();
+      if (provider.capabilities.ports !== true || provider.openPortRelay === undefined) {
+        // Without the capability a spec that declares ports is refused before the provider sees
+        // it, naming the capability (the daemon's check): never a sandbox whose ports are dead.
+        expect(() =>
+          requireSpecCapabilities(
+            'under-test',
+            provider.capabilities,
+            SandboxSpecSchema.parse({ image: 'any', ports: [ECHO_PORT] }),
+          ),
+        ).toThrow(
+          expect.objectContaining({
+            code: 'CAPABILITY_UNSUPPORTED',
+            details: expect.objectContaining({ capability: 'ports' }),
+          }),
+        );
+        return;
+      }
       await body();
     });
 

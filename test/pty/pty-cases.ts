@@ -102,6 +102,8 @@ export function ptyCases(setup: PtyCaseSetup): void {
   it('a signal ends a sleeping command, and so does Ctrl-C typed on the terminal', async () => {
     const sandboxId = await setup.sandbox();
     const { pty } = await ptys().create(sandboxId, { command: 'sleep 300' });
+    // A signal sent before the command runs finds nothing to end (a runtime slow to start it).
+    await waitForProcess(setup.client(), sandboxId, 'sleep 300');
     await ptys().signal(sandboxId, pty.id, 'SIGINT');
     const ended = await ptys().get(sandboxId, pty.id, { waitMs: 30_000 });
     expect(ended.state).toBe('exited');
