@@ -35,7 +35,10 @@ export async function readUntil(
 ): Promise<{ text: string; next: number }> {
   let text = '';
   let since = options.since ?? 0;
-  for (let round = 0; round < 24; round += 1) {
+  // Bounded by time, not by reads: a shell on an SSH terminal echoes what it is typed a few
+  // bytes at a time, and 24 reads ran out in half a second before its answer came.
+  const deadline = performance.now() + 120_000;
+  while (performance.now() < deadline) {
     const chunk = await ptys.read(sandboxId, ptyId, {
       since,
       waitMs: 5_000,
